@@ -1,0 +1,229 @@
+// Package sandboxv1 holds the wire types of SPACE's public REST API (/v1). The
+// server encodes them, the Go SDK and the CLI decode them; field names are part of
+// the public contract in SPEC.md.
+package sandboxv1
+
+import "time"
+
+// State is a sandbox's lifecycle state as the API reports it.
+type State string
+
+// The lifecycle states (ARCHITECTURE.md §4).
+const (
+	StateCreating    State = "creating"
+	StateRunning     State = "running"
+	StatePausing     State = "pausing"
+	StatePaused      State = "paused"
+	StateResuming    State = "resuming"
+	StateHibernating State = "hibernating"
+	StateHibernated  State = "hibernated"
+	StateRestoring   State = "restoring"
+	StateStopping    State = "stopping"
+	StateStopped     State = "stopped"
+	StateDeleting    State = "deleting"
+	StateDeleted     State = "deleted"
+	StateFailed      State = "failed"
+)
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes used in Error.Code.
+const (
+	CodeInvalidArgument    = "invalid_argument"
+	CodeUnauthenticated    = "unauthenticated"
+	CodePermissionDenied   = "permission_denied"
+	CodeNotFound           = "not_found"
+	CodeConflict           = "conflict"
+	CodeTooLarge           = "too_large"
+	CodeRateLimited        = "rate_limited"
+	CodeUnavailable        = "unavailable"
+	CodeFailedPrecondition = "failed_precondition"
+	CodeInternal           = "internal"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template  string            `json:"template,omitempty"` // default "base"; "minimal" for busybox
+	Runtime   string            `json:"runtime,omitempty"`  // "vm" or "ns"; default chosen by the server
+	Name      string            `json:"name,omitempty"`
+	CPUs      int               `json:"cpus,omitempty"`       // default 1
+	MemoryMiB int               `json:"memory_mib,omitempty"` // default 512
+	DiskMiB   int               `json:"disk_mib,omitempty"`   // default 2048
+	Env       map[string]string `json:"env,omitempty"`
+	// Timeout is a Go duration ("30m"); after it the sandbox is deleted. Empty: no timeout.
+	Timeout  string            `json:"timeout,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Sandbox is what the API reports of one sandbox.
+type Sandbox struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name,omitempty"`
+	Tenant     string            `json:"tenant"`
+	State      State             `json:"state"`
+	Reason     string            `json:"reason,omitempty"` // why it failed, when it did
+	Template   string            `json:"template"`
+	Runtime    string            `json:"runtime"`
+	Generation uint64            `json:"generation"`
+	Node       string            `json:"node"`
+	CPUs       int               `json:"cpus"`
+	MemoryMiB  int               `json:"memory_mib"`
+	DiskMiB    int               `json:"disk_mib"`
+	Env        map[string]string `json:"env,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec (run to completion).
+type ExecRequest struct {
+	Cmd   []string          `json:"cmd"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	User  string            `json:"user,omitempty"`
+	Stdin string            `json:"stdin,omitempty"`
+	// Timeout is a Go duration; the command is killed when it passes. Default 60s.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// ExecResult is the answer to ExecRequest.
+type ExecResult struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	// Truncated is true when stdout or stderr passed the 16 MiB capture limit.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ExecStart is the first WebSocket text message of GET /v1/sandboxes/{id}/exec.
+type ExecStart struct {
+	Cmd  []string          `json:"cmd"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	User string            `json:"user,omitempty"`
+	TTY  bool              `json:"tty,omitempty"`
+	Cols uint32            `json:"cols,omitempty"`
+	Rows uint32            `json:"rows,omitempty"`
+}
+
+// ExecMessage is every later WebSocket text message of a streaming exec, in both
+// directions. Data is carried as bytes (base64 in JSON).
+//
+// Client to server: {"type":"stdin","data":…}, {"type":"close_stdin"},
+// {"type":"signal","signal":15}, {"type":"resize","cols":80,"rows":24}.
+// Server to client: {"type":"started","pid":N}, {"type":"stdout","data":…},
+// {"type":"stderr","data":…}, {"type":"exit","exit_code":N}, {"type":"error","message":…}.
+type ExecMessage struct {
+	Type     string `json:"type"`
+	Data     []byte `json:"data,omitempty"`
+	Pid      uint32 `json:"pid,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
+	Cols     uint32 `json:"cols,omitempty"`
+	Rows     uint32 `json:"rows,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// FileEntry describes one file in GET /v1/sandboxes/{id}/files/list.
+type FileEntry struct {
+	Name          string    `json:"name"`
+	Path          string    `json:"path"`
+	Type          string    `json:"type"` // "file", "dir", "symlink"
+	Size          int64     `json:"size"`
+	Mode          uint32    `json:"mode"`
+	Owner         string    `json:"owner,omitempty"`
+	Group         string    `json:"group,omitempty"`
+	ModifiedAt    time.Time `json:"modified_at"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// FileList is the body of GET /v1/sandboxes/{id}/files/list?path=&depth=.
+type FileList struct {
+	Entries []FileEntry `json:"entries"`
+}
+
+// FileEvent is one WebSocket text message of GET /v1/sandboxes/{id}/files/watch.
+type FileEvent struct {
+	Name string `json:"name"`
+	Type string `json:"type"` // "create", "write", "remove", "rename", "chmod"
+}
+
+// Template is one template in GET /v1/templates.
+type Template struct {
+	Name      string    `json:"name"`
+	Source    string    `json:"source"`
+	State     string    `json:"state"` // "building", "ready", "failed"
+	Reason    string    `json:"reason,omitempty"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// BuildTemplateRequest is the body of POST /v1/templates. From is "dir:/path",
+// "tar:/path.tar[.gz]" (paths on the server's machine) or "debootstrap:SUITE[+pkg,…]".
+type BuildTemplateRequest struct {
+	Name string `json:"name"`
+	From string `json:"from"`
+}
+
+// Tenant is one tenant.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TenantList is the body of GET /v1/tenants.
+type TenantList struct {
+	Tenants []Tenant `json:"tenants"`
+}
+
+// CreateTenantRequest is the body of POST /v1/tenants.
+type CreateTenantRequest struct {
+	Name string `json:"name"`
+}
+
+// CreateTenantResponse carries the new tenant and its first API key (shown once).
+type CreateTenantResponse struct {
+	Tenant Tenant `json:"tenant"`
+	Key    string `json:"key"`
+}
+
+// APIKey describes a key; the secret is never returned after creation.
+type APIKey struct {
+	ID        string     `json:"id"`
+	Tenant    string     `json:"tenant"`
+	Prefix    string     `json:"prefix"`
+	Admin     bool       `json:"admin"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// APIKeyList is the body of GET /v1/keys.
+type APIKeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys. Tenant defaults to the caller's.
+type CreateKeyRequest struct {
+	Tenant string `json:"tenant,omitempty"`
+}
+
+// CreateKeyResponse carries the new key's secret, shown once.
+type CreateKeyResponse struct {
+	Key    APIKey `json:"key"`
+	Secret string `json:"secret"`
+}
