@@ -1,0 +1,72 @@
+// Package nodev1 holds the wire types between the control plane and a node's
+// sandbox manager (node-api). JSON over HTTP; the node answers on a unix socket
+// or a TCP address and checks the bearer token it was given at join.
+package nodev1
+
+import "time"
+
+// Info is the body of GET /node/v1/info.
+type Info struct {
+	NodeID    string   `json:"node_id"`
+	Runtimes  []string `json:"runtimes"`
+	Storage   string   `json:"storage"`
+	CPUs      int      `json:"cpus"`
+	MemoryMiB int      `json:"memory_mib"`
+}
+
+// StartExecution is the body of POST /node/v1/executions.
+type StartExecution struct {
+	ExecID       string            `json:"exec_id"`
+	SandboxID    string            `json:"sandbox_id"`
+	Generation   uint64            `json:"generation"`
+	ActivationID string            `json:"activation_id"`
+	Template     string            `json:"template"`
+	Runtime      string            `json:"runtime"`
+	CPUs         int               `json:"cpus"`
+	MemoryMiB    int               `json:"memory_mib"`
+	Env          map[string]string `json:"env,omitempty"`
+}
+
+// ExecState is a node's observation of an execution.
+type ExecState string
+
+// Observed execution states.
+const (
+	ExecRunning ExecState = "running"
+	ExecFailed  ExecState = "failed"
+)
+
+// Execution is what a node reports of one execution it holds.
+type Execution struct {
+	ExecID       string    `json:"exec_id"`
+	SandboxID    string    `json:"sandbox_id"`
+	Generation   uint64    `json:"generation"`
+	ActivationID string    `json:"activation_id"`
+	Runtime      string    `json:"runtime"`
+	Template     string    `json:"template"`
+	State        ExecState `json:"state"`
+	Reason       string    `json:"reason,omitempty"`
+	StartedAt    time.Time `json:"started_at"`
+}
+
+// ExecutionList is the body of GET /node/v1/executions.
+type ExecutionList struct {
+	Executions []Execution `json:"executions"`
+}
+
+// EnsureTemplate is the body of POST /node/v1/templates.
+type EnsureTemplate struct {
+	Name   string `json:"name"`
+	Source string `json:"source"`
+}
+
+// TemplateList is the body of GET /node/v1/templates.
+type TemplateList struct {
+	Templates []string `json:"templates"`
+}
+
+// Error is the body of a node-api error; Code is one of the sandboxv1 codes.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

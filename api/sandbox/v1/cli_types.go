@@ -1,0 +1,59 @@
+package sandboxv1
+
+import "time"
+
+// Snapshot kinds (ARCHITECTURE.md §5).
+const (
+	// SnapshotDisk is a point-in-time copy of the sandbox filesystem.
+	SnapshotDisk = "disk"
+	// SnapshotFull is a checkpoint of a paused sandbox: memory, device state and disk.
+	SnapshotFull = "full"
+)
+
+// Snapshot is one snapshot of a sandbox, as GET and POST /v1/sandboxes/{id}/snapshots report it.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Sandbox   string    `json:"sandbox"`
+	Kind      string    `json:"kind"`  // SnapshotDisk or SnapshotFull
+	Tier      string    `json:"tier"`  // retention tier, e.g. "manual", "10m", "hourly", "daily"
+	State     string    `json:"state"` // "creating", "ready", "failed"
+	Reason    string    `json:"reason,omitempty"`
+	SizeBytes int64     `json:"size_bytes,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SnapshotList is the body of GET /v1/sandboxes/{id}/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots. Kind
+// defaults to SnapshotDisk.
+type CreateSnapshotRequest struct {
+	Kind string `json:"kind,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork. Without Snapshot the
+// fork starts from the sandbox's current filesystem.
+type ForkRequest struct {
+	Snapshot string `json:"snapshot,omitempty"`
+	Name     string `json:"name,omitempty"`
+}
+
+// RollbackRequest is the body of POST /v1/sandboxes/{id}/rollback.
+type RollbackRequest struct {
+	Snapshot string `json:"snapshot"`
+}
+
+// ExposePortRequest is the body of POST /v1/sandboxes/{id}/ports.
+type ExposePortRequest struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol,omitempty"` // "http" (default) or "tcp"
+}
+
+// ServicePort is an exposed sandbox port and the URL that reaches it through the gateway.
+type ServicePort struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	URL      string `json:"url"`
+}

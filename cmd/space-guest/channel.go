@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/guestd"
+)
+
+// serveFD serves the stream inherited on fd (a socketpair end from the ns
+// runtime) until it ends.
+func serveFD(ctx context.Context, arg string, cfg guestd.Config, log *slog.Logger) error {
+	n, err := strconv.Atoi(arg)
+	if err != nil || n < 3 {
+		return fmt.Errorf("channel fd:%s: want a descriptor number of 3 or more", arg)
+	}
+	// Children must not inherit the channel.
+	unix.CloseOnExec(n)
+	f := os.NewFile(uintptr(n), "guest-channel")
+	conn, err := net.FileConn(f)
+	if err == nil {
+		f.Close()
+	} else {
+		conn = newFileConn(f) // a pipe or character device, not a socket
+	}
+	return guestd.Serve(ctx, conn, cfg, log)
+}
+
+// serveUnix listens on path and serves one connection at a time; the process
+// table survives from one connection to the next.
+func serveUnix(ctx context.Context, path string, cfg guestd.Config, log *slog.Logger) error {
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("channel unix:%s: %w", path, err)
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	d := guestd.New(cfg, log)
+	defer d.Close()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("channel unix:%s: accept: %w", path, err)
+		}
+		if err := d.ServeConn(ctx, conn); err != nil {
+			return err
+		}
+	}
+}
+
+// serveVirtio serves the virtio-serial port called name. The port outlives a
+// host-side disconnect, so the daemon opens it again after each session, and
+// a restarted host bridge can talk to the same daemon.
+func serveVirtio(ctx context.Context, sysDir, devDir, name string, cfg guestd.Config, log *slog.Logger) error {
+	d := guestd.New(cfg, log)
+	defer d.Close()
+	for ctx.Err() == nil {
+		dev, err := findVirtioPort(sysDir, devDir, name)
+		if err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("channel virtio:%s: open %s: %w", name, dev, err)
+		}
+		if err := d.ServeConn(ctx, newFileConn(f)); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return ctx.Err()
+}
+
+// findVirtioPort returns the device of the port whose sysfs name is name.
+func findVirtioPort(sysDir, devDir, name string) (string, error) {
+	dirs, err := filepath.Glob(filepath.Join(sysDir, "*", "name"))
+	if err != nil {
+		return "", err
+	}
+	for _, nameFile := range dirs {
+		b, err := os.ReadFile(nameFile)
+		if err != nil {
+			continue
+		}
+		if strings.TrimSpace(string(b)) == name {
+			return filepath.Join(devDir, filepath.Base(filepath.Dir(nameFile))), nil
+		}
+	}
+	return "", fmt.Errorf("channel virtio:%s: no port with that name under %s: %w", name, sysDir, os.ErrNotExist)
+}
+
+// fileConn is a net.Conn over a file that is not a socket (a virtio-serial
+// character device or a pipe).
+type fileConn struct {
+	f *os.File
+}
+
+func newFileConn(f *os.File) net.Conn { return &fileConn{f: f} }
+
+func (c *fileConn) Read(b []byte) (int, error)  { return c.f.Read(b) }
+func (c *fileConn) Write(b []byte) (int, error) { return c.f.Write(b) }
+func (c *fileConn) Close() error                { return c.f.Close() }
+func (c *fileConn) LocalAddr() net.Addr         { return fileAddr(c.f.Name()) }
+func (c *fileConn) RemoteAddr() net.Addr        { return fileAddr(c.f.Name()) }
+
+func (c *fileConn) SetDeadline(t time.Time) error      { return noDeadline(c.f.SetDeadline(t)) }
+func (c *fileConn) SetReadDeadline(t time.Time) error  { return noDeadline(c.f.SetReadDeadline(t)) }
+func (c *fileConn) SetWriteDeadline(t time.Time) error { return noDeadline(c.f.SetWriteDeadline(t)) }
+
+// noDeadline ignores the error of a file that cannot have deadlines (not
+// poller-managed): HTTP/2 then runs without them, as on a blocking stream.
+func noDeadline(err error) error {
+	if errors.Is(err, os.ErrNoDeadline) {
+		return nil
+	}
+	return err
+}
+
+type fileAddr string
+
+func (a fileAddr) Network() string { return "file" }
+func (a fileAddr) String() string  { return string(a) }

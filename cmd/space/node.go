@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/node"
+	"github.com/spacesandbox/space/internal/privop"
+)
+
+// runNode is `space node --server URL --join-token T`: the sandbox manager of
+// one node, talking to a node-manager already running on this machine.
+func runNode(args []string) int {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	serverURL := fs.String("server", "http://127.0.0.1:7070", "control plane URL")
+	joinToken := fs.String("join-token", os.Getenv("SPACE_JOIN_TOKEN"), "join token (DATA/join.token of the server)")
+	dataDir := fs.String("data-dir", "", "data directory")
+	nodeID := fs.String("id", "", "node id (default: the host name)")
+	listen := fs.String("listen", "", "node-api address, unix:PATH or HOST:PORT (default unix:DATA/run/node.sock)")
+	advertise := fs.String("advertise", "", "address the control plane uses to reach this node (default: --listen)")
+	pmSocket := fs.String("node-manager", "", "node-manager socket (default DATA/run/node-manager.sock)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *joinToken == "" {
+		fmt.Fprintln(os.Stderr, "space node: --join-token is required")
+		return 2
+	}
+	dir, err := resolveDataDir(*dataDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
+		return 1
+	}
+	id := *nodeID
+	if id == "" {
+		h, _ := os.Hostname()
+		id = strings.ToLower(strings.Split(h, ".")[0])
+	}
+	if *listen == "" {
+		*listen = "unix:" + filepath.Join(dir, "run", "node.sock")
+	}
+	if *pmSocket == "" {
+		*pmSocket = filepath.Join(dir, "run", "node-manager.sock")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	err = runNodeWith(ctx, nodeOptions{
+		dataDir: dir, nodeID: id, server: *serverURL, joinToken: *joinToken,
+		listen: *listen, advertise: *advertise, pm: privop.NewClient(*pmSocket),
+	}, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type nodeOptions struct {
+	dataDir, nodeID, server, joinToken, listen, advertise string
+	pm                                                    *privop.Client
+}
+
+func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	token, err := secretFile(filepath.Join(o.dataDir, "node.token"))
+	if err != nil {
+		return err
+	}
+	var si unix.Sysinfo_t
+	memMiB := 1024
+	if unix.Sysinfo(&si) == nil {
+		memMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
+	}
+	m, err := node.NewManager(node.Config{
+		NodeID: o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
+		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
+	}, log.With("component", "node"))
+	if err != nil {
+		return err
+	}
+	advertise := o.advertise
+	if advertise == "" {
+		advertise = o.listen
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.Serve(ctx, o.listen) })
+	g.Go(func() error {
+		return m.RunHeartbeats(ctx, node.HeartbeatConfig{Server: o.server, JoinToken: o.joinToken, Advertise: advertise})
+	})
+	return g.Wait()
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/spacesandbox/space/internal/cli"
+	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/server"
+	"github.com/spacesandbox/space/internal/store/sqlite"
+)
+
+// builtinTemplates are the template sources the server knows by name.
+var builtinTemplates = map[string]string{
+	"minimal": "builtin:minimal",
+	"base":    "builtin:base",
+}
+
+// runServer is `space server [--dev]`.
+func runServer(args []string) int {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	dev := fs.Bool("dev", false, "run the control plane, node services and node-manager in one command")
+	listen := fs.String("listen", "127.0.0.1:7070", "address of the REST API")
+	dataDir := fs.String("data-dir", "", "data directory (default $SPACE_DATA_DIR, /var/lib/space for root, else ~/.local/share/space)")
+	database := fs.String("database", "", "database URL (default sqlite://DATA/space.db)")
+	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
+	runtime := fs.String("default-runtime", "ns", "runtime used when a create names none")
+	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	dir, err := resolveDataDir(*dataDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
+		return 1
+	}
+	if *objectStore != "" && !strings.HasPrefix(*objectStore, "file://") {
+		fmt.Fprintf(os.Stderr, "space server: object store %q: only file:// is supported in this release\n", *objectStore)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	opts := serverOptions{dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase}
+	if err := serve(ctx, opts, log); err != nil {
+		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type serverOptions struct {
+	dev            bool
+	listen         string
+	dataDir        string
+	database       string
+	defaultRuntime string
+	buildBase      bool
+}
+
+func resolveDataDir(flagValue string) (string, error) {
+	dir := flagValue
+	if dir == "" {
+		d, err := cli.DataDir()
+		if err != nil {
+			return "", err
+		}
+		dir = d
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+func databasePath(dataDir, dbURL string) (string, error) {
+	if dbURL == "" {
+		return filepath.Join(dataDir, "space.db"), nil
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Scheme != "sqlite" {
+		return "", fmt.Errorf("database %q: only sqlite://PATH is supported in this release (PostgreSQL comes with scale-out)", dbURL)
+	}
+	return u.Host + u.Path, nil
+}
+
+func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
+	dbPath, err := databasePath(o.dataDir, o.database)
+	if err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, dbPath)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer st.Close()
+	keyFile := filepath.Join(o.dataDir, "admin.key")
+	secret, err := server.Bootstrap(ctx, st, keyFile)
+	if err != nil {
+		return err
+	}
+	joinToken, err := secretFile(filepath.Join(o.dataDir, "join.token"))
+	if err != nil {
+		return err
+	}
+	nodes := server.NewNodes()
+	rec := reconcile.New(reconcile.Config{}, st, func(id string) (reconcile.NodeAPI, error) {
+		return nodes.Client(id)
+	}, log.With("component", "reconcile"))
+	srv := server.New(server.Config{
+		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
+	}, st, nodes, rec, log.With("component", "server"))
+
+	g, ctx := errgroup.WithContext(ctx)
+	ready := make(chan string, 1)
+	g.Go(func() error { return srv.Run(ctx, func(addr string) { ready <- addr }) })
+	g.Go(func() error { return rec.Run(ctx) })
+	g.Go(func() error { return srv.RunTemplateBuilds(ctx) })
+	var addr string
+	select {
+	case addr = <-ready:
+	case <-ctx.Done():
+		return g.Wait()
+	}
+	apiURL := "http://" + addr
+	if o.dev {
+		g.Go(func() error { return runDevNode(ctx, o.dataDir, apiURL, joinToken, log) })
+	}
+	if err := srv.EnsureTemplate(ctx, "minimal", builtinTemplates["minimal"]); err != nil {
+		return err
+	}
+	if o.buildBase {
+		if err := srv.EnsureTemplate(ctx, "base", builtinTemplates["base"]); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("SPACE_API_URL=%s\n", apiURL)
+	if secret != "" {
+		fmt.Printf("SPACE_API_KEY=%s\n", secret)
+	} else {
+		fmt.Printf("SPACE_API_KEY is in %s\n", keyFile)
+	}
+	log.Info("space server ready", "url", apiURL, "data_dir", o.dataDir, "dev", o.dev)
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// secretFile returns the secret stored in path, creating it on first use.
+func secretFile(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	buf := make([]byte, 32)
+	rand.Read(buf)
+	tok := hex.EncodeToString(buf)
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return tok, nil
+}
+
+// runDevNode runs this machine's node services beside the control plane: the
+// root node-manager as a child process (it dies with this process; the
+// sandboxes it started do not), and the sandbox manager in this process.
+func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, log *slog.Logger) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	runDir := filepath.Join(dataDir, "run")
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return err
+	}
+	pmSocket := filepath.Join(runDir, "node-manager.sock")
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("--dev starts the root node-manager itself: run as root, or start `sudo space node-manager --data-dir %s` and `space node` separately", dataDir)
+	}
+	cmd := exec.Command(self, "node-manager", "--data-dir", dataDir, "--socket", pmSocket)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start node-manager: %w", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-waited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-waited
+		}
+	}()
+	pm := privop.NewClient(pmSocket)
+	if err := waitNodeManager(ctx, pm, waited); err != nil {
+		return err
+	}
+	return runNodeWith(ctx, nodeOptions{
+		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
+		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm,
+	}, log)
+}
+
+func waitNodeManager(ctx context.Context, pm *privop.Client, exited <-chan error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := pm.Hello(hctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case e := <-exited:
+			return fmt.Errorf("node-manager exited: %v", e)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node-manager did not answer: %w", err)
+		}
+	}
+}
+

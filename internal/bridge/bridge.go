@@ -1,0 +1,320 @@
+// Package bridge is the host bridge: one process per sandbox execution that owns
+// the guest channel and serves the sandbox manager on a per-execution unix socket.
+//
+// The bridge is the only client of the guest daemon. It forwards the guest's public
+// routes (process, filesystem, raw files, health, envs) to the manager and keeps the
+// guest's control service to itself: the manager reaches it only through the
+// bridge's own /bridge/v1 endpoints. When the guest channel ends the bridge does
+// not reconnect: it records why, answers status with that reason, and exits.
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	"github.com/spacesandbox/space/internal/guest"
+)
+
+// Config is what one bridge needs to serve one execution.
+type Config struct {
+	// ExecID names the execution the bridge serves.
+	ExecID string
+	// Socket is the unix socket path the manager connects to.
+	Socket string
+	// Channel is the host end of the guest byte stream.
+	Channel net.Conn
+	// ExitFile receives the reason the bridge stopped, for the manager to read
+	// after the bridge is gone.
+	ExitFile string
+	// ReadyTimeout bounds the wait for the guest daemon's first answer.
+	ReadyTimeout time.Duration
+}
+
+// publicPrefixes are the guest routes forwarded to the manager. The control
+// service is deliberately absent.
+var publicPrefixes = []string{
+	"/process.Process/",
+	"/filesystem.Filesystem/",
+}
+
+// publicPaths are exact guest paths forwarded to the manager.
+var publicPaths = map[string]bool{
+	"/files":  true,
+	"/health": true,
+	"/envs":   true,
+}
+
+// IsPublicGuestPath reports whether path is a guest route that the manager (and,
+// through it, an authorised client) may reach.
+func IsPublicGuestPath(path string) bool {
+	if publicPaths[path] {
+		return true
+	}
+	for _, p := range publicPrefixes {
+		if strings.HasPrefix(path, p) && len(path) > len(p) && !strings.Contains(path[len(p):], "/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Bridge serves one execution.
+type Bridge struct {
+	cfg    Config
+	log    *slog.Logger
+	client *guest.Client
+
+	mu      sync.Mutex // guards ready, version, reason
+	ready   bool
+	version string
+	reason  string
+}
+
+// New connects to the guest over cfg.Channel. It does not wait for the guest.
+func New(cfg Config, log *slog.Logger) (*Bridge, error) {
+	if cfg.ExecID == "" || cfg.Socket == "" || cfg.Channel == nil {
+		return nil, errors.New("bridge: exec id, socket and channel are required")
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	c, err := guest.NewClient(cfg.Channel)
+	if err != nil {
+		return nil, fmt.Errorf("bridge %s: guest channel: %w", cfg.ExecID, err)
+	}
+	return &Bridge{cfg: cfg, log: log.With("exec", cfg.ExecID), client: c}, nil
+}
+
+// Run waits for the guest, serves the manager until ctx is done, the guest
+// channel ends, or the manager asks the bridge to stop.
+func (b *Bridge) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer b.client.Close()
+
+	ln, err := listenUnix(b.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: b.handler(cancel), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	go b.waitReady(ctx)
+
+	var reason string
+	select {
+	case <-ctx.Done():
+		reason = "stopped: " + context.Cause(ctx).Error()
+	case <-b.client.Done():
+		reason = "guest channel closed"
+	case err := <-serveErr:
+		reason = fmt.Sprintf("manager socket failed: %v", err)
+	}
+	b.setReason(reason)
+	b.log.Info("bridge stopping", "reason", reason)
+	if b.cfg.ExitFile != "" {
+		if err := os.WriteFile(b.cfg.ExitFile, []byte(reason+"\n"), 0o600); err != nil {
+			b.log.Warn("write exit file", "err", err)
+		}
+	}
+	shutdownCtx, done := context.WithTimeout(context.Background(), 2*time.Second)
+	defer done()
+	_ = srv.Shutdown(shutdownCtx)
+	_ = os.Remove(b.cfg.Socket)
+	return nil
+}
+
+// waitReady polls the guest's control service until it answers or the ready
+// timeout passes.
+func (b *Bridge) waitReady(ctx context.Context) {
+	deadline := time.Now().Add(b.cfg.ReadyTimeout)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := b.client.Control().Ready(rctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+		cancel()
+		if err == nil {
+			b.mu.Lock()
+			b.ready, b.version = true, resp.Msg.GetVersion()
+			b.mu.Unlock()
+			b.log.Info("guest ready", "version", resp.Msg.GetVersion())
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.client.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if ctx.Err() == nil {
+		b.setReason(fmt.Sprintf("guest did not answer within %s", b.cfg.ReadyTimeout))
+	}
+}
+
+func (b *Bridge) setReason(r string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.reason == "" {
+		b.reason = r
+	}
+}
+
+// Status is the body of GET /bridge/v1/status.
+type Status struct {
+	ExecID       string `json:"exec_id"`
+	Pid          int    `json:"pid"`
+	Ready        bool   `json:"ready"`
+	GuestVersion string `json:"guest_version,omitempty"`
+	// Reason is set once the bridge knows the execution cannot be served.
+	Reason string `json:"reason,omitempty"`
+}
+
+func (b *Bridge) status() Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Status{ExecID: b.cfg.ExecID, Pid: os.Getpid(), Ready: b.ready, GuestVersion: b.version, Reason: b.reason}
+}
+
+func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
+	target, _ := url.Parse("http://guest")
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = "guest"
+		},
+		Transport:     b.client.HTTPClient().Transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeJSONError(w, http.StatusBadGateway, "guest unreachable: "+err.Error())
+		},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /bridge/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, b.status())
+	})
+	mux.HandleFunc("POST /bridge/v1/init", b.handleInit)
+	mux.HandleFunc("GET /bridge/v1/activity", b.handleActivity)
+	mux.HandleFunc("POST /bridge/v1/stop", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		stop(errors.New("manager asked the bridge to stop"))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if !IsPublicGuestPath(r.URL.Path) {
+			writeJSONError(w, http.StatusNotFound, "no such route on the host bridge: "+r.URL.Path)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	})
+	return mux
+}
+
+// InitRequest is the body of POST /bridge/v1/init: the identity and defaults the
+// guest installs. It is re-sent after every restore.
+type InitRequest struct {
+	SandboxID      string            `json:"sandbox_id"`
+	Generation     uint64            `json:"generation"`
+	ActivationID   string            `json:"activation_id"`
+	Hostname       string            `json:"hostname"`
+	Env            map[string]string `json:"env,omitempty"`
+	DefaultUser    string            `json:"default_user,omitempty"`
+	DefaultWorkdir string            `json:"default_workdir,omitempty"`
+	AccessToken    string            `json:"access_token,omitempty"`
+}
+
+const maxInitBody = 1 << 20
+
+func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
+	var req InitRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxInitBody)).Decode(&req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "init: bad body: "+err.Error())
+		return
+	}
+	entropy, err := freshEntropy()
+	if err != nil {
+		writeJSONError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	msg := &controlv1.InitRequest{
+		SandboxId:      req.SandboxID,
+		Generation:     req.Generation,
+		ActivationId:   req.ActivationID,
+		Hostname:       req.Hostname,
+		EnvVars:        req.Env,
+		DefaultUser:    req.DefaultUser,
+		DefaultWorkdir: req.DefaultWorkdir,
+		AccessToken:    req.AccessToken,
+		Entropy:        entropy,
+		Now:            nowProto(),
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := b.client.Control().Init(ctx, connect.NewRequest(msg)); err != nil {
+		writeJSONError(w, http.StatusBadGateway, "guest init: "+err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Activity is the body of GET /bridge/v1/activity.
+type Activity struct {
+	LastActivity     time.Time `json:"last_activity"`
+	RunningProcesses uint32    `json:"running_processes"`
+}
+
+func (b *Bridge) handleActivity(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	resp, err := b.client.Control().Activity(ctx, connect.NewRequest(&controlv1.ActivityRequest{}))
+	if err != nil {
+		writeJSONError(w, http.StatusBadGateway, "guest activity: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, Activity{
+		LastActivity:     resp.Msg.GetLastActivity().AsTime(),
+		RunningProcesses: resp.Msg.GetRunningProcesses(),
+	})
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket file.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("bridge socket dir: %w", err)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("bridge: chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"code": "bridge", "message": msg})
+}

@@ -1,0 +1,198 @@
+package cgroup
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/testenv"
+)
+
+const hybridMountinfo = `21 26 0:20 / /proc rw,relatime - proc proc rw
+30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+32 30 0:29 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 30 0:33 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+38 30 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+39 30 0:36 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+`
+
+const v2Mountinfo = `25 1 8:1 / / rw - ext4 /dev/sda1 rw
+29 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+`
+
+const comountedMountinfo = `31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:7 - cgroup cgroup rw,cpu,cpuacct
+34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+35 30 0:32 /docker/abc /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+36 30 0:33 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+37 30 0:34 / /sys/fs/cgroup/pids\040x rw,relatime - cgroup cgroup rw,pids
+`
+
+func TestParseMountinfo(t *testing.T) {
+	h, err := ParseMountinfo([]byte(hybridMountinfo))
+	if err != nil {
+		t.Fatalf("hybrid: %v", err)
+	}
+	if h.Mode != V1 || !h.Hybrid || h.V2 != "/sys/fs/cgroup/unified" || h.V1["memory"] != "/sys/fs/cgroup/memory" || h.V1["cpuacct"] != "/sys/fs/cgroup/cpuacct" {
+		t.Errorf("hybrid: got %+v", h)
+	}
+	h, err = ParseMountinfo([]byte(v2Mountinfo))
+	if err != nil || h.Mode != V2 || h.Hybrid || h.V2 != "/sys/fs/cgroup" {
+		t.Errorf("v2: got %+v, %v", h, err)
+	}
+	h, err = ParseMountinfo([]byte(comountedMountinfo))
+	if err != nil {
+		t.Fatalf("co-mounted: %v", err)
+	}
+	if h.V1["cpu"] != "/sys/fs/cgroup/cpu,cpuacct" || h.V1["cpuacct"] != h.V1["cpu"] || h.V1["pids"] != "/sys/fs/cgroup/pids x" {
+		t.Errorf("co-mounted: got %+v (the /docker bind must be skipped, \\040 unescaped)", h.V1)
+	}
+	g, err := h.Group("space", "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(g.Dirs()); n != 4 {
+		t.Errorf("co-mounted group has %d dirs (%v), want 4", n, g.Dirs())
+	}
+	if _, err := ParseMountinfo([]byte("25 1 8:1 / / rw - ext4 /dev/sda1 rw\n")); err == nil {
+		t.Error("no cgroup mounts: want an error")
+	}
+	if _, err := ParseMountinfo([]byte("34 30 0:31 / /m rw - cgroup cgroup rw,memory\n")); err == nil {
+		t.Error("v1 without pids and freezer: want an error")
+	}
+}
+
+func TestGroupNames(t *testing.T) {
+	h := &Hierarchy{Mode: V2, V2: "/sys/fs/cgroup"}
+	for _, bad := range []string{"", ".", "..", "a/b", "A", "x\x00"} {
+		if _, err := h.Group("space", bad); err == nil {
+			t.Errorf("Group(space, %q): want an error", bad)
+		}
+	}
+	g, err := h.Group("space", "e-1")
+	if err != nil || g.Dirs()[0] != "/sys/fs/cgroup/space/e-1" {
+		t.Errorf("Group: %v %v", g, err)
+	}
+}
+
+func TestParsers(t *testing.T) {
+	if p, err := ParsePids([]byte("1\n22\n")); err != nil || len(p) != 2 || p[1] != 22 {
+		t.Errorf("ParsePids = %v, %v", p, err)
+	}
+	if _, err := ParsePids([]byte("1\n-2\n")); err == nil {
+		t.Error("ParsePids(-2): want an error")
+	}
+	if v, err := ParseUintOrMax([]byte("max\n")); err != nil || v != 0 {
+		t.Errorf("ParseUintOrMax(max) = %d, %v", v, err)
+	}
+	if v, err := ParseUintOrMax([]byte("4096\n")); err != nil || v != 4096 {
+		t.Errorf("ParseUintOrMax(4096) = %d, %v", v, err)
+	}
+	if v, err := ParseCPUStatUsage([]byte("usage_usec 1500\nuser_usec 1000\n")); err != nil || v != 1500 {
+		t.Errorf("ParseCPUStatUsage = %d, %v", v, err)
+	}
+	if _, err := ParseCPUStatUsage([]byte("user_usec 1\n")); err == nil {
+		t.Error("ParseCPUStatUsage without usage_usec: want an error")
+	}
+}
+
+func FuzzParseMountinfo(f *testing.F) {
+	f.Add([]byte(hybridMountinfo))
+	f.Add([]byte(v2Mountinfo))
+	f.Add([]byte(comountedMountinfo))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := ParseMountinfo(b)
+		if err == nil && h.Mode != V1 && h.Mode != V2 {
+			t.Fatalf("no error but mode %v", h.Mode)
+		}
+	})
+}
+
+// testParent returns a per-test parent group name and removes the parent
+// directories when the test ends.
+func testParent(t *testing.T, h *Hierarchy) string {
+	parent := fmt.Sprintf("space-test-%d", os.Getpid())
+	t.Cleanup(func() {
+		var dirs []string
+		if h.Mode == V2 {
+			dirs = append(dirs, filepath.Join(h.V2, parent))
+		}
+		for _, m := range h.V1 {
+			dirs = append(dirs, filepath.Join(m, parent))
+		}
+		for _, d := range dirs {
+			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+				t.Logf("remove %s: %v", d, err)
+			}
+		}
+	})
+	return parent
+}
+
+func TestGroupLifecycle(t *testing.T) {
+	testenv.RequiresRoot(t)
+	h, err := Detect()
+	if err != nil {
+		t.Skipf("skipping: no usable cgroups: %v", err)
+	}
+	ctx := context.Background()
+	g, err := h.Group(testParent(t, h), "lifecycle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Create(Limits{MemoryBytes: 64 << 20, PidsMax: 16, CPUs: 1}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Kill(ctx); _ = g.Delete(ctx) })
+	if err := g.Create(Limits{}); err == nil {
+		t.Fatal("second Create: want a Conflict error")
+	}
+	cmd := exec.Command("sh", "-c", "sleep 600 & sleep 600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := g.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatalf("AddProc: %v", err)
+	}
+	st, err := g.Stats()
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	if st.Pids < 1 || st.MemoryLimitBytes != 64<<20 {
+		t.Errorf("Stats = %+v, want pids >= 1 and a 64 MiB limit", st)
+	}
+	if err := g.Freeze(ctx); err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	if fz, err := g.Frozen(); err != nil || !fz {
+		t.Errorf("Frozen() = %v, %v after Freeze", fz, err)
+	}
+	if err := g.Thaw(ctx); err != nil {
+		t.Fatalf("Thaw: %v", err)
+	}
+	if err := g.Kill(ctx); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	<-done
+	if pids, err := g.Procs(); err != nil || len(pids) != 0 {
+		t.Errorf("Procs after Kill = %v, %v; want none", pids, err)
+	}
+	if err := g.Delete(ctx); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if g.Exists() {
+		t.Error("group still exists after Delete")
+	}
+	if err := g.Delete(ctx); err != nil {
+		t.Errorf("second Delete: %v, want nil", err)
+	}
+}

@@ -1,0 +1,302 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// DefaultPidsMax is the task cap when Limits.PidsMax is 0.
+const DefaultPidsMax = 1024
+
+// cfsPeriod is the CPU accounting period in microseconds.
+const cfsPeriod = 100000
+
+// pollInterval paces the waits on kernel state (freezing, emptying).
+const pollInterval = 5 * time.Millisecond
+
+// Limits are the resource caps of one group.
+type Limits struct {
+	// MemoryBytes caps memory (and memory+swap, so nothing is swapped); 0 means
+	// no cap.
+	MemoryBytes int64
+	// PidsMax caps the number of tasks; 0 means DefaultPidsMax.
+	PidsMax int
+	// CPUs caps CPU time at this many CPUs; 0 means no cap.
+	CPUs int
+}
+
+// Group is one execution's control group: a set of directories, one per
+// hierarchy in use. Its zero value is not usable; get one from
+// Hierarchy.Group.
+type Group struct {
+	h *Hierarchy
+	// dirs maps a controller (v1) or "" (v2) to the group's directory.
+	dirs map[string]string
+}
+
+// validName accepts the parent and group names used here.
+func validName(s string) error {
+	if s == "" || len(s) > 128 || s == "." || s == ".." {
+		return fmt.Errorf("%w: cgroup name %q", errdefs.ErrInvalidArgument, s)
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%w: cgroup name %q: only a-z, 0-9, -, _ and . are allowed", errdefs.ErrInvalidArgument, s)
+		}
+	}
+	return nil
+}
+
+// Group returns the group parent/name. It creates nothing.
+func (h *Hierarchy) Group(parent, name string) (*Group, error) {
+	if err := validName(parent); err != nil {
+		return nil, err
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	g := &Group{h: h, dirs: map[string]string{}}
+	if h.Mode == V2 {
+		g.dirs[""] = filepath.Join(h.V2, parent, name)
+		return g, nil
+	}
+	for ctrl, mnt := range h.V1 {
+		g.dirs[ctrl] = filepath.Join(mnt, parent, name)
+	}
+	return g, nil
+}
+
+// Dirs returns the group's directories, sorted and without duplicates
+// (co-mounted v1 controllers share one).
+func (g *Group) Dirs() []string {
+	var out []string
+	for _, d := range g.dirs {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Exists reports whether any of the group's directories exists.
+func (g *Group) Exists() bool {
+	for _, d := range g.Dirs() {
+		if _, err := os.Stat(d); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Create makes the group in every hierarchy and applies the limits. It fails
+// with Conflict if the group already exists.
+func (g *Group) Create(l Limits) error {
+	if l.MemoryBytes < 0 || l.PidsMax < 0 || l.CPUs < 0 {
+		return fmt.Errorf("%w: cgroup limits %+v: negative", errdefs.ErrInvalidArgument, l)
+	}
+	if l.PidsMax == 0 {
+		l.PidsMax = DefaultPidsMax
+	}
+	if g.h.Mode == V2 {
+		if err := g.enableV2Controllers(); err != nil {
+			return err
+		}
+	}
+	for _, d := range g.Dirs() {
+		if err := os.MkdirAll(filepath.Dir(d), 0o755); err != nil {
+			return fmt.Errorf("cgroup: create parent %s: %w", filepath.Dir(d), err)
+		}
+		if err := os.Mkdir(d, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("cgroup %s: %w: already exists", d, errdefs.ErrConflict)
+			}
+			return fmt.Errorf("cgroup: create %s: %w", d, err)
+		}
+	}
+	if g.h.Mode == V2 {
+		return g.limitV2(l)
+	}
+	return g.limitV1(l)
+}
+
+func (g *Group) limitV1(l Limits) error {
+	if l.MemoryBytes > 0 {
+		mem := strconv.FormatInt(l.MemoryBytes, 10)
+		if err := write(g.dirs["memory"], "memory.limit_in_bytes", mem); err != nil {
+			return err
+		}
+		// memsw exists only when the kernel accounts swap; set it equal to the
+		// memory cap so that nothing is swapped out instead of OOM-killed.
+		if exists(g.dirs["memory"], "memory.memsw.limit_in_bytes") {
+			if err := write(g.dirs["memory"], "memory.memsw.limit_in_bytes", mem); err != nil {
+				return err
+			}
+		}
+	}
+	if err := write(g.dirs["pids"], "pids.max", strconv.Itoa(l.PidsMax)); err != nil {
+		return err
+	}
+	if cpu := g.dirs["cpu"]; l.CPUs > 0 && cpu != "" {
+		if err := write(cpu, "cpu.cfs_period_us", strconv.Itoa(cfsPeriod)); err != nil {
+			return err
+		}
+		if err := write(cpu, "cpu.cfs_quota_us", strconv.Itoa(l.CPUs*cfsPeriod)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *Group) enableV2Controllers() error {
+	dir := g.dirs[""]
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("cgroup: create parent %s: %w", parent, err)
+	}
+	for _, d := range []string{g.h.V2, parent} {
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if err := write(d, "cgroup.subtree_control", "+"+c); err != nil && c != "cpu" {
+				return fmt.Errorf("cgroup: enable the %s controller (is it delegated to %s?): %w", c, d, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (g *Group) limitV2(l Limits) error {
+	dir := g.dirs[""]
+	if l.MemoryBytes > 0 {
+		if err := write(dir, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+			return err
+		}
+		if exists(dir, "memory.swap.max") {
+			if err := write(dir, "memory.swap.max", "0"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := write(dir, "pids.max", strconv.Itoa(l.PidsMax)); err != nil {
+		return err
+	}
+	if l.CPUs > 0 && exists(dir, "cpu.max") {
+		return write(dir, "cpu.max", fmt.Sprintf("%d %d", l.CPUs*cfsPeriod, cfsPeriod))
+	}
+	return nil
+}
+
+// AddProc moves pid (and, in v2 and v1 alike, its future children) into the
+// group in every hierarchy.
+func (g *Group) AddProc(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("%w: pid %d", errdefs.ErrInvalidArgument, pid)
+	}
+	for _, d := range g.Dirs() {
+		if err := write(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Procs lists the pids in the group (as seen from this process's pid
+// namespace).
+func (g *Group) Procs() ([]int, error) {
+	d := g.primary()
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cgroup %s: %w", d, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: read %s/cgroup.procs: %w", d, err)
+	}
+	return ParsePids(b)
+}
+
+// primary is the directory whose cgroup.procs is authoritative: v2's group,
+// or v1's freezer (the hierarchy Kill works in).
+func (g *Group) primary() string {
+	if g.h.Mode == V2 {
+		return g.dirs[""]
+	}
+	return g.dirs["freezer"]
+}
+
+// ParsePids parses a cgroup.procs file: one decimal pid per line.
+func ParsePids(b []byte) ([]int, error) {
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		p, err := strconv.Atoi(f)
+		if err != nil || p <= 0 {
+			return nil, fmt.Errorf("cgroup.procs: bad pid %q", f)
+		}
+		pids = append(pids, p)
+	}
+	return pids, nil
+}
+
+// Delete removes the group's directories, waiting (until ctx is done) for the
+// kernel to release groups whose last task is still exiting. A group that
+// does not exist is not an error.
+func (g *Group) Delete(ctx context.Context) error {
+	for _, d := range g.Dirs() {
+		for {
+			err := unix.Rmdir(d)
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				return fmt.Errorf("cgroup: remove %s: %w", d, err)
+			}
+			if err := sleep(ctx); err != nil {
+				return fmt.Errorf("cgroup: remove %s: still has tasks: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context) error {
+	t := time.NewTimer(pollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func write(dir, file, val string) error {
+	p := filepath.Join(dir, file)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("cgroup: open %s: %w", p, err)
+	}
+	_, werr := f.WriteString(val)
+	cerr := f.Close()
+	if werr != nil {
+		return fmt.Errorf("cgroup: write %q to %s: %w", val, p, werr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("cgroup: write %q to %s: %w", val, p, cerr)
+	}
+	return nil
+}
+
+func exists(dir, file string) bool {
+	_, err := os.Stat(filepath.Join(dir, file))
+	return err == nil
+}

@@ -1,0 +1,284 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+)
+
+func init() {
+	commands = append(commands,
+		&command{path: "template build", args: "NAME --from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT|debootstrap:SUITE[+pkg,…] [--wait DUR] [-o json]",
+			summary: "build a template and wait, showing progress on stderr", run: templateBuild},
+		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
+		&command{path: "template delete", args: "NAME", summary: "delete a template", run: templateDelete},
+		&command{path: "tenant create", args: "NAME [-o json]", summary: "create a tenant; prints its first API key (admin key)", run: tenantCreate},
+		&command{path: "tenant list", args: "[-o json]", summary: "list tenants (admin key)", run: tenantList},
+		&command{path: "tenant delete", args: "ID", summary: "delete a tenant (admin key)", run: tenantDelete},
+		&command{path: "key create", args: "[--tenant T] [-o json]", summary: "create an API key; prints its secret", run: keyCreate},
+		&command{path: "key list", args: "[-o json]", summary: "list API keys", run: keyList},
+		&command{path: "key revoke", args: "ID", summary: "revoke an API key", run: keyRevoke},
+		&command{path: "key delete", args: "ID", summary: "revoke an API key (same as revoke)", run: keyRevoke},
+	)
+}
+
+// templateBuildWait bounds a template build; debootstrap takes minutes.
+const templateBuildWait = time.Hour
+
+func templateBuild(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("template build")
+	from := fs.String("from", "", "source (required)")
+	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
+		return err
+	}
+	if *from == "" {
+		return usagef(fs, "missing --from")
+	}
+	src, err := templateSource(*from)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+	t, err := e.c.BuildTemplate(ctx, sandboxv1.BuildTemplateRequest{Name: pos[0], From: src})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "building template %s from %s\n", printable(t.Name), printable(src))
+	p := &buildProgress{e: e, began: time.Now()}
+	if t.State != "ready" {
+		if t, err = e.c.WaitForTemplate(ctx, pos[0], p.show); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stderr, "template %s ready (%s, %s)\n", printable(t.Name), humanBytes(t.SizeBytes), time.Since(p.began).Round(time.Second))
+	if out.json() {
+		return writeJSON(e.stdout, t)
+	}
+	return nil
+}
+
+// buildProgress prints a template build's state on stderr: each change, and a
+// line every 15 s while it lasts.
+type buildProgress struct {
+	e         *env
+	began     time.Time
+	lastState string
+	lastShown time.Time
+}
+
+// show is WaitForTemplate's progress callback.
+func (p *buildProgress) show(t sandboxv1.Template) {
+	if t.State == p.lastState && time.Since(p.lastShown) < 15*time.Second {
+		return
+	}
+	p.lastState, p.lastShown = t.State, time.Now()
+	fmt.Fprintf(p.e.stderr, "template %s: %s (%s)\n", printable(t.Name), printable(t.State), time.Since(p.began).Round(time.Second))
+}
+
+// templateSource turns --from into the server's source syntax: a known prefix
+// is kept (its local path made absolute), a bare path becomes dir: or tar: after
+// looking at it here.
+func templateSource(from string) (string, error) {
+	if strings.HasPrefix(from, "debootstrap:") {
+		return from, nil
+	}
+	for _, prefix := range []string{"dir:", "tar:", "oci:"} {
+		if p, ok := strings.CutPrefix(from, prefix); ok {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return "", fmt.Errorf("--from %s: %w", from, err)
+			}
+			return prefix + abs, nil
+		}
+	}
+	abs, err := filepath.Abs(from)
+	if err != nil {
+		return "", fmt.Errorf("--from %s: %w", from, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("--from %s: %w; name a directory or tar file here, or write dir:, tar:, oci: or debootstrap:", from, err)
+	}
+	if fi.IsDir() {
+		return "dir:" + abs, nil
+	}
+	return "tar:" + abs, nil
+}
+
+// humanBytes prints a size in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func templateList(ctx context.Context, e *env, args []string) error {
+	out, err := listFlags("template list", args)
+	if err != nil {
+		return err
+	}
+	list, err := e.c.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, sandboxv1.TemplateList{Templates: nonNil(list)})
+	}
+	rows := make([][]string, 0, len(list))
+	for _, t := range list {
+		rows = append(rows, []string{t.Name, t.State, humanBytes(t.SizeBytes), t.Source, formatTime(t.CreatedAt)})
+	}
+	return writeTable(e.stdout, []string{"NAME", "STATE", "SIZE", "SOURCE", "CREATED"}, rows)
+}
+
+// listFlags parses a command that takes only -o.
+func listFlags(name string, args []string) (*outputFormat, error) {
+	fs := newFlags(name)
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return out, wantArgs(fs, pos, 0, 0)
+}
+
+// oneArg parses a command that takes exactly one positional argument.
+func oneArg(name, what string, args []string) (string, error) {
+	fs := newFlags(name)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if err := wantArgs(fs, pos, 1, 1, what); err != nil {
+		return "", err
+	}
+	return pos[0], nil
+}
+
+func templateDelete(ctx context.Context, e *env, args []string) error {
+	name, err := oneArg("template delete", "NAME", args)
+	if err != nil {
+		return err
+	}
+	return e.c.DeleteTemplate(ctx, name)
+}
+
+func tenantCreate(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("tenant create")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
+		return err
+	}
+	res, err := e.c.CreateTenant(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, res)
+	}
+	return writeLine(e.stdout, res.Key)
+}
+
+func tenantList(ctx context.Context, e *env, args []string) error {
+	out, err := listFlags("tenant list", args)
+	if err != nil {
+		return err
+	}
+	list, err := e.c.ListTenants(ctx)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, sandboxv1.TenantList{Tenants: nonNil(list)})
+	}
+	rows := make([][]string, 0, len(list))
+	for _, t := range list {
+		rows = append(rows, []string{t.ID, t.Name, formatTime(t.CreatedAt)})
+	}
+	return writeTable(e.stdout, []string{"ID", "NAME", "CREATED"}, rows)
+}
+
+func tenantDelete(ctx context.Context, e *env, args []string) error {
+	id, err := oneArg("tenant delete", "ID", args)
+	if err != nil {
+		return err
+	}
+	return e.c.DeleteTenant(ctx, id)
+}
+
+func keyCreate(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("key create")
+	var req sandboxv1.CreateKeyRequest
+	fs.StringVar(&req.Tenant, "tenant", "", "tenant of the key (default: the caller's)")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, 0); err != nil {
+		return err
+	}
+	res, err := e.c.CreateKey(ctx, req)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, res)
+	}
+	return writeLine(e.stdout, res.Secret)
+}
+
+func keyList(ctx context.Context, e *env, args []string) error {
+	out, err := listFlags("key list", args)
+	if err != nil {
+		return err
+	}
+	list, err := e.c.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, sandboxv1.APIKeyList{Keys: nonNil(list)})
+	}
+	rows := make([][]string, 0, len(list))
+	for _, k := range list {
+		revoked := "-"
+		if k.RevokedAt != nil {
+			revoked = formatTime(*k.RevokedAt)
+		}
+		rows = append(rows, []string{k.ID, k.Tenant, k.Prefix, strconv.FormatBool(k.Admin), formatTime(k.CreatedAt), revoked})
+	}
+	return writeTable(e.stdout, []string{"ID", "TENANT", "PREFIX", "ADMIN", "CREATED", "REVOKED"}, rows)
+}
+
+func keyRevoke(ctx context.Context, e *env, args []string) error {
+	id, err := oneArg("key revoke", "ID", args)
+	if err != nil {
+		return err
+	}
+	return e.c.RevokeKey(ctx, id)
+}

@@ -1,0 +1,113 @@
+// Package driver defines the runtime driver contract: how a node starts, stops,
+// measures and cleans up one sandbox execution, whatever the substrate (the
+// namespaces runtime in driver/ns, the QEMU microVM runtime in driver/vm).
+//
+// Every operation after Start is keyed by the execution id alone and works from
+// kernel and on-disk state (cgroups, a small state file under the driver's state
+// directory), never from memory of the process that called Start: a restarted
+// node-manager must be able to Kill, measure and Cleanup executions started by
+// its previous incarnation.
+//
+// Optional abilities (Pauser, and later checkpoint/restore) are one-method-set
+// interfaces that callers probe for with a type assertion; Features says up front
+// what a driver supports so the lifecycle can plan without trying.
+package driver
+
+import (
+	"context"
+	"os"
+)
+
+// Spec describes one execution to start. Validate checks every field.
+type Spec struct {
+	// ExecID names the execution; [a-z0-9-]{1,64}. Every later call uses it.
+	ExecID string
+	// SandboxID names the logical sandbox the execution serves; same charset.
+	SandboxID string
+	// RootFS is the absolute, clean host path of the execution's writable root
+	// filesystem (a copy-on-write clone of a template).
+	RootFS string
+	// GuestBinary is the absolute, clean host path of the static space-guest
+	// binary to run as the sandbox's init.
+	GuestBinary string
+	// Hostname is the sandbox's host name; empty means the SandboxID.
+	Hostname string
+	// CPUs caps CPU time at this many CPUs; 0 means no cap.
+	CPUs int
+	// MemoryMiB caps memory; 0 means the driver's default.
+	MemoryMiB int
+	// PidsMax caps the number of tasks; 0 means the driver's default.
+	PidsMax int
+	// Env is the guest daemon's initial environment.
+	Env map[string]string
+}
+
+// Instance is a started execution.
+type Instance struct {
+	// ExecID is the execution's id.
+	ExecID string
+	// Pid is the host pid of the execution's init process (the sandbox's PID 1
+	// for ns, the VMM for vm).
+	Pid int
+	// StartTime is field 22 of /proc/<Pid>/stat: with Pid it names the process
+	// without the risk of pid reuse.
+	StartTime uint64
+	// Channel is the host end of the guest's dedicated byte stream. The caller
+	// owns it and must close it.
+	Channel *os.File
+}
+
+// Features says which optional abilities a driver has.
+type Features struct {
+	// Pause means the driver implements Pauser.
+	Pause bool
+	// FullSnapshot means the driver can checkpoint memory and device state.
+	FullSnapshot bool
+	// DiskSnapshot means the root filesystem can be snapshotted while running.
+	DiskSnapshot bool
+	// SharesHostKernel means the sandbox runs on the host's kernel (weaker
+	// isolation: a kernel bug is a sandbox escape).
+	SharesHostKernel bool
+}
+
+// Stats is a point-in-time measure of an execution's resource use.
+type Stats struct {
+	// MemoryBytes is the memory charged to the execution.
+	MemoryBytes uint64
+	// MemoryLimitBytes is the memory cap, 0 when unlimited.
+	MemoryLimitBytes uint64
+	// Pids is the number of tasks.
+	Pids uint64
+	// CPUNanos is the CPU time consumed, in nanoseconds.
+	CPUNanos uint64
+}
+
+// Driver runs sandbox executions on one substrate.
+type Driver interface {
+	// Name is the substrate's name as used in the API: "ns" or "vm".
+	Name() string
+	// Features reports the optional abilities.
+	Features() Features
+	// Start launches an execution and returns once its guest daemon has been
+	// exec'd (or fails with the real reason). It never outlives ctx.
+	Start(ctx context.Context, spec Spec) (*Instance, error)
+	// Kill stops every process of the execution. Killing a dead or unknown
+	// execution is not an error for a known one; unknown ids give NotFound.
+	Kill(ctx context.Context, execID string) error
+	// Cleanup releases everything Start created (cgroups, state, id ranges),
+	// killing what still runs. It is idempotent: an unknown id is a success.
+	Cleanup(ctx context.Context, execID string) error
+	// Stats measures a running execution.
+	Stats(ctx context.Context, execID string) (Stats, error)
+	// Alive reports whether the execution's init process still runs.
+	Alive(ctx context.Context, execID string) (bool, error)
+}
+
+// Pauser is implemented by drivers that can freeze an execution in place and
+// let it continue later; the execution identity does not change.
+type Pauser interface {
+	// Pause freezes every process (or vCPU) of the execution.
+	Pause(ctx context.Context, execID string) error
+	// Resume lets a paused execution continue.
+	Resume(ctx context.Context, execID string) error
+}

@@ -1,0 +1,196 @@
+package guestd
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxUploadParts bounds the parts of one multipart upload.
+const maxUploadParts = 1000
+
+// uploadedEntry is one element of the POST /files answer, as envd sends it.
+type uploadedEntry struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// getFile streams a regular file: GET /files?path=&username=.
+func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	u, err := d.userNamed(q.Get("username"))
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
+	p, err := u.resolve(q.Get("path"))
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
+	// O_NONBLOCK: opening a FIFO must not hang the request.
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		writeHTTPError(w, fmt.Errorf("open %s: %w", p, err))
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeHTTPError(w, fmt.Errorf("stat %s: %w", p, err))
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		writeHTTPError(w, fmt.Errorf("read %s: not a regular file: %w", p, errBadRequest))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+	if fi.Size() == 0 {
+		// Files such as /proc/* report size 0 but have content: stream them.
+		_, _ = io.Copy(w, f)
+		return
+	}
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// postFile writes files: POST /files?path=&username= with an
+// application/octet-stream body or multipart/form-data "file" parts.
+func (d *Daemon) postFile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	u, err := d.userNamed(q.Get("username"))
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
+	body := io.Reader(r.Body)
+	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeHTTPError(w, fmt.Errorf("gzip body: %v: %w", err, errBadRequest))
+			return
+		}
+		defer zr.Close()
+		body = zr
+	}
+	var written []uploadedEntry
+	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mediaType == "multipart/form-data" {
+		written, err = d.writeMultipart(multipart.NewReader(body, params["boundary"]), q.Get("path"), u)
+	} else {
+		var e uploadedEntry
+		e, err = writeUpload(q.Get("path"), body, u)
+		written = []uploadedEntry{e}
+	}
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(written)
+}
+
+// writeMultipart writes every "file" part. With a path query there must be
+// one file part; without, each part's filename (directories included) names
+// its destination, relative to the user's home unless absolute.
+func (d *Daemon) writeMultipart(mr *multipart.Reader, queryPath string, u caller) ([]uploadedEntry, error) {
+	if mr == nil {
+		return nil, fmt.Errorf("multipart body without boundary: %w", errBadRequest)
+	}
+	var out []uploadedEntry
+	for parts := 0; ; parts++ {
+		if parts >= maxUploadParts {
+			return out, fmt.Errorf("more than %d multipart parts: %w", maxUploadParts, errBadRequest)
+		}
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("read multipart body: %v: %w", err, errBadRequest)
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		dest := queryPath
+		if dest == "" {
+			dest = partFilename(part.Header.Get("Content-Disposition"))
+		} else if len(out) > 0 {
+			return out, fmt.Errorf("path query names one file but the body has several file parts: %w", errBadRequest)
+		}
+		e, err := writeUpload(dest, part, u)
+		part.Close()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("multipart body has no part named file: %w", errBadRequest)
+	}
+	return out, nil
+}
+
+// partFilename returns the filename parameter of a Content-Disposition
+// header with its directories, which multipart.Part.FileName strips.
+func partFilename(disposition string) string {
+	_, params, err := mime.ParseMediaType(disposition)
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// writeUpload streams src into the file at dest (resolved for u), creating
+// parent directories owned by u and replacing the file's content.
+func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
+	if dest == "" {
+		return uploadedEntry{}, fmt.Errorf("no destination: give the path query or a part filename: %w", errBadRequest)
+	}
+	p, err := u.resolve(dest)
+	if err != nil {
+		return uploadedEntry{}, err
+	}
+	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
+		return uploadedEntry{}, fmt.Errorf("write %s: exists and is not a regular file: %w", p, errBadRequest)
+	}
+	if err := makeDirs(path.Dir(p), u.account); err != nil {
+		return uploadedEntry{}, err
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NONBLOCK, 0o644)
+	if err != nil {
+		return uploadedEntry{}, fmt.Errorf("open %s for writing: %w", p, err)
+	}
+	_, copyErr := io.Copy(f, src)
+	closeErr := f.Close()
+	if copyErr != nil {
+		return uploadedEntry{}, fmt.Errorf("write %s: %w", p, copyErr)
+	}
+	if closeErr != nil {
+		return uploadedEntry{}, fmt.Errorf("write %s: %w", p, closeErr)
+	}
+	if err := chownTo(p, u.account); err != nil {
+		return uploadedEntry{}, err
+	}
+	return uploadedEntry{Path: p, Name: path.Base(p), Type: "file"}, nil
+}
+
+// writeHTTPError answers err as envd does: a JSON {code, message} body.
+func writeHTTPError(w http.ResponseWriter, err error) {
+	status := httpStatus(err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": status, "message": err.Error()})
+}

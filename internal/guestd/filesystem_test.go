@@ -1,0 +1,256 @@
+package guestd_test
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
+	"github.com/spacesandbox/space/internal/guestd"
+)
+
+func TestFilesystemOperations(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	fsc := c.Filesystem()
+	ctx := testCtx(t)
+	dir := t.TempDir()
+
+	mk, err := fsc.MakeDir(ctx, connect.NewRequest(&filesystemv1.MakeDirRequest{Path: dir + "/a/b/c"}))
+	if err != nil {
+		t.Fatalf("MakeDir: %v", err)
+	}
+	if e := mk.Msg.GetEntry(); e.GetType() != filesystemv1.FileType_FILE_TYPE_DIRECTORY || e.GetPath() != dir+"/a/b/c" || e.GetName() != "c" {
+		t.Errorf("MakeDir entry = %v, want directory %s/a/b/c", e, dir)
+	}
+	_, err = fsc.MakeDir(ctx, connect.NewRequest(&filesystemv1.MakeDirRequest{Path: dir + "/a/b"}))
+	wantCode(t, err, connect.CodeAlreadyExists)
+
+	if err := os.WriteFile(dir+"/a/f.txt", []byte("hello"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("f.txt", dir+"/a/link"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fsc.Stat(ctx, connect.NewRequest(&filesystemv1.StatRequest{Path: dir + "/a/b/../f.txt"}))
+	if err != nil {
+		t.Fatalf("Stat: %v", err)
+	}
+	e := st.Msg.GetEntry()
+	if e.GetType() != filesystemv1.FileType_FILE_TYPE_FILE || e.GetSize() != 5 || e.GetPermissions() != "-rw-r-----" ||
+		e.GetMode() != 0o640 || e.GetPath() != dir+"/a/f.txt" || e.GetModifiedTime() == nil {
+		t.Errorf("Stat = %v, want file of 5 bytes, -rw-r-----, at %s/a/f.txt", e, dir)
+	}
+	if os.Geteuid() == 0 && (e.GetOwner() != "root" || e.GetGroup() != "root") {
+		t.Errorf("Stat owner/group = %s/%s, want root/root", e.GetOwner(), e.GetGroup())
+	}
+	ln, err := fsc.Stat(ctx, connect.NewRequest(&filesystemv1.StatRequest{Path: dir + "/a/link"}))
+	if err != nil || ln.Msg.GetEntry().GetType() != filesystemv1.FileType_FILE_TYPE_SYMLINK || ln.Msg.GetEntry().GetSymlinkTarget() != "f.txt" {
+		t.Errorf("Stat symlink = %v, %v; want symlink to f.txt", ln.Msg.GetEntry(), err)
+	}
+
+	for _, tt := range []struct {
+		depth uint32
+		want  []string
+	}{
+		{0, []string{"b", "f.txt", "link"}},
+		{1, []string{"b", "f.txt", "link"}},
+		{2, []string{"b", "b/c", "f.txt", "link"}},
+		{5, []string{"b", "b/c", "f.txt", "link"}},
+	} {
+		ls, err := fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir + "/a", Depth: tt.depth}))
+		if err != nil {
+			t.Fatalf("ListDir depth %d: %v", tt.depth, err)
+		}
+		var got []string
+		for _, e := range ls.Msg.GetEntries() {
+			rel, _ := filepath.Rel(dir+"/a", e.GetPath())
+			got = append(got, rel)
+		}
+		sort.Strings(got)
+		if !equal(got, tt.want) {
+			t.Errorf("ListDir depth %d = %v, want %v", tt.depth, got, tt.want)
+		}
+	}
+
+	mv, err := fsc.Move(ctx, connect.NewRequest(&filesystemv1.MoveRequest{Source: dir + "/a/f.txt", Destination: dir + "/new/dir/g.txt"}))
+	if err != nil || mv.Msg.GetEntry().GetPath() != dir+"/new/dir/g.txt" {
+		t.Fatalf("Move = %v, %v; want entry at %s/new/dir/g.txt", mv, err, dir)
+	}
+	if _, err := os.Stat(dir + "/a/f.txt"); !os.IsNotExist(err) {
+		t.Errorf("source still exists after Move: %v", err)
+	}
+	if _, err := fsc.Remove(ctx, connect.NewRequest(&filesystemv1.RemoveRequest{Path: dir + "/a"})); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if _, err := os.Stat(dir + "/a"); !os.IsNotExist(err) {
+		t.Errorf("%s/a still exists after Remove: %v", dir, err)
+	}
+
+	errCases := []struct {
+		name string
+		call func() error
+		want connect.Code
+	}{
+		{"stat missing", func() error {
+			_, err := fsc.Stat(ctx, connect.NewRequest(&filesystemv1.StatRequest{Path: dir + "/missing"}))
+			return err
+		}, connect.CodeNotFound},
+		{"stat NUL", func() error {
+			_, err := fsc.Stat(ctx, connect.NewRequest(&filesystemv1.StatRequest{Path: dir + "/x\x00y"}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"stat empty", func() error {
+			_, err := fsc.Stat(ctx, connect.NewRequest(&filesystemv1.StatRequest{}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"remove missing", func() error {
+			_, err := fsc.Remove(ctx, connect.NewRequest(&filesystemv1.RemoveRequest{Path: dir + "/missing"}))
+			return err
+		}, connect.CodeNotFound},
+		{"remove root", func() error {
+			_, err := fsc.Remove(ctx, connect.NewRequest(&filesystemv1.RemoveRequest{Path: "/../"}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"list a file", func() error {
+			_, err := fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir + "/new/dir/g.txt"}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"move missing", func() error {
+			_, err := fsc.Move(ctx, connect.NewRequest(&filesystemv1.MoveRequest{Source: dir + "/missing", Destination: dir + "/x"}))
+			return err
+		}, connect.CodeNotFound},
+		{"mkdir through a file", func() error {
+			_, err := fsc.MakeDir(ctx, connect.NewRequest(&filesystemv1.MakeDirRequest{Path: dir + "/new/dir/g.txt/sub"}))
+			return err
+		}, connect.CodeInvalidArgument},
+	}
+	for _, tt := range errCases {
+		t.Run(tt.name, func(t *testing.T) { wantCode(t, tt.call(), tt.want) })
+	}
+}
+
+func TestMakeDirOwnedByUser(t *testing.T) {
+	requireRoot(t)
+	c := startGuest(t, guestd.Config{})
+	dir := t.TempDir()
+	req := connect.NewRequest(&filesystemv1.MakeDirRequest{Path: dir + "/x/y"})
+	req.Header().Set("Authorization", basicAuth("nobody"))
+	resp, err := c.Filesystem().MakeDir(testCtx(t), req)
+	if err != nil {
+		t.Fatalf("MakeDir: %v", err)
+	}
+	if o := resp.Msg.GetEntry().GetOwner(); o != "nobody" {
+		t.Errorf("owner of %s/x/y = %q, want nobody", dir, o)
+	}
+}
+
+func TestWatchDirRecursive(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	stream, err := c.Filesystem().WatchDir(ctx, connect.NewRequest(&filesystemv1.WatchDirRequest{Path: dir, Recursive: true, IncludeEntry: true}))
+	if err != nil || !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("WatchDir: want a start event first: %v %v", err, stream.Err())
+	}
+	if err := os.Mkdir(dir+"/sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, stream, "sub", filesystemv1.EventType_EVENT_TYPE_CREATE)
+	// The daemon has seen sub appear; a file in it must be reported too.
+	if err := os.WriteFile(dir+"/sub/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, stream, "sub/f", filesystemv1.EventType_EVENT_TYPE_CREATE)
+	if ev.GetEntry().GetType() != filesystemv1.FileType_FILE_TYPE_FILE {
+		t.Errorf("event entry = %v, want a file entry (include_entry)", ev.GetEntry())
+	}
+	waitEvent(t, stream, "sub/f", filesystemv1.EventType_EVENT_TYPE_WRITE)
+	if err := os.Remove(dir + "/sub/f"); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, stream, "sub/f", filesystemv1.EventType_EVENT_TYPE_REMOVE)
+
+	_, err = c.Filesystem().WatchDir(ctx, connect.NewRequest(&filesystemv1.WatchDirRequest{Path: dir + "/missing"}))
+	if err == nil {
+		s, _ := c.Filesystem().WatchDir(ctx, connect.NewRequest(&filesystemv1.WatchDirRequest{Path: dir + "/missing"}))
+		for s.Receive() {
+		}
+		err = s.Err()
+	}
+	wantCode(t, err, connect.CodeNotFound)
+}
+
+func waitEvent(t *testing.T, stream *connect.ServerStreamForClient[filesystemv1.WatchDirResponse], name string, typ filesystemv1.EventType) *filesystemv1.FilesystemEvent {
+	t.Helper()
+	for stream.Receive() {
+		if ev := stream.Msg().GetFilesystem(); ev.GetName() == name && ev.GetType() == typ {
+			return ev
+		}
+	}
+	t.Fatalf("stream ended before event %v %s: %v", typ, name, stream.Err())
+	return nil
+}
+
+func TestPolledWatcher(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	cw, err := c.Filesystem().CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir}))
+	if err != nil {
+		t.Fatalf("CreateWatcher: %v", err)
+	}
+	id := cw.Msg.GetWatcherId()
+	if err := os.WriteFile(dir+"/f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for found := false; !found; {
+		resp, err := c.Filesystem().GetWatcherEvents(ctx, connect.NewRequest(&filesystemv1.GetWatcherEventsRequest{WatcherId: id}))
+		if err != nil {
+			t.Fatalf("GetWatcherEvents: %v", err)
+		}
+		for _, ev := range resp.Msg.GetEvents() {
+			found = found || (ev.GetName() == "f" && ev.GetType() == filesystemv1.EventType_EVENT_TYPE_CREATE)
+		}
+		if !found {
+			select {
+			case <-ctx.Done():
+				t.Fatal("no create event for f")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	if _, err := c.Filesystem().RemoveWatcher(ctx, connect.NewRequest(&filesystemv1.RemoveWatcherRequest{WatcherId: id})); err != nil {
+		t.Fatalf("RemoveWatcher: %v", err)
+	}
+	_, err = c.Filesystem().GetWatcherEvents(ctx, connect.NewRequest(&filesystemv1.GetWatcherEventsRequest{WatcherId: id}))
+	wantCode(t, err, connect.CodeNotFound)
+}
+
+func TestWatcherLimit(t *testing.T) {
+	c := startGuest(t, guestd.Config{MaxWatchers: 2})
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	for i := 0; i < 2; i++ {
+		if _, err := c.Filesystem().CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir})); err != nil {
+			t.Fatalf("CreateWatcher %d: %v", i, err)
+		}
+	}
+	_, err := c.Filesystem().CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir}))
+	wantCode(t, err, connect.CodeResourceExhausted)
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

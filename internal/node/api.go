@@ -1,0 +1,237 @@
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
+)
+
+// maxAPIBody bounds the JSON bodies the node-api reads.
+const maxAPIBody = 1 << 20
+
+// Handler returns the node-api HTTP handler.
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /node/v1/info", m.handleInfo)
+	mux.HandleFunc("GET /node/v1/executions", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, nodev1.ExecutionList{Executions: m.List(r.Context())})
+	})
+	mux.HandleFunc("POST /node/v1/executions", m.handleStart)
+	mux.HandleFunc("GET /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) {
+		ex, err := m.Get(r.Context(), r.PathValue("exec"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ex)
+	})
+	mux.HandleFunc("DELETE /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) {
+		if err := m.Stop(r.Context(), r.PathValue("exec")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", m.handleGuest)
+	mux.HandleFunc("POST /node/v1/templates", m.handleEnsureTemplate)
+	mux.HandleFunc("GET /node/v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		names, err := m.cfg.Privileged.Templates(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, nodev1.TemplateList{Templates: names})
+	})
+	mux.HandleFunc("DELETE /node/v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if err := m.cfg.Privileged.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return m.authenticate(mux)
+}
+
+func (m *Manager) authenticate(next http.Handler) http.Handler {
+	want := []byte(m.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get(TokenHeader))
+		if m.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			writeError(w, fmt.Errorf("%w: node token required", errdefs.ErrUnauthenticated))
+			return
+		}
+		// The token is for this hop only; never forward it to the guest.
+		r.Header.Del(TokenHeader)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (m *Manager) handleInfo(w http.ResponseWriter, r *http.Request) {
+	hello, err := m.cfg.Privileged.Hello(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nodev1.Info{
+		NodeID: m.cfg.NodeID, Runtimes: hello.Runtimes, Storage: hello.Storage,
+		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB,
+	})
+}
+
+func (m *Manager) handleStart(w http.ResponseWriter, r *http.Request) {
+	var req nodev1.StartExecution
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ex, err := m.Start(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+func (m *Manager) handleEnsureTemplate(w http.ResponseWriter, r *http.Request) {
+	var req nodev1.EnsureTemplate
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := m.cfg.Privileged.EnsureTemplate(r.Context(), req.Name, req.Source); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleGuest forwards a public guest route to the execution's host bridge.
+func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
+	execID := r.PathValue("exec")
+	path := "/" + r.PathValue("rest")
+	if !bridge.IsPublicGuestPath(path) {
+		writeError(w, fmt.Errorf("%w: no guest route %s", errdefs.ErrNotFound, path))
+		return
+	}
+	if err := privop.ValidExecID(execID); err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := m.records.load(execID)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
+		return
+	}
+	bc, err := m.bridge(rec)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "bridge", "bridge"
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+		},
+		Transport:     bc.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, fmt.Errorf("%w: exec %s: host bridge: %v", errdefs.ErrUnavailable, execID, err))
+		},
+	}
+	proxy.ServeHTTP(w, r)
+}
+
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: request body: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers err with the status and code of its class.
+func writeError(w http.ResponseWriter, err error) {
+	status, code := StatusOf(err)
+	writeJSON(w, status, nodev1.Error{Code: code, Message: err.Error()})
+}
+
+// StatusOf maps an error class to an HTTP status and API error code.
+func StatusOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		return http.StatusBadRequest, sandboxv1.CodeInvalidArgument
+	case errors.Is(err, errdefs.ErrUnauthenticated):
+		return http.StatusUnauthorized, sandboxv1.CodeUnauthenticated
+	case errors.Is(err, errdefs.ErrPermissionDenied):
+		return http.StatusForbidden, sandboxv1.CodePermissionDenied
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound, sandboxv1.CodeNotFound
+	case errors.Is(err, errdefs.ErrConflict):
+		return http.StatusConflict, sandboxv1.CodeConflict
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		return http.StatusPreconditionFailed, sandboxv1.CodeFailedPrecondition
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
+	}
+	return http.StatusInternalServerError, sandboxv1.CodeInternal
+}
+
+// Serve serves the node-api on addr ("unix:PATH" or "HOST:PORT") until ctx is done.
+func (m *Manager) Serve(ctx context.Context, addr string) error {
+	var ln net.Listener
+	var err error
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		_ = os.MkdirAll(filepath.Dir(path), 0o700)
+		_ = os.Remove(path)
+		ln, err = net.Listen("unix", path)
+		if err == nil {
+			err = os.Chmod(path, 0o600)
+		}
+	} else {
+		ln, err = net.Listen("tcp", addr)
+	}
+	if err != nil {
+		return fmt.Errorf("node-api: listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	m.log.Info("node-api listening", "addr", addr, "node", m.cfg.NodeID, "cpus", runtime.NumCPU())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// TokenHeader carries the node token on control plane to node requests. It is
+// not Authorization, which belongs to the guest protocol (E2B's Basic user).
+const TokenHeader = "X-Space-Node-Token"

@@ -1,0 +1,91 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+)
+
+// HeartbeatConfig says where and how a node reports to the control plane.
+type HeartbeatConfig struct {
+	// Server is the control plane's base URL.
+	Server string
+	// JoinToken authenticates the node to the control plane.
+	JoinToken string
+	// Advertise is the address the control plane reaches this node's API on.
+	Advertise string
+	// Every is the heartbeat interval.
+	Every time.Duration
+}
+
+// heartbeat mirrors server.Heartbeat; the node does not import server code.
+type heartbeat struct {
+	Address    string             `json:"address"`
+	Token      string             `json:"token"`
+	Runtimes   []string           `json:"runtimes"`
+	CPUs       int                `json:"cpus"`
+	MemoryMiB  int                `json:"memory_mib"`
+	DiskMiB    int                `json:"disk_mib"`
+	Executions []nodev1.Execution `json:"executions"`
+}
+
+// RunHeartbeats registers the node and reports its capacity and executions
+// every interval until ctx is done. A failed report is logged and retried.
+func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error {
+	if cfg.Every == 0 {
+		cfg.Every = 2 * time.Second
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	url := strings.TrimRight(cfg.Server, "/") + "/internal/v1/nodes/" + m.cfg.NodeID + "/heartbeat"
+	failures := 0
+	for {
+		if err := m.sendHeartbeat(ctx, client, url, cfg); err != nil && ctx.Err() == nil {
+			failures++
+			if failures == 1 || failures%30 == 0 {
+				m.log.Warn("heartbeat failed", "server", cfg.Server, "err", err, "failures", failures)
+			}
+		} else {
+			failures = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(cfg.Every):
+		}
+	}
+}
+
+func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url string, cfg HeartbeatConfig) error {
+	hello, err := m.cfg.Privileged.Hello(ctx)
+	if err != nil {
+		return fmt.Errorf("node-manager: %w", err)
+	}
+	hb := heartbeat{
+		Address: cfg.Advertise, Token: m.cfg.Token, Runtimes: hello.Runtimes,
+		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB, Executions: m.List(ctx),
+	}
+	body, _ := json.Marshal(hb)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+cfg.JoinToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}

@@ -1,0 +1,331 @@
+// Package node is the sandbox manager of one node (node-api): it starts and stops
+// sandbox executions through the root node-manager, runs one host bridge per
+// execution, keeps a node-local runtime record of each, reports what it observes,
+// and forwards authorised guest traffic to the right bridge. It never needs root.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
+)
+
+// Config wires a sandbox manager.
+type Config struct {
+	NodeID  string
+	DataDir string
+	// Privileged is the client of this node's node-manager.
+	Privileged *privop.Client
+	// Executable is the `space` binary started as `space host-bridge`.
+	Executable string
+	// Token is the bearer token the control plane presents.
+	Token string
+	// CPUs and MemoryMiB are the capacity the node offers.
+	CPUs      int
+	MemoryMiB int
+	// BridgeReadyTimeout bounds the wait for a new execution's guest.
+	BridgeReadyTimeout time.Duration
+}
+
+// Manager runs sandbox executions on this node.
+type Manager struct {
+	cfg     Config
+	log     *slog.Logger
+	records records
+	locks   keyedMutex
+
+	mu      sync.Mutex // guards bridges
+	bridges map[string]*bridgeConn
+}
+
+// NewManager returns a manager over cfg.DataDir/node.
+func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
+	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.Privileged == nil || cfg.Executable == "" {
+		return nil, errors.New("node: node id, data dir, node-manager client and executable are required")
+	}
+	if cfg.BridgeReadyTimeout == 0 {
+		cfg.BridgeReadyTimeout = 60 * time.Second
+	}
+	dir := filepath.Join(cfg.DataDir, "node", "execs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: state dir: %w", err)
+	}
+	return &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}}, nil
+}
+
+// Start starts an execution and returns once its guest is ready and its
+// identity installed. Starting an execution that already runs returns it.
+func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1.Execution, error) {
+	if err := privop.ValidExecID(req.ExecID); err != nil {
+		return nil, err
+	}
+	unlock := m.locks.lock(req.ExecID)
+	defer unlock()
+	if rec, err := m.records.load(req.ExecID); err == nil {
+		if rec.SandboxID != req.SandboxID {
+			return nil, fmt.Errorf("%w: exec %s belongs to another sandbox", errdefs.ErrConflict, req.ExecID)
+		}
+		ex := m.observe(ctx, rec)
+		return &ex, nil
+	}
+	if err := os.MkdirAll(m.records.execDir(req.ExecID), 0o700); err != nil {
+		return nil, fmt.Errorf("exec %s: state dir: %w", req.ExecID, err)
+	}
+	rec, err := m.start(ctx, req)
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		m.teardown(cctx, req.ExecID)
+		return nil, err
+	}
+	ex := m.observe(ctx, rec)
+	return &ex, nil
+}
+
+func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record, error) {
+	started, channel, err := m.cfg.Privileged.Start(ctx, privop.StartArgs{
+		ExecID:    req.ExecID,
+		SandboxID: req.SandboxID,
+		Template:  req.Template,
+		Runtime:   req.Runtime,
+		Hostname:  req.SandboxID,
+		CPUs:      req.CPUs,
+		MemoryMiB: req.MemoryMiB,
+		PidsMax:   pidsFor(req.MemoryMiB),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer channel.Close()
+	rec := &Record{StartExecution: req, SandboxPid: started.Pid, SandboxStartTime: started.StartTime, StartedAt: time.Now().UTC()}
+	if err := m.spawnBridge(rec, channel); err != nil {
+		return nil, err
+	}
+	if err := m.records.save(rec); err != nil {
+		return nil, err
+	}
+	bc, err := m.bridge(rec)
+	if err != nil {
+		return nil, err
+	}
+	if err := bc.waitReady(ctx, m.cfg.BridgeReadyTimeout); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+	}
+	err = bc.init(ctx, bridge.InitRequest{
+		SandboxID:      req.SandboxID,
+		Generation:     req.Generation,
+		ActivationID:   req.ActivationID,
+		Hostname:       req.SandboxID,
+		Env:            req.Env,
+		DefaultUser:    "user",
+		DefaultWorkdir: "/home/user",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+	}
+	return rec, nil
+}
+
+// pidsFor picks a process limit that scales with memory: enough for real work,
+// few enough that a fork bomb stays contained.
+func pidsFor(memoryMiB int) int {
+	n := memoryMiB * 2
+	return min(max(n, 256), 16384)
+}
+
+// spawnBridge starts `space host-bridge` for rec with the guest channel as fd 3,
+// in its own session so it outlives this process.
+func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
+	logf, err := os.OpenFile(m.records.logFile(rec.ExecID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("exec %s: bridge log: %w", rec.ExecID, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(m.cfg.Executable, "host-bridge",
+		"--exec-id", rec.ExecID,
+		"--socket", m.records.socket(rec.ExecID),
+		"--exit-file", m.records.exitFile(rec.ExecID),
+		"--guest-fd", "3")
+	cmd.ExtraFiles = []*os.File{channel}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
+	}
+	rec.BridgePid = cmd.Process.Pid
+	rec.BridgeStartTime, err = processStartTime(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("exec %s: host bridge start time: %w", rec.ExecID, err)
+	}
+	// Reap the bridge if it exits while this process lives; after a restart of
+	// this process the bridge's parent is init.
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
+// Stop stops an execution and releases everything it held. Stopping an unknown
+// execution succeeds.
+func (m *Manager) Stop(ctx context.Context, execID string) error {
+	if err := privop.ValidExecID(execID); err != nil {
+		return err
+	}
+	unlock := m.locks.lock(execID)
+	defer unlock()
+	return m.teardown(ctx, execID)
+}
+
+func (m *Manager) teardown(ctx context.Context, execID string) error {
+	if rec, err := m.records.load(execID); err == nil {
+		if bc, err := m.bridge(rec); err == nil {
+			bc.stop(ctx)
+		}
+		killIfSame(rec.BridgePid, rec.BridgeStartTime)
+	}
+	m.mu.Lock()
+	if bc := m.bridges[execID]; bc != nil {
+		bc.close()
+		delete(m.bridges, execID)
+	}
+	m.mu.Unlock()
+	if err := m.cfg.Privileged.Cleanup(ctx, execID); err != nil {
+		return fmt.Errorf("exec %s: cleanup: %w", execID, err)
+	}
+	return m.records.remove(execID)
+}
+
+// killIfSame kills pid only if it is still the process that started at start.
+func killIfSame(pid int, start uint64) {
+	if pid <= 0 {
+		return
+	}
+	if st, err := processStartTime(pid); err == nil && st == start {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// List reports every execution on the node as observed now.
+func (m *Manager) List(ctx context.Context) []nodev1.Execution {
+	recs, errs := m.records.all()
+	for _, err := range errs {
+		m.log.Warn("unreadable runtime record", "err", err)
+	}
+	out := make([]nodev1.Execution, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, m.observe(ctx, rec))
+	}
+	return out
+}
+
+// Get reports one execution.
+func (m *Manager) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
+	if err := privop.ValidExecID(execID); err != nil {
+		return nil, err
+	}
+	rec, err := m.records.load(execID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
+	}
+	ex := m.observe(ctx, rec)
+	return &ex, nil
+}
+
+// observe asks the execution's bridge how it is.
+func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
+	ex := nodev1.Execution{
+		ExecID: rec.ExecID, SandboxID: rec.SandboxID, Generation: rec.Generation,
+		ActivationID: rec.ActivationID, Runtime: rec.Runtime, Template: rec.Template,
+		StartedAt: rec.StartedAt, State: nodev1.ExecRunning,
+	}
+	bc, err := m.bridge(rec)
+	if err == nil {
+		var st bridge.Status
+		st, err = bc.status(ctx)
+		if err == nil && st.Reason != "" {
+			err = errors.New(st.Reason)
+		}
+	}
+	if err != nil {
+		ex.State = nodev1.ExecFailed
+		ex.Reason = m.failureReason(rec, err)
+	}
+	return ex
+}
+
+// failureReason prefers what the bridge wrote when it stopped.
+func (m *Manager) failureReason(rec *Record, err error) string {
+	if b, rerr := os.ReadFile(m.records.exitFile(rec.ExecID)); rerr == nil && len(b) > 0 {
+		return "host bridge stopped: " + string(trimNL(b))
+	}
+	return "host bridge unreachable: " + err.Error()
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	if len(b) > 512 {
+		b = b[:512]
+	}
+	return b
+}
+
+// bridge returns the verified connection to rec's host bridge.
+func (m *Manager) bridge(rec *Record) (*bridgeConn, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if bc := m.bridges[rec.ExecID]; bc != nil {
+		return bc, nil
+	}
+	bc := newBridgeConn(rec, m.records.socket(rec.ExecID))
+	m.bridges[rec.ExecID] = bc
+	return bc, nil
+}
+
+// keyedMutex serialises operations per key.
+type keyedMutex struct {
+	mu    sync.Mutex // guards locks
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

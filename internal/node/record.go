@@ -1,0 +1,95 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/privop"
+)
+
+// Record is the node-local runtime record of one execution: what the node
+// installed, persisted so a restarted node reattaches to the execution's host
+// bridge instead of losing it.
+type Record struct {
+	nodev1.StartExecution
+	SandboxPid       int       `json:"sandbox_pid"`
+	SandboxStartTime uint64    `json:"sandbox_start_time"`
+	BridgePid        int       `json:"bridge_pid"`
+	BridgeStartTime  uint64    `json:"bridge_start_time"`
+	StartedAt        time.Time `json:"started_at"`
+}
+
+// records stores one directory per execution under dir.
+type records struct{ dir string }
+
+func (r records) execDir(id string) string { return filepath.Join(r.dir, id) }
+func (r records) socket(id string) string  { return filepath.Join(r.execDir(id), "bridge.sock") }
+func (r records) exitFile(id string) string {
+	return filepath.Join(r.execDir(id), "bridge.exit")
+}
+func (r records) logFile(id string) string { return filepath.Join(r.execDir(id), "bridge.log") }
+
+func (r records) save(rec *Record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := r.execDir(rec.ExecID)
+	tmp := filepath.Join(dir, "record.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("runtime record %s: %w", rec.ExecID, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "record.json")); err != nil {
+		return fmt.Errorf("runtime record %s: %w", rec.ExecID, err)
+	}
+	return nil
+}
+
+func (r records) load(id string) (*Record, error) {
+	b, err := os.ReadFile(filepath.Join(r.execDir(id), "record.json"))
+	if err != nil {
+		return nil, err
+	}
+	var rec Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("runtime record %s: %w", id, err)
+	}
+	if rec.ExecID != id {
+		return nil, fmt.Errorf("runtime record %s names exec %q", id, rec.ExecID)
+	}
+	return &rec, nil
+}
+
+// all loads every record; unreadable ones are returned as errors beside.
+func (r records) all() ([]*Record, []error) {
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, []error{err}
+	}
+	var out []*Record
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || privop.ValidExecID(e.Name()) != nil {
+			continue
+		}
+		rec, err := r.load(e.Name())
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		out = append(out, rec)
+	}
+	return out, errs
+}
+
+func (r records) remove(id string) error { return os.RemoveAll(r.execDir(id)) }

@@ -1,0 +1,191 @@
+// Package nodeclient is the control plane's client of a node's sandbox manager
+// (node-api, api/node/v1). It also hands out an HTTP client and base URL through
+// which the control plane speaks the guest protocol to one execution.
+package nodeclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// TokenHeader carries the node token; it matches node.TokenHeader.
+const TokenHeader = "X-Space-Node-Token"
+
+// Client calls one node.
+type Client struct {
+	base   string // "http://node" for unix sockets, else "http://HOST:PORT"
+	token  string
+	http   *http.Client
+	stream *http.Client // no overall timeout: streams live as long as their ctx
+}
+
+// New returns a client of the node-api at addr ("unix:PATH" or "HOST:PORT").
+func New(addr, token string) (*Client, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	base := "http://node"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+	} else {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("node address %q: want unix:PATH or HOST:PORT", addr)
+		}
+		base = "http://" + addr
+	}
+	rt := tokenTransport{token: token, next: tr}
+	return &Client{
+		base:   base,
+		token:  token,
+		http:   &http.Client{Transport: rt, Timeout: 10 * time.Minute},
+		stream: &http.Client{Transport: rt},
+	}, nil
+}
+
+type tokenTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(TokenHeader, t.token)
+	return t.next.RoundTrip(r)
+}
+
+// GuestHTTP returns the HTTP client and base URL that reach the public guest
+// routes of one execution on this node, e.g. base+"/process.Process/Start".
+func (c *Client) GuestHTTP(execID string) (*http.Client, string) {
+	return c.stream, c.base + "/node/v1/executions/" + url.PathEscape(execID) + "/guest"
+}
+
+// Info reads the node's description.
+func (c *Client) Info(ctx context.Context) (*nodev1.Info, error) {
+	var out nodev1.Info
+	return &out, c.do(ctx, http.MethodGet, "/node/v1/info", nil, &out)
+}
+
+// Start starts an execution and waits until its guest is ready.
+func (c *Client) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1.Execution, error) {
+	var out nodev1.Execution
+	return &out, c.do(ctx, http.MethodPost, "/node/v1/executions", req, &out)
+}
+
+// Stop stops an execution; an unknown one succeeds.
+func (c *Client) Stop(ctx context.Context, execID string) error {
+	return c.do(ctx, http.MethodDelete, "/node/v1/executions/"+url.PathEscape(execID), nil, nil)
+}
+
+// Get reports one execution.
+func (c *Client) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
+	var out nodev1.Execution
+	return &out, c.do(ctx, http.MethodGet, "/node/v1/executions/"+url.PathEscape(execID), nil, &out)
+}
+
+// List reports every execution on the node.
+func (c *Client) List(ctx context.Context) ([]nodev1.Execution, error) {
+	var out nodev1.ExecutionList
+	if err := c.do(ctx, http.MethodGet, "/node/v1/executions", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Executions, nil
+}
+
+// EnsureTemplate makes a template present on the node, building it when absent.
+func (c *Client) EnsureTemplate(ctx context.Context, name, source string) error {
+	return c.do(ctx, http.MethodPost, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, nil)
+}
+
+// DeleteTemplate removes a template from the node.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/node/v1/templates/"+url.PathEscape(name), nil, nil)
+}
+
+// Templates lists the templates present on the node.
+func (c *Client) Templates(ctx context.Context) ([]string, error) {
+	var out nodev1.TemplateList
+	if err := c.do(ctx, http.MethodGet, "/node/v1/templates", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Templates, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: node %s %s: %v", errdefs.ErrUnavailable, method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
+		return fmt.Errorf("node %s %s: bad answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// classes maps node error codes back to error classes.
+var classes = map[string]error{
+	sandboxv1.CodeInvalidArgument:    errdefs.ErrInvalidArgument,
+	sandboxv1.CodeUnauthenticated:    errdefs.ErrUnauthenticated,
+	sandboxv1.CodePermissionDenied:   errdefs.ErrPermissionDenied,
+	sandboxv1.CodeNotFound:           errdefs.ErrNotFound,
+	sandboxv1.CodeConflict:           errdefs.ErrConflict,
+	sandboxv1.CodeFailedPrecondition: errdefs.ErrFailedPrecondition,
+	sandboxv1.CodeUnavailable:        errdefs.ErrUnavailable,
+}
+
+func decodeError(resp *http.Response) error {
+	var e nodev1.Error
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &e) != nil || e.Message == "" {
+		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if class, ok := classes[e.Code]; ok {
+		return &Error{Message: e.Message, class: class}
+	}
+	return &Error{Message: e.Message}
+}
+
+// Error is an error a node answered; errors.Is matches its class.
+type Error struct {
+	Message string
+	class   error
+}
+
+func (e *Error) Error() string { return "node: " + e.Message }
+
+// Is reports whether target is the error's class.
+func (e *Error) Is(target error) bool { return e.class != nil && target == e.class }

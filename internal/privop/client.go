@@ -1,0 +1,144 @@
+package privop
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// Client calls a node-manager.
+type Client struct {
+	socket string
+}
+
+// NewClient returns a client of the node-manager at socket.
+func NewClient(socket string) *Client { return &Client{socket: socket} }
+
+// call sends req and returns the response and any file it carried. The context
+// bounds the whole exchange.
+func (c *Client) call(ctx context.Context, req Request) (*Response, *os.File, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node-manager %s: connect %s: %w (is `space node-manager` running?)", req.Op, c.socket, err)
+	}
+	uc := conn.(*net.UnixConn)
+	defer uc.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = uc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := writeMessage(uc, req, -1); err != nil {
+		return nil, nil, fmt.Errorf("node-manager %s: send: %w", req.Op, err)
+	}
+	var resp Response
+	f, err := readMessage(uc, &resp)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, nil, fmt.Errorf("node-manager %s: receive: %w", req.Op, err)
+	}
+	if resp.Error != "" {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, remoteError(req.Op, &resp)
+	}
+	return &resp, f, nil
+}
+
+// Hello asks the node-manager what it offers.
+func (c *Client) Hello(ctx context.Context) (*Hello, error) {
+	r, _, err := c.call(ctx, Request{Op: OpHello})
+	if err != nil {
+		return nil, err
+	}
+	if r.Hello == nil {
+		return nil, fmt.Errorf("node-manager hello: empty answer")
+	}
+	return r.Hello, nil
+}
+
+// EnsureTemplate makes the template present on the node, building it from
+// source when it is not. Concurrent calls for one name share one build.
+func (c *Client) EnsureTemplate(ctx context.Context, name, source string) (*TemplateOK, error) {
+	r, _, err := c.call(ctx, Request{Op: OpEnsureTemplate, Template: &TemplateArgs{Name: name, Source: source}})
+	if err != nil {
+		return nil, err
+	}
+	if r.Template == nil {
+		return &TemplateOK{}, nil
+	}
+	return r.Template, nil
+}
+
+// DeleteTemplate removes a template from the node.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	_, _, err := c.call(ctx, Request{Op: OpDeleteTemplate, Template: &TemplateArgs{Name: name}})
+	return err
+}
+
+// Templates lists the templates present on the node.
+func (c *Client) Templates(ctx context.Context) ([]string, error) {
+	r, _, err := c.call(ctx, Request{Op: OpListTemplates})
+	if err != nil {
+		return nil, err
+	}
+	return r.Templates, nil
+}
+
+// Start starts an execution and returns the host end of its guest channel.
+func (c *Client) Start(ctx context.Context, a StartArgs) (*Started, *os.File, error) {
+	r, f, err := c.call(ctx, Request{Op: OpStart, Start: &a})
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.Started == nil || f == nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, fmt.Errorf("node-manager start %s: answer without a guest channel", a.ExecID)
+	}
+	return r.Started, f, nil
+}
+
+// Cleanup kills everything of an execution and releases its resources.
+// Cleaning up an unknown execution succeeds.
+func (c *Client) Cleanup(ctx context.Context, execID string) error {
+	_, _, err := c.call(ctx, Request{Op: OpCleanup, ExecID: execID})
+	return err
+}
+
+// Pause freezes an execution.
+func (c *Client) Pause(ctx context.Context, execID string) error {
+	_, _, err := c.call(ctx, Request{Op: OpPause, ExecID: execID})
+	return err
+}
+
+// Resume thaws an execution.
+func (c *Client) Resume(ctx context.Context, execID string) error {
+	_, _, err := c.call(ctx, Request{Op: OpResume, ExecID: execID})
+	return err
+}
+
+// Stats reads an execution's resource usage.
+func (c *Client) Stats(ctx context.Context, execID string) (*Stats, error) {
+	r, _, err := c.call(ctx, Request{Op: OpStats, ExecID: execID})
+	if err != nil {
+		return nil, err
+	}
+	return r.Stats, nil
+}
+
+// Alive reports whether any process of the execution still runs.
+func (c *Client) Alive(ctx context.Context, execID string) (bool, error) {
+	r, _, err := c.call(ctx, Request{Op: OpAlive, ExecID: execID})
+	if err != nil {
+		return false, err
+	}
+	return r.Alive != nil && *r.Alive, nil
+}

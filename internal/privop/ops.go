@@ -1,0 +1,246 @@
+package privop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+func (s *Server) ensureTemplate(ctx context.Context, uid uint32, a *TemplateArgs) (*TemplateOK, error) {
+	if a == nil {
+		return nil, invalid("template: missing arguments")
+	}
+	if err := ValidTemplateName(a.Name); err != nil {
+		return nil, err
+	}
+	if err := checkSourceOwner(uid, a.Source); err != nil {
+		return nil, err
+	}
+	// Concurrent requests for one template share one build; a failure reaches
+	// every waiter. The build must not die with the first caller's connection.
+	v, err, _ := s.builds.Do(a.Name, func() (any, error) {
+		return s.buildTemplate(context.WithoutCancel(ctx), a)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*TemplateOK), nil
+}
+
+func (s *Server) buildTemplate(ctx context.Context, a *TemplateArgs) (*TemplateOK, error) {
+	have, err := s.cfg.Storage.Templates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(have, a.Name) {
+		return &TemplateOK{}, nil
+	}
+	if a.Source == "" {
+		return nil, fmt.Errorf("%w: template %q is not on this node and no source was given", errdefs.ErrNotFound, a.Name)
+	}
+	dest, err := s.cfg.Storage.CreateTemplate(ctx, a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("template %s: create volume: %w", a.Name, err)
+	}
+	s.log.Info("building template", "name", a.Name, "source", a.Source)
+	if err := s.cfg.Build(ctx, a.Source, dest, logWriter{s, a.Name}); err != nil {
+		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
+		return nil, fmt.Errorf("template %s: build from %s: %w", a.Name, a.Source, err)
+	}
+	if err := s.cfg.Storage.SealTemplate(ctx, a.Name); err != nil {
+		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
+		return nil, fmt.Errorf("template %s: seal: %w", a.Name, err)
+	}
+	s.log.Info("template ready", "name", a.Name)
+	return &TemplateOK{SizeBytes: dirSize(dest)}, nil
+}
+
+// checkSourceOwner stops an unprivileged caller from having root copy files it
+// could not read itself into a template: a dir or tar source must belong to it.
+func checkSourceOwner(uid uint32, source string) error {
+	if uid == 0 {
+		return nil
+	}
+	kind, path, ok := strings.Cut(source, ":")
+	if !ok || (kind != "dir" && kind != "tar") {
+		return nil
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("%w: template source: %v", errdefs.ErrInvalidArgument, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid != uid {
+		return fmt.Errorf("%w: template source %s must be owned by the caller (uid %d)", errdefs.ErrPermissionDenied, path, uid)
+	}
+	return nil
+}
+
+func (s *Server) deleteTemplate(ctx context.Context, a *TemplateArgs) error {
+	if a == nil {
+		return invalid("template: missing arguments")
+	}
+	if err := ValidTemplateName(a.Name); err != nil {
+		return err
+	}
+	return s.cfg.Storage.DeleteTemplate(ctx, a.Name)
+}
+
+func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, error) {
+	if err := a.validate(s.runtimes()); err != nil {
+		return nil, nil, err
+	}
+	have, err := s.cfg.Storage.Templates(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.Contains(have, a.Template) {
+		return nil, nil, fmt.Errorf("%w: template %q is not on this node", errdefs.ErrFailedPrecondition, a.Template)
+	}
+	root, err := s.cfg.Storage.Clone(ctx, a.Template, a.ExecID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec %s: clone template %s: %w", a.ExecID, a.Template, err)
+	}
+	inst, err := s.cfg.Drivers[a.Runtime].Start(ctx, driver.Spec{
+		ExecID:      a.ExecID,
+		SandboxID:   a.SandboxID,
+		RootFS:      root,
+		GuestBinary: s.cfg.GuestBinary,
+		Hostname:    a.Hostname,
+		CPUs:        a.CPUs,
+		MemoryMiB:   a.MemoryMiB,
+		PidsMax:     a.PidsMax,
+	})
+	if err != nil {
+		_ = s.cfg.Storage.Delete(context.WithoutCancel(ctx), a.ExecID)
+		return nil, nil, fmt.Errorf("exec %s: start %s: %w", a.ExecID, a.Runtime, err)
+	}
+	s.mu.Lock()
+	s.owner[a.ExecID] = a.Runtime
+	s.mu.Unlock()
+	return &Started{Pid: inst.Pid, StartTime: inst.StartTime}, inst.Channel, nil
+}
+
+// driversFor lists the drivers that may own execID: the one that started it in
+// this process, else all of them (after a restart each answers for its own).
+func (s *Server) driversFor(execID string) []driver.Driver {
+	s.mu.Lock()
+	name, ok := s.owner[execID]
+	s.mu.Unlock()
+	if ok {
+		return []driver.Driver{s.cfg.Drivers[name]}
+	}
+	var all []driver.Driver
+	for _, d := range s.cfg.Drivers {
+		all = append(all, d)
+	}
+	return all
+}
+
+func (s *Server) cleanup(ctx context.Context, execID string) error {
+	if err := ValidExecID(execID); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range s.driversFor(execID) {
+		if err := d.Kill(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("kill: %w", err))
+		}
+		if err := d.Cleanup(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("cleanup: %w", err))
+		}
+	}
+	if err := s.cfg.Storage.Delete(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		errs = append(errs, fmt.Errorf("delete root: %w", err))
+	}
+	s.mu.Lock()
+	delete(s.owner, execID)
+	s.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("exec %s: %w", execID, err)
+	}
+	return nil
+}
+
+func (s *Server) pauseResume(ctx context.Context, op Op, execID string) error {
+	if err := ValidExecID(execID); err != nil {
+		return err
+	}
+	for _, d := range s.driversFor(execID) {
+		p, ok := d.(driver.Pauser)
+		if !ok {
+			continue
+		}
+		if op == OpPause {
+			return p.Pause(ctx, execID)
+		}
+		return p.Resume(ctx, execID)
+	}
+	return fmt.Errorf("%w: the runtime of exec %s cannot pause", errdefs.ErrFailedPrecondition, execID)
+}
+
+func (s *Server) stats(ctx context.Context, execID string) (*Stats, error) {
+	if err := ValidExecID(execID); err != nil {
+		return nil, err
+	}
+	var last error
+	for _, d := range s.driversFor(execID) {
+		st, err := d.Stats(ctx, execID)
+		if err == nil {
+			return &Stats{MemoryBytes: st.MemoryBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+func (s *Server) alive(ctx context.Context, execID string) (bool, error) {
+	if err := ValidExecID(execID); err != nil {
+		return false, err
+	}
+	for _, d := range s.driversFor(execID) {
+		if ok, err := d.Alive(ctx, execID); err == nil && ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// logWriter turns template build progress into log lines.
+type logWriter struct {
+	s    *Server
+	name string
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			w.s.log.Info("template build", "name", w.name, "progress", line)
+		}
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = logWriter{}
+
+func dirSize(root string) int64 {
+	var n int64
+	_ = filepath.WalkDir(root, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

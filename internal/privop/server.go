@@ -1,0 +1,208 @@
+package privop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// Storage is what the node-manager needs of the node's volume driver.
+type Storage interface {
+	Name() string
+	CreateTemplate(ctx context.Context, name string) (string, error)
+	SealTemplate(ctx context.Context, name string) error
+	DeleteTemplate(ctx context.Context, name string) error
+	Templates(ctx context.Context) ([]string, error)
+	Clone(ctx context.Context, template, id string) (string, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// Builder fills dest with a template's root filesystem built from source.
+type Builder func(ctx context.Context, source, dest string, progress io.Writer) error
+
+// Config wires a node-manager.
+type Config struct {
+	// Socket is the unix socket path to serve.
+	Socket string
+	// AllowedUIDs may call; root (0) always may.
+	AllowedUIDs []uint32
+	// GuestBinary is the host path of the static space-guest binary.
+	GuestBinary string
+	Storage     Storage
+	Drivers     map[string]driver.Driver
+	Build       Builder
+}
+
+// Server is a running node-manager.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	builds  singleflight.Group
+	allowed map[uint32]bool
+
+	mu    sync.Mutex // guards owner
+	owner map[string]string // exec id -> runtime, for executions started by this process
+}
+
+// NewServer checks cfg and returns a Server.
+func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
+	if cfg.Socket == "" || cfg.Storage == nil || len(cfg.Drivers) == 0 || cfg.Build == nil {
+		return nil, errors.New("node-manager: socket, storage, at least one driver and a template builder are required")
+	}
+	if _, err := os.Stat(cfg.GuestBinary); err != nil {
+		return nil, fmt.Errorf("node-manager: guest binary: %w (build it with `make build`)", err)
+	}
+	allowed := map[uint32]bool{0: true}
+	for _, u := range cfg.AllowedUIDs {
+		allowed[u] = true
+	}
+	return &Server{cfg: cfg, log: log, allowed: allowed, owner: map[string]string{}}, nil
+}
+
+// Run serves until ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(s.cfg.Socket), 0o755); err != nil {
+		return fmt.Errorf("node-manager: socket dir: %w", err)
+	}
+	_ = os.Remove(s.cfg.Socket)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.cfg.Socket, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("node-manager: listen %s: %w", s.cfg.Socket, err)
+	}
+	// The peer check is the gate; the mode lets a non-root node connect at all.
+	if err := os.Chmod(s.cfg.Socket, 0o666); err != nil {
+		ln.Close()
+		return fmt.Errorf("node-manager: chmod socket: %w", err)
+	}
+	go func() { <-ctx.Done(); ln.Close() }()
+	s.log.Info("node-manager listening", "socket", s.cfg.Socket, "storage", s.cfg.Storage.Name())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = os.Remove(s.cfg.Socket)
+				return nil
+			}
+			return fmt.Errorf("node-manager: accept: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.serveConn(ctx, c)
+		}()
+	}
+}
+
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	uid, err := peerUID(c)
+	if err != nil || !s.allowed[uid] {
+		s.log.Warn("node-manager: refused caller", "uid", uid, "err", err)
+		_ = writeMessage(c, Response{Error: "caller not allowed", ErrorKind: kindOf(errdefs.ErrPermissionDenied)}, -1)
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var req Request
+	f, err := readMessage(c, &req)
+	if f != nil {
+		f.Close() // requests carry no descriptors
+	}
+	if err != nil {
+		_ = writeMessage(c, Response{Error: "bad request: " + err.Error(), ErrorKind: kindOf(errdefs.ErrInvalidArgument)}, -1)
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	resp, file := s.handle(ctx, uid, &req)
+	fd := -1
+	if file != nil {
+		defer file.Close()
+		fd = int(file.Fd())
+	}
+	if err := writeMessage(c, resp, fd); err != nil {
+		s.log.Warn("node-manager: write response", "op", req.Op, "err", err)
+	}
+}
+
+func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response, *os.File) {
+	var resp Response
+	var file *os.File
+	var err error
+	switch req.Op {
+	case OpHello:
+		resp.Hello = s.hello()
+	case OpEnsureTemplate:
+		resp.Template, err = s.ensureTemplate(ctx, uid, req.Template)
+	case OpDeleteTemplate:
+		err = s.deleteTemplate(ctx, req.Template)
+	case OpListTemplates:
+		resp.Templates, err = s.cfg.Storage.Templates(ctx)
+	case OpStart:
+		resp.Started, file, err = s.start(ctx, req.Start)
+	case OpCleanup:
+		err = s.cleanup(ctx, req.ExecID)
+	case OpPause, OpResume:
+		err = s.pauseResume(ctx, req.Op, req.ExecID)
+	case OpStats:
+		resp.Stats, err = s.stats(ctx, req.ExecID)
+	case OpAlive:
+		var alive bool
+		alive, err = s.alive(ctx, req.ExecID)
+		resp.Alive = &alive
+	default:
+		err = invalid("unknown operation %q", req.Op)
+	}
+	if err != nil {
+		s.log.Warn("node-manager: operation failed", "op", req.Op, "err", err)
+		return Response{Error: err.Error(), ErrorKind: kindOf(err)}, nil
+	}
+	return resp, file
+}
+
+func (s *Server) hello() *Hello {
+	h := &Hello{Pid: os.Getpid(), Storage: s.cfg.Storage.Name()}
+	for name := range s.cfg.Drivers {
+		h.Runtimes = append(h.Runtimes, name)
+	}
+	return h
+}
+
+func (s *Server) runtimes() map[string]bool {
+	m := map[string]bool{}
+	for name := range s.cfg.Drivers {
+		m[name] = true
+	}
+	return m
+}
+
+func peerUID(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, credErr
+	}
+	return cred.Uid, nil
+}

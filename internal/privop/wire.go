@@ -1,0 +1,199 @@
+// Package privop is the node-manager: the only root process on a node. It answers
+// a fixed list of operations over a unix socket — materialise a template, start,
+// kill and clean up a sandbox execution, pause and resume, stats — and checks
+// every field of every request, and the caller's uid with SO_PEERCRED, before it
+// acts. The unprivileged sandbox manager (internal/node) is its only client.
+//
+// Wire format: one request and one response per connection. Each message is a
+// 4-byte big-endian length and a JSON body. A response may carry one file
+// descriptor (the host end of a sandbox's guest channel) as SCM_RIGHTS on its
+// first byte.
+package privop
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxMessage bounds a request or response body.
+const maxMessage = 1 << 20
+
+// Op names one privileged operation.
+type Op string
+
+// The operations the node-manager answers.
+const (
+	OpHello          Op = "hello"
+	OpEnsureTemplate Op = "ensure_template"
+	OpDeleteTemplate Op = "delete_template"
+	OpListTemplates  Op = "list_templates"
+	OpStart          Op = "start"
+	OpCleanup        Op = "cleanup"
+	OpPause          Op = "pause"
+	OpResume         Op = "resume"
+	OpStats          Op = "stats"
+	OpAlive          Op = "alive"
+)
+
+// Request is one call to the node-manager. Only the field for Op is read.
+type Request struct {
+	Op       Op            `json:"op"`
+	Template *TemplateArgs `json:"template,omitempty"`
+	Start    *StartArgs    `json:"start,omitempty"`
+	ExecID   string        `json:"exec_id,omitempty"`
+}
+
+// TemplateArgs names a template and where to build it from.
+type TemplateArgs struct {
+	Name   string `json:"name"`
+	Source string `json:"source,omitempty"`
+}
+
+// StartArgs describes a sandbox execution to start.
+type StartArgs struct {
+	ExecID    string `json:"exec_id"`
+	SandboxID string `json:"sandbox_id"`
+	Template  string `json:"template"`
+	Runtime   string `json:"runtime"`
+	Hostname  string `json:"hostname"`
+	CPUs      int    `json:"cpus"`
+	MemoryMiB int    `json:"memory_mib"`
+	PidsMax   int    `json:"pids_max"`
+}
+
+// Response answers a Request. Error is empty on success; ErrorKind classifies it.
+type Response struct {
+	Error     string      `json:"error,omitempty"`
+	ErrorKind string      `json:"error_kind,omitempty"`
+	Hello     *Hello      `json:"hello,omitempty"`
+	Started   *Started    `json:"started,omitempty"`
+	Templates []string    `json:"templates,omitempty"`
+	Stats     *Stats      `json:"stats,omitempty"`
+	Alive     *bool       `json:"alive,omitempty"`
+	Template  *TemplateOK `json:"template_ok,omitempty"`
+}
+
+// Hello describes the node-manager.
+type Hello struct {
+	Pid      int      `json:"pid"`
+	Runtimes []string `json:"runtimes"`
+	Storage  string   `json:"storage"`
+}
+
+// Started reports a started execution; the guest channel travels as SCM_RIGHTS.
+type Started struct {
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// TemplateOK reports a template present on the node.
+type TemplateOK struct {
+	SizeBytes int64 `json:"size_bytes"`
+}
+
+// Stats is a point-in-time resource reading of one execution.
+type Stats struct {
+	MemoryBytes uint64 `json:"memory_bytes"`
+	Pids        uint64 `json:"pids"`
+	CPUNanos    uint64 `json:"cpu_nanos"`
+}
+
+// writeMessage sends v, with fd attached when fd >= 0.
+func writeMessage(c *net.UnixConn, v any, fd int) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(body) > maxMessage {
+		return fmt.Errorf("message of %d bytes is over the %d limit", len(body), maxMessage)
+	}
+	buf := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[4:], body)
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	n, oobn, err := c.WriteMsgUnix(buf, oob, nil)
+	if err != nil {
+		return err
+	}
+	if oobn != len(oob) {
+		return errors.New("file descriptor not sent")
+	}
+	if n < len(buf) {
+		_, err = c.Write(buf[n:])
+	}
+	return err
+}
+
+// readMessage reads one message into v and returns the file it carried, if any.
+// Any descriptor beyond the first is closed: a peer cannot leak fds into us.
+func readMessage(c *net.UnixConn, v any) (*os.File, error) {
+	head := make([]byte, 4)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(head, oob)
+	if err != nil {
+		return nil, err
+	}
+	var file *os.File
+	if oobn > 0 {
+		file, err = takeFirstFD(oob[:oobn])
+		if err != nil {
+			return nil, err
+		}
+	}
+	fail := func(err error) (*os.File, error) {
+		if file != nil {
+			file.Close()
+		}
+		return nil, err
+	}
+	if n < 4 {
+		if _, err := io.ReadFull(c, head[n:]); err != nil {
+			return fail(err)
+		}
+	}
+	size := binary.BigEndian.Uint32(head)
+	if size > maxMessage {
+		return fail(fmt.Errorf("message of %d bytes is over the %d limit", size, maxMessage))
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fail(fmt.Errorf("bad message: %w", err))
+	}
+	return file, nil
+}
+
+func takeFirstFD(oob []byte) (*os.File, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("control message: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		fds = append(fds, got...)
+	}
+	if len(fds) == 0 {
+		return nil, nil
+	}
+	for _, extra := range fds[1:] {
+		unix.Close(extra)
+	}
+	unix.CloseOnExec(fds[0])
+	return os.NewFile(uintptr(fds[0]), "guest-channel"), nil
+}

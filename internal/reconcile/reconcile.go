@@ -1,0 +1,280 @@
+// Package reconcile drives every sandbox's observed state toward its desired
+// state. It is level-based: each pass reads the sandbox from the store and what
+// its node last reported, decides one step, and either finishes or asks to be
+// requeued. Nothing is remembered between passes except the work queue, so a
+// crashed and restarted control plane picks up exactly where the data says.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// NodeAPI is what the reconciler needs of a node.
+type NodeAPI interface {
+	Start(ctx context.Context, req nodev1.StartExecution) (*nodev1.Execution, error)
+	Stop(ctx context.Context, execID string) error
+}
+
+// Config tunes a reconciler.
+type Config struct {
+	// Workers is how many sandboxes are reconciled at once.
+	Workers int
+	// Resync is how often every sandbox is looked at even without news.
+	Resync time.Duration
+	// StartTimeout bounds the creation of one execution.
+	StartTimeout time.Duration
+	// OrphanGrace is how long an execution without a sandbox may live on a
+	// node before it is stopped.
+	OrphanGrace time.Duration
+}
+
+// Reconciler is the control plane's reconciler.
+type Reconciler struct {
+	cfg   Config
+	store store.Store
+	node  func(id string) (NodeAPI, error)
+	log   *slog.Logger
+	q     *queue
+
+	mu       sync.Mutex // guards watchers and observed
+	watchers map[string]map[*Watch]struct{}
+	observed map[string]observation
+}
+
+type observation struct {
+	at         time.Time
+	executions map[string]nodev1.Execution
+}
+
+// New returns a reconciler; node resolves a node id to its API.
+func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log *slog.Logger) *Reconciler {
+	if cfg.Workers == 0 {
+		cfg.Workers = 16
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = 2 * time.Second
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 5 * time.Minute
+	}
+	if cfg.OrphanGrace == 0 {
+		cfg.OrphanGrace = 30 * time.Second
+	}
+	return &Reconciler{
+		cfg: cfg, store: st, node: node, log: log, q: newQueue(),
+		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{},
+	}
+}
+
+// Enqueue asks for a pass over sandbox id.
+func (r *Reconciler) Enqueue(id string) { r.q.add(id) }
+
+// Watch is a subscription to changes of one sandbox.
+type Watch struct {
+	// C receives a value after the sandbox changed.
+	C    chan struct{}
+	stop func()
+}
+
+// Stop ends the subscription.
+func (w *Watch) Stop() { w.stop() }
+
+// Watch subscribes to changes the reconciler makes to sandbox id.
+func (r *Reconciler) Watch(id string) *Watch {
+	w := &Watch{C: make(chan struct{}, 1)}
+	r.mu.Lock()
+	if r.watchers[id] == nil {
+		r.watchers[id] = map[*Watch]struct{}{}
+	}
+	r.watchers[id][w] = struct{}{}
+	r.mu.Unlock()
+	w.stop = func() {
+		r.mu.Lock()
+		delete(r.watchers[id], w)
+		if len(r.watchers[id]) == 0 {
+			delete(r.watchers, id)
+		}
+		r.mu.Unlock()
+	}
+	return w
+}
+
+func (r *Reconciler) notify(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.watchers[id] {
+		select {
+		case w.C <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Observe records what a node reports running and queues the sandboxes
+// concerned.
+func (r *Reconciler) Observe(nodeID string, execs []nodev1.Execution) {
+	m := make(map[string]nodev1.Execution, len(execs))
+	for _, ex := range execs {
+		m[ex.ExecID] = ex
+	}
+	r.mu.Lock()
+	r.observed[nodeID] = observation{at: time.Now(), executions: m}
+	r.mu.Unlock()
+	for _, ex := range execs {
+		if ex.State == nodev1.ExecFailed {
+			r.Enqueue(ex.SandboxID)
+		}
+	}
+}
+
+// Run reconciles until ctx is done.
+func (r *Reconciler) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range r.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.work(ctx)
+		}()
+	}
+	t := time.NewTicker(r.cfg.Resync)
+	defer t.Stop()
+	r.resync(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			r.q.close()
+			wg.Wait()
+			return nil
+		case <-t.C:
+			r.resync(ctx)
+		}
+	}
+}
+
+func (r *Reconciler) work(ctx context.Context) {
+	for {
+		id, ok := r.q.get()
+		if !ok {
+			return
+		}
+		after, err := r.reconcile(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("reconcile", "sandbox", id, "err", err)
+			if after == 0 {
+				after = time.Second
+			}
+		}
+		r.q.done(id)
+		if after > 0 {
+			r.q.addAfter(id, after)
+		}
+		r.notify(id)
+	}
+}
+
+// resync queues every sandbox that may need work and stops orphan executions.
+func (r *Reconciler) resync(ctx context.Context) {
+	sbs, err := r.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reconcile resync", "err", err)
+		}
+		return
+	}
+	current := map[string]bool{}
+	for _, sb := range sbs {
+		current[sb.ExecID] = true
+		if sb.State != sandbox.StateFailed || r.holds(sb) {
+			r.Enqueue(sb.ID)
+		}
+	}
+	r.stopOrphans(ctx, current)
+}
+
+// holds reports whether sb's node still reports its execution.
+func (r *Reconciler) holds(sb *sandbox.Sandbox) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.observed[sb.Node].executions[sb.ExecID]
+	return ok
+}
+
+func (r *Reconciler) stopOrphans(ctx context.Context, current map[string]bool) {
+	r.mu.Lock()
+	var orphans []struct{ node, exec string }
+	for nodeID, obs := range r.observed {
+		for id, ex := range obs.executions {
+			if !current[id] && time.Since(ex.StartedAt) > r.cfg.OrphanGrace {
+				orphans = append(orphans, struct{ node, exec string }{nodeID, id})
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, o := range orphans {
+		api, err := r.node(o.node)
+		if err != nil {
+			continue
+		}
+		r.log.Info("stopping orphan execution", "node", o.node, "exec", o.exec)
+		if err := api.Stop(ctx, o.exec); err != nil {
+			r.log.Warn("stop orphan execution", "node", o.node, "exec", o.exec, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		delete(r.observed[o.node].executions, o.exec)
+		r.mu.Unlock()
+	}
+}
+
+// reconcile makes one step for sandbox id. It returns when to look again (0:
+// only on news) and an error worth logging.
+func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, error) {
+	sb, err := r.store.GetSandboxByID(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return time.Second, err
+	}
+	switch sb.State {
+	case sandbox.StateCreating:
+		return r.startExecution(ctx, sb)
+	case sandbox.StateRunning:
+		return r.checkRunning(ctx, sb)
+	case sandbox.StateDeleting:
+		return r.deleteSandbox(ctx, sb)
+	case sandbox.StateFailed:
+		return r.releaseFailed(ctx, sb)
+	}
+	return 0, nil
+}
+
+func (r *Reconciler) event(ctx context.Context, id, typ, msg string) {
+	if _, err := r.store.AppendEvent(ctx, store.Event{SandboxID: id, Time: time.Now().UTC(), Type: typ, Message: msg}); err != nil {
+		r.log.Warn("append event", "sandbox", id, "err", err)
+	}
+}
+
+// update writes sb; a version conflict means someone else moved it, and the
+// next pass (queued at once) reads the news.
+func (r *Reconciler) update(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	err := r.store.UpdateSandbox(ctx, sb)
+	if errors.Is(err, errdefs.ErrConflict) {
+		return time.Millisecond, nil
+	}
+	if err != nil {
+		return time.Second, fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
+	}
+	return 0, nil
+}

@@ -1,0 +1,150 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+)
+
+// startExecution asks the sandbox's node to run its current execution. The
+// node's start is idempotent per execution id, so re-driving after a crash
+// finds the execution the first attempt made.
+func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	fail := func(reason string) (time.Duration, error) {
+		if err := sb.Fail(reason); err != nil {
+			return 0, err
+		}
+		r.event(ctx, sb.ID, "failed", reason)
+		after, err := r.update(ctx, sb)
+		if err == nil && after == 0 {
+			after = time.Millisecond // release what the node holds
+		}
+		return after, err
+	}
+	if sb.Node == "" {
+		return fail("no node was chosen for the sandbox")
+	}
+	api, err := r.node(sb.Node)
+	if err != nil {
+		if time.Since(sb.UpdatedAt) > r.cfg.StartTimeout {
+			return fail(fmt.Sprintf("node %s unreachable: %v", sb.Node, err))
+		}
+		return 500 * time.Millisecond, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	ex, err := api.Start(sctx, nodev1.StartExecution{
+		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
+		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
+	})
+	cancel()
+	switch {
+	case err != nil && errors.Is(err, errdefs.ErrUnavailable) && time.Since(sb.UpdatedAt) < r.cfg.StartTimeout && ctx.Err() == nil:
+		return time.Second, err
+	case err != nil:
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return fail("start: " + err.Error())
+	case ex.State == nodev1.ExecFailed:
+		return fail("start: " + ex.Reason)
+	}
+	// Re-read: the sandbox may have been deleted while the node worked.
+	cur, err := r.store.GetSandboxByID(ctx, sb.ID)
+	if err != nil {
+		return time.Second, err
+	}
+	if cur.State != sandbox.StateCreating || cur.ExecID != sb.ExecID {
+		return time.Millisecond, nil
+	}
+	cur.State = sandbox.Settled(cur.State)
+	after, err := r.update(ctx, cur)
+	if err == nil && after == 0 {
+		r.event(ctx, sb.ID, "state", fmt.Sprintf("running on %s (generation %d, exec %s)", cur.Node, cur.Generation, cur.ExecID))
+	}
+	return after, err
+}
+
+// checkRunning fails a running sandbox whose node reports its execution dead
+// or, after a grace period, no longer reports it at all; it deletes an expired one.
+func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	if sb.Expired(time.Now()) {
+		if err := sb.Apply(sandbox.OpDelete); err != nil {
+			return 0, err
+		}
+		r.event(ctx, sb.ID, "state", "timeout reached: deleting")
+		after, err := r.update(ctx, sb)
+		if err == nil && after == 0 {
+			after = time.Millisecond
+		}
+		return after, err
+	}
+	r.mu.Lock()
+	obs, seen := r.observed[sb.Node]
+	ex, has := obs.executions[sb.ExecID]
+	r.mu.Unlock()
+	var reason string
+	switch {
+	case !seen:
+		return 0, nil
+	case has && ex.State == nodev1.ExecFailed:
+		reason = ex.Reason
+	case !has && obs.at.After(sb.UpdatedAt.Add(10*time.Second)):
+		reason = fmt.Sprintf("execution %s is no longer on node %s", sb.ExecID, sb.Node)
+	default:
+		if !sb.ExpiresAt.IsZero() {
+			return time.Until(sb.ExpiresAt) + time.Millisecond, nil
+		}
+		return 0, nil
+	}
+	if err := sb.Fail(reason); err != nil {
+		return 0, err
+	}
+	r.event(ctx, sb.ID, "failed", reason)
+	after, err := r.update(ctx, sb)
+	if err == nil && after == 0 {
+		after = time.Millisecond
+	}
+	return after, err
+}
+
+// deleteSandbox stops the execution and removes the row.
+func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	if sb.Node != "" && sb.ExecID != "" {
+		api, err := r.node(sb.Node)
+		if err != nil {
+			return time.Second, err
+		}
+		if err := api.Stop(ctx, sb.ExecID); err != nil {
+			return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
+		}
+	}
+	if err := r.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return time.Second, err
+	}
+	r.event(ctx, sb.ID, "state", "deleted")
+	return 0, nil
+}
+
+// releaseFailed stops what a failed sandbox's node still holds, keeping the
+// record (and its reason) for the user.
+func (r *Reconciler) releaseFailed(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	if sb.Node == "" || sb.ExecID == "" || !r.holds(sb) {
+		return 0, nil
+	}
+	api, err := r.node(sb.Node)
+	if err != nil {
+		return time.Second, err
+	}
+	if err := api.Stop(ctx, sb.ExecID); err != nil {
+		return time.Second, err
+	}
+	r.mu.Lock()
+	delete(r.observed[sb.Node].executions, sb.ExecID)
+	r.mu.Unlock()
+	return 0, nil
+}

@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"strconv"
+	"strings"
+)
+
+// Identifier shapes. Sandbox ids follow E2B: 20 lowercase alphanumerics, so
+// they can appear in host names and in E2B clients unchanged. Tenant and key
+// ids carry a prefix so that a log line says what kind of id it holds.
+const (
+	sandboxIDLen  = 20
+	tenantPrefix  = "t-"
+	keyPrefix     = "k-"
+	prefixedIDLen = 16
+	execSuffixLen = 8
+	alphabet      = "abcdefghijklmnopqrstuvwxyz0123456789"
+)
+
+// randomString returns n characters drawn uniformly from alphabet using
+// crypto/rand. Bytes at or above 252 (the largest multiple of 36 that fits a
+// byte) are rejected so that every character is equally likely.
+func randomString(n int) string {
+	const limit = 256 - 256%len(alphabet)
+	out := make([]byte, 0, n)
+	buf := make([]byte, n+n/4+4)
+	for len(out) < n {
+		// crypto/rand.Read never returns an error on Linux (Go 1.24+: it
+		// crashes the program instead of returning a weak value).
+		rand.Read(buf)
+		for _, b := range buf {
+			if int(b) < limit && len(out) < n {
+				out = append(out, alphabet[int(b)%len(alphabet)])
+			}
+		}
+	}
+	return string(out)
+}
+
+// NewID returns a fresh sandbox id: 20 characters of [a-z0-9].
+func NewID() string { return randomString(sandboxIDLen) }
+
+// NewTenantID returns a fresh tenant id, "t-" and 16 characters of [a-z0-9].
+func NewTenantID() string { return tenantPrefix + randomString(prefixedIDLen) }
+
+// NewKeyID returns a fresh API key id, "k-" and 16 characters of [a-z0-9].
+func NewKeyID() string { return keyPrefix + randomString(prefixedIDLen) }
+
+// NewActivationID returns a fresh activation id: one start attempt of an
+// execution (ARCHITECTURE.md §3).
+func NewActivationID() string { return "a-" + randomString(prefixedIDLen) }
+
+// NewExecID returns a fresh execution id for generation gen of sandbox id:
+// "<id>-g<gen>-<8 random>". It is unique even when a generation is retried.
+func NewExecID(id string, gen uint64) string {
+	return id + "-g" + strconv.FormatUint(gen, 10) + "-" + randomString(execSuffixLen)
+}
+
+// ValidID reports whether s has the shape of a sandbox id.
+func ValidID(s string) bool {
+	return len(s) == sandboxIDLen && inAlphabet(s)
+}
+
+// ValidTenantID reports whether s has the shape of a tenant id.
+func ValidTenantID(s string) bool { return validPrefixed(s, tenantPrefix) }
+
+// ValidKeyID reports whether s has the shape of an API key id.
+func ValidKeyID(s string) bool { return validPrefixed(s, keyPrefix) }
+
+// ValidExecID reports whether s has the shape NewExecID produces.
+func ValidExecID(s string) bool {
+	id, rest, ok := strings.Cut(s, "-g")
+	if !ok || !ValidID(id) {
+		return false
+	}
+	gen, suffix, ok := strings.Cut(rest, "-")
+	if !ok || len(suffix) != execSuffixLen || !inAlphabet(suffix) {
+		return false
+	}
+	n, err := strconv.ParseUint(gen, 10, 64)
+	return err == nil && n > 0 && strconv.FormatUint(n, 10) == gen
+}
+
+func validPrefixed(s, prefix string) bool {
+	rest, ok := strings.CutPrefix(s, prefix)
+	return ok && len(rest) == prefixedIDLen && inAlphabet(rest)
+}
+
+func inAlphabet(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}

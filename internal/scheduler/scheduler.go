@@ -1,0 +1,123 @@
+// Package scheduler places a new sandbox execution on a node. It is pure: it
+// reads a snapshot of the cluster and returns a plan with its reason, so it can
+// be tested exhaustively and explained in the sandbox's events.
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// HeartbeatTimeout is how long a node may be silent and still take work.
+const HeartbeatTimeout = 15 * time.Second
+
+// Request is what a new execution needs.
+type Request struct {
+	Runtime   string
+	CPUs      int
+	MemoryMiB int
+}
+
+// NodeState is one node as the scheduler sees it.
+type NodeState struct {
+	ID       string
+	Runtimes []string
+	// Live is false when the node missed its heartbeats or is draining.
+	Live bool
+	// Capacity and Used are in the units of Request.
+	CapacityCPUs, CapacityMiB int
+	UsedCPUs, UsedMiB         int
+	Sandboxes                 int
+}
+
+// State is the cluster snapshot a placement reads.
+type State struct {
+	Nodes []NodeState
+}
+
+// StateFrom builds a State from the store's nodes and sandboxes at now.
+func StateFrom(nodes []store.Node, sandboxes []*sandbox.Sandbox, now time.Time) State {
+	idx := map[string]*NodeState{}
+	var st State
+	for _, n := range nodes {
+		st.Nodes = append(st.Nodes, NodeState{
+			ID: n.ID, Runtimes: n.Runtimes,
+			Live:         n.State == store.NodeReady && now.Sub(n.LastHeartbeat) < HeartbeatTimeout,
+			CapacityCPUs: n.Capacity.CPUs, CapacityMiB: n.Capacity.MemoryMiB,
+		})
+	}
+	for i := range st.Nodes {
+		idx[st.Nodes[i].ID] = &st.Nodes[i]
+	}
+	for _, sb := range sandboxes {
+		if n := idx[sb.Node]; n != nil && holdsResources(sb.State) {
+			n.UsedCPUs += sb.CPUs
+			n.UsedMiB += sb.MemoryMiB
+			n.Sandboxes++
+		}
+	}
+	return st
+}
+
+// holdsResources reports whether a sandbox in state s occupies its node.
+func holdsResources(s sandbox.State) bool {
+	switch s {
+	case sandbox.StateDeleted, sandbox.StateHibernated, sandbox.StateStopped, sandbox.StateFailed:
+		return false
+	}
+	return true
+}
+
+// Plan is a placement decision.
+type Plan struct {
+	Node   string
+	Reason string
+}
+
+// overcommitCPU lets sandboxes share CPUs: most agent sandboxes idle.
+const overcommitCPU = 8
+
+// Place picks the live node offering the runtime with the most free memory
+// (spreading load), or explains why none fits.
+func Place(req Request, st State) (Plan, error) {
+	var fits []NodeState
+	var why []string
+	for _, n := range st.Nodes {
+		switch {
+		case !n.Live:
+			why = append(why, n.ID+": not live")
+		case !slices.Contains(n.Runtimes, req.Runtime):
+			why = append(why, fmt.Sprintf("%s: no %s runtime", n.ID, req.Runtime))
+		case n.CapacityMiB-n.UsedMiB < req.MemoryMiB:
+			why = append(why, fmt.Sprintf("%s: %d MiB free, %d needed", n.ID, n.CapacityMiB-n.UsedMiB, req.MemoryMiB))
+		case n.CapacityCPUs*overcommitCPU-n.UsedCPUs < req.CPUs:
+			why = append(why, fmt.Sprintf("%s: no CPU left", n.ID))
+		default:
+			fits = append(fits, n)
+		}
+	}
+	if len(fits) == 0 {
+		if len(st.Nodes) == 0 {
+			return Plan{}, fmt.Errorf("%w: no node has registered", errdefs.ErrResourceExhausted)
+		}
+		return Plan{}, fmt.Errorf("%w: no node can take a %s sandbox with %d MiB (%v)", errdefs.ErrResourceExhausted, req.Runtime, req.MemoryMiB, why)
+	}
+	sort.SliceStable(fits, func(i, j int) bool {
+		fi, fj := fits[i].CapacityMiB-fits[i].UsedMiB, fits[j].CapacityMiB-fits[j].UsedMiB
+		if fi != fj {
+			return fi > fj
+		}
+		return fits[i].ID < fits[j].ID
+	})
+	best := fits[0]
+	return Plan{
+		Node:   best.ID,
+		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes, %d candidate node(s)", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, len(fits)),
+	}, nil
+}

@@ -1,0 +1,194 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+const (
+	// maxCapture bounds what a run-to-completion exec keeps of each of stdout
+	// and stderr; the rest is dropped and the result marked truncated.
+	maxCapture = 16 << 20
+	// defaultExecTimeout applies when a run-to-completion exec names none.
+	defaultExecTimeout = 60 * time.Second
+	// maxExecTimeout bounds a run-to-completion exec; longer work streams.
+	maxExecTimeout = 24 * time.Hour
+	// exitNotFound is the shell's exit code for a command that does not exist.
+	exitNotFound = 127
+)
+
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req sandboxv1.ExecRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validateCmd(req.Cmd, req.Env, req.Cwd); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	timeout := defaultExecTimeout
+	if req.Timeout != "" {
+		timeout, err = time.ParseDuration(req.Timeout)
+		if err != nil || timeout <= 0 || timeout > maxExecTimeout {
+			s.writeError(w, r, fmt.Errorf("%w: timeout %q: want a Go duration between 0 and %s", errdefs.ErrInvalidArgument, req.Timeout, maxExecTimeout))
+			return
+		}
+	}
+	g, err := s.guestFor(sb)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	start := time.Now()
+	res, err := runToCompletion(r.Context(), g, &req, timeout)
+	s.metrics.observeExec(time.Since(start))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// runToCompletion starts a command, feeds it req.Stdin, and collects its output
+// until it exits or the timeout kills it.
+func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecRequest, timeout time.Duration) (*sandboxv1.ExecResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wantStdin := req.Stdin != ""
+	start := &processv1.StartRequest{
+		Process: processConfig(req.Cmd, req.Env, req.Cwd),
+		Stdin:   &wantStdin,
+	}
+	stream, err := g.process.Start(ctx, asUser(connect.NewRequest(start), req.User))
+	if err != nil {
+		return nil, guestError("exec", err)
+	}
+	defer stream.Close()
+	var stdout, stderr capture
+	res := &sandboxv1.ExecResult{}
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch {
+		case ev.GetStart() != nil:
+			if wantStdin {
+				if err := sendStdinAndClose(ctx, g, ev.GetStart().GetPid(), []byte(req.Stdin)); err != nil {
+					return nil, err
+				}
+			}
+		case ev.GetData() != nil:
+			d := ev.GetData()
+			stdout.write(d.GetStdout())
+			stderr.write(d.GetStderr())
+			stdout.write(d.GetPty())
+		case ev.GetEnd() != nil:
+			res.ExitCode = int(ev.GetEnd().GetExitCode())
+			if !ev.GetEnd().GetExited() && res.ExitCode == 0 {
+				res.ExitCode = -1
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return &sandboxv1.ExecResult{ExitCode: exitNotFound, Stderr: notFoundMessage(err) + "\n"}, nil
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: exec: command did not finish within %s and was killed", errdefs.ErrUnavailable, timeout)
+		}
+		return nil, guestError("exec", err)
+	}
+	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	res.Truncated = stdout.truncated || stderr.truncated
+	return res, nil
+}
+
+func notFoundMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+func sendStdinAndClose(ctx context.Context, g *guestConn, pid uint32, data []byte) error {
+	sel := &processv1.ProcessSelector{Selector: &processv1.ProcessSelector_Pid{Pid: pid}}
+	const chunk = 1 << 20
+	for len(data) > 0 {
+		n := min(len(data), chunk)
+		in := &processv1.SendInputRequest{Process: sel, Input: &processv1.ProcessInput{Input: &processv1.ProcessInput_Stdin{Stdin: data[:n]}}}
+		if _, err := g.process.SendInput(ctx, connect.NewRequest(in)); err != nil {
+			return guestError("exec: stdin", err)
+		}
+		data = data[n:]
+	}
+	if _, err := g.process.CloseStdin(ctx, connect.NewRequest(&processv1.CloseStdinRequest{Process: sel})); err != nil {
+		return guestError("exec: close stdin", err)
+	}
+	return nil
+}
+
+func processConfig(cmd []string, env map[string]string, cwd string) *processv1.ProcessConfig {
+	pc := &processv1.ProcessConfig{Cmd: cmd[0], Args: cmd[1:], Envs: env}
+	if cwd != "" {
+		pc.Cwd = &cwd
+	}
+	return pc
+}
+
+// validateCmd checks an exec request's command, env and cwd.
+func validateCmd(cmd []string, env map[string]string, cwd string) error {
+	if len(cmd) == 0 || cmd[0] == "" {
+		return fmt.Errorf("%w: cmd must name a program", errdefs.ErrInvalidArgument)
+	}
+	total := 0
+	for _, a := range cmd {
+		if bytes.IndexByte([]byte(a), 0) >= 0 {
+			return fmt.Errorf("%w: cmd arguments must not contain NUL bytes", errdefs.ErrInvalidArgument)
+		}
+		total += len(a)
+	}
+	for k, v := range env {
+		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(v), 0) >= 0 {
+			return fmt.Errorf("%w: env %q: keys must be non-empty without '=' or NUL, values without NUL", errdefs.ErrInvalidArgument, k)
+		}
+		total += len(k) + len(v)
+	}
+	if bytes.IndexByte([]byte(cwd), 0) >= 0 {
+		return fmt.Errorf("%w: cwd must not contain NUL bytes", errdefs.ErrInvalidArgument)
+	}
+	if total > 1<<20 {
+		return fmt.Errorf("%w: cmd and env together are over 1 MiB", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// capture keeps the first maxCapture bytes written to it.
+type capture struct {
+	buf       bytes.Buffer
+	truncated bool
+}
+
+func (c *capture) write(p []byte) {
+	room := maxCapture - c.buf.Len()
+	if len(p) > room {
+		p, c.truncated = p[:max(room, 0)], true
+	}
+	c.buf.Write(p)
+}
+
+func (c *capture) String() string { return c.buf.String() }

@@ -1,0 +1,297 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/coder/websocket"
+
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// maxPathLen bounds a path given to the file API.
+const maxPathLen = 4096
+
+// pathParam reads and checks a path query parameter. The path is resolved by
+// the guest inside the sandbox, never on the host; here it only has to be a
+// sane string.
+func pathParam(r *http.Request, name string) (string, error) {
+	p := r.URL.Query().Get(name)
+	switch {
+	case p == "":
+		return "", fmt.Errorf("%w: query parameter %q is required", errdefs.ErrInvalidArgument, name)
+	case len(p) > maxPathLen:
+		return "", fmt.Errorf("%w: %s is longer than %d bytes", errdefs.ErrInvalidArgument, name, maxPathLen)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", fmt.Errorf("%w: %s must not contain NUL bytes", errdefs.ErrInvalidArgument, name)
+	}
+	return p, nil
+}
+
+func (s *Server) fileTarget(w http.ResponseWriter, r *http.Request) (*guestConn, string, bool) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, "", false
+	}
+	path, err := pathParam(r, "path")
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, "", false
+	}
+	g, err := s.guestFor(sb)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, "", false
+	}
+	return g, path, true
+}
+
+func guestFilesURL(g *guestConn, path, user string) string {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	return g.base + "/files?" + q.Encode()
+}
+
+// handleReadFile streams a file out of the sandbox.
+func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := s.fileTarget(w, r)
+	if !ok {
+		return
+	}
+	req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, guestFilesURL(g, path, r.URL.Query().Get("user")), nil)
+	resp, err := g.http.Do(req)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("%w: read %s: %v", errdefs.ErrUnavailable, path, err))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.writeError(w, r, guestHTTPError("read "+path, resp))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if cl := resp.Header.Get("Content-Length"); cl != "" {
+		w.Header().Set("Content-Length", cl)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// handleWriteFile streams the request body into a file in the sandbox.
+func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := s.fileTarget(w, r)
+	if !ok {
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
+	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, guestFilesURL(g, path, r.URL.Query().Get("user")), body)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.ContentLength = r.ContentLength
+	resp, err := g.http.Do(req)
+	if err != nil {
+		if isMaxBytes(err) {
+			s.writeError(w, r, fmt.Errorf("%w: file is over the %d byte limit", errTooLarge, s.cfg.MaxFileBytes))
+			return
+		}
+		s.writeError(w, r, fmt.Errorf("%w: write %s: %v", errdefs.ErrUnavailable, path, err))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.writeError(w, r, guestHTTPError("write "+path, resp))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// guestHTTPError turns a non-200 answer of the guest's /files into an error.
+func guestHTTPError(op string, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	msg := strings.TrimSpace(string(b))
+	var e struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Message != "" {
+		msg = e.Message
+	}
+	class := errdefs.ErrUnavailable
+	switch resp.StatusCode {
+	case http.StatusBadRequest:
+		class = errdefs.ErrInvalidArgument
+	case http.StatusNotFound:
+		class = errdefs.ErrNotFound
+	case http.StatusUnauthorized, http.StatusForbidden:
+		class = errdefs.ErrPermissionDenied
+	case http.StatusInsufficientStorage, http.StatusRequestEntityTooLarge:
+		class = errdefs.ErrResourceExhausted
+	case http.StatusConflict:
+		class = errdefs.ErrConflict
+	}
+	return fmt.Errorf("%w: %s: %s", class, op, msg)
+}
+
+func (s *Server) handleRemoveFile(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := s.fileTarget(w, r)
+	if !ok {
+		return
+	}
+	req := asUser(connect.NewRequest(&filesystemv1.RemoveRequest{Path: path}), r.URL.Query().Get("user"))
+	if _, err := g.fs.Remove(r.Context(), req); err != nil {
+		s.writeError(w, r, guestError("remove "+path, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := s.fileTarget(w, r)
+	if !ok {
+		return
+	}
+	req := asUser(connect.NewRequest(&filesystemv1.MakeDirRequest{Path: path}), r.URL.Query().Get("user"))
+	resp, err := g.fs.MakeDir(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, guestError("mkdir "+path, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, fileEntry(resp.Msg.GetEntry()))
+}
+
+func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	from, err := pathParam(r, "from")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	to, err := pathParam(r, "to")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	g, err := s.guestFor(sb)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req := asUser(connect.NewRequest(&filesystemv1.MoveRequest{Source: from, Destination: to}), r.URL.Query().Get("user"))
+	resp, err := g.fs.Move(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, guestError("move "+from, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, fileEntry(resp.Msg.GetEntry()))
+}
+
+func (s *Server) handleListFiles(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := s.fileTarget(w, r)
+	if !ok {
+		return
+	}
+	depth := uint32(1)
+	if d := r.URL.Query().Get("depth"); d != "" {
+		n, err := strconv.ParseUint(d, 10, 8)
+		if err != nil || n < 1 || n > 32 {
+			s.writeError(w, r, fmt.Errorf("%w: depth %q: want 1..32", errdefs.ErrInvalidArgument, d))
+			return
+		}
+		depth = uint32(n)
+	}
+	req := asUser(connect.NewRequest(&filesystemv1.ListDirRequest{Path: path, Depth: depth}), r.URL.Query().Get("user"))
+	resp, err := g.fs.ListDir(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, guestError("list "+path, err))
+		return
+	}
+	out := sandboxv1.FileList{Entries: []sandboxv1.FileEntry{}}
+	for _, e := range resp.Msg.GetEntries() {
+		out.Entries = append(out.Entries, fileEntry(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func fileEntry(e *filesystemv1.EntryInfo) sandboxv1.FileEntry {
+	typ := "file"
+	switch e.GetType() {
+	case filesystemv1.FileType_FILE_TYPE_DIRECTORY:
+		typ = "dir"
+	case filesystemv1.FileType_FILE_TYPE_SYMLINK:
+		typ = "symlink"
+	}
+	return sandboxv1.FileEntry{
+		Name: e.GetName(), Path: e.GetPath(), Type: typ, Size: e.GetSize(), Mode: e.GetMode(),
+		Owner: e.GetOwner(), Group: e.GetGroup(), ModifiedAt: e.GetModifiedTime().AsTime(),
+		SymlinkTarget: e.GetSymlinkTarget(),
+	}
+}
+
+// handleWatch streams file events of a directory over a WebSocket.
+func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := s.fileTarget(w, r)
+	if !ok {
+		return
+	}
+	recursive := r.URL.Query().Get("recursive") == "true"
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	req := asUser(connect.NewRequest(&filesystemv1.WatchDirRequest{Path: path, Recursive: recursive}), r.URL.Query().Get("user"))
+	stream, err := g.fs.WatchDir(ctx, req)
+	if err != nil {
+		s.writeError(w, r, guestError("watch "+path, err))
+		return
+	}
+	defer stream.Close()
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	// The client sends nothing; reading notices when it goes away.
+	go func() {
+		defer cancel()
+		for {
+			if _, _, err := ws.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	for stream.Receive() {
+		ev := stream.Msg().GetFilesystem()
+		if ev == nil {
+			continue
+		}
+		out := sandboxv1.FileEvent{Name: ev.GetName(), Type: eventType(ev.GetType())}
+		if err := writeWS(ctx, ws, out); err != nil {
+			return
+		}
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		wctx, done := context.WithTimeout(context.Background(), time.Second)
+		_ = writeWS(wctx, ws, map[string]string{"type": "error", "message": guestError("watch "+path, err).Error()})
+		done()
+		ws.Close(websocket.StatusInternalError, "watch ended")
+		return
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+}
+
+func eventType(t filesystemv1.EventType) string {
+	name := strings.TrimPrefix(t.String(), "EVENT_TYPE_")
+	return strings.ToLower(name)
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// Nodes keeps a client per registered node. Node tokens live only in memory:
+// a node re-sends its token on every heartbeat, so a restarted control plane
+// learns it again within one heartbeat interval.
+type Nodes struct {
+	mu      sync.Mutex // guards clients and observed
+	clients map[string]*nodeclient.Client
+	addrs   map[string]string
+	// observed is the last execution list each node reported.
+	observed map[string]observation
+}
+
+type observation struct {
+	at         time.Time
+	executions []nodev1.Execution
+}
+
+// NewNodes returns an empty registry.
+func NewNodes() *Nodes {
+	return &Nodes{clients: map[string]*nodeclient.Client{}, addrs: map[string]string{}, observed: map[string]observation{}}
+}
+
+// Register records (or refreshes) how to reach a node.
+func (n *Nodes) Register(id, addr, token string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.addrs[id] == addr+"\x00"+token {
+		return nil
+	}
+	c, err := nodeclient.New(addr, token)
+	if err != nil {
+		return err
+	}
+	n.clients[id], n.addrs[id] = c, addr+"\x00"+token
+	return nil
+}
+
+// Client returns the client of a registered node.
+func (n *Nodes) Client(id string) (*nodeclient.Client, error) { return n.client(id) }
+
+func (n *Nodes) client(id string) (*nodeclient.Client, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := n.clients[id]
+	if c == nil {
+		return nil, fmt.Errorf("%w: node %q has not reported since the control plane started; retry shortly", errdefs.ErrUnavailable, id)
+	}
+	return c, nil
+}
+
+func (n *Nodes) observe(id string, execs []nodev1.Execution) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.observed[id] = observation{at: time.Now(), executions: execs}
+}
+
+// Heartbeat is the body of POST /internal/v1/nodes/{id}/heartbeat.
+type Heartbeat struct {
+	Address    string             `json:"address"`
+	Token      string             `json:"token"`
+	Runtimes   []string           `json:"runtimes"`
+	CPUs       int                `json:"cpus"`
+	MemoryMiB  int                `json:"memory_mib"`
+	DiskMiB    int                `json:"disk_mib"`
+	Executions []nodev1.Execution `json:"executions"`
+}
+
+// HeartbeatPath is where nodes report.
+func HeartbeatPath(nodeID string) string { return "/internal/v1/nodes/" + nodeID + "/heartbeat" }
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if s.cfg.JoinToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.JoinToken)) != 1 {
+		s.writeError(w, r, fmt.Errorf("%w: join token required", errdefs.ErrUnauthenticated))
+		return
+	}
+	id := r.PathValue("id")
+	if !validNodeID(id) {
+		s.writeError(w, r, fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(id)))
+		return
+	}
+	var hb Heartbeat
+	if err := decodeJSON(w, r, &hb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if hb.Token == "" || hb.Address == "" {
+		s.writeError(w, r, fmt.Errorf("%w: heartbeat needs address and token", errdefs.ErrInvalidArgument))
+		return
+	}
+	if err := s.nodes.Register(id, hb.Address, hb.Token); err != nil {
+		s.writeError(w, r, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
+		return
+	}
+	now := time.Now().UTC()
+	err := s.store.PutNode(r.Context(), store.Node{
+		ID: id, Address: hb.Address, Runtimes: hb.Runtimes, State: store.NodeReady,
+		Capacity:      store.Resources{CPUs: hb.CPUs, MemoryMiB: hb.MemoryMiB, DiskMiB: hb.DiskMiB},
+		LastHeartbeat: now,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.nodes.observe(id, hb.Executions)
+	s.rec.Observe(id, hb.Executions)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func validNodeID(id string) bool {
+	if id == "" || len(id) > 63 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

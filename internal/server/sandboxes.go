@@ -1,0 +1,236 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/scheduler"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	tenant := callerOf(r.Context()).Tenant
+	idemKey := r.Header.Get("Idempotency-Key")
+	fingerprint := fingerprintOf(r.Method, r.URL.Path, body)
+	if idemKey != "" {
+		if len(idemKey) > 255 {
+			s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key is over 255 bytes", errdefs.ErrInvalidArgument))
+			return
+		}
+		if rec, err := s.store.GetIdempotency(r.Context(), tenant, idemKey); err == nil {
+			if rec.Fingerprint != fingerprint {
+				s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict))
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(rec.Status)
+			_, _ = w.Write(rec.Body)
+			return
+		}
+	}
+	var req sandboxv1.CreateSandboxRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	start := time.Now()
+	sb, err := s.create(r.Context(), tenant, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out, _ := json.Marshal(sb.API())
+	status := http.StatusCreated
+	if sb.State == sandbox.StateFailed {
+		status = http.StatusInternalServerError
+		out, _ = json.Marshal(sandboxv1.Error{Code: sandboxv1.CodeInternal, Message: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, sb.Reason)})
+	} else {
+		s.metrics.observeCreate(time.Since(start))
+	}
+	if idemKey != "" {
+		_, _ = s.store.PutIdempotency(context.WithoutCancel(r.Context()), store.IdempotencyRecord{
+			Tenant: tenant, Key: idemKey, Fingerprint: fingerprint, Status: status, Body: out, CreatedAt: time.Now().UTC(),
+		})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(out, '\n'))
+}
+
+func fingerprintOf(method, path string, body []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", method, path)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// create records a sandbox, places it, and waits until it runs or fails.
+func (s *Server) create(ctx context.Context, tenant string, req sandboxv1.CreateSandboxRequest) (*sandbox.Sandbox, error) {
+	if req.Template == "" {
+		req.Template = "base"
+	}
+	if req.Runtime == "" {
+		req.Runtime = s.cfg.DefaultRuntime
+	}
+	spec, err := sandbox.ValidateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	tpl, err := s.store.GetTemplate(ctx, spec.Template)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, fmt.Errorf("%w: template %q does not exist; `space template list` shows the templates", errdefs.ErrInvalidArgument, spec.Template)
+	} else if err != nil {
+		return nil, err
+	}
+	if tpl.State != store.TemplateReady {
+		return nil, fmt.Errorf("%w: template %q is %s, not ready", errdefs.ErrFailedPrecondition, spec.Template, tpl.State)
+	}
+	sb := sandbox.New(tenant, spec, time.Now())
+	nodeID, why, err := s.place(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	sb.Node = nodeID
+	if err := s.store.CreateSandbox(ctx, sb); err != nil {
+		return nil, err
+	}
+	s.event(ctx, sb.ID, "scheduled", why)
+	wait := s.rec.Watch(sb.ID)
+	defer wait.Stop()
+	s.rec.Enqueue(sb.ID)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CreateTimeout)
+	defer cancel()
+	for {
+		cur, err := s.store.GetSandboxByID(ctx, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		if cur.State != sandbox.StateCreating {
+			return cur, nil
+		}
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, fmt.Errorf("%w: sandbox %s is still creating after %s; GET it later", errdefs.ErrUnavailable, sb.ID, s.cfg.CreateTimeout)
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// place picks a node for a new sandbox.
+func (s *Server) place(ctx context.Context, sb *sandbox.Sandbox) (string, string, error) {
+	nodes, err := s.store.ListNodes(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	all, err := s.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return "", "", err
+	}
+	plan, err := scheduler.Place(scheduler.Request{
+		Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB,
+	}, scheduler.StateFrom(nodes, all, time.Now()))
+	if err != nil {
+		return "", "", err
+	}
+	return plan.Node, plan.Reason, nil
+}
+
+func (s *Server) event(ctx context.Context, id, typ, msg string) {
+	_, err := s.store.AppendEvent(context.WithoutCancel(ctx), store.Event{SandboxID: id, Time: time.Now().UTC(), Type: typ, Message: msg})
+	if err != nil {
+		s.log.Warn("append event", "sandbox", id, "err", err)
+	}
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	sbs, err := s.store.ListSandboxes(r.Context(), store.SandboxFilter{Tenant: callerOf(r.Context()).Tenant})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := sandboxv1.SandboxList{Sandboxes: []sandboxv1.Sandbox{}}
+	for _, sb := range sbs {
+		if sb.State != sandbox.StateDeleted {
+			out.Sandboxes = append(out.Sandboxes, sb.API())
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb.API())
+}
+
+// handleDelete marks the sandbox deleting and waits until its execution is gone.
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	wait := s.rec.Watch(sb.ID)
+	defer wait.Stop()
+	for {
+		err = sb.Apply(sandbox.OpDelete)
+		if err == nil {
+			err = s.store.UpdateSandbox(r.Context(), sb)
+		}
+		if !errors.Is(err, errdefs.ErrConflict) || errors.As(err, new(*sandbox.IllegalTransitionError)) {
+			break
+		}
+		// Someone else updated the row: re-read and try again.
+		if sb, err = s.sandboxFor(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.event(r.Context(), sb.ID, "state", "delete requested")
+	s.rec.Enqueue(sb.ID)
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	for {
+		_, err := s.store.GetSandboxByID(ctx, sb.ID)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			// The reconciler finishes the deletion; the sandbox is already
+			// unusable and reported as deleting.
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+	}
+}

@@ -1,0 +1,159 @@
+// Package server is SPACE's control plane API: the REST surface of SPEC.md, API
+// key authentication, tenant isolation, and the node registry the reconciler and
+// the data path use. Errors become HTTP statuses here and nowhere else.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// Config wires a control plane.
+type Config struct {
+	// Listen is the TCP address of the REST API.
+	Listen string
+	// JoinToken authenticates nodes registering and heartbeating.
+	JoinToken string
+	// DefaultRuntime is used when a create request names none.
+	DefaultRuntime string
+	// MaxFileBytes bounds one file upload.
+	MaxFileBytes int64
+	// CreateTimeout bounds how long POST /v1/sandboxes waits for running.
+	CreateTimeout time.Duration
+	// Builtins are the template sources the server knows by name ("minimal").
+	Builtins map[string]string
+}
+
+// Server serves the REST API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	nodes   *Nodes
+	rec     *reconcile.Reconciler
+	metrics *metrics
+
+	templateJobs chan templateJob
+}
+
+// New returns a server over st. The reconciler drives what the API records.
+func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, log *slog.Logger) *Server {
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes = 10 << 30
+	}
+	if cfg.CreateTimeout == 0 {
+		cfg.CreateTimeout = 5 * time.Minute
+	}
+	return &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), templateJobs: make(chan templateJob, 64)}
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.instrument(pattern, h)) }
+	authed := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
+	admin := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(s.requireAdmin(h))) }
+
+	route("GET /healthz", s.handleHealth)
+	route("GET /metrics", s.handleMetrics)
+	route("GET /openapi.json", handleOpenAPI)
+	route("POST /internal/v1/nodes/{id}/heartbeat", s.handleHeartbeat)
+
+	authed("POST /v1/sandboxes", s.handleCreate)
+	authed("GET /v1/sandboxes", s.handleList)
+	authed("GET /v1/sandboxes/{id}", s.handleGet)
+	authed("DELETE /v1/sandboxes/{id}", s.handleDelete)
+	authed("POST /v1/sandboxes/{id}/exec", s.handleExec)
+	authed("GET /v1/sandboxes/{id}/exec", s.handleExecStream)
+	authed("GET /v1/sandboxes/{id}/files", s.handleReadFile)
+	authed("PUT /v1/sandboxes/{id}/files", s.handleWriteFile)
+	authed("DELETE /v1/sandboxes/{id}/files", s.handleRemoveFile)
+	authed("GET /v1/sandboxes/{id}/files/list", s.handleListFiles)
+	authed("POST /v1/sandboxes/{id}/files/mkdir", s.handleMkdir)
+	authed("POST /v1/sandboxes/{id}/files/move", s.handleMove)
+	authed("GET /v1/sandboxes/{id}/files/watch", s.handleWatch)
+	for _, op := range []string{"pause", "resume", "hibernate", "restore", "stop", "start", "fork", "rollback"} {
+		authed("POST /v1/sandboxes/{id}/"+op, s.handleNotYet(op))
+	}
+	authed("GET /v1/sandboxes/{id}/snapshots", s.handleNotYet("snapshots"))
+	authed("POST /v1/sandboxes/{id}/snapshots", s.handleNotYet("snapshots"))
+
+	authed("GET /v1/templates", s.handleListTemplates)
+	admin("POST /v1/templates", s.handleBuildTemplate)
+	admin("DELETE /v1/templates/{name}", s.handleDeleteTemplate)
+
+	admin("GET /v1/tenants", s.handleListTenants)
+	admin("POST /v1/tenants", s.handleCreateTenant)
+	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
+	authed("GET /v1/keys", s.handleListKeys)
+	authed("POST /v1/keys", s.handleCreateKey)
+	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)
+
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// Run serves the API on cfg.Listen until ctx is done. ready, when not nil, is
+// called with the bound address once the listener is open.
+func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("server: listen %s: %w", s.cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.store.ListNodes(ctx); err != nil {
+		s.writeError(w, r, fmt.Errorf("%w: database: %v", errUnavailable, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(sandboxv1.OpenAPI)
+}
+
+// handleNotYet answers the lifecycle routes this release does not implement
+// with an explicit error instead of pretending.
+func (s *Server) handleNotYet(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.sandboxFor(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeError(w, r, fmt.Errorf("%w: %s is not implemented in this release", errNotImplemented, op))
+	}
+}

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// templateJobs is the queue of template builds; RunTemplateBuilds drains it.
+type templateJob struct{ name, source string }
+
+// EnsureTemplate records a template and queues its build unless it is already
+// ready or building. The server calls it at start for the built-in templates.
+func (s *Server) EnsureTemplate(ctx context.Context, name, source string) error {
+	t, err := s.store.GetTemplate(ctx, name)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		now := time.Now().UTC()
+		t = store.Template{Name: name, Source: source, State: store.TemplateBuilding, CreatedAt: now, UpdatedAt: now}
+		if err := s.store.CreateTemplate(ctx, t); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case t.State == store.TemplateReady:
+		return nil
+	default:
+		// Building (interrupted by a restart) or failed: build again.
+		t.State, t.Reason, t.Source = store.TemplateBuilding, "", source
+		if err := s.store.UpdateTemplate(ctx, t); err != nil {
+			return err
+		}
+	}
+	select {
+	case s.templateJobs <- templateJob{name, source}:
+		return nil
+	default:
+		return fmt.Errorf("%w: too many template builds queued; retry later", errdefs.ErrResourceExhausted)
+	}
+}
+
+// RunTemplateBuilds builds queued templates one at a time on every live node
+// until ctx is done.
+func (s *Server) RunTemplateBuilds(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case job := <-s.templateJobs:
+			s.buildTemplate(ctx, job)
+		}
+	}
+}
+
+func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
+	start := time.Now()
+	err := s.buildOnNodes(ctx, job)
+	t, gerr := s.store.GetTemplate(ctx, job.name)
+	if gerr != nil {
+		s.log.Warn("template vanished during its build", "name", job.name, "err", gerr)
+		return
+	}
+	if err != nil {
+		t.State, t.Reason = store.TemplateFailed, err.Error()
+		s.log.Error("template build failed", "name", job.name, "source", job.source, "err", err)
+	} else {
+		t.State, t.Reason = store.TemplateReady, ""
+		s.log.Info("template ready", "name", job.name, "took", time.Since(start).Round(time.Millisecond))
+	}
+	if err := s.store.UpdateTemplate(context.WithoutCancel(ctx), t); err != nil {
+		s.log.Warn("record template state", "name", job.name, "err", err)
+	}
+}
+
+func (s *Server) buildOnNodes(ctx context.Context, job templateJob) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		nodes, err := s.store.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		var built int
+		var errs []error
+		for _, n := range nodes {
+			if n.State != store.NodeReady || time.Since(n.LastHeartbeat) > 15*time.Second {
+				continue
+			}
+			c, err := s.nodes.client(n.ID)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.log.Info("building template", "name", job.name, "source", job.source, "node", n.ID)
+			if err := c.EnsureTemplate(ctx, job.name, job.source); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
+				continue
+			}
+			built++
+		}
+		if built > 0 {
+			return nil
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		// No node has registered yet (the server just started): wait.
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no live node to build on")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.ListTemplates(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := sandboxv1.TemplateList{Templates: []sandboxv1.Template{}}
+	for _, t := range ts {
+		out.Templates = append(out.Templates, sandboxv1.Template{
+			Name: t.Name, Source: t.Source, State: string(t.State), Reason: t.Reason,
+			SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
+	var req sandboxv1.BuildTemplateRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := sandbox.ValidateTemplateName(req.Name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	source, err := s.normaliseSource(req.From)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if t, err := s.store.GetTemplate(r.Context(), req.Name); err == nil && t.State == store.TemplateBuilding {
+		s.writeError(w, r, fmt.Errorf("%w: template %s is already building", errdefs.ErrConflict, req.Name))
+		return
+	} else if err == nil && t.State == store.TemplateReady {
+		s.writeError(w, r, fmt.Errorf("%w: template %s exists; delete it first", errdefs.ErrConflict, req.Name))
+		return
+	}
+	if err := s.EnsureTemplate(r.Context(), req.Name, source); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.store.GetTemplate(r.Context(), req.Name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, sandboxv1.Template{Name: t.Name, Source: t.Source, State: string(t.State), CreatedAt: t.CreatedAt})
+}
+
+// normaliseSource checks a template source: dir:/abs, tar:/abs, a bare
+// absolute path (a directory), debootstrap:SUITE[+pkgs], or a built-in name.
+func (s *Server) normaliseSource(from string) (string, error) {
+	if b, ok := s.cfg.Builtins[from]; ok {
+		return b, nil
+	}
+	kind, rest, ok := strings.Cut(from, ":")
+	if !ok && strings.HasPrefix(from, "/") {
+		kind, rest = "dir", from
+	}
+	switch kind {
+	case "dir", "tar":
+		if !strings.HasPrefix(rest, "/") || strings.Contains(rest, "\x00") {
+			return "", fmt.Errorf("%w: template source %q: want an absolute path on the server's machine", errdefs.ErrInvalidArgument, from)
+		}
+		return kind + ":" + rest, nil
+	case "debootstrap":
+		if rest == "" || strings.ContainsAny(rest, " /\x00") {
+			return "", fmt.Errorf("%w: template source %q: want debootstrap:SUITE[+pkg,…]", errdefs.ErrInvalidArgument, from)
+		}
+		return from, nil
+	}
+	return "", fmt.Errorf("%w: template source %q: want dir:PATH, tar:PATH, debootstrap:SUITE[+pkg,…] or a built-in (minimal, base)", errdefs.ErrInvalidArgument, from)
+}
+
+func (s *Server) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := sandbox.ValidateTemplateName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.store.DeleteTemplate(r.Context(), name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	nodes, err := s.store.ListNodes(r.Context())
+	if err == nil {
+		for _, n := range nodes {
+			if c, err := s.nodes.client(n.ID); err == nil {
+				if err := c.DeleteTemplate(r.Context(), name); err != nil {
+					s.log.Warn("delete template on node", "name", name, "node", n.ID, "err", err)
+				}
+			}
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,146 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+func scanIdempotency(sc interface{ Scan(...any) error }) (store.IdempotencyRecord, error) {
+	var rec store.IdempotencyRecord
+	var body string
+	var created int64
+	if err := sc.Scan(&rec.Tenant, &rec.Key, &rec.Fingerprint, &rec.Status, &body, &created); err != nil {
+		return store.IdempotencyRecord{}, err
+	}
+	b, err := base64.StdEncoding.DecodeString(body)
+	if err != nil {
+		return store.IdempotencyRecord{}, fmt.Errorf("decode body: %w", err)
+	}
+	rec.Body, rec.CreatedAt = b, fromTS(created)
+	return rec, nil
+}
+
+const idempotencyColumns = `tenant_id, idem_key, fingerprint, status, body, created_at`
+
+// PutIdempotency implements store.Idempotency.
+func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) (store.IdempotencyRecord, error) {
+	if rec.Tenant == "" || rec.Key == "" {
+		return store.IdempotencyRecord{}, fmt.Errorf("idempotency record: empty tenant or key: %w", errdefs.ErrInvalidArgument)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now()
+	}
+	out := rec
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		prev, err := scanIdempotency(tx.QueryRowContext(ctx,
+			`SELECT `+idempotencyColumns+` FROM idempotency WHERE tenant_id = ? AND idem_key = ?`, rec.Tenant, rec.Key))
+		switch {
+		case err == nil && prev.Fingerprint == rec.Fingerprint:
+			out = prev
+			return nil
+		case err == nil:
+			return fmt.Errorf("idempotency key %q was used for a different request: %w", rec.Key, errdefs.ErrConflict)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("idempotency key %q: %w", rec.Key, err)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO idempotency (`+idempotencyColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+			rec.Tenant, rec.Key, rec.Fingerprint, rec.Status, base64.StdEncoding.EncodeToString(rec.Body), ts(rec.CreatedAt))
+		if isConstraint(err) {
+			return fmt.Errorf("idempotency key %q: tenant %s: %w", rec.Key, rec.Tenant, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("idempotency key %q: store: %w", rec.Key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.IdempotencyRecord{}, err
+	}
+	return out, nil
+}
+
+// GetIdempotency implements store.Idempotency.
+func (s *Store) GetIdempotency(ctx context.Context, tenant, key string) (store.IdempotencyRecord, error) {
+	rec, err := scanIdempotency(s.r.QueryRowContext(ctx,
+		`SELECT `+idempotencyColumns+` FROM idempotency WHERE tenant_id = ? AND idem_key = ?`, tenant, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.IdempotencyRecord{}, fmt.Errorf("idempotency key %q: %w", key, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return store.IdempotencyRecord{}, fmt.Errorf("idempotency key %q: get: %w", key, err)
+	}
+	return rec, nil
+}
+
+// DeleteIdempotencyBefore implements store.Idempotency.
+func (s *Store) DeleteIdempotencyBefore(ctx context.Context, t time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < ?`, ts(t))
+		if err != nil {
+			return fmt.Errorf("expire idempotency records: %w", err)
+		}
+		n, err = affected(res)
+		return err
+	})
+	return int(n), err
+}
+
+// AppendEvent implements store.Events. The sequence number is computed in the
+// writing transaction (portable; no AUTOINCREMENT).
+func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, error) {
+	if e.SandboxID == "" || e.Type == "" {
+		return store.Event{}, fmt.Errorf("append event: empty sandbox id or type: %w", errdefs.ErrInvalidArgument)
+	}
+	if e.Time.IsZero() {
+		e.Time = now()
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var last sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT MAX(seq) FROM sandbox_events WHERE sandbox_id = ?`, e.SandboxID).Scan(&last); err != nil {
+			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
+		}
+		e.Seq = last.Int64 + 1
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message) VALUES (?, ?, ?, ?, ?)`,
+			e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Event{}, err
+	}
+	return e, nil
+}
+
+// ListEvents implements store.Events.
+func (s *Store) ListEvents(ctx context.Context, sandboxID string) ([]store.Event, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, sandbox_id, at, type, message FROM sandbox_events
+		WHERE sandbox_id = ? ORDER BY seq`, sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
+	}
+	defer rows.Close()
+	out := []store.Event{}
+	for rows.Next() {
+		var e store.Event
+		var at int64
+		if err := rows.Scan(&e.Seq, &e.SandboxID, &at, &e.Type, &e.Message); err != nil {
+			return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
+		}
+		e.Time = fromTS(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,225 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+const sandboxColumns = `id, tenant_id, name, template, runtime, cpus, memory_mib, disk_mib, env, metadata,
+	created_at, expires_at, desired_state, state, reason, generation, node_id, exec_id, activation_id,
+	version, updated_at`
+
+// sandboxRow is a sandbox in column form.
+type sandboxRow struct {
+	env, metadata string
+	created       int64
+	expires       sql.NullInt64
+	generation    int64
+	updated       int64
+}
+
+func encodeMap(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+func decodeMap(s string) (map[string]string, error) {
+	var m map[string]string
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	var r sandboxRow
+	err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &sb.Template, &sb.Runtime, &sb.CPUs, &sb.MemoryMiB, &sb.DiskMiB,
+		&r.env, &r.metadata, &r.created, &r.expires, &sb.Desired, &sb.State, &sb.Reason, &r.generation,
+		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.Version, &r.updated)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Env, err = decodeMap(r.env); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode env: %w", sb.ID, err)
+	}
+	if sb.Metadata, err = decodeMap(r.metadata); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode metadata: %w", sb.ID, err)
+	}
+	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromTS(r.created), fromNullTS(r.expires), fromTS(r.updated)
+	sb.Generation = uint64(r.generation)
+	return &sb, nil
+}
+
+// CreateSandbox implements store.Sandboxes.
+func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	if sb.ID == "" || sb.Tenant == "" {
+		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
+	}
+	env, err := encodeMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
+	}
+	md, err := encodeMap(sb.Metadata)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+	}
+	at := now()
+	created := sb.CreatedAt
+	if created.IsZero() {
+		created = at
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = ?`, sb.Tenant)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: create: %w", sb.ID, err)
+		}
+		if !ok {
+			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md,
+			ts(created), nullTS(sb.ExpiresAt), string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation),
+			sb.Node, sb.ExecID, sb.ActivationID, 1, ts(at))
+		if isConstraint(err) {
+			return fmt.Errorf("sandbox %s: already exists: %w", sb.ID, errdefs.ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox %s: create: %w", sb.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sb.CreatedAt, sb.Version, sb.UpdatedAt = created, 1, at
+	return nil
+}
+
+// GetSandbox implements store.Sandboxes.
+func (s *Store) GetSandbox(ctx context.Context, tenant, id string) (*sandbox.Sandbox, error) {
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ? AND tenant_id = ?`, id, tenant))
+	return sb, sandboxErr(id, "get", err)
+}
+
+// GetSandboxByID implements store.Sandboxes.
+func (s *Store) GetSandboxByID(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
+	return sb, sandboxErr(id, "get", err)
+}
+
+func sandboxErr(id, op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	default:
+		return fmt.Errorf("sandbox %s: %s: %w", id, op, err)
+	}
+}
+
+// ListSandboxes implements store.Sandboxes.
+func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sandbox.Sandbox, error) {
+	var where []string
+	var args []any
+	if f.Tenant != "" {
+		where, args = append(where, "tenant_id = ?"), append(args, f.Tenant)
+	}
+	if f.Node != "" {
+		where, args = append(where, "node_id = ?"), append(args, f.Node)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := []*sandbox.Sandbox{}
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateSandbox implements store.Sandboxes.
+func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	env, err := encodeMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
+	}
+	md, err := encodeMap(sb.Metadata)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+	}
+	at := now()
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, template = ?, runtime = ?, cpus = ?,
+			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, expires_at = ?, desired_state = ?, state = ?,
+			reason = ?, generation = ?, node_id = ?, exec_id = ?, activation_id = ?, version = version + 1,
+			updated_at = ? WHERE id = ? AND version = ?`,
+			sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md, nullTS(sb.ExpiresAt),
+			string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation), sb.Node, sb.ExecID,
+			sb.ActivationID, ts(at), sb.ID, sb.Version)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
+		}
+		n, err := affected(res)
+		if err != nil || n == 1 {
+			return err
+		}
+		var stored int64
+		err = tx.QueryRowContext(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
+		if err != nil {
+			return sandboxErr(sb.ID, "update", err)
+		}
+		return fmt.Errorf("sandbox %s: changed concurrently (version %d, stored %d); re-read and retry: %w",
+			sb.ID, sb.Version, stored, errdefs.ErrConflict)
+	})
+	if err != nil {
+		return err
+	}
+	sb.Version++
+	sb.UpdatedAt = at
+	return nil
+}
+
+// DeleteSandbox implements store.Sandboxes.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: delete: %w", id, err)
+		}
+		if n, err := affected(res); err != nil || n == 0 {
+			return errors.Join(err, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound))
+		}
+		return nil
+	})
+}

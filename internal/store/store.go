@@ -1,0 +1,248 @@
+// Package store defines the contract of SPACE's durable state: tenants, API
+// keys, sandboxes (desired and observed state), templates, nodes, idempotency
+// records and sandbox events. The control plane is stateless; everything it
+// must remember across a crash goes through a Store.
+//
+// Implementations live in subpackages (sqlite/ now, postgres/ later) and share
+// one schema (migrations/) and one conformance suite (storetest/). Errors are
+// classed with internal/errdefs: a missing row is ErrNotFound, a duplicate or a
+// stale Version is ErrConflict.
+//
+// The contract is split by concern into small interfaces so that a consumer can
+// name only what it uses (the node registry needs Nodes, not Tenants); Store
+// is all of them together, which is what a backend provides.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/spacesandbox/space/internal/sandbox"
+)
+
+// Store is the whole contract a backend implements.
+type Store interface {
+	Tenants
+	APIKeys
+	Sandboxes
+	Templates
+	Nodes
+	Idempotency
+	Events
+	// Close releases the backend's connections.
+	Close() error
+}
+
+// Tenant is one customer; every sandbox and key belongs to one.
+type Tenant struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// Tenants stores tenants.
+type Tenants interface {
+	// CreateTenant stores a new tenant. A duplicate id is ErrConflict.
+	CreateTenant(ctx context.Context, t Tenant) error
+	// GetTenant returns one tenant or ErrNotFound.
+	GetTenant(ctx context.Context, id string) (Tenant, error)
+	// ListTenants returns every tenant, oldest first.
+	ListTenants(ctx context.Context) ([]Tenant, error)
+	// DeleteTenant deletes a tenant and its API keys. It is ErrConflict while
+	// the tenant still has sandboxes and ErrNotFound when it does not exist.
+	DeleteTenant(ctx context.Context, id string) error
+}
+
+// APIKey is the stored form of an API key: never the secret, only its hash
+// (see internal/apikey).
+type APIKey struct {
+	ID     string
+	Tenant string
+	// Hash is apikey.Key.Hash() of the key.
+	Hash  string
+	Admin bool
+	// CreatedAt is when the key was minted.
+	CreatedAt time.Time
+	// RevokedAt is when the key was revoked; zero while it is valid.
+	RevokedAt time.Time
+}
+
+// Revoked reports whether the key has been revoked.
+func (k APIKey) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+// APIKeys stores API keys.
+type APIKeys interface {
+	// CreateAPIKey stores a key. An unknown tenant is ErrNotFound, a duplicate
+	// id ErrConflict.
+	CreateAPIKey(ctx context.Context, k APIKey) error
+	// GetAPIKey returns a key by id, revoked or not, or ErrNotFound. The caller
+	// refuses a revoked key (APIKey.Revoked).
+	GetAPIKey(ctx context.Context, id string) (APIKey, error)
+	// ListAPIKeys returns the tenant's keys, oldest first.
+	ListAPIKeys(ctx context.Context, tenant string) ([]APIKey, error)
+	// RevokeAPIKey marks a key revoked at the given time; the next GetAPIKey
+	// reports it. Revoking a revoked key keeps the first time and succeeds.
+	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
+}
+
+// SandboxFilter selects sandboxes in ListSandboxes. Empty fields match all.
+type SandboxFilter struct {
+	Tenant string
+	Node   string
+}
+
+// Sandboxes stores sandbox records with optimistic concurrency: every write
+// checks and increments sandbox.Sandbox.Version.
+type Sandboxes interface {
+	// CreateSandbox stores a new sandbox and sets sb.Version to 1 and
+	// sb.UpdatedAt. An unknown tenant is ErrNotFound, a duplicate id
+	// ErrConflict.
+	CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
+	// GetSandbox returns the tenant's sandbox. A sandbox of another tenant is
+	// ErrNotFound, exactly like a missing one, so existence never leaks.
+	GetSandbox(ctx context.Context, tenant, id string) (*sandbox.Sandbox, error)
+	// GetSandboxByID returns a sandbox whatever its tenant, for the control
+	// plane's own use (reconciler, node reports), never for a client request.
+	GetSandboxByID(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	// ListSandboxes returns the sandboxes matching f, oldest first.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*sandbox.Sandbox, error)
+	// UpdateSandbox writes sb if the stored Version equals sb.Version, then
+	// increments sb.Version and sets sb.UpdatedAt. A different stored Version
+	// is ErrConflict (re-read and retry); a missing row is ErrNotFound. ID,
+	// Tenant and CreatedAt never change.
+	UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error
+	// DeleteSandbox removes the row once the sandbox is gone everywhere. A
+	// missing row is ErrNotFound.
+	DeleteSandbox(ctx context.Context, id string) error
+}
+
+// TemplateState is where a template build is.
+type TemplateState string
+
+// Template build states.
+const (
+	TemplateBuilding TemplateState = "building"
+	TemplateReady    TemplateState = "ready"
+	TemplateFailed   TemplateState = "failed"
+)
+
+// Template is a named root filesystem sandboxes are created from.
+type Template struct {
+	Name string
+	// Source is what the template was built from ("dir:/p", "debootstrap:bookworm").
+	Source    string
+	State     TemplateState
+	Reason    string
+	SizeBytes int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Templates stores template records (the files live on nodes).
+type Templates interface {
+	// CreateTemplate stores a new template; an existing name is ErrConflict.
+	CreateTemplate(ctx context.Context, t Template) error
+	// GetTemplate returns a template or ErrNotFound.
+	GetTemplate(ctx context.Context, name string) (Template, error)
+	// ListTemplates returns every template by name.
+	ListTemplates(ctx context.Context) ([]Template, error)
+	// UpdateTemplate overwrites source, state, reason and size of an existing
+	// template and sets UpdatedAt; a missing one is ErrNotFound.
+	UpdateTemplate(ctx context.Context, t Template) error
+	// DeleteTemplate deletes a template. It is ErrConflict while a sandbox
+	// still uses it and ErrNotFound when it does not exist.
+	DeleteTemplate(ctx context.Context, name string) error
+}
+
+// NodeState is whether a node takes new sandboxes.
+type NodeState string
+
+// Node states.
+const (
+	NodeReady    NodeState = "ready"
+	NodeDraining NodeState = "draining"
+	NodeDown     NodeState = "down"
+)
+
+// Resources is an amount of compute a node offers or a sandbox uses.
+type Resources struct {
+	CPUs      int
+	MemoryMiB int
+	DiskMiB   int
+}
+
+// Node is one machine running SPACE's node services.
+type Node struct {
+	ID string
+	// Address is where the control plane reaches the node's API.
+	Address  string
+	Capacity Resources
+	// Runtimes lists the runtime drivers the node offers ("ns", "vm").
+	Runtimes      []string
+	State         NodeState
+	RegisteredAt  time.Time
+	LastHeartbeat time.Time
+}
+
+// Nodes stores the node registry.
+type Nodes interface {
+	// PutNode registers a node or replaces its record (address, capacity,
+	// runtimes, state, heartbeat); RegisteredAt is kept from the first put.
+	PutNode(ctx context.Context, n Node) error
+	// GetNode returns a node or ErrNotFound.
+	GetNode(ctx context.Context, id string) (Node, error)
+	// ListNodes returns every node by id.
+	ListNodes(ctx context.Context) ([]Node, error)
+	// Heartbeat records that the node was alive at the given time; an unknown
+	// node is ErrNotFound (it must register first).
+	Heartbeat(ctx context.Context, id string, at time.Time) error
+	// DeleteNode removes a node; a missing one is ErrNotFound.
+	DeleteNode(ctx context.Context, id string) error
+}
+
+// IdempotencyRecord is the remembered outcome of a POST carrying an
+// Idempotency-Key.
+type IdempotencyRecord struct {
+	Tenant string
+	Key    string
+	// Fingerprint identifies the request (the server hashes method, path and
+	// body); a replay with another fingerprint is a client error.
+	Fingerprint string
+	Status      int
+	Body        []byte
+	CreatedAt   time.Time
+}
+
+// Idempotency stores idempotency records.
+type Idempotency interface {
+	// PutIdempotency stores rec unless a record for (Tenant, Key) exists. If
+	// one exists with the same Fingerprint it is returned and the caller
+	// replays it; with another Fingerprint the result is ErrConflict. On
+	// success the stored record (rec itself) is returned.
+	PutIdempotency(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, error)
+	// GetIdempotency returns the record for (tenant, key) or ErrNotFound.
+	GetIdempotency(ctx context.Context, tenant, key string) (IdempotencyRecord, error)
+	// DeleteIdempotencyBefore removes records created before t and returns how
+	// many it removed.
+	DeleteIdempotencyBefore(ctx context.Context, t time.Time) (int, error)
+}
+
+// Event is one entry in a sandbox's append-only history.
+type Event struct {
+	// Seq orders a sandbox's events; the store assigns it (1, 2, …).
+	Seq       int64
+	SandboxID string
+	Time      time.Time
+	// Type is a short machine word ("state", "scheduled", "failed").
+	Type    string
+	Message string
+}
+
+// Events stores sandbox events. Events outlive their sandbox's row.
+type Events interface {
+	// AppendEvent adds an event to its sandbox's history and returns it with
+	// Seq assigned.
+	AppendEvent(ctx context.Context, e Event) (Event, error)
+	// ListEvents returns a sandbox's events in order; none is an empty list.
+	ListEvents(ctx context.Context, sandboxID string) ([]Event, error)
+}

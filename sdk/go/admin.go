@@ -1,0 +1,147 @@
+package space
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+)
+
+// Template states as the API reports them.
+const (
+	TemplateBuilding = "building"
+	TemplateReady    = "ready"
+	TemplateFailed   = "failed"
+)
+
+// ListTemplates lists the templates.
+func (c *Client) ListTemplates(ctx context.Context) ([]sandboxv1.Template, error) {
+	var list sandboxv1.TemplateList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/templates"}, nil, &list, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	return list.Templates, nil
+}
+
+// BuildTemplate starts building a template; WaitForTemplate follows the build.
+func (c *Client) BuildTemplate(ctx context.Context, req sandboxv1.BuildTemplateRequest, opts ...CallOption) (*sandboxv1.Template, error) {
+	var t sandboxv1.Template
+	if err := c.call(ctx, request{method: http.MethodPost, path: "/v1/templates", opts: opts}, req, &t, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("build template %s from %s: %w", req.Name, req.From, err)
+	}
+	return &t, nil
+}
+
+// DeleteTemplate deletes a template.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	seg, err := pathSegment("template name", name)
+	if err != nil {
+		return fmt.Errorf("delete template: %w", err)
+	}
+	if err := c.call(ctx, request{method: http.MethodDelete, path: "/v1/templates/" + seg}, nil, nil, 0); err != nil {
+		return fmt.Errorf("delete template %s: %w", name, err)
+	}
+	return nil
+}
+
+// WaitForTemplate polls the template list until the named template is ready and
+// returns it; it fails when the build fails, the template disappears, or ctx ends.
+// progress, when not nil, is called with every polled state.
+func (c *Client) WaitForTemplate(ctx context.Context, name string, progress func(sandboxv1.Template)) (*sandboxv1.Template, error) {
+	var p poller
+	for {
+		list, err := c.ListTemplates(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("wait for template %s: %w", name, err)
+		}
+		t, ok := findTemplate(list, name)
+		if !ok {
+			return nil, fmt.Errorf("wait for template %s: the server no longer lists it", name)
+		}
+		if progress != nil {
+			progress(t)
+		}
+		switch t.State {
+		case TemplateReady:
+			return &t, nil
+		case TemplateFailed:
+			return &t, fmt.Errorf("template %s failed to build: %s", name, cleanText(t.Reason, 1024))
+		}
+		if err := p.wait(ctx); err != nil {
+			return &t, fmt.Errorf("wait for template %s (now %s): %w", name, t.State, err)
+		}
+	}
+}
+
+// findTemplate returns the template called name in list.
+func findTemplate(list []sandboxv1.Template, name string) (sandboxv1.Template, bool) {
+	for _, t := range list {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return sandboxv1.Template{}, false
+}
+
+// ListTenants lists the tenants (admin key).
+func (c *Client) ListTenants(ctx context.Context) ([]sandboxv1.Tenant, error) {
+	var list sandboxv1.TenantList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/tenants"}, nil, &list, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return list.Tenants, nil
+}
+
+// CreateTenant creates a tenant and its first API key, which the answer carries
+// and the server never shows again (admin key).
+func (c *Client) CreateTenant(ctx context.Context, name string, opts ...CallOption) (*sandboxv1.CreateTenantResponse, error) {
+	var out sandboxv1.CreateTenantResponse
+	r := request{method: http.MethodPost, path: "/v1/tenants", opts: opts}
+	if err := c.call(ctx, r, sandboxv1.CreateTenantRequest{Name: name}, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", name, err)
+	}
+	return &out, nil
+}
+
+// DeleteTenant deletes a tenant (admin key).
+func (c *Client) DeleteTenant(ctx context.Context, id string) error {
+	seg, err := pathSegment("tenant id", id)
+	if err != nil {
+		return fmt.Errorf("delete tenant: %w", err)
+	}
+	if err := c.call(ctx, request{method: http.MethodDelete, path: "/v1/tenants/" + seg}, nil, nil, 0); err != nil {
+		return fmt.Errorf("delete tenant %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListKeys lists API keys, without their secrets.
+func (c *Client) ListKeys(ctx context.Context) ([]sandboxv1.APIKey, error) {
+	var list sandboxv1.APIKeyList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/keys"}, nil, &list, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	return list.Keys, nil
+}
+
+// CreateKey creates an API key; the answer carries its secret, shown only once.
+func (c *Client) CreateKey(ctx context.Context, req sandboxv1.CreateKeyRequest, opts ...CallOption) (*sandboxv1.CreateKeyResponse, error) {
+	var out sandboxv1.CreateKeyResponse
+	if err := c.call(ctx, request{method: http.MethodPost, path: "/v1/keys", opts: opts}, req, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("create key: %w", err)
+	}
+	return &out, nil
+}
+
+// RevokeKey revokes an API key; it is refused from then on.
+func (c *Client) RevokeKey(ctx context.Context, id string) error {
+	seg, err := pathSegment("key id", id)
+	if err != nil {
+		return fmt.Errorf("revoke key: %w", err)
+	}
+	if err := c.call(ctx, request{method: http.MethodDelete, path: "/v1/keys/" + seg}, nil, nil, 0); err != nil {
+		return fmt.Errorf("revoke key %s: %w", id, err)
+	}
+	return nil
+}
