@@ -69,7 +69,7 @@ func build(dir string) error {
 
 // instance is one running `space server --dev`.
 type instance struct {
-	t       *testing.T
+	t       testing.TB
 	dataDir string
 	url     string
 	key     string
@@ -80,13 +80,18 @@ type instance struct {
 }
 
 // startServer starts `space server --dev` on dataDir and waits until it is ready.
-func startServer(t *testing.T, dataDir string) *instance {
+func startServer(t testing.TB, dataDir string) *instance {
 	t.Helper()
 	if bin.err != nil {
 		t.Fatalf("build: %v", bin.err)
 	}
 	in := &instance{t: t, dataDir: dataDir, exited: make(chan struct{})}
-	cmd := exec.Command(bin.space, "server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--no-base-template")
+	args := []string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir}
+	if os.Getenv("SPACE_BENCH_TEMPLATE") != "base" {
+		// The Debian template takes minutes to build; tests use minimal.
+		args = append(args, "--no-base-template")
+	}
+	cmd := exec.Command(bin.space, args...)
 	cmd.Env = append(os.Environ(), "SPACE_DATA_DIR="+dataDir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -170,7 +175,7 @@ func (in *instance) kill() {
 
 func (in *instance) waitTemplate(name string) {
 	in.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(20 * time.Minute)
 	for time.Now().Before(deadline) {
 		var list struct {
 			Templates []struct{ Name, State, Reason string } `json:"templates"`

@@ -25,7 +25,7 @@ func resolvePath(p, home string) (string, error) {
 	if len(p) > maxPathBytes {
 		return "", fmt.Errorf("path longer than %d bytes: %w", maxPathBytes, errBadPath)
 	}
-	if home == "" || home[0] != '/' {
+	if home == "" || home[0] != '/' || strings.IndexByte(home, 0) >= 0 {
 		home = "/"
 	}
 	switch {

@@ -84,6 +84,7 @@ func (s *Server) Handler() http.Handler {
 	for _, op := range []string{"pause", "resume", "hibernate", "restore", "stop", "start", "fork", "rollback"} {
 		authed("POST /v1/sandboxes/{id}/"+op, s.handleNotYet(op))
 	}
+	authed("POST /v1/sandboxes/{id}/ports", s.handleNotYet("port expose (the gateway)"))
 	authed("GET /v1/sandboxes/{id}/snapshots", s.handleNotYet("snapshots"))
 	authed("POST /v1/sandboxes/{id}/snapshots", s.handleNotYet("snapshots"))
 

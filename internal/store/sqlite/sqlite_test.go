@@ -200,7 +200,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range perStore {
-				sb := sandbox.New(tn.ID, sandbox.Spec{Template: "minimal"}, timeNow())
+				sb := sandbox.New(tn.ID, sandbox.Spec{Template: "minimal"}, now())
 				if err := s.CreateSandbox(ctx, sb); err != nil {
 					errs <- err
 				}
@@ -217,8 +217,6 @@ func TestTwoStoresOneFile(t *testing.T) {
 		t.Fatalf("ListSandboxes = %d, %v; want %d", len(list), err, 2*perStore)
 	}
 }
-
-var timeNow = now
 
 func TestCanceledContext(t *testing.T) {
 	s := openTemp(t)

@@ -1,0 +1,119 @@
+package guest_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	"golang.org/x/sys/unix"
+
+	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	"github.com/spacesandbox/space/internal/guest"
+)
+
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("socketpair: %v", err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("FileConn: %v", err)
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1]
+}
+
+// TestSilentGuestHonoursDeadline: a guest that reads everything and never
+// answers must not hang a caller with a deadline.
+func TestSilentGuestHonoursDeadline(t *testing.T) {
+	peer, conn := socketPair(t)
+	defer peer.Close()
+	go io.Copy(io.Discard, peer)
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+	if code := connect.CodeOf(err); code != connect.CodeDeadlineExceeded {
+		t.Fatalf("Ready against a silent guest: %v (code %v), want deadline exceeded", err, code)
+	}
+	if err := c.Wait(ctx); err == nil {
+		t.Fatalf("Wait against a silent guest with an expired ctx succeeded")
+	}
+}
+
+// TestDoneWhenPeerCloses: Done closes when the guest end of the stream goes away.
+func TestDoneWhenPeerCloses(t *testing.T) {
+	peer, conn := socketPair(t)
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	select {
+	case <-c.Done():
+		t.Fatal("Done closed while the stream is up")
+	default:
+	}
+	peer.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done not closed 30s after the peer closed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{})); err == nil {
+		t.Fatal("Ready succeeded on a dead stream")
+	}
+}
+
+// TestOversizedAnswerRefused: a hostile guest answering with a message over
+// MaxMessageBytes gets an error, not host memory.
+func TestOversizedAnswerRefused(t *testing.T) {
+	server, conn := socketPair(t)
+	srv := &http2.Server{}
+	go srv.ServeConn(server, &http2.ServeConnOpts{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+		// A ReadyResponse whose version field claims and carries 32 MiB.
+		hdr := []byte{0x0a}
+		hdr = binary.AppendUvarint(hdr, 32<<20)
+		w.Write(hdr)
+		chunk := make([]byte, 1<<20)
+		for i := 0; i < 32; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})})
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+	if code := connect.CodeOf(err); code != connect.CodeResourceExhausted {
+		t.Fatalf("Ready with a 32 MiB answer: %v (code %v), want resource exhausted", err, code)
+	}
+}

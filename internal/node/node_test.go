@@ -1,0 +1,93 @@
+package node
+
+import (
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+)
+
+func TestParseStatStartTime(t *testing.T) {
+	line := "1234 (a (weird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615"
+	got, err := parseStatStartTime([]byte(line))
+	if err != nil || got != 98765 {
+		t.Fatalf("start time = %d, %v; want 98765", got, err)
+	}
+	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2"} {
+		if _, err := parseStatStartTime([]byte(bad)); err == nil {
+			t.Errorf("parse %q: no error", bad)
+		}
+	}
+	own, err := processStartTime(os.Getpid())
+	if err != nil || own == 0 {
+		t.Errorf("own start time = %d, %v", own, err)
+	}
+}
+
+func FuzzParseStatStartTime(f *testing.F) {
+	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 1 1"))
+	f.Add([]byte("2 ()) S"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = parseStatStartTime(b) // must not panic
+	})
+}
+
+func TestRecordsRoundTrip(t *testing.T) {
+	r := records{dir: t.TempDir()}
+	rec := &Record{StartExecution: nodev1.StartExecution{ExecID: "sb1-g1-x", SandboxID: "sb1", Generation: 1}, BridgePid: 7, StartedAt: time.Now().UTC()}
+	os.MkdirAll(r.execDir(rec.ExecID), 0o700)
+	if err := r.save(rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.load("sb1-g1-x")
+	if err != nil || got.SandboxID != "sb1" || got.BridgePid != 7 {
+		t.Fatalf("load = %+v, %v", got, err)
+	}
+	// A record whose content names another execution is refused.
+	os.MkdirAll(r.execDir("other"), 0o700)
+	os.WriteFile(r.execDir("other")+"/record.json", []byte(`{"exec_id":"sb1-g1-x"}`), 0o600)
+	if _, err := r.load("other"); err == nil {
+		t.Error("mismatched record loaded")
+	}
+	all, errs := r.all()
+	if len(all) != 1 || len(errs) != 1 {
+		t.Errorf("all = %d records, %d errors; want 1 and 1", len(all), len(errs))
+	}
+	if err := r.remove("sb1-g1-x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKeyedMutexSerialisesPerKey(t *testing.T) {
+	var k keyedMutex
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unlock := k.lock("a")
+			if inside.Add(1) != 1 {
+				t.Error("two holders of one key")
+			}
+			time.Sleep(time.Microsecond)
+			inside.Add(-1)
+			unlock()
+		}()
+	}
+	wg.Wait()
+	if len(k.locks) != 0 {
+		t.Errorf("%d lock entries left", len(k.locks))
+	}
+}
+
+func TestPidsFor(t *testing.T) {
+	for _, tc := range []struct{ mem, want int }{{64, 256}, {512, 1024}, {1 << 20, 16384}} {
+		if got := pidsFor(tc.mem); got != tc.want {
+			t.Errorf("pidsFor(%d) = %d, want %d", tc.mem, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package privop
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// memStorage is an in-memory Storage for the node-manager's unit tests.
+type memStorage struct {
+	mu        sync.Mutex
+	dir       string
+	templates map[string]bool
+	clones    map[string]bool
+}
+
+func (m *memStorage) Name() string { return "mem" }
+func (m *memStorage) CreateTemplate(_ context.Context, name string) (string, error) {
+	p := filepath.Join(m.dir, "t-"+name)
+	return p, os.MkdirAll(p, 0o755)
+}
+func (m *memStorage) SealTemplate(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.templates[name] = true
+	return nil
+}
+func (m *memStorage) DeleteTemplate(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.templates, name)
+	return nil
+}
+func (m *memStorage) Templates(context.Context) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for n := range m.templates {
+		out = append(out, n)
+	}
+	return out, nil
+}
+func (m *memStorage) Clone(_ context.Context, _, id string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clones[id] = true
+	return filepath.Join(m.dir, "c-"+id), nil
+}
+func (m *memStorage) Delete(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.clones, id)
+	return nil
+}
+
+// pipeDriver "starts" an execution by handing out one end of a socketpair and
+// keeping the other, so the test can check the descriptor crossed the socket.
+type pipeDriver struct {
+	mu    sync.Mutex
+	peers map[string]*os.File
+}
+
+func (d *pipeDriver) Name() string              { return "ns" }
+func (d *pipeDriver) Features() driver.Features { return driver.Features{} }
+func (d *pipeDriver) Start(_ context.Context, s driver.Spec) (*driver.Instance, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.peers[s.ExecID] = os.NewFile(uintptr(fds[1]), "peer")
+	d.mu.Unlock()
+	return &driver.Instance{ExecID: s.ExecID, Pid: os.Getpid(), Channel: os.NewFile(uintptr(fds[0]), "host")}, nil
+}
+func (d *pipeDriver) Kill(context.Context, string) error { return nil }
+func (d *pipeDriver) Cleanup(_ context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f := d.peers[id]; f != nil {
+		f.Close()
+		delete(d.peers, id)
+	}
+	return nil
+}
+func (d *pipeDriver) Stats(context.Context, string) (driver.Stats, error) {
+	return driver.Stats{Pids: 1}, nil
+}
+func (d *pipeDriver) Alive(_ context.Context, id string) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.peers[id] != nil, nil
+}
+
+func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
+	t.Helper()
+	dir := t.TempDir()
+	guest := filepath.Join(dir, "space-guest")
+	os.WriteFile(guest, []byte("#!/bin/true\n"), 0o755)
+	st := &memStorage{dir: dir, templates: map[string]bool{}, clones: map[string]bool{}}
+	drv := &pipeDriver{peers: map[string]*os.File{}}
+	builds := 0
+	var mu sync.Mutex
+	srv, err := NewServer(Config{
+		Socket: filepath.Join(dir, "nm.sock"), GuestBinary: guest, Storage: st,
+		Drivers: map[string]driver.Driver{"ns": drv},
+		Build: func(ctx context.Context, source, dest string, _ io.Writer) error {
+			mu.Lock()
+			builds++
+			mu.Unlock()
+			if source == "builtin:broken" {
+				return errors.New("no such source")
+			}
+			time.Sleep(20 * time.Millisecond) // let concurrent callers pile up
+			return nil
+		},
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := NewClient(filepath.Join(dir, "nm.sock"))
+	for i := 0; ; i++ {
+		if _, err := c.Hello(context.Background()); err == nil {
+			break
+		} else if i > 200 {
+			t.Fatalf("node-manager not answering: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return c, st, drv
+}
+
+func TestStartPassesTheGuestChannel(t *testing.T) {
+	c, st, drv := startServer(t)
+	ctx := context.Background()
+	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
+		t.Fatal(err)
+	}
+	started, ch, err := c.Start(ctx, StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if started.Pid != os.Getpid() {
+		t.Errorf("pid = %d", started.Pid)
+	}
+	// Bytes written on the received descriptor arrive at the driver's end.
+	if _, err := ch.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	drv.mu.Lock()
+	peer := drv.peers["sb1-g1-abc"]
+	drv.mu.Unlock()
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("peer read %q, %v", buf, err)
+	}
+	if err := c.Cleanup(ctx, "sb1-g1-abc"); err != nil {
+		t.Fatal(err)
+	}
+	if st.clones["sb1-g1-abc"] {
+		t.Error("clone left after cleanup")
+	}
+	// Cleanup is idempotent.
+	if err := c.Cleanup(ctx, "sb1-g1-abc"); err != nil {
+		t.Errorf("second cleanup: %v", err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	c, _, _ := startServer(t)
+	ctx := context.Background()
+	c.EnsureTemplate(ctx, "minimal", "builtin:minimal")
+	good := StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
+	tests := []struct {
+		name string
+		edit func(*StartArgs)
+		want error
+	}{
+		{"exec id with slash", func(a *StartArgs) { a.ExecID = "../../etc" }, errdefs.ErrInvalidArgument},
+		{"exec id upper", func(a *StartArgs) { a.ExecID = "ABC" }, errdefs.ErrInvalidArgument},
+		{"exec id too long", func(a *StartArgs) { a.ExecID = strings.Repeat("a", 65) }, errdefs.ErrInvalidArgument},
+		{"template traversal", func(a *StartArgs) { a.Template = "../x" }, errdefs.ErrInvalidArgument},
+		{"unknown runtime", func(a *StartArgs) { a.Runtime = "vm" }, errdefs.ErrInvalidArgument},
+		{"hostname", func(a *StartArgs) { a.Hostname = "a b" }, errdefs.ErrInvalidArgument},
+		{"cpus", func(a *StartArgs) { a.CPUs = 0 }, errdefs.ErrInvalidArgument},
+		{"memory", func(a *StartArgs) { a.MemoryMiB = 1 << 30 }, errdefs.ErrInvalidArgument},
+		{"pids", func(a *StartArgs) { a.PidsMax = 1 }, errdefs.ErrInvalidArgument},
+		{"template absent", func(a *StartArgs) { a.Template = "other" }, errdefs.ErrFailedPrecondition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := good
+			tt.edit(&a)
+			_, f, err := c.Start(ctx, a)
+			if f != nil {
+				f.Close()
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Start = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	for _, id := range []string{"", "../x", "a/b"} {
+		if err := c.Cleanup(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Cleanup(%q) = %v, want invalid argument", id, err)
+		}
+	}
+}
+
+func TestEnsureTemplateSharesOneBuildAndReportsFailure(t *testing.T) {
+	c, st, _ := startServer(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.EnsureTemplate(ctx, "shared", "builtin:minimal")
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !st.templates["shared"] {
+		t.Error("template not sealed")
+	}
+	if _, err := c.EnsureTemplate(ctx, "broken", "builtin:broken"); err == nil || !strings.Contains(err.Error(), "no such source") {
+		t.Errorf("broken build = %v, want its cause", err)
+	}
+	if _, err := c.EnsureTemplate(ctx, "absent", ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("absent without source = %v, want not found", err)
+	}
+}
+
+func TestMalformedRequestsAreRefused(t *testing.T) {
+	c, _, _ := startServer(t)
+	for _, raw := range [][]byte{
+		{0, 0, 0, 3, '{', '{', '{'},
+		{0xff, 0xff, 0xff, 0xff},
+		append([]byte{0, 0, 0, 20}, []byte(`{"op":"format_disk"}`)...),
+	} {
+		conn, err := net.Dial("unix", c.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(raw)
+		var resp Response
+		_, err = readMessage(conn.(*net.UnixConn), &resp)
+		conn.Close()
+		if err != nil || resp.Error == "" {
+			t.Errorf("request %q: response %+v, %v; want an error answer", raw, resp, err)
+		}
+	}
+	if _, err := c.Hello(context.Background()); err != nil {
+		t.Errorf("server unwell after malformed requests: %v", err)
+	}
+}

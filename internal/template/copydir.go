@@ -1,0 +1,145 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// copyDir copies the tree at src into dest (which exists and is empty),
+// keeping owners (as root), modes, times, symlinks and hard links. Symlinks
+// are copied as links and never followed, so a link pointing out of src
+// copies as the same link and nothing outside src is read. Device nodes and
+// sockets are skipped; extended attributes are not copied.
+func copyDir(ctx context.Context, src, dest string) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("source directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return invalid("source %s is not a directory", src)
+	}
+	c := copier{t: tree{root: dest}, src: src, links: map[inode]string{}}
+	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			rel = ""
+		}
+		return c.copy(path, filepath.ToSlash(rel))
+	})
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	slices.Reverse(c.dirs)
+	for _, d := range c.dirs {
+		if err := errors.Join(os.Chmod(d.path, d.mode), lutimes(d.path, d.mtime)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type inode struct{ dev, ino uint64 }
+
+// copier carries the state of one copyDir.
+type copier struct {
+	t     tree
+	src   string
+	links map[inode]string // first destination path of each multiply-linked file
+	dirs  []dirMeta
+}
+
+func (c *copier) copy(path, rel string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no stat data", path)
+	}
+	mtime := unix.NsecToTimespec(fi.ModTime().UnixNano())
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	if rel == "" {
+		c.dirs = append(c.dirs, dirMeta{path: c.t.root, mode: mode, mtime: mtime})
+		return lchown(c.t.root, int(st.Uid), int(st.Gid))
+	}
+	dst, err := c.t.parents(rel)
+	if err != nil {
+		return err
+	}
+	switch t := fi.Mode().Type(); {
+	case t == fs.ModeDir:
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		c.dirs = append(c.dirs, dirMeta{path: dst, mode: mode, mtime: mtime})
+		return lchown(dst, int(st.Uid), int(st.Gid))
+	case t == fs.ModeSymlink:
+		target, err := os.Readlink(path)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(target, dst); err != nil {
+			return err
+		}
+	case t.IsRegular():
+		key := inode{uint64(st.Dev), st.Ino}
+		if first, ok := c.links[key]; ok && st.Nlink > 1 {
+			return os.Link(first, dst)
+		}
+		if err := copyFile(path, dst); err != nil {
+			return err
+		}
+		if st.Nlink > 1 {
+			c.links[key] = dst
+		}
+	case t == fs.ModeNamedPipe:
+		if err := unix.Mkfifo(dst, uint32(mode.Perm())); err != nil {
+			return err
+		}
+	default:
+		return nil // devices and sockets: the runtime provides /dev
+	}
+	if err := lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSymlink {
+		if err := os.Chmod(dst, mode); err != nil {
+			return err
+		}
+	}
+	return lutimes(dst, mtime)
+}
+
+// copyFile copies a regular file without following a symlink at either end.
+func copyFile(src, dst string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
+}

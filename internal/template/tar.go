@@ -1,0 +1,299 @@
+package template
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// Limits bound what an archive may unpack to.
+type Limits struct {
+	// MaxBytes is the total size of all regular files.
+	MaxBytes int64
+	// MaxEntries is the number of entries.
+	MaxEntries int
+}
+
+// DefaultLimits are the limits Build applies to tar sources.
+var DefaultLimits = Limits{MaxBytes: 64 << 30, MaxEntries: 4 << 20}
+
+// extractTar builds a template from an archive file, compressed or not.
+func extractTar(ctx context.Context, path, dest string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open archive: %w", err)
+	}
+	defer f.Close()
+	r, wait, err := decompress(ctx, f)
+	if err != nil {
+		return err
+	}
+	err = Extract(ctx, r, dest, DefaultLimits)
+	return errors.Join(err, wait())
+}
+
+// decompress recognises the compression of r by its magic bytes and returns
+// the plain stream and a function to call when done with it. zstd and xz are
+// read through the zstd and xz programs (the standard library has no decoder).
+func decompress(ctx context.Context, r io.Reader) (io.Reader, func() error, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, _ := br.Peek(6)
+	none := func() error { return nil }
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, invalid("archive: bad gzip header: %v", err)
+		}
+		return zr, zr.Close, nil
+	case bytes.HasPrefix(magic, []byte("BZh")):
+		return bzip2.NewReader(br), none, nil
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return filter(ctx, br, "zstd")
+	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return filter(ctx, br, "xz")
+	}
+	return br, none, nil
+}
+
+// filter runs "prog -dc" over r. The returned wait stops the program if the
+// reader gave up early and reports how it ended.
+func filter(ctx context.Context, r io.Reader, prog string) (io.Reader, func() error, error) {
+	if _, err := exec.LookPath(prog); err != nil {
+		return nil, nil, fmt.Errorf("archive is %s-compressed but %s is not installed (apt-get install %s): %w",
+			prog, prog, prog, errdefs.ErrFailedPrecondition)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cmd := exec.CommandContext(ctx, prog, "-dc")
+	cmd.Stdin = r
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("%s: %w", prog, err)
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("start %s: %w", prog, err)
+	}
+	wait := func() error {
+		// Drain what is left so a complete stream ends with exit 0; on an
+		// early stop the cancel below kills the program instead.
+		_, _ = io.Copy(io.Discard, io.LimitReader(out, 1<<20))
+		cancel()
+		if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("%s -dc: %w: %s", prog, err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		return nil
+	}
+	return out, wait, nil
+}
+
+// dirMeta is a directory's mode and time, applied after its contents are
+// written (a read-only directory would refuse them otherwise).
+type dirMeta struct {
+	path  string
+	mode  fs.FileMode
+	mtime unix.Timespec
+}
+
+// Extract unpacks a tar stream into dest, which must exist. Names are cleaned
+// with cleanRel (absolute names and ".." are refused), no entry is written
+// through a symlink, hard links must point inside dest at an earlier
+// non-directory entry, device nodes are skipped (the runtime provides /dev),
+// and the total size and entry count are bounded by lim. Owners are kept when
+// running as root.
+func Extract(ctx context.Context, r io.Reader, dest string, lim Limits) error {
+	t := tree{root: dest}
+	tr := tar.NewReader(r)
+	var total int64
+	var dirs []dirMeta
+	for n := 0; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return invalid("archive entry %d: %v", n, err)
+		}
+		if n >= lim.MaxEntries {
+			return fmt.Errorf("archive: more than %d entries: %w", lim.MaxEntries, errdefs.ErrResourceExhausted)
+		}
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
+			if hdr.Size < 0 || total+hdr.Size > lim.MaxBytes || total+hdr.Size < total {
+				return fmt.Errorf("archive: more than %d bytes of files: %w", lim.MaxBytes, errdefs.ErrResourceExhausted)
+			}
+			total += hdr.Size
+		}
+		d, err := t.entry(hdr, tr)
+		if err != nil {
+			return fmt.Errorf("archive entry %q: %w", clip(hdr.Name), err)
+		}
+		if d != nil {
+			dirs = append(dirs, *d)
+		}
+	}
+	// Deepest first, so a parent's mode is set after its children's times.
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		// Directories are never replaced (tree.replace refuses), so each is
+		// still a real directory; check anyway before a call that follows
+		// symlinks.
+		if fi, err := os.Lstat(d.path); err != nil || !fi.IsDir() {
+			return fmt.Errorf("directory %s changed during extraction", d.path)
+		}
+		if err := errors.Join(os.Chmod(d.path, d.mode), lutimes(d.path, d.mtime)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entry writes one archive entry. It returns the directory's metadata for a
+// directory entry, to be applied at the end.
+func (t tree) entry(hdr *tar.Header, r io.Reader) (*dirMeta, error) {
+	rel, err := cleanRel(hdr.Name)
+	if err != nil {
+		return nil, err
+	}
+	mode := fs.FileMode(hdr.Mode).Perm() | unixBits(hdr.Mode)
+	mtime := unix.NsecToTimespec(hdr.ModTime.UnixNano())
+	if rel == "" { // the root itself: keep its mode, ignore the rest
+		if hdr.Typeflag != tar.TypeDir {
+			return nil, invalid("the archive root is not a directory")
+		}
+		return &dirMeta{path: t.root, mode: mode, mtime: mtime}, nil
+	}
+	switch hdr.Typeflag {
+	case tar.TypeChar, tar.TypeBlock, tar.TypeCont, tar.TypeGNUSparse:
+		return nil, nil // device nodes and exotic entries are skipped
+	case tar.TypeDir, tar.TypeReg, tar.TypeRegA, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
+	default:
+		return nil, nil // unknown types carry nothing a root filesystem needs
+	}
+	path, err := t.parents(rel)
+	if err != nil {
+		return nil, err
+	}
+	exists, err := t.replace(path, hdr.Typeflag == tar.TypeDir)
+	if err != nil {
+		return nil, err
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if !exists {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				return nil, fmt.Errorf("mkdir: %w", err)
+			}
+		}
+		return &dirMeta{path: path, mode: mode, mtime: mtime}, lchown(path, hdr.Uid, hdr.Gid)
+	case tar.TypeReg, tar.TypeRegA:
+		err = writeRegular(path, r, hdr.Size)
+	case tar.TypeSymlink:
+		err = writeSymlink(path, hdr.Linkname)
+	case tar.TypeLink:
+		return nil, t.hardlink(path, hdr.Linkname)
+	case tar.TypeFifo:
+		err = unix.Mkfifo(path, uint32(mode.Perm()))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, finishEntry(path, hdr, mode, mtime)
+}
+
+// finishEntry applies owner, mode (after the owner: chown clears setuid) and
+// time to a non-directory entry.
+func finishEntry(path string, hdr *tar.Header, mode fs.FileMode, mtime unix.Timespec) error {
+	if err := lchown(path, hdr.Uid, hdr.Gid); err != nil {
+		return err
+	}
+	if hdr.Typeflag != tar.TypeSymlink {
+		if err := os.Chmod(path, mode); err != nil {
+			return fmt.Errorf("chmod: %w", err)
+		}
+	}
+	return lutimes(path, mtime)
+}
+
+func writeRegular(path string, r io.Reader, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	_, err = io.CopyN(f, r, size)
+	if errors.Is(err, io.EOF) {
+		err = invalid("file data shorter than its header says")
+	}
+	return errors.Join(err, f.Close())
+}
+
+func writeSymlink(path, target string) error {
+	if target == "" || len(target) > maxPathLen || bytes.IndexByte([]byte(target), 0) >= 0 {
+		return invalid("bad symlink target")
+	}
+	// The target is stored as is: it is resolved later inside the sandbox's
+	// own root, never by the builder.
+	if err := os.Symlink(target, path); err != nil {
+		return fmt.Errorf("symlink: %w", err)
+	}
+	return nil
+}
+
+// hardlink links path to an earlier entry named by the archive. The target
+// must be inside the tree, reached through real directories only, and not a
+// directory.
+func (t tree) hardlink(path, linkname string) error {
+	rel, err := cleanRel(linkname)
+	if err != nil || rel == "" {
+		return invalid("hard link target %q: must be an entry inside the archive", clip(linkname))
+	}
+	target, err := t.parents(rel)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(target)
+	if err != nil {
+		return invalid("hard link target %q: not an earlier entry", clip(linkname))
+	}
+	if fi.IsDir() {
+		return invalid("hard link target %q: is a directory", clip(linkname))
+	}
+	if err := os.Link(target, path); err != nil {
+		return fmt.Errorf("hard link: %w", err)
+	}
+	return nil
+}
+
+// unixBits converts tar's setuid, setgid and sticky bits to fs.FileMode.
+func unixBits(mode int64) fs.FileMode {
+	var m fs.FileMode
+	if mode&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if mode&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if mode&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}

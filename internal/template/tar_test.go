@@ -1,0 +1,287 @@
+package template
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// ent is one tar entry for tests.
+type ent struct {
+	typ      byte
+	name     string
+	linkname string
+	body     string
+	mode     int64
+	size     int64 // when set, overrides len(body) in the header
+}
+
+func mkTar(t testing.TB, ents ...ent) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range ents {
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		hdr := &tar.Header{Typeflag: e.typ, Name: e.name, Linkname: e.linkname, Mode: mode, Size: int64(len(e.body)), Format: tar.FormatPAX}
+		if e.typ != tar.TypeReg {
+			hdr.Size = 0
+		}
+		if e.typ == tar.TypeChar || e.typ == tar.TypeBlock {
+			hdr.Devmajor, hdr.Devminor = 1, 3
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(e.body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// sandboxDirs returns a parent dir with an empty "root" (the destination) and
+// an empty "outside" that nothing may touch.
+func sandboxDirs(t testing.TB) (root, outside string) {
+	parent := t.TempDir()
+	root, outside = filepath.Join(parent, "root"), filepath.Join(parent, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, outside
+}
+
+func checkOutsideUntouched(t testing.TB, outside string) {
+	t.Helper()
+	entries, err := os.ReadDir(outside)
+	if err != nil {
+		t.Fatalf("outside dir: %v", err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("extraction wrote outside the root: %v", entries)
+	}
+	parentEntries, _ := os.ReadDir(filepath.Dir(outside))
+	if len(parentEntries) != 2 {
+		t.Fatalf("extraction created entries beside the root: %v", parentEntries)
+	}
+}
+
+func TestExtractGood(t *testing.T) {
+	root, outside := sandboxDirs(t)
+	data := mkTar(t,
+		ent{typ: tar.TypeDir, name: "./", mode: 0o755},
+		ent{typ: tar.TypeDir, name: "etc/", mode: 0o755},
+		ent{typ: tar.TypeReg, name: "etc/os-release", body: "ID=test\n"},
+		ent{typ: tar.TypeReg, name: "usr/bin/tool", body: "#!/bin/sh\n", mode: 0o4755},
+		ent{typ: tar.TypeSymlink, name: "bin", linkname: "usr/bin"},
+		ent{typ: tar.TypeSymlink, name: "etc/abs", linkname: "/etc/os-release"},
+		ent{typ: tar.TypeLink, name: "etc/hard", linkname: "etc/os-release"},
+		ent{typ: tar.TypeChar, name: "dev/null"},
+		ent{typ: tar.TypeFifo, name: "run/fifo"},
+		ent{typ: tar.TypeDir, name: "ro/", mode: 0o555},
+		ent{typ: tar.TypeReg, name: "ro/file", body: "x"},
+		ent{typ: tar.TypeReg, name: "etc/os-release", body: "ID=replaced\n"},
+	)
+	if err := Extract(t.Context(), bytes.NewReader(data), root, DefaultLimits); err != nil {
+		t.Fatalf("Extract: %v", err)
+	}
+	checkOutsideUntouched(t, outside)
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/os-release")); string(b) != "ID=replaced\n" {
+		t.Errorf("os-release = %q", b)
+	}
+	// The hard link was made to the first os-release; replacing os-release
+	// unlinks it rather than writing through the link.
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/hard")); string(b) != "ID=test\n" {
+		t.Errorf("hard link = %q, want the original content", b)
+	}
+	if got, _ := os.Readlink(filepath.Join(root, "etc/abs")); got != "/etc/os-release" {
+		t.Errorf("symlink target = %q, want kept as written", got)
+	}
+	fi, err := os.Stat(filepath.Join(root, "usr/bin/tool"))
+	if err != nil || fi.Mode()&os.ModeSetuid == 0 || fi.Mode().Perm() != 0o755 {
+		t.Errorf("tool mode = %v, %v; want setuid 0755", fi.Mode(), err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "dev/null")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("device node was created (err %v); want skipped", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(root, "run/fifo")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("fifo = %v, %v", fi, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "ro")); fi.Mode().Perm() != 0o555 {
+		t.Errorf("ro mode = %v, want 0555 applied after its contents", fi.Mode())
+	}
+}
+
+func TestExtractMalicious(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ents []ent
+	}{
+		{"absolute", []ent{{typ: tar.TypeReg, name: "/etc/evil", body: "x"}}},
+		{"dotdot", []ent{{typ: tar.TypeReg, name: "../outside/evil", body: "x"}}},
+		{"inner dotdot", []ent{{typ: tar.TypeReg, name: "a/../../outside/evil", body: "x"}}},
+		{"symlink then write through it", []ent{
+			{typ: tar.TypeSymlink, name: "link", linkname: "../outside"},
+			{typ: tar.TypeReg, name: "link/evil", body: "x"}}},
+		{"absolute symlink then write", []ent{
+			{typ: tar.TypeSymlink, name: "etc", linkname: "/tmp"},
+			{typ: tar.TypeReg, name: "etc/evil", body: "x"}}},
+		{"symlink then dir through it", []ent{
+			{typ: tar.TypeSymlink, name: "link", linkname: "../outside"},
+			{typ: tar.TypeDir, name: "link/sub/"}}},
+		{"hardlink outside", []ent{{typ: tar.TypeLink, name: "h", linkname: "../outside/x"}}},
+		{"hardlink through symlink", []ent{
+			{typ: tar.TypeSymlink, name: "link", linkname: "../outside"},
+			{typ: tar.TypeLink, name: "h", linkname: "link/x"}}},
+		{"hardlink to absolute", []ent{{typ: tar.TypeLink, name: "h", linkname: "/etc/passwd"}}},
+		{"dir over file", []ent{
+			{typ: tar.TypeDir, name: "d/"},
+			{typ: tar.TypeReg, name: "d", body: "x"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, outside := sandboxDirs(t)
+			err := Extract(t.Context(), bytes.NewReader(mkTar(t, tc.ents...)), root, DefaultLimits)
+			if err == nil {
+				t.Fatal("Extract succeeded, want an error")
+			}
+			checkOutsideUntouched(t, outside)
+		})
+	}
+}
+
+// TestExtractSymlinkReplaced checks that a file entry at the path of an
+// earlier symlink replaces the link instead of writing to its target.
+func TestExtractSymlinkReplaced(t *testing.T) {
+	root, outside := sandboxDirs(t)
+	target := filepath.Join(outside, "victim")
+	data := mkTar(t,
+		ent{typ: tar.TypeSymlink, name: "f", linkname: "../outside/victim"},
+		ent{typ: tar.TypeReg, name: "f", body: "payload"},
+	)
+	if err := Extract(t.Context(), bytes.NewReader(data), root, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("write went through the symlink to %s", target)
+	}
+	fi, err := os.Lstat(filepath.Join(root, "f"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("f = %v, %v; want a regular file", fi, err)
+	}
+	checkOutsideUntouched(t, outside)
+}
+
+func TestExtractLimits(t *testing.T) {
+	root, _ := sandboxDirs(t)
+	data := mkTar(t, ent{typ: tar.TypeReg, name: "a", body: strings.Repeat("x", 100)}, ent{typ: tar.TypeReg, name: "b", body: strings.Repeat("x", 100)})
+	err := Extract(t.Context(), bytes.NewReader(data), root, Limits{MaxBytes: 150, MaxEntries: 10})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("size limit: err = %v, want ErrResourceExhausted", err)
+	}
+	root, _ = sandboxDirs(t)
+	err = Extract(t.Context(), bytes.NewReader(data), root, Limits{MaxBytes: 1000, MaxEntries: 1})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("entry limit: err = %v, want ErrResourceExhausted", err)
+	}
+}
+
+func TestBuildFromCompressedTar(t *testing.T) {
+	data := mkTar(t, ent{typ: tar.TypeReg, name: "etc/motd", body: "hello\n"})
+	dir := t.TempDir()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(data)
+	zw.Close()
+	archives := map[string][]byte{"plain.tar": data, "root.tar.gz": gz.Bytes()}
+	if _, err := exec.LookPath("zstd"); err == nil {
+		raw := filepath.Join(dir, "raw.tar")
+		os.WriteFile(raw, data, 0o644)
+		if out, err := exec.Command("zstd", "-q", "-o", filepath.Join(dir, "root.tar.zst"), raw).CombinedOutput(); err != nil {
+			t.Fatalf("zstd: %v: %s", err, out)
+		}
+	} else {
+		t.Log("zstd not installed: zstd archives not tested")
+	}
+	for name, b := range archives {
+		os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "root.tar*"))
+	names = append(names, filepath.Join(dir, "plain.tar"))
+	for _, path := range names {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			src, err := ParseSource(path)
+			if err != nil || src.Kind != KindTar {
+				t.Fatalf("ParseSource(%q) = %+v, %v; want a tar source", path, src, err)
+			}
+			dest := filepath.Join(t.TempDir(), "tpl")
+			if err := Build(t.Context(), src, dest, nil); err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dest, "etc/motd")); string(b) != "hello\n" {
+				t.Errorf("motd = %q", b)
+			}
+			checkFinished(t, dest)
+		})
+	}
+}
+
+func FuzzCleanRel(f *testing.F) {
+	for _, s := range []string{"a/b", "./a//b/", "/etc/passwd", "../x", "a/../../b", "a/./b/..", "", ".", "a\x00b", "..."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		rel, err := cleanRel(name)
+		if err != nil {
+			return
+		}
+		if strings.HasPrefix(rel, "/") || strings.Contains(rel, "\x00") {
+			t.Fatalf("cleanRel(%q) = %q", name, rel)
+		}
+		for _, p := range strings.Split(rel, "/") {
+			if rel != "" && (p == ".." || p == "." || p == "") {
+				t.Fatalf("cleanRel(%q) = %q has component %q", name, rel, p)
+			}
+		}
+		if rel != "" && filepath.Clean(rel) != rel {
+			t.Fatalf("cleanRel(%q) = %q is not clean", name, rel)
+		}
+	})
+}
+
+// FuzzExtract feeds arbitrary bytes as a tar stream and checks that nothing
+// is ever written outside the destination.
+func FuzzExtract(f *testing.F) {
+	seeds := [][]ent{
+		{{typ: tar.TypeReg, name: "a", body: "x"}},
+		{{typ: tar.TypeSymlink, name: "l", linkname: "../outside"}, {typ: tar.TypeReg, name: "l/x", body: "x"}},
+		{{typ: tar.TypeSymlink, name: "l", linkname: "../outside/v"}, {typ: tar.TypeReg, name: "l", body: "x"}},
+		{{typ: tar.TypeSymlink, name: "d", linkname: ".."}, {typ: tar.TypeDir, name: "d/outside/x/"}},
+		{{typ: tar.TypeLink, name: "h", linkname: "../outside/v"}},
+		{{typ: tar.TypeDir, name: "a/b/"}, {typ: tar.TypeReg, name: "a/b/../../../outside/x", body: "x"}},
+	}
+	for _, s := range seeds {
+		f.Add(mkTar(f, s...))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		root, outside := sandboxDirs(t)
+		_ = Extract(t.Context(), bytes.NewReader(data), root, Limits{MaxBytes: 1 << 20, MaxEntries: 100})
+		checkOutsideUntouched(t, outside)
+	})
+}
