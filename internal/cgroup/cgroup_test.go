@@ -154,7 +154,12 @@ func TestGroupLifecycle(t *testing.T) {
 	if err := g.Create(Limits{}); err == nil {
 		t.Fatal("second Create: want a Conflict error")
 	}
-	cmd := exec.Command("sh", "-c", "sleep 600 & sleep 600")
+	// The shell forks only once it is in the group (it waits for a line).
+	cmd := exec.Command("sh", "-c", "read go; sleep 600 & sleep 600")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +167,9 @@ func TestGroupLifecycle(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	if err := g.AddProc(cmd.Process.Pid); err != nil {
 		t.Fatalf("AddProc: %v", err)
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
 	}
 	st, err := g.Stats()
 	if err != nil {

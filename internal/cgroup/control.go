@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -104,17 +105,46 @@ func (g *Group) Kill(ctx context.Context) error {
 		return err
 	}
 	for {
-		pids, err := g.Procs()
+		pids, err := g.allProcs()
 		if err != nil {
 			return err
 		}
 		if len(pids) == 0 {
 			return nil
 		}
+		// A task that forked while being moved in may sit in some v1
+		// hierarchies only: kill whatever any of them still holds.
+		for _, p := range pids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
 		if err := sleep(ctx); err != nil {
 			return fmt.Errorf("cgroup %s: %d tasks still exiting after SIGKILL: %w", g.primary(), len(pids), err)
 		}
 	}
+}
+
+// allProcs is the union of cgroup.procs over every hierarchy.
+func (g *Group) allProcs() ([]int, error) {
+	var all []int
+	for _, d := range g.Dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: read %s/cgroup.procs: %w", d, err)
+		}
+		pids, err := ParsePids(b)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: %s: %w", d, err)
+		}
+		for _, p := range pids {
+			if !slices.Contains(all, p) {
+				all = append(all, p)
+			}
+		}
+	}
+	return all, nil
 }
 
 func (g *Group) killFrozen(ctx context.Context) error {

@@ -87,7 +87,7 @@ func TestFreezeErrors(t *testing.T) {
 // TestFreezeThaw freezes a loop-mounted ext4 made for the test; it never
 // touches a filesystem the host uses.
 func TestFreezeThaw(t *testing.T) {
-	requireRoot(t)
+	requireRoot(t, "loop-mounts a filesystem to freeze")
 	mnt := loopExt4(t)
 	c := startGuest(t, guestd.Config{})
 	ctx := testCtx(t)

@@ -193,7 +193,7 @@ func TestFilesMultipartAndErrors(t *testing.T) {
 }
 
 func TestFilesOwnedByUser(t *testing.T) {
-	requireRoot(t)
+	requireRoot(t, "switches to another user")
 	c := startGuest(t, guestd.Config{})
 	dir := t.TempDir()
 	resp := doHTTP(t, c, "POST", filesURL(dir+"/n/f.txt", "nobody"), "application/octet-stream", bytes.NewReader([]byte("x")))

@@ -134,7 +134,7 @@ func TestFilesystemOperations(t *testing.T) {
 }
 
 func TestMakeDirOwnedByUser(t *testing.T) {
-	requireRoot(t)
+	requireRoot(t, "switches to another user")
 	c := startGuest(t, guestd.Config{})
 	dir := t.TempDir()
 	req := connect.NewRequest(&filesystemv1.MakeDirRequest{Path: dir + "/x/y"})

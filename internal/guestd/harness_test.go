@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/guest"
 	"github.com/spacesandbox/space/internal/guestd"
@@ -63,7 +65,24 @@ func startGuest(t *testing.T, cfg guestd.Config) *guest.Client {
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	if os.Geteuid() != 0 {
+		// Without root the daemon can only run processes as its own user.
+		_, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: self(t).Username}))
+		if err != nil {
+			t.Fatalf("Init with the test's user: %v", err)
+		}
+	}
 	return c
+}
+
+// self is the user running the test.
+func self(t *testing.T) *user.User {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatalf("current user: %v", err)
+	}
+	return u
 }
 
 // testCtx is a context that ends with the test, bounded so a bug cannot hang
@@ -154,9 +173,9 @@ func wantCode(t *testing.T, err error, want connect.Code) {
 	}
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t *testing.T, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: switches users and chowns files")
+		t.Skip("needs root: " + why)
 	}
 }

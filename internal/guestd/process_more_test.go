@@ -89,8 +89,8 @@ func TestEnvAndCwd(t *testing.T) {
 	req.Process.Envs = map[string]string{"FOO": "bar"}
 	req.Process.Cwd = ptr("/tmp")
 	res := run(t, c, req, "")
-	home := "/root"
-	if got, want := res.stdout.String(), "bar|/tmp|"+home+"|root"; got != want {
+	me := self(t)
+	if got, want := res.stdout.String(), "bar|/tmp|"+me.HomeDir+"|"+me.Username; got != want {
 		t.Errorf("output = %q, want %q", got, want)
 	}
 	bad := sh("true")
@@ -103,7 +103,7 @@ func TestEnvAndCwd(t *testing.T) {
 }
 
 func TestUserSwitch(t *testing.T) {
-	requireRoot(t)
+	requireRoot(t, "switches to another user")
 	c := startGuest(t, guestd.Config{})
 	res := run(t, c, sh(`printf '%s|%s|%s' "$(id -un)" "$USER" "$(pwd)"`), "nobody")
 	// nobody's home does not exist, so the process starts in /.
@@ -122,7 +122,7 @@ func TestUserSwitch(t *testing.T) {
 }
 
 func TestInitInstallsDefaults(t *testing.T) {
-	requireRoot(t)
+	requireRoot(t, "switches to another user")
 	c := startGuest(t, guestd.Config{})
 	ctx := testCtx(t)
 	resp, err := c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{
@@ -167,4 +167,40 @@ func getEnvs(t *testing.T, c *guest.Client) map[string]string {
 		t.Fatalf("GET /envs: decode: %v", err)
 	}
 	return m
+}
+
+func TestKeepaliveWhileIdle(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	req := connect.NewRequest(sh("exec sleep 100"))
+	req.Header().Set("Keepalive-Ping-Interval", "1")
+	stream, err := c.Process().Start(ctx, req)
+	if err != nil || !stream.Receive() {
+		t.Fatalf("Start: %v", err)
+	}
+	pid := stream.Msg().GetEvent().GetStart().GetPid()
+	if !stream.Receive() || stream.Msg().GetEvent().GetKeepalive() == nil {
+		t.Fatalf("second event = %v (%v), want a keepalive while the process is silent", stream.Msg().GetEvent(), stream.Err())
+	}
+	if _, err := c.Process().SendSignal(ctx, connect.NewRequest(&processv1.SendSignalRequest{
+		Process: &processv1.ProcessSelector{Selector: &processv1.ProcessSelector_Pid{Pid: pid}}, Signal: processv1.Signal_SIGNAL_SIGKILL,
+	})); err != nil {
+		t.Fatalf("SendSignal: %v", err)
+	}
+	for stream.Receive() {
+	}
+}
+
+func TestProcessLimit(t *testing.T) {
+	c := startGuest(t, guestd.Config{MaxProcesses: 1})
+	ctx := testCtx(t)
+	stream, err := c.Process().Start(ctx, connect.NewRequest(sh("exec sleep 100")))
+	if err != nil || !stream.Receive() {
+		t.Fatalf("Start: %v", err)
+	}
+	second, err := c.Process().Start(ctx, connect.NewRequest(sh("true")))
+	if err == nil {
+		_, err = collect(t, second)
+	}
+	wantCode(t, err, connect.CodeResourceExhausted)
 }

@@ -215,14 +215,15 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
-// credentialFor switches to u when the daemon runs as root. Without root it
-// can only run processes as itself.
+// credentialFor switches to u when u is not the daemon's own user. Running as
+// itself changes nothing, which also keeps working in a user namespace where
+// setgroups is denied. Without root the daemon can only run as itself.
 func credentialFor(u account) (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		if uint32(os.Geteuid()) != u.UID {
-			return nil, fmt.Errorf("run as %s: the daemon is not root: %w", u.Name, os.ErrPermission)
-		}
+	if uint32(os.Geteuid()) == u.UID && uint32(os.Getegid()) == u.GID {
 		return nil, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("run as %s: the daemon is not root: %w", u.Name, os.ErrPermission)
 	}
 	return &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups, NoSetGroups: false}, nil
 }

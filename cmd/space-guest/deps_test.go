@@ -1,0 +1,94 @@
+package main
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const module = "github.com/spacesandbox/space/"
+
+// TestDeps keeps the guest daemon small and apart from host code: of this
+// module it may import only internal/guestd and api/guest.
+func TestDeps(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(dep, module)
+		if !ok || rel == "cmd/space-guest" {
+			continue
+		}
+		if !strings.HasPrefix(rel, "internal/guestd") && !strings.HasPrefix(rel, "api/guest/") {
+			t.Errorf("space-guest imports %s; only internal/guestd... and api/guest/... are allowed", dep)
+		}
+	}
+	for _, banned := range []string{"os/user", "net/http/cgi", "modernc.org/sqlite", "github.com/coder/websocket"} {
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == banned {
+				t.Errorf("space-guest imports %s", banned)
+			}
+		}
+	}
+}
+
+var (
+	buildOnce sync.Once
+	builtPath string
+	buildErr  error
+)
+
+// buildStatic builds space-guest as the runtimes ship it: CGO_ENABLED=0,
+// osusergo and netgo tags.
+func buildStatic(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "space-guest-build")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtPath = filepath.Join(dir, "space-guest")
+		cmd := exec.Command("go", "build", "-tags", "osusergo,netgo", "-o", builtPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = err
+			builtPath = string(out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build space-guest with CGO_ENABLED=0: %v: %s", buildErr, builtPath)
+	}
+	return builtPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtPath != "" && buildErr == nil {
+		os.RemoveAll(filepath.Dir(builtPath))
+	}
+	os.Exit(code)
+}
+
+func TestStaticBinary(t *testing.T) {
+	bin := buildStatic(t)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("open %s: %v", bin, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has a program interpreter: it is not static", bin)
+		}
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Errorf("space-guest --version: %q, %v", out, err)
+	}
+}

@@ -1,0 +1,245 @@
+package ns
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/seccomp"
+)
+
+// The fds ns-init inherits (see initCommand).
+const (
+	channelFD = 3
+	syncFD    = 4
+)
+
+// Paths inside the sandbox.
+const (
+	// GuestPath is where the guest binary is bind-mounted, read-only.
+	GuestPath = "/.space/space-guest"
+	// stageDir is where ns-init assembles the new root before pivot_root. A
+	// tmpfs is mounted on it in ns-init's private mount namespace, so the
+	// host's directory is neither used nor changed.
+	stageDir = "/tmp"
+	newRoot  = stageDir + "/root"
+)
+
+// InitMain is the sandbox's first process ("space ns-init"). It runs in the new
+// namespaces, as root of the sandbox's user namespace, with the guest channel
+// on fd 3 and the sync socket on fd 4. It never returns: it execs the guest
+// daemon, or reports the error to the parent and exits 1.
+func InitMain() {
+	// Every step, up to and including exec, runs on this one OS thread: the
+	// cgroup namespace and the seccomp filter are per thread.
+	runtime.LockOSThread()
+	err := initSandbox()
+	msg := "ns-init: " + err.Error()
+	_, _ = unix.Write(syncFD, []byte(msg))
+	fmt.Fprintln(os.Stderr, msg)
+	os.Exit(1)
+}
+
+func initSandbox() error {
+	unix.CloseOnExec(syncFD)
+	cfg, rootFD, guestFD, err := receiveConfig()
+	if err != nil {
+		return err
+	}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("new cgroup namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", stageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=700,size=64k"); err != nil {
+		return fmt.Errorf("mount staging tmpfs on %s: %w", stageDir, err)
+	}
+	if err := os.Mkdir(newRoot, 0o755); err != nil {
+		return fmt.Errorf("staging: %w", err)
+	}
+	if err := unix.MoveMount(rootFD, "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach rootfs: %w", err)
+	}
+	unix.Close(rootFD)
+	if err := setupRoot(guestFD); err != nil {
+		return err
+	}
+	unix.Close(guestFD)
+	if err := pivot(); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	// Nothing but stdio, the channel and the (close-on-exec) sync socket
+	// reaches the guest.
+	if err := unix.CloseRange(channelFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close inherited fds: %w", err)
+	}
+	if err := seccomp.Install(); err != nil {
+		return err
+	}
+	argv := []string{GuestPath, "--channel", fmt.Sprintf("fd:%d", channelFD)}
+	if err := unix.Exec(GuestPath, argv, cfg.Env); err != nil {
+		return fmt.Errorf("exec %s: %w", GuestPath, err)
+	}
+	return errors.New("exec returned")
+}
+
+// receiveConfig reads the parent's one message: JSON and two mount fds.
+func receiveConfig() (*initConfig, int, int, error) {
+	buf := make([]byte, maxInitMessage)
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	n, oobn, _, _, err := unix.Recvmsg(syncFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, -1, -1, fmt.Errorf("read config: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, -1, -1, fmt.Errorf("read config: want one control message with two fds (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 2 {
+		return nil, -1, -1, fmt.Errorf("read config: want two fds, got %d (%v)", len(fds), err)
+	}
+	var cfg initConfig
+	if err := json.Unmarshal(buf[:n], &cfg); err != nil {
+		return nil, -1, -1, fmt.Errorf("read config: %w", err)
+	}
+	if err := driver.ValidHostname(cfg.Hostname); err != nil {
+		return nil, -1, -1, err
+	}
+	return &cfg, fds[0], fds[1], nil
+}
+
+// setupRoot mounts /proc, /dev, /sys, /tmp and the guest binary under newRoot.
+func setupRoot(guestFD int) error {
+	for _, dir := range []string{"proc", "dev", "sys", ".space"} {
+		if err := ensureDir(dir); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("proc", newRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	if err := setupDev(); err != nil {
+		return err
+	}
+	// sysfs is only mountable when the kernel lets this user namespace see
+	// it; without it /sys stays an empty directory.
+	_ = unix.Mount("sysfs", newRoot+"/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if _, err := os.Lstat(newRoot + "/tmp"); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
+			return fmt.Errorf("create /tmp: %w", err)
+		}
+		if err := unix.Mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return fmt.Errorf("mount /tmp: %w", err)
+		}
+	}
+	target := newRoot + GuestPath
+	if err := ensureFile(target); err != nil {
+		return err
+	}
+	if err := unix.MoveMount(guestFD, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach guest binary at %s: %w", GuestPath, err)
+	}
+	return nil
+}
+
+// ensureDir makes newRoot/name a real directory. The rootfs is written by the
+// sandbox, so a symlink there (which would redirect a mount before pivot_root)
+// is refused rather than followed.
+func ensureDir(name string) error {
+	p := filepath.Join(newRoot, name)
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return fmt.Errorf("create /%s: %w", name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("rootfs /%s: %w", name, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rootfs /%s is a %v, not a directory: refusing to mount over it", name, fi.Mode().Type())
+	}
+	return nil
+}
+
+// ensureFile makes p an existing regular file (a bind-mount target) without
+// following a symlink.
+func ensureFile(p string) error {
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o755)
+	if err != nil {
+		return fmt.Errorf("create mount target %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	var sb unix.Stat_t
+	if err := unix.Fstat(fd, &sb); err != nil || sb.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("mount target %s is not a regular file", p)
+	}
+	return nil
+}
+
+// hostDevices are bound from the host's /dev into the sandbox's.
+var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+func setupDev() error {
+	dev := newRoot + "/dev"
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	for _, name := range hostDevices {
+		if err := ensureFile(dev + "/" + name); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+name, dev+"/"+name, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", name, err)
+		}
+	}
+	for _, dir := range []string{"pts", "shm"} {
+		if err := os.Mkdir(dev+"/"+dir, 0o755); err != nil {
+			return fmt.Errorf("create /dev/%s: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return fmt.Errorf("mount /dev/pts: %w", err)
+	}
+	if err := unix.Mount("shm", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
+		return fmt.Errorf("mount /dev/shm: %w", err)
+	}
+	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
+	for _, l := range links {
+		if err := os.Symlink(l[0], dev+"/"+l[1]); err != nil {
+			return fmt.Errorf("create /dev/%s: %w", l[1], err)
+		}
+	}
+	return nil
+}
+
+// pivot makes newRoot the root and detaches the old one (pivot_root(".", ".")
+// stacks the old root on the new one; unmounting "." then removes it).
+func pivot() error {
+	if err := unix.Chdir(newRoot); err != nil {
+		return fmt.Errorf("chdir to new root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir /: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+// Command guest is the ns driver tests' stand-in for space-guest: it reads
+// command lines from the channel on fd 3, runs each with "sh -c" and answers
+// with the combined output followed by a line "@@exit N". Lines starting with
+// "!" are probes run in this process (mount, unshare); "--alloc N" as argv
+// allocates and touches N MiB (the memory limit test).
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "--alloc" {
+		alloc(os.Args[2])
+		return
+	}
+	if len(os.Args) != 3 || os.Args[1] != "--channel" || os.Args[2] != "fd:3" {
+		fmt.Fprintln(os.Stderr, "usage: guest --channel fd:3")
+		os.Exit(2)
+	}
+	ch := os.NewFile(3, "channel")
+	in := bufio.NewScanner(ch)
+	for in.Scan() {
+		out, code := run(in.Text())
+		fmt.Fprintf(ch, "%s@@exit %d\n", out, code)
+	}
+}
+
+func run(line string) (string, int) {
+	switch line {
+	case "!mount":
+		return errnoName(unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "")) + "\n", 0
+	case "!unshare":
+		return errnoName(unix.Unshare(unix.CLONE_NEWUSER)) + "\n", 0
+	case "!unshare-ns":
+		return errnoName(unix.Unshare(unix.CLONE_NEWNS)) + "\n", 0
+	}
+	cmd := exec.Command("/bin/sh", "-c", line)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return string(out), 128 + int(ws.Signal())
+		}
+		return string(out), ee.ExitCode()
+	case err != nil:
+		return string(out) + err.Error() + "\n", 127
+	}
+	return string(out), 0
+}
+
+func errnoName(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, unix.EPERM):
+		return "EPERM"
+	}
+	return err.Error()
+}
+
+func alloc(mib string) {
+	n, err := strconv.Atoi(mib)
+	if err != nil {
+		os.Exit(2)
+	}
+	var keep [][]byte
+	for i := 0; i < n; i++ {
+		b := make([]byte, 1<<20)
+		for j := range b {
+			b[j] = byte(j)
+		}
+		keep = append(keep, b)
+	}
+	fmt.Println("allocated", len(keep), "MiB")
+}
