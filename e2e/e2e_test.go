@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -303,4 +305,70 @@ func TestTenantsAndBadInput(t *testing.T) {
 	if res := in.exec(sb.ID, "echo", "alive"); res.Stdout != "alive\n" {
 		t.Errorf("after bad input: %+v", res)
 	}
+}
+
+// TestSandboxDeathIsReported kills a sandbox from the host in the middle of an
+// exec: the exec gets a clear error, the sandbox becomes failed with a reason,
+// the server keeps serving, and delete still cleans up.
+func TestSandboxDeathIsReported(t *testing.T) {
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	sb := in.create("minimal")
+	other := in.create("minimal")
+	defer in.delete(other.ID)
+
+	pid := sandboxPid(t, in.dataDir, sb.ID)
+	done := make(chan int, 1)
+	go func() {
+		var e struct{ Code, Message string }
+		done <- in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"sleep", "60"}}, &e)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill sandbox init %d: %v", pid, err)
+	}
+	select {
+	case code := <-done:
+		if code < 500 {
+			t.Errorf("exec in a dying sandbox: HTTP %d, want 5xx", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec still waiting 30s after its sandbox died")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var got sandbox
+	for time.Now().Before(deadline) {
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+		if got.State == "failed" {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got.State != "failed" || got.Reason == "" {
+		t.Fatalf("dead sandbox: %+v, want failed with a reason", got)
+	}
+	if res := in.exec(other.ID, "echo", "unaffected"); res.Stdout != "unaffected\n" {
+		t.Errorf("the other sandbox: %+v", res)
+	}
+	in.delete(sb.ID)
+}
+
+// sandboxPid reads the host pid of a sandbox's init from the node's runtime record.
+func sandboxPid(t *testing.T, dataDir, id string) int {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(dataDir, "node", "execs", id+"-*", "record.json"))
+	if len(matches) != 1 {
+		t.Fatalf("runtime records of %s: %v", id, matches)
+	}
+	b, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		SandboxPid int `json:"sandbox_pid"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.SandboxPid <= 1 {
+		t.Fatalf("record %s: %v %+v", matches[0], err, rec)
+	}
+	return rec.SandboxPid
 }

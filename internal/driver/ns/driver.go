@@ -108,12 +108,20 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ns: %w", err)
 	}
-	for _, dir := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "exec"), filepath.Join(cfg.StateDir, "slots")} {
+	d := &Driver{cfg: cfg, hier: hier, log: cfg.Log.With("driver", "ns")}
+	if err := mkdirs(d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func mkdirs(d *Driver) error {
+	for _, dir := range []string{d.cfg.StateDir, filepath.Join(d.cfg.StateDir, "exec"), filepath.Join(d.cfg.StateDir, "slots")} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("ns: create state dir: %w", err)
+			return fmt.Errorf("ns: create state dir: %w", err)
 		}
 	}
-	return &Driver{cfg: cfg, hier: hier, log: cfg.Log.With("driver", "ns")}, nil
+	return nil
 }
 
 // Name returns "ns".

@@ -17,6 +17,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/testenv"
+	"github.com/spacesandbox/space/internal/volume/btrfs"
 )
 
 // guestBinary is the test guest (testdata/guest) built once by TestMain.
@@ -400,5 +401,56 @@ func TestCgroupParentDefault(t *testing.T) {
 	}
 	if d.cfg.CgroupParent != "space" || d.cfg.UIDBase != 1_000_000 || d.Name() != "ns" || !d.Features().SharesHostKernel {
 		t.Errorf("defaults: %+v", d.cfg)
+	}
+}
+
+// TestIDMappedRootOnBtrfs runs a sandbox whose root is a btrfs subvolume, as
+// on a node: the id-mapped mount must work there without the chown fallback.
+func TestIDMappedRootOnBtrfs(t *testing.T) {
+	testenv.RequiresBtrfs(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, err := btrfs.MountLoopback(ctx, filepath.Join(dir, "img"), filepath.Join(dir, "mnt"), 256<<20)
+	if err != nil {
+		t.Fatalf("MountLoopback: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Unmount(context.Background()); err != nil {
+			t.Errorf("Unmount: %v", err)
+		}
+	})
+	vols, err := btrfs.New(filepath.Join(l.Mountpoint, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := vols.CreateTemplate(ctx, "busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", busyboxRoot(t)+"/.", tpl+"/").CombinedOutput(); err != nil {
+		t.Fatalf("fill template: %v: %s", err, out)
+	}
+	if err := vols.SealTemplate(ctx, "busybox"); err != nil {
+		t.Fatal(err)
+	}
+	root, err := vols.Clone(ctx, "busybox", "btrfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = vols.Delete(context.Background(), "btrfs") })
+
+	d := newDriver(t, testConfig(t, t.TempDir()))
+	sp := spec(t, "btrfs")
+	sp.RootFS = root
+	s := startSandbox(t, d, sp)
+	s.want(t, "echo hi > /x && id -u", "0")
+	if st, _ := d.loadState("btrfs"); st.Shifted {
+		t.Error("the btrfs rootfs fell back to chown; want an id-mapped mount")
+	}
+	if uid := mustStat(t, filepath.Join(root, "x")); uid != 0 {
+		t.Errorf("file written by sandbox root on btrfs: host uid %d, want 0", uid)
+	}
+	if err := d.Cleanup(ctx, "btrfs"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/driver/ns"
+	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/template"
+	"github.com/spacesandbox/space/internal/volume/localvol"
+)
+
+// runNodeManager is `space node-manager`: the node's only root process.
+func runNodeManager(args []string) int {
+	fs := flag.NewFlagSet("node-manager", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "data directory")
+	socket := fs.String("socket", "", "unix socket to serve (default DATA/run/node-manager.sock)")
+	guestBin := fs.String("guest-binary", "", "static space-guest binary (default: beside this binary)")
+	allow := fs.String("allow-uid", "", "comma-separated uids besides root that may call (the uid of `space node`)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "node-manager")
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "space node-manager: must run as root (it is the node's only privileged process)")
+		return 1
+	}
+	dir, err := resolveDataDir(*dataDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		return 1
+	}
+	if *socket == "" {
+		*socket = filepath.Join(dir, "run", "node-manager.sock")
+	}
+	if *guestBin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+			return 1
+		}
+		*guestBin = filepath.Join(filepath.Dir(self), "space-guest")
+	}
+	var uids []uint32
+	for _, s := range strings.Split(*allow, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		u, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "space node-manager: --allow-uid %q: %v\n", s, err)
+			return 2
+		}
+		uids = append(uids, uint32(u))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := serveNodeManager(ctx, dir, *socket, *guestBin, uids, log); err != nil {
+		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func serveNodeManager(ctx context.Context, dataDir, socket, guestBin string, uids []uint32, log *slog.Logger) error {
+	vols, release, err := localvol.Open(ctx, dataDir, log)
+	if err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	defer func() {
+		if err := release(); err != nil {
+			log.Warn("storage stays mounted", "reason", err)
+		}
+	}()
+	nsd, err := ns.New(ns.Config{StateDir: filepath.Join(dataDir, "ns"), Log: log})
+	if err != nil {
+		return err
+	}
+	srv, err := privop.NewServer(privop.Config{
+		Socket: socket, AllowedUIDs: uids, GuestBinary: guestBin, Storage: vols,
+		Drivers: map[string]driver.Driver{"ns": nsd},
+		Build:   buildTemplate,
+	}, log)
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+// buildTemplate fills dest from a template source; builtin:minimal and
+// builtin:base are the two templates every node can make without input.
+func buildTemplate(ctx context.Context, source, dest string, progress io.Writer) error {
+	switch source {
+	case "builtin:minimal":
+		return template.Minimal(ctx, dest)
+	case "builtin:base":
+		return template.Base(ctx, dest, progress)
+	}
+	src, err := template.ParseSource(source)
+	if err != nil {
+		return err
+	}
+	return template.Build(ctx, src, dest, progress)
+}

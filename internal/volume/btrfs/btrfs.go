@@ -1,0 +1,256 @@
+// Package btrfs is the volume driver for btrfs: a template is a subvolume,
+// sealed by making it read-only, and a clone is a writable snapshot of it, made
+// in constant time whatever the template's size. It drives the btrfs-progs
+// command line (btrfs(8)), which is installed wherever btrfs is used.
+package btrfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/volume"
+)
+
+// Driver stores templates and volumes as subvolumes under a root on btrfs.
+type Driver struct {
+	layout volume.Layout
+}
+
+var _ volume.Driver = (*Driver)(nil)
+
+// New checks that root is on btrfs, prepares it and returns the driver.
+func New(root string) (*Driver, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("btrfs: create %s: %w", root, err)
+	}
+	if !IsBtrfs(root) {
+		return nil, fmt.Errorf("%w: btrfs: %s is not on a btrfs filesystem", errdefs.ErrFailedPrecondition, root)
+	}
+	if _, err := exec.LookPath("btrfs"); err != nil {
+		return nil, fmt.Errorf("%w: btrfs: the btrfs command is missing (apt-get install btrfs-progs): %v", errdefs.ErrFailedPrecondition, err)
+	}
+	l := volume.Layout{Root: root}
+	if err := l.Init(); err != nil {
+		return nil, err
+	}
+	return &Driver{layout: l}, nil
+}
+
+// IsBtrfs reports whether path is on a btrfs filesystem.
+func IsBtrfs(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.BTRFS_SUPER_MAGIC
+}
+
+// Name returns "btrfs".
+func (d *Driver) Name() string { return "btrfs" }
+
+// CreateTemplate creates templates/<name> as a subvolume.
+func (d *Driver) CreateTemplate(ctx context.Context, name string) (string, error) {
+	p, err := d.layout.Template(name)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Lstat(p); err == nil {
+		return "", fmt.Errorf("template %s: %w: already exists", name, errdefs.ErrConflict)
+	}
+	if err := run(ctx, "subvolume", "create", p); err != nil {
+		if _, serr := os.Lstat(p); serr == nil {
+			return "", fmt.Errorf("template %s: %w: already exists", name, errdefs.ErrConflict)
+		}
+		return "", fmt.Errorf("template %s: create: %w", name, err)
+	}
+	return p, nil
+}
+
+// SealTemplate makes the template's subvolume read-only.
+func (d *Driver) SealTemplate(ctx context.Context, name string) error {
+	p, err := d.existingTemplate(name)
+	if err != nil {
+		return err
+	}
+	if err := run(ctx, "property", "set", "-ts", p, "ro", "true"); err != nil {
+		return fmt.Errorf("template %s: seal: %w", name, err)
+	}
+	return nil
+}
+
+func (d *Driver) existingTemplate(name string) (string, error) {
+	p, err := d.layout.Template(name)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("template %s: %w", name, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("template %s: %w: not a directory", name, errdefs.ErrFailedPrecondition)
+	}
+	return p, nil
+}
+
+// sealed reports whether the subvolume at p is read-only.
+func sealed(ctx context.Context, p string) (bool, error) {
+	out, err := output(ctx, "property", "get", "-ts", p, "ro")
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(out) == "ro=true", nil
+}
+
+// DeleteTemplate deletes the template's subvolume.
+func (d *Driver) DeleteTemplate(ctx context.Context, name string) error {
+	p, err := d.layout.Template(name)
+	if err != nil {
+		return err
+	}
+	return deleteSubvolume(ctx, p)
+}
+
+// Templates lists the read-only template subvolumes.
+func (d *Driver) Templates(ctx context.Context) ([]string, error) {
+	entries, err := os.ReadDir(d.layout.TemplatesDir())
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() || volume.ValidName(e.Name()) != nil {
+			continue
+		}
+		ok, err := sealed(ctx, filepath.Join(d.layout.TemplatesDir(), e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", e.Name(), err)
+		}
+		if ok {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Clone snapshots a sealed template into volumes/<id> (writable).
+func (d *Driver) Clone(ctx context.Context, template, id string) (string, error) {
+	dst, err := d.layout.Volume(id)
+	if err != nil {
+		return "", err
+	}
+	src, err := d.existingTemplate(template)
+	if err != nil {
+		return "", err
+	}
+	ok, err := sealed(ctx, src)
+	if err != nil {
+		return "", fmt.Errorf("template %s: %w", template, err)
+	}
+	if !ok {
+		return "", fmt.Errorf("template %s: %w: not sealed", template, errdefs.ErrFailedPrecondition)
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
+	}
+	if err := run(ctx, "subvolume", "snapshot", src, dst); err != nil {
+		if _, serr := os.Lstat(dst); serr == nil {
+			return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
+		}
+		return "", fmt.Errorf("volume %s: snapshot template %s: %w", id, template, err)
+	}
+	return dst, nil
+}
+
+// Delete deletes volumes/<id>, including subvolumes the sandbox made inside.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	p, err := d.layout.Volume(id)
+	if err != nil {
+		return err
+	}
+	return deleteSubvolume(ctx, p)
+}
+
+// Usage reports the filesystem's capacity.
+func (d *Driver) Usage(ctx context.Context) (volume.Usage, error) {
+	return volume.StatfsUsage(d.layout.Root)
+}
+
+// deleteSubvolume deletes the subvolume at p after any nested subvolumes
+// (which btrfs refuses to delete through their parent). A missing p is fine.
+func deleteSubvolume(ctx context.Context, p string) error {
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	// The common case has no nested subvolume: try without walking the tree.
+	if err := run(ctx, "subvolume", "delete", p); err == nil {
+		return nil
+	}
+	nested, err := nestedSubvolumes(p)
+	if err != nil {
+		return err
+	}
+	for i := len(nested) - 1; i >= 0; i-- { // deepest first
+		if err := run(ctx, "subvolume", "delete", nested[i]); err != nil {
+			return fmt.Errorf("delete nested subvolume %s: %w", nested[i], err)
+		}
+	}
+	if err := run(ctx, "subvolume", "delete", p); err != nil {
+		return fmt.Errorf("delete subvolume %s: %w", p, err)
+	}
+	return nil
+}
+
+// nestedSubvolumes lists subvolume roots below p (a btrfs subvolume's root
+// directory has inode 256), parents before children. Symbolic links are not
+// followed.
+func nestedSubvolumes(p string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(p, func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path == p || !de.IsDir() {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		if st.Ino == 256 {
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find nested subvolumes of %s: %w", p, err)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args ...string) error {
+	_, err := output(ctx, args...)
+	return err
+}
+
+func output(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "btrfs", args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("btrfs %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
