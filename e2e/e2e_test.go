@@ -155,9 +155,12 @@ func TestConcurrentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var sb sandbox
+			var sb struct {
+				sandbox
+				Message string `json:"message"`
+			}
 			if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 128}, &sb); code != http.StatusCreated {
-				t.Errorf("create %d: HTTP %d %+v", i, code, sb)
+				t.Errorf("create %d: HTTP %d %s", i, code, sb.Message)
 				return
 			}
 			ids[i] = sb.ID
@@ -321,7 +324,9 @@ func TestSandboxDeathIsReported(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		var e struct{ Code, Message string }
-		done <- in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"sleep", "60"}}, &e)
+		code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"sleep", "60"}}, &e)
+		t.Logf("exec in dying sandbox: HTTP %d %+v", code, e)
+		done <- code
 	}()
 	time.Sleep(500 * time.Millisecond)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {

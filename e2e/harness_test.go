@@ -131,6 +131,21 @@ func startServer(t testing.TB, dataDir string) *instance {
 		t.Fatalf("admin key: %v", err)
 	}
 	in.key = strings.TrimSpace(string(key))
+	// Whatever a test leaves (a failure midway), delete it through the API
+	// before the leftover check, so one failure does not leak into the next.
+	t.Cleanup(func() {
+		select {
+		case <-in.exited:
+			return
+		default:
+		}
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, sb := range list.Sandboxes {
+			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+		}
+		in.stop()
+	})
 	in.waitTemplate("minimal")
 	return in
 }
@@ -158,6 +173,11 @@ func (in *instance) logs() string {
 
 // stop stops the server with SIGTERM, as an operator would.
 func (in *instance) stop() {
+	select {
+	case <-in.exited:
+		return
+	default:
+	}
 	_ = in.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-in.exited:
@@ -169,6 +189,11 @@ func (in *instance) stop() {
 
 // kill kills the server outright, like a crash.
 func (in *instance) kill() {
+	select {
+	case <-in.exited:
+		return
+	default:
+	}
 	_ = in.cmd.Process.Kill()
 	<-in.exited
 }

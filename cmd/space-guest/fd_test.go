@@ -29,8 +29,9 @@ func TestFDChannel(t *testing.T) {
 		t.Fatalf("start space-guest: %v", err)
 	}
 	guestEnd.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		cmd.Process.Kill()
 		<-exited
@@ -50,15 +51,16 @@ func TestFDChannel(t *testing.T) {
 	if err := c.Wait(ctx); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
-	out, end := shell(t, c, "for f in /proc/$$/fd/*; do readlink $f; done")
+	out, end := shell(t, c, "for f in /proc/$$/fd/*; do echo \"$f $(readlink $f)\"; done; true")
+	t.Logf("descriptors of a child: %s", out)
 	if end.GetExitCode() != 0 || !strings.Contains(out, "pipe:") || strings.Contains(out, "socket:") {
 		t.Errorf("a child's descriptors: %q (exit %d), want pipes and no socket (the channel must not leak)", out, end.GetExitCode())
 	}
 	c.Close()
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("space-guest exited with %v after the stream ended, want 0", err)
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("space-guest exited with %v after the stream ended, want 0", waitErr)
 		}
 	case <-ctx.Done():
 		t.Error("space-guest still runs after its stream ended")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
@@ -147,12 +148,12 @@ func TestUserNamespaceClockAndReseed(t *testing.T) {
 	c := startInNamespace(t, "--user", "--map-root-user", "--uts")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := c.Control().SetClock(ctx, connect.NewRequest(&controlv1.SetClockRequest{Now: timestamppbNow()}))
+	_, err := c.Control().SetClock(ctx, connect.NewRequest(&controlv1.SetClockRequest{Now: timestamppb.Now()}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "shares the host clock") {
 		t.Errorf("SetClock in a user namespace: %v, want FailedPrecondition about the shared host clock", err)
 	}
 	resp, err := c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{
-		SandboxId: "sbx", Hostname: "sbx-host", Entropy: []byte("entropy"), Now: timestamppbNow(),
+		SandboxId: "sbx", Hostname: "sbx-host", Entropy: []byte("entropy"), Now: timestamppb.Now(),
 	}))
 	if err != nil {
 		t.Fatalf("Init: %v", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/driver/ns"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/template"
+	"github.com/spacesandbox/space/internal/volume"
 	"github.com/spacesandbox/space/internal/volume/localvol"
 )
 
@@ -73,15 +76,13 @@ func runNodeManager(args []string) int {
 }
 
 func serveNodeManager(ctx context.Context, dataDir, socket, guestBin string, uids []uint32, log *slog.Logger) error {
-	vols, release, err := localvol.Open(ctx, dataDir, log)
+	vols, err := localvol.Open(ctx, localvol.Config{DataDir: dataDir}, log)
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
 	}
-	defer func() {
-		if err := release(); err != nil {
-			log.Warn("storage stays mounted", "reason", err)
-		}
-	}()
+	// The storage stays mounted while sandboxes use it: they outlive this
+	// process. With none left it is unmounted so nothing is left behind.
+	defer releaseStorage(vols, log)
 	nsd, err := ns.New(ns.Config{StateDir: filepath.Join(dataDir, "ns"), Log: log})
 	if err != nil {
 		return err
@@ -95,6 +96,19 @@ func serveNodeManager(ctx context.Context, dataDir, socket, guestBin string, uid
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+func releaseStorage(vols *localvol.Store, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if inUse, err := volumesInUse(vols.Dir); err != nil || inUse > 0 {
+		log.Info("storage stays mounted: sandboxes still use it", "volumes", inUse, "err", err)
+		vols.Close()
+		return
+	}
+	if err := vols.Unmount(ctx); err != nil {
+		log.Warn("unmount storage", "err", err)
+	}
 }
 
 // buildTemplate fills dest from a template source; builtin:minimal and
@@ -111,4 +125,13 @@ func buildTemplate(ctx context.Context, source, dest string, progress io.Writer)
 		return err
 	}
 	return template.Build(ctx, src, dest, progress)
+}
+
+// volumesInUse counts the sandbox volumes under a volume store root.
+func volumesInUse(root string) (int, error) {
+	entries, err := os.ReadDir(volume.Layout{Root: root}.VolumesDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	return len(entries), err
 }

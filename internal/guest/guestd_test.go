@@ -18,7 +18,9 @@ func TestAgainstDaemon(t *testing.T) {
 	server, conn := socketPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- guestd.Serve(ctx, server, guestd.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		done <- guestd.Serve(ctx, server, guestd.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
 	c, err := guest.NewClient(conn)
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)

@@ -102,7 +102,9 @@ type result struct {
 }
 
 // collect reads a Start or Connect stream to its end.
-func collect[T interface{ GetEvent() *processv1.ProcessEvent }](t *testing.T, stream interface {
+func collect[T interface {
+	GetEvent() *processv1.ProcessEvent
+}](t *testing.T, stream interface {
 	Receive() bool
 	Msg() T
 	Err() error

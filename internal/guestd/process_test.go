@@ -207,8 +207,10 @@ func TestTimeoutKillsProcess(t *testing.T) {
 	if err == nil {
 		_, err = collect(t, stream)
 	}
-	if connect.CodeOf(err) != connect.CodeDeadlineExceeded && !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Start past its deadline: %v, want deadline exceeded", err)
+	// The client sees its deadline pass; how connect-go words that varies
+	// (deadline_exceeded, or unknown wrapping the transport's error).
+	if err == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Start past its deadline: %v (ctx %v), want an error after the deadline", err, ctx.Err())
 	}
 	waitNoProcesses(t, c) // the daemon killed it
 

@@ -46,8 +46,11 @@ type Manager struct {
 	records records
 	locks   keyedMutex
 
-	mu      sync.Mutex // guards bridges
+	mu      sync.Mutex // guards bridges and starting
 	bridges map[string]*bridgeConn
+	// starting holds the executions whose Start is under way: they are
+	// reported as starting, not judged by a bridge that is not up yet.
+	starting map[string]bool
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
@@ -62,7 +65,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	return &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}}, nil
+	return &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}}, nil
 }
 
 // Start starts an execution and returns once its guest is ready and its
@@ -83,6 +86,8 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 	if err := os.MkdirAll(m.records.execDir(req.ExecID), 0o700); err != nil {
 		return nil, fmt.Errorf("exec %s: state dir: %w", req.ExecID, err)
 	}
+	m.setStarting(req.ExecID, true)
+	defer m.setStarting(req.ExecID, false)
 	rec, err := m.start(ctx, req)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -243,12 +248,29 @@ func (m *Manager) Get(ctx context.Context, execID string) (*nodev1.Execution, er
 	return &ex, nil
 }
 
+func (m *Manager) setStarting(execID string, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if on {
+		m.starting[execID] = true
+	} else {
+		delete(m.starting, execID)
+	}
+}
+
 // observe asks the execution's bridge how it is.
 func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 	ex := nodev1.Execution{
 		ExecID: rec.ExecID, SandboxID: rec.SandboxID, Generation: rec.Generation,
 		ActivationID: rec.ActivationID, Runtime: rec.Runtime, Template: rec.Template,
 		StartedAt: rec.StartedAt, State: nodev1.ExecRunning,
+	}
+	m.mu.Lock()
+	starting := m.starting[rec.ExecID]
+	m.mu.Unlock()
+	if starting {
+		ex.State = nodev1.ExecStarting
+		return ex
 	}
 	bc, err := m.bridge(rec)
 	if err == nil {

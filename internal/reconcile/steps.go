@@ -91,7 +91,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 	switch {
 	case !seen:
 		return 0, nil
-	case has && ex.State == nodev1.ExecFailed:
+	case has && ex.State == nodev1.ExecFailed && obs.at.After(sb.UpdatedAt):
 		reason = ex.Reason
 	case !has && obs.at.After(sb.UpdatedAt.Add(10*time.Second)):
 		reason = fmt.Sprintf("execution %s is no longer on node %s", sb.ExecID, sb.Node)

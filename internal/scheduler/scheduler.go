@@ -80,8 +80,10 @@ type Plan struct {
 	Reason string
 }
 
-// overcommitCPU lets sandboxes share CPUs: most agent sandboxes idle.
-const overcommitCPU = 8
+// overcommitCPU lets sandboxes share CPUs. A sandbox's CPUs are a cap (CFS
+// quota), not a reservation, and agent sandboxes idle most of their lives, so
+// memory is what really bounds a node; this only stops absurd stacking.
+const overcommitCPU = 64
 
 // Place picks the live node offering the runtime with the most free memory
 // (spreading load), or explains why none fits.

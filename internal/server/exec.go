@@ -50,7 +50,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g, err := s.guestFor(sb)
+	g, err := s.guestFor(r.Context(), sb)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -82,10 +82,12 @@ func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecReque
 	defer stream.Close()
 	var stdout, stderr capture
 	res := &sandboxv1.ExecResult{}
+	started, ended := false, false
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
+			started = true
 			if wantStdin {
 				if err := sendStdinAndClose(ctx, g, ev.GetStart().GetPid(), []byte(req.Stdin)); err != nil {
 					return nil, err
@@ -97,6 +99,7 @@ func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecReque
 			stderr.write(d.GetStderr())
 			stdout.write(d.GetPty())
 		case ev.GetEnd() != nil:
+			ended = true
 			res.ExitCode = int(ev.GetEnd().GetExitCode())
 			if !ev.GetEnd().GetExited() && res.ExitCode == 0 {
 				res.ExitCode = -1
@@ -110,7 +113,15 @@ func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecReque
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%w: exec: command did not finish within %s and was killed", errdefs.ErrUnavailable, timeout)
 		}
+		if started {
+			// The command ran and its stream broke: the sandbox or the path
+			// to it went away, whatever the transport calls it.
+			return nil, fmt.Errorf("%w: exec: lost the connection to the sandbox while the command ran: %v", errdefs.ErrUnavailable, err)
+		}
 		return nil, guestError("exec", err)
+	}
+	if !ended {
+		return nil, fmt.Errorf("%w: exec: the sandbox ended the stream without an exit status", errdefs.ErrUnavailable)
 	}
 	res.Stdout, res.Stderr = stdout.String(), stderr.String()
 	res.Truncated = stdout.truncated || stderr.truncated

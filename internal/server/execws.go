@@ -27,7 +27,7 @@ func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	g, err := s.guestFor(sb)
+	g, err := s.guestFor(r.Context(), sb)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -126,7 +126,13 @@ func (s *Server) streamExec(ctx context.Context, ws *websocket.Conn, g *guestCon
 		if ctx.Err() != nil {
 			return nil
 		}
+		if pid != 0 {
+			return fmt.Errorf("%w: exec: lost the connection to the sandbox while the command ran: %v", errdefs.ErrUnavailable, err)
+		}
 		return guestError("exec", err)
+	}
+	if !exited {
+		return fmt.Errorf("%w: exec: the sandbox ended the stream without an exit status", errdefs.ErrUnavailable)
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func (s *Server) fileTarget(w http.ResponseWriter, r *http.Request) (*guestConn,
 		s.writeError(w, r, err)
 		return nil, "", false
 	}
-	g, err := s.guestFor(sb)
+	g, err := s.guestFor(r.Context(), sb)
 	if err != nil {
 		s.writeError(w, r, err)
 		return nil, "", false
@@ -186,7 +186,7 @@ func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	g, err := s.guestFor(sb)
+	g, err := s.guestFor(r.Context(), sb)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

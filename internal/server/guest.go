@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -27,12 +29,16 @@ type guestConn struct {
 	fs      filesystemv1connect.FilesystemClient
 }
 
+// nodeWait is how long a request waits for its node to report after a
+// restart of the control plane (nodes report every two seconds).
+const nodeWait = 5 * time.Second
+
 // guestFor returns the guest of a running sandbox.
-func (s *Server) guestFor(sb *sandbox.Sandbox) (*guestConn, error) {
+func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox) (*guestConn, error) {
 	if sb.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)
 	}
-	nc, err := s.nodes.client(sb.Node)
+	nc, err := s.nodes.clientWait(ctx, sb.Node, nodeWait)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
@@ -23,6 +24,8 @@ type Nodes struct {
 	addrs   map[string]string
 	// observed is the last execution list each node reported.
 	observed map[string]observation
+	// registered is closed (and replaced) whenever a node registers.
+	registered chan struct{}
 }
 
 type observation struct {
@@ -32,7 +35,10 @@ type observation struct {
 
 // NewNodes returns an empty registry.
 func NewNodes() *Nodes {
-	return &Nodes{clients: map[string]*nodeclient.Client{}, addrs: map[string]string{}, observed: map[string]observation{}}
+	return &Nodes{
+		clients: map[string]*nodeclient.Client{}, addrs: map[string]string{},
+		observed: map[string]observation{}, registered: make(chan struct{}),
+	}
 }
 
 // Register records (or refreshes) how to reach a node.
@@ -47,7 +53,31 @@ func (n *Nodes) Register(id, addr, token string) error {
 		return err
 	}
 	n.clients[id], n.addrs[id] = c, addr+"\x00"+token
+	close(n.registered)
+	n.registered = make(chan struct{})
 	return nil
+}
+
+// clientWait is client, but right after a control plane restart it waits up
+// to maxWait for the node's first heartbeat instead of failing at once.
+func (n *Nodes) clientWait(ctx context.Context, id string, maxWait time.Duration) (*nodeclient.Client, error) {
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	for {
+		n.mu.Lock()
+		c, next := n.clients[id], n.registered
+		n.mu.Unlock()
+		if c != nil {
+			return c, nil
+		}
+		select {
+		case <-next:
+		case <-timer.C:
+			return n.client(id)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Client returns the client of a registered node.

@@ -32,8 +32,10 @@ type ExecState string
 
 // Observed execution states.
 const (
-	ExecRunning ExecState = "running"
-	ExecFailed  ExecState = "failed"
+	// ExecStarting: the node is still starting the execution.
+	ExecStarting ExecState = "starting"
+	ExecRunning  ExecState = "running"
+	ExecFailed   ExecState = "failed"
 )
 
 // Execution is what a node reports of one execution it holds.

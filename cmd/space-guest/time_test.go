@@ -1,5 +1,0 @@
-package main
-
-import "google.golang.org/protobuf/types/known/timestamppb"
-
-func timestamppbNow() *timestamppb.Timestamp { return timestamppb.Now() }
