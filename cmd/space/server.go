@@ -246,4 +246,3 @@ func waitNodeManager(ctx context.Context, pm *privop.Client, exited <-chan error
 		}
 	}
 }
-

@@ -53,7 +53,7 @@ type Server struct {
 	builds  singleflight.Group
 	allowed map[uint32]bool
 
-	mu    sync.Mutex // guards owner
+	mu    sync.Mutex        // guards owner
 	owner map[string]string // exec id -> runtime, for executions started by this process
 }
 

@@ -15,7 +15,7 @@ import (
 // metrics is a small Prometheus exposition: request counters, latency
 // histograms of the hot paths, and sandbox counts by state.
 type metrics struct {
-	mu       sync.Mutex // guards every map
+	mu       sync.Mutex        // guards every map
 	requests map[string]uint64 // "route\x00code" -> count
 	hists    map[string]*histogram
 }
