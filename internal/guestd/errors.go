@@ -1,6 +1,7 @@
 package guestd
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -68,3 +69,13 @@ func httpStatus(err error) int {
 
 // errTooMany reports that a daemon limit is reached.
 var errTooMany = errors.New("limit reached")
+
+// contextError reports why ctx ended with the matching Connect code
+// (connect.CodeOf gives Unknown for plain context errors).
+func contextError(ctx context.Context) error {
+	code := connect.CodeCanceled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = connect.CodeDeadlineExceeded
+	}
+	return connect.NewError(code, ctx.Err())
+}

@@ -91,7 +91,7 @@ func follow(ctx context.Context, h http.Header, p *process, sub *subscriber, sen
 				return err
 			}
 		case <-ctx.Done():
-			return connect.NewError(connect.CodeOf(ctx.Err()), ctx.Err())
+			return contextError(ctx)
 		}
 	}
 }

@@ -134,7 +134,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 				return err
 			}
 		case <-ctx.Done():
-			return connect.NewError(connect.CodeOf(ctx.Err()), ctx.Err())
+			return contextError(ctx)
 		}
 	}
 }
