@@ -76,8 +76,11 @@ func (s *controlService) validateInit(m *controlv1.InitRequest) error {
 			return fmt.Errorf("environment variable %q: name must be non-empty without '=' or NUL, value without NUL", k)
 		}
 	}
+	// The default user need not exist: requests that do not name a user fall
+	// back to root where the template lacks it (see userNamed). Its name must
+	// still be well formed.
 	if u := m.GetDefaultUser(); u != "" {
-		if _, err := s.d.userNamed(u); err != nil {
+		if err := validUserName(u); err != nil {
 			return fmt.Errorf("default user: %w", err)
 		}
 	}

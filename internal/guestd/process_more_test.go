@@ -144,13 +144,29 @@ func TestInitInstallsDefaults(t *testing.T) {
 		t.Errorf("/envs = %v, want INIT_VAR=v1", envs)
 	}
 	for _, bad := range []*controlv1.InitRequest{
-		{DefaultUser: "no-such-user"},
+		{DefaultUser: "bad user name"},
 		{DefaultWorkdir: "relative"},
 		{EnvVars: map[string]string{"": "x"}},
 		{Hostname: "bad host"},
 	} {
 		_, err := c.Control().Init(ctx, connect.NewRequest(bad))
 		wantCode(t, err, connect.CodeInvalidArgument)
+	}
+}
+
+// TestMissingDefaultUserFallsBackToRoot: a template without the platform's
+// default account still runs commands, as root, in an existing directory.
+func TestMissingDefaultUserFallsBackToRoot(t *testing.T) {
+	requireRoot(t, "expects to run as root")
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	_, err := c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{DefaultUser: "no-such-user", DefaultWorkdir: "/no/such/dir"}))
+	if err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	res := run(t, c, sh(`printf '%s|%s' "$(id -u)" "$(pwd)"`), "")
+	if got := res.stdout.String(); got != "0|/root" && got != "0|/" {
+		t.Errorf("output = %q, want root in its home or /", got)
 	}
 }
 

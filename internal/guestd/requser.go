@@ -29,8 +29,10 @@ func (d *Daemon) userFromHeader(h http.Header) (caller, error) {
 
 // userNamed resolves name, or the default user when name is empty.
 func (d *Daemon) userNamed(name string) (caller, error) {
+	fromDefault := false
 	if name == "" {
 		name, _ = d.ident.defaults()
+		fromDefault = name != ""
 	}
 	if name == "" {
 		name = "root"
@@ -46,6 +48,13 @@ func (d *Daemon) userNamed(name string) (caller, error) {
 		db = &accountDB{groupName: map[uint32]string{}}
 	}
 	u, err := db.lookup(name)
+	if err != nil && fromDefault {
+		// The default user comes from the platform (E2B's "user"), not the
+		// caller; a template without that account runs as root instead of
+		// refusing every request.
+		name = "root"
+		u, err = db.lookup(name)
+	}
 	if err != nil {
 		if name != "root" {
 			return caller{}, err

@@ -139,9 +139,13 @@ func (d *Daemon) processEnv(req spawnRequest) ([]string, error) {
 func (d *Daemon) processDir(req spawnRequest) (string, error) {
 	dir := req.config.GetCwd()
 	if dir == "" {
-		_, dir = d.ident.defaults()
-	}
-	if dir == "" {
+		// The platform's default workdir only applies where it exists: a
+		// template without /home/user still runs commands.
+		if _, def := d.ident.defaults(); def != "" {
+			if fi, err := os.Stat(def); err == nil && fi.IsDir() {
+				return def, nil
+			}
+		}
 		if fi, err := os.Stat(req.user.Home); err == nil && fi.IsDir() {
 			return req.user.Home, nil
 		}
