@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -24,7 +23,7 @@ func runHostBridge(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "host-bridge")
+	log := newLogger().With("component", "host-bridge")
 	f := os.NewFile(uintptr(*guestFD), "guest-channel")
 	if f == nil {
 		fmt.Fprintf(os.Stderr, "space host-bridge: descriptor %d is not open\n", *guestFD)

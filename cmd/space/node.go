@@ -55,7 +55,7 @@ func runNode(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := newLogger()
 	err = runNodeWith(ctx, nodeOptions{
 		dataDir: dir, nodeID: id, server: *serverURL, joinToken: *joinToken,
 		listen: *listen, advertise: *advertise, pm: privop.NewClient(*pmSocket),

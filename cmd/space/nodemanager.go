@@ -33,7 +33,7 @@ func runNodeManager(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "node-manager")
+	log := newLogger().With("component", "node-manager")
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "space node-manager: must run as root (it is the node's only privileged process)")
 		return 1

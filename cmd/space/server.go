@@ -45,7 +45,7 @@ func runServer(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := newLogger()
 	dir, err := resolveDataDir(*dataDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)

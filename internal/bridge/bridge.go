@@ -160,7 +160,7 @@ func (b *Bridge) waitReady(ctx context.Context) {
 			return
 		case <-b.client.Done():
 			return
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 	if ctx.Err() == nil {

@@ -94,7 +94,8 @@ func (b *bridgeConn) status(ctx context.Context) (bridge.Status, error) {
 // timeout passes.
 func (b *bridgeConn) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	delay := 2 * time.Millisecond
+	// A local socket is cheap to ask; a fine poll keeps create latency low.
+	delay := time.Millisecond
 	var last error
 	for time.Now().Before(deadline) {
 		st, err := b.status(ctx)
@@ -111,7 +112,7 @@ func (b *bridgeConn) waitReady(ctx context.Context, timeout time.Duration) error
 			return ctx.Err()
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 100*time.Millisecond)
+		delay = min(delay*2, 5*time.Millisecond)
 	}
 	if last != nil {
 		return fmt.Errorf("guest not ready after %s: %w", timeout, last)

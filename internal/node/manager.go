@@ -100,6 +100,7 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 }
 
 func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record, error) {
+	t0 := time.Now()
 	started, channel, err := m.cfg.Privileged.Start(ctx, privop.StartArgs{
 		ExecID:    req.ExecID,
 		SandboxID: req.SandboxID,
@@ -115,9 +116,11 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	}
 	defer channel.Close()
 	rec := &Record{StartExecution: req, SandboxPid: started.Pid, SandboxStartTime: started.StartTime, StartedAt: time.Now().UTC()}
+	tStarted := time.Now()
 	if err := m.spawnBridge(rec, channel); err != nil {
 		return nil, err
 	}
+	tSpawned := time.Now()
 	if err := m.records.save(rec); err != nil {
 		return nil, err
 	}
@@ -128,6 +131,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	if err := bc.waitReady(ctx, m.cfg.BridgeReadyTimeout); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
+	tReady := time.Now()
 	err = bc.init(ctx, bridge.InitRequest{
 		SandboxID:      req.SandboxID,
 		Generation:     req.Generation,
@@ -140,6 +144,9 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
+	m.log.Debug("execution started", "exec", req.ExecID,
+		"runtime_start", tStarted.Sub(t0), "bridge_spawn", tSpawned.Sub(tStarted),
+		"guest_ready", tReady.Sub(tSpawned), "identity", time.Since(tReady))
 	return rec, nil
 }
 

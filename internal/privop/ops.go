@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -106,10 +107,12 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 	if !slices.Contains(have, a.Template) {
 		return nil, nil, fmt.Errorf("%w: template %q is not on this node", errdefs.ErrFailedPrecondition, a.Template)
 	}
+	t0 := time.Now()
 	root, err := s.cfg.Storage.Clone(ctx, a.Template, a.ExecID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec %s: clone template %s: %w", a.ExecID, a.Template, err)
 	}
+	tCloned := time.Now()
 	inst, err := s.cfg.Drivers[a.Runtime].Start(ctx, driver.Spec{
 		ExecID:      a.ExecID,
 		SandboxID:   a.SandboxID,
@@ -127,6 +130,7 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 	s.mu.Lock()
 	s.owner[a.ExecID] = a.Runtime
 	s.mu.Unlock()
+	s.log.Debug("execution started", "exec", a.ExecID, "clone", tCloned.Sub(t0), "runtime", time.Since(tCloned))
 	return &Started{Pid: inst.Pid, StartTime: inst.StartTime}, inst.Channel, nil
 }
 

@@ -1,0 +1,92 @@
+package drivertest
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// testLimits checks that the memory and pids caps of the spec hold.
+func testLimits(t *testing.T, s *suite) {
+	t.Run("Memory", func(t *testing.T) {
+		t.Parallel()
+		testMemoryLimit(t, s)
+	})
+	t.Run("ForkBomb", func(t *testing.T) {
+		t.Parallel()
+		testForkBomb(t, s)
+	})
+}
+
+// testMemoryLimit: dd with a 256 MiB block touches every page of its buffer
+// (reading /dev/zero into it), four times the 64 MiB cap, so it is killed;
+// the guest itself survives and keeps answering.
+func testMemoryLimit(t *testing.T, s *suite) {
+	const capMiB = 64
+	sb := s.start(t, options{memoryMiB: capMiB})
+	st, err := sb.d.Stats(callCtx(t), sb.spec.ExecID)
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	if st.MemoryLimitBytes != capMiB<<20 {
+		t.Errorf("Stats.MemoryLimitBytes = %d, want %d", st.MemoryLimitBytes, capMiB<<20)
+	}
+	res := sb.run(t, "", "dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1")
+	if !killedBySignal(res, "killed") {
+		t.Errorf("allocating 256 MiB under a %d MiB cap: %v, want killed by SIGKILL", capMiB, res)
+	}
+	if got := sb.sh(t, "echo alive"); got != "alive\n" {
+		t.Errorf("after the OOM kill the guest runs echo with output %q", got)
+	}
+	// Under the cap, the same allocation works.
+	if res := sb.run(t, "", "dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=1"); exitCode(res) != 0 {
+		t.Errorf("allocating 16 MiB under a %d MiB cap: %v, want exit 0", capMiB, res)
+	}
+}
+
+// testForkBomb: a fork bomb stays under pids max (measured from the host
+// through Stats) and the host can still fork while it runs. The execution's
+// cleanup then has to kill every one of its processes.
+func testForkBomb(t *testing.T, s *suite) {
+	const pidsMax = 64
+	sb := s.start(t, options{pidsMax: pidsMax, cpus: 1})
+	res := sb.run(t, "", "/bin/sh", "-c", "f(){ f | f & }; f >/dev/null 2>&1 </dev/null")
+	if exitCode(res) != 0 {
+		t.Fatalf("starting the fork bomb: %v", res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	var peak uint64
+	for {
+		st, err := sb.d.Stats(ctx, sb.spec.ExecID)
+		if err != nil {
+			t.Fatalf("Stats during the fork bomb: %v", err)
+		}
+		peak = max(peak, st.Pids)
+		if st.Pids > pidsMax {
+			t.Fatalf("the fork bomb reached %d tasks, over pids max %d", st.Pids, pidsMax)
+		}
+		if st.Pids >= pidsMax-8 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the fork bomb only reached %d tasks; it should press against pids max %d", peak, pidsMax)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := exec.Command("true").Run(); err != nil {
+		t.Fatalf("the host cannot fork while the sandbox runs a fork bomb: %v", err)
+	}
+	// The cap keeps holding while the bomb keeps trying.
+	for range 10 {
+		st, err := sb.d.Stats(ctx, sb.spec.ExecID)
+		if err != nil {
+			t.Fatalf("Stats during the fork bomb: %v", err)
+		}
+		if st.Pids > pidsMax {
+			t.Fatalf("the fork bomb reached %d tasks, over pids max %d", st.Pids, pidsMax)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
