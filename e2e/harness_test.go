@@ -297,11 +297,14 @@ type execResult struct {
 
 func (in *instance) create(template string) sandbox {
 	in.t.Helper()
-	var sb sandbox
-	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": "ns", "memory_mib": 256}, &sb); code != http.StatusCreated {
-		in.t.Fatalf("create: HTTP %d %+v\n%s", code, sb, in.logs())
+	var sb struct {
+		sandbox
+		Message string `json:"message"`
 	}
-	return sb
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": "ns", "memory_mib": 256}, &sb); code != http.StatusCreated {
+		in.t.Fatalf("create: HTTP %d %s\n%s", code, sb.Message, in.logs())
+	}
+	return sb.sandbox
 }
 
 func (in *instance) exec(id string, cmd ...string) execResult {

@@ -5,6 +5,7 @@
 //	space-guest --channel fd:3          serve the inherited stream on fd 3 (ns runtime)
 //	space-guest --channel virtio:NAME   serve the virtio-serial port named NAME (vm runtime)
 //	space-guest --channel unix:PATH     listen on PATH, one connection at a time (tests)
+//	space-guest --init --channel ...    first boot the VM as its init (vm runtime's initramfs)
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/guestd"
+	"github.com/spacesandbox/space/internal/guestinit"
 )
 
 func main() {
@@ -30,6 +32,7 @@ func run() int {
 	channel := flag.String("channel", "", "the channel to the host: fd:N, virtio:NAME or unix:PATH")
 	debug := flag.Bool("debug", false, "log at debug level")
 	version := flag.Bool("version", false, "print the version and exit")
+	initVM := flag.Bool("init", false, "run as the VM's init first: modules, root disk, switch root (package guestinit)")
 	flag.Parse()
 	if *version {
 		fmt.Println(guestd.Version)
@@ -45,6 +48,12 @@ func run() int {
 	if !ok || arg == "" {
 		log.Error("--channel is required: fd:N, virtio:NAME or unix:PATH", "got", *channel)
 		return 2
+	}
+	if *initVM {
+		if _, err := guestinit.Boot(log); err != nil {
+			log.Error("space-guest init failed", "err", err)
+			return 1
+		}
 	}
 	pid1 := os.Getpid() == 1
 	if pid1 {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -87,7 +88,8 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 		memMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
 	}
 	m, err := node.NewManager(node.Config{
-		NodeID: o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
+		BridgeReadyTimeout: 20 * time.Second,
+		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
 	}, log.With("component", "node"))
 	if err != nil {

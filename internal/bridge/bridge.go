@@ -28,6 +28,7 @@ import (
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/unixsock"
 )
 
 // Config is what one bridge needs to serve one execution.
@@ -298,9 +299,9 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("bridge socket dir: %w", err)
 	}
 	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
+	ln, err := unixsock.Listen(path)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: listen %s: %w", path, err)
+		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()

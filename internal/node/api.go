@@ -20,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/unixsock"
 )
 
 // maxAPIBody bounds the JSON bodies the node-api reads.
@@ -208,7 +209,7 @@ func (m *Manager) Serve(ctx context.Context, addr string) error {
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		_ = os.MkdirAll(filepath.Dir(path), 0o700)
 		_ = os.Remove(path)
-		ln, err = net.Listen("unix", path)
+		ln, err = unixsock.Listen(path)
 		if err == nil {
 			err = os.Chmod(path, 0o600)
 		}

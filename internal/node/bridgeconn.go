@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/unixsock"
 )
 
 // bridgeConn talks to one execution's host bridge. Every connection is checked:
@@ -29,8 +30,7 @@ func newBridgeConn(rec *Record, socket string) *bridgeConn {
 	wantPid, wantStart := rec.BridgePid, rec.BridgeStartTime
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", socket)
+			c, err := unixsock.Dial(ctx, socket)
 			if err != nil {
 				return nil, err
 			}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -129,7 +130,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		return nil, err
 	}
 	if err := bc.waitReady(ctx, m.cfg.BridgeReadyTimeout); err != nil {
-		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+		return nil, fmt.Errorf("exec %s: %w%s", req.ExecID, err, m.bridgeLogTail(req.ExecID))
 	}
 	tReady := time.Now()
 	err = bc.init(ctx, bridge.InitRequest{
@@ -187,6 +188,19 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	// this process the bridge's parent is init.
 	go func() { _ = cmd.Wait() }()
 	return nil
+}
+
+// bridgeLogTail returns the end of an execution's bridge log for an error
+// message, or "".
+func (m *Manager) bridgeLogTail(execID string) string {
+	b, err := os.ReadFile(m.records.logFile(execID))
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	if len(b) > 1024 {
+		b = b[len(b)-1024:]
+	}
+	return "; host bridge log: " + strings.TrimSpace(string(b))
 }
 
 // Stop stops an execution and releases everything it held. Stopping an unknown

@@ -18,6 +18,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/unixsock"
 )
 
 // TokenHeader carries the node token; it matches node.TokenHeader.
@@ -37,8 +38,7 @@ func New(addr, token string) (*Client, error) {
 	base := "http://node"
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
+			return unixsock.Dial(ctx, path)
 		}
 	} else {
 		if _, _, err := net.SplitHostPort(addr); err != nil {

@@ -3,6 +3,7 @@ package privop
 import (
 	"context"
 	"fmt"
+	"github.com/spacesandbox/space/internal/unixsock"
 	"net"
 	"os"
 	"time"
@@ -19,8 +20,7 @@ func NewClient(socket string) *Client { return &Client{socket: socket} }
 // call sends req and returns the response and any file it carried. The context
 // bounds the whole exchange.
 func (c *Client) call(ctx context.Context, req Request) (*Response, *os.File, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.socket)
+	conn, err := unixsock.Dial(ctx, c.socket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("node-manager %s: connect %s: %w (is `space node-manager` running?)", req.Op, c.socket, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/unixsock"
 )
 
 // Storage is what the node-manager needs of the node's volume driver.
@@ -78,9 +79,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("node-manager: socket dir: %w", err)
 	}
 	_ = os.Remove(s.cfg.Socket)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.cfg.Socket, Net: "unix"})
+	ln, err := unixsock.Listen(s.cfg.Socket)
 	if err != nil {
-		return fmt.Errorf("node-manager: listen %s: %w", s.cfg.Socket, err)
+		return fmt.Errorf("node-manager: %w", err)
 	}
 	// The peer check is the gate; the mode lets a non-root node connect at all.
 	if err := os.Chmod(s.cfg.Socket, 0o666); err != nil {
@@ -92,13 +93,18 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		c, err := ln.AcceptUnix()
+		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				_ = os.Remove(s.cfg.Socket)
 				return nil
 			}
 			return fmt.Errorf("node-manager: accept: %w", err)
+		}
+		c, ok := conn.(*net.UnixConn)
+		if !ok {
+			conn.Close()
+			continue
 		}
 		wg.Add(1)
 		go func() {

@@ -82,6 +82,7 @@ func testCommandNotFound(t *testing.T, sb *sandbox) {
 	if code := connect.CodeOf(err); code == connect.CodeDeadlineExceeded || code == connect.CodeUnknown || code == connect.CodeInternal {
 		t.Errorf("start of a missing command: code %v (%v), want a clear client error such as NotFound", code, err)
 	}
+	t.Logf("start of a missing command: %v", err)
 	if !strings.Contains(err.Error(), "no-such-command-xyz") {
 		t.Errorf("start of a missing command: %v, want the error to name the command", err)
 	}

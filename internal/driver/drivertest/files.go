@@ -149,7 +149,9 @@ func testStream100MiB(t *testing.T, sb *sandbox) {
 	if out := strings.TrimSpace(sb.sh(t, "wc -c < /tmp/big.bin")); out != fmt.Sprint(size) {
 		t.Errorf("size inside the sandbox: %s, want %d", out, size)
 	}
-	if grew := peak(); grew > 64<<20 {
+	grew := peak()
+	t.Logf("host heap growth during the 100 MiB round trip: %.1f MiB", float64(grew)/(1<<20))
+	if grew > 64<<20 {
 		t.Errorf("host heap grew by %d MiB during a 100 MiB round trip; want it streamed (bounded, < 64 MiB)", grew>>20)
 	}
 	if err := sb.remove(ctx, "/tmp/big.bin"); err != nil {

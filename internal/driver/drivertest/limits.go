@@ -3,6 +3,8 @@ package drivertest
 import (
 	"context"
 	"os/exec"
+	"os"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -58,6 +60,7 @@ func testForkBomb(t *testing.T, s *suite) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	var peak uint64
+	t0 := time.Now()
 	for {
 		st, err := sb.d.Stats(ctx, sb.spec.ExecID)
 		if err != nil {
@@ -70,11 +73,17 @@ func testForkBomb(t *testing.T, s *suite) {
 		if st.Pids >= pidsMax-8 {
 			break
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || time.Since(t0) > 5*time.Second {
+			for pid := range descendants(sb.inst.Pid) {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+				t.Logf("%s wchan=%s", b, w)
+			}
 			t.Fatalf("the fork bomb only reached %d tasks; it should press against pids max %d", peak, pidsMax)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	t.Logf("fork bomb: %d tasks under pids max %d", peak, pidsMax)
 	if err := exec.Command("true").Run(); err != nil {
 		t.Fatalf("the host cannot fork while the sandbox runs a fork bomb: %v", err)
 	}
