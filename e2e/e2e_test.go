@@ -93,6 +93,14 @@ func TestCreateExecFilesDelete(t *testing.T) {
 	if withStdin.Stdout != "piped" {
 		t.Errorf("exec with stdin = %+v, want piped", withStdin)
 	}
+	// Regression: proxies flushed response headers before forwarding the
+	// request body, which cut about one stream in a hundred.
+	for i := range 100 {
+		var r execResult
+		if code := in.do("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"cat"}, "stdin": "x"}, &r); code != 200 || r.Stdout != "x" {
+			t.Fatalf("stdin exec %d: HTTP %d %+v", i, code, r)
+		}
+	}
 	var withEnv execResult
 	in.do("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"sh", "-c", "echo $FOO; pwd"}, "env": map[string]string{"FOO": "bar"}, "cwd": "/tmp"}, &withEnv)
 	if withEnv.Stdout != "bar\n/tmp\n" {

@@ -221,6 +221,8 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 			writeJSONError(w, http.StatusNotFound, "no such route on the host bridge: "+r.URL.Path)
 			return
 		}
+		// Streams answer before their request body is fully forwarded.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		proxy.ServeHTTP(w, r)
 	})
 	return mux

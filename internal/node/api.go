@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -151,10 +152,15 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport:     bc.transport,
 		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			m.log.Warn("forward to host bridge failed", "exec", execID, "path", path, "err", err)
 			writeError(w, fmt.Errorf("%w: exec %s: host bridge: %v", errdefs.ErrUnavailable, execID, err))
 		},
 	}
+	// The guest may answer (and the proxy flush headers) before the request
+	// body has been forwarded; HTTP/1 would then cut the body off mid-stream.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	proxy.ServeHTTP(w, r)
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -76,11 +75,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decodeJSON reads a bounded JSON body into v, refusing unknown fields and
-// trailing data.
+// trailing data. The Content-Type is not checked: `curl -d` labels JSON as a
+// form, and a body that is not JSON gets a clear error anyway.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("%w: Content-Type must be application/json", errdefs.ErrInvalidArgument)
-	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

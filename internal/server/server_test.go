@@ -43,7 +43,7 @@ func TestDecodeJSON(t *testing.T) {
 		{`{"name":"a"} {"x":1}`, "application/json", false},
 		{`{"name":"a","extra":1}`, "application/json", false},
 		{`{`, "application/json", false},
-		{`{"name":"a"}`, "text/plain", false},
+		{`{"name":"a"}`, "application/x-www-form-urlencoded", true},
 		{`{"name":"` + strings.Repeat("a", maxJSONBody) + `"}`, "application/json", false},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,275 @@
+// Package vm is the virtual-machine runtime: each sandbox execution is a QEMU
+// VM with its own kernel (Debian's cloud kernel, package vmimage), booting an
+// initramfs whose /init is space-guest (package guestinit), on a reflink clone
+// of the template's ext4 root image. The guest channel is a virtio-serial port
+// bound to a unix socket in the execution's state directory; the driver
+// connects to it and hands the connection out as Instance.Channel.
+//
+// QEMU runs in its own session, so it outlives the process that started it,
+// and everything after Start works from the state file (pid and start time of
+// QEMU, paths) and QEMU's QMP socket: a new Driver over the same state
+// directory manages VMs started by an old one.
+//
+// Layout of StateDir/exec/<exec-id>:
+//
+//	state.json    what a later process needs (see state)
+//	disk.img      the sandbox's root disk (clone of Spec.RootFS)
+//	guest.json    the per-VM guest configuration, passed through fw_cfg
+//	channel.sock  the guest channel (virtio-serial port "space.0")
+//	qmp.sock      QEMU's control socket
+//	console.sock  the serial console, read into console.log by the starter
+//	console.log   the console, capped (Config.ConsoleLogBytes, one rotation)
+//	qemu.log      QEMU's own standard error
+//
+// Snapshots (migration stream + disk reflink) fit beside these files later.
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/vmimage"
+)
+
+// Accelerators for Config.Accel.
+const (
+	AccelAuto = ""
+	AccelKVM  = "kvm"
+	AccelTCG  = "tcg"
+)
+
+// Config configures the driver.
+type Config struct {
+	// StateDir holds the driver's state; it must be a local filesystem that
+	// survives restarts, and the same filesystem as the template images for
+	// the disk clones to be reflinks.
+	StateDir string
+	// Kernel is the guest kernel (vmimage.FetchKernel).
+	Kernel *vmimage.Kernel
+	// CacheDir holds the initramfs built for each guest binary (by content
+	// hash) and the accelerator probe's result; default StateDir/cache.
+	CacheDir string
+	// QEMU is the qemu-system-x86_64 binary; default found on PATH.
+	QEMU string
+	// Accel forces an accelerator (AccelKVM or AccelTCG); AccelAuto probes
+	// KVM by booting a guest once per host boot and falls back to TCG.
+	Accel string
+	// ProbeTimeout bounds the KVM probe boot; default 15s.
+	ProbeTimeout time.Duration
+	// DefaultMemoryMiB applies when Spec.MemoryMiB is 0; default 512.
+	DefaultMemoryMiB int
+	// ConsoleLogBytes caps console.log; one older file of the same size is
+	// kept. Default 1 MiB.
+	ConsoleLogBytes int64
+	// Log receives the driver's events; default slog.Default().
+	Log *slog.Logger
+}
+
+// Driver is the vm runtime driver.
+type Driver struct {
+	cfg Config
+	log *slog.Logger
+
+	// mu serialises state creation and removal inside this process.
+	mu sync.Mutex
+	// accelMu guards accel, the accelerator chosen once per Driver.
+	accelMu sync.Mutex
+	accel   string
+	// bg tracks the goroutines of VMs started by this process (reaper and
+	// console reader); both end when QEMU exits.
+	bg sync.WaitGroup
+}
+
+var _ driver.Driver = (*Driver)(nil)
+var _ driver.Pauser = (*Driver)(nil)
+
+// New checks the configuration and prepares the state directory.
+func New(cfg Config) (*Driver, error) {
+	if err := driver.ValidHostPath("vm state dir", cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if cfg.Kernel == nil || cfg.Kernel.Vmlinuz == "" {
+		return nil, fmt.Errorf("%w: vm: no guest kernel (vmimage.FetchKernel)", errdefs.ErrInvalidArgument)
+	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(cfg.StateDir, "cache")
+	}
+	if cfg.QEMU == "" {
+		p, err := exec.LookPath("qemu-system-x86_64")
+		if err != nil {
+			return nil, fmt.Errorf("%w: vm: qemu-system-x86_64 not found (apt-get install qemu-system-x86): %v", errdefs.ErrFailedPrecondition, err)
+		}
+		cfg.QEMU = p
+	}
+	switch cfg.Accel {
+	case AccelAuto, AccelKVM, AccelTCG:
+	default:
+		return nil, fmt.Errorf("%w: vm: accelerator %q: want kvm, tcg or empty (probe)", errdefs.ErrInvalidArgument, cfg.Accel)
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = 15 * time.Second
+	}
+	if cfg.DefaultMemoryMiB == 0 {
+		cfg.DefaultMemoryMiB = 512
+	}
+	if cfg.ConsoleLogBytes == 0 {
+		cfg.ConsoleLogBytes = 1 << 20
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	for _, dir := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "exec"), cfg.CacheDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
+		}
+	}
+	return &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel}, nil
+}
+
+// Name returns "vm".
+func (d *Driver) Name() string { return "vm" }
+
+// Features reports pause (QMP stop/cont); the guest has its own kernel. Full
+// snapshots come with the migration-stream work.
+func (d *Driver) Features() driver.Features {
+	return driver.Features{Pause: true}
+}
+
+// Wait blocks until every VM started by this Driver value has exited and
+// been reaped. VMs outlive the Driver; Wait is for tests and orderly shutdown
+// after Kill.
+func (d *Driver) Wait() { d.bg.Wait() }
+
+// Alive reports whether the execution's QEMU process still runs.
+func (d *Driver) Alive(ctx context.Context, execID string) (bool, error) {
+	st, err := d.loadState(execID)
+	if err != nil {
+		return false, err
+	}
+	return driver.ProcAlive(st.Pid, st.StartTime), nil
+}
+
+// Kill stops the VM: QMP quit, then SIGKILL of the QEMU process if it has not
+// exited within a second; it returns once QEMU is gone.
+func (d *Driver) Kill(ctx context.Context, execID string) error {
+	st, err := d.loadState(execID)
+	if err != nil {
+		return err
+	}
+	return d.kill(ctx, st)
+}
+
+func (d *Driver) kill(ctx context.Context, st *state) error {
+	if !driver.ProcAlive(st.Pid, st.StartTime) {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, time.Second)
+	err := d.qmpExecute(qctx, st, "quit")
+	cancel()
+	if err == nil && waitGone(ctx, st, time.Second) {
+		return nil
+	}
+	if err := killProc(st.Pid, st.StartTime); err != nil {
+		return fmt.Errorf("vm: exec %s: %w", st.ExecID, err)
+	}
+	if !waitGone(ctx, st, 10*time.Second) {
+		return fmt.Errorf("vm: exec %s: QEMU pid %d still runs after SIGKILL", st.ExecID, st.Pid)
+	}
+	return nil
+}
+
+// waitGone polls until the process is gone (a zombie counts as gone) or the
+// wait or ctx ends.
+func waitGone(ctx context.Context, st *state, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for driver.ProcAlive(st.Pid, st.StartTime) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// Cleanup kills the VM if it runs and removes its disk clone and state. An
+// unknown execution is already clean.
+func (d *Driver) Cleanup(ctx context.Context, execID string) error {
+	if err := driver.ValidID(execID); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := d.loadState(execID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		// A crash between creating the directory and writing the state
+		// leaves a directory without state.
+		if _, serr := os.Lstat(d.execDir(execID)); errors.Is(serr, fs.ErrNotExist) {
+			return nil
+		}
+	case err != nil:
+		return err
+	default:
+		if err := d.kill(ctx, st); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(d.execDir(execID)); err != nil {
+		return fmt.Errorf("vm: exec %s: remove state and disk: %w", execID, err)
+	}
+	d.log.Info("execution cleaned up", "exec", execID)
+	return nil
+}
+
+// Stats measures QEMU from /proc: its resident memory, CPU time and threads.
+// MemoryLimitBytes is the guest's RAM (QEMU's own overhead comes on top).
+func (d *Driver) Stats(ctx context.Context, execID string) (driver.Stats, error) {
+	st, err := d.loadState(execID)
+	if err != nil {
+		return driver.Stats{}, err
+	}
+	ps, err := readProcStat(st.Pid, st.StartTime)
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("vm: exec %s: stats: %w", execID, err)
+	}
+	return driver.Stats{
+		MemoryBytes:      ps.rssBytes,
+		MemoryLimitBytes: uint64(st.MemoryMiB) << 20,
+		Pids:             ps.threads,
+		CPUNanos:         ps.cpuNanos,
+	}, nil
+}
+
+// Pause stops the VM's vCPUs (QMP stop); the guest sees no time pass.
+func (d *Driver) Pause(ctx context.Context, execID string) error {
+	return d.qmpCommand(ctx, execID, "stop")
+}
+
+// Resume lets a paused VM continue (QMP cont).
+func (d *Driver) Resume(ctx context.Context, execID string) error {
+	return d.qmpCommand(ctx, execID, "cont")
+}
+
+func (d *Driver) qmpCommand(ctx context.Context, execID, cmd string) error {
+	st, err := d.loadState(execID)
+	if err != nil {
+		return err
+	}
+	if !driver.ProcAlive(st.Pid, st.StartTime) {
+		return fmt.Errorf("vm: exec %s: %s: %w: QEMU is not running", execID, cmd, errdefs.ErrFailedPrecondition)
+	}
+	if err := d.qmpExecute(ctx, st, cmd); err != nil {
+		return fmt.Errorf("vm: exec %s: %w", execID, err)
+	}
+	return nil
+}

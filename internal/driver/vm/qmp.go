@@ -1,0 +1,113 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// maxQMPLine bounds one QMP message; QEMU writes one JSON object a line.
+const maxQMPLine = 1 << 20
+
+// qmpMessage is one message from QEMU: the greeting, an event, or the answer
+// to a command (return or error).
+type qmpMessage struct {
+	QMP    json.RawMessage `json:"QMP"`
+	Event  string          `json:"event"`
+	Return json.RawMessage `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+}
+
+// parseQMPLine decodes one line from the QMP socket.
+func parseQMPLine(line []byte) (*qmpMessage, error) {
+	var m qmpMessage
+	if err := json.Unmarshal(line, &m); err != nil {
+		return nil, fmt.Errorf("qmp: malformed message: %w", err)
+	}
+	return &m, nil
+}
+
+// qmpConn is one QMP session: the greeting read and capabilities negotiated.
+type qmpConn struct {
+	rw io.ReadWriteCloser
+	r  *bufio.Reader
+}
+
+func (c *qmpConn) readMessage() (*qmpMessage, error) {
+	var line []byte
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxQMPLine {
+			return nil, fmt.Errorf("qmp: message longer than %d bytes", maxQMPLine)
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+	return parseQMPLine(line)
+}
+
+// execute sends a command without arguments and waits for its answer,
+// skipping events.
+func (c *qmpConn) execute(cmd string) (json.RawMessage, error) {
+	b, _ := json.Marshal(map[string]string{"execute": cmd})
+	if _, err := c.rw.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("qmp %s: %w", cmd, err)
+	}
+	for {
+		m, err := c.readMessage()
+		if err != nil {
+			return nil, fmt.Errorf("qmp %s: %w", cmd, err)
+		}
+		if m.Error != nil {
+			return nil, fmt.Errorf("qmp %s: %s: %s", cmd, m.Error.Class, m.Error.Desc)
+		}
+		if m.Return != nil {
+			return m.Return, nil
+		}
+	}
+}
+
+// qmpExecute runs one command on the execution's QMP socket in a session of
+// its own. For quit, the socket closing before the answer is success.
+func (d *Driver) qmpExecute(ctx context.Context, st *state, cmd string) error {
+	uc, err := d.dialState(ctx, st.ExecID, qmpSock)
+	if err != nil {
+		return fmt.Errorf("qmp %s: %w", cmd, err)
+	}
+	defer uc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	uc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
+	defer stop()
+	c := &qmpConn{rw: uc, r: bufio.NewReaderSize(uc, 64<<10)}
+	greeting, err := c.readMessage()
+	if err != nil {
+		return fmt.Errorf("qmp greeting: %w", err)
+	}
+	if greeting.QMP == nil {
+		return errors.New("qmp greeting: not a QMP server")
+	}
+	if _, err := c.execute("qmp_capabilities"); err != nil {
+		return err
+	}
+	_, err = c.execute(cmd)
+	if cmd == "quit" && errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,249 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/guestinit"
+	"github.com/spacesandbox/space/internal/vmimage"
+)
+
+// ChannelPort is the name of the virtio-serial port of the guest channel.
+const ChannelPort = "space.0"
+
+// Start boots a VM for spec. Spec.RootFS names the template's ext4 root image
+// (vmimage.RootImage), which is never written: the VM gets a clone of it in
+// the execution's state directory. Spec.GuestBinary is built into the
+// initramfs (cached by content hash). Start returns once QEMU runs and the
+// driver is connected to the guest channel; the guest daemon answers on it
+// after the boot (seconds under TCG), which the caller waits for.
+func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	fi, err := os.Lstat(spec.RootFS)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: vm: rootfs %s must be a root disk image file (vmimage.RootImage; symlinks are refused): %v", errdefs.ErrInvalidArgument, spec.RootFS, err)
+	}
+	initrd, err := vmimage.BuildInitramfs(d.cfg.Kernel, spec.GuestBinary, d.cfg.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("vm: exec %s: %w", spec.ExecID, err)
+	}
+	st, err := d.register(spec, initrd)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := d.launch(ctx, spec, st)
+	if err != nil {
+		// Clean up with a fresh deadline: ctx may be what failed.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		detail := tailFile(filepath.Join(d.execDir(spec.ExecID), qemuLog), 2048)
+		if cerr := d.Cleanup(cctx, spec.ExecID); cerr != nil {
+			d.log.Error("cleanup after failed start", "exec", spec.ExecID, "err", cerr)
+		}
+		if detail != "" {
+			err = fmt.Errorf("%w (QEMU said: %s)", err, detail)
+		}
+		return nil, fmt.Errorf("vm: exec %s: start: %w", spec.ExecID, err)
+	}
+	d.log.Info("execution started", "exec", spec.ExecID, "sandbox", spec.SandboxID, "pid", inst.Pid, "accel", st.Accel, "memory_mib", st.MemoryMiB)
+	return inst, nil
+}
+
+// register creates the execution's state directory and state file, so that
+// Cleanup can undo a start that fails at any later point.
+func (d *Driver) register(spec driver.Spec, initrd string) (*state, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := os.Mkdir(d.execDir(spec.ExecID), 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("vm: exec %s: %w: already exists", spec.ExecID, errdefs.ErrConflict)
+		}
+		return nil, fmt.Errorf("vm: exec %s: create state: %w", spec.ExecID, err)
+	}
+	st := &state{
+		ExecID:    spec.ExecID,
+		SandboxID: spec.SandboxID,
+		MemoryMiB: spec.MemoryMiB,
+		CPUs:      max(spec.CPUs, 1),
+		Source:    spec.RootFS,
+		Kernel:    d.cfg.Kernel.Vmlinuz,
+		Initrd:    initrd,
+	}
+	if st.MemoryMiB == 0 {
+		st.MemoryMiB = d.cfg.DefaultMemoryMiB
+	}
+	if err := d.saveState(st); err != nil {
+		os.RemoveAll(d.execDir(spec.ExecID))
+		return nil, err
+	}
+	return st, nil
+}
+
+func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driver.Instance, error) {
+	dir := d.execDir(st.ExecID)
+	if err := vmimage.CloneImage(ctx, spec.RootFS, filepath.Join(dir, diskFile)); err != nil {
+		return nil, err
+	}
+	if err := writeGuestConfig(filepath.Join(dir, guestConfig), spec); err != nil {
+		return nil, err
+	}
+	st.Accel = d.chooseAccel(ctx, st.Initrd)
+	cmd, err := d.qemuCommand(st)
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("run %s: %w", d.cfg.QEMU, err)
+	}
+	d.bg.Add(1)
+	go func() {
+		// The starting process reaps QEMU; after a restart QEMU is an
+		// orphan that init reaps.
+		defer d.bg.Done()
+		_ = cmd.Wait()
+	}()
+	pid := cmd.Process.Pid
+	startTime, err := driver.ProcStartTime(pid)
+	if err != nil {
+		return nil, fmt.Errorf("QEMU exited at once: %w", err)
+	}
+	st.Pid, st.StartTime = pid, startTime
+	if err := d.saveState(st); err != nil {
+		return nil, err
+	}
+	if err := d.startConsole(ctx, st); err != nil {
+		return nil, err
+	}
+	ch, err := d.dialRetry(ctx, st, channelSock)
+	if err != nil {
+		return nil, err
+	}
+	f, err := ch.File()
+	ch.Close()
+	if err != nil {
+		return nil, fmt.Errorf("guest channel: %w", err)
+	}
+	return &driver.Instance{ExecID: st.ExecID, Pid: pid, StartTime: startTime, Channel: f}, nil
+}
+
+// writeGuestConfig writes the configuration the guest init reads via fw_cfg.
+func writeGuestConfig(path string, spec driver.Spec) error {
+	cfg := guestinit.Config{Hostname: spec.Hostname, Env: spec.Env}
+	if cfg.Hostname == "" {
+		cfg.Hostname = spec.SandboxID
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if len(b) > guestinit.MaxConfigBytes {
+		return fmt.Errorf("%w: guest configuration is %d bytes, at most %d", errdefs.ErrInvalidArgument, len(b), guestinit.MaxConfigBytes)
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// qemuArgs is QEMU's command line for st. Paths of files in the state
+// directory are relative: QEMU runs there (see dialState).
+func qemuArgs(st *state) []string {
+	accel := []string{"-accel", "tcg", "-cpu", "max"}
+	if st.Accel == AccelKVM {
+		accel = []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	args := []string{"-M", "q35"}
+	args = append(args, accel...)
+	return append(args,
+		"-m", strconv.Itoa(st.MemoryMiB), "-smp", strconv.Itoa(st.CPUs),
+		"-display", "none", "-nodefaults", "-no-user-config", "-no-reboot",
+		"-name", "space-"+st.ExecID,
+		"-kernel", st.Kernel, "-initrd", st.Initrd,
+		"-append", "console=ttyS0 quiet panic=-1 -- --init --channel virtio:"+ChannelPort,
+		"-drive", "file="+diskFile+",if=none,id=root,format=raw,discard=unmap",
+		"-device", "virtio-blk-pci,drive=root",
+		"-device", "virtio-serial-pci",
+		"-chardev", "socket,id=ch0,path="+channelSock+",server=on,wait=off",
+		"-device", "virtserialport,chardev=ch0,name="+ChannelPort,
+		"-chardev", "socket,id=con0,path="+consoleSock+",server=on,wait=off",
+		"-serial", "chardev:con0",
+		"-qmp", "unix:"+qmpSock+",server=on,wait=off",
+		"-fw_cfg", "name="+guestinit.FWCfgName+",file="+guestConfig,
+		"-object", "rng-random,id=rng0,filename=/dev/urandom",
+		"-device", "virtio-rng-pci,rng=rng0",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	)
+}
+
+func (d *Driver) qemuCommand(st *state) (*exec.Cmd, error) {
+	dir := d.execDir(st.ExecID)
+	logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	// exec.Cmd dups the file into the child; this copy can go once started,
+	// and the caller never needs it.
+	defer logf.Close()
+	cmd := exec.Command(d.cfg.QEMU, qemuArgs(st)...)
+	cmd.Dir = dir
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: QEMU outlives the process that started it.
+	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+	return cmd, nil
+}
+
+// dialRetry connects to one of QEMU's sockets, waiting for QEMU to create it.
+func (d *Driver) dialRetry(ctx context.Context, st *state, name string) (*net.UnixConn, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := d.dialState(ctx, st.ExecID, name)
+		if err == nil {
+			return c, nil
+		}
+		if !driver.ProcAlive(st.Pid, st.StartTime) {
+			return nil, fmt.Errorf("QEMU exited before creating %s", name)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("QEMU did not create %s: %w", name, errors.Join(err, ctx.Err()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// startConsole connects to the serial console and copies it into the capped
+// console log until QEMU exits.
+func (d *Driver) startConsole(ctx context.Context, st *state) error {
+	c, err := d.dialRetry(ctx, st, consoleSock)
+	if err != nil {
+		return err
+	}
+	l, err := openCappedLog(filepath.Join(d.execDir(st.ExecID), consoleLog), d.cfg.ConsoleLogBytes)
+	if err != nil {
+		c.Close()
+		return err
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer l.Close()
+		defer c.Close()
+		copyConsole(l, c)
+	}()
+	return nil
+}
