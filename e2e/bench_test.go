@@ -16,14 +16,19 @@ import (
 //	go test ./e2e -run '^$' -bench . -benchtime 30x
 //
 // Each reports p50 and p90 beside Go's mean. SPACE_BENCH_TEMPLATE picks the
-// template (default minimal; base needs it built, see README).
+// template (default minimal; base is built on first use, which takes minutes:
+// set SPACE_BENCH_DATA_DIR to a directory to keep it between runs).
 
 // benchInstance starts a server for one benchmark function.
 func benchInstance(b *testing.B) *instance {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: the all-in-one server starts the root node-manager")
 	}
-	in := startServer(b, b.TempDir())
+	dir := os.Getenv("SPACE_BENCH_DATA_DIR") // reuse built templates across runs
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	in := startServer(b, dir)
 	b.Cleanup(in.stop)
 	if tpl := benchTemplate(); tpl != "minimal" {
 		in.waitTemplate(tpl)

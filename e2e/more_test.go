@@ -73,13 +73,26 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Errorf("key reused for another body: HTTP %d, want 409", resp.StatusCode)
 	}
 
+	// A sandbox with a timeout is deleted when it passes.
+	var short sandbox
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 128, "timeout": "2s"}, &short); code != 201 {
+		t.Fatalf("create with timeout: HTTP %d", code)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for in.do("GET", "/v1/sandboxes/"+short.ID, nil, nil) != http.StatusNotFound {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox with a 2s timeout still exists after 20s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
 	resp, err = http.Get(in.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"space_http_requests_total", "space_sandbox_create_seconds_count 1", `space_sandboxes{state="running"} 1`} {
+	for _, want := range []string{"space_http_requests_total", "space_sandbox_create_seconds_count 2", `space_sandboxes{state="running"} 1`} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -2,15 +2,22 @@
 # Installs the Debian packages SPACE needs that are missing. Usage: deps.sh test|run
 # Runs apt-get only as root and only when something is missing.
 set -euo pipefail
-want=(busybox-static btrfs-progs debootstrap e2fsprogs util-linux iproute2 ca-certificates)
+want=(busybox-static btrfs-progs debootstrap e2fsprogs util-linux iproute2 ca-certificates
+      qemu-system-x86 cpio)
 if [ "${1:-test}" = run ]; then
-  want+=(qemu-system-x86 qemu-utils)
+  want+=(qemu-utils)
 fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# The vm runtime fetches the guest kernel with `apt-get download`, which needs
+# package lists even when nothing is missing.
+lists_present() { ls /var/lib/apt/lists/*Packages* >/dev/null 2>&1; }
+if [ ${#missing[@]} -eq 0 ]; then
+  if ! lists_present && [ "$(id -u)" = 0 ]; then apt-get update -qq || true; fi
+  exit 0
+fi
 if [ "$(id -u)" != 0 ]; then
   echo "SPACE needs these Debian packages: ${missing[*]}" >&2
   echo "install them as root: apt-get install -y ${missing[*]}" >&2

@@ -5,7 +5,7 @@
 //	space-guest --channel fd:3          serve the inherited stream on fd 3 (ns runtime)
 //	space-guest --channel virtio:NAME   serve the virtio-serial port named NAME (vm runtime)
 //	space-guest --channel unix:PATH     listen on PATH, one connection at a time (tests)
-//	space-guest --init --channel ...    first boot the VM as its init (vm runtime's initramfs)
+//	space-guest --init --channel ...    boot the VM as its init, then exec the daemon (vm runtime's initramfs)
 package main
 
 import (
@@ -50,10 +50,11 @@ func run() int {
 		return 2
 	}
 	if *initVM {
-		if _, err := guestinit.Boot(log); err != nil {
-			log.Error("space-guest init failed", "err", err)
-			return 1
-		}
+		// Boot execs the daemon (this binary without --init) once the VM
+		// is ready; it returns only on failure.
+		err := guestinit.Boot(log, *channel)
+		log.Error("space-guest init failed", "err", err)
+		return 1
 	}
 	pid1 := os.Getpid() == 1
 	if pid1 {

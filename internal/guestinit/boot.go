@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,48 +18,67 @@ import (
 // to appear after its driver loaded (probing is asynchronous).
 const deviceWait = 20 * time.Second
 
-// Boot prepares the VM as the sandbox and returns its configuration; the
-// caller then serves the guest channel. It must run as PID 1 of the
-// initramfs. On return the process's root is the sandbox disk, with /dev,
-// /proc, /sys, /dev/pts and /dev/shm mounted and the guest binary at
-// GuestBinary. A probe configuration powers the VM off and does not return.
-func Boot(log *slog.Logger) (*Config, error) {
+// Boot prepares the VM as the sandbox and execs the guest daemon in it as
+// PID 1: GuestBinary --channel channel, with the host's environment added. It
+// must run as PID 1 of the initramfs and returns only on failure. After it the
+// root is the sandbox disk, with /dev, /proc, /sys, /dev/pts and /dev/shm
+// mounted, as the ns runtime leaves it. A probe configuration powers the VM
+// off instead.
+func Boot(log *slog.Logger, channel string) error {
 	fmt.Fprintln(os.Stderr, StartedMarker)
 	if os.Getpid() != 1 {
-		return nil, errors.New("init: not PID 1 (--init is for the VM's initramfs)")
+		return errors.New("init: not PID 1 (--init is for the VM's initramfs)")
 	}
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
-		{"mount early filesystems", mountEarly},
-		{"load kernel modules", loadModules},
+	if err := mountEarly(); err != nil {
+		return fmt.Errorf("init: mount early filesystems: %w", err)
 	}
-	for _, s := range steps {
-		if err := s.fn(); err != nil {
-			return nil, fmt.Errorf("init: %s: %w", s.name, err)
-		}
+	if err := loadModules(); err != nil {
+		return fmt.Errorf("init: load kernel modules: %w", err)
 	}
 	cfg, err := readConfig()
 	if err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+		return fmt.Errorf("init: %w", err)
 	}
 	if cfg.Probe {
 		unix.Sync()
 		err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
-		return nil, fmt.Errorf("init: probe: power off: %w", err)
+		return fmt.Errorf("init: probe: power off: %w", err)
 	}
 	if err := switchRoot(); err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+		return fmt.Errorf("init: %w", err)
 	}
 	if err := mountLate(); err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+		return fmt.Errorf("init: %w", err)
 	}
-	if err := apply(cfg); err != nil {
-		return nil, fmt.Errorf("init: %w", err)
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fmt.Errorf("init: set hostname: %w", err)
+		}
 	}
-	log.Info("guest init done", "root", RootDevice, "hostname", cfg.Hostname)
-	return cfg, nil
+	log.Info("guest init done: starting the daemon", "root", RootDevice, "hostname", cfg.Hostname)
+	argv := []string{GuestBinary, "--channel", channel}
+	err = unix.Exec(GuestBinary, argv, daemonEnv(os.Environ(), cfg.Env))
+	return fmt.Errorf("init: exec %s: %w", GuestBinary, err)
+}
+
+// daemonEnv is the kernel's environment for init with PATH defaulted and the
+// host's variables added (they win).
+func daemonEnv(base []string, extra map[string]string) []string {
+	m := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			m[k] = v
+		}
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 type mount struct {
@@ -195,23 +216,6 @@ func mountLate() error {
 		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
 		{"tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
 	})
-}
-
-func apply(cfg *Config) error {
-	if cfg.Hostname != "" {
-		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-			return fmt.Errorf("set hostname: %w", err)
-		}
-	}
-	if os.Getenv("PATH") == "" {
-		os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	}
-	for k, v := range cfg.Env {
-		if err := os.Setenv(k, v); err != nil {
-			return fmt.Errorf("set env %s: %w", k, err)
-		}
-	}
-	return nil
 }
 
 func waitFor(path string) error {

@@ -1,9 +1,9 @@
 // Package guestinit turns space-guest into the init of a vm-runtime guest:
 // started by the kernel as /init of the initramfs, Boot loads the kernel
-// modules the VM needs, mounts the sandbox's root disk, moves into it
-// (switch_root without a second exec), applies the host's per-VM
-// configuration, and returns so the same process continues as the guest
-// daemon and PID 1.
+// modules the VM needs, mounts the sandbox's root disk, moves into it (the
+// steps of switch_root), applies the host's per-VM configuration, and execs
+// the guest daemon from /.space/space-guest as PID 1, exactly as the ns
+// runtime runs it (an exec keeps /proc/1/environ and cmdline true).
 //
 // The initramfs layout it expects (written by internal/vmimage):
 //

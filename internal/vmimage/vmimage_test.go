@@ -15,7 +15,7 @@ import (
 // sharedCacheDir is kept across test runs (under os.TempDir) so only the first
 // run downloads the kernel; entries are named by content hash.
 func sharedCacheDir(t *testing.T) string {
-	dir := filepath.Join(os.TempDir(), "space-vmimage-test-cache")
+	dir := filepath.Join(os.TempDir(), "space-vm-test-cache")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -79,6 +79,8 @@ func (c *qmpConn) execute(cmd string) (json.RawMessage, error) {
 	}
 }
 
+func newReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }
+
 // qmpExecute runs one command on the execution's QMP socket in a session of
 // its own. For quit, the socket closing before the answer is success.
 func (d *Driver) qmpExecute(ctx context.Context, st *state, cmd string) error {
@@ -94,7 +96,7 @@ func (d *Driver) qmpExecute(ctx context.Context, st *state, cmd string) error {
 	uc.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
 	defer stop()
-	c := &qmpConn{rw: uc, r: bufio.NewReaderSize(uc, 64<<10)}
+	c := &qmpConn{rw: uc, r: newReader(uc)}
 	greeting, err := c.readMessage()
 	if err != nil {
 		return fmt.Errorf("qmp greeting: %w", err)
