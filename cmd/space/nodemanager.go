@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/driver/ns"
+	"github.com/spacesandbox/space/internal/driver/vm"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/template"
+	"github.com/spacesandbox/space/internal/vmimage"
 	"github.com/spacesandbox/space/internal/volume"
 	"github.com/spacesandbox/space/internal/volume/localvol"
 )
@@ -30,6 +33,7 @@ func runNodeManager(args []string) int {
 	socket := fs.String("socket", "", "unix socket to serve (default DATA/run/node-manager.sock)")
 	guestBin := fs.String("guest-binary", "", "static space-guest binary (default: beside this binary)")
 	allow := fs.String("allow-uid", "", "comma-separated uids besides root that may call (the uid of `space node`)")
+	cacheDir := fs.String("cache-dir", defaultCacheDir(), "downloads shared by every data dir: the guest kernel, initramfs builds")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -68,14 +72,27 @@ func runNodeManager(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := serveNodeManager(ctx, dir, *socket, *guestBin, uids, log); err != nil {
+	if err := serveNodeManager(ctx, dir, *cacheDir, *socket, *guestBin, uids, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func serveNodeManager(ctx context.Context, dataDir, socket, guestBin string, uids []uint32, log *slog.Logger) error {
+// newVMDriver sets up the vm runtime when QEMU is installed: the guest kernel
+// comes from the system's package manager and is cached in cacheDir.
+func newVMDriver(ctx context.Context, volumesDir, cacheDir string, log *slog.Logger) (*vm.Driver, error) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return nil, fmt.Errorf("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+	}
+	k, err := vmimage.FetchKernel(ctx, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	return vm.New(vm.Config{StateDir: filepath.Join(volumesDir, "vm"), Kernel: k, CacheDir: filepath.Join(cacheDir, "vm"), Log: log})
+}
+
+func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin string, uids []uint32, log *slog.Logger) error {
 	vols, err := localvol.Open(ctx, localvol.Config{DataDir: dataDir}, log)
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
@@ -87,10 +104,25 @@ func serveNodeManager(ctx context.Context, dataDir, socket, guestBin string, uid
 	if err != nil {
 		return err
 	}
+	drivers := map[string]driver.Driver{"ns": nsd}
+	if vmd, err := newVMDriver(ctx, vols.Dir, cacheDir, log); err != nil {
+		log.Warn("the vm runtime is not available on this node", "reason", err)
+	} else {
+		drivers["vm"] = vmd
+	}
+	layout := volume.Layout{Root: vols.Dir}
 	srv, err := privop.NewServer(privop.Config{
 		Socket: socket, AllowedUIDs: uids, GuestBinary: guestBin, Storage: vols,
-		Drivers: map[string]driver.Driver{"ns": nsd},
-		Build:   buildTemplate,
+		Drivers:       drivers,
+		Build:         buildTemplate,
+		ImageRuntimes: map[string]bool{"vm": true},
+		// Images live on the same filesystem as the VM state, so per-sandbox
+		// disk clones are reflinks.
+		ImageDir: filepath.Join(vols.Dir, "vm-images"),
+		BuildImage: func(ctx context.Context, dir, dest string) error {
+			return vmimage.RootImage{Dir: dir, Dest: dest}.Build(ctx)
+		},
+		TemplateDir: layout.Template,
 	}, log)
 	if err != nil {
 		return err
@@ -109,6 +141,13 @@ func releaseStorage(vols *localvol.Store, log *slog.Logger) {
 	if err := vols.Unmount(ctx); err != nil {
 		log.Warn("unmount storage", "err", err)
 	}
+}
+
+func defaultCacheDir() string {
+	if d := os.Getenv("SPACE_CACHE_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/space"
 }
 
 // buildTemplate fills dest from a template source; builtin:minimal and

@@ -93,6 +93,9 @@ func (s *Server) deleteTemplate(ctx context.Context, a *TemplateArgs) error {
 	if err := ValidTemplateName(a.Name); err != nil {
 		return err
 	}
+	if err := s.removeDiskImage(a.Name); err != nil {
+		return fmt.Errorf("template %s: remove disk image: %w", a.Name, err)
+	}
 	return s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 }
 
@@ -108,9 +111,15 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 		return nil, nil, fmt.Errorf("%w: template %q is not on this node", errdefs.ErrFailedPrecondition, a.Template)
 	}
 	t0 := time.Now()
-	root, err := s.cfg.Storage.Clone(ctx, a.Template, a.ExecID)
+	var root string
+	if s.cfg.ImageRuntimes[a.Runtime] {
+		// The runtime clones the image itself, next to its other state.
+		root, err = s.diskImage(ctx, a.Template)
+	} else {
+		root, err = s.cfg.Storage.Clone(ctx, a.Template, a.ExecID)
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("exec %s: clone template %s: %w", a.ExecID, a.Template, err)
+		return nil, nil, fmt.Errorf("exec %s: root filesystem from template %s: %w", a.ExecID, a.Template, err)
 	}
 	tCloned := time.Now()
 	inst, err := s.cfg.Drivers[a.Runtime].Start(ctx, driver.Spec{

@@ -45,6 +45,14 @@ type Config struct {
 	Storage     Storage
 	Drivers     map[string]driver.Driver
 	Build       Builder
+	// ImageRuntimes names the runtimes whose root filesystem is a disk image
+	// of the template (vm), not a clone of its directory tree.
+	ImageRuntimes map[string]bool
+	// ImageDir holds the templates' disk images; BuildImage makes one from a
+	// template directory that TemplateDir locates.
+	ImageDir    string
+	BuildImage  ImageBuilder
+	TemplateDir func(name string) (string, error)
 }
 
 // Server is a running node-manager.

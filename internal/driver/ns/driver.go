@@ -23,6 +23,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
@@ -165,6 +168,25 @@ func (d *Driver) Kill(ctx context.Context, execID string) error {
 	if err := g.Kill(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("ns: exec %s: kill: %w", execID, err)
 	}
+	return waitInitExited(ctx, st)
+}
+
+// waitInitExited waits until the execution's init has finished exiting. The
+// kernel takes a task out of its cgroup early in its exit, and the init of a
+// pid namespace then still waits for the namespace's other tasks, so an empty
+// cgroup does not yet mean that Alive reports false. The init is killed
+// directly too, for a start that failed before it joined its cgroup.
+func waitInitExited(ctx context.Context, st *state) error {
+	if driver.ProcAlive(st.Pid, st.StartTime) {
+		_ = unix.Kill(st.Pid, unix.SIGKILL)
+	}
+	for driver.ProcAlive(st.Pid, st.StartTime) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ns: exec %s: init %d still exiting after SIGKILL: %w", st.ExecID, st.Pid, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	return nil
 }
 
@@ -202,6 +224,9 @@ func (d *Driver) cleanupLocked(ctx context.Context, st *state) error {
 	}
 	if err := g.Kill(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("ns: exec %s: kill: %w", st.ExecID, err)
+	}
+	if err := waitInitExited(ctx, st); err != nil {
+		return err
 	}
 	if err := g.Delete(ctx); err != nil {
 		return fmt.Errorf("ns: exec %s: %w", st.ExecID, err)

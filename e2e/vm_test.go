@@ -1,0 +1,51 @@
+package e2e
+
+import (
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestVMRuntime creates a sandbox that is a QEMU virtual machine with its own
+// kernel and drives it through the same API as any other.
+func TestVMRuntime(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	var sb struct {
+		sandbox
+		Message string `json:"message"`
+	}
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "vm", "memory_mib": 256}, &sb); code != http.StatusCreated {
+		t.Fatalf("create vm sandbox: HTTP %d %s\n%s", code, sb.Message, in.logs())
+	}
+	defer in.delete(sb.ID)
+	if sb.Runtime != "vm" || sb.State != "running" {
+		t.Fatalf("sandbox = %+v", sb.sandbox)
+	}
+	var host unix.Utsname
+	unix.Uname(&host)
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	res := in.exec(sb.ID, "uname", "-r")
+	if got := strings.TrimSpace(res.Stdout); got == "" || got == hostRelease {
+		t.Errorf("guest kernel %q, host kernel %q: want the guest's own", got, hostRelease)
+	}
+	if res := in.exec(sb.ID, "hostname"); strings.TrimSpace(res.Stdout) != sb.ID {
+		t.Errorf("hostname = %q, want %s", res.Stdout, sb.ID)
+	}
+	if _, e, c := in.cli("in the vm", "files", "write", sb.ID, "/home/user/vm.txt"); c != 0 {
+		t.Fatalf("files write: %s", e)
+	}
+	if out, e, c := in.cli("", "files", "read", sb.ID, "/home/user/vm.txt"); c != 0 || out != "in the vm" {
+		t.Errorf("files read: %q %s", out, e)
+	}
+	// Host processes are not visible: the guest has its own pid space.
+	if res := in.exec(sb.ID, "sh", "-c", "test -e /proc/1/cmdline && cat /proc/1/cmdline | tr '\\0' ' '"); !strings.Contains(res.Stdout, "space-guest") {
+		t.Errorf("guest pid 1 = %q, want the guest daemon", res.Stdout)
+	}
+}
