@@ -15,7 +15,8 @@ import (
 //
 //	go test ./e2e -run '^$' -bench . -benchtime 30x
 //
-// Each reports p50 and p90 beside Go's mean. SPACE_BENCH_TEMPLATE picks the
+// Each reports p50 and p90 beside Go's mean. SPACE_BENCH_RUNTIME picks the
+// runtime (default ns; vm boots a VM per create). SPACE_BENCH_TEMPLATE picks the
 // template (default minimal; base is built on first use, which takes minutes:
 // set SPACE_BENCH_DATA_DIR to a directory to keep it between runs).
 
@@ -34,6 +35,13 @@ func benchInstance(b *testing.B) *instance {
 		in.waitTemplate(tpl)
 	}
 	return in
+}
+
+func benchRuntime() string {
+	if r := os.Getenv("SPACE_BENCH_RUNTIME"); r != "" {
+		return r
+	}
+	return "ns"
 }
 
 func benchTemplate() string {
@@ -60,7 +68,7 @@ func BenchmarkCreate(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()
 		var sb sandbox
-		if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": benchTemplate(), "runtime": "ns", "memory_mib": 256}, &sb); code != http.StatusCreated {
+		if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": benchTemplate(), "runtime": benchRuntime(), "memory_mib": 256}, &sb); code != http.StatusCreated {
 			b.Fatalf("create: HTTP %d", code)
 		}
 		ds = append(ds, time.Since(start))
@@ -75,7 +83,7 @@ func BenchmarkCreate(b *testing.B) {
 
 func BenchmarkExecTrue(b *testing.B) {
 	in := benchInstance(b)
-	sb := in.create(benchTemplate())
+	sb := in.createWith(benchTemplate(), benchRuntime())
 	defer in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
 	var ds []time.Duration
 	for b.Loop() {
@@ -92,7 +100,7 @@ func BenchmarkExecTrue(b *testing.B) {
 // BenchmarkFiles writes and reads back 64 MiB per iteration; MB/s counts both.
 func BenchmarkFiles(b *testing.B) {
 	in := benchInstance(b)
-	sb := in.create(benchTemplate())
+	sb := in.createWith(benchTemplate(), benchRuntime())
 	defer in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
 	const size = 64 << 20
 	payload := bytes.Repeat([]byte("0123456789abcdef"), size/16)

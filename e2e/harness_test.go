@@ -297,11 +297,16 @@ type execResult struct {
 
 func (in *instance) create(template string) sandbox {
 	in.t.Helper()
+	return in.createWith(template, "ns")
+}
+
+func (in *instance) createWith(template, runtime string) sandbox {
+	in.t.Helper()
 	var sb struct {
 		sandbox
 		Message string `json:"message"`
 	}
-	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": "ns", "memory_mib": 256}, &sb); code != http.StatusCreated {
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": runtime, "memory_mib": 256}, &sb); code != http.StatusCreated {
 		in.t.Fatalf("create: HTTP %d %s\n%s", code, sb.Message, in.logs())
 	}
 	return sb.sandbox
