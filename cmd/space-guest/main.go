@@ -64,6 +64,9 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 	defer stop()
+	// Threads for the worst case, made before the workload can exhaust the
+	// sandbox's pids limit (see ReserveThreads).
+	guestd.ReserveThreads(48)
 	cfg := guestd.Config{ReapAll: pid1}
 
 	var err error

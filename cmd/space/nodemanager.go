@@ -105,11 +105,6 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin s
 		return err
 	}
 	drivers := map[string]driver.Driver{"ns": nsd}
-	if vmd, err := newVMDriver(ctx, vols.Dir, cacheDir, log); err != nil {
-		log.Warn("the vm runtime is not available on this node", "reason", err)
-	} else {
-		drivers["vm"] = vmd
-	}
 	layout := volume.Layout{Root: vols.Dir}
 	srv, err := privop.NewServer(privop.Config{
 		Socket: socket, AllowedUIDs: uids, GuestBinary: guestBin, Storage: vols,
@@ -127,7 +122,24 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin s
 	if err != nil {
 		return err
 	}
-	return srv.Run(ctx)
+	// The vm runtime may first download a kernel: serve the ns runtime
+	// meanwhile, and offer vm once it is ready.
+	vmReady := make(chan struct{})
+	go func() {
+		defer close(vmReady)
+		vmd, err := newVMDriver(ctx, vols.Dir, cacheDir, log)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("the vm runtime is not available on this node", "reason", err)
+			}
+			return
+		}
+		srv.AddDriver("vm", vmd)
+		log.Info("vm runtime ready")
+	}()
+	err = srv.Run(ctx)
+	<-vmReady
+	return err
 }
 
 func releaseStorage(vols *localvol.Store, log *slog.Logger) {

@@ -50,6 +50,12 @@ func (m *Manager) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /node/v1/executions/{exec}/pause", func(w http.ResponseWriter, r *http.Request) {
+		m.handlePauseResume(w, r, true)
+	})
+	mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) {
+		m.handlePauseResume(w, r, false)
+	})
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", m.handleGuest)
 	mux.HandleFunc("POST /node/v1/templates", m.handleEnsureTemplate)
 	mux.HandleFunc("GET /node/v1/templates", func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +114,14 @@ func (m *Manager) handleStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ex)
+}
+
+func (m *Manager) handlePauseResume(w http.ResponseWriter, r *http.Request, pause bool) {
+	if err := m.PauseResume(r.Context(), r.PathValue("exec"), pause); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (m *Manager) handleEnsureTemplate(w http.ResponseWriter, r *http.Request) {

@@ -203,6 +203,23 @@ func (m *Manager) bridgeLogTail(execID string) string {
 	return "; host bridge log: " + strings.TrimSpace(string(b))
 }
 
+// PauseResume freezes (pause true) or thaws an execution in place; the
+// execution and its identity stay the same. Repeating either is harmless.
+func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) error {
+	if err := privop.ValidExecID(execID); err != nil {
+		return err
+	}
+	unlock := m.locks.lock(execID)
+	defer unlock()
+	if _, err := m.records.load(execID); err != nil {
+		return fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
+	}
+	if pause {
+		return m.cfg.Privileged.Pause(ctx, execID)
+	}
+	return m.cfg.Privileged.Resume(ctx, execID)
+}
+
 // Stop stops an execution and releases everything it held. Stopping an unknown
 // execution succeeds.
 func (m *Manager) Stop(ctx context.Context, execID string) error {

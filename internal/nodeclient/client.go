@@ -89,6 +89,16 @@ func (c *Client) Stop(ctx context.Context, execID string) error {
 	return c.do(ctx, http.MethodDelete, "/node/v1/executions/"+url.PathEscape(execID), nil, nil)
 }
 
+// Pause freezes an execution in place.
+func (c *Client) Pause(ctx context.Context, execID string) error {
+	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/pause", nil, nil)
+}
+
+// Resume thaws a paused execution.
+func (c *Client) Resume(ctx context.Context, execID string) error {
+	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/resume", nil, nil)
+}
+
 // Get reports one execution.
 func (c *Client) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
 	var out nodev1.Execution

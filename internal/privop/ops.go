@@ -122,7 +122,7 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 		return nil, nil, fmt.Errorf("exec %s: root filesystem from template %s: %w", a.ExecID, a.Template, err)
 	}
 	tCloned := time.Now()
-	inst, err := s.cfg.Drivers[a.Runtime].Start(ctx, driver.Spec{
+	inst, err := s.driver(a.Runtime).Start(ctx, driver.Spec{
 		ExecID:      a.ExecID,
 		SandboxID:   a.SandboxID,
 		RootFS:      root,
@@ -150,10 +150,10 @@ func (s *Server) driversFor(execID string) []driver.Driver {
 	name, ok := s.owner[execID]
 	s.mu.Unlock()
 	if ok {
-		return []driver.Driver{s.cfg.Drivers[name]}
+		return []driver.Driver{s.driver(name)}
 	}
 	var all []driver.Driver
-	for _, d := range s.cfg.Drivers {
+	for _, d := range s.allDrivers() {
 		all = append(all, d)
 	}
 	return all

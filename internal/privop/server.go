@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -62,8 +63,9 @@ type Server struct {
 	builds  singleflight.Group
 	allowed map[uint32]bool
 
-	mu    sync.Mutex        // guards owner
-	owner map[string]string // exec id -> runtime, for executions started by this process
+	mu      sync.Mutex        // guards owner and drivers
+	owner   map[string]string // exec id -> runtime, for executions started by this process
+	drivers map[string]driver.Driver
 }
 
 // NewServer checks cfg and returns a Server.
@@ -78,7 +80,37 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 	for _, u := range cfg.AllowedUIDs {
 		allowed[u] = true
 	}
-	return &Server{cfg: cfg, log: log, allowed: allowed, owner: map[string]string{}}, nil
+	drivers := map[string]driver.Driver{}
+	for name, d := range cfg.Drivers {
+		drivers[name] = d
+	}
+	return &Server{cfg: cfg, log: log, allowed: allowed, owner: map[string]string{}, drivers: drivers}, nil
+}
+
+// AddDriver makes a runtime available, for drivers that take long to set up
+// (the vm runtime fetches a kernel) and join after the server started.
+func (s *Server) AddDriver(name string, d driver.Driver) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drivers[name] = d
+}
+
+// driver returns the named runtime driver, or nil.
+func (s *Server) driver(name string) driver.Driver {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drivers[name]
+}
+
+// allDrivers returns every runtime driver.
+func (s *Server) allDrivers() map[string]driver.Driver {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]driver.Driver, len(s.drivers))
+	for name, d := range s.drivers {
+		out[name] = d
+	}
+	return out
 }
 
 // Run serves until ctx is done.
@@ -189,15 +221,16 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 
 func (s *Server) hello() *Hello {
 	h := &Hello{Pid: os.Getpid(), Storage: s.cfg.Storage.Name()}
-	for name := range s.cfg.Drivers {
+	for name := range s.allDrivers() {
 		h.Runtimes = append(h.Runtimes, name)
 	}
+	sort.Strings(h.Runtimes)
 	return h
 }
 
 func (s *Server) runtimes() map[string]bool {
 	m := map[string]bool{}
-	for name := range s.cfg.Drivers {
+	for name := range s.allDrivers() {
 		m[name] = true
 	}
 	return m

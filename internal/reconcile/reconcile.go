@@ -23,6 +23,8 @@ import (
 type NodeAPI interface {
 	Start(ctx context.Context, req nodev1.StartExecution) (*nodev1.Execution, error)
 	Stop(ctx context.Context, execID string) error
+	Pause(ctx context.Context, execID string) error
+	Resume(ctx context.Context, execID string) error
 }
 
 // Config tunes a reconciler.
@@ -252,6 +254,8 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 		return r.startExecution(ctx, sb)
 	case sandbox.StateRunning:
 		return r.checkRunning(ctx, sb)
+	case sandbox.StatePausing, sandbox.StateResuming:
+		return r.pauseResume(ctx, sb)
 	case sandbox.StateDeleting:
 		return r.deleteSandbox(ctx, sb)
 	case sandbox.StateFailed:

@@ -148,3 +148,46 @@ func (r *Reconciler) releaseFailed(ctx context.Context, sb *sandbox.Sandbox) (ti
 	r.mu.Unlock()
 	return 0, nil
 }
+
+// pauseResume freezes or thaws the sandbox's execution in place. A runtime
+// that cannot pause puts the sandbox back where it was, with the reason in its
+// events; other failures are retried until the start timeout, then fail it.
+func (r *Reconciler) pauseResume(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	pause := sb.State == sandbox.StatePausing
+	api, err := r.node(sb.Node)
+	if err == nil {
+		if pause {
+			err = api.Pause(ctx, sb.ExecID)
+		} else {
+			err = api.Resume(ctx, sb.ExecID)
+		}
+	}
+	op := map[bool]string{true: "pause", false: "resume"}[pause]
+	switch {
+	case err == nil:
+		sb.State = sandbox.Settled(sb.State)
+		after, uerr := r.update(ctx, sb)
+		if uerr == nil && after == 0 {
+			r.event(ctx, sb.ID, "state", string(sb.State))
+		}
+		return after, uerr
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		// The runtime cannot do it: back to where the sandbox was.
+		if pause {
+			sb.State, sb.Desired = sandbox.StateRunning, sandbox.StateRunning
+		} else {
+			sb.State, sb.Desired = sandbox.StatePaused, sandbox.StatePaused
+		}
+		sb.Reason = ""
+		r.event(ctx, sb.ID, "refused", op+": "+err.Error())
+		return r.update(ctx, sb)
+	case time.Since(sb.UpdatedAt) > r.cfg.StartTimeout:
+		reason := op + ": " + err.Error()
+		if ferr := sb.Fail(reason); ferr != nil {
+			return 0, ferr
+		}
+		r.event(ctx, sb.ID, "failed", reason)
+		return r.update(ctx, sb)
+	}
+	return time.Second, fmt.Errorf("sandbox %s: %s: %w", sb.ID, op, err)
+}

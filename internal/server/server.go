@@ -14,6 +14,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -81,7 +82,9 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/files/mkdir", s.handleMkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", s.handleMove)
 	authed("GET /v1/sandboxes/{id}/files/watch", s.handleWatch)
-	for _, op := range []string{"pause", "resume", "hibernate", "restore", "stop", "start", "fork", "rollback"} {
+	authed("POST /v1/sandboxes/{id}/pause", s.handleLifecycle(sandbox.OpPause))
+	authed("POST /v1/sandboxes/{id}/resume", s.handleLifecycle(sandbox.OpResume))
+	for _, op := range []string{"hibernate", "restore", "stop", "start", "fork", "rollback"} {
 		authed("POST /v1/sandboxes/{id}/"+op, s.handleNotYet(op))
 	}
 	authed("POST /v1/sandboxes/{id}/ports", s.handleNotYet("port expose (the gateway)"))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // Loopback is a btrfs filesystem in a sparse image file, mounted through a
@@ -78,15 +79,23 @@ func (l *Loopback) Unmount(ctx context.Context) error {
 	if out, err := exec.CommandContext(ctx, "umount", l.Mountpoint).CombinedOutput(); err != nil {
 		return fmt.Errorf("btrfs loopback: umount %s: %w: %s", l.Mountpoint, err, strings.TrimSpace(string(out)))
 	}
-	// mount -o loop sets autoclear, so the device usually detaches itself;
-	// detach explicitly what is left.
-	for _, dev := range devices {
-		_ = exec.CommandContext(ctx, "losetup", "-d", dev).Run()
+	// mount -o loop sets autoclear, so the device usually detaches itself,
+	// but the kernel does that asynchronously (and defers a detach of a
+	// device still busy): detach what is left and wait a little for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, dev := range devices {
+			_ = exec.CommandContext(ctx, "losetup", "-d", dev).Run()
+		}
+		devices = loopDevices(ctx, l.Image)
+		if len(devices) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("btrfs loopback: %s still attached to %v", l.Image, devices)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if left := loopDevices(ctx, l.Image); len(left) > 0 {
-		return fmt.Errorf("btrfs loopback: %s still attached to %v", l.Image, left)
-	}
-	return nil
 }
 
 // loopDevices lists the loop devices backed by image.
