@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,8 +22,18 @@ func TestVMRuntime(t *testing.T) {
 		sandbox
 		Message string `json:"message"`
 	}
-	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "vm", "memory_mib": 256}, &sb); code != http.StatusCreated {
-		t.Fatalf("create vm sandbox: HTTP %d %s\n%s", code, sb.Message, in.logs())
+	// The node offers vm once its kernel is fetched (a download on a new
+	// machine); until then a create is refused with 503.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "vm", "memory_mib": 256}, &sb)
+		if code == http.StatusCreated {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("create vm sandbox: HTTP %d %s\n%s", code, sb.Message, in.logs())
+		}
+		time.Sleep(time.Second)
 	}
 	defer in.delete(sb.ID)
 	if sb.Runtime != "vm" || sb.State != "running" {
