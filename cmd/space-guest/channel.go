@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,6 +67,12 @@ func serveUnix(ctx context.Context, path string, cfg guestd.Config, log *slog.Lo
 // serveVirtio serves the virtio-serial port called name. The port outlives a
 // host-side disconnect, so the daemon opens it again after each session, and
 // a restarted host bridge can talk to the same daemon.
+//
+// Each session starts only once a host is connected (waitHost), and ends when
+// that host leaves: a read then gives end of file. This is also how a VM
+// restored from a snapshot finds its new host: the restored port reports the
+// old host gone, the daemon ends the session it was saved in (whatever was
+// left of it is discarded with the closed port) and waits for the new one.
 func serveVirtio(ctx context.Context, sysDir, devDir, name string, cfg guestd.Config, log *slog.Logger) error {
 	d := guestd.New(cfg, log)
 	defer d.Close()
@@ -78,15 +85,66 @@ func serveVirtio(ctx context.Context, sysDir, devDir, name string, cfg guestd.Co
 		if err != nil {
 			return fmt.Errorf("channel virtio:%s: open %s: %w", name, dev, err)
 		}
+		if err := waitHost(ctx, f); err != nil {
+			f.Close()
+			return fmt.Errorf("channel virtio:%s: %w", name, err)
+		}
 		if err := d.ServeConn(ctx, newFileConn(f)); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 	return ctx.Err()
+}
+
+// hostPollInterval is how often waitHost looks for a host.
+const hostPollInterval = 10 * time.Millisecond
+
+// waitHost returns once the host end of the open port f is connected: until
+// then poll reports POLLHUP. The port stays open meanwhile, so the host sees
+// the guest waiting and nothing it sends is lost.
+func waitHost(ctx context.Context, f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for {
+		hup, err := pollHup(rc)
+		if err != nil {
+			return err
+		}
+		if !hup {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(hostPollInterval):
+		}
+	}
+}
+
+// pollHup reports whether poll(2) says the other end of the descriptor is
+// gone, without blocking.
+func pollHup(rc syscall.RawConn) (bool, error) {
+	var revents int16
+	var perr error
+	err := rc.Control(func(fd uintptr) {
+		for {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			_, perr = unix.Poll(fds, 0)
+			if !errors.Is(perr, unix.EINTR) {
+				revents = fds[0].Revents
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		return false, fmt.Errorf("poll: %w", err)
+	}
+	return revents&unix.POLLHUP != 0, nil
 }
 
 // findVirtioPort returns the device of the port whose sysfs name is name.

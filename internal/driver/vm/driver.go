@@ -21,7 +21,10 @@
 //	console.log   the console, capped (Config.ConsoleLogBytes, one rotation)
 //	qemu.log      QEMU's own standard error
 //
-// Snapshots (migration stream + disk reflink) fit beside these files later.
+// A checkpoint (Checkpoint, Restore) is a directory of its own: the migration
+// stream, a clone of the disk, the guest configuration, the machine's
+// description and the manifest with every file's digest. Template snapshots
+// are such checkpoints under CacheDir/snapshots/<key>.
 package vm
 
 import (
@@ -34,6 +37,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spacesandbox/space/internal/driver"
@@ -73,6 +77,26 @@ type Config struct {
 	ConsoleLogBytes int64
 	// Log receives the driver's events; default slog.Default().
 	Log *slog.Logger
+	// ColdBoot turns template snapshots off: every Start boots its VM.
+	// By default the first Start of a root image, guest binary and size
+	// boots a scratch VM once, saves it under CacheDir/snapshots, and this
+	// and every later Start of the same inputs restore from that snapshot.
+	ColdBoot bool
+}
+
+// Counters counts how executions started, since New.
+type Counters struct {
+	// ColdBoots counts executions started by booting.
+	ColdBoots uint64
+	// TemplateRestores counts Starts served by restoring a template snapshot.
+	TemplateRestores uint64
+	// TemplateBuilds counts template snapshots built (each a scratch boot).
+	TemplateBuilds uint64
+	// TemplateFailures counts template snapshots that could not be built
+	// or restored (the Start then booted).
+	TemplateFailures uint64
+	// Restores counts executions restored from a checkpoint by Restore.
+	Restores uint64
 }
 
 // Driver is the vm runtime driver.
@@ -88,10 +112,18 @@ type Driver struct {
 	// bg tracks the goroutines of VMs started by this process (reaper and
 	// console reader); both end when QEMU exits.
 	bg sync.WaitGroup
+
+	templates templates
+
+	coldBoots, templateRestores, templateBuilds, templateFailures, restores atomic.Uint64
 }
 
-var _ driver.Driver = (*Driver)(nil)
-var _ driver.Pauser = (*Driver)(nil)
+var (
+	_ driver.Driver       = (*Driver)(nil)
+	_ driver.Pauser       = (*Driver)(nil)
+	_ driver.Checkpointer = (*Driver)(nil)
+	_ driver.Restorer     = (*Driver)(nil)
+)
 
 // New checks the configuration and prepares the state directory.
 func New(cfg Config) (*Driver, error) {
@@ -133,16 +165,29 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
 		}
 	}
-	return &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel}, nil
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel}
+	d.templates.init()
+	return d, nil
+}
+
+// Counters returns how executions started since New.
+func (d *Driver) Counters() Counters {
+	return Counters{
+		ColdBoots:        d.coldBoots.Load(),
+		TemplateRestores: d.templateRestores.Load(),
+		TemplateBuilds:   d.templateBuilds.Load(),
+		TemplateFailures: d.templateFailures.Load(),
+		Restores:         d.restores.Load(),
+	}
 }
 
 // Name returns "vm".
 func (d *Driver) Name() string { return "vm" }
 
-// Features reports pause (QMP stop/cont); the guest has its own kernel. Full
-// snapshots come with the migration-stream work.
+// Features reports pause (QMP stop/cont) and full snapshots (Checkpoint,
+// Restore); the guest has its own kernel.
 func (d *Driver) Features() driver.Features {
-	return driver.Features{Pause: true}
+	return driver.Features{Pause: true, FullSnapshot: true}
 }
 
 // Wait blocks until every VM started by this Driver value has exited and

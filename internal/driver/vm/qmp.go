@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxQMPLine bounds one QMP message; QEMU writes one JSON object a line.
@@ -18,6 +21,7 @@ const maxQMPLine = 1 << 20
 type qmpMessage struct {
 	QMP    json.RawMessage `json:"QMP"`
 	Event  string          `json:"event"`
+	Data   json.RawMessage `json:"data"`
 	Return json.RawMessage `json:"return"`
 	Error  *struct {
 		Class string `json:"class"`
@@ -38,6 +42,8 @@ func parseQMPLine(line []byte) (*qmpMessage, error) {
 type qmpConn struct {
 	rw io.ReadWriteCloser
 	r  *bufio.Reader
+	// onEvent, when set, sees every event read while waiting for answers.
+	onEvent func(*qmpMessage)
 }
 
 func (c *qmpConn) readMessage() (*qmpMessage, error) {
@@ -61,8 +67,32 @@ func (c *qmpConn) readMessage() (*qmpMessage, error) {
 // execute sends a command without arguments and waits for its answer,
 // skipping events.
 func (c *qmpConn) execute(cmd string) (json.RawMessage, error) {
-	b, _ := json.Marshal(map[string]string{"execute": cmd})
-	if _, err := c.rw.Write(append(b, '\n')); err != nil {
+	return c.call(cmd, nil, nil)
+}
+
+// call sends a command with arguments (nil for none), optionally passing
+// file descriptors along (SCM_RIGHTS; rw must then be a *net.UnixConn), and
+// waits for its answer, handing events to onEvent.
+func (c *qmpConn) call(cmd string, args any, fds []int) (json.RawMessage, error) {
+	msg := map[string]any{"execute": cmd}
+	if args != nil {
+		msg["arguments"] = args
+	}
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("qmp %s: %w", cmd, err)
+	}
+	b = append(b, '\n')
+	if len(fds) > 0 {
+		uc, ok := c.rw.(*net.UnixConn)
+		if !ok {
+			return nil, fmt.Errorf("qmp %s: passing descriptors needs a unix socket", cmd)
+		}
+		_, _, err = uc.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	} else {
+		_, err = c.rw.Write(b)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("qmp %s: %w", cmd, err)
 	}
 	for {
@@ -75,6 +105,9 @@ func (c *qmpConn) execute(cmd string) (json.RawMessage, error) {
 		}
 		if m.Return != nil {
 			return m.Return, nil
+		}
+		if m.Event != "" && c.onEvent != nil {
+			c.onEvent(m)
 		}
 	}
 }

@@ -24,12 +24,22 @@ import (
 // ChannelPort is the name of the virtio-serial port of the guest channel.
 const ChannelPort = "space.0"
 
-// Start boots a VM for spec. Spec.RootFS names the template's ext4 root image
-// (vmimage.RootImage), which is never written: the VM gets a clone of it in
-// the execution's state directory. Spec.GuestBinary is built into the
-// initramfs (cached by content hash). Start returns once QEMU runs and the
-// driver is connected to the guest channel; the guest daemon answers on it
-// after the boot (seconds under TCG), which the caller waits for.
+// Start starts a VM for spec. Spec.RootFS names the template's ext4 root
+// image (vmimage.RootImage), which is never written: the VM gets a clone of
+// it in the execution's state directory. Spec.GuestBinary is built into the
+// initramfs (cached by content hash).
+//
+// With template snapshots (the default, see Config.ColdBoot) the VM is
+// restored from a snapshot of the same image, kernel, guest binary and size,
+// booted once and saved the first time it is asked for; a snapshot that
+// cannot be built or restored falls back to a cold boot, with the reason
+// logged. A restored guest keeps the hostname and daemon environment of the
+// template boot: the caller's Control.Init sets the sandbox's hostname,
+// environment, clock and entropy, as after every start.
+//
+// Start returns once QEMU runs and the driver is connected to the guest
+// channel; the guest daemon answers on it after the boot (seconds under TCG)
+// or at once after a restore, which the caller waits for.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -42,26 +52,54 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 	if err != nil {
 		return nil, fmt.Errorf("vm: exec %s: %w", spec.ExecID, err)
 	}
+	if !d.cfg.ColdBoot {
+		inst, err := d.startFromTemplate(ctx, spec, fi, initrd)
+		if err == nil {
+			d.templateRestores.Add(1)
+			return inst, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, errdefs.ErrConflict) {
+			return nil, err
+		}
+		d.log.Warn("template snapshot not usable: cold boot", "exec", spec.ExecID, "reason", err)
+	}
+	inst, err := d.coldStart(ctx, spec, initrd)
+	if err != nil {
+		return nil, err
+	}
+	d.coldBoots.Add(1)
+	return inst, nil
+}
+
+// coldStart boots a VM for spec.
+func (d *Driver) coldStart(ctx context.Context, spec driver.Spec, initrd string) (*driver.Instance, error) {
 	st, err := d.register(spec, initrd)
 	if err != nil {
 		return nil, err
 	}
+	st.Origin = originBoot
 	inst, err := d.launch(ctx, spec, st)
 	if err != nil {
-		// Clean up with a fresh deadline: ctx may be what failed.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		detail := tailFile(filepath.Join(d.execDir(spec.ExecID), qemuLog), 2048)
-		if cerr := d.Cleanup(cctx, spec.ExecID); cerr != nil {
-			d.log.Error("cleanup after failed start", "exec", spec.ExecID, "err", cerr)
-		}
-		if detail != "" {
-			err = fmt.Errorf("%w (QEMU said: %s)", err, detail)
-		}
-		return nil, fmt.Errorf("vm: exec %s: start: %w", spec.ExecID, err)
+		return nil, d.failedStart(ctx, spec.ExecID, "start", err)
 	}
-	d.log.Info("execution started", "exec", spec.ExecID, "sandbox", spec.SandboxID, "pid", inst.Pid, "accel", st.Accel, "memory_mib", st.MemoryMiB)
+	d.log.Info("execution started", "exec", spec.ExecID, "sandbox", spec.SandboxID, "pid", inst.Pid, "accel", st.Accel, "memory_mib", st.MemoryMiB, "origin", st.Origin)
 	return inst, nil
+}
+
+// failedStart cleans up after a start or restore that failed and returns the
+// error with QEMU's last words.
+func (d *Driver) failedStart(ctx context.Context, execID, what string, err error) error {
+	// Clean up with a fresh deadline: ctx may be what failed.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	detail := tailFile(filepath.Join(d.execDir(execID), qemuLog), 2048)
+	if cerr := d.Cleanup(cctx, execID); cerr != nil {
+		d.log.Error("cleanup after failed "+what, "exec", execID, "err", cerr)
+	}
+	if detail != "" {
+		err = fmt.Errorf("%w (QEMU said: %s)", err, detail)
+	}
+	return fmt.Errorf("vm: exec %s: %s: %w", execID, what, err)
 }
 
 // register creates the execution's state directory and state file, so that
@@ -103,12 +141,21 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 		return nil, err
 	}
 	st.Accel = d.chooseAccel(ctx, st.Initrd)
-	cmd, err := d.qemuCommand(st)
+	cmd, err := d.qemuCommand(st, nil)
 	if err != nil {
 		return nil, err
 	}
+	if err := d.startQEMU(ctx, cmd, st); err != nil {
+		return nil, err
+	}
+	return d.connectChannel(ctx, st)
+}
+
+// startQEMU runs cmd, records QEMU's pid and start time in the state file
+// and starts copying the console into its log.
+func (d *Driver) startQEMU(ctx context.Context, cmd *exec.Cmd, st *state) error {
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("run %s: %w", d.cfg.QEMU, err)
+		return fmt.Errorf("run %s: %w", d.cfg.QEMU, err)
 	}
 	d.bg.Add(1)
 	go func() {
@@ -120,15 +167,18 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	pid := cmd.Process.Pid
 	startTime, err := driver.ProcStartTime(pid)
 	if err != nil {
-		return nil, fmt.Errorf("QEMU exited at once: %w", err)
+		return fmt.Errorf("QEMU exited at once: %w", err)
 	}
 	st.Pid, st.StartTime = pid, startTime
 	if err := d.saveState(st); err != nil {
-		return nil, err
+		return err
 	}
-	if err := d.startConsole(ctx, st); err != nil {
-		return nil, err
-	}
+	return d.startConsole(ctx, st)
+}
+
+// connectChannel connects to the guest channel's socket and returns the
+// Instance that hands it out.
+func (d *Driver) connectChannel(ctx context.Context, st *state) (*driver.Instance, error) {
 	ch, err := d.dialRetry(ctx, st, channelSock)
 	if err != nil {
 		return nil, err
@@ -138,7 +188,7 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	if err != nil {
 		return nil, fmt.Errorf("guest channel: %w", err)
 	}
-	return &driver.Instance{ExecID: st.ExecID, Pid: pid, StartTime: startTime, Channel: f}, nil
+	return &driver.Instance{ExecID: st.ExecID, Pid: st.Pid, StartTime: st.StartTime, Channel: f}, nil
 }
 
 // writeGuestConfig writes the configuration the guest init reads via fw_cfg.
@@ -178,8 +228,8 @@ func qemuArgs(st *state) []string {
 		"-drive", "file="+diskFile+",if=none,id=root,format=raw,discard=unmap",
 		"-device", "virtio-blk-pci,drive=root",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=ch0,path="+channelSock+",server=on,wait=off",
-		"-device", "virtserialport,chardev=ch0,name="+ChannelPort,
+		"-chardev", "socket,id="+channelChardev+",path="+channelSock+",server=on,wait=off",
+		"-device", "virtserialport,chardev="+channelChardev+",id="+channelPortID+",name="+ChannelPort,
 		"-chardev", "socket,id=con0,path="+consoleSock+",server=on,wait=off",
 		"-serial", "chardev:con0",
 		"-qmp", "unix:"+qmpSock+",server=on,wait=off",
@@ -190,7 +240,10 @@ func qemuArgs(st *state) []string {
 	)
 }
 
-func (d *Driver) qemuCommand(st *state) (*exec.Cmd, error) {
+// qemuCommand is QEMU's command for st. With incoming set, QEMU loads that
+// migration stream (inherited as fd 3) instead of booting, and stays paused
+// (-S) once loaded.
+func (d *Driver) qemuCommand(st *state, incoming *os.File) (*exec.Cmd, error) {
 	dir := d.execDir(st.ExecID)
 	logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -199,7 +252,14 @@ func (d *Driver) qemuCommand(st *state) (*exec.Cmd, error) {
 	// exec.Cmd dups the file into the child; this copy can go once started,
 	// and the caller never needs it.
 	defer logf.Close()
-	cmd := exec.Command(d.cfg.QEMU, qemuArgs(st)...)
+	args := qemuArgs(st)
+	if incoming != nil {
+		args = append(args, "-S", "-incoming", "fd:3")
+	}
+	cmd := exec.Command(d.cfg.QEMU, args...)
+	if incoming != nil {
+		cmd.ExtraFiles = []*os.File{incoming}
+	}
 	cmd.Dir = dir
 	cmd.Env = []string{}
 	cmd.Stdout, cmd.Stderr = logf, logf

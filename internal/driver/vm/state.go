@@ -29,6 +29,20 @@ const (
 	qemuLog     = "qemu.log"
 )
 
+// The guest channel's chardev and virtio-serial port device ids; QMP names
+// the port in VSERPORT_CHANGE events by the latter.
+const (
+	channelChardev = "ch0"
+	channelPortID  = "chport0"
+)
+
+// Origins of an execution (state.Origin).
+const (
+	originBoot       = "boot"
+	originTemplate   = "template-snapshot"
+	originCheckpoint = "checkpoint"
+)
+
 // state is what the driver persists about one execution, in
 // StateDir/exec/<exec-id>/state.json.
 type state struct {
@@ -47,6 +61,9 @@ type state struct {
 	// Kernel and Initrd are what the VM booted; a restore needs the same.
 	Kernel string `json:"kernel"`
 	Initrd string `json:"initrd"`
+	// Origin says how the execution started: originBoot, originTemplate or
+	// originCheckpoint.
+	Origin string `json:"origin,omitempty"`
 }
 
 func (d *Driver) execDir(execID string) string {

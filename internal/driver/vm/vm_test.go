@@ -78,9 +78,11 @@ func newFixture(t testing.TB) *fixture {
 	return f
 }
 
+// driver returns a driver that boots every VM (TestSnapshots covers
+// template snapshots).
 func (f *fixture) driver(t *testing.T, stateDir string) *Driver {
 	t.Helper()
-	d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: testLogger(t)})
+	d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: testLogger(t), ColdBoot: true})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -284,7 +286,7 @@ func shell(t *testing.T, c *guest.Client, script string) string {
 // answers Ready (run with -benchtime=3x: each iteration boots a VM).
 func BenchmarkColdBootToReady(b *testing.B) {
 	f := newFixture(b)
-	d, err := New(Config{StateDir: b.TempDir(), Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d, err := New(Config{StateDir: b.TempDir(), Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ColdBoot: true})
 	if err != nil {
 		b.Fatal(err)
 	}
