@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -64,7 +65,7 @@ func verifyPeer(c *net.UnixConn, wantPid int, wantStart uint64) error {
 	if int(cred.Pid) != wantPid {
 		return fmt.Errorf("host bridge socket is served by pid %d, not the bridge pid %d", cred.Pid, wantPid)
 	}
-	start, err := processStartTime(wantPid)
+	start, err := driver.ProcStartTime(wantPid)
 	if err != nil || start != wantStart {
 		return fmt.Errorf("host bridge pid %d is not the process this node started", wantPid)
 	}

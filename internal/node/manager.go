@@ -19,6 +19,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/privop"
 )
@@ -179,7 +180,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
 	}
 	rec.BridgePid = cmd.Process.Pid
-	rec.BridgeStartTime, err = processStartTime(cmd.Process.Pid)
+	rec.BridgeStartTime, err = driver.ProcStartTime(cmd.Process.Pid)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		return fmt.Errorf("exec %s: host bridge start time: %w", rec.ExecID, err)
@@ -255,7 +256,7 @@ func killIfSame(pid int, start uint64) {
 	if pid <= 0 {
 		return
 	}
-	if st, err := processStartTime(pid); err == nil && st == start {
+	if st, err := driver.ProcStartTime(pid); err == nil && st == start {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

@@ -10,31 +10,6 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 )
 
-func TestParseStatStartTime(t *testing.T) {
-	line := "1234 (a (weird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615"
-	got, err := parseStatStartTime([]byte(line))
-	if err != nil || got != 98765 {
-		t.Fatalf("start time = %d, %v; want 98765", got, err)
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2"} {
-		if _, err := parseStatStartTime([]byte(bad)); err == nil {
-			t.Errorf("parse %q: no error", bad)
-		}
-	}
-	own, err := processStartTime(os.Getpid())
-	if err != nil || own == 0 {
-		t.Errorf("own start time = %d, %v", own, err)
-	}
-}
-
-func FuzzParseStatStartTime(f *testing.F) {
-	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 1 1"))
-	f.Add([]byte("2 ()) S"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseStatStartTime(b) // must not panic
-	})
-}
-
 func TestRecordsRoundTrip(t *testing.T) {
 	r := records{dir: t.TempDir()}
 	rec := &Record{StartExecution: nodev1.StartExecution{ExecID: "sb1-g1-x", SandboxID: "sb1", Generation: 1}, BridgePid: 7, StartedAt: time.Now().UTC()}
