@@ -40,7 +40,7 @@ func runServer(args []string) int {
 	dataDir := fs.String("data-dir", "", "data directory (default $SPACE_DATA_DIR, /var/lib/space for root, else ~/.local/share/space)")
 	database := fs.String("database", "", "database URL (default sqlite://DATA/space.db)")
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
-	runtime := fs.String("default-runtime", "ns", "runtime used when a create names none")
+	runtime := fs.String("default-runtime", "ns", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -50,6 +50,10 @@ func runServer(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 1
+	}
+	if *runtime != "vm" && *runtime != "ns" && *runtime != "auto" {
+		fmt.Fprintf(os.Stderr, "space server: --default-runtime %q: want vm, ns or auto\n", *runtime)
+		return 2
 	}
 	if *objectStore != "" && !strings.HasPrefix(*objectStore, "file://") {
 		fmt.Fprintf(os.Stderr, "space server: object store %q: only file:// is supported in this release\n", *objectStore)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -88,7 +89,7 @@ func (s *Server) create(ctx context.Context, tenant string, req sandboxv1.Create
 		req.Template = "base"
 	}
 	if req.Runtime == "" {
-		req.Runtime = s.cfg.DefaultRuntime
+		req.Runtime = s.defaultRuntime(ctx)
 	}
 	spec, err := sandbox.ValidateCreate(req)
 	if err != nil {
@@ -135,6 +136,24 @@ func (s *Server) create(ctx context.Context, tenant string, req sandboxv1.Create
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// defaultRuntime is the runtime of a create that names none: the configured
+// one, or with "auto" the microVM runtime wherever a live node offers it (its
+// own kernel is the stronger isolation) and namespaces otherwise.
+func (s *Server) defaultRuntime(ctx context.Context) string {
+	if s.cfg.DefaultRuntime != "auto" {
+		return s.cfg.DefaultRuntime
+	}
+	nodes, err := s.store.ListNodes(ctx)
+	if err == nil {
+		for _, n := range nodes {
+			if n.State == store.NodeReady && time.Since(n.LastHeartbeat) < scheduler.HeartbeatTimeout && slices.Contains(n.Runtimes, "vm") {
+				return "vm"
+			}
+		}
+	}
+	return "ns"
 }
 
 // place picks a node for a new sandbox.
