@@ -87,6 +87,10 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	if sb.Runtime == "ns" && req.Runtime == "" {
+		// Chosen by the server, not asked for: say what it means.
+		fmt.Fprintln(e.stderr, "space: warning: this sandbox runs on the ns runtime, which shares the host kernel; --runtime vm gives it its own kernel where QEMU is installed")
+	}
 	if out.json() {
 		return writeJSON(e.stdout, sb)
 	}
