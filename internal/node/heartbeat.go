@@ -58,6 +58,9 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 		case <-ctx.Done():
 			return nil
 		case <-time.After(cfg.Every):
+		case <-m.changed:
+			// An execution's bridge exited: report now, not at the next tick.
+			time.Sleep(50 * time.Millisecond) // let its exit reason land
 		}
 	}
 }

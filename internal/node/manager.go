@@ -53,6 +53,9 @@ type Manager struct {
 	// starting holds the executions whose Start is under way: they are
 	// reported as starting, not judged by a bridge that is not up yet.
 	starting map[string]bool
+	// changed wakes the heartbeat loop early when an execution ends, so the
+	// control plane learns of a dead sandbox in well under a second.
+	changed chan struct{}
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
@@ -67,7 +70,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	return &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1)}, nil
 }
 
 // Start starts an execution and returns once its guest is ready and its
@@ -185,9 +188,12 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 		_ = cmd.Process.Kill()
 		return fmt.Errorf("exec %s: host bridge start time: %w", rec.ExecID, err)
 	}
-	// Reap the bridge if it exits while this process lives; after a restart of
-	// this process the bridge's parent is init.
-	go func() { _ = cmd.Wait() }()
+	// Reap the bridge if it exits while this process lives (after a restart
+	// of this process its parent is init), and report the change at once.
+	go func() {
+		_ = cmd.Wait()
+		m.notifyChanged()
+	}()
 	return nil
 }
 
@@ -219,6 +225,13 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 		return m.cfg.Privileged.Pause(ctx, execID)
 	}
 	return m.cfg.Privileged.Resume(ctx, execID)
+}
+
+func (m *Manager) notifyChanged() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Stop stops an execution and releases everything it held. Stopping an unknown
