@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -89,6 +92,11 @@ func serveVirtio(ctx context.Context, sysDir, devDir, name string, cfg guestd.Co
 			f.Close()
 			return fmt.Errorf("channel virtio:%s: %w", name, err)
 		}
+		// A new host may mean this VM was just restored from a snapshot,
+		// with the RNG state of every other copy: reseed before serving.
+		if err := reseedFromHost(ctx, hwrngDevice); err != nil {
+			log.Warn("reseed the kernel RNG from the host's virtio RNG", "err", err)
+		}
 		if err := d.ServeConn(ctx, newFileConn(f)); err != nil {
 			return err
 		}
@@ -145,6 +153,71 @@ func pollHup(rc syscall.RawConn) (bool, error) {
 		return false, fmt.Errorf("poll: %w", err)
 	}
 	return revents&unix.POLLHUP != 0, nil
+}
+
+// hwrngDevice is the guest's hardware RNG: QEMU's virtio-rng, fed from the
+// host's /dev/urandom.
+const hwrngDevice = "/dev/hwrng"
+
+// Kernel RNG ioctls (include/uapi/linux/random.h).
+const (
+	rndAddEntropy  = 0x40085203 // RNDADDENTROPY, _IOW('R', 0x03, int[2])
+	rndReseedCRNG  = 0x5207     // RNDRESEEDCRNG, _IO('R', 0x07)
+	reseedBytes    = 64
+	reseedDeadline = 2 * time.Second
+)
+
+// reseedFromHost mixes fresh bytes from the host's RNG device into the
+// kernel's input pool and makes the kernel reseed its CRNG from it at once.
+// Crediting entropy alone does not reseed a CRNG that is already initialised
+// (Linux 5.18 and later reseed on a timer of up to a minute), and every copy
+// restored from one snapshot starts with the same CRNG state: without the
+// forced reseed two sandboxes would read the same /dev/urandom bytes.
+func reseedFromHost(ctx context.Context, device string) error {
+	f, err := os.Open(device)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, reseedBytes)
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(f, buf)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(reseedDeadline):
+		err = fmt.Errorf("%s gave no %d bytes within %s", device, reseedBytes, reseedDeadline)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", device, err)
+	}
+	return addEntropyAndReseed(buf)
+}
+
+// addEntropyAndReseed credits b to the kernel's input pool (RNDADDENTROPY)
+// and forces a CRNG reseed (RNDRESEEDCRNG); both need CAP_SYS_ADMIN.
+func addEntropyAndReseed(b []byte) error {
+	rnd, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer rnd.Close()
+	// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
+	info := make([]byte, 8+len(b)+3)
+	binary.NativeEndian.PutUint32(info[0:4], uint32(len(b)*8))
+	binary.NativeEndian.PutUint32(info[4:8], uint32(len(b)))
+	copy(info[8:], b)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, rnd.Fd(), rndAddEntropy, uintptr(unsafe.Pointer(&info[0]))); errno != 0 {
+		return fmt.Errorf("RNDADDENTROPY: %w", errno)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, rnd.Fd(), rndReseedCRNG, 0); errno != 0 {
+		return fmt.Errorf("RNDRESEEDCRNG: %w", errno)
+	}
+	return nil
 }
 
 // findVirtioPort returns the device of the port whose sysfs name is name.

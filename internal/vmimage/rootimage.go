@@ -2,10 +2,13 @@ package vmimage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultHeadroomBytes is the free space a root image gets beyond its
@@ -95,4 +98,65 @@ func CloneImage(ctx context.Context, src, dst string) error {
 		return fmt.Errorf("clone root image %s: %w", src, err)
 	}
 	return nil
+}
+
+// CloneImageFrom makes dst a copy-on-write clone of the open image src (a
+// reflink where the file system has them, else a copy of the data extents
+// only, holes kept). Cloning from a descriptor, not a path, copies exactly
+// the file the caller opened (and perhaps verified).
+func CloneImageFrom(ctx context.Context, src *os.File, dst string) error {
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("clone root image %s: %w", src.Name(), err)
+	}
+	err = cloneFile(ctx, src, out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+		return fmt.Errorf("clone root image %s into %s: %w", src.Name(), dst, err)
+	}
+	return nil
+}
+
+func cloneFile(ctx context.Context, src, dst *os.File) error {
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+		return nil
+	}
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		start, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		end, err := unix.Seek(int(src.Fd()), start, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		end = min(end, size)
+		for pos := start; pos < end; {
+			in, out := pos, pos
+			n, err := unix.CopyFileRange(int(src.Fd()), &in, int(dst.Fd()), &out, int(min(end-pos, 1<<30)), 0)
+			if err != nil {
+				return fmt.Errorf("copy_file_range: %w", err)
+			}
+			if n == 0 {
+				return fmt.Errorf("%s shrank while copied", src.Name())
+			}
+			pos += int64(n)
+		}
+		off = end
+	}
+	return dst.Truncate(size)
 }

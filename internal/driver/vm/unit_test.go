@@ -3,7 +3,9 @@ package vm
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,3 +178,101 @@ type nopRW struct{ r *strings.Reader }
 func (n nopRW) Read(b []byte) (int, error)  { return n.r.Read(b) }
 func (n nopRW) Write(b []byte) (int, error) { return len(b), nil }
 func (n nopRW) Close() error                { return nil }
+
+func TestPortEventsAndReopened(t *testing.T) {
+	ev := func(id string, open bool) *qmpMessage {
+		data, _ := json.Marshal(portEvent{ID: id, Open: open})
+		return &qmpMessage{Event: "VSERPORT_CHANGE", Data: data}
+	}
+	events := []*qmpMessage{
+		{Event: "STOP"},
+		ev("other", true),
+		ev(channelPortID, true),
+		{Event: "VSERPORT_CHANGE", Data: json.RawMessage(`{"id": 5}`)},
+		ev(channelPortID, false),
+	}
+	got := portEvents(events, channelPortID)
+	if !slices.Equal(got, []bool{true, false}) {
+		t.Fatalf("portEvents = %v, want [true false]", got)
+	}
+	for _, c := range []struct {
+		opens []bool
+		skip  int
+		want  bool
+	}{
+		{nil, 0, false},
+		{[]bool{false}, 0, false},
+		{[]bool{true}, 0, true},         // a close and reopen merged by QEMU's rate limit
+		{[]bool{true}, 1, false},        // only the replayed state after a restore
+		{[]bool{true, true}, 1, true},   // replay, then the merged close and reopen
+		{[]bool{true, false}, 1, false}, // closed, not yet reopened
+		{[]bool{true, false, true}, 1, true},
+	} {
+		if got := reopened(c.opens, c.skip); got != c.want {
+			t.Errorf("reopened(%v, %d) = %v, want %v", c.opens, c.skip, got, c.want)
+		}
+	}
+}
+
+func TestQMPCallPassesArguments(t *testing.T) {
+	var sent bytes.Buffer
+	c := &qmpConn{rw: recordRW{r: strings.NewReader(`{"event":"VSERPORT_CHANGE","data":{"id":"chport0","open":false}}` + "\n" + `{"return": {}}` + "\n"), w: &sent}}
+	c.r = newReader(c.rw)
+	var seen []*qmpMessage
+	c.onEvent = func(m *qmpMessage) { seen = append(seen, m) }
+	if _, err := c.call("migrate", map[string]string{"uri": "fd:checkpoint"}, nil); err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	if want := `{"arguments":{"uri":"fd:checkpoint"},"execute":"migrate"}` + "\n"; sent.String() != want {
+		t.Errorf("sent %q, want %q", sent.String(), want)
+	}
+	if len(seen) != 1 || !slices.Equal(portEvents(seen, channelPortID), []bool{false}) {
+		t.Errorf("events handed on: %v", seen)
+	}
+	if _, err := c.call("getfd", nil, []int{0}); err == nil {
+		t.Error("passing a descriptor over a non-socket succeeded")
+	}
+}
+
+type recordRW struct {
+	r io.Reader
+	w io.Writer
+}
+
+func (n recordRW) Read(b []byte) (int, error)  { return n.r.Read(b) }
+func (n recordRW) Write(b []byte) (int, error) { return n.w.Write(b) }
+func (n recordRW) Close() error                { return nil }
+
+func TestRestoreRefusesBadCheckpoints(t *testing.T) {
+	d, err := New(Config{StateDir: t.TempDir(), Kernel: &vmimage.Kernel{Vmlinuz: "/k"}, QEMU: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	spec := driver.Spec{ExecID: "r1", SandboxID: "r1"}
+	if _, err := d.Restore(ctx, spec, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Restore(nil) = %v, want InvalidArgument", err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, cpMeta), []byte(`{"accel":"tcg","kernel":"/nonexistent/k","initrd":"/nonexistent/i"}`), 0o600)
+	f, err := driver.DescribeFile(dir, cpMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &driver.Checkpoint{Dir: dir, Runtime: "ns", MemoryMiB: 256, CPUs: 1, Files: []driver.CheckpointFile{f}}
+	if _, err := d.Restore(ctx, spec, cp); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Restore of an ns checkpoint = %v, want InvalidArgument", err)
+	}
+	cp.Runtime = "vm"
+	spec.MemoryMiB = 512
+	if _, err := d.Restore(ctx, spec, cp); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Restore with another memory size = %v, want InvalidArgument", err)
+	}
+	spec.MemoryMiB = 0
+	if _, err := d.Restore(ctx, spec, cp); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "/nonexistent/k") {
+		t.Errorf("Restore with a missing kernel = %v, want FailedPrecondition naming it", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.execDir("r1"))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused restore left state: %v", err)
+	}
+}

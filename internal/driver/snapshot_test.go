@@ -1,0 +1,154 @@
+package driver
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+func writeCheckpoint(t *testing.T, files map[string][]byte) *Checkpoint {
+	t.Helper()
+	dir := t.TempDir()
+	cp := &Checkpoint{Dir: dir, CreatedAt: time.Now(), Runtime: "vm", MemoryMiB: 256, CPUs: 1, Kernel: "/k"}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := DescribeFile(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp.Files = append(cp.Files, f)
+	}
+	if err := cp.WriteManifest(); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+func TestCheckpointVerify(t *testing.T) {
+	data := bytes.Repeat([]byte("state"), 100000)
+	cp := writeCheckpoint(t, map[string][]byte{"memory": data, "meta": []byte("{}")})
+	read, err := ReadCheckpoint(cp.Dir)
+	if err != nil {
+		t.Fatalf("ReadCheckpoint: %v", err)
+	}
+	if len(read.Files) != 2 || read.MemoryMiB != 256 || read.File("memory") == nil || *read.File("memory") != *cp.File("memory") {
+		t.Errorf("ReadCheckpoint = %+v, want %+v", read, cp)
+	}
+	f, err := read.OpenVerified("memory")
+	if err != nil {
+		t.Fatalf("OpenVerified of an intact file: %v", err)
+	}
+	got := make([]byte, 5)
+	f.Read(got)
+	f.Close()
+	if string(got) != "state" {
+		t.Errorf("OpenVerified left the offset elsewhere: read %q", got)
+	}
+
+	path := filepath.Join(cp.Dir, "memory")
+	refused := func(what string) {
+		t.Helper()
+		_, err := read.OpenVerified("memory")
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: OpenVerified = %v; want FailedPrecondition naming %s", what, err, path)
+		}
+	}
+	// One flipped bit, same size.
+	flipped := bytes.Clone(data)
+	flipped[len(flipped)/2] ^= 1
+	os.WriteFile(path, flipped, 0o600)
+	refused("flipped bit")
+	os.WriteFile(path, data[:len(data)-1], 0o600)
+	refused("truncated")
+	os.Remove(path)
+	os.Symlink(filepath.Join(cp.Dir, "meta"), path)
+	refused("symlink")
+	if _, err := read.OpenVerified("other"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("OpenVerified of a file not in the manifest = %v", err)
+	}
+}
+
+func TestFileDigestSparse(t *testing.T) {
+	dir := t.TempDir()
+	sparse := filepath.Join(dir, "sparse")
+	f, err := os.Create(sparse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(64 << 20)
+	f.WriteAt([]byte("data in the middle"), 32<<20)
+	d1, err := FileDigest(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same bytes elsewhere give another digest.
+	f.WriteAt(make([]byte, 18), 32<<20)
+	f.WriteAt([]byte("data in the middle"), 16<<20)
+	d2, _ := FileDigest(f)
+	f.Close()
+	if d1 == d2 || len(d1) != 64 {
+		t.Errorf("digests %s and %s; want two different 64-digit digests", d1, d2)
+	}
+	// An empty file hashes its size alone.
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+	e, _ := os.Open(empty)
+	de, err := FileDigest(e)
+	e.Close()
+	want := sha256.Sum256(make([]byte, 8))
+	if err != nil || de != hex.EncodeToString(want[:]) {
+		t.Errorf("digest of an empty file = %s, %v", de, err)
+	}
+}
+
+func TestCheckpointValidate(t *testing.T) {
+	good := CheckpointFile{Name: "memory", Size: 1, SHA256: strings.Repeat("ab", 32)}
+	for name, cp := range map[string]Checkpoint{
+		"relative dir":   {Dir: "cp", Files: []CheckpointFile{good}},
+		"no files":       {Dir: "/cp"},
+		"slash in name":  {Dir: "/cp", Files: []CheckpointFile{{Name: "../x", SHA256: good.SHA256}}},
+		"dot dot":        {Dir: "/cp", Files: []CheckpointFile{{Name: "..", SHA256: good.SHA256}}},
+		"duplicate":      {Dir: "/cp", Files: []CheckpointFile{good, good}},
+		"short digest":   {Dir: "/cp", Files: []CheckpointFile{{Name: "m", SHA256: "abcd"}}},
+		"negative size":  {Dir: "/cp", Files: []CheckpointFile{{Name: "m", Size: -1, SHA256: good.SHA256}}},
+		"negative count": {Dir: "/cp", Files: []CheckpointFile{good}, CPUs: -1},
+	} {
+		if err := cp.Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: Validate = %v, want InvalidArgument", name, err)
+		}
+	}
+	ok := Checkpoint{Dir: "/cp", Files: []CheckpointFile{good}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(good) = %v", err)
+	}
+	if _, err := ReadCheckpoint(t.TempDir()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("ReadCheckpoint of an empty dir = %v, want NotFound", err)
+	}
+}
+
+func FuzzParseCheckpoint(f *testing.F) {
+	f.Add([]byte(`{"files":[{"name":"memory","size":3,"sha256":"` + strings.Repeat("0", 64) + `"}],"memory_mib":256}`))
+	f.Add([]byte(`{"files":[{"name":"/etc/passwd"}]}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cp, err := parseCheckpoint("/cp", b)
+		if err != nil {
+			return
+		}
+		for _, file := range cp.Files {
+			if strings.ContainsAny(file.Name, "/\x00") || file.Name == ".." || file.Name == "." {
+				t.Fatalf("accepted file name %q", file.Name)
+			}
+		}
+	})
+}

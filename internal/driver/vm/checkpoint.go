@@ -1,0 +1,359 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/vmimage"
+)
+
+// Files of a vm checkpoint directory, beside driver.CheckpointManifest.
+const (
+	// cpMemory is QEMU's migration stream: RAM and device state.
+	cpMemory = "memory"
+	// cpDisk is the reflink (or copy) of the disk at the time of the save.
+	cpDisk = diskFile
+	// cpGuestConfig is the fw_cfg configuration the VM booted with; a
+	// restored VM is given the same bytes, so its machine is identical.
+	cpGuestConfig = guestConfig
+	// cpMeta holds vmMeta.
+	cpMeta = "vm.json"
+)
+
+// vmMeta is what a restore needs beyond the generic checkpoint description:
+// QEMU must be started with the same machine as the saved one.
+type vmMeta struct {
+	Accel  string `json:"accel"`
+	Kernel string `json:"kernel"`
+	Initrd string `json:"initrd"`
+	// HostConnected records whether a host held the guest channel when the
+	// state was saved: the restored guest then still serves that old
+	// session, and the host must wait for it to notice the disconnect.
+	HostConnected bool `json:"host_connected"`
+}
+
+// Timeouts of the checkpoint and restore steps (a TCG guest is slow).
+const (
+	migrateTimeout  = 5 * time.Minute
+	reopenTimeout   = 5 * time.Second
+	maxMetaFileSize = 1 << 20
+)
+
+// Checkpoint pauses the VM (QMP stop), writes its RAM and device state into
+// dir/memory as a QEMU migration stream (over a descriptor passed on the QMP
+// socket: -sandbox forbids QEMU to spawn or open files), then clones the disk
+// into dir and writes the manifest with every file's digest. The VM stays
+// paused; Resume lets it continue, Kill ends it. dir must not exist; on
+// failure nothing of it is left.
+func (d *Driver) Checkpoint(ctx context.Context, execID, dir string) (*driver.Checkpoint, error) {
+	if err := driver.ValidHostPath("checkpoint dir", dir); err != nil {
+		return nil, err
+	}
+	st, err := d.loadState(execID)
+	if err != nil {
+		return nil, err
+	}
+	if !driver.ProcAlive(st.Pid, st.StartTime) {
+		return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: QEMU is not running", execID, errdefs.ErrFailedPrecondition)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: %s already exists", execID, errdefs.ErrConflict, dir)
+		}
+		return nil, fmt.Errorf("vm: exec %s: checkpoint: %w", execID, err)
+	}
+	s, err := d.openQMP(ctx, st)
+	if err == nil {
+		var cp *driver.Checkpoint
+		cp, _, err = d.checkpoint(ctx, s, st, dir)
+		s.Close()
+		if err == nil {
+			return cp, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("vm: exec %s: checkpoint into %s: %w", execID, dir, err)
+}
+
+func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir string) (*driver.Checkpoint, vmMeta, error) {
+	t0 := time.Now()
+	if _, err := s.run("stop", nil); err != nil {
+		return nil, vmMeta{}, err
+	}
+	connected, err := s.chardevConnected(channelChardev)
+	if err != nil {
+		return nil, vmMeta{}, err
+	}
+	// The default bandwidth cap (128 MiB/s) would slow a local save.
+	if _, err := s.run("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
+		return nil, vmMeta{}, err
+	}
+	mem, err := os.OpenFile(filepath.Join(dir, cpMemory), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, vmMeta{}, err
+	}
+	_, err = s.run("getfd", map[string]string{"fdname": "checkpoint"}, int(mem.Fd()))
+	mem.Close() // QEMU holds its own copy now
+	if err != nil {
+		return nil, vmMeta{}, err
+	}
+	if _, err := s.run("migrate", map[string]string{"uri": "fd:checkpoint"}); err != nil {
+		return nil, vmMeta{}, err
+	}
+	if _, err := s.waitMigration(migrateTimeout); err != nil {
+		return nil, vmMeta{}, fmt.Errorf("save memory and devices: %w (QEMU said: %s)", err, tailFile(filepath.Join(d.execDir(st.ExecID), qemuLog), 1024))
+	}
+	saved := time.Since(t0)
+	// Completing the migration flushed the disk; QEMU does not write it
+	// until the VM continues.
+	if err := vmimage.CloneImage(ctx, filepath.Join(d.execDir(st.ExecID), diskFile), filepath.Join(dir, cpDisk)); err != nil {
+		return nil, vmMeta{}, err
+	}
+	gc, err := os.ReadFile(filepath.Join(d.execDir(st.ExecID), guestConfig))
+	if err != nil {
+		return nil, vmMeta{}, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, cpGuestConfig), gc, 0o600); err != nil {
+		return nil, vmMeta{}, err
+	}
+	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, HostConnected: connected}
+	metaBytes, err := json.Marshal(meta)
+	if err != nil {
+		return nil, vmMeta{}, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, cpMeta), metaBytes, 0o600); err != nil {
+		return nil, vmMeta{}, err
+	}
+	cp := &driver.Checkpoint{Dir: dir, CreatedAt: time.Now().UTC(), Runtime: d.Name(), MemoryMiB: st.MemoryMiB, CPUs: st.CPUs, Kernel: st.Kernel}
+	var total int64
+	for _, name := range []string{cpMemory, cpDisk, cpGuestConfig, cpMeta} {
+		f, err := driver.DescribeFile(dir, name)
+		if err != nil {
+			return nil, vmMeta{}, err
+		}
+		cp.Files = append(cp.Files, f)
+		total += f.Size
+	}
+	if err := cp.WriteManifest(); err != nil {
+		return nil, vmMeta{}, err
+	}
+	d.log.Info("checkpoint saved", "exec", st.ExecID, "dir", dir, "memory_bytes", cp.File(cpMemory).Size,
+		"save", saved.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond), "host_connected", connected)
+	return cp, meta, nil
+}
+
+// verified is a checkpoint whose files have been checked: the descriptors
+// QEMU and the disk clone read, and the small files' contents.
+type verified struct {
+	cp          *driver.Checkpoint
+	meta        vmMeta
+	guestConfig []byte
+	memory      *os.File
+	disk        *os.File
+}
+
+func (v *verified) Close() {
+	v.memory.Close()
+	v.disk.Close()
+}
+
+// verifyCheckpoint checks cp's form, that it fits spec, and every file's
+// size and digest, before any of them is used.
+func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*verified, error) {
+	if cp == nil {
+		return nil, fmt.Errorf("%w: no checkpoint", errdefs.ErrInvalidArgument)
+	}
+	if err := cp.Validate(); err != nil {
+		return nil, err
+	}
+	if cp.Runtime != d.Name() {
+		return nil, fmt.Errorf("%w: checkpoint %s is of runtime %q, not vm", errdefs.ErrInvalidArgument, cp.Dir, cp.Runtime)
+	}
+	if spec.MemoryMiB != 0 && spec.MemoryMiB != cp.MemoryMiB || spec.CPUs != 0 && spec.CPUs != cp.CPUs {
+		return nil, fmt.Errorf("%w: checkpoint %s has %d MiB and %d CPUs; a restore cannot change them (asked %d MiB, %d CPUs)",
+			errdefs.ErrInvalidArgument, cp.Dir, cp.MemoryMiB, cp.CPUs, spec.MemoryMiB, spec.CPUs)
+	}
+	v := &verified{cp: cp}
+	var err error
+	metaBytes, err := readVerified(cp, cpMeta)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(metaBytes, &v.meta); err != nil {
+		return nil, fmt.Errorf("%w: checkpoint %s: %s: %v", errdefs.ErrInvalidArgument, cp.Dir, cpMeta, err)
+	}
+	if v.meta.Accel != AccelKVM && v.meta.Accel != AccelTCG || driver.ValidHostPath("kernel", v.meta.Kernel) != nil || driver.ValidHostPath("initrd", v.meta.Initrd) != nil {
+		return nil, fmt.Errorf("%w: checkpoint %s: %s names accelerator %q, kernel %q, initrd %q", errdefs.ErrInvalidArgument, cp.Dir, cpMeta, v.meta.Accel, v.meta.Kernel, v.meta.Initrd)
+	}
+	for _, p := range []string{v.meta.Kernel, v.meta.Initrd} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: checkpoint %s needs %s, which is gone: %v", errdefs.ErrFailedPrecondition, cp.Dir, p, err)
+		}
+	}
+	if v.guestConfig, err = readVerified(cp, cpGuestConfig); err != nil {
+		return nil, err
+	}
+	if v.memory, err = cp.OpenVerified(cpMemory); err != nil {
+		return nil, err
+	}
+	if v.disk, err = cp.OpenVerified(cpDisk); err != nil {
+		v.memory.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// readVerified returns the contents of a small checkpoint file after
+// checking it.
+func readVerified(cp *driver.Checkpoint, name string) ([]byte, error) {
+	f, err := cp.OpenVerified(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxMetaFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %s: %w", cp.Dir, name, err)
+	}
+	if len(b) > maxMetaFileSize {
+		return nil, fmt.Errorf("%w: checkpoint %s: %s is larger than %d bytes", errdefs.ErrInvalidArgument, cp.Dir, name, maxMetaFileSize)
+	}
+	return b, nil
+}
+
+// Restore starts execution spec.ExecID from cp: every file is verified
+// first (a mismatch is refused before QEMU starts), the disk is cloned from
+// the checkpoint, QEMU loads the saved state (-incoming) and continues.
+// spec.RootFS and spec.GuestBinary are not used (the checkpoint has the disk,
+// kernel and initramfs) and may be empty; Hostname and Env reach the guest
+// through the caller's Control.Init, as do fresh entropy and the clock.
+func (d *Driver) Restore(ctx context.Context, spec driver.Spec, cp *driver.Checkpoint) (*driver.Instance, error) {
+	if cp != nil {
+		if spec.RootFS == "" {
+			spec.RootFS = filepath.Join(cp.Dir, cpDisk)
+		}
+		if spec.GuestBinary == "" {
+			spec.GuestBinary = filepath.Join(cp.Dir, cpDisk)
+		}
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	inst, err := d.restore(ctx, spec, cp, originCheckpoint)
+	if err != nil {
+		return nil, err
+	}
+	d.restores.Add(1)
+	return inst, nil
+}
+
+// restore verifies cp and starts spec.ExecID from it.
+func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Checkpoint, origin string) (*driver.Instance, error) {
+	t0 := time.Now()
+	v, err := d.verifyCheckpoint(spec, cp)
+	if err != nil {
+		return nil, fmt.Errorf("vm: exec %s: restore: %w", spec.ExecID, err)
+	}
+	defer v.Close()
+	verifiedIn := time.Since(t0)
+	spec.MemoryMiB, spec.CPUs = cp.MemoryMiB, cp.CPUs
+	st, err := d.register(spec, v.meta.Initrd)
+	if err != nil {
+		return nil, err
+	}
+	st.Kernel, st.Accel, st.Origin = v.meta.Kernel, v.meta.Accel, origin
+	inst, err := d.launchRestore(ctx, st, v)
+	if err != nil {
+		return nil, d.failedStart(ctx, spec.ExecID, "restore", err)
+	}
+	d.log.Info("execution restored", "exec", spec.ExecID, "sandbox", spec.SandboxID, "from", cp.Dir, "origin", origin,
+		"pid", inst.Pid, "verify", verifiedIn.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond))
+	return inst, nil
+}
+
+func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*driver.Instance, error) {
+	dir := d.execDir(st.ExecID)
+	// Clone the verified file itself, not whatever the path names now.
+	if err := vmimage.CloneImageFrom(ctx, v.disk, filepath.Join(dir, diskFile)); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, guestConfig), v.guestConfig, 0o600); err != nil {
+		return nil, err
+	}
+	if err := d.saveState(st); err != nil {
+		return nil, err
+	}
+	cmd, err := d.qemuCommand(st, v.memory)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.startQEMU(ctx, cmd, st); err != nil {
+		return nil, err
+	}
+	s, err := d.openQMP(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if err := waitLoaded(ctx, s, st); err != nil {
+		return nil, err
+	}
+	if _, err := s.run("cont", nil); err != nil {
+		return nil, err
+	}
+	if v.meta.HostConnected {
+		// The guest still serves the session of the host that held the
+		// channel at the save. The restored port tells it that host is
+		// gone; connecting before the guest ended that session and opened
+		// the port anew would hand the new host the old session. QEMU
+		// first replays the saved port state, then reports the guest's
+		// close and reopen (a guest that was between sessions times out
+		// here, harmlessly).
+		err := s.waitEvents(reopenTimeout, func(ev []*qmpMessage) bool {
+			return reopened(portEvents(ev, channelPortID), 1)
+		})
+		if err != nil {
+			d.log.Warn("restored guest did not reopen its channel in time; connecting anyway", "exec", st.ExecID, "err", err)
+		}
+	}
+	return d.connectChannel(ctx, st)
+}
+
+// waitLoaded waits until QEMU has loaded the incoming state (it leaves the
+// inmigrate run state) or exits (a stream it cannot load ends it).
+func waitLoaded(ctx context.Context, s *qmpSession, st *state) error {
+	deadline := time.Now().Add(migrateTimeout)
+	for {
+		status, err := s.status()
+		if err != nil {
+			return fmt.Errorf("load the saved state: %w", err)
+		}
+		switch status {
+		case "paused", "running":
+			return nil
+		case "inmigrate", "prelaunch":
+		default:
+			return fmt.Errorf("load the saved state: QEMU is %q", status)
+		}
+		if !driver.ProcAlive(st.Pid, st.StartTime) {
+			return errors.New("load the saved state: QEMU exited")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("load the saved state: not done after %s", migrateTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
