@@ -306,10 +306,19 @@ func (in *instance) createWith(template, runtime string) sandbox {
 		sandbox
 		Message string `json:"message"`
 	}
-	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": runtime, "memory_mib": 256}, &sb); code != http.StatusCreated {
-		in.t.Fatalf("create: HTTP %d %s\n%s", code, sb.Message, in.logs())
+	// A node offers vm once its guest kernel is fetched; until then a vm
+	// create is refused with 503, so wait for it.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": runtime, "memory_mib": 256}, &sb)
+		if code == http.StatusCreated {
+			return sb.sandbox
+		}
+		if code != http.StatusServiceUnavailable || runtime != "vm" || time.Now().After(deadline) {
+			in.t.Fatalf("create: HTTP %d %s\n%s", code, sb.Message, in.logs())
+		}
+		time.Sleep(time.Second)
 	}
-	return sb.sandbox
 }
 
 func (in *instance) exec(id string, cmd ...string) execResult {

@@ -89,7 +89,10 @@ func newVMDriver(ctx context.Context, volumesDir, cacheDir string, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	return vm.New(vm.Config{StateDir: filepath.Join(volumesDir, "vm"), Kernel: k, CacheDir: filepath.Join(cacheDir, "vm"), Log: log})
+	// The kernel is shared by every data dir; template snapshots and their
+	// disks stay on the volume store, beside the executions' disks, so a
+	// restore clones them by reflink.
+	return vm.New(vm.Config{StateDir: filepath.Join(volumesDir, "vm"), Kernel: k, CacheDir: filepath.Join(volumesDir, "vm-cache"), Log: log})
 }
 
 func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin string, uids []uint32, log *slog.Logger) error {

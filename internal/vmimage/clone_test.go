@@ -49,3 +49,31 @@ func TestCloneImageFrom(t *testing.T) {
 		t.Error("CloneImageFrom over an existing file succeeded")
 	}
 }
+
+// TestCloneImageFromAcrossFilesystems: copy_file_range refuses to copy across
+// file system types (EXDEV); the clone falls back to a buffered copy.
+func TestCloneImageFromAcrossFilesystems(t *testing.T) {
+	shm, err := os.MkdirTemp("/dev/shm", "clone-src-")
+	if err != nil {
+		t.Skipf("no /dev/shm to copy from: %v", err)
+	}
+	defer os.RemoveAll(shm)
+	srcPath := filepath.Join(shm, "src.img")
+	want := bytes.Repeat([]byte("cross-fs "), 100000)
+	f, _ := os.Create(srcPath)
+	f.WriteAt(want, 1<<20) // a hole first, then data
+	f.Close()
+	src, err := os.Open(srcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst := filepath.Join(t.TempDir(), "dst.img")
+	if err := CloneImageFrom(context.Background(), src, dst); err != nil {
+		t.Fatalf("clone from tmpfs to %s: %v", filepath.Dir(dst), err)
+	}
+	got, _ := os.ReadFile(dst)
+	if len(got) != 1<<20+len(want) || !bytes.Equal(got[1<<20:], want) {
+		t.Fatalf("clone differs: %d bytes", len(got))
+	}
+}

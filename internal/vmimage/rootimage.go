@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -120,6 +121,46 @@ func CloneImageFrom(ctx context.Context, src *os.File, dst string) error {
 	return nil
 }
 
+// copyRange copies [start, end) of src to the same offsets of dst: in the
+// kernel with copy_file_range where it can (same file system type), else
+// through a buffer (across file systems copy_file_range answers EXDEV).
+func copyRange(src, dst *os.File, start, end int64) error {
+	for pos := start; pos < end; {
+		in, out := pos, pos
+		n, err := unix.CopyFileRange(int(src.Fd()), &in, int(dst.Fd()), &out, int(min(end-pos, 1<<30)), 0)
+		switch {
+		case errors.Is(err, unix.EXDEV), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EINVAL):
+			return bufferedCopy(src, dst, pos, end)
+		case err != nil:
+			return fmt.Errorf("copy_file_range: %w", err)
+		case n == 0:
+			return fmt.Errorf("%s shrank while copied", src.Name())
+		}
+		pos += int64(n)
+	}
+	return nil
+}
+
+func bufferedCopy(src, dst *os.File, pos, end int64) error {
+	buf := make([]byte, 1<<20)
+	for pos < end {
+		n, err := src.ReadAt(buf[:min(int64(len(buf)), end-pos)], pos)
+		if n > 0 {
+			if _, werr := dst.WriteAt(buf[:n], pos); werr != nil {
+				return fmt.Errorf("copy: %w", werr)
+			}
+			pos += int64(n)
+		}
+		if err != nil && pos < end {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("%s shrank while copied", src.Name())
+			}
+			return fmt.Errorf("copy: %w", err)
+		}
+	}
+	return nil
+}
+
 func cloneFile(ctx context.Context, src, dst *os.File) error {
 	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
 		return nil
@@ -145,16 +186,8 @@ func cloneFile(ctx context.Context, src, dst *os.File) error {
 			return fmt.Errorf("seek hole: %w", err)
 		}
 		end = min(end, size)
-		for pos := start; pos < end; {
-			in, out := pos, pos
-			n, err := unix.CopyFileRange(int(src.Fd()), &in, int(dst.Fd()), &out, int(min(end-pos, 1<<30)), 0)
-			if err != nil {
-				return fmt.Errorf("copy_file_range: %w", err)
-			}
-			if n == 0 {
-				return fmt.Errorf("%s shrank while copied", src.Name())
-			}
-			pos += int64(n)
+		if err := copyRange(src, dst, start, end); err != nil {
+			return err
 		}
 		off = end
 	}
