@@ -40,7 +40,7 @@ func runServer(args []string) int {
 	dataDir := fs.String("data-dir", "", "data directory (default $SPACE_DATA_DIR, /var/lib/space for root, else ~/.local/share/space)")
 	database := fs.String("database", "", "database URL (default sqlite://DATA/space.db)")
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
-	runtime := fs.String("default-runtime", "ns", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
+	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	if err := fs.Parse(args); err != nil {
 		return 2
