@@ -3,10 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
