@@ -130,11 +130,12 @@ func (m *Manager) handleEnsureTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if _, err := m.cfg.Privileged.EnsureTemplate(r.Context(), req.Name, req.Source); err != nil {
+	ok, err := m.cfg.Privileged.EnsureTemplate(r.Context(), req.Name, req.Source)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, nodev1.TemplateReady{Name: req.Name, SizeBytes: ok.SizeBytes})
 }
 
 // handleGuest forwards a public guest route to the execution's host bridge.

@@ -114,9 +114,11 @@ func (c *Client) List(ctx context.Context) ([]nodev1.Execution, error) {
 	return out.Executions, nil
 }
 
-// EnsureTemplate makes a template present on the node, building it when absent.
-func (c *Client) EnsureTemplate(ctx context.Context, name, source string) error {
-	return c.do(ctx, http.MethodPost, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, nil)
+// EnsureTemplate makes a template present on the node, building it when
+// absent, and returns its size there.
+func (c *Client) EnsureTemplate(ctx context.Context, name, source string) (*nodev1.TemplateReady, error) {
+	var out nodev1.TemplateReady
+	return &out, c.do(ctx, http.MethodPost, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, &out)
 }
 
 // DeleteTemplate removes a template from the node.

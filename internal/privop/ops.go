@@ -43,12 +43,27 @@ func (s *Server) buildTemplate(ctx context.Context, a *TemplateArgs) (*TemplateO
 		return nil, err
 	}
 	if slices.Contains(have, a.Name) {
-		return &TemplateOK{}, nil
+		size := int64(0)
+		if s.cfg.TemplateDir != nil {
+			if dir, err := s.cfg.TemplateDir(a.Name); err == nil {
+				size = dirSize(dir)
+			}
+		}
+		return &TemplateOK{SizeBytes: size}, nil
 	}
 	if a.Source == "" {
 		return nil, fmt.Errorf("%w: template %q is not on this node and no source was given", errdefs.ErrNotFound, a.Name)
 	}
 	dest, err := s.cfg.Storage.CreateTemplate(ctx, a.Name)
+	if errors.Is(err, errdefs.ErrConflict) {
+		// An unsealed leftover of a build that was interrupted (the node
+		// stopped midway): start over.
+		s.log.Info("removing an unfinished build of the template", "name", a.Name)
+		if derr := s.cfg.Storage.DeleteTemplate(ctx, a.Name); derr != nil {
+			return nil, fmt.Errorf("template %s: remove unfinished build: %w", a.Name, derr)
+		}
+		dest, err = s.cfg.Storage.CreateTemplate(ctx, a.Name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("template %s: create volume: %w", a.Name, err)
 	}

@@ -3,6 +3,7 @@ package privop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -30,6 +31,9 @@ type memStorage struct {
 func (m *memStorage) Name() string { return "mem" }
 func (m *memStorage) CreateTemplate(_ context.Context, name string) (string, error) {
 	p := filepath.Join(m.dir, "t-"+name)
+	if _, err := os.Stat(p); err == nil {
+		return "", fmt.Errorf("template %s: %w", name, errdefs.ErrConflict)
+	}
 	return p, os.MkdirAll(p, 0o755)
 }
 func (m *memStorage) SealTemplate(_ context.Context, name string) error {
@@ -42,7 +46,7 @@ func (m *memStorage) DeleteTemplate(_ context.Context, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.templates, name)
-	return nil
+	return os.RemoveAll(filepath.Join(m.dir, "t-"+name))
 }
 func (m *memStorage) Templates(context.Context) ([]string, error) {
 	m.mu.Lock()
@@ -276,5 +280,20 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 	}
 	if _, err := c.Hello(context.Background()); err != nil {
 		t.Errorf("server unwell after malformed requests: %v", err)
+	}
+}
+
+// TestEnsureTemplateAfterInterruptedBuild: an unsealed leftover of a build the
+// node-manager did not finish is removed and the template built again.
+func TestEnsureTemplateAfterInterruptedBuild(t *testing.T) {
+	c, st, _ := startServer(t)
+	if err := os.MkdirAll(filepath.Join(st.dir, "t-half"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnsureTemplate(context.Background(), "half", "builtin:minimal"); err != nil {
+		t.Fatalf("EnsureTemplate over an unfinished build: %v", err)
+	}
+	if !st.templates["half"] {
+		t.Error("template not sealed")
 	}
 }

@@ -62,7 +62,7 @@ func (s *Server) RunTemplateBuilds(ctx context.Context) error {
 
 func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 	start := time.Now()
-	err := s.buildOnNodes(ctx, job)
+	size, err := s.buildOnNodes(ctx, job)
 	t, gerr := s.store.GetTemplate(ctx, job.name)
 	if gerr != nil {
 		s.log.Warn("template vanished during its build", "name", job.name, "err", gerr)
@@ -72,7 +72,7 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 		t.State, t.Reason = store.TemplateFailed, err.Error()
 		s.log.Error("template build failed", "name", job.name, "source", job.source, "err", err)
 	} else {
-		t.State, t.Reason = store.TemplateReady, ""
+		t.State, t.Reason, t.SizeBytes = store.TemplateReady, "", size
 		s.log.Info("template ready", "name", job.name, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if err := s.store.UpdateTemplate(context.WithoutCancel(ctx), t); err != nil {
@@ -80,14 +80,15 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 	}
 }
 
-func (s *Server) buildOnNodes(ctx context.Context, job templateJob) error {
+func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		nodes, err := s.store.ListNodes(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		var built int
+		var size int64
 		var errs []error
 		for _, n := range nodes {
 			if n.State != store.NodeReady || time.Since(n.LastHeartbeat) > 15*time.Second {
@@ -99,25 +100,26 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) error {
 				continue
 			}
 			s.log.Info("building template", "name", job.name, "source", job.source, "node", n.ID)
-			if err := c.EnsureTemplate(ctx, job.name, job.source); err != nil {
+			ready, err := c.EnsureTemplate(ctx, job.name, job.source)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
 				continue
 			}
-			built++
+			built, size = built+1, ready.SizeBytes
 		}
 		if built > 0 {
-			return nil
+			return size, nil
 		}
 		if len(errs) > 0 {
-			return errors.Join(errs...)
+			return 0, errors.Join(errs...)
 		}
 		// No node has registered yet (the server just started): wait.
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no live node to build on")
+			return 0, fmt.Errorf("no live node to build on")
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

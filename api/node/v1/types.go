@@ -62,6 +62,12 @@ type EnsureTemplate struct {
 	Source string `json:"source"`
 }
 
+// TemplateReady answers POST /node/v1/templates.
+type TemplateReady struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+}
+
 // TemplateList is the body of GET /node/v1/templates.
 type TemplateList struct {
 	Templates []string `json:"templates"`
