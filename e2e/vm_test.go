@@ -35,7 +35,12 @@ func TestVMRuntime(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	defer in.delete(sb.ID)
+	deleted := false
+	defer func() {
+		if !deleted {
+			in.delete(sb.ID)
+		}
+	}()
 	if sb.Runtime != "vm" || sb.State != "running" {
 		t.Fatalf("sandbox = %+v", sb.sandbox)
 	}
@@ -59,4 +64,22 @@ func TestVMRuntime(t *testing.T) {
 	if res := in.exec(sb.ID, "sh", "-c", "test -e /proc/1/cmdline && cat /proc/1/cmdline | tr '\\0' ' '"); !strings.Contains(res.Stdout, "space-guest") {
 		t.Errorf("guest pid 1 = %q, want the guest daemon", res.Stdout)
 	}
+
+	// QEMU dying is noticed, the sandbox fails with a reason, and delete
+	// releases what is left.
+	qemu := sandboxPid(t, in.dataDir, sb.ID)
+	if err := unix.Kill(qemu, unix.SIGKILL); err != nil {
+		t.Fatalf("kill QEMU %d: %v", qemu, err)
+	}
+	var got sandbox
+	deadline = time.Now().Add(30 * time.Second)
+	for got.State != "failed" && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	}
+	if got.State != "failed" || got.Reason == "" {
+		t.Errorf("after QEMU died: %+v, want failed with a reason", got)
+	}
+	in.delete(sb.ID)
+	deleted = true
 }
