@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"bytes"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,7 +19,8 @@ import (
 func testIsolation(t *testing.T, s *suite) {
 	a := s.start(t, options{})
 	b := s.start(t, options{})
-	t.Run("HostProcesses", func(t *testing.T) { testHostProcesses(t, a) })
+	t.Run("Kernel", func(t *testing.T) { testKernel(t, a, s.ownKernel) })
+	t.Run("HostProcesses", func(t *testing.T) { testHostProcesses(t, a, s.ownKernel) })
 	t.Run("HostFiles", func(t *testing.T) { testHostFiles(t, a) })
 	t.Run("OtherExecution", func(t *testing.T) { testOtherExecution(t, a, b) })
 	t.Run("NetworkOnlyLoopback", func(t *testing.T) { testNetworkOnlyLoopback(t, a) })
@@ -31,14 +33,38 @@ func (sb *sandbox) cmdlines(t *testing.T) string {
 	return sb.sh(t, `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done`)
 }
 
-func testHostProcesses(t *testing.T, sb *sandbox) {
+// testKernel: Features.SharesHostKernel tells the truth. The kernel's boot
+// id, which every namespace of one kernel shares, is the host's exactly when
+// the driver says the sandbox runs on the host's kernel.
+func testKernel(t *testing.T, sb *sandbox, ownKernel bool) {
+	const bootID = "/proc/sys/kernel/random/boot_id"
+	host, err := os.ReadFile(bootID)
+	if err != nil {
+		t.Skipf("skipping: the host has no %s: %v", bootID, err)
+	}
+	got, _, err := sb.readFile(callCtx(t), bootID)
+	if err != nil || len(bytes.TrimSpace(got)) == 0 {
+		t.Fatalf("read %s in the sandbox: %q, %v", bootID, got, err)
+	}
+	if same := bytes.Equal(got, host); same == ownKernel {
+		t.Errorf("the sandbox's kernel boot id %q vs the host's %q: same is %v, but Features().SharesHostKernel is %v", bytes.TrimSpace(got), bytes.TrimSpace(host), same, !ownKernel)
+	}
+}
+
+func testHostProcesses(t *testing.T, sb *sandbox, ownKernel bool) {
 	ctx := callCtx(t)
 	comm, _, err := sb.readFile(ctx, "/proc/1/comm")
 	if err != nil || strings.TrimSpace(string(comm)) != "space-guest" {
 		t.Errorf("the sandbox's PID 1 is %q (%v), want space-guest", comm, err)
 	}
+	// A kernel of the sandbox's own also lists its kernel threads, which
+	// have no command line: count the processes that have one.
+	list := "ls /proc"
+	if ownKernel {
+		list = `for p in /proc/[0-9]*; do [ -e $p/exe ] && echo ${p#/proc/}; done; true`
+	}
 	n := 0
-	for _, f := range strings.Fields(sb.sh(t, "ls /proc")) {
+	for _, f := range strings.Fields(sb.sh(t, list)) {
 		if _, err := strconv.Atoi(f); err == nil {
 			n++
 		}
@@ -65,10 +91,14 @@ func testHostFiles(t *testing.T, sb *sandbox) {
 	if exitCode(res) == 0 || strings.Contains(res.stdout.String(), "host only") {
 		t.Errorf("cat %s (a host file) in the sandbox: %v, want it not found", marker, res)
 	}
-	// The rootfs the sandbox runs on is not reachable by its host path.
+	// The rootfs the sandbox runs on (a directory or a disk image) is not
+	// reachable by its host path.
 	if sb.spec.RootFS != "/" {
 		if _, code, _ := sb.readFile(ctx, filepath.Join(sb.spec.RootFS, "etc/passwd")); code != http.StatusNotFound {
 			t.Errorf("GET /files of the rootfs's host path: status %d, want 404", code)
+		}
+		if _, code, _ := sb.readFile(ctx, sb.spec.RootFS); code != http.StatusNotFound {
+			t.Errorf("GET /files %s (the rootfs's host path): status %d, want 404", sb.spec.RootFS, code)
 		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -43,7 +46,7 @@ func testLifecycle(t *testing.T, s *suite) {
 		t.Fatalf("start the counter loop: %v", err)
 	}
 	defer loop.s.Close()
-	counter := sb.counterReader(t)
+	counter, whileFrozen := sb.counterReader(t)
 	waitFor(t, "the counter to advance", func() bool { return counter() > 2 })
 
 	st, err := s.d.Stats(ctx, sb.spec.ExecID)
@@ -54,13 +57,22 @@ func testLifecycle(t *testing.T, s *suite) {
 		t.Errorf("Alive of a running execution = %v, %v; want true", alive, err)
 	}
 	if p, ok := s.d.(driver.Pauser); ok {
+		if !whileFrozen {
+			counter = nil
+		}
 		testPause(t, sb, p, counter)
 	}
 
 	procs := descendants(sb.inst.Pid)
-	if len(procs) == 0 {
+	switch {
+	case s.ownKernel && len(procs) != 0:
+		// The sandbox's processes run in the guest kernel: the host sees
+		// the VMM alone.
+		t.Errorf("the VMM %d of an execution with its own kernel has host child processes %v, want none", sb.inst.Pid, procs)
+	case !s.ownKernel && len(procs) == 0:
 		t.Errorf("no processes found below the execution's init %d", sb.inst.Pid)
 	}
+	procs[sb.inst.Pid] = sb.inst.StartTime
 	if err := s.d.Kill(ctx, sb.spec.ExecID); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
@@ -85,22 +97,27 @@ func testLifecycle(t *testing.T, s *suite) {
 	}
 }
 
-// counterReader returns a function that reads /tmp/counter. When the
+// counterReader returns a function that reads /tmp/counter (0 means not
+// readable yet) and whether it works while the execution is frozen. When the
 // execution's root filesystem is a host directory it reads the file there,
-// so that it works while the guest is frozen; 0 means not readable yet.
-func (sb *sandbox) counterReader(t *testing.T) func() int {
+// which works while the guest is frozen; otherwise (a disk image) it reads
+// the file through the guest.
+func (sb *sandbox) counterReader(t *testing.T) (func() int, bool) {
+	parse := func(b []byte, err error) int {
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
 	if fi, err := os.Stat(sb.spec.RootFS); err == nil && fi.IsDir() {
 		path := filepath.Join(sb.spec.RootFS, "tmp", "counter")
-		return func() int {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return 0
-			}
-			n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			return n
-		}
+		return func() int { return parse(os.ReadFile(path)) }, true
 	}
-	return nil
+	return func() int {
+		b, _, err := sb.readFile(callCtx(t), "/tmp/counter")
+		return parse(b, err)
+	}, false
 }
 
 // testPause: a paused execution does not run (its counter stops and its CPU
@@ -134,7 +151,10 @@ func testPause(t *testing.T, sb *sandbox, p driver.Pauser, counter func() int) {
 	if err != nil {
 		t.Fatalf("Stats while paused: %v", err)
 	}
-	if after.CPUNanos != before.CPUNanos {
+	// A VM's CPU time is its VMM process's, whose I/O and housekeeping
+	// threads run while the vCPUs are stopped; that its guest does not run
+	// is shown by the guest not answering below.
+	if !sb.ownKernel && after.CPUNanos != before.CPUNanos {
 		t.Errorf("CPU time moved from %d to %d ns while paused", before.CPUNanos, after.CPUNanos)
 	}
 	if counter != nil {
@@ -142,15 +162,26 @@ func testPause(t *testing.T, sb *sandbox, p driver.Pauser, counter func() int) {
 			t.Errorf("the counter advanced from %d to %d while paused", c1, c2)
 		}
 	} else {
-		t.Log("the root filesystem is not a host directory: the paused counter is not observed, only CPU time")
+		t.Log("the root filesystem is not a host directory: the paused counter is observed through the guest, after Resume")
+	}
+	// Nor can it answer. (After the CPU time is measured: the request
+	// wakes the VMM's I/O thread, which a tick may catch.)
+	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, rerr := sb.client.Control().Ready(rctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+	<-rctx.Done()
+	rcancel()
+	if rerr == nil {
+		t.Error("a paused execution's guest answered Ready")
 	}
 	if err := p.Resume(ctx, sb.spec.ExecID); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
 	resumed = true
-	if counter != nil {
-		waitFor(t, "the counter to advance after Resume", func() bool { return counter() > c1 })
+	if counter == nil {
+		counter, _ = sb.counterReader(t)
+		c1 = counter()
 	}
+	waitFor(t, "the counter to advance after Resume", func() bool { return counter() > c1 })
 	if got := sb.sh(t, "echo resumed"); got != "resumed\n" {
 		t.Errorf("after Resume the guest runs echo with output %q", got)
 	}

@@ -12,10 +12,18 @@ import (
 func testLimits(t *testing.T, s *suite) {
 	t.Run("Memory", func(t *testing.T) {
 		t.Parallel()
+		if s.ownKernel {
+			testVMMemory(t, s)
+			return
+		}
 		testMemoryLimit(t, s)
 	})
 	t.Run("ForkBomb", func(t *testing.T) {
 		t.Parallel()
+		if s.ownKernel {
+			testVMForkBomb(t, s)
+			return
+		}
 		testForkBomb(t, s)
 	})
 }

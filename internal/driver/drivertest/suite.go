@@ -1,5 +1,5 @@
 // Package drivertest is the conformance suite every runtime driver passes
-// (driver/ns, later driver/vm). It starts real executions running the real
+// (driver/ns, driver/vm). It starts real executions running the real
 // guest daemon (space-guest) on the minimal template and drives them through
 // the guest protocol, as the host bridge does: exec, streaming, stdin,
 // signals, PTY, env/cwd/user, files (a 100 MiB streamed round trip), watch,
@@ -10,6 +10,13 @@
 // A driver's test calls Run with a Harness. Every execution a subtest starts
 // is cleaned up by that subtest, and the cleanup checks that no process of the
 // execution is left (by pid and start time).
+//
+// Where a runtime's nature changes what a check can see, the suite asks the
+// driver (Features.SharesHostKernel) and runs the check that holds for it,
+// never none: a sandbox on the host's kernel is bounded by host cgroups and
+// seen in the host's process tree; a sandbox with its own kernel (a VM) is
+// bounded by its VM's size, its processes live in the guest kernel and the
+// host sees one VMM process.
 package drivertest
 
 import (
@@ -38,9 +45,11 @@ type Harness struct {
 	// driver between subtests (some in parallel); the harness releases what
 	// the driver holds with t.Cleanup.
 	New func(t *testing.T) driver.Driver
-	// RootFS returns a fresh writable root filesystem for the execution
-	// execID: a copy of the minimal template (busybox, accounts root and user
-	// 1000), removed by the harness with t.Cleanup. MinimalRootFS builds one.
+	// RootFS returns the root filesystem for the execution execID, in the
+	// form the driver takes as Spec.RootFS: for ns a fresh writable copy of
+	// the minimal template (busybox, accounts root and user 1000), removed
+	// by the harness with t.Cleanup (MinimalRootFS builds one); for vm the
+	// minimal template's root image file, which the driver clones itself.
 	RootFS func(t *testing.T, execID string) string
 	// GuestBinary is the static space-guest binary (BuildGuest builds it).
 	GuestBinary string
@@ -52,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatal("drivertest: the harness needs New, RootFS and GuestBinary")
 	}
 	s := &suite{h: h, d: h.New(t)}
+	s.ownKernel = !s.d.Features().SharesHostKernel
 	groups := []struct {
 		name string
 		fn   func(t *testing.T, s *suite)
@@ -75,6 +85,10 @@ func Run(t *testing.T, h Harness) {
 type suite struct {
 	h Harness
 	d driver.Driver
+	// ownKernel is true when the sandbox runs on a kernel of its own (a
+	// VM): its processes, pids and memory are the guest kernel's, and the
+	// host sees only the VMM process.
+	ownKernel bool
 	// seq numbers executions so that their ids are unique within the run.
 	seq atomic.Int64
 }
@@ -99,6 +113,8 @@ type sandbox struct {
 	spec   driver.Spec
 	inst   *driver.Instance
 	client *guest.Client
+	// ownKernel is the suite's ownKernel.
+	ownKernel bool
 }
 
 // start launches an execution, connects to its guest and waits until the
@@ -123,7 +139,7 @@ func (s *suite) start(t *testing.T, o options) *sandbox {
 	if err != nil {
 		t.Fatalf("Start(%s): %v", id, err)
 	}
-	sb := &sandbox{d: s.d, spec: spec, inst: inst}
+	sb := &sandbox{d: s.d, spec: spec, inst: inst, ownKernel: s.ownKernel}
 	t.Cleanup(func() { sb.cleanup(t) })
 	if inst.ExecID != id || inst.Pid <= 0 || inst.Channel == nil {
 		t.Fatalf("Start(%s) returned %+v: want the exec id, a pid and a channel", id, inst)
