@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -204,28 +205,39 @@ func TestConcurrentCreates(t *testing.T) {
 func TestRestartKeepsSandboxes(t *testing.T) {
 	dir := newDataDir(t)
 	in := startServer(t, dir)
-	sb := in.create("minimal")
-	if res := in.exec(sb.ID, "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"); res.ExitCode != 0 {
-		t.Fatalf("background sleep: %+v", res)
+	runtimes := []string{"ns"}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
+		runtimes = append(runtimes, "vm")
 	}
-	in.exec(sb.ID, "sh", "-c", "echo kept > /tmp/marker")
-	before := in.exec(sb.ID, "sh", "-c", "pidof sleep")
+	var sbs []sandbox
+	before := map[string]string{}
+	for _, rt := range runtimes {
+		sb := in.createWith("minimal", rt)
+		if res := in.exec(sb.ID, "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"); res.ExitCode != 0 {
+			t.Fatalf("%s: background sleep: %+v", rt, res)
+		}
+		in.exec(sb.ID, "sh", "-c", "echo kept > /tmp/marker")
+		before[sb.ID] = in.exec(sb.ID, "sh", "-c", "pidof sleep").Stdout
+		sbs = append(sbs, sb)
+	}
 
 	in.kill() // a crash, not a clean stop
 	in = startServer(t, dir)
 	defer in.stop()
 
-	var got sandbox
-	if code := in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got); code != 200 || got.State != "running" || got.Generation != sb.Generation {
-		t.Fatalf("after restart: HTTP %d %+v, want running generation %d\n%s", code, got, sb.Generation, in.logs())
+	for _, sb := range sbs {
+		var got sandbox
+		if code := in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got); code != 200 || got.State != "running" || got.Generation != sb.Generation {
+			t.Fatalf("%s after restart: HTTP %d %+v, want running generation %d\n%s", sb.Runtime, code, got, sb.Generation, in.logs())
+		}
+		if res := in.exec(sb.ID, "cat", "/tmp/marker"); res.Stdout != "kept\n" {
+			t.Errorf("%s: marker after restart = %+v", sb.Runtime, res)
+		}
+		if after := in.exec(sb.ID, "sh", "-c", "pidof sleep"); after.Stdout != before[sb.ID] || after.Stdout == "" {
+			t.Errorf("%s: background process: before %q, after %q", sb.Runtime, before[sb.ID], after.Stdout)
+		}
+		in.delete(sb.ID)
 	}
-	if res := in.exec(sb.ID, "cat", "/tmp/marker"); res.Stdout != "kept\n" {
-		t.Errorf("marker after restart = %+v", res)
-	}
-	if after := in.exec(sb.ID, "sh", "-c", "pidof sleep"); after.Stdout != before.Stdout || after.Stdout == "" {
-		t.Errorf("background process: before %q, after %q", before.Stdout, after.Stdout)
-	}
-	in.delete(sb.ID)
 }
 
 func TestTenantsAndBadInput(t *testing.T) {

@@ -97,7 +97,7 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		m.teardown(cctx, req.ExecID)
+		m.teardown(cctx, req.ExecID, req.Runtime)
 		return nil, err
 	}
 	ex := m.observe(ctx, rec)
@@ -218,13 +218,14 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 	}
 	unlock := m.locks.lock(execID)
 	defer unlock()
-	if _, err := m.records.load(execID); err != nil {
+	rec, err := m.records.load(execID)
+	if err != nil {
 		return fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
 	}
 	if pause {
-		return m.cfg.Privileged.Pause(ctx, execID)
+		return m.cfg.Privileged.Pause(ctx, execID, rec.Runtime)
 	}
-	return m.cfg.Privileged.Resume(ctx, execID)
+	return m.cfg.Privileged.Resume(ctx, execID, rec.Runtime)
 }
 
 func (m *Manager) notifyChanged() {
@@ -242,11 +243,15 @@ func (m *Manager) Stop(ctx context.Context, execID string) error {
 	}
 	unlock := m.locks.lock(execID)
 	defer unlock()
-	return m.teardown(ctx, execID)
+	return m.teardown(ctx, execID, "")
 }
 
-func (m *Manager) teardown(ctx context.Context, execID string) error {
+// teardown stops an execution's bridge and has the node-manager release the
+// rest. runtime is the execution's runtime when the caller knows it; the
+// runtime record, when there is one, says it too.
+func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
 	if rec, err := m.records.load(execID); err == nil {
+		runtime = rec.Runtime
 		if bc, err := m.bridge(rec); err == nil {
 			bc.stop(ctx)
 		}
@@ -258,7 +263,7 @@ func (m *Manager) teardown(ctx context.Context, execID string) error {
 		delete(m.bridges, execID)
 	}
 	m.mu.Unlock()
-	if err := m.cfg.Privileged.Cleanup(ctx, execID); err != nil {
+	if err := m.cfg.Privileged.Cleanup(ctx, execID, runtime); err != nil {
 		return fmt.Errorf("exec %s: cleanup: %w", execID, err)
 	}
 	return m.records.remove(execID)

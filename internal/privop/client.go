@@ -107,21 +107,22 @@ func (c *Client) Start(ctx context.Context, a StartArgs) (*Started, *os.File, er
 }
 
 // Cleanup kills everything of an execution and releases its resources.
-// Cleaning up an unknown execution succeeds.
-func (c *Client) Cleanup(ctx context.Context, execID string) error {
-	_, _, err := c.call(ctx, Request{Op: OpCleanup, ExecID: execID})
+// Cleaning up an unknown execution succeeds. runtime names its driver when
+// known ("" asks every driver).
+func (c *Client) Cleanup(ctx context.Context, execID, runtime string) error {
+	_, _, err := c.call(ctx, Request{Op: OpCleanup, ExecID: execID, Runtime: runtime})
 	return err
 }
 
-// Pause freezes an execution.
-func (c *Client) Pause(ctx context.Context, execID string) error {
-	_, _, err := c.call(ctx, Request{Op: OpPause, ExecID: execID})
+// Pause freezes an execution of the named runtime.
+func (c *Client) Pause(ctx context.Context, execID, runtime string) error {
+	_, _, err := c.call(ctx, Request{Op: OpPause, ExecID: execID, Runtime: runtime})
 	return err
 }
 
-// Resume thaws an execution.
-func (c *Client) Resume(ctx context.Context, execID string) error {
-	_, _, err := c.call(ctx, Request{Op: OpResume, ExecID: execID})
+// Resume thaws an execution of the named runtime.
+func (c *Client) Resume(ctx context.Context, execID, runtime string) error {
+	_, _, err := c.call(ctx, Request{Op: OpResume, ExecID: execID, Runtime: runtime})
 	return err
 }
 

@@ -158,28 +158,41 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 	return &Started{Pid: inst.Pid, StartTime: inst.StartTime}, inst.Channel, nil
 }
 
-// driversFor lists the drivers that may own execID: the one that started it in
-// this process, else all of them (after a restart each answers for its own).
-func (s *Server) driversFor(execID string) []driver.Driver {
-	s.mu.Lock()
-	name, ok := s.owner[execID]
-	s.mu.Unlock()
-	if ok {
-		return []driver.Driver{s.driver(name)}
+// driversFor lists the drivers that may own execID: the named runtime's, or
+// the one that started it in this process, else all of them (after a restart
+// each answers for its own). A named runtime whose driver is not ready yet
+// (the vm runtime sets up in the background) is Unavailable: answering for it
+// with the other drivers would report a running VM as cleaned up.
+func (s *Server) driversFor(execID, runtime string) ([]driver.Driver, error) {
+	if runtime == "" {
+		s.mu.Lock()
+		runtime = s.owner[execID]
+		s.mu.Unlock()
+	}
+	if runtime != "" {
+		d := s.driver(runtime)
+		if d == nil {
+			return nil, fmt.Errorf("%w: the %s runtime is not ready on this node yet; retry", errdefs.ErrUnavailable, runtime)
+		}
+		return []driver.Driver{d}, nil
 	}
 	var all []driver.Driver
 	for _, d := range s.allDrivers() {
 		all = append(all, d)
 	}
-	return all
+	return all, nil
 }
 
-func (s *Server) cleanup(ctx context.Context, execID string) error {
+func (s *Server) cleanup(ctx context.Context, execID, runtime string) error {
 	if err := ValidExecID(execID); err != nil {
 		return err
 	}
+	drivers, err := s.driversFor(execID, runtime)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, d := range s.driversFor(execID) {
+	for _, d := range drivers {
 		if err := d.Kill(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("kill: %w", err))
 		}
@@ -199,11 +212,15 @@ func (s *Server) cleanup(ctx context.Context, execID string) error {
 	return nil
 }
 
-func (s *Server) pauseResume(ctx context.Context, op Op, execID string) error {
+func (s *Server) pauseResume(ctx context.Context, op Op, execID, runtime string) error {
 	if err := ValidExecID(execID); err != nil {
 		return err
 	}
-	for _, d := range s.driversFor(execID) {
+	drivers, err := s.driversFor(execID, runtime)
+	if err != nil {
+		return err
+	}
+	for _, d := range drivers {
 		p, ok := d.(driver.Pauser)
 		if !ok {
 			continue
@@ -216,12 +233,16 @@ func (s *Server) pauseResume(ctx context.Context, op Op, execID string) error {
 	return fmt.Errorf("%w: the runtime of exec %s cannot pause", errdefs.ErrFailedPrecondition, execID)
 }
 
-func (s *Server) stats(ctx context.Context, execID string) (*Stats, error) {
+func (s *Server) stats(ctx context.Context, execID, runtime string) (*Stats, error) {
 	if err := ValidExecID(execID); err != nil {
 		return nil, err
 	}
+	drivers, err := s.driversFor(execID, runtime)
+	if err != nil {
+		return nil, err
+	}
 	var last error
-	for _, d := range s.driversFor(execID) {
+	for _, d := range drivers {
 		st, err := d.Stats(ctx, execID)
 		if err == nil {
 			return &Stats{MemoryBytes: st.MemoryBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}, nil
@@ -231,11 +252,15 @@ func (s *Server) stats(ctx context.Context, execID string) (*Stats, error) {
 	return nil, last
 }
 
-func (s *Server) alive(ctx context.Context, execID string) (bool, error) {
+func (s *Server) alive(ctx context.Context, execID, runtime string) (bool, error) {
 	if err := ValidExecID(execID); err != nil {
 		return false, err
 	}
-	for _, d := range s.driversFor(execID) {
+	drivers, err := s.driversFor(execID, runtime)
+	if err != nil {
+		return false, err
+	}
+	for _, d := range drivers {
 		if ok, err := d.Alive(ctx, execID); err == nil && ok {
 			return true, nil
 		}

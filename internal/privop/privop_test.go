@@ -175,14 +175,14 @@ func TestStartPassesTheGuestChannel(t *testing.T) {
 	if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("peer read %q, %v", buf, err)
 	}
-	if err := c.Cleanup(ctx, "sb1-g1-abc"); err != nil {
+	if err := c.Cleanup(ctx, "sb1-g1-abc", ""); err != nil {
 		t.Fatal(err)
 	}
 	if st.clones["sb1-g1-abc"] {
 		t.Error("clone left after cleanup")
 	}
 	// Cleanup is idempotent.
-	if err := c.Cleanup(ctx, "sb1-g1-abc"); err != nil {
+	if err := c.Cleanup(ctx, "sb1-g1-abc", ""); err != nil {
 		t.Errorf("second cleanup: %v", err)
 	}
 }
@@ -222,7 +222,7 @@ func TestValidation(t *testing.T) {
 		})
 	}
 	for _, id := range []string{"", "../x", "a/b"} {
-		if err := c.Cleanup(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if err := c.Cleanup(ctx, id, ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Cleanup(%q) = %v, want invalid argument", id, err)
 		}
 	}
@@ -295,5 +295,15 @@ func TestEnsureTemplateAfterInterruptedBuild(t *testing.T) {
 	}
 	if !st.templates["half"] {
 		t.Error("template not sealed")
+	}
+}
+
+// TestRuntimeNotReadyIsUnavailable: cleaning up an execution of a runtime
+// whose driver has not joined yet must not be reported done by the others.
+func TestRuntimeNotReadyIsUnavailable(t *testing.T) {
+	c, _, _ := startServer(t)
+	err := c.Cleanup(context.Background(), "sb1-g1-vm", "vm")
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("Cleanup with the vm driver not ready = %v, want unavailable", err)
 	}
 }

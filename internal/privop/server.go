@@ -200,14 +200,14 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 	case OpStart:
 		resp.Started, file, err = s.start(ctx, req.Start)
 	case OpCleanup:
-		err = s.cleanup(ctx, req.ExecID)
+		err = s.cleanup(ctx, req.ExecID, req.Runtime)
 	case OpPause, OpResume:
-		err = s.pauseResume(ctx, req.Op, req.ExecID)
+		err = s.pauseResume(ctx, req.Op, req.ExecID, req.Runtime)
 	case OpStats:
-		resp.Stats, err = s.stats(ctx, req.ExecID)
+		resp.Stats, err = s.stats(ctx, req.ExecID, req.Runtime)
 	case OpAlive:
 		var alive bool
-		alive, err = s.alive(ctx, req.ExecID)
+		alive, err = s.alive(ctx, req.ExecID, req.Runtime)
 		resp.Alive = &alive
 	default:
 		err = invalid("unknown operation %q", req.Op)

@@ -48,6 +48,9 @@ type Request struct {
 	Template *TemplateArgs `json:"template,omitempty"`
 	Start    *StartArgs    `json:"start,omitempty"`
 	ExecID   string        `json:"exec_id,omitempty"`
+	// Runtime names the driver of ExecID when the caller knows it. Without
+	// it every driver is asked, which misses a driver still starting up.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // TemplateArgs names a template and where to build it from.
