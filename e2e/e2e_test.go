@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -143,6 +145,33 @@ func TestCreateExecFilesDelete(t *testing.T) {
 	}
 	if res := in.exec(id, "sh", "-c", "test -e "+in.dataDir+" && echo visible || echo hidden"); res.Stdout != "hidden\n" {
 		t.Errorf("host data dir from inside the sandbox: %q, want hidden", res.Stdout)
+	}
+
+	// The node refuses guest traffic without a capability for this
+	// execution, even with the node token.
+	matches, _ := filepath.Glob(filepath.Join(in.dataDir, "node", "execs", id+"-*"))
+	if len(matches) != 1 {
+		t.Fatalf("runtime record of %s: %v", id, matches)
+	}
+	token, _ := os.ReadFile(filepath.Join(in.dataDir, "node.token"))
+	nodeHTTP := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(in.dataDir, "run", "node.sock"))
+	}}}
+	for _, tc := range []struct{ capHeader string }{{""}, {"AQ"}} {
+		req, _ := http.NewRequest("GET", "http://node/node/v1/executions/"+filepath.Base(matches[0])+"/guest/envs", nil)
+		req.Header.Set("X-Space-Node-Token", strings.TrimSpace(string(token)))
+		if tc.capHeader != "" {
+			req.Header.Set("X-Space-Capability", tc.capHeader)
+		}
+		resp, err := nodeHTTP.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("guest request with capability %q: HTTP %d, want 403", tc.capHeader, resp.StatusCode)
+		}
 	}
 
 	// Delete: gone for GET and list.

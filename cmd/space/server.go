@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/cli"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/reconcile"
@@ -127,12 +128,17 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	signer, err := capability.LoadOrCreateSigner(filepath.Join(o.dataDir, "signing.key"))
+	if err != nil {
+		return err
+	}
 	nodes := server.NewNodes()
 	rec := reconcile.New(reconcile.Config{}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
+		Signer: signer, Keys: capability.KeySetFor(1, signer),
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -29,6 +29,9 @@ import (
 // Version is the token format this package writes.
 const Version = 1
 
+// Header carries a capability (Encode) on HTTP requests between hops.
+const Header = "X-Space-Capability"
+
 // Lifetime is how long a capability is valid; Skew is the clock difference
 // tolerated at expiry (and only there).
 const (

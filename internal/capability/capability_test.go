@@ -199,3 +199,33 @@ func BenchmarkVerifyAndCompare(b *testing.B) {
 		}
 	}
 }
+
+func TestSignerFileAndKeySetJSON(t *testing.T) {
+	path := t.TempDir() + "/signing.key"
+	s1, err := LoadOrCreateSigner(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := LoadOrCreateSigner(path)
+	if err != nil || s2.KeyID() != s1.KeyID() {
+		t.Fatalf("reloaded signer %v, %v; want the same key", s2, err)
+	}
+	ks := KeySetFor(3, s1)
+	b, err := ks.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back KeySet
+	if err := back.UnmarshalJSON(b); err != nil || back.Version != 3 || !bytes.Equal(back.Keys[s1.KeyID()], s1.PublicKey()) {
+		t.Fatalf("key set round trip: %+v, %v", back, err)
+	}
+	tok, _ := s1.Mint(exec8, OpExec, 0, "")
+	if _, err := Verify(tok, &back, time.Now()); err != nil {
+		t.Errorf("verify with the decoded key set: %v", err)
+	}
+	for _, bad := range []string{`{"keys":{"k":"zz"}}`, `{"keys":{"":"00"}}`, `[]`} {
+		if err := new(KeySet).UnmarshalJSON([]byte(bad)); err == nil {
+			t.Errorf("key set %s accepted", bad)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/unixsock"
@@ -155,6 +156,12 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
 		return
 	}
+	if err := m.checkCapability(r.Header.Get(capability.Header), rec, guestOp(path), time.Now()); err != nil {
+		writeError(w, err)
+		return
+	}
+	// The capability is for this hop; the guest never sees it.
+	r.Header.Del(capability.Header)
 	bc, err := m.bridge(rec)
 	if err != nil {
 		writeError(w, err)
@@ -203,6 +210,8 @@ func writeError(w http.ResponseWriter, err error) {
 // StatusOf maps an error class to an HTTP status and API error code.
 func StatusOf(err error) (int, string) {
 	switch {
+	case errors.Is(err, errRefreshRoute):
+		return http.StatusConflict, "refresh_route"
 	case errors.Is(err, errdefs.ErrInvalidArgument):
 		return http.StatusBadRequest, sandboxv1.CodeInvalidArgument
 	case errors.Is(err, errdefs.ErrUnauthenticated):

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/capability"
 )
 
 // HeartbeatConfig says where and how a node reports to the control plane.
@@ -86,9 +87,18 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
+	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	var reply struct {
+		Keys *capability.KeySet `json:"keys"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&reply); err != nil {
+		return fmt.Errorf("heartbeat answer: %w", err)
+	}
+	if reply.Keys != nil {
+		return m.SetKeys(reply.Keys)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/privop"
@@ -56,6 +57,11 @@ type Manager struct {
 	// changed wakes the heartbeat loop early when an execution ends, so the
 	// control plane learns of a dead sandbox in well under a second.
 	changed chan struct{}
+
+	keysMu sync.Mutex // guards keys
+	// keys verify the capabilities requests carry; pushed by the control
+	// plane with every heartbeat answer and kept across restarts.
+	keys *capability.KeySet
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
@@ -70,7 +76,9 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	return &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1)}, nil
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1)}
+	m.loadKeys()
+	return m, nil
 }
 
 // Start starts an execution and returns once its guest is ready and its

@@ -12,6 +12,7 @@ import (
 
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -50,7 +51,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g, err := s.guestFor(r.Context(), sb)
+	g, err := s.guestFor(r.Context(), sb, capability.OpExec)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

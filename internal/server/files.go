@@ -16,6 +16,7 @@ import (
 
 	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -49,7 +50,7 @@ func (s *Server) fileTarget(w http.ResponseWriter, r *http.Request) (*guestConn,
 		s.writeError(w, r, err)
 		return nil, "", false
 	}
-	g, err := s.guestFor(r.Context(), sb)
+	g, err := s.guestFor(r.Context(), sb, capability.OpFiles)
 	if err != nil {
 		s.writeError(w, r, err)
 		return nil, "", false
@@ -186,7 +187,7 @@ func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	g, err := s.guestFor(r.Context(), sb)
+	g, err := s.guestFor(r.Context(), sb, capability.OpFiles)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spacesandbox/space/api/guest/v1/filesystem/filesystemv1connect"
 	"github.com/spacesandbox/space/api/guest/v1/process/processv1connect"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -33,8 +34,10 @@ type guestConn struct {
 // restart of the control plane (nodes report every two seconds).
 const nodeWait = 5 * time.Second
 
-// guestFor returns the guest of a running sandbox.
-func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox) (*guestConn, error) {
+// guestFor returns the guest of a running sandbox, for operations op: every
+// request carries a capability bound to the sandbox's current execution,
+// which the node checks against the execution it runs.
+func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (*guestConn, error) {
 	if sb.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)
 	}
@@ -42,11 +45,30 @@ func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox) (*guestConn,
 	if err != nil {
 		return nil, err
 	}
-	return newGuestConn(nc, sb.ExecID), nil
+	token, err := s.cfg.Signer.Mint(capability.Identity{
+		Sandbox: sb.ID, Generation: sb.Generation, Node: sb.Node, Substrate: sb.Runtime, Activation: sb.ActivationID,
+	}, op, 0, "")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: capability: %w", sb.ID, err)
+	}
+	return newGuestConn(nc, sb.ExecID, capability.Encode(token)), nil
 }
 
-func newGuestConn(nc *nodeclient.Client, execID string) *guestConn {
-	hc, base := nc.GuestHTTP(execID)
+// capabilityTransport puts the request's capability on every guest call.
+type capabilityTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t capabilityTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(capability.Header, t.token)
+	return t.next.RoundTrip(r)
+}
+
+func newGuestConn(nc *nodeclient.Client, execID, token string) *guestConn {
+	shared, base := nc.GuestHTTP(execID)
+	hc := &http.Client{Transport: capabilityTransport{token: token, next: shared.Transport}}
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxGuestMessage)}
 	return &guestConn{
 		http:    hc,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/store"
@@ -149,7 +150,13 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.nodes.observe(id, hb.Executions)
 	s.rec.Observe(id, hb.Executions)
-	w.WriteHeader(http.StatusNoContent)
+	// The answer pushes the keys the node verifies capabilities with.
+	writeJSON(w, http.StatusOK, HeartbeatReply{Keys: s.cfg.Keys})
+}
+
+// HeartbeatReply answers a heartbeat.
+type HeartbeatReply struct {
+	Keys *capability.KeySet `json:"keys"`
 }
 
 func validNodeID(id string) bool {

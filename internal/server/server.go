@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -32,6 +33,10 @@ type Config struct {
 	CreateTimeout time.Duration
 	// Builtins are the template sources the server knows by name ("minimal").
 	Builtins map[string]string
+	// Signer mints the capabilities that bind each request to the exact
+	// execution that may serve it; Keys is the bundle nodes verify them with.
+	Signer *capability.Signer
+	Keys   *capability.KeySet
 }
 
 // Server serves the REST API.

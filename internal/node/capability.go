@@ -1,0 +1,114 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// errRefreshRoute refuses a request whose capability names another
+// incarnation of the sandbox: the control plane should refresh its route.
+var errRefreshRoute = errors.New("refresh route")
+
+// keysFile keeps the verification keys across restarts of the node.
+func (m *Manager) keysFile() string { return filepath.Join(m.cfg.DataDir, "node", "keys.json") }
+
+// SetKeys installs the control plane's verification keys unless the node
+// already holds a newer set, and persists them.
+func (m *Manager) SetKeys(ks *capability.KeySet) error {
+	m.keysMu.Lock()
+	defer m.keysMu.Unlock()
+	if m.keys != nil && m.keys.Version > ks.Version {
+		return nil
+	}
+	if m.keys != nil && m.keys.Version == ks.Version && len(m.keys.Keys) == len(ks.Keys) {
+		same := true
+		for id, k := range ks.Keys {
+			if !k.Equal(m.keys.Keys[id]) {
+				same = false
+			}
+		}
+		if same {
+			return nil
+		}
+	}
+	b, err := json.Marshal(ks)
+	if err != nil {
+		return err
+	}
+	tmp := m.keysFile() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("node: keep verification keys: %w", err)
+	}
+	if err := os.Rename(tmp, m.keysFile()); err != nil {
+		return fmt.Errorf("node: keep verification keys: %w", err)
+	}
+	m.keys = ks
+	return nil
+}
+
+// loadKeys reads the keys kept by an earlier run, if any.
+func (m *Manager) loadKeys() {
+	b, err := os.ReadFile(m.keysFile())
+	if err != nil {
+		return
+	}
+	var ks capability.KeySet
+	if err := json.Unmarshal(b, &ks); err != nil {
+		m.log.Warn("ignoring unreadable verification keys", "file", m.keysFile(), "err", err)
+		return
+	}
+	m.keys = &ks
+}
+
+// guestOp is the operation a public guest path needs.
+func guestOp(path string) capability.Op {
+	switch {
+	case strings.HasPrefix(path, "/process.Process/"):
+		return capability.OpExec
+	case path == "/files" || strings.HasPrefix(path, "/filesystem.Filesystem/"):
+		return capability.OpFiles
+	}
+	// /health and /envs: either operation reads them.
+	return capability.OpExec
+}
+
+// checkCapability verifies the request's capability and compares it with the
+// execution this node has installed for rec. It never asks anyone else.
+func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, now time.Time) error {
+	m.keysMu.Lock()
+	keys := m.keys
+	m.keysMu.Unlock()
+	if keys == nil {
+		return fmt.Errorf("%w: the node has no verification keys yet; retry shortly", errdefs.ErrUnavailable)
+	}
+	if header == "" {
+		return fmt.Errorf("%w: capability required", errdefs.ErrPermissionDenied)
+	}
+	token, err := capability.Decode(header)
+	if err == nil {
+		var c *capability.Capability
+		if c, err = capability.Verify(token, keys, now); err == nil {
+			installed := capability.Identity{
+				Sandbox: rec.SandboxID, Generation: rec.Generation, Node: m.cfg.NodeID,
+				Substrate: rec.Runtime, Activation: rec.ActivationID,
+			}
+			switch d, why := capability.Compare(c, installed, capability.Request{Op: op}); d {
+			case capability.Allow:
+				return nil
+			case capability.RefreshRoute:
+				return fmt.Errorf("%w: %w: %s", errdefs.ErrConflict, errRefreshRoute, why)
+			default:
+				return fmt.Errorf("%w: %s", errdefs.ErrPermissionDenied, why)
+			}
+		}
+	}
+	return fmt.Errorf("%w: %v", errdefs.ErrPermissionDenied, err)
+}
