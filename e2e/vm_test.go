@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -63,6 +64,24 @@ func TestVMRuntime(t *testing.T) {
 	// Host processes are not visible: the guest has its own pid space.
 	if res := in.exec(sb.ID, "sh", "-c", "test -e /proc/1/cmdline && cat /proc/1/cmdline | tr '\\0' ' '"); !strings.Contains(res.Stdout, "space-guest") {
 		t.Errorf("guest pid 1 = %q, want the guest daemon", res.Stdout)
+	}
+
+	// A fork bomb inside the VM is capped by the guest's own pids limit, and
+	// the guest daemon (outside that limit) keeps answering: the file reads
+	// below need no new process.
+	in.exec(sb.ID, "sh", "-c", "b(){ while :; do b & done; }; b >/dev/null 2>&1 </dev/null &")
+	time.Sleep(3 * time.Second)
+	readInt := func(path string) int {
+		out, e, c := in.cli("", "files", "read", sb.ID, path)
+		var n int
+		if _, err := fmt.Sscan(out, &n); c != 0 || err != nil {
+			t.Fatalf("read %s during a fork bomb: exit %d %q %s", path, c, out, e)
+		}
+		return n
+	}
+	max, cur := readInt("/sys/fs/cgroup/space-workload/pids.max"), readInt("/sys/fs/cgroup/space-workload/pids.current")
+	if max == 0 || cur > max || cur < max/2 {
+		t.Errorf("workload pids during a fork bomb: %d of max %d; want the bomb held at the cap", cur, max)
 	}
 
 	// QEMU dying is noticed, the sandbox fails with a reason, and delete

@@ -239,6 +239,9 @@ type InitRequest struct {
 	DefaultUser    string            `json:"default_user,omitempty"`
 	DefaultWorkdir string            `json:"default_workdir,omitempty"`
 	AccessToken    string            `json:"access_token,omitempty"`
+	// PidsMax caps the tasks of the sandbox's processes where the guest
+	// kernel is its own (vm); 0 leaves it to the host.
+	PidsMax uint32 `json:"pids_max,omitempty"`
 }
 
 const maxInitBody = 1 << 20
@@ -263,6 +266,7 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 		DefaultUser:    req.DefaultUser,
 		DefaultWorkdir: req.DefaultWorkdir,
 		AccessToken:    req.AccessToken,
+		PidsMax:        req.PidsMax,
 		Entropy:        entropy,
 		Now:            nowProto(),
 	}

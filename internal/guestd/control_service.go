@@ -58,6 +58,13 @@ func (s *controlService) Init(_ context.Context, req *connect.Request[controlv1.
 	id.env = m.GetEnvVars()
 	id.defaultUser, id.defaultWorkdir, id.accessToken = m.GetDefaultUser(), m.GetDefaultWorkdir(), m.GetAccessToken()
 	id.mu.Unlock()
+	if n := m.GetPidsMax(); n > 0 {
+		if err := s.d.limitPids(n); err != nil {
+			resp.PidsError = err.Error()
+		} else {
+			resp.PidsLimited = true
+		}
+	}
 	if m.GetNow() != nil {
 		if err := setClock(m.GetNow().AsTime()); err != nil {
 			resp.ClockError = err.Error()
@@ -66,7 +73,8 @@ func (s *controlService) Init(_ context.Context, req *connect.Request[controlv1.
 		}
 	}
 	s.d.log.Info("identity installed", "sandbox", m.GetSandboxId(), "generation", m.GetGeneration(),
-		"activation", m.GetActivationId(), "reseed", resp.Reseed.String(), "clock_set", resp.ClockSet)
+		"activation", m.GetActivationId(), "reseed", resp.Reseed.String(), "clock_set", resp.ClockSet,
+		"pids_limited", resp.PidsLimited, "pids_error", resp.PidsError)
 	return connect.NewResponse(resp), nil
 }
 

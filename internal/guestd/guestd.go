@@ -82,6 +82,7 @@ type Daemon struct {
 	handler  http.Handler
 
 	lastActivity atomic.Int64 // unix nanoseconds
+	workload     workload
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -90,7 +91,7 @@ type Daemon struct {
 // New builds a daemon and starts its reaper; Close stops it.
 func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg = cfg.withDefaults()
-	d := &Daemon{cfg: cfg, log: log, started: time.Now()}
+	d := &Daemon{cfg: cfg, log: log, started: time.Now(), workload: workload{fd: -1}}
 	d.reaper = newReaper(cfg.ReapAll, log)
 	d.procs = newProcessTable(cfg.MaxProcesses)
 	d.watchers = newWatcherTable(cfg.MaxWatchers)

@@ -62,6 +62,11 @@ func (d *Daemon) spawn(req spawnRequest) (*process, *subscriber, error) {
 		Dir: cwd, Env: env, Files: io.childFds(),
 		Sys: &syscall.SysProcAttr{Credential: cred, Setpgid: io.master == nil, Setsid: io.master != nil, Setctty: io.master != nil},
 	}
+	if fd := d.workload.cgroupFD(); fd >= 0 {
+		// Born in the workload group (clone3 CLONE_INTO_CGROUP): never a
+		// moment outside its limits.
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
+	}
 	_, err = d.procs.insert(req.tag, func() (*process, error) {
 		pid, exited, err := d.reaper.start(func() (int, error) { return syscall.ForkExec(bin, argv, attr) })
 		if err != nil {

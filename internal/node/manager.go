@@ -153,6 +153,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		Env:            req.Env,
 		DefaultUser:    "user",
 		DefaultWorkdir: "/home/user",
+		PidsMax:        guestPidsMax(req),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
@@ -161,6 +162,15 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		"runtime_start", tStarted.Sub(t0), "bridge_spawn", tSpawned.Sub(tStarted),
 		"guest_ready", tReady.Sub(tSpawned), "identity", time.Since(tReady))
 	return rec, nil
+}
+
+// guestPidsMax is the task limit the guest enforces itself: in a VM nothing
+// on the host does (the ns runtime's cgroup does it from outside).
+func guestPidsMax(req nodev1.StartExecution) uint32 {
+	if req.Runtime != "vm" {
+		return 0
+	}
+	return uint32(pidsFor(req.MemoryMiB))
 }
 
 // pidsFor picks a process limit that scales with memory: enough for real work,

@@ -199,7 +199,12 @@ type InitRequest struct {
 	// entropy is mixed into the kernel RNG when not empty.
 	Entropy []byte `protobuf:"bytes,9,opt,name=entropy,proto3" json:"entropy,omitempty"`
 	// now sets the realtime clock when set.
-	Now           *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=now,proto3" json:"now,omitempty"`
+	Now *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=now,proto3" json:"now,omitempty"`
+	// pids_max, when not zero, caps the tasks of every process the daemon
+	// starts, in a cgroup of their own, where the guest kernel is the
+	// sandbox's own (vm): the daemon keeps the headroom to stay in control
+	// of a fork bomb. Where the host enforces the limit (ns) it is ignored.
+	PidsMax       uint32 `protobuf:"varint,11,opt,name=pids_max,json=pidsMax,proto3" json:"pids_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +309,13 @@ func (x *InitRequest) GetNow() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *InitRequest) GetPidsMax() uint32 {
+	if x != nil {
+		return x.PidsMax
+	}
+	return 0
+}
+
 type InitResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -314,7 +326,11 @@ type InitResponse struct {
 	// clock_error explains why the clock was not set although now was given.
 	ClockError string `protobuf:"bytes,4,opt,name=clock_error,json=clockError,proto3" json:"clock_error,omitempty"`
 	// hostname_set is true when the hostname was set.
-	HostnameSet   bool `protobuf:"varint,5,opt,name=hostname_set,json=hostnameSet,proto3" json:"hostname_set,omitempty"`
+	HostnameSet bool `protobuf:"varint,5,opt,name=hostname_set,json=hostnameSet,proto3" json:"hostname_set,omitempty"`
+	// pids_limited is true when pids_max now caps the processes the daemon
+	// starts; pids_error says why not when it was asked for.
+	PidsLimited   bool   `protobuf:"varint,6,opt,name=pids_limited,json=pidsLimited,proto3" json:"pids_limited,omitempty"`
+	PidsError     string `protobuf:"bytes,7,opt,name=pids_error,json=pidsError,proto3" json:"pids_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +398,20 @@ func (x *InitResponse) GetHostnameSet() bool {
 		return x.HostnameSet
 	}
 	return false
+}
+
+func (x *InitResponse) GetPidsLimited() bool {
+	if x != nil {
+		return x.PidsLimited
+	}
+	return false
+}
+
+func (x *InitResponse) GetPidsError() string {
+	if x != nil {
+		return x.PidsError
+	}
+	return ""
 }
 
 type ActivityRequest struct {
@@ -812,7 +842,7 @@ const file_control_control_proto_rawDesc = "" +
 	"\tboot_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bbootTime\x121\n" +
 	"\x06uptime\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06uptime\x129\n" +
 	"\n" +
-	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xc5\x03\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xe0\x03\n" +
 	"\vInitRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1e\n" +
@@ -827,17 +857,21 @@ const file_control_control_proto_rawDesc = "" +
 	"\bhostname\x18\b \x01(\tR\bhostname\x12\x18\n" +
 	"\aentropy\x18\t \x01(\fR\aentropy\x12,\n" +
 	"\x03now\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x1a:\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12\x19\n" +
+	"\bpids_max\x18\v \x01(\rR\apidsMax\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x81\x02\n" +
 	"\fInitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x124\n" +
 	"\x06reseed\x18\x02 \x01(\x0e2\x1c.space.guest.v1.ReseedMethodR\x06reseed\x12\x1b\n" +
 	"\tclock_set\x18\x03 \x01(\bR\bclockSet\x12\x1f\n" +
 	"\vclock_error\x18\x04 \x01(\tR\n" +
 	"clockError\x12!\n" +
-	"\fhostname_set\x18\x05 \x01(\bR\vhostnameSet\"\x11\n" +
+	"\fhostname_set\x18\x05 \x01(\bR\vhostnameSet\x12!\n" +
+	"\fpids_limited\x18\x06 \x01(\bR\vpidsLimited\x12\x1d\n" +
+	"\n" +
+	"pids_error\x18\a \x01(\tR\tpidsError\"\x11\n" +
 	"\x0fActivityRequest\"\x80\x01\n" +
 	"\x10ActivityResponse\x12?\n" +
 	"\rlast_activity\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\x12+\n" +

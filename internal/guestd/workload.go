@@ -1,0 +1,89 @@
+package guestd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupRoot is where the daemon mounts the guest's cgroup2 hierarchy.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// workloadGroup is the cgroup, below cgroupRoot, of every process the daemon
+// starts; the daemon itself stays in the root group, outside its limits.
+const workloadGroup = "space-workload"
+
+// workload caps the processes the daemon starts. Where the guest kernel is
+// the sandbox's own (vm), nothing on the host limits tasks inside it: a fork
+// bomb would take every task and CPU cycle, and the daemon would stop
+// answering. With the workload in a child group under pids.max, the daemon
+// keeps the headroom to serve its host and kill the bomb.
+type workload struct {
+	mu sync.Mutex // guards fd
+	fd int        // directory of the workload group, or -1
+}
+
+// cgroupFD returns the workload group's directory descriptor, or -1.
+func (w *workload) cgroupFD() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fd
+}
+
+// limitPids puts every later process under pids.max = max. Only the sandbox's
+// init may do it, and only on a kernel with a cgroup2 pids controller it can
+// mount; elsewhere (the ns runtime) the host enforces the limit and this
+// answers why it did not apply.
+func (d *Daemon) limitPids(max uint32) error {
+	if !d.cfg.ReapAll {
+		return errors.New("not the sandbox's init")
+	}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
+		if err := unix.Mount("cgroup2", cgroupRoot, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount cgroup2 on %s: %w", cgroupRoot, err)
+		}
+	}
+	controllers, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(" "+strings.TrimSpace(string(controllers))+" ", " pids ") {
+		return fmt.Errorf("the kernel has no cgroup2 pids controller (controllers: %q)", strings.TrimSpace(string(controllers)))
+	}
+	if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
+		return fmt.Errorf("enable the pids controller: %w", err)
+	}
+	dir := filepath.Join(cgroupRoot, workloadGroup)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatUint(uint64(max), 10)), 0); err != nil {
+		return fmt.Errorf("set pids.max: %w", err)
+	}
+	// A low CPU weight for the workload: the daemon, idle most of the time,
+	// still gets the CPU when it needs it, even against a busy fork bomb.
+	// Without a cpu controller the pids cap alone still holds.
+	if os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+cpu"), 0) == nil {
+		if err := os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte("10"), 0); err != nil {
+			d.log.Warn("workload cpu weight", "err", err)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	d.workload.mu.Lock()
+	old := d.workload.fd
+	d.workload.fd = fd
+	d.workload.mu.Unlock()
+	if old >= 0 {
+		unix.Close(old)
+	}
+	return nil
+}
