@@ -162,6 +162,21 @@ func listFlags(name string, args []string) (*outputFormat, error) {
 	return out, wantArgs(fs, pos, 0, 0)
 }
 
+// oneArgOutput parses a command that takes exactly one positional argument
+// and -o.
+func oneArgOutput(name, what string, args []string) (string, *outputFormat, error) {
+	fs := newFlags(name)
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := wantArgs(fs, pos, 1, 1, what); err != nil {
+		return "", nil, err
+	}
+	return pos[0], out, nil
+}
+
 // oneArg parses a command that takes exactly one positional argument.
 func oneArg(name, what string, args []string) (string, error) {
 	fs := newFlags(name)
@@ -184,16 +199,11 @@ func templateDelete(ctx context.Context, e *env, args []string) error {
 }
 
 func tenantCreate(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("tenant create")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	arg, out, err := oneArgOutput("tenant create", "NAME", args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
-		return err
-	}
-	res, err := e.c.CreateTenant(ctx, pos[0])
+	res, err := e.c.CreateTenant(ctx, arg)
 	if err != nil {
 		return err
 	}

@@ -122,16 +122,11 @@ func sandboxList(ctx context.Context, e *env, args []string) error {
 }
 
 func sandboxGet(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("sandbox get")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	arg, out, err := oneArgOutput("sandbox get", "ID", args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, pos, 1, 1, "ID"); err != nil {
-		return err
-	}
-	sb, err := e.c.GetSandbox(ctx, pos[0])
+	sb, err := e.c.GetSandbox(ctx, arg)
 	if err != nil {
 		return err
 	}
@@ -313,16 +308,11 @@ func snapshotCreate(ctx context.Context, e *env, args []string) error {
 }
 
 func snapshotList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("snapshot list")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	arg, out, err := oneArgOutput("snapshot list", "ID", args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, pos, 1, 1, "ID"); err != nil {
-		return err
-	}
-	list, err := e.c.ListSnapshots(ctx, pos[0])
+	list, err := e.c.ListSnapshots(ctx, arg)
 	if err != nil {
 		return err
 	}
