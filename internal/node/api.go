@@ -17,7 +17,7 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -207,29 +207,13 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, nodev1.Error{Code: code, Message: err.Error()})
 }
 
-// StatusOf maps an error class to an HTTP status and API error code.
+// StatusOf maps an error to an HTTP status and API error code: the classes
+// as everywhere (apierr), plus the node's refresh-route refusal.
 func StatusOf(err error) (int, string) {
-	switch {
-	case errors.Is(err, errRefreshRoute):
+	if errors.Is(err, errRefreshRoute) {
 		return http.StatusConflict, "refresh_route"
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		return http.StatusBadRequest, sandboxv1.CodeInvalidArgument
-	case errors.Is(err, errdefs.ErrUnauthenticated):
-		return http.StatusUnauthorized, sandboxv1.CodeUnauthenticated
-	case errors.Is(err, errdefs.ErrPermissionDenied):
-		return http.StatusForbidden, sandboxv1.CodePermissionDenied
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound, sandboxv1.CodeNotFound
-	case errors.Is(err, errdefs.ErrConflict):
-		return http.StatusConflict, sandboxv1.CodeConflict
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		return http.StatusPreconditionFailed, sandboxv1.CodeFailedPrecondition
-	case errors.Is(err, errdefs.ErrResourceExhausted):
-		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
 	}
-	return http.StatusInternalServerError, sandboxv1.CodeInternal
+	return apierr.Status(err)
 }
 
 // Serve serves the node-api on addr ("unix:PATH" or "HOST:PORT") until ctx is done.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -36,24 +37,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusNotFound, sandboxv1.CodeNotFound
 	case errors.Is(err, errNotImplemented):
 		return http.StatusNotImplemented, "not_implemented"
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		return http.StatusBadRequest, sandboxv1.CodeInvalidArgument
-	case errors.Is(err, errdefs.ErrUnauthenticated):
-		return http.StatusUnauthorized, sandboxv1.CodeUnauthenticated
-	case errors.Is(err, errdefs.ErrPermissionDenied):
-		return http.StatusForbidden, sandboxv1.CodePermissionDenied
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound, sandboxv1.CodeNotFound
-	case errors.Is(err, errdefs.ErrConflict):
-		return http.StatusConflict, sandboxv1.CodeConflict
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		return http.StatusConflict, sandboxv1.CodeFailedPrecondition
-	case errors.Is(err, errdefs.ErrResourceExhausted):
-		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
 	}
-	return http.StatusInternalServerError, sandboxv1.CodeInternal
+	return apierr.Status(err)
 }
 
 // writeError answers with {code, message}. Internal errors are logged in full
