@@ -121,6 +121,7 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin s
 			return vmimage.RootImage{Dir: dir, Dest: dest}.Build(ctx)
 		},
 		TemplateDir: layout.Template,
+		SnapshotDir: filepath.Join(vols.Dir, "node-snapshots"),
 	}, log)
 	if err != nil {
 		return err

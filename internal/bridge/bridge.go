@@ -80,10 +80,14 @@ type Bridge struct {
 	log    *slog.Logger
 	client *guest.Client
 
-	mu      sync.Mutex // guards ready, version, reason
+	mu      sync.Mutex // guards ready, version, reason, thawTimer
 	ready   bool
 	version string
 	reason  string
+	// thawTimer thaws the guest's filesystem if the manager froze it and
+	// never thawed it (it crashed in between): a sandbox is never left
+	// frozen for longer than FreezeLimit.
+	thawTimer *time.Timer
 }
 
 // New connects to the guest over cfg.Channel. It does not wait for the guest.
@@ -212,6 +216,8 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	})
 	mux.HandleFunc("POST /bridge/v1/init", b.handleInit)
 	mux.HandleFunc("GET /bridge/v1/activity", b.handleActivity)
+	mux.HandleFunc("POST /bridge/v1/freeze", b.handleFreeze)
+	mux.HandleFunc("POST /bridge/v1/thaw", b.handleThaw)
 	mux.HandleFunc("POST /bridge/v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		stop(errors.New("manager asked the bridge to stop"))

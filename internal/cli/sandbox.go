@@ -29,6 +29,7 @@ func init() {
 		&command{path: "sandbox fork", args: "ID [--snapshot S] [--name N] [--wait DUR] [-o json]", summary: "fork a sandbox; prints the new sandbox id", run: sandboxFork},
 		&command{path: "sandbox rollback", args: "ID --snapshot S [--wait DUR] [-o json]", summary: "put the filesystem back to a snapshot and start a new execution", run: sandboxRollback},
 		&command{path: "snapshot create", args: "ID [--kind disk|full] [-o json]", summary: "snapshot a sandbox; prints the snapshot id", run: snapshotCreate},
+		&command{path: "sandbox events", args: "ID [-o json]", summary: "show a sandbox's history (state changes, snapshots, failures)", run: sandboxEvents},
 		&command{path: "snapshot list", args: "ID [-o json]", summary: "list a sandbox's snapshots", run: snapshotList},
 		&command{path: "port expose", args: "ID PORT [--protocol http|tcp] [-o json]", summary: "expose a sandbox port; prints the URL that reaches it", run: portExpose},
 	)
@@ -360,4 +361,23 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+func sandboxEvents(ctx context.Context, e *env, args []string) error {
+	arg, out, err := oneArgOutput("sandbox events", "ID", args)
+	if err != nil {
+		return err
+	}
+	list, err := e.c.ListEvents(ctx, arg)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, sandboxv1.EventList{Events: nonNil(list)})
+	}
+	rows := make([][]string, 0, len(list))
+	for _, ev := range list {
+		rows = append(rows, []string{strconv.FormatInt(ev.Seq, 10), formatTime(ev.Time), ev.Type, ev.Message})
+	}
+	return writeTable(e.stdout, []string{"SEQ", "TIME", "TYPE", "MESSAGE"}, rows)
 }

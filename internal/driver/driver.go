@@ -40,6 +40,10 @@ type Spec struct {
 	PidsMax int
 	// Env is the guest daemon's initial environment.
 	Env map[string]string
+	// OwnDisk says RootFS is a sandbox's own disk (a stopped sandbox's, or a
+	// disk snapshot), not a template: the driver boots it and never keeps
+	// a template snapshot of it.
+	OwnDisk bool
 }
 
 // Instance is a started execution.
@@ -101,6 +105,16 @@ type Driver interface {
 	Stats(ctx context.Context, execID string) (Stats, error)
 	// Alive reports whether the execution's init process still runs.
 	Alive(ctx context.Context, execID string) (bool, error)
+}
+
+// DiskSnapshotter is implemented by drivers that keep an execution's root
+// disk in their own state (vm): SnapshotDisk writes a point-in-time copy of
+// it to dst (a reflink where the filesystem allows), which must not exist,
+// while the execution runs. The caller freezes the guest's filesystem around
+// the call so the copy is consistent. Drivers whose root is a volume (ns)
+// are snapshotted through the volume driver instead.
+type DiskSnapshotter interface {
+	SnapshotDisk(ctx context.Context, execID, dst string) error
 }
 
 // Pauser is implemented by drivers that can freeze an execution in place and

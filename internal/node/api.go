@@ -57,6 +57,34 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) {
 		m.handlePauseResume(w, r, false)
 	})
+	mux.HandleFunc("POST /node/v1/executions/{exec}/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		var req nodev1.TakeSnapshot
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		snap, err := m.Snapshot(r.Context(), r.PathValue("exec"), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, snap)
+	})
+	mux.HandleFunc("GET /node/v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		snaps, err := m.Snapshots(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, nodev1.SnapshotList{Snapshots: snaps})
+	})
+	mux.HandleFunc("DELETE /node/v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := m.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", m.handleGuest)
 	mux.HandleFunc("POST /node/v1/templates", m.handleEnsureTemplate)
 	mux.HandleFunc("GET /node/v1/templates", func(w http.ResponseWriter, r *http.Request) {

@@ -145,3 +145,20 @@ func (b *bridgeConn) stop(ctx context.Context) {
 		resp.Body.Close()
 	}
 }
+
+// post calls one of the bridge's bodiless POST endpoints.
+func (b *bridgeConn) post(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://bridge"+path, nil)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("host bridge %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("host bridge %s: HTTP %d: %s", path, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}

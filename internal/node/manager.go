@@ -123,6 +123,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		CPUs:      req.CPUs,
 		MemoryMiB: req.MemoryMiB,
 		PidsMax:   pidsFor(req.MemoryMiB),
+		Snapshot:  req.Snapshot,
 	})
 	if err != nil {
 		return nil, err
@@ -241,9 +242,18 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 		return fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
 	}
 	if pause {
-		return m.cfg.Privileged.Pause(ctx, execID, rec.Runtime)
+		err = m.cfg.Privileged.Pause(ctx, execID, rec.Runtime)
+	} else {
+		err = m.cfg.Privileged.Resume(ctx, execID, rec.Runtime)
 	}
-	return m.cfg.Privileged.Resume(ctx, execID, rec.Runtime)
+	if err != nil {
+		return err
+	}
+	if rec.Paused != pause {
+		rec.Paused = pause
+		return m.records.save(rec)
+	}
+	return nil
 }
 
 func (m *Manager) notifyChanged() {

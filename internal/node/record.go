@@ -22,6 +22,8 @@ type Record struct {
 	BridgePid        int       `json:"bridge_pid"`
 	BridgeStartTime  uint64    `json:"bridge_start_time"`
 	StartedAt        time.Time `json:"started_at"`
+	// Paused is set while the execution is paused (its guest cannot answer).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // records stores one directory per execution under dir.

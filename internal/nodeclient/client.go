@@ -135,6 +135,26 @@ func (c *Client) Templates(ctx context.Context) ([]string, error) {
 	return out.Templates, nil
 }
 
+// Snapshot takes a snapshot of an execution.
+func (c *Client) Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error) {
+	var out nodev1.Snapshot
+	return &out, c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/snapshots", req, &out)
+}
+
+// DeleteSnapshot removes a snapshot from the node; a missing one succeeds.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/node/v1/snapshots/"+url.PathEscape(id), nil, nil)
+}
+
+// Snapshots lists the snapshots on the node.
+func (c *Client) Snapshots(ctx context.Context) ([]nodev1.Snapshot, error) {
+	var out nodev1.SnapshotList
+	if err := c.do(ctx, http.MethodGet, "/node/v1/snapshots", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Snapshots, nil
+}
+
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {

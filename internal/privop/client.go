@@ -143,3 +143,30 @@ func (c *Client) Alive(ctx context.Context, execID string) (bool, error) {
 	}
 	return r.Alive != nil && *r.Alive, nil
 }
+
+// Snapshot takes a snapshot of an execution (see SnapshotArgs).
+func (c *Client) Snapshot(ctx context.Context, a SnapshotArgs) (*SnapshotInfo, error) {
+	r, _, err := c.call(ctx, Request{Op: OpSnapshot, Snapshot: &a})
+	if err != nil {
+		return nil, err
+	}
+	if r.Snapshot == nil {
+		return nil, fmt.Errorf("node-manager snapshot %s: empty answer", a.SnapshotID)
+	}
+	return r.Snapshot, nil
+}
+
+// DeleteSnapshot removes a snapshot from the node; a missing one succeeds.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	_, _, err := c.call(ctx, Request{Op: OpDeleteSnapshot, SnapshotID: id})
+	return err
+}
+
+// Snapshots lists the complete snapshots on the node.
+func (c *Client) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
+	r, _, err := c.call(ctx, Request{Op: OpListSnapshots})
+	if err != nil {
+		return nil, err
+	}
+	return r.Snapshots, nil
+}

@@ -114,30 +114,44 @@ func (s *Server) deleteTemplate(ctx context.Context, a *TemplateArgs) error {
 	return s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 }
 
+// templatePresent checks that template is on the node.
+func (s *Server) templatePresent(ctx context.Context, template string) error {
+	have, err := s.cfg.Storage.Templates(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(have, template) {
+		return fmt.Errorf("%w: template %q is not on this node", errdefs.ErrFailedPrecondition, template)
+	}
+	return nil
+}
+
 func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, error) {
 	if err := a.validate(s.runtimes()); err != nil {
 		return nil, nil, err
 	}
-	have, err := s.cfg.Storage.Templates(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !slices.Contains(have, a.Template) {
-		return nil, nil, fmt.Errorf("%w: template %q is not on this node", errdefs.ErrFailedPrecondition, a.Template)
-	}
 	t0 := time.Now()
 	var root string
-	if s.cfg.ImageRuntimes[a.Runtime] {
+	var cp *driver.Checkpoint
+	var err error
+	switch {
+	case a.Snapshot != "":
+		root, cp, err = s.snapshotRoot(ctx, a)
+	case s.cfg.ImageRuntimes[a.Runtime]:
 		// The runtime clones the image itself, next to its other state.
-		root, err = s.diskImage(ctx, a.Template)
-	} else {
-		root, err = s.cfg.Storage.Clone(ctx, a.Template, a.ExecID)
+		if err = s.templatePresent(ctx, a.Template); err == nil {
+			root, err = s.diskImage(ctx, a.Template)
+		}
+	default:
+		if err = s.templatePresent(ctx, a.Template); err == nil {
+			root, err = s.cfg.Storage.Clone(ctx, a.Template, a.ExecID)
+		}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("exec %s: root filesystem from template %s: %w", a.ExecID, a.Template, err)
+		return nil, nil, fmt.Errorf("exec %s: root filesystem: %w", a.ExecID, err)
 	}
 	tCloned := time.Now()
-	inst, err := s.driver(a.Runtime).Start(ctx, driver.Spec{
+	spec := driver.Spec{
 		ExecID:      a.ExecID,
 		SandboxID:   a.SandboxID,
 		RootFS:      root,
@@ -146,7 +160,20 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 		CPUs:        a.CPUs,
 		MemoryMiB:   a.MemoryMiB,
 		PidsMax:     a.PidsMax,
-	})
+		OwnDisk:     a.Snapshot != "",
+	}
+	var inst *driver.Instance
+	if cp != nil {
+		r, ok := s.driver(a.Runtime).(driver.Restorer)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: the %s runtime cannot restore a full snapshot", errdefs.ErrFailedPrecondition, a.Runtime)
+		}
+		// A checkpoint needs no root path: it carries its own disk.
+		spec.RootFS = cp.Dir
+		inst, err = r.Restore(ctx, spec, cp)
+	} else {
+		inst, err = s.driver(a.Runtime).Start(ctx, spec)
+	}
 	if err != nil {
 		_ = s.cfg.Storage.Delete(context.WithoutCancel(ctx), a.ExecID)
 		return nil, nil, fmt.Errorf("exec %s: start %s: %w", a.ExecID, a.Runtime, err)

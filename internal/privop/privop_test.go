@@ -26,6 +26,8 @@ type memStorage struct {
 	dir       string
 	templates map[string]bool
 	clones    map[string]bool
+	// snaps maps a snapshot to the volume it was taken of.
+	snaps map[string]string
 }
 
 func (m *memStorage) Name() string { return "mem" }
@@ -67,6 +69,33 @@ func (m *memStorage) Delete(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.clones, id)
+	return nil
+}
+func (m *memStorage) Snapshot(_ context.Context, id, snap string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.clones[id] {
+		return "", fmt.Errorf("volume %s: %w", id, errdefs.ErrNotFound)
+	}
+	if _, ok := m.snaps[snap]; ok {
+		return "", fmt.Errorf("snapshot %s: %w", snap, errdefs.ErrConflict)
+	}
+	m.snaps[snap] = id
+	return filepath.Join(m.dir, "s-"+snap), nil
+}
+func (m *memStorage) CloneSnapshot(_ context.Context, snap, id string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.snaps[snap]; !ok {
+		return "", fmt.Errorf("snapshot %s: %w", snap, errdefs.ErrNotFound)
+	}
+	m.clones[id] = true
+	return filepath.Join(m.dir, "c-"+id), nil
+}
+func (m *memStorage) DeleteSnapshot(_ context.Context, snap string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.snaps, snap)
 	return nil
 }
 
@@ -113,12 +142,13 @@ func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
 	dir := t.TempDir()
 	guest := filepath.Join(dir, "space-guest")
 	os.WriteFile(guest, []byte("#!/bin/true\n"), 0o755)
-	st := &memStorage{dir: dir, templates: map[string]bool{}, clones: map[string]bool{}}
+	st := &memStorage{dir: dir, templates: map[string]bool{}, clones: map[string]bool{}, snaps: map[string]string{}}
 	drv := &pipeDriver{peers: map[string]*os.File{}}
 	builds := 0
 	var mu sync.Mutex
 	srv, err := NewServer(Config{
 		Socket: filepath.Join(dir, "nm.sock"), GuestBinary: guest, Storage: st,
+		SnapshotDir: filepath.Join(dir, "snapshots"),
 		Drivers: map[string]driver.Driver{"ns": drv},
 		Build: func(ctx context.Context, source, dest string, _ io.Writer) error {
 			mu.Lock()

@@ -30,6 +30,9 @@ type Storage interface {
 	Templates(ctx context.Context) ([]string, error)
 	Clone(ctx context.Context, template, id string) (string, error)
 	Delete(ctx context.Context, id string) error
+	Snapshot(ctx context.Context, id, snap string) (string, error)
+	CloneSnapshot(ctx context.Context, snap, id string) (string, error)
+	DeleteSnapshot(ctx context.Context, snap string) error
 }
 
 // Builder fills dest with a template's root filesystem built from source.
@@ -54,6 +57,10 @@ type Config struct {
 	ImageDir    string
 	BuildImage  ImageBuilder
 	TemplateDir func(name string) (string, error)
+	// SnapshotDir holds the node's snapshots (see snapshots.go); on the
+	// same filesystem as the volumes and the vm state, so copies are
+	// reflinks.
+	SnapshotDir string
 }
 
 // Server is a running node-manager.
@@ -205,6 +212,12 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 		err = s.pauseResume(ctx, req.Op, req.ExecID, req.Runtime)
 	case OpStats:
 		resp.Stats, err = s.stats(ctx, req.ExecID, req.Runtime)
+	case OpSnapshot:
+		resp.Snapshot, err = s.snapshot(ctx, req.Snapshot)
+	case OpDeleteSnapshot:
+		err = s.deleteSnapshot(ctx, req.SnapshotID)
+	case OpListSnapshots:
+		resp.Snapshots, err = s.listSnapshots()
 	case OpAlive:
 		var alive bool
 		alive, err = s.alive(ctx, req.ExecID, req.Runtime)

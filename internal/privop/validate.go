@@ -49,6 +49,11 @@ func (a *StartArgs) validate(runtimes map[string]bool) error {
 	if !runtimes[a.Runtime] {
 		return invalid("runtime %q is not available on this node", a.Runtime)
 	}
+	if a.Snapshot != "" {
+		if err := ValidSnapshotID(a.Snapshot); err != nil {
+			return err
+		}
+	}
 	if !hostnamePattern.MatchString(a.Hostname) {
 		return invalid("hostname %q is not a valid DNS label", a.Hostname)
 	}

@@ -40,6 +40,9 @@ const (
 	OpResume         Op = "resume"
 	OpStats          Op = "stats"
 	OpAlive          Op = "alive"
+	OpSnapshot       Op = "snapshot"
+	OpDeleteSnapshot Op = "delete_snapshot"
+	OpListSnapshots  Op = "list_snapshots"
 )
 
 // Request is one call to the node-manager. Only the field for Op is read.
@@ -47,7 +50,10 @@ type Request struct {
 	Op       Op            `json:"op"`
 	Template *TemplateArgs `json:"template,omitempty"`
 	Start    *StartArgs    `json:"start,omitempty"`
+	Snapshot *SnapshotArgs `json:"snapshot,omitempty"`
 	ExecID   string        `json:"exec_id,omitempty"`
+	// SnapshotID names the snapshot of OpDeleteSnapshot.
+	SnapshotID string `json:"snapshot_id,omitempty"`
 	// Runtime names the driver of ExecID when the caller knows it. Without
 	// it every driver is asked, which misses a driver still starting up.
 	Runtime string `json:"runtime,omitempty"`
@@ -69,18 +75,24 @@ type StartArgs struct {
 	CPUs      int    `json:"cpus"`
 	MemoryMiB int    `json:"memory_mib"`
 	PidsMax   int    `json:"pids_max"`
+	// Snapshot, when set, starts the execution from this node-local
+	// snapshot instead of the template: a disk snapshot boots its disk, a
+	// full snapshot restores the saved VM.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Response answers a Request. Error is empty on success; ErrorKind classifies it.
 type Response struct {
-	Error     string      `json:"error,omitempty"`
-	ErrorKind string      `json:"error_kind,omitempty"`
-	Hello     *Hello      `json:"hello,omitempty"`
-	Started   *Started    `json:"started,omitempty"`
-	Templates []string    `json:"templates,omitempty"`
-	Stats     *Stats      `json:"stats,omitempty"`
-	Alive     *bool       `json:"alive,omitempty"`
-	Template  *TemplateOK `json:"template_ok,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	ErrorKind string         `json:"error_kind,omitempty"`
+	Hello     *Hello         `json:"hello,omitempty"`
+	Started   *Started       `json:"started,omitempty"`
+	Templates []string       `json:"templates,omitempty"`
+	Stats     *Stats         `json:"stats,omitempty"`
+	Alive     *bool          `json:"alive,omitempty"`
+	Template  *TemplateOK    `json:"template_ok,omitempty"`
+	Snapshot  *SnapshotInfo  `json:"snapshot,omitempty"`
+	Snapshots []SnapshotInfo `json:"snapshots,omitempty"`
 }
 
 // Hello describes the node-manager.

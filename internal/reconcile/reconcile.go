@@ -25,6 +25,8 @@ type NodeAPI interface {
 	Stop(ctx context.Context, execID string) error
 	Pause(ctx context.Context, execID string) error
 	Resume(ctx context.Context, execID string) error
+	Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
 }
 
 // Config tunes a reconciler.
@@ -249,13 +251,18 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 	if err != nil {
 		return time.Second, err
 	}
+	if after, err := r.pendingSnapshots(ctx, sb); after != 0 || err != nil {
+		return after, err
+	}
 	switch sb.State {
-	case sandbox.StateCreating:
+	case sandbox.StateCreating, sandbox.StateRestoring:
 		return r.startExecution(ctx, sb)
 	case sandbox.StateRunning:
 		return r.checkRunning(ctx, sb)
 	case sandbox.StatePausing, sandbox.StateResuming:
 		return r.pauseResume(ctx, sb)
+	case sandbox.StateStopping:
+		return r.stopSandbox(ctx, sb)
 	case sandbox.StateDeleting:
 		return r.deleteSandbox(ctx, sb)
 	case sandbox.StateFailed:

@@ -36,10 +36,17 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		}
 		return 500 * time.Millisecond, nil
 	}
+	if sb.State == sandbox.StateRestoring {
+		// A rollback or recovery replaces an execution that may still run.
+		if err := r.stopPrevious(ctx, sb, api); err != nil {
+			return time.Second, err
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	ex, err := api.Start(sctx, nodev1.StartExecution{
 		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
 		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
+		Snapshot: sb.StartFrom,
 	})
 	cancel()
 	switch {
@@ -58,7 +65,7 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 	if err != nil {
 		return time.Second, err
 	}
-	if cur.State != sandbox.StateCreating || cur.ExecID != sb.ExecID {
+	if cur.State != sb.State || cur.ExecID != sb.ExecID {
 		return time.Millisecond, nil
 	}
 	cur.State = sandbox.Settled(cur.State)
@@ -114,6 +121,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 
 // deleteSandbox stops the execution and removes the row.
 func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	if err := r.deleteSnapshots(ctx, sb); err != nil {
+		return time.Second, err
+	}
 	if sb.Node != "" && sb.ExecID != "" {
 		api, err := r.node(sb.Node)
 		if err != nil {

@@ -10,12 +10,14 @@ import (
 // they can appear in host names and in E2B clients unchanged. Tenant and key
 // ids carry a prefix so that a log line says what kind of id it holds.
 const (
-	sandboxIDLen  = 20
-	tenantPrefix  = "t-"
-	keyPrefix     = "k-"
-	prefixedIDLen = 16
-	execSuffixLen = 8
-	alphabet      = "abcdefghijklmnopqrstuvwxyz0123456789"
+	sandboxIDLen = 20
+	tenantPrefix = "t-"
+	keyPrefix    = "k-"
+	// snapshotPrefix starts every snapshot id.
+	snapshotPrefix = "sn-"
+	prefixedIDLen  = 16
+	execSuffixLen  = 8
+	alphabet       = "abcdefghijklmnopqrstuvwxyz0123456789"
 )
 
 // randomString returns n characters drawn uniformly from alphabet using
@@ -55,6 +57,34 @@ func NewActivationID() string { return "a-" + randomString(prefixedIDLen) }
 // "<id>-g<gen>-<8 random>". It is unique even when a generation is retried.
 func NewExecID(id string, gen uint64) string {
 	return id + "-g" + strconv.FormatUint(gen, 10) + "-" + randomString(execSuffixLen)
+}
+
+// NewSnapshotID returns a fresh snapshot id, "sn-" and 16 characters of
+// [a-z0-9].
+func NewSnapshotID() string { return snapshotPrefix + randomString(prefixedIDLen) }
+
+// LifecycleSnapshotID is the id of the snapshot an operation (op: "stop",
+// "hibernate", "fork") takes of generation gen of sandbox id. It is derived,
+// not random, so an operation re-driven after a crash finds the snapshot its
+// first attempt took instead of taking another.
+func LifecycleSnapshotID(id, op string, gen uint64) string {
+	return snapshotPrefix + id + "-" + op + "-g" + strconv.FormatUint(gen, 10)
+}
+
+// ValidSnapshotID reports whether s has the shape of a snapshot id (either
+// form above).
+func ValidSnapshotID(s string) bool {
+	rest, ok := strings.CutPrefix(s, snapshotPrefix)
+	if !ok || len(rest) == 0 || len(rest) > 60 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidID reports whether s has the shape of a sandbox id.

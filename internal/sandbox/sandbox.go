@@ -45,6 +45,9 @@ type Sandbox struct {
 	ExecID string
 	// ActivationID identifies one start attempt of the current execution.
 	ActivationID string
+	// StartFrom is the snapshot the current execution starts from (after a
+	// stop, a rollback, a restore, or for a fork); empty: the template.
+	StartFrom string
 
 	// Version is the optimistic concurrency counter the store checks and
 	// increments on every update.

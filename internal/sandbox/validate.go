@@ -228,3 +228,6 @@ func clip(s string) string {
 	}
 	return s[:n] + "…"
 }
+
+// ValidateName checks a sandbox's optional name (as at create).
+func ValidateName(name string) error { return validateName(name) }

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"time"
 
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
 )
 
 // lifecycleWait bounds how long a lifecycle request waits for its result.
@@ -19,45 +22,139 @@ const lifecycleWait = 2 * time.Minute
 // An illegal transition is 409 naming the current state.
 func (s *Server) handleLifecycle(op sandbox.Op) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sb, err := s.sandboxFor(r)
+		s.runLifecycle(w, r, op, nil)
+	}
+}
+
+// handleStart boots a stopped sandbox from the disk its stop kept, on the
+// node that holds it.
+func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
+	s.runLifecycle(w, r, sandbox.OpStart, func(sb *sandbox.Sandbox) error {
+		if sb.StartFrom == "" {
+			return fmt.Errorf("%w: sandbox %s has no kept disk to start from", errdefs.ErrFailedPrecondition, sb.ID)
+		}
+		snap, err := s.store.GetSnapshot(r.Context(), sb.Tenant, sb.StartFrom)
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return fmt.Errorf("sandbox %s: kept disk %s: %w", sb.ID, sb.StartFrom, err)
 		}
-		wait := s.rec.Watch(sb.ID)
-		defer wait.Stop()
-		for {
-			err = sb.Apply(op)
-			if err == nil {
-				err = s.store.UpdateSandbox(r.Context(), sb)
-			}
-			if !errors.Is(err, errdefs.ErrConflict) || errors.As(err, new(*sandbox.IllegalTransitionError)) {
-				break
-			}
-			if sb, err = s.sandboxFor(r); err != nil {
-				break
-			}
-		}
+		return s.startFrom(sb, snap)
+	})
+}
+
+// handleRollback puts the sandbox's filesystem back to one of its snapshots:
+// a new execution from it replaces the current one.
+func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
+	var req sandboxv1.RollbackRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Snapshot == "" {
+		s.writeError(w, r, fmt.Errorf("%w: rollback needs a snapshot id (`space snapshot list ID` shows them)", errdefs.ErrInvalidArgument))
+		return
+	}
+	s.runLifecycle(w, r, sandbox.OpRollback, func(sb *sandbox.Sandbox) error {
+		snap, err := s.snapshotOf(r.Context(), sb, req.Snapshot)
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
-		s.event(r.Context(), sb.ID, "state", fmt.Sprintf("%s requested", op))
-		s.rec.Enqueue(sb.ID)
-		ctx, cancel := context.WithTimeout(r.Context(), lifecycleWait)
-		defer cancel()
-		for sb.State.Transitional() {
-			select {
-			case <-wait.C:
-			case <-ctx.Done():
-				writeJSON(w, http.StatusAccepted, sb.API())
-				return
-			}
-			if sb, err = s.store.GetSandboxByID(ctx, sb.ID); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
+		return s.startFrom(sb, snap)
+	})
+}
+
+// startFrom points sb's new execution at snap, on the node that holds it.
+func (s *Server) startFrom(sb *sandbox.Sandbox, snap store.Snapshot) error {
+	if snap.Node == "" {
+		return fmt.Errorf("%w: snapshot %s is on no node", errdefs.ErrFailedPrecondition, snap.ID)
+	}
+	if snap.Runtime != sb.Runtime {
+		return fmt.Errorf("%w: snapshot %s was taken on the %s runtime; the sandbox runs %s", errdefs.ErrFailedPrecondition, snap.ID, snap.Runtime, sb.Runtime)
+	}
+	sb.StartFrom, sb.Node = snap.ID, snap.Node
+	return nil
+}
+
+// snapshotOf returns snapshot id of sb, ready for use. Another sandbox's
+// snapshot is NotFound, like a missing one.
+func (s *Server) snapshotOf(ctx context.Context, sb *sandbox.Sandbox, id string) (store.Snapshot, error) {
+	notFound := fmt.Errorf("%w: snapshot %q of sandbox %s", errdefs.ErrNotFound, clip(id), sb.ID)
+	if !sandbox.ValidSnapshotID(id) {
+		return store.Snapshot{}, notFound
+	}
+	snap, err := s.store.GetSnapshot(ctx, sb.Tenant, id)
+	if errors.Is(err, errdefs.ErrNotFound) || err == nil && snap.SandboxID != sb.ID {
+		return store.Snapshot{}, notFound
+	}
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if snap.State != store.SnapshotReady {
+		return store.Snapshot{}, fmt.Errorf("%w: snapshot %s is %s, not ready", errdefs.ErrFailedPrecondition, id, snap.State)
+	}
+	return snap, nil
+}
+
+// runLifecycle applies op (and prepare, which may refuse) to the sandbox,
+// retrying on a concurrent update, then waits for it to settle.
+func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox.Op, prepare func(*sandbox.Sandbox) error) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	wait := s.rec.Watch(sb.ID)
+	defer wait.Stop()
+	for {
+		err = sb.Apply(op)
+		if err == nil && prepare != nil {
+			err = prepare(sb)
 		}
+		if err == nil {
+			err = s.store.UpdateSandbox(r.Context(), sb)
+		}
+		if !errors.Is(err, errdefs.ErrConflict) || errors.As(err, new(*sandbox.IllegalTransitionError)) {
+			break
+		}
+		if sb, err = s.sandboxFor(r); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.event(r.Context(), sb.ID, "state", fmt.Sprintf("%s requested", op))
+	s.rec.Enqueue(sb.ID)
+	sb, err = s.waitSettled(r.Context(), sb, wait)
+	switch {
+	case errors.Is(err, errStillWorking):
+		writeJSON(w, http.StatusAccepted, sb.API())
+	case err != nil:
+		s.writeError(w, r, err)
+	default:
 		writeJSON(w, http.StatusOK, sb.API())
 	}
+}
+
+// errStillWorking says a wait ended before the sandbox settled.
+var errStillWorking = errors.New("still working")
+
+// waitSettled waits until sb leaves its transitional state, for at most
+// lifecycleWait (then errStillWorking with the latest record).
+func (s *Server) waitSettled(ctx context.Context, sb *sandbox.Sandbox, wait *reconcile.Watch) (*sandbox.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, lifecycleWait)
+	defer cancel()
+	for sb.State.Transitional() {
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			return sb, errStillWorking
+		}
+		cur, err := s.store.GetSandboxByID(ctx, sb.ID)
+		if err != nil {
+			return sb, err
+		}
+		sb = cur
+	}
+	return sb, nil
 }

@@ -89,12 +89,17 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/sandboxes/{id}/files/watch", s.handleWatch)
 	authed("POST /v1/sandboxes/{id}/pause", s.handleLifecycle(sandbox.OpPause))
 	authed("POST /v1/sandboxes/{id}/resume", s.handleLifecycle(sandbox.OpResume))
-	for _, op := range []string{"hibernate", "restore", "stop", "start", "fork", "rollback"} {
+	authed("POST /v1/sandboxes/{id}/stop", s.handleLifecycle(sandbox.OpStop))
+	authed("POST /v1/sandboxes/{id}/start", s.handleStart)
+	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)
+	authed("POST /v1/sandboxes/{id}/fork", s.handleFork)
+	for _, op := range []string{"hibernate", "restore"} {
 		authed("POST /v1/sandboxes/{id}/"+op, s.handleNotYet(op))
 	}
 	authed("POST /v1/sandboxes/{id}/ports", s.handleNotYet("port expose (the gateway)"))
-	authed("GET /v1/sandboxes/{id}/snapshots", s.handleNotYet("snapshots"))
-	authed("POST /v1/sandboxes/{id}/snapshots", s.handleNotYet("snapshots"))
+	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
+	authed("POST /v1/sandboxes/{id}/snapshots", s.handleCreateSnapshot)
+	authed("GET /v1/sandboxes/{id}/events", s.handleEvents)
 
 	authed("GET /v1/templates", s.handleListTemplates)
 	admin("POST /v1/templates", s.handleBuildTemplate)

@@ -29,6 +29,7 @@ type Store interface {
 	Nodes
 	Idempotency
 	Events
+	Snapshots
 	// Close releases the backend's connections.
 	Close() error
 }
@@ -245,4 +246,85 @@ type Events interface {
 	AppendEvent(ctx context.Context, e Event) (Event, error)
 	// ListEvents returns a sandbox's events in order; none is an empty list.
 	ListEvents(ctx context.Context, sandboxID string) ([]Event, error)
+}
+
+// SnapshotKind is what a snapshot holds.
+type SnapshotKind string
+
+// Snapshot kinds.
+const (
+	// SnapshotDisk is the sandbox's filesystem, taken while it runs.
+	SnapshotDisk SnapshotKind = "disk"
+	// SnapshotFull is memory, device state and filesystem (vm only).
+	SnapshotFull SnapshotKind = "full"
+)
+
+// SnapshotState is where a snapshot is in its life.
+type SnapshotState string
+
+// Snapshot states. A snapshot is usable (rollback, fork, restore) only when
+// ready; creating ones are taken by the reconciler, deleting ones removed
+// from their node (and object storage) before the row goes.
+const (
+	SnapshotCreating SnapshotState = "creating"
+	SnapshotReady    SnapshotState = "ready"
+	SnapshotFailed   SnapshotState = "failed"
+	SnapshotDeleting SnapshotState = "deleting"
+)
+
+// Snapshot is the record of one snapshot of a sandbox.
+type Snapshot struct {
+	ID        string
+	SandboxID string
+	Tenant    string
+	Kind      SnapshotKind
+	// Tier says why it exists: "manual" (asked for), "stop", "fork",
+	// "hibernate", or a schedule tier ("10m", "1h", "24h").
+	Tier  string
+	State SnapshotState
+	// Reason says why it failed.
+	Reason string
+	// Node holds the snapshot's files; empty once they live only in object
+	// storage.
+	Node string
+	// Runtime, Template, CPUs and MemoryMiB are those of the sandbox when
+	// it was taken; a full snapshot restores only at the same size.
+	Runtime   string
+	Template  string
+	CPUs      int
+	MemoryMiB int
+	// Generation is the sandbox execution it was taken from.
+	Generation uint64
+	// SizeBytes is what its files hold, once ready.
+	SizeBytes int64
+	// Artifacts describes the snapshot's objects in object storage, as JSON
+	// the lifecycle code owns (empty while node-local only).
+	Artifacts string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// SnapshotFilter selects snapshots in ListSnapshots. Empty fields match all.
+type SnapshotFilter struct {
+	SandboxID string
+	Tenant    string
+	State     SnapshotState
+}
+
+// Snapshots stores snapshot records. Unlike sandboxes they have no version:
+// the reconciler is their only writer after creation.
+type Snapshots interface {
+	// CreateSnapshot stores a new snapshot; a duplicate id is ErrConflict.
+	CreateSnapshot(ctx context.Context, s Snapshot) error
+	// GetSnapshot returns a snapshot or ErrNotFound. With tenant non-empty a
+	// snapshot of another tenant is ErrNotFound.
+	GetSnapshot(ctx context.Context, tenant, id string) (Snapshot, error)
+	// ListSnapshots returns the snapshots matching f, oldest first (by
+	// CreatedAt, then id).
+	ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
+	// UpdateSnapshot overwrites state, reason, node, size and artifacts of an
+	// existing snapshot and sets UpdatedAt; a missing one is ErrNotFound.
+	UpdateSnapshot(ctx context.Context, s Snapshot) error
+	// DeleteSnapshot removes the row; a missing one is ErrNotFound.
+	DeleteSnapshot(ctx context.Context, id string) error
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // Layout is the directory structure every driver uses under its root:
-// templates/<name>, volumes/<id>, and tmp/ for work in progress (same
+// templates/<name>, volumes/<id>, snapshots/<snap>, and tmp/ for work in progress (same
 // filesystem, so a finished item is renamed into place atomically).
 type Layout struct {
 	// Root is the store's root directory.
@@ -18,7 +18,7 @@ type Layout struct {
 
 // Init creates the layout's directories.
 func (l Layout) Init() error {
-	for _, d := range []string{l.TemplatesDir(), l.VolumesDir(), l.TmpDir()} {
+	for _, d := range []string{l.TemplatesDir(), l.VolumesDir(), l.SnapshotsDir(), l.TmpDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("volume: create %s: %w", d, err)
 		}
@@ -33,6 +33,17 @@ func (l Layout) TemplatesDir() string { return filepath.Join(l.Root, "templates"
 
 // VolumesDir holds the volumes.
 func (l Layout) VolumesDir() string { return filepath.Join(l.Root, "volumes") }
+
+// SnapshotsDir holds the volumes' snapshots.
+func (l Layout) SnapshotsDir() string { return filepath.Join(l.Root, "snapshots") }
+
+// Snapshot is the path of snapshot name (validated).
+func (l Layout) Snapshot(name string) (string, error) {
+	if err := ValidName(name); err != nil {
+		return "", err
+	}
+	return filepath.Join(l.SnapshotsDir(), name), nil
+}
 
 // TmpDir holds work in progress.
 func (l Layout) TmpDir() string { return filepath.Join(l.Root, "tmp") }

@@ -2,6 +2,10 @@
 // filled once, then sealed read-only) and volumes (a sandbox execution's
 // writable root, a copy-on-write clone of a template).
 //
+// A volume can be snapshotted (a read-only point-in-time copy that outlives it)
+// and a snapshot cloned into a new volume: that is how a sandbox's disk
+// survives a stop, a rollback or a fork on the node.
+//
 // Implementations: volume/btrfs (subvolumes and snapshots: a clone is O(1)),
 // volume/copy (plain directories and cp --reflink=auto: the slower fallback for
 // hosts without btrfs). volume/localvol picks one for a data directory;
@@ -38,6 +42,18 @@ type Driver interface {
 	Clone(ctx context.Context, template, id string) (string, error)
 	// Delete removes volume id; a missing volume is not an error.
 	Delete(ctx context.Context, id string) error
+	// Snapshot makes snap, a read-only point-in-time copy of volume id, and
+	// returns its path. A missing volume gives NotFound, an existing snap
+	// Conflict. The snapshot outlives the volume.
+	Snapshot(ctx context.Context, id, snap string) (string, error)
+	// CloneSnapshot makes volume id, a writable copy of snapshot snap, and
+	// returns its path. The snapshot is left as it was, so it can be cloned
+	// again (rollback to the same point twice).
+	CloneSnapshot(ctx context.Context, snap, id string) (string, error)
+	// DeleteSnapshot removes snapshot snap; a missing one is not an error.
+	DeleteSnapshot(ctx context.Context, snap string) error
+	// Snapshots lists the snapshots, sorted.
+	Snapshots(ctx context.Context) ([]string, error)
 	// Usage reports the capacity of the storage backing the driver.
 	Usage(ctx context.Context) (Usage, error)
 }

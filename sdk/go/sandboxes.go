@@ -212,3 +212,16 @@ func (p *poller) wait(ctx context.Context) error {
 		return nil
 	}
 }
+
+// ListEvents returns a sandbox's history, oldest first.
+func (c *Client) ListEvents(ctx context.Context, id string) ([]sandboxv1.Event, error) {
+	p, err := sandboxPath(id, "/events")
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	var list sandboxv1.EventList
+	if err := c.call(ctx, request{method: http.MethodGet, path: p}, nil, &list, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list events of sandbox %s: %w", id, err)
+	}
+	return list.Events, nil
+}

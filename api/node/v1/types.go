@@ -25,6 +25,9 @@ type StartExecution struct {
 	CPUs         int               `json:"cpus"`
 	MemoryMiB    int               `json:"memory_mib"`
 	Env          map[string]string `json:"env,omitempty"`
+	// Snapshot, when set, starts the execution from this snapshot on the
+	// node instead of the template (stop/start, rollback, fork, restore).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // ExecState is a node's observation of an execution.
@@ -77,4 +80,32 @@ type TemplateList struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// TakeSnapshot is the body of POST /node/v1/executions/{exec}/snapshots.
+type TakeSnapshot struct {
+	SnapshotID string `json:"snapshot_id"`
+	// Kind is "disk" (filesystem, taken while the sandbox runs) or "full"
+	// (memory, devices and disk; vm only).
+	Kind string `json:"kind"`
+	// LeavePaused keeps the execution paused after a full snapshot.
+	LeavePaused bool `json:"leave_paused,omitempty"`
+}
+
+// Snapshot is a snapshot held by a node.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"`
+	Runtime   string    `json:"runtime"`
+	SandboxID string    `json:"sandbox_id"`
+	Template  string    `json:"template"`
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
+	MemoryMiB int       `json:"memory_mib,omitempty"`
+	CPUs      int       `json:"cpus,omitempty"`
+}
+
+// SnapshotList is the body of GET /node/v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
 }

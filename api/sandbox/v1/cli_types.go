@@ -57,3 +57,16 @@ type ServicePort struct {
 	Protocol string `json:"protocol"`
 	URL      string `json:"url"`
 }
+
+// Event is one entry of a sandbox's history.
+type Event struct {
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"` // "state", "scheduled", "snapshot", "failed", ...
+	Message string    `json:"message"`
+}
+
+// EventList is the body of GET /v1/sandboxes/{id}/events.
+type EventList struct {
+	Events []Event `json:"events"`
+}

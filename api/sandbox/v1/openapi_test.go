@@ -45,7 +45,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"POST /v1/sandboxes/{id}/hibernate", "POST /v1/sandboxes/{id}/restore",
 		"POST /v1/sandboxes/{id}/stop", "POST /v1/sandboxes/{id}/start",
 		"POST /v1/sandboxes/{id}/fork", "POST /v1/sandboxes/{id}/rollback",
-		"GET /v1/sandboxes/{id}/snapshots", "POST /v1/sandboxes/{id}/snapshots",
+		"GET /v1/sandboxes/{id}/snapshots", "POST /v1/sandboxes/{id}/snapshots", "GET /v1/sandboxes/{id}/events",
 		"POST /v1/sandboxes/{id}/ports",
 		"POST /v1/sandboxes/{id}/exec", "GET /v1/sandboxes/{id}/exec",
 		"GET /v1/sandboxes/{id}/files", "PUT /v1/sandboxes/{id}/files", "DELETE /v1/sandboxes/{id}/files",
@@ -131,6 +131,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Snapshot": Snapshot{}, "SnapshotList": SnapshotList{}, "CreateSnapshotRequest": CreateSnapshotRequest{},
 		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{},
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{},
+		"Event": Event{}, "EventList": EventList{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

@@ -94,7 +94,8 @@ func TestUpgradeFromV1(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetSandbox from v1 data: %v", err)
 	}
-	if sb.Generation != 3 || sb.Version != 7 || sb.Env["A"] != "1" || sb.State != sandbox.StateRunning || sb.Node != "node-1" {
+	if sb.Generation != 3 || sb.Version != 7 || sb.Env["A"] != "1" || sb.State != sandbox.StateRunning ||
+		sb.Node != "node-1" || sb.StartFrom != "" {
 		t.Errorf("v1 sandbox read as %+v", sb)
 	}
 	k, err := s.GetAPIKey(t.Context(), "k-bbbbbbbbbbbbbbbb")
@@ -105,9 +106,24 @@ func TestUpgradeFromV1(t *testing.T) {
 	if err != nil || string(rec.Body) != "{}" {
 		t.Errorf("v1 idempotency record read as %+v, %v", rec, err)
 	}
-	// The upgraded database takes writes.
+	// The upgraded database takes writes, to old tables and new ones.
+	sb.StartFrom = "sn-1"
 	if err := s.UpdateSandbox(t.Context(), sb); err != nil {
 		t.Errorf("UpdateSandbox on upgraded database: %v", err)
+	}
+	got, err := s.GetSandboxByID(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatalf("GetSandboxByID on upgraded database: %v", err)
+	}
+	if got.StartFrom != "sn-1" {
+		t.Errorf("StartFrom on upgraded database = %q, want sn-1", got.StartFrom)
+	}
+	sn := store.Snapshot{ID: "sn-1", SandboxID: sb.ID, Tenant: sb.Tenant, Kind: store.SnapshotDisk, State: store.SnapshotReady}
+	if err := s.CreateSnapshot(t.Context(), sn); err != nil {
+		t.Errorf("CreateSnapshot on upgraded database: %v", err)
+	}
+	if list, err := s.ListSnapshots(t.Context(), store.SnapshotFilter{SandboxID: sb.ID}); err != nil || len(list) != 1 {
+		t.Errorf("ListSnapshots on upgraded database = %d, %v; want 1", len(list), err)
 	}
 }
 

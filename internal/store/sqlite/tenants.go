@@ -73,7 +73,8 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 }
 
 // DeleteTenant implements store.Tenants. Keys and idempotency records go with
-// the tenant (ON DELETE CASCADE); sandboxes must be deleted first.
+// the tenant (ON DELETE CASCADE); sandboxes and snapshots must be deleted
+// first (ErrConflict).
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		busy, err := exists(ctx, tx, `SELECT 1 FROM sandboxes WHERE tenant_id = ? LIMIT 1`, id)
@@ -82,6 +83,15 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		}
 		if busy {
 			return fmt.Errorf("tenant %s: still has sandboxes; delete them first: %w", id, errdefs.ErrConflict)
+		}
+		// Snapshot rows outlive their sandbox, and their files must be removed
+		// before the row goes; a tenant with rows left would orphan them.
+		busy, err = exists(ctx, tx, `SELECT 1 FROM snapshots WHERE tenant_id = ? LIMIT 1`, id)
+		if err != nil {
+			return fmt.Errorf("tenant %s: delete: %w", id, err)
+		}
+		if busy {
+			return fmt.Errorf("tenant %s: still has snapshots; delete them first: %w", id, errdefs.ErrConflict)
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM tenants WHERE id = ?`, id)
 		if err != nil {

@@ -22,6 +22,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 		Metadata: map[string]string{"owner": "ünïcode"},
 	}, at(1))
 	sb.ExpiresAt = at(30)
+	sb.StartFrom = "sn-fork-source"
 	must(t, "CreateSandbox", s.CreateSandbox(ctx(t), sb))
 	got, err := s.GetSandbox(ctx(t), tn.ID, sb.ID)
 	must(t, "GetSandbox", err)
@@ -36,6 +37,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	must(t, "Fail", sb.Fail("guest exited with status 137"))
 	sb.Generation = 1 << 40
 	sb.ExecID, sb.ActivationID = sandbox.NewExecID(sb.ID, sb.Generation), sandbox.NewActivationID()
+	sb.StartFrom = "sn-rollback-target"
 	must(t, "UpdateSandbox", s.UpdateSandbox(ctx(t), sb))
 	if sb.Version != 2 {
 		t.Fatalf("Version after one update = %d, want 2", sb.Version)
@@ -44,14 +46,16 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	must(t, "GetSandboxByID", err)
 	checkSandbox(t, "after update", got, sb)
 
-	// Clearing the expiry stores "no timeout".
-	sb.ExpiresAt = time.Time{}
-	must(t, "UpdateSandbox clear expiry", s.UpdateSandbox(ctx(t), sb))
+	// Clearing the expiry stores "no timeout"; clearing StartFrom starts
+	// from the template.
+	sb.ExpiresAt, sb.StartFrom = time.Time{}, ""
+	must(t, "UpdateSandbox clear expiry and start point", s.UpdateSandbox(ctx(t), sb))
 	got, err = s.GetSandboxByID(ctx(t), sb.ID)
 	must(t, "GetSandboxByID", err)
 	if !got.ExpiresAt.IsZero() {
 		t.Errorf("ExpiresAt = %v after clearing, want zero", got.ExpiresAt)
 	}
+	checkSandbox(t, "after clearing", got, sb)
 }
 
 func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
@@ -61,6 +65,7 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 		CPUs, MemoryMiB, DiskMiB                int
 		Desired, State                          sandbox.State
 		Reason, Node, ExecID, ActivationID      string
+		StartFrom                               string
 		Generation                              uint64
 		Version                                 int64
 		CreatedAt, ExpiresAt, UpdatedAtUnixNano int64
@@ -68,7 +73,7 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 	}
 	flat := func(sb *sandbox.Sandbox) scalar {
 		sc := scalar{sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB,
-			sb.Desired, sb.State, sb.Reason, sb.Node, sb.ExecID, sb.ActivationID, sb.Generation, sb.Version,
+			sb.Desired, sb.State, sb.Reason, sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, sb.Generation, sb.Version,
 			sb.CreatedAt.UnixNano(), 0, sb.UpdatedAt.UnixNano(), !sb.ExpiresAt.IsZero()}
 		if sc.ExpiresSet {
 			sc.ExpiresAt = sb.ExpiresAt.UnixNano()

@@ -38,6 +38,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Nodes", testNodes},
 		{"Idempotency", testIdempotency},
 		{"Events", testEvents},
+		{"Snapshots", testSnapshots},
+		{"SnapshotInvalid", testSnapshotInvalid},
+		{"SnapshotRoundTrip", testSnapshotRoundTrip},
+		{"SnapshotTenantIsolation", testSnapshotTenantIsolation},
+		{"SnapshotsOutliveSandbox", testSnapshotsOutliveSandbox},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -254,3 +254,89 @@ func output(ctx context.Context, args ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// Snapshot makes snapshots/<snap>, a read-only snapshot of volumes/<id>.
+func (d *Driver) Snapshot(ctx context.Context, id, snap string) (string, error) {
+	src, err := d.layout.Volume(id)
+	if err != nil {
+		return "", err
+	}
+	dst, err := d.layout.Snapshot(snap)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("volume %s: %w", id, errdefs.ErrNotFound)
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return "", fmt.Errorf("snapshot %s: %w: already exists", snap, errdefs.ErrConflict)
+	}
+	if err := run(ctx, "subvolume", "snapshot", "-r", src, dst); err != nil {
+		if _, serr := os.Lstat(dst); serr == nil {
+			return "", fmt.Errorf("snapshot %s: %w: already exists", snap, errdefs.ErrConflict)
+		}
+		return "", fmt.Errorf("snapshot %s of volume %s: %w", snap, id, err)
+	}
+	return dst, nil
+}
+
+// CloneSnapshot makes volumes/<id>, a writable snapshot of snapshots/<snap>.
+func (d *Driver) CloneSnapshot(ctx context.Context, snap, id string) (string, error) {
+	src, err := d.layout.Snapshot(snap)
+	if err != nil {
+		return "", err
+	}
+	dst, err := d.layout.Volume(id)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("snapshot %s: %w", snap, errdefs.ErrNotFound)
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
+	}
+	if err := run(ctx, "subvolume", "snapshot", src, dst); err != nil {
+		if _, serr := os.Lstat(dst); serr == nil {
+			return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
+		}
+		return "", fmt.Errorf("volume %s from snapshot %s: %w", id, snap, err)
+	}
+	return dst, nil
+}
+
+// DeleteSnapshot deletes snapshots/<snap>.
+func (d *Driver) DeleteSnapshot(ctx context.Context, snap string) error {
+	p, err := d.layout.Snapshot(snap)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	// A read-only subvolume holding nested subvolumes cannot have them
+	// removed; make it writable first (snapshots never nest in practice).
+	_ = run(ctx, "property", "set", "-ts", p, "ro", "false")
+	return deleteSubvolume(ctx, p)
+}
+
+// Snapshots lists snapshots/.
+func (d *Driver) Snapshots(ctx context.Context) ([]string, error) {
+	return listNames(d.layout.SnapshotsDir())
+}
+
+// listNames lists the validly named directories in dir, sorted.
+func listNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && volume.ValidName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

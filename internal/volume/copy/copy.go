@@ -196,3 +196,93 @@ func isDir(p string) error {
 	}
 	return nil
 }
+
+// Snapshot copies volumes/<id> into snapshots/<snap>. Read-only is by
+// convention here: nothing but CloneSnapshot and DeleteSnapshot touches it.
+func (d *Driver) Snapshot(ctx context.Context, id, snap string) (string, error) {
+	src, err := d.layout.Volume(id)
+	if err != nil {
+		return "", err
+	}
+	dst, err := d.layout.Snapshot(snap)
+	if err != nil {
+		return "", err
+	}
+	if err := isDir(src); err != nil {
+		return "", fmt.Errorf("volume %s: %w", id, err)
+	}
+	if err := d.copyTree(ctx, src, dst); err != nil {
+		return "", fmt.Errorf("snapshot %s of volume %s: %w", snap, id, err)
+	}
+	return dst, nil
+}
+
+// CloneSnapshot copies snapshots/<snap> into volumes/<id>.
+func (d *Driver) CloneSnapshot(ctx context.Context, snap, id string) (string, error) {
+	src, err := d.layout.Snapshot(snap)
+	if err != nil {
+		return "", err
+	}
+	dst, err := d.layout.Volume(id)
+	if err != nil {
+		return "", err
+	}
+	if err := isDir(src); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w", snap, err)
+	}
+	if err := d.copyTree(ctx, src, dst); err != nil {
+		return "", fmt.Errorf("volume %s from snapshot %s: %w", id, snap, err)
+	}
+	return dst, nil
+}
+
+// DeleteSnapshot removes snapshots/<snap>.
+func (d *Driver) DeleteSnapshot(ctx context.Context, snap string) error {
+	p, err := d.layout.Snapshot(snap)
+	if err != nil {
+		return err
+	}
+	return removeTree(d.layout, p)
+}
+
+// Snapshots lists snapshots/.
+func (d *Driver) Snapshots(ctx context.Context) ([]string, error) {
+	entries, err := os.ReadDir(d.layout.SnapshotsDir())
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && volume.ValidName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// copyTree copies src into dst, which must not exist, through a temporary
+// directory renamed into place (a crash leaves no half copy under dst).
+func (d *Driver) copyTree(ctx context.Context, src, dst string) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("%w: %s already exists", errdefs.ErrConflict, filepath.Base(dst))
+	}
+	tmp, err := os.MkdirTemp(d.layout.TmpDir(), filepath.Base(dst)+"-")
+	if err != nil {
+		return err
+	}
+	// -a implies -P: symbolic links are copied as links, never followed.
+	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src+"/.", tmp+"/").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("copy: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+		os.RemoveAll(tmp)
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%w: %s already exists", errdefs.ErrConflict, filepath.Base(dst))
+		}
+		return err
+	}
+	return nil
+}

@@ -30,6 +30,8 @@ func Run(t *testing.T, newDriver func(t *testing.T) volume.Driver) {
 		{"ConcurrentClones", testConcurrentClones},
 		{"DeleteIdempotent", testDeleteIdempotent},
 		{"Usage", testUsage},
+		{"Snapshots", testSnapshots},
+		{"SnapshotErrors", testSnapshotErrors},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newDriver(t)) })
@@ -253,4 +255,89 @@ func testUsage(t *testing.T, d volume.Driver) {
 	if u.TotalBytes == 0 || u.FreeBytes > u.TotalBytes {
 		t.Errorf("Usage = %+v", u)
 	}
+}
+
+// testSnapshots: a snapshot is a point-in-time copy that later writes to the
+// volume do not change, that outlives the volume, and that clones into
+// independent volumes as often as asked.
+func testSnapshots(t *testing.T, d volume.Driver) {
+	ctx := context.Background()
+	sealedTemplate(t, d, "base")
+	v, err := d.Clone(ctx, "base", "vol")
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(v, "state"), []byte("one"), 0o600))
+	must(t, os.Symlink("/etc/shadow", filepath.Join(v, "link")))
+	snap, err := d.Snapshot(ctx, "vol", "snap-1")
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(v, "state"), []byte("two"), 0o600))
+	must(t, os.RemoveAll(filepath.Join(v, "etc")))
+	if got, _ := os.ReadFile(filepath.Join(snap, "state")); string(got) != "one" {
+		t.Errorf("snapshot state = %q after writing the volume, want one", got)
+	}
+	must(t, d.Delete(ctx, "vol"))
+	for _, id := range []string{"back-1", "back-2"} {
+		c, err := d.CloneSnapshot(ctx, "snap-1", id)
+		if err != nil {
+			t.Fatalf("CloneSnapshot(%s): %v", id, err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(c, "state")); string(got) != "one" {
+			t.Errorf("%s: state = %q, want one", id, got)
+		}
+		if got, _ := os.ReadFile(filepath.Join(c, "etc", "hello")); string(got) != "hello" {
+			t.Errorf("%s: etc/hello = %q, want hello (the snapshot predates the rm)", id, got)
+		}
+		if target, err := os.Readlink(filepath.Join(c, "link")); err != nil || target != "/etc/shadow" {
+			t.Errorf("%s: link = %q, %v; want the link itself, not followed", id, target, err)
+		}
+		must(t, os.WriteFile(filepath.Join(c, "state"), []byte(id), 0o600))
+	}
+	if got, _ := os.ReadFile(filepath.Join(snap, "state")); string(got) != "one" {
+		t.Errorf("snapshot changed by writes to its clones: %q", got)
+	}
+	if got, err := d.Snapshots(ctx); err != nil || !slices.Equal(got, []string{"snap-1"}) {
+		t.Errorf("Snapshots = %v, %v; want [snap-1]", got, err)
+	}
+	must(t, d.DeleteSnapshot(ctx, "snap-1"))
+	must(t, d.DeleteSnapshot(ctx, "snap-1"))
+	if got, err := d.Snapshots(ctx); err != nil || len(got) != 0 {
+		t.Errorf("Snapshots after delete = %v, %v", got, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(snap)), "volumes", "back-1", "state")); string(got) != "back-1" {
+		t.Errorf("a clone did not outlive its snapshot: %q", got)
+	}
+	must(t, d.Delete(ctx, "back-1"))
+	must(t, d.Delete(ctx, "back-2"))
+}
+
+func testSnapshotErrors(t *testing.T, d volume.Driver) {
+	ctx := context.Background()
+	if _, err := d.Snapshot(ctx, "missing", "s"); !errdefs.IsNotFound(err) {
+		t.Errorf("Snapshot of a missing volume: %v, want NotFound", err)
+	}
+	if _, err := d.CloneSnapshot(ctx, "missing", "v"); !errdefs.IsNotFound(err) {
+		t.Errorf("CloneSnapshot of a missing snapshot: %v, want NotFound", err)
+	}
+	sealedTemplate(t, d, "base")
+	_, err := d.Clone(ctx, "base", "vol")
+	must(t, err)
+	_, err = d.Snapshot(ctx, "vol", "s")
+	must(t, err)
+	if _, err := d.Snapshot(ctx, "vol", "s"); !errdefs.IsConflict(err) {
+		t.Errorf("second Snapshot with one name: %v, want Conflict", err)
+	}
+	if _, err := d.CloneSnapshot(ctx, "s", "vol"); !errdefs.IsConflict(err) {
+		t.Errorf("CloneSnapshot onto an existing volume: %v, want Conflict", err)
+	}
+	for _, bad := range []string{"", "..", "../x", "a/b", ".hidden"} {
+		if _, err := d.Snapshot(ctx, "vol", bad); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("Snapshot name %q: %v, want InvalidArgument", bad, err)
+		}
+		if _, err := d.CloneSnapshot(ctx, bad, "v2"); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("CloneSnapshot name %q: %v, want InvalidArgument", bad, err)
+		}
+	}
+	must(t, d.DeleteSnapshot(ctx, "s"))
+	must(t, d.Delete(ctx, "vol"))
 }

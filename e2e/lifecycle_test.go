@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type snapshotJSON struct {
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	Kind    string `json:"kind"`
+	Tier    string `json:"tier"`
+	State   string `json:"state"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// TestSnapshotsRollbackForkStopStart: on the ns runtime, a disk snapshot
+// keeps the filesystem as it was; rollback undoes a destructive rm -rf with a
+// new execution; a fork is an independent sandbox; stop keeps the disk and
+// start boots from it; deleting the sandbox removes its snapshots.
+func TestSnapshotsRollbackForkStopStart(t *testing.T) {
+	lifecycleScenario(t, "ns")
+}
+
+// TestVMLifecycle runs the same scenario on the vm runtime, where a fork
+// starts from a full snapshot and continues the parent's processes.
+func TestVMLifecycle(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	lifecycleScenario(t, "vm")
+}
+
+func lifecycleScenario(t *testing.T, runtime string) {
+	dataDir := newDataDir(t)
+	in := startServer(t, dataDir)
+	defer in.stop()
+	sb := in.createWith("minimal", runtime)
+	deleted := false
+	defer func() {
+		if !deleted {
+			in.delete(sb.ID)
+		}
+	}()
+	in.exec(sb.ID, "sh", "-c", "mkdir -p /home/user/work && echo precious > /home/user/work/a && echo v1 > /home/user/work/version")
+
+	// A disk snapshot, through the CLI.
+	snapID, e, c := in.cli("", "snapshot", "create", sb.ID)
+	snapID = strings.TrimSpace(snapID)
+	if c != 0 || !strings.HasPrefix(snapID, "sn-") {
+		t.Fatalf("snapshot create: exit %d %q %s\n%s", c, snapID, e, in.logs())
+	}
+	out, e, c := in.cli("", "snapshot", "list", sb.ID)
+	if c != 0 || !strings.Contains(out, snapID) || !strings.Contains(out, "ready") || !strings.Contains(out, "disk") {
+		t.Errorf("snapshot list: exit %d %q %s", c, out, e)
+	}
+	if runtime == "ns" {
+		var bad snapshotJSON
+		if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]any{"kind": "full"}, &bad); code != http.StatusConflict || !strings.Contains(bad.Message, "memory") {
+			t.Errorf("full snapshot on ns: HTTP %d %+v, want 409 explaining the runtime cannot save memory", code, bad)
+		}
+	}
+	var bad snapshotJSON
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]any{"kind": "memory"}, &bad); code != http.StatusBadRequest {
+		t.Errorf("snapshot kind memory: HTTP %d %+v, want 400", code, bad)
+	}
+
+	// Destroy the work, then roll back.
+	in.exec(sb.ID, "sh", "-c", "rm -rf /home/user/work && echo after > /home/user/late")
+	if out, e, c := in.cli("", "sandbox", "rollback", sb.ID, "--snapshot", snapID); c != 0 {
+		t.Fatalf("rollback: exit %d %s %s\n%s", c, out, e, in.logs())
+	}
+	var got sandbox
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.State != "running" || got.Generation != sb.Generation+1 {
+		t.Errorf("after rollback: %+v, want running at generation %d", got, sb.Generation+1)
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/work/a"); strings.TrimSpace(res.Stdout) != "precious" {
+		t.Errorf("after rollback: work/a = %q (%s), want precious", res.Stdout, res.Stderr)
+	}
+	if res := in.exec(sb.ID, "sh", "-c", "test -e /home/user/late && echo present || echo absent"); strings.TrimSpace(res.Stdout) != "absent" {
+		t.Errorf("after rollback: a file written after the snapshot is %s", res.Stdout)
+	}
+	// Rollback to a snapshot that is not the sandbox's is 404, without one 400.
+	var eb snapshotJSON
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/rollback", map[string]any{"snapshot": "sn-doesnotexist0000"}, &eb); code != http.StatusNotFound {
+		t.Errorf("rollback to an unknown snapshot: HTTP %d %+v", code, eb)
+	}
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/rollback", map[string]any{}, &eb); code != http.StatusBadRequest {
+		t.Errorf("rollback without a snapshot: HTTP %d %+v", code, eb)
+	}
+
+	// A fork (of the current state) is independent of its parent.
+	in.exec(sb.ID, "sh", "-c", "echo v2 > /home/user/work/version")
+	forkID, e, c := in.cli("", "sandbox", "fork", sb.ID)
+	forkID = strings.TrimSpace(forkID)
+	if c != 0 || forkID == "" || forkID == sb.ID {
+		t.Fatalf("fork: exit %d %q %s\n%s", c, forkID, e, in.logs())
+	}
+	if res := in.exec(forkID, "cat", "/home/user/work/version"); strings.TrimSpace(res.Stdout) != "v2" {
+		t.Errorf("fork sees version %q, want v2 (the parent's state at the fork)", res.Stdout)
+	}
+	in.exec(forkID, "sh", "-c", "echo fork > /home/user/work/version")
+	if res := in.exec(sb.ID, "cat", "/home/user/work/version"); strings.TrimSpace(res.Stdout) != "v2" {
+		t.Errorf("parent sees %q after the fork wrote: not independent", res.Stdout)
+	}
+	if res := in.exec(forkID, "hostname"); strings.TrimSpace(res.Stdout) != forkID {
+		t.Errorf("fork hostname = %q, want its own id %s", res.Stdout, forkID)
+	}
+	in.delete(forkID)
+
+	// Stop keeps the disk; start boots a new execution from it.
+	if _, e, c := in.cli("", "sandbox", "stop", sb.ID); c != 0 {
+		t.Fatalf("stop: %d %s\n%s", c, e, in.logs())
+	}
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.State != "stopped" {
+		t.Fatalf("after stop: %+v", got)
+	}
+	var ee struct{ Code, Message string }
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"true"}}, &ee); code != http.StatusConflict {
+		t.Errorf("exec on a stopped sandbox: HTTP %d %+v, want 409", code, ee)
+	}
+	if _, e, c := in.cli("", "sandbox", "start", sb.ID); c != 0 {
+		t.Fatalf("start: %d %s\n%s", c, e, in.logs())
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/work/version"); strings.TrimSpace(res.Stdout) != "v2" {
+		t.Errorf("after stop/start: version = %q, want v2", res.Stdout)
+	}
+	if out, _, c := in.cli("", "sandbox", "events", sb.ID); c != 0 || !strings.Contains(out, "rollback requested") || !strings.Contains(out, "stopped; disk kept") {
+		t.Errorf("sandbox events: exit %d\n%s", c, out)
+	}
+
+	in.delete(sb.ID)
+	deleted = true
+	if left := listNodeSnapshots(t, dataDir); len(left) != 0 {
+		t.Errorf("snapshots left on the node after the sandbox was deleted: %v", left)
+	}
+}
+
+// listNodeSnapshots lists what the node keeps of snapshots: node-manager
+// snapshot directories and volume snapshots.
+func listNodeSnapshots(t *testing.T, dataDir string) []string {
+	t.Helper()
+	var out []string
+	for _, dir := range []string{"volumes/node-snapshots", "volumes/snapshots"} {
+		entries, err := os.ReadDir(filepath.Join(dataDir, dir))
+		if err != nil && !os.IsNotExist(err) {
+			t.Errorf("read %s: %v", dir, err)
+		}
+		for _, e := range entries {
+			out = append(out, dir+"/"+e.Name())
+		}
+	}
+	return out
+}

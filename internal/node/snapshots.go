@@ -1,0 +1,88 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
+)
+
+// Snapshot takes a snapshot of an execution. A disk snapshot of a running VM
+// freezes the guest's root filesystem for the moment of the copy (the VM
+// keeps running); a paused execution is copied as it is. Repeating a
+// snapshot that exists returns it.
+func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error) {
+	if err := privop.ValidExecID(execID); err != nil {
+		return nil, err
+	}
+	unlock := m.locks.lock(execID)
+	defer unlock()
+	rec, err := m.records.load(execID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
+	}
+	if req.Kind == privop.SnapshotDisk && rec.Runtime == "vm" && !rec.Paused {
+		bc, err := m.bridge(rec)
+		if err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if err := bc.post(ctx, "/bridge/v1/freeze"); err != nil {
+			return nil, fmt.Errorf("exec %s: disk snapshot: %w", execID, err)
+		}
+		defer func() {
+			if err := bc.post(context.WithoutCancel(ctx), "/bridge/v1/thaw"); err != nil {
+				m.log.Error("thaw after disk snapshot failed (the bridge thaws it within its limit)", "exec", execID, "err", err)
+			}
+			m.log.Debug("guest filesystem frozen", "exec", execID, "for", time.Since(t0))
+		}()
+	}
+	info, err := m.cfg.Privileged.Snapshot(ctx, privop.SnapshotArgs{
+		SnapshotID:  req.SnapshotID,
+		ExecID:      execID,
+		Runtime:     rec.Runtime,
+		Kind:        req.Kind,
+		SandboxID:   rec.SandboxID,
+		Template:    rec.Template,
+		LeavePaused: req.LeavePaused,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if req.Kind == privop.SnapshotFull && req.LeavePaused && !rec.Paused {
+		rec.Paused = true
+		if err := m.records.save(rec); err != nil {
+			return nil, err
+		}
+	}
+	out := snapshotOf(*info)
+	return &out, nil
+}
+
+// DeleteSnapshot removes a snapshot from the node; a missing one succeeds.
+func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
+	return m.cfg.Privileged.DeleteSnapshot(ctx, id)
+}
+
+// Snapshots lists the snapshots on the node.
+func (m *Manager) Snapshots(ctx context.Context) ([]nodev1.Snapshot, error) {
+	infos, err := m.cfg.Privileged.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]nodev1.Snapshot, 0, len(infos))
+	for _, info := range infos {
+		out = append(out, snapshotOf(info))
+	}
+	return out, nil
+}
+
+func snapshotOf(info privop.SnapshotInfo) nodev1.Snapshot {
+	return nodev1.Snapshot{
+		ID: info.ID, Kind: info.Kind, Runtime: info.Runtime, SandboxID: info.SandboxID, Template: info.Template,
+		CreatedAt: info.CreatedAt, SizeBytes: info.SizeBytes, MemoryMiB: info.MemoryMiB, CPUs: info.CPUs,
+	}
+}

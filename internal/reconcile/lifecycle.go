@@ -1,0 +1,187 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// pendingSnapshots takes the snapshots asked of sb (rows in state creating).
+// It returns a non-zero delay while one must wait for the sandbox to settle.
+func (r *Reconciler) pendingSnapshots(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	pending, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotCreating})
+	if err != nil {
+		return time.Second, err
+	}
+	for _, snap := range pending {
+		switch sb.State {
+		case sandbox.StateRunning, sandbox.StatePaused:
+			if err := r.takeSnapshot(ctx, sb, &snap, false); err != nil {
+				if errdefs.IsUnavailable(err) {
+					return time.Second, err
+				}
+				// takeSnapshot recorded the failure on the row.
+				continue
+			}
+		case sandbox.StateStopping, sandbox.StateHibernating:
+			// The lifecycle step takes its own snapshot (it is among
+			// these rows) and settles the rest after.
+			if snap.Tier != "stop" && snap.Tier != "hibernate" {
+				return 200 * time.Millisecond, nil
+			}
+		default:
+			if sb.State.Transitional() {
+				return 200 * time.Millisecond, nil
+			}
+			r.failSnapshot(ctx, &snap, fmt.Sprintf("the sandbox is %s: a snapshot needs a running or paused sandbox", sb.State))
+		}
+	}
+	return 0, nil
+}
+
+// takeSnapshot has sb's node take snap and records the outcome on its row.
+// A failure other than an unreachable node fails the row and is returned.
+func (r *Reconciler) takeSnapshot(ctx context.Context, sb *sandbox.Sandbox, snap *store.Snapshot, leavePaused bool) error {
+	api, err := r.node(sb.Node)
+	if err != nil {
+		return fmt.Errorf("%w: node %s: %v", errdefs.ErrUnavailable, sb.Node, err)
+	}
+	got, err := api.Snapshot(ctx, sb.ExecID, nodev1.TakeSnapshot{SnapshotID: snap.ID, Kind: string(snap.Kind), LeavePaused: leavePaused})
+	if err != nil {
+		if errdefs.IsUnavailable(err) || ctx.Err() != nil {
+			return err
+		}
+		r.failSnapshot(ctx, snap, err.Error())
+		return err
+	}
+	snap.State, snap.Reason, snap.Node, snap.SizeBytes = store.SnapshotReady, "", sb.Node, got.SizeBytes
+	if err := r.store.UpdateSnapshot(ctx, *snap); err != nil {
+		return fmt.Errorf("%w: snapshot %s: record: %v", errdefs.ErrUnavailable, snap.ID, err)
+	}
+	r.event(ctx, sb.ID, "snapshot", fmt.Sprintf("%s snapshot %s taken (%s, %d bytes)", snap.Kind, snap.ID, snap.Tier, got.SizeBytes))
+	return nil
+}
+
+func (r *Reconciler) failSnapshot(ctx context.Context, snap *store.Snapshot, reason string) {
+	snap.State, snap.Reason = store.SnapshotFailed, reason
+	if err := r.store.UpdateSnapshot(ctx, *snap); err != nil {
+		r.log.Warn("record failed snapshot", "snapshot", snap.ID, "err", err)
+	}
+	r.event(ctx, snap.SandboxID, "snapshot", fmt.Sprintf("snapshot %s failed: %s", snap.ID, reason))
+}
+
+// lifecycleSnapshot returns the row of the snapshot an operation takes of
+// sb's current generation, creating it (state creating) on the first pass.
+func (r *Reconciler) lifecycleSnapshot(ctx context.Context, sb *sandbox.Sandbox, op string, kind store.SnapshotKind) (store.Snapshot, error) {
+	id := sandbox.LifecycleSnapshotID(sb.ID, op, sb.Generation)
+	snap, err := r.store.GetSnapshot(ctx, "", id)
+	if err == nil || !errors.Is(err, errdefs.ErrNotFound) {
+		return snap, err
+	}
+	snap = store.Snapshot{
+		ID: id, SandboxID: sb.ID, Tenant: sb.Tenant, Kind: kind, Tier: op, State: store.SnapshotCreating,
+		Node: sb.Node, Runtime: sb.Runtime, Template: sb.Template, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB,
+		Generation: sb.Generation, CreatedAt: time.Now().UTC(),
+	}
+	if err := r.store.CreateSnapshot(ctx, snap); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		return snap, err
+	}
+	return r.store.GetSnapshot(ctx, "", id)
+}
+
+// stopSandbox keeps the sandbox's disk as a snapshot on its node, then
+// releases the execution: a later start boots a new execution from it.
+// Each step is idempotent, so a pass interrupted anywhere is re-driven.
+func (r *Reconciler) stopSandbox(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	snap, err := r.lifecycleSnapshot(ctx, sb, "stop", store.SnapshotDisk)
+	if err != nil {
+		return time.Second, err
+	}
+	if snap.State != store.SnapshotReady {
+		if err := r.takeSnapshot(ctx, sb, &snap, false); err != nil {
+			if errdefs.IsUnavailable(err) && time.Since(sb.UpdatedAt) < r.cfg.StartTimeout {
+				return time.Second, err
+			}
+			return r.failSandbox(ctx, sb, "stop: keep the disk: "+err.Error())
+		}
+	}
+	api, err := r.node(sb.Node)
+	if err != nil {
+		return time.Second, err
+	}
+	if err := api.Stop(ctx, sb.ExecID); err != nil {
+		return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
+	}
+	sb.StartFrom = snap.ID
+	sb.State = sandbox.Settled(sb.State)
+	after, err := r.update(ctx, sb)
+	if err == nil && after == 0 {
+		r.event(ctx, sb.ID, "state", fmt.Sprintf("stopped; disk kept as %s on %s", snap.ID, sb.Node))
+	}
+	return after, err
+}
+
+// stopPrevious stops every execution of sb on its node other than the
+// current one: the one a rollback or a recovery replaces.
+func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api NodeAPI) error {
+	r.mu.Lock()
+	var old []string
+	for id, ex := range r.observed[sb.Node].executions {
+		if ex.SandboxID == sb.ID && id != sb.ExecID {
+			old = append(old, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range old {
+		if err := api.Stop(ctx, id); err != nil {
+			return fmt.Errorf("sandbox %s: stop replaced execution %s: %w", sb.ID, id, err)
+		}
+		r.mu.Lock()
+		delete(r.observed[sb.Node].executions, id)
+		r.mu.Unlock()
+		r.event(ctx, sb.ID, "state", "replaced execution "+id+" stopped")
+	}
+	return nil
+}
+
+// failSandbox records that sb failed and why.
+func (r *Reconciler) failSandbox(ctx context.Context, sb *sandbox.Sandbox, reason string) (time.Duration, error) {
+	if err := sb.Fail(reason); err != nil {
+		return 0, err
+	}
+	r.event(ctx, sb.ID, "failed", reason)
+	after, err := r.update(ctx, sb)
+	if err == nil && after == 0 {
+		after = time.Millisecond // release what the node holds
+	}
+	return after, err
+}
+
+// deleteSnapshots removes every snapshot of sb from its node and the store.
+func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) error {
+	snaps, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID})
+	if err != nil {
+		return err
+	}
+	for _, snap := range snaps {
+		if snap.Node != "" {
+			api, err := r.node(snap.Node)
+			if err != nil {
+				return fmt.Errorf("snapshot %s: node %s: %w", snap.ID, snap.Node, err)
+			}
+			if err := api.DeleteSnapshot(ctx, snap.ID); err != nil {
+				return fmt.Errorf("snapshot %s: delete on %s: %w", snap.ID, snap.Node, err)
+			}
+		}
+		if err := r.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
