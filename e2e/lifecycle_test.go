@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 type snapshotJSON struct {
@@ -134,6 +136,50 @@ func lifecycleScenario(t *testing.T, runtime string) {
 	}
 	if out, _, c := in.cli("", "sandbox", "events", sb.ID); c != 0 || !strings.Contains(out, "rollback requested") || !strings.Contains(out, "stopped; disk kept") {
 		t.Errorf("sandbox events: exit %d\n%s", c, out)
+	}
+
+	// Crash recovery: the execution is killed; the sandbox comes back from
+	// its latest snapshot as a new execution. From a full snapshot (vm) the
+	// processes continue; from a disk snapshot (ns) the files are back.
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	kind := "disk"
+	if runtime == "vm" {
+		kind = "full"
+	}
+	in.exec(sb.ID, "sh", "-c", "echo kept > /home/user/kept; (i=0; while :; do i=$((i+1)); echo $i > /home/user/counter; sleep 0.2; done) >/dev/null 2>&1 &")
+	time.Sleep(time.Second)
+	var snap snapshotJSON
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]any{"kind": kind}, &snap); code != http.StatusCreated {
+		t.Fatalf("%s snapshot: HTTP %d %+v", kind, code, snap)
+	}
+	pid := sandboxPid(t, dataDir, sb.ID)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the sandbox's execution (pid %d): %v", pid, err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var cur sandbox
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &cur)
+		if cur.State == "running" && cur.Generation == got.Generation+1 {
+			break
+		}
+		if cur.State == "failed" || time.Now().After(deadline) {
+			t.Fatalf("after the execution was killed: %+v, want running at generation %d\n%s", cur, got.Generation+1, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/kept"); strings.TrimSpace(res.Stdout) != "kept" {
+		t.Errorf("after recovery: kept = %q", res.Stdout)
+	}
+	if runtime == "vm" {
+		first := in.exec(sb.ID, "cat", "/home/user/counter").Stdout
+		time.Sleep(time.Second)
+		if again := in.exec(sb.ID, "cat", "/home/user/counter").Stdout; again == first {
+			t.Errorf("after recovery from a full snapshot the counter stays at %q: the process did not come back", first)
+		}
+	}
+	if out, _, _ := in.cli("", "sandbox", "events", sb.ID); !strings.Contains(out, "recovering") {
+		t.Errorf("no recovering event:\n%s", out)
 	}
 
 	in.delete(sb.ID)

@@ -185,3 +185,63 @@ func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) e
 	}
 	return nil
 }
+
+// recoveryBackoff is how long an execution started from a snapshot must live
+// before its death is recovered from the same snapshot again.
+const recoveryBackoff = time.Minute
+
+// recoverSandbox brings back a running sandbox whose execution died, from its
+// latest snapshot on its node: a full snapshot (memory too) when there is
+// one, else the newest disk snapshot, booted. ok is false when there is
+// nothing to recover from, or recovery was already tried for this
+// generation's failure (the caller then fails the sandbox).
+func (r *Reconciler) recoverSandbox(ctx context.Context, sb *sandbox.Sandbox, reason string) (after time.Duration, err error, ok bool) {
+	if r.cfg.NoRecovery {
+		return 0, nil, false
+	}
+	snap, found, err := r.latestSnapshot(ctx, sb)
+	if err != nil {
+		return time.Second, err, true
+	}
+	if !found {
+		return 0, nil, false
+	}
+	if sb.StartFrom == snap.ID && time.Since(sb.UpdatedAt) < recoveryBackoff {
+		// The execution started from this very snapshot died at once:
+		// starting it again would loop.
+		return 0, nil, false
+	}
+	died := sb.ExecID
+	if err := sb.Apply(sandbox.OpRecover); err != nil {
+		return 0, nil, false
+	}
+	sb.StartFrom, sb.Node = snap.ID, snap.Node
+	r.event(ctx, sb.ID, "recovering", fmt.Sprintf("execution %s died (%s); recovering from %s snapshot %s taken %s",
+		died, reason, snap.Kind, snap.ID, snap.CreatedAt.Format(time.RFC3339)))
+	after, err = r.update(ctx, sb)
+	if err == nil && after == 0 {
+		after = time.Millisecond
+	}
+	return after, err, true
+}
+
+// latestSnapshot returns the snapshot a recovery of sb starts from: the
+// newest ready full snapshot on its node, else the newest ready disk one.
+func (r *Reconciler) latestSnapshot(ctx context.Context, sb *sandbox.Sandbox) (store.Snapshot, bool, error) {
+	snaps, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotReady})
+	if err != nil {
+		return store.Snapshot{}, false, err
+	}
+	var best store.Snapshot
+	found := false
+	for _, s := range snaps { // oldest first: later ones win ties
+		if s.Node == "" || s.Runtime != sb.Runtime {
+			continue
+		}
+		if !found || s.Kind == store.SnapshotFull && best.Kind != store.SnapshotFull ||
+			s.Kind == best.Kind && !s.CreatedAt.Before(best.CreatedAt) {
+			best, found = s, true
+		}
+	}
+	return best, found, nil
+}

@@ -40,6 +40,9 @@ type Config struct {
 	// OrphanGrace is how long an execution without a sandbox may live on a
 	// node before it is stopped.
 	OrphanGrace time.Duration
+	// NoRecovery turns crash recovery off: a sandbox whose execution dies
+	// fails instead of coming back from its latest snapshot.
+	NoRecovery bool
 }
 
 // Reconciler is the control plane's reconciler.

@@ -108,6 +108,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		}
 		return 0, nil
 	}
+	if after, err, ok := r.recoverSandbox(ctx, sb, reason); ok {
+		return after, err
+	}
 	if err := sb.Fail(reason); err != nil {
 		return 0, err
 	}
