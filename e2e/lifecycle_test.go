@@ -182,8 +182,41 @@ func lifecycleScenario(t *testing.T, runtime string) {
 		t.Errorf("no recovering event:\n%s", out)
 	}
 
+	// Hibernate: the sandbox leaves its node for object storage (encrypted)
+	// and comes back with restore; from a full snapshot (vm) its processes
+	// continue.
+	in.exec(sb.ID, "sh", "-c", "echo 'marker-4c1d0a hibernated text' > /home/user/hib")
+	if out, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
+		t.Fatalf("hibernate: exit %d %s %s\n%s", c, out, e, in.logs())
+	}
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.State != "hibernated" || got.Node != "" {
+		t.Fatalf("after hibernate: %+v, want hibernated on no node", got)
+	}
+	if objs := objectFiles(t, filepath.Join(dataDir, "objects")); len(objs) == 0 {
+		t.Errorf("no objects in the object store after hibernate")
+	} else if leaked := filesContaining(objs, "marker-4c1d0a"); len(leaked) != 0 {
+		t.Errorf("plaintext of the sandbox in the object store: %v", leaked)
+	}
+	if out, e, c := in.cli("", "sandbox", "restore", sb.ID); c != 0 {
+		t.Fatalf("restore: exit %d %s %s\n%s", c, out, e, in.logs())
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/hib"); !strings.Contains(res.Stdout, "marker-4c1d0a") {
+		t.Errorf("after restore: hib = %q %s", res.Stdout, res.Stderr)
+	}
+	if runtime == "vm" {
+		first := in.exec(sb.ID, "cat", "/home/user/counter").Stdout
+		time.Sleep(time.Second)
+		if again := in.exec(sb.ID, "cat", "/home/user/counter").Stdout; again == first {
+			t.Errorf("after hibernate and restore the counter stays at %q: the process did not come back", first)
+		}
+	}
+
 	in.delete(sb.ID)
 	deleted = true
+	if objs := objectFiles(t, filepath.Join(dataDir, "objects")); len(filesUnder(objs, "snapshots")) != 0 {
+		t.Errorf("snapshot objects left after the sandbox was deleted: %v", filesUnder(objs, "snapshots"))
+	}
 	if left := listNodeSnapshots(t, dataDir); len(left) != 0 {
 		t.Errorf("snapshots left on the node after the sandbox was deleted: %v", left)
 	}
@@ -200,7 +233,53 @@ func listNodeSnapshots(t *testing.T, dataDir string) []string {
 			t.Errorf("read %s: %v", dir, err)
 		}
 		for _, e := range entries {
-			out = append(out, dir+"/"+e.Name())
+			switch e.Name() {
+			case ".bases", ".boot":
+				// Caches shared by snapshots: template base streams and
+				// boot files.
+			case ".import":
+				staged, _ := os.ReadDir(filepath.Join(dataDir, dir, e.Name()))
+				for _, s := range staged {
+					out = append(out, dir+"/.import/"+s.Name())
+				}
+			default:
+				out = append(out, dir+"/"+e.Name())
+			}
+		}
+	}
+	return out
+}
+
+// objectFiles lists the files under an object store directory.
+func objectFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// filesContaining returns the files whose bytes contain s.
+func filesContaining(files []string, s string) []string {
+	var out []string
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), s) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// filesUnder returns the files with a path element named dir.
+func filesUnder(files []string, dir string) []string {
+	var out []string
+	for _, f := range files {
+		if strings.Contains(f, "/"+dir+"/") {
+			out = append(out, f)
 		}
 	}
 	return out

@@ -16,7 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
+	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/node"
+	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
 )
 
@@ -31,6 +33,8 @@ func runNode(args []string) int {
 	listen := fs.String("listen", "", "node-api address, unix:PATH or HOST:PORT (default unix:DATA/run/node.sock)")
 	advertise := fs.String("advertise", "", "address the control plane uses to reach this node (default: --listen)")
 	pmSocket := fs.String("node-manager", "", "node-manager socket (default DATA/run/node-manager.sock)")
+	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
+	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -57,9 +61,16 @@ func runNode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := newLogger()
+	objs, keys, err := serverOptions{dataDir: dir, objectStore: *objectStore, kmsDir: *kmsDir}.storage(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
+		return 1
+	}
+	defer objs.Close()
 	err = runNodeWith(ctx, nodeOptions{
 		dataDir: dir, nodeID: id, server: *serverURL, joinToken: *joinToken,
 		listen: *listen, advertise: *advertise, pm: privop.NewClient(*pmSocket),
+		objects: objs, kms: keys,
 	}, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
@@ -71,6 +82,8 @@ func runNode(args []string) int {
 type nodeOptions struct {
 	dataDir, nodeID, server, joinToken, listen, advertise string
 	pm                                                    *privop.Client
+	objects                                               objstore.Store
+	kms                                                   kms.KMS
 }
 
 func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
@@ -91,6 +104,7 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 		BridgeReadyTimeout: 20 * time.Second,
 		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
+		Objects: o.objects, KMS: o.kms,
 	}, log.With("component", "node"))
 	if err != nil {
 		return err

@@ -120,8 +120,9 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin s
 		BuildImage: func(ctx context.Context, dir, dest string) error {
 			return vmimage.RootImage{Dir: dir, Dest: dest}.Build(ctx)
 		},
-		TemplateDir: layout.Template,
-		SnapshotDir: filepath.Join(vols.Dir, "node-snapshots"),
+		TemplateDir:  layout.Template,
+		SnapshotDir:  filepath.Join(vols.Dir, "node-snapshots"),
+		SnapshotPath: layout.Snapshot,
 	}, log)
 	if err != nil {
 		return err

@@ -21,6 +21,10 @@ import (
 
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/cli"
+	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/kms/localkms"
+	"github.com/spacesandbox/space/internal/objstore"
+	_ "github.com/spacesandbox/space/internal/objstore/filestore" // file:// object stores
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/server"
@@ -43,6 +47,7 @@ func runServer(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
+	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS holding the tenants' keys (default DATA/kms)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,13 +61,10 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: --default-runtime %q: want vm, ns or auto\n", *runtime)
 		return 2
 	}
-	if *objectStore != "" && !strings.HasPrefix(*objectStore, "file://") {
-		fmt.Fprintf(os.Stderr, "space server: object store %q: only file:// is supported in this release\n", *objectStore)
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	opts := serverOptions{dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase}
+	opts := serverOptions{dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
+		objectStore: *objectStore, kmsDir: *kmsDir}
 	if err := serve(ctx, opts, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 1
@@ -77,6 +79,49 @@ type serverOptions struct {
 	database       string
 	defaultRuntime string
 	buildBase      bool
+	// objectStore is the object store URL and kmsDir the local KMS's
+	// directory; empty means DATA/objects and DATA/kms.
+	objectStore string
+	kmsDir      string
+}
+
+// storage opens the object store and the KMS of o.
+func (o serverOptions) storage(ctx context.Context) (objstore.Store, *localkms.KMS, error) {
+	url := o.objectStore
+	if url == "" {
+		url = "file://" + filepath.Join(o.dataDir, "objects")
+	}
+	objs, err := objstore.Open(ctx, url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("object store: %w", err)
+	}
+	dir := o.kmsDir
+	if dir == "" {
+		dir = filepath.Join(o.dataDir, "kms")
+	}
+	k, err := localkms.Open(dir)
+	if err != nil {
+		objs.Close()
+		return nil, nil, fmt.Errorf("kms: %w", err)
+	}
+	return objs, k, nil
+}
+
+// tenantKey returns the tenant's newest active key, creating one on first
+// use.
+func tenantKey(k *localkms.KMS) func(ctx context.Context, tenant string) (string, error) {
+	return func(ctx context.Context, tenant string) (string, error) {
+		keys, err := k.Keys(ctx, tenant)
+		if err != nil {
+			return "", err
+		}
+		for i := len(keys) - 1; i >= 0; i-- {
+			if keys[i].Active() {
+				return keys[i].ID, nil
+			}
+		}
+		return k.CreateKey(ctx, tenant)
+	}
 }
 
 func resolveDataDir(flagValue string) (string, error) {
@@ -132,13 +177,18 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	objs, keys, err := o.storage(ctx)
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
 	nodes := server.NewNodes()
-	rec := reconcile.New(reconcile.Config{}, st, func(id string) (reconcile.NodeAPI, error) {
+	rec := reconcile.New(reconcile.Config{Objects: objs, TenantKey: tenantKey(keys)}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
-		Signer: signer, Keys: capability.KeySetFor(1, signer),
+		Signer: signer, Keys: capability.KeySetFor(1, signer), KMS: keys,
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -154,7 +204,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}
 	apiURL := "http://" + addr
 	if o.dev {
-		g.Go(func() error { return runDevNode(ctx, o.dataDir, apiURL, joinToken, log) })
+		g.Go(func() error { return runDevNode(ctx, o.dataDir, apiURL, joinToken, objs, keys, log) })
 	}
 	if err := srv.EnsureTemplate(ctx, "minimal", builtinTemplates["minimal"]); err != nil {
 		return err
@@ -195,7 +245,7 @@ func secretFile(path string) (string, error) {
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
 // sandboxes it started do not), and the sandbox manager in this process.
-func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, log *slog.Logger) error {
+func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, log *slog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -231,7 +281,7 @@ func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, log *slo
 	}
 	return runNodeWith(ctx, nodeOptions{
 		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
-		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm,
+		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys,
 	}, log)
 }
 

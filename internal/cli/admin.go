@@ -21,6 +21,8 @@ func init() {
 		&command{path: "tenant create", args: "NAME [-o json]", summary: "create a tenant; prints its first API key (admin key)", run: tenantCreate},
 		&command{path: "tenant list", args: "[-o json]", summary: "list tenants (admin key)", run: tenantList},
 		&command{path: "tenant delete", args: "ID", summary: "delete a tenant (admin key)", run: tenantDelete},
+		&command{path: "tenant encryption-keys", args: "ID [-o json]", summary: "list a tenant's encryption keys, which wrap everything its sandboxes put in object storage (admin key)", run: tenantEncryptionKeys},
+		&command{path: "tenant revoke-encryption-key", args: "ID KEY", summary: "revoke a tenant's encryption key: its hibernated sandboxes and uploaded snapshots become unrestorable (admin key)", run: tenantRevokeEncryptionKey},
 		&command{path: "key create", args: "[--tenant T] [-o json]", summary: "create an API key; prints its secret", run: keyCreate},
 		&command{path: "key list", args: "[-o json]", summary: "list API keys", run: keyList},
 		&command{path: "key revoke", args: "ID", summary: "revoke an API key", run: keyRevoke},
@@ -291,4 +293,39 @@ func keyRevoke(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return e.c.RevokeKey(ctx, id)
+}
+
+func tenantEncryptionKeys(ctx context.Context, e *env, args []string) error {
+	id, out, err := oneArgOutput("tenant encryption-keys", "ID", args)
+	if err != nil {
+		return err
+	}
+	keys, err := e.c.ListEncryptionKeys(ctx, id)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, sandboxv1.EncryptionKeyList{Keys: nonNil(keys)})
+	}
+	rows := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		revoked := "-"
+		if k.RevokedAt != nil {
+			revoked = formatTime(*k.RevokedAt)
+		}
+		rows = append(rows, []string{k.ID, formatTime(k.CreatedAt), revoked})
+	}
+	return writeTable(e.stdout, []string{"ID", "CREATED", "REVOKED"}, rows)
+}
+
+func tenantRevokeEncryptionKey(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("tenant revoke-encryption-key")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "ID", "KEY"); err != nil {
+		return err
+	}
+	return e.c.RevokeEncryptionKey(ctx, pos[0], pos[1])
 }

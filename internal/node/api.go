@@ -78,6 +78,32 @@ func (m *Manager) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, nodev1.SnapshotList{Snapshots: snaps})
 	})
+	mux.HandleFunc("POST /node/v1/snapshots/{id}/upload", func(w http.ResponseWriter, r *http.Request) {
+		var req nodev1.UploadSnapshot
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		arts, err := m.Upload(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, arts)
+	})
+	mux.HandleFunc("POST /node/v1/snapshots/{id}/download", func(w http.ResponseWriter, r *http.Request) {
+		var req nodev1.DownloadSnapshot
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		snap, err := m.Download(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, snap)
+	})
 	mux.HandleFunc("DELETE /node/v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if err := m.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
 			writeError(w, err)

@@ -22,6 +22,8 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
 )
 
@@ -40,6 +42,11 @@ type Config struct {
 	MemoryMiB int
 	// BridgeReadyTimeout bounds the wait for a new execution's guest.
 	BridgeReadyTimeout time.Duration
+	// Objects is the object store hibernated snapshots go to, and KMS
+	// wraps their data keys; without them the node cannot hibernate or
+	// restore.
+	Objects objstore.Store
+	KMS     kms.KMS
 }
 
 // Manager runs sandbox executions on this node.

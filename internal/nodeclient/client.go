@@ -146,6 +146,18 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/node/v1/snapshots/"+url.PathEscape(id), nil, nil)
 }
 
+// Upload stores a snapshot's artifacts in object storage.
+func (c *Client) Upload(ctx context.Context, id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error) {
+	var out nodev1.Artifacts
+	return &out, c.do(ctx, http.MethodPost, "/node/v1/snapshots/"+url.PathEscape(id)+"/upload", req, &out)
+}
+
+// Download rebuilds a snapshot on the node from object storage.
+func (c *Client) Download(ctx context.Context, id string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error) {
+	var out nodev1.Snapshot
+	return &out, c.do(ctx, http.MethodPost, "/node/v1/snapshots/"+url.PathEscape(id)+"/download", req, &out)
+}
+
 // Snapshots lists the snapshots on the node.
 func (c *Client) Snapshots(ctx context.Context) ([]nodev1.Snapshot, error) {
 	var out nodev1.SnapshotList

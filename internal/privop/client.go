@@ -170,3 +170,50 @@ func (c *Client) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
 	}
 	return r.Snapshots, nil
 }
+
+// Export writes the artifacts of a node-local snapshot for upload and
+// describes them (see export.go).
+func (c *Client) Export(ctx context.Context, snapshotID string) (*Export, error) {
+	r, _, err := c.call(ctx, Request{Op: OpExport, Export: &ExportArgs{SnapshotID: snapshotID}})
+	if err != nil {
+		return nil, err
+	}
+	if r.Export == nil {
+		return nil, fmt.Errorf("node-manager export %s: empty answer", snapshotID)
+	}
+	return r.Export, nil
+}
+
+// OpenExportFile returns an exported artifact, read-only.
+func (c *Client) OpenExportFile(ctx context.Context, snapshotID, name string) (*os.File, error) {
+	return c.fileCall(ctx, Request{Op: OpOpenExport, Export: &ExportArgs{SnapshotID: snapshotID, Name: name}})
+}
+
+// CreateImportFile returns a staging file of an import, for writing.
+func (c *Client) CreateImportFile(ctx context.Context, snapshotID, name string) (*os.File, error) {
+	return c.fileCall(ctx, Request{Op: OpCreateImport, Export: &ExportArgs{SnapshotID: snapshotID, Name: name}})
+}
+
+// SealImport verifies the staged artifacts against e and rebuilds the
+// snapshot on the node.
+func (c *Client) SealImport(ctx context.Context, e *Export) (*SnapshotInfo, error) {
+	r, _, err := c.call(ctx, Request{Op: OpSealImport, Export: &ExportArgs{SnapshotID: e.Snapshot.ID, Export: e}})
+	if err != nil {
+		return nil, err
+	}
+	if r.Snapshot == nil {
+		return nil, fmt.Errorf("node-manager import %s: empty answer", e.Snapshot.ID)
+	}
+	return r.Snapshot, nil
+}
+
+func (c *Client) fileCall(ctx context.Context, req Request) (*os.File, error) {
+	_, f, err := c.call(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return nil, fmt.Errorf("node-manager %s: answer without a file", req.Op)
+	}
+	return f, nil
+}

@@ -149,7 +149,7 @@ func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
 	srv, err := NewServer(Config{
 		Socket: filepath.Join(dir, "nm.sock"), GuestBinary: guest, Storage: st,
 		SnapshotDir: filepath.Join(dir, "snapshots"),
-		Drivers: map[string]driver.Driver{"ns": drv},
+		Drivers:     map[string]driver.Driver{"ns": drv},
 		Build: func(ctx context.Context, source, dest string, _ io.Writer) error {
 			mu.Lock()
 			builds++

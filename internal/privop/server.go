@@ -61,6 +61,8 @@ type Config struct {
 	// same filesystem as the volumes and the vm state, so copies are
 	// reflinks.
 	SnapshotDir string
+	// SnapshotPath locates the volume snapshot of an ns snapshot.
+	SnapshotPath func(id string) (string, error)
 }
 
 // Server is a running node-manager.
@@ -218,6 +220,14 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 		err = s.deleteSnapshot(ctx, req.SnapshotID)
 	case OpListSnapshots:
 		resp.Snapshots, err = s.listSnapshots()
+	case OpExport:
+		resp.Export, err = s.exportSnapshot(ctx, req.Export)
+	case OpOpenExport:
+		file, err = s.openExportFile(req.Export)
+	case OpCreateImport:
+		file, err = s.createImportFile(req.Export)
+	case OpSealImport:
+		resp.Snapshot, err = s.sealImport(ctx, req.Export)
 	case OpAlive:
 		var alive bool
 		alive, err = s.alive(ctx, req.ExecID, req.Runtime)

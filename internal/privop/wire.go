@@ -43,6 +43,10 @@ const (
 	OpSnapshot       Op = "snapshot"
 	OpDeleteSnapshot Op = "delete_snapshot"
 	OpListSnapshots  Op = "list_snapshots"
+	OpExport         Op = "export_snapshot"
+	OpOpenExport     Op = "open_export_file"
+	OpCreateImport   Op = "create_import_file"
+	OpSealImport     Op = "seal_import"
 )
 
 // Request is one call to the node-manager. Only the field for Op is read.
@@ -51,6 +55,7 @@ type Request struct {
 	Template *TemplateArgs `json:"template,omitempty"`
 	Start    *StartArgs    `json:"start,omitempty"`
 	Snapshot *SnapshotArgs `json:"snapshot,omitempty"`
+	Export   *ExportArgs   `json:"export,omitempty"`
 	ExecID   string        `json:"exec_id,omitempty"`
 	// SnapshotID names the snapshot of OpDeleteSnapshot.
 	SnapshotID string `json:"snapshot_id,omitempty"`
@@ -93,6 +98,7 @@ type Response struct {
 	Template  *TemplateOK    `json:"template_ok,omitempty"`
 	Snapshot  *SnapshotInfo  `json:"snapshot,omitempty"`
 	Snapshots []SnapshotInfo `json:"snapshots,omitempty"`
+	Export    *Export        `json:"export,omitempty"`
 }
 
 // Hello describes the node-manager.

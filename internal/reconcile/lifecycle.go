@@ -179,6 +179,9 @@ func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) e
 				return fmt.Errorf("snapshot %s: delete on %s: %w", snap.ID, snap.Node, err)
 			}
 		}
+		if err := r.deleteObjects(ctx, snap); err != nil {
+			return err
+		}
 		if err := r.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}

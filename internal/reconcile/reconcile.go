@@ -15,6 +15,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -27,6 +28,8 @@ type NodeAPI interface {
 	Resume(ctx context.Context, execID string) error
 	Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) error
+	Upload(ctx context.Context, id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error)
+	Download(ctx context.Context, id string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error)
 }
 
 // Config tunes a reconciler.
@@ -43,6 +46,16 @@ type Config struct {
 	// NoRecovery turns crash recovery off: a sandbox whose execution dies
 	// fails instead of coming back from its latest snapshot.
 	NoRecovery bool
+	// Objects is the object store hibernated snapshots live in: the
+	// reconciler verifies what a node uploaded and deletes what a deleted
+	// sandbox left. Without it hibernate is refused.
+	Objects objstore.Store
+	// UploadRetry is how long a hibernation retries an object store that
+	// does not answer before it gives up (the sandbox stays paused).
+	UploadRetry time.Duration
+	// TenantKey returns the tenant's KMS key id for new artifacts (creating
+	// it on first use).
+	TenantKey func(ctx context.Context, tenant string) (string, error)
 }
 
 // Reconciler is the control plane's reconciler.
@@ -73,6 +86,9 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 5 * time.Minute
+	}
+	if cfg.UploadRetry == 0 {
+		cfg.UploadRetry = 20 * time.Second
 	}
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = 30 * time.Second
@@ -266,6 +282,8 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 		return r.pauseResume(ctx, sb)
 	case sandbox.StateStopping:
 		return r.stopSandbox(ctx, sb)
+	case sandbox.StateHibernating:
+		return r.hibernateSandbox(ctx, sb)
 	case sandbox.StateDeleting:
 		return r.deleteSandbox(ctx, sb)
 	case sandbox.StateFailed:

@@ -42,6 +42,11 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 			return time.Second, err
 		}
 	}
+	if sb.StartFrom != "" {
+		if after, err, ok := r.ensureLocal(ctx, sb, api); !ok {
+			return after, err
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	ex, err := api.Start(sctx, nodev1.StartExecution{
 		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
@@ -191,8 +196,8 @@ func (r *Reconciler) pauseResume(ctx context.Context, sb *sandbox.Sandbox) (time
 		} else {
 			sb.State, sb.Desired = sandbox.StatePaused, sandbox.StatePaused
 		}
-		sb.Reason = ""
-		r.event(ctx, sb.ID, "refused", op+": "+err.Error())
+		sb.Reason = op + " refused: " + err.Error()
+		r.event(ctx, sb.ID, "refused", sb.Reason)
 		return r.update(ctx, sb)
 	case time.Since(sb.UpdatedAt) > r.cfg.StartTimeout:
 		reason := op + ": " + err.Error()

@@ -105,9 +105,18 @@ func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox
 	wait := s.rec.Watch(sb.ID)
 	defer wait.Stop()
 	for {
+		from := sb.State
 		err = sb.Apply(op)
 		if err == nil && prepare != nil {
 			err = prepare(sb)
+		}
+		if err == nil && sandbox.StartsExecution(from, sb.State) && sb.Node == "" {
+			// A new execution that no snapshot pins to a node (a restore
+			// from object storage) goes where the scheduler says.
+			var why string
+			if sb.Node, why, err = s.place(r.Context(), sb); err == nil {
+				s.event(r.Context(), sb.ID, "scheduled", why)
+			}
 		}
 		if err == nil {
 			err = s.store.UpdateSandbox(r.Context(), sb)
@@ -123,6 +132,7 @@ func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox
 		s.writeError(w, r, err)
 		return
 	}
+	target := sandbox.Settled(sb.State)
 	s.event(r.Context(), sb.ID, "state", fmt.Sprintf("%s requested", op))
 	s.rec.Enqueue(sb.ID)
 	sb, err = s.waitSettled(r.Context(), sb, wait)
@@ -131,6 +141,10 @@ func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox
 		writeJSON(w, http.StatusAccepted, sb.API())
 	case err != nil:
 		s.writeError(w, r, err)
+	case sb.State != target:
+		// The operation was refused or failed on the way (a hibernate
+		// that could not upload, a restore whose key was revoked).
+		s.writeError(w, r, fmt.Errorf("%w: %s did not complete: the sandbox is %s: %s", errdefs.ErrFailedPrecondition, op, sb.State, sb.Reason))
 	default:
 		writeJSON(w, http.StatusOK, sb.API())
 	}

@@ -14,6 +14,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -37,6 +38,9 @@ type Config struct {
 	// execution that may serve it; Keys is the bundle nodes verify them with.
 	Signer *capability.Signer
 	Keys   *capability.KeySet
+	// KMS holds the tenants' encryption keys (listed and revoked through
+	// the admin API).
+	KMS *localkms.KMS
 }
 
 // Server serves the REST API.
@@ -93,9 +97,8 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/start", s.handleStart)
 	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)
 	authed("POST /v1/sandboxes/{id}/fork", s.handleFork)
-	for _, op := range []string{"hibernate", "restore"} {
-		authed("POST /v1/sandboxes/{id}/"+op, s.handleNotYet(op))
-	}
+	authed("POST /v1/sandboxes/{id}/hibernate", s.handleLifecycle(sandbox.OpHibernate))
+	authed("POST /v1/sandboxes/{id}/restore", s.handleLifecycle(sandbox.OpRestore))
 	authed("POST /v1/sandboxes/{id}/ports", s.handleNotYet("port expose (the gateway)"))
 	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	authed("POST /v1/sandboxes/{id}/snapshots", s.handleCreateSnapshot)
@@ -108,6 +111,8 @@ func (s *Server) Handler() http.Handler {
 	admin("GET /v1/tenants", s.handleListTenants)
 	admin("POST /v1/tenants", s.handleCreateTenant)
 	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
+	admin("GET /v1/tenants/{id}/encryption-keys", s.handleListEncryptionKeys)
+	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", s.handleRevokeEncryptionKey)
 	authed("GET /v1/keys", s.handleListKeys)
 	authed("POST /v1/keys", s.handleCreateKey)
 	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)

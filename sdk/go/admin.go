@@ -145,3 +145,33 @@ func (c *Client) RevokeKey(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// ListEncryptionKeys lists a tenant's encryption keys (admin key).
+func (c *Client) ListEncryptionKeys(ctx context.Context, tenant string) ([]sandboxv1.EncryptionKey, error) {
+	seg, err := pathSegment("tenant id", tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list encryption keys: %w", err)
+	}
+	var out sandboxv1.EncryptionKeyList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/tenants/" + seg + "/encryption-keys"}, nil, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list encryption keys of tenant %s: %w", tenant, err)
+	}
+	return out.Keys, nil
+}
+
+// RevokeEncryptionKey revokes a tenant's encryption key (admin key): what it
+// protects in object storage can no longer be decrypted.
+func (c *Client) RevokeEncryptionKey(ctx context.Context, tenant, key string) error {
+	seg, err := pathSegment("tenant id", tenant)
+	if err != nil {
+		return fmt.Errorf("revoke encryption key: %w", err)
+	}
+	kseg, err := pathSegment("key id", key)
+	if err != nil {
+		return fmt.Errorf("revoke encryption key: %w", err)
+	}
+	if err := c.call(ctx, request{method: http.MethodDelete, path: "/v1/tenants/" + seg + "/encryption-keys/" + kseg}, nil, nil, 0); err != nil {
+		return fmt.Errorf("revoke encryption key %s of tenant %s: %w", key, tenant, err)
+	}
+	return nil
+}

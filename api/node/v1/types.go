@@ -3,7 +3,10 @@
 // or a TCP address and checks the bearer token it was given at join.
 package nodev1
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Info is the body of GET /node/v1/info.
 type Info struct {
@@ -108,4 +111,54 @@ type Snapshot struct {
 // SnapshotList is the body of GET /node/v1/snapshots.
 type SnapshotList struct {
 	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// UploadSnapshot is the body of POST /node/v1/snapshots/{id}/upload: store
+// the snapshot's artifacts in object storage, each encrypted under a fresh
+// data key wrapped by the tenant's key.
+type UploadSnapshot struct {
+	Tenant string `json:"tenant"`
+	// Prefix is the object key prefix of the snapshot's own artifacts
+	// ("tenants/<tenant>/snapshots/<id>/").
+	Prefix string `json:"prefix"`
+	// SharedPrefix holds what the tenant's snapshots share (base streams,
+	// boot files), content-addressed ("tenants/<tenant>/shared/").
+	SharedPrefix string `json:"shared_prefix"`
+	// KeyID is the tenant's KMS key.
+	KeyID string `json:"key_id"`
+}
+
+// Object is one stored artifact.
+type Object struct {
+	// Name is the artifact's name in the snapshot's export.
+	Name string `json:"name"`
+	// Key is its object key; Size and Digest what the object store holds
+	// (the encrypted bytes), for verification.
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	Digest string `json:"digest"`
+	// AAD is the additional data the artifact is sealed with.
+	AAD string `json:"aad"`
+}
+
+// Artifacts is what an upload stored: everything any node needs to rebuild
+// the snapshot.
+type Artifacts struct {
+	// Export is the node-manager's description of the artifacts (opaque to
+	// the control plane, checked by the importing node-manager).
+	Export json.RawMessage `json:"export"`
+	// Objects lists every object, the shared ones included.
+	Objects []Object `json:"objects"`
+	// PlainBytes is the size of the artifacts before encryption and
+	// StoredBytes what was written (objects that were already stored, the
+	// shared ones, count as 0).
+	PlainBytes  int64 `json:"plain_bytes"`
+	StoredBytes int64 `json:"stored_bytes"`
+}
+
+// DownloadSnapshot is the body of POST /node/v1/snapshots/{id}/download:
+// rebuild the snapshot on this node from object storage.
+type DownloadSnapshot struct {
+	Tenant    string    `json:"tenant"`
+	Artifacts Artifacts `json:"artifacts"`
 }

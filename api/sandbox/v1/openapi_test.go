@@ -131,7 +131,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Snapshot": Snapshot{}, "SnapshotList": SnapshotList{}, "CreateSnapshotRequest": CreateSnapshotRequest{},
 		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{},
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{},
-		"Event": Event{}, "EventList": EventList{},
+		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

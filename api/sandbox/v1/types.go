@@ -227,3 +227,17 @@ type CreateKeyResponse struct {
 	Key    APIKey `json:"key"`
 	Secret string `json:"secret"`
 }
+
+// EncryptionKey is one of a tenant's keys in the KMS (BYOK): it wraps the data
+// keys of everything the tenant's sandboxes write to object storage.
+type EncryptionKey struct {
+	ID        string     `json:"id"`
+	Tenant    string     `json:"tenant"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// EncryptionKeyList is the body of GET /v1/tenants/{id}/encryption-keys.
+type EncryptionKeyList struct {
+	Keys []EncryptionKey `json:"keys"`
+}
