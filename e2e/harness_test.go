@@ -281,6 +281,7 @@ func (in *instance) cli(stdin string, args ...string) (string, string, int) {
 // sandbox is the part of the API's sandbox the tests read.
 type sandbox struct {
 	ID         string `json:"id"`
+	Tenant     string `json:"tenant"`
 	State      string `json:"state"`
 	Reason     string `json:"reason"`
 	Template   string `json:"template"`

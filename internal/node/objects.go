@@ -93,7 +93,9 @@ func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.Uplo
 func (m *Manager) uploadArtifact(ctx context.Context, snapshotID string, exp *privop.Export, f privop.ArtifactFile, req nodev1.UploadSnapshot) (nodev1.Object, int64, error) {
 	key, scope := req.Prefix+f.Name, snapshotID
 	if suffix, ok := sharedArtifact(exp, f.Name); ok {
-		key, scope = req.SharedPrefix+suffix, "shared"
+		// Shared objects are sealed under one tenant key: a new key
+		// (after a revocation) gets objects of its own.
+		key, scope = req.SharedPrefix+strings.ToLower(req.KeyID)+"/"+suffix, "shared"
 	}
 	obj := nodev1.Object{Name: f.Name, Key: key, AAD: artifactAAD(req.Tenant, scope, f.Name)}
 	if scope == "shared" {

@@ -150,6 +150,13 @@ func (r *Reconciler) ensureLocal(ctx context.Context, sb *sandbox.Sandbox, api N
 		return after, err, false
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	// The node needs the sandbox's template too: later snapshots there are
+	// deltas against it.
+	if tpl, terr := r.store.GetTemplate(ctx, sb.Template); terr == nil {
+		if _, terr := api.EnsureTemplate(dctx, tpl.Name, tpl.Source); terr != nil {
+			r.log.Warn("template on the restoring node", "sandbox", sb.ID, "node", sb.Node, "template", tpl.Name, "err", terr)
+		}
+	}
 	_, err = api.Download(dctx, snap.ID, nodev1.DownloadSnapshot{Tenant: sb.Tenant, Artifacts: arts})
 	cancel()
 	if err != nil {

@@ -30,6 +30,7 @@ type NodeAPI interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 	Upload(ctx context.Context, id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error)
 	Download(ctx context.Context, id string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error)
+	EnsureTemplate(ctx context.Context, name, source string) (*nodev1.TemplateReady, error)
 }
 
 // Config tunes a reconciler.

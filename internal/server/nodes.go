@@ -10,9 +10,11 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -169,4 +171,22 @@ func validNodeID(id string) bool {
 		}
 	}
 	return true
+}
+
+// handleListNodes lists the registered nodes (admin).
+func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.store.ListNodes(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := sandboxv1.NodeList{Nodes: []sandboxv1.Node{}}
+	now := time.Now()
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, sandboxv1.Node{
+			ID: n.ID, State: string(n.State), Runtimes: n.Runtimes, CPUs: n.Capacity.CPUs, MemoryMiB: n.Capacity.MemoryMiB,
+			LastHeartbeat: n.LastHeartbeat, Live: n.State == store.NodeReady && now.Sub(n.LastHeartbeat) < scheduler.HeartbeatTimeout,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

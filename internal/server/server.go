@@ -111,6 +111,7 @@ func (s *Server) Handler() http.Handler {
 	admin("GET /v1/tenants", s.handleListTenants)
 	admin("POST /v1/tenants", s.handleCreateTenant)
 	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
+	admin("GET /v1/nodes", s.handleListNodes)
 	admin("GET /v1/tenants/{id}/encryption-keys", s.handleListEncryptionKeys)
 	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", s.handleRevokeEncryptionKey)
 	authed("GET /v1/keys", s.handleListKeys)

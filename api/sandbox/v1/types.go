@@ -241,3 +241,21 @@ type EncryptionKey struct {
 type EncryptionKeyList struct {
 	Keys []EncryptionKey `json:"keys"`
 }
+
+// Node is a registered node, as GET /v1/nodes reports it (admin).
+type Node struct {
+	ID        string   `json:"id"`
+	State     string   `json:"state"` // "ready", "draining", "down"
+	Runtimes  []string `json:"runtimes"`
+	CPUs      int      `json:"cpus"`
+	MemoryMiB int      `json:"memory_mib"`
+	// LastHeartbeat is when the node last reported; Live is false once it
+	// missed its heartbeats (the scheduler then places nothing there).
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	Live          bool      `json:"live"`
+}
+
+// NodeList is the body of GET /v1/nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}

@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestHibernateRestoreOnAnotherNode runs a second node beside the --dev one,
+// sharing its object store and KMS: a sandbox hibernated on the first node
+// comes back on the second with its files; a revoked tenant key makes the
+// restore refused with the reason and leaves the sandbox hibernated; an
+// object store that is gone makes hibernate fail cleanly, leaving the sandbox
+// paused on its node.
+func TestHibernateRestoreOnAnotherNode(t *testing.T) {
+	dirA := newDataDir(t)
+	in := startServer(t, dirA)
+	defer in.stop()
+	dirB := newDataDir(t)
+	join, err := os.ReadFile(filepath.Join(dirA, "join.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pmSock := filepath.Join(dirB, "run", "node-manager.sock")
+	pm := exec.Command(bin.space, "node-manager", "--data-dir", dirB, "--socket", pmSock)
+	pm.Stderr = &lockedWriter{in: in}
+	if err := pm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	node := exec.Command(bin.space, "node", "--server", in.url, "--join-token", strings.TrimSpace(string(join)),
+		"--data-dir", dirB, "--id", "node-b", "--node-manager", pmSock, "--listen", "unix:"+filepath.Join(dirB, "run", "node.sock"),
+		"--object-store", "file://"+filepath.Join(dirA, "objects"), "--kms-dir", filepath.Join(dirA, "kms"))
+	node.Stderr = &lockedWriter{in: in}
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, sb := range list.Sandboxes {
+			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+		}
+		for _, p := range []*exec.Cmd{node, pm} {
+			p.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Errorf("%s did not stop", p.Args[1])
+				p.Process.Kill()
+			}
+		}
+	}()
+	waitNodes(t, in, "local", "node-b")
+
+	sb := in.create("minimal")
+	if sb.Node != "local" {
+		t.Fatalf("sandbox placed on %q, want local (both free, ids in order)", sb.Node)
+	}
+	in.exec(sb.ID, "sh", "-c", "mkdir -p /home/user/w && head -c 3000000 /dev/urandom > /home/user/w/blob && sha256sum /home/user/w/blob > /home/user/w/sum && echo hello > /home/user/w/note")
+	before := in.exec(sb.ID, "cat", "/home/user/w/sum").Stdout
+	if _, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
+		t.Fatalf("hibernate: %d %s\n%s", c, e, in.logs())
+	}
+	// A second sandbox takes room on the first node: the restore goes to
+	// the one with more free memory.
+	filler := in.create("minimal")
+	if _, e, c := in.cli("", "sandbox", "restore", sb.ID); c != 0 {
+		t.Fatalf("restore: %d %s\n%s", c, e, in.logs())
+	}
+	var got sandbox
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.Node != "node-b" || got.State != "running" {
+		t.Fatalf("restored sandbox: %+v, want running on node-b", got)
+	}
+	if after := in.exec(sb.ID, "sh", "-c", "cat /home/user/w/sum && sha256sum /home/user/w/blob && cat /home/user/w/note").Stdout; after != before+before+"hello\n" {
+		t.Errorf("content after restore on node-b:\n%s\nwant twice %q and hello", after, before)
+	}
+	if res := in.exec(sb.ID, "hostname"); strings.TrimSpace(res.Stdout) != sb.ID {
+		t.Errorf("hostname after restore = %q", res.Stdout)
+	}
+
+	// Revoke the tenant's key: the hibernated sandbox cannot come back.
+	if _, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
+		t.Fatalf("second hibernate: %d %s", c, e)
+	}
+	keys, e, c := in.cli("", "tenant", "encryption-keys", sb.Tenant, "-o", "json")
+	if c != 0 {
+		t.Fatalf("tenant encryption-keys: %d %s", c, e)
+	}
+	var kl struct {
+		Keys []struct {
+			ID string `json:"id"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(keys), &kl); err != nil || len(kl.Keys) == 0 {
+		t.Fatalf("keys: %v %q", err, keys)
+	}
+	for _, k := range kl.Keys {
+		if _, e, c := in.cli("", "tenant", "revoke-encryption-key", sb.Tenant, k.ID); c != 0 {
+			t.Fatalf("revoke %s: %d %s", k.ID, c, e)
+		}
+	}
+	var refusal struct{ Code, Message string }
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/restore", nil, &refusal); code != http.StatusConflict || !strings.Contains(refusal.Message, "revoked") {
+		t.Errorf("restore with a revoked key: HTTP %d %+v, want 409 saying the key was revoked", code, refusal)
+	}
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.State != "hibernated" || !strings.Contains(got.Reason, "revoked") {
+		t.Errorf("after the refused restore: %+v, want hibernated with the reason", got)
+	}
+	in.delete(sb.ID)
+
+	// The object store is gone: hibernate fails cleanly, the sandbox stays
+	// paused on its node and resumes.
+	objects := filepath.Join(dirA, "objects")
+	// Immutable: not even root can create or change anything in it.
+	if out, err := exec.Command("chattr", "-R", "+i", objects).CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i: %v %s", err, out)
+	}
+	in.exec(filler.ID, "sh", "-c", "echo still > /home/user/here")
+	_, e, c = in.cli("", "sandbox", "hibernate", filler.ID)
+	if out, err := exec.Command("chattr", "-R", "-i", objects).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	if c == 0 {
+		t.Errorf("hibernate with the object store gone succeeded")
+	}
+	in.do("GET", "/v1/sandboxes/"+filler.ID, nil, &got)
+	if got.State != "paused" || got.Node != "local" {
+		t.Errorf("after the failed hibernate: %+v (%s), want paused on local", got, e)
+	}
+	if _, e, c := in.cli("", "sandbox", "resume", filler.ID); c != 0 {
+		t.Fatalf("resume after the failed hibernate: %d %s", c, e)
+	}
+	if res := in.exec(filler.ID, "cat", "/home/user/here"); res.Stdout != "still\n" {
+		t.Errorf("after the failed hibernate: %+v", res)
+	}
+	in.delete(filler.ID)
+}
+
+// waitNodes waits until every named node has registered.
+func waitNodes(t *testing.T, in *instance, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var list struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		}
+		in.do("GET", "/v1/nodes", nil, &list)
+		have := map[string]bool{}
+		for _, n := range list.Nodes {
+			have[n.ID] = true
+		}
+		missing := false
+		for _, id := range ids {
+			missing = missing || !have[id]
+		}
+		if !missing {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %v not all registered: %+v\n%s", ids, list, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
