@@ -82,11 +82,17 @@ type instance struct {
 // startServer starts `space server --dev` on dataDir and waits until it is ready.
 func startServer(t testing.TB, dataDir string) *instance {
 	t.Helper()
+	return startServerWith(t, dataDir)
+}
+
+// startServerWith starts `space server --dev` with extra flags.
+func startServerWith(t testing.TB, dataDir string, extra ...string) *instance {
+	t.Helper()
 	if bin.err != nil {
 		t.Fatalf("build: %v", bin.err)
 	}
 	in := &instance{t: t, dataDir: dataDir, exited: make(chan struct{})}
-	args := []string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir}
+	args := append([]string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)
 	if os.Getenv("SPACE_BENCH_TEMPLATE") != "base" {
 		// The Debian template takes minutes to build; tests use minimal.
 		args = append(args, "--no-base-template")

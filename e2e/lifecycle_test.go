@@ -284,3 +284,51 @@ func filesUnder(files []string, dir string) []string {
 	}
 	return out
 }
+
+// TestScheduledSnapshotsAndRetention: with a one-second schedule a running
+// sandbox gets disk snapshots on its own, and retention prunes them down to
+// the policy (here: one per second for four seconds, at most three).
+func TestScheduledSnapshotsAndRetention(t *testing.T) {
+	in := startServerWith(t, newDataDir(t), "--snapshot-every", "1s", "--full-snapshot-every", "0", "--snapshot-retention", "1s:4s,max=3")
+	defer in.stop()
+	sb := in.create("minimal")
+	defer in.delete(sb.ID)
+	in.exec(sb.ID, "sh", "-c", "echo scheduled > /home/user/s")
+	var list struct{ Snapshots []snapshotJSON }
+	deadline := time.Now().Add(time.Minute)
+	for {
+		in.do("GET", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &list)
+		events, _, _ := in.cli("", "sandbox", "events", sb.ID)
+		if strings.Contains(events, "pruned by retention") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot pruned after a minute; snapshots %+v\n%s", list.Snapshots, events)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	ready := 0
+	for _, s := range list.Snapshots {
+		if s.Tier != "auto" || s.Kind != "disk" {
+			t.Errorf("scheduled snapshot %+v, want tier auto, kind disk", s)
+		}
+		if s.State == "ready" {
+			ready++
+		}
+	}
+	if ready == 0 || ready > 4 {
+		t.Errorf("%d ready scheduled snapshots, want 1 to 4 (max=3, plus one taken since): %+v", ready, list.Snapshots)
+	}
+	// A scheduled snapshot is usable: roll back to the newest.
+	newest := list.Snapshots[len(list.Snapshots)-1]
+	for i := len(list.Snapshots) - 1; i >= 0 && newest.State != "ready"; i-- {
+		newest = list.Snapshots[i]
+	}
+	in.exec(sb.ID, "rm", "/home/user/s")
+	if _, e, c := in.cli("", "sandbox", "rollback", sb.ID, "--snapshot", newest.ID); c != 0 {
+		t.Fatalf("rollback to %s: %d %s", newest.ID, c, e)
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/s"); res.Stdout != "scheduled\n" {
+		t.Errorf("after rollback to a scheduled snapshot: %+v", res)
+	}
+}

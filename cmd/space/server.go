@@ -27,6 +27,7 @@ import (
 	_ "github.com/spacesandbox/space/internal/objstore/filestore" // file:// object stores
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/retention"
 	"github.com/spacesandbox/space/internal/server"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -47,6 +48,9 @@ func runServer(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
+	snapEvery := fs.Duration("snapshot-every", 10*time.Minute, "period of the disk snapshots of every running sandbox (0: none)")
+	fullEvery := fs.Duration("full-snapshot-every", time.Hour, "period of the full (memory) snapshots of every running vm sandbox (0: none)")
+	retain := fs.String("snapshot-retention", retention.DefaultPolicyString, "which scheduled snapshots to keep: EVERY:FOR tiers and max=N (newest of each EVERY bucket younger than FOR)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS holding the tenants' keys (default DATA/kms)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -64,7 +68,12 @@ func runServer(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	opts := serverOptions{dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
-		objectStore: *objectStore, kmsDir: *kmsDir}
+		objectStore: *objectStore, kmsDir: *kmsDir,
+		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}}
+	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
+		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
+		return 2
+	}
 	if err := serve(ctx, opts, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 1
@@ -83,6 +92,10 @@ type serverOptions struct {
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
 	kmsDir      string
+	// schedule and retention are the scheduled snapshots of running
+	// sandboxes and which of them are kept.
+	schedule  retention.Schedule
+	retention retention.Policy
 }
 
 // storage opens the object store and the KMS of o.
@@ -183,7 +196,9 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}
 	defer objs.Close()
 	nodes := server.NewNodes()
-	rec := reconcile.New(reconcile.Config{Objects: objs, TenantKey: tenantKey(keys)}, st, func(id string) (reconcile.NodeAPI, error) {
+	rec := reconcile.New(reconcile.Config{
+		Objects: objs, TenantKey: tenantKey(keys), Schedule: o.schedule, Retention: o.retention,
+	}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{

@@ -16,6 +16,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/objstore"
+	"github.com/spacesandbox/space/internal/retention"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -51,6 +52,11 @@ type Config struct {
 	// reconciler verifies what a node uploaded and deletes what a deleted
 	// sandbox left. Without it hibernate is refused.
 	Objects objstore.Store
+	// Schedule is how often running sandboxes are snapshotted (disk, and
+	// full for vm); zero periods turn it off. Retention prunes the
+	// scheduled snapshots.
+	Schedule  retention.Schedule
+	Retention retention.Policy
 	// UploadRetry is how long a hibernation retries an object store that
 	// does not answer before it gives up (the sandbox stays paused).
 	UploadRetry time.Duration
@@ -87,6 +93,9 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 5 * time.Minute
+	}
+	if len(cfg.Retention.Tiers) == 0 {
+		cfg.Retention = retention.DefaultPolicy()
 	}
 	if cfg.UploadRetry == 0 {
 		cfg.UploadRetry = 20 * time.Second

@@ -108,10 +108,13 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 	case !has && obs.at.After(sb.UpdatedAt.Add(10*time.Second)):
 		reason = fmt.Sprintf("execution %s is no longer on node %s", sb.ExecID, sb.Node)
 	default:
+		after, err := r.scheduleSnapshots(ctx, sb)
 		if !sb.ExpiresAt.IsZero() {
-			return time.Until(sb.ExpiresAt) + time.Millisecond, nil
+			if until := time.Until(sb.ExpiresAt) + time.Millisecond; after == 0 || until < after {
+				after = until
+			}
 		}
-		return 0, nil
+		return after, err
 	}
 	if after, err, ok := r.recoverSandbox(ctx, sb, reason); ok {
 		return after, err
