@@ -332,3 +332,74 @@ func TestScheduledSnapshotsAndRetention(t *testing.T) {
 		t.Errorf("after rollback to a scheduled snapshot: %+v", res)
 	}
 }
+
+// TestIdleHandlingAndTimeout: a sandbox idle for its idle timeout is paused
+// (or hibernated) and the next request resumes it transparently; the
+// timeout can be extended and removed.
+func TestIdleHandlingAndTimeout(t *testing.T) {
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	for _, action := range []string{"pause", "hibernate"} {
+		var sb struct {
+			sandbox
+			IdleTimeout string `json:"idle_timeout"`
+			IdleAction  string `json:"idle_action"`
+			Message     string `json:"message"`
+		}
+		if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 256, "idle_timeout": "2s", "idle_action": action}, &sb); code != http.StatusCreated {
+			t.Fatalf("create with idle %s: HTTP %d %s", action, code, sb.Message)
+		}
+		if sb.IdleTimeout != "2s" || sb.IdleAction != action {
+			t.Errorf("created %+v, want idle 2s %s", sb, action)
+		}
+		in.exec(sb.ID, "sh", "-c", "echo awake > /home/user/state")
+		want := map[string]string{"pause": "paused", "hibernate": "hibernated"}[action]
+		deadline := time.Now().Add(time.Minute)
+		var got sandbox
+		for {
+			in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+			if got.State == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("idle sandbox still %s after a minute, want %s", got.State, want)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		// The next request wakes it.
+		if res := in.exec(sb.ID, "cat", "/home/user/state"); res.Stdout != "awake\n" {
+			t.Errorf("request to the %s sandbox: %+v", want, res)
+		}
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+		if got.State != "running" {
+			t.Errorf("after the waking request: %+v", got)
+		}
+		if out, _, _ := in.cli("", "sandbox", "events", sb.ID); !strings.Contains(out, "woken from "+want) || !strings.Contains(out, "no request for") {
+			t.Errorf("events lack the idle and wake entries:\n%s", out)
+		}
+		in.delete(sb.ID)
+	}
+
+	sb := in.create("minimal")
+	defer in.delete(sb.ID)
+	var got struct {
+		ExpiresAt *time.Time `json:"expires_at"`
+		Message   string     `json:"message"`
+	}
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", map[string]any{"timeout": "1h"}, &got); code != http.StatusOK || got.ExpiresAt == nil || time.Until(*got.ExpiresAt) < 59*time.Minute {
+		t.Errorf("set timeout 1h: HTTP %d %+v", code, got)
+	}
+	got.ExpiresAt = nil
+	if out, e, c := in.cli("", "sandbox", "timeout", sb.ID, "0"); c != 0 || !strings.Contains(out, "no timeout") {
+		t.Errorf("sandbox timeout 0: %d %q %s", c, out, e)
+	}
+	for _, bad := range []string{"soon", "-5m", "", "100000h"} {
+		if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/timeout", map[string]any{"timeout": bad}, &got); code != http.StatusBadRequest {
+			t.Errorf("timeout %q: HTTP %d %+v, want 400", bad, code, got)
+		}
+	}
+	var e struct{ Message string }
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "idle_timeout": "2s", "idle_action": "sleep"}, &e); code != http.StatusBadRequest {
+		t.Errorf("idle_action sleep: HTTP %d %+v", code, e)
+	}
+}

@@ -29,6 +29,7 @@ func init() {
 		&command{path: "sandbox fork", args: "ID [--snapshot S] [--name N] [--wait DUR] [-o json]", summary: "fork a sandbox; prints the new sandbox id", run: sandboxFork},
 		&command{path: "sandbox rollback", args: "ID --snapshot S [--wait DUR] [-o json]", summary: "put the filesystem back to a snapshot and start a new execution", run: sandboxRollback},
 		&command{path: "snapshot create", args: "ID [--kind disk|full] [-o json]", summary: "snapshot a sandbox; prints the snapshot id", run: snapshotCreate},
+		&command{path: "sandbox timeout", args: "ID DURATION [-o json]", summary: "make the sandbox live DURATION from now (0: no timeout)", run: sandboxTimeout},
 		&command{path: "sandbox events", args: "ID [-o json]", summary: "show a sandbox's history (state changes, snapshots, failures)", run: sandboxEvents},
 		&command{path: "snapshot list", args: "ID [-o json]", summary: "list a sandbox's snapshots", run: snapshotList},
 		&command{path: "port expose", args: "ID PORT [--protocol http|tcp] [-o json]", summary: "expose a sandbox port; prints the URL that reaches it", run: portExpose},
@@ -48,6 +49,8 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 	timeout := fs.String("timeout", "", "delete the sandbox after this duration, e.g. 30m")
 	egress := fs.String("egress", "", "egress policy file")
 	fs.StringVar(&req.Name, "name", "", "sandbox name")
+	fs.StringVar(&req.IdleTimeout, "idle-timeout", "", "pause (or hibernate, --idle-action) the sandbox after this long without a request, e.g. 10m; the next request resumes it")
+	fs.StringVar(&req.IdleAction, "idle-action", "", "what idleness does: pause (default) or hibernate")
 	wait := durationFlag(fs, "wait", defaultWait, "how long to wait for the sandbox to run")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
@@ -380,4 +383,27 @@ func sandboxEvents(ctx context.Context, e *env, args []string) error {
 		rows = append(rows, []string{strconv.FormatInt(ev.Seq, 10), formatTime(ev.Time), ev.Type, ev.Message})
 	}
 	return writeTable(e.stdout, []string{"SEQ", "TIME", "TYPE", "MESSAGE"}, rows)
+}
+
+func sandboxTimeout(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("sandbox timeout")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "ID", "DURATION"); err != nil {
+		return err
+	}
+	sb, err := e.c.SetTimeout(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, sb)
+	}
+	if sb.ExpiresAt == nil {
+		return writeLine(e.stdout, "no timeout")
+	}
+	return writeLine(e.stdout, formatTime(*sb.ExpiresAt))
 }

@@ -162,3 +162,21 @@ func (b *bridgeConn) post(ctx context.Context, path string) error {
 	}
 	return nil
 }
+
+// activity asks the guest when it last served a request.
+func (b *bridgeConn) activity(ctx context.Context) (bridge.Activity, error) {
+	var act bridge.Activity
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://bridge/bridge/v1/activity", nil)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return act, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return act, fmt.Errorf("bridge activity: HTTP %d", resp.StatusCode)
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&act)
+	return act, err
+}

@@ -375,6 +375,12 @@ func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 	if err != nil {
 		ex.State = nodev1.ExecFailed
 		ex.Reason = m.failureReason(rec, err)
+		return ex
+	}
+	if !rec.Paused {
+		if act, err := bc.activity(ctx); err == nil {
+			ex.LastActivity = act.LastActivity
+		}
 	}
 	return ex
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/retention"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -106,4 +107,32 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// idleCheck pauses or hibernates (the sandbox's IdleAction) a running
+// sandbox whose guest has served no request for its IdleTimeout. Activity is
+// counted from the later of the guest's last request and the sandbox's last
+// change (a resume is activity). done reports that it acted (or failed to).
+func (r *Reconciler) idleCheck(ctx context.Context, sb *sandbox.Sandbox, ex nodev1.Execution) (time.Duration, bool, error) {
+	if sb.IdleTimeout <= 0 || ex.LastActivity.IsZero() {
+		return 0, false, nil
+	}
+	last := later(ex.LastActivity, sb.UpdatedAt)
+	idle := time.Since(last)
+	if idle < sb.IdleTimeout {
+		return 0, false, nil
+	}
+	op := sandbox.OpPause
+	if sb.IdleAction == sandbox.IdleHibernate {
+		op = sandbox.OpHibernate
+	}
+	if err := sb.Apply(op); err != nil {
+		return 0, true, err
+	}
+	r.event(ctx, sb.ID, "idle", fmt.Sprintf("no request for %s (idle timeout %s): %s", idle.Round(time.Second), sb.IdleTimeout, op))
+	after, err := r.update(ctx, sb)
+	if err == nil && after == 0 {
+		after = time.Millisecond
+	}
+	return after, true, err
 }

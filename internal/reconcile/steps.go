@@ -108,6 +108,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 	case !has && obs.at.After(sb.UpdatedAt.Add(10*time.Second)):
 		reason = fmt.Sprintf("execution %s is no longer on node %s", sb.ExecID, sb.Node)
 	default:
+		if after, done, err := r.idleCheck(ctx, sb, ex); done {
+			return after, err
+		}
 		after, err := r.scheduleSnapshots(ctx, sb)
 		if !sb.ExpiresAt.IsZero() {
 			if until := time.Until(sb.ExpiresAt) + time.Millisecond; after == 0 || until < after {

@@ -31,6 +31,11 @@ type Sandbox struct {
 	CreatedAt time.Time
 	// ExpiresAt is when the sandbox is deleted; zero means never.
 	ExpiresAt time.Time
+	// IdleTimeout is how long the sandbox may go without a request before
+	// IdleAction ("pause" or "hibernate") is applied; 0 means never. The
+	// next request resumes it.
+	IdleTimeout time.Duration
+	IdleAction  string
 
 	Desired State
 	State   State
@@ -71,6 +76,9 @@ func New(tenant string, spec Spec, now time.Time) *Sandbox {
 		Metadata:  maps.Clone(spec.Metadata),
 		CreatedAt: now.UTC(),
 		UpdatedAt: now.UTC(),
+
+		IdleTimeout: spec.IdleTimeout,
+		IdleAction:  spec.IdleAction,
 	}
 	if spec.Timeout > 0 {
 		sb.ExpiresAt = sb.CreatedAt.Add(spec.Timeout)
@@ -142,6 +150,9 @@ func (sb *Sandbox) API() sandboxv1.Sandbox {
 	if !sb.ExpiresAt.IsZero() {
 		t := sb.ExpiresAt
 		out.ExpiresAt = &t
+	}
+	if sb.IdleTimeout > 0 {
+		out.IdleTimeout, out.IdleAction = sb.IdleTimeout.String(), sb.IdleAction
 	}
 	return out
 }

@@ -49,6 +49,9 @@ type Spec struct {
 	Metadata  map[string]string
 	// Timeout is how long the sandbox lives; zero means no timeout.
 	Timeout time.Duration
+	// IdleTimeout and IdleAction: see Sandbox.
+	IdleTimeout time.Duration
+	IdleAction  string
 }
 
 // ValidateCreate checks a create request from the API and returns it as a
@@ -88,6 +91,9 @@ func ValidateCreate(req sandboxv1.CreateSandboxRequest) (Spec, error) {
 		return Spec{}, err
 	}
 	spec.Timeout = timeout
+	if spec.IdleTimeout, spec.IdleAction, err = ParseIdle(req.IdleTimeout, req.IdleAction); err != nil {
+		return Spec{}, err
+	}
 	return spec, nil
 }
 
@@ -231,3 +237,38 @@ func clip(s string) string {
 
 // ValidateName checks a sandbox's optional name (as at create).
 func ValidateName(name string) error { return validateName(name) }
+
+// Idle actions.
+const (
+	IdlePause     = "pause"
+	IdleHibernate = "hibernate"
+)
+
+// MinIdleTimeout is the shortest idle timeout.
+const MinIdleTimeout = time.Second
+
+// ParseIdle checks an idle timeout (a Go duration; empty: none) and its
+// action ("pause", the default, or "hibernate").
+func ParseIdle(timeout, action string) (time.Duration, string, error) {
+	if timeout == "" {
+		if action != "" {
+			return 0, "", invalid("idle_action %q without idle_timeout", clip(action))
+		}
+		return 0, "", nil
+	}
+	d, err := time.ParseDuration(timeout)
+	if err != nil {
+		return 0, "", invalid("idle_timeout %q: not a duration like \"10m\"", clip(timeout))
+	}
+	if d < MinIdleTimeout || d > MaxTimeout {
+		return 0, "", invalid("idle_timeout %s: must be between %s and %s", d, MinIdleTimeout, MaxTimeout)
+	}
+	switch action {
+	case "":
+		action = IdlePause
+	case IdlePause, IdleHibernate:
+	default:
+		return 0, "", invalid("idle_action %q: want pause or hibernate", clip(action))
+	}
+	return d, action, nil
+}

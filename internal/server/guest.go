@@ -38,6 +38,13 @@ const nodeWait = 5 * time.Second
 // request carries a capability bound to the sandbox's current execution,
 // which the node checks against the execution it runs.
 func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (*guestConn, error) {
+	if sb.State != sandbox.StateRunning && sb.IdleTimeout > 0 {
+		woken, err := s.wake(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		*sb = *woken
+	}
 	if sb.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)
 	}

@@ -172,3 +172,102 @@ func (s *Server) waitSettled(ctx context.Context, sb *sandbox.Sandbox, wait *rec
 	}
 	return sb, nil
 }
+
+// wake resumes a sandbox that idle handling paused or hibernated, for a
+// request that needs it running, and returns it running. A sandbox still
+// pausing or hibernating is waited for first. Sandboxes without idle
+// handling are not woken: their caller paused them and resumes them.
+func (s *Server) wake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	if sb.IdleTimeout <= 0 || sb.State == sandbox.StateRunning {
+		return sb, nil
+	}
+	wait := s.rec.Watch(sb.ID)
+	defer wait.Stop()
+	ctx, cancel := context.WithTimeout(ctx, lifecycleWait)
+	defer cancel()
+	for {
+		switch sb.State {
+		case sandbox.StateRunning:
+			return sb, nil
+		case sandbox.StatePaused, sandbox.StateHibernated:
+			from := sb.State
+			err := sb.Apply(sandbox.OpResume)
+			if err == nil && sandbox.StartsExecution(from, sb.State) {
+				var why string
+				if sb.Node, why, err = s.place(ctx, sb); err == nil {
+					s.event(ctx, sb.ID, "scheduled", why)
+				}
+			}
+			if err == nil {
+				err = s.store.UpdateSandbox(ctx, sb)
+			}
+			if err == nil {
+				s.event(ctx, sb.ID, "state", fmt.Sprintf("woken from %s by a request", from))
+				s.rec.Enqueue(sb.ID)
+			} else if !errors.Is(err, errdefs.ErrConflict) || errors.As(err, new(*sandbox.IllegalTransitionError)) {
+				return nil, err
+			}
+		case sandbox.StatePausing, sandbox.StateHibernating, sandbox.StateResuming, sandbox.StateRestoring:
+			// Settling: wait below.
+		default:
+			return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)
+		}
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: sandbox %s is still %s; retry", errdefs.ErrUnavailable, sb.ID, sb.State)
+		}
+		cur, err := s.store.GetSandboxByID(ctx, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		sb = cur
+	}
+}
+
+// handleSetTimeout sets how long the sandbox lives from now ("0": no
+// timeout).
+func (s *Server) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
+	var req sandboxv1.SetTimeoutRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var d time.Duration
+	if req.Timeout != "0" {
+		var err error
+		if d, err = sandbox.ParseTimeout(req.Timeout); err != nil || d == 0 {
+			if err == nil {
+				err = fmt.Errorf("%w: timeout is required (\"0\" removes it)", errdefs.ErrInvalidArgument)
+			}
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	for {
+		sb, err := s.sandboxFor(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if sb.State == sandbox.StateDeleting {
+			s.writeError(w, r, fmt.Errorf("%w: sandbox %s is deleting", errdefs.ErrConflict, sb.ID))
+			return
+		}
+		sb.ExpiresAt = time.Time{}
+		if d > 0 {
+			sb.ExpiresAt = time.Now().UTC().Add(d)
+		}
+		err = s.store.UpdateSandbox(r.Context(), sb)
+		if errors.Is(err, errdefs.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.rec.Enqueue(sb.ID)
+		writeJSON(w, http.StatusOK, sb.API())
+		return
+	}
+}

@@ -93,6 +93,7 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/sandboxes/{id}/files/watch", s.handleWatch)
 	authed("POST /v1/sandboxes/{id}/pause", s.handleLifecycle(sandbox.OpPause))
 	authed("POST /v1/sandboxes/{id}/resume", s.handleLifecycle(sandbox.OpResume))
+	authed("POST /v1/sandboxes/{id}/timeout", s.handleSetTimeout)
 	authed("POST /v1/sandboxes/{id}/stop", s.handleLifecycle(sandbox.OpStop))
 	authed("POST /v1/sandboxes/{id}/start", s.handleStart)
 	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)

@@ -225,3 +225,9 @@ func (c *Client) ListEvents(ctx context.Context, id string) ([]sandboxv1.Event, 
 	}
 	return list.Events, nil
 }
+
+// SetTimeout makes the sandbox live timeout (a Go duration) from now; "0"
+// removes its timeout.
+func (c *Client) SetTimeout(ctx context.Context, id, timeout string, opts ...CallOption) (*sandboxv1.Sandbox, error) {
+	return c.sandboxCall(ctx, http.MethodPost, id, "/timeout", sandboxv1.SetTimeoutRequest{Timeout: timeout}, opts, "set timeout of")
+}

@@ -55,6 +55,9 @@ type Execution struct {
 	State        ExecState `json:"state"`
 	Reason       string    `json:"reason,omitempty"`
 	StartedAt    time.Time `json:"started_at"`
+	// LastActivity is when the guest daemon last served a request (zero
+	// when unknown); idle handling pauses a sandbox that has none for long.
+	LastActivity time.Time `json:"last_activity,omitempty"`
 }
 
 // ExecutionList is the body of GET /node/v1/executions.

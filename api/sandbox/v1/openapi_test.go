@@ -132,7 +132,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{},
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{},
 		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
-		"Node": Node{}, "NodeList": NodeList{},
+		"Node": Node{}, "NodeList": NodeList{}, "SetTimeoutRequest": SetTimeoutRequest{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

@@ -57,6 +57,17 @@ type CreateSandboxRequest struct {
 	// Timeout is a Go duration ("30m"); after it the sandbox is deleted. Empty: no timeout.
 	Timeout  string            `json:"timeout,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// IdleTimeout is a Go duration: after it without a request the sandbox
+	// is paused or hibernated (IdleAction, default "pause"), and the next
+	// request resumes it. Empty: never.
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	IdleAction  string `json:"idle_action,omitempty"` // "pause" or "hibernate"
+}
+
+// SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the
+// sandbox now lives Timeout (a Go duration) from now; "0" removes the timeout.
+type SetTimeoutRequest struct {
+	Timeout string `json:"timeout"`
 }
 
 // Sandbox is what the API reports of one sandbox.
@@ -77,6 +88,9 @@ type Sandbox struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	CreatedAt  time.Time         `json:"created_at"`
 	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+	// IdleTimeout and IdleAction as created (absent: no idle handling).
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	IdleAction  string `json:"idle_action,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

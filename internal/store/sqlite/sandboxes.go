@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -15,7 +16,7 @@ import (
 
 const sandboxColumns = `id, tenant_id, name, template, runtime, cpus, memory_mib, disk_mib, env, metadata,
 	created_at, expires_at, desired_state, state, reason, generation, node_id, exec_id, activation_id,
-	start_from, version, updated_at`
+	start_from, idle_timeout, idle_action, version, updated_at`
 
 // sandboxRow is a sandbox in column form.
 type sandboxRow struct {
@@ -23,6 +24,7 @@ type sandboxRow struct {
 	created       int64
 	expires       sql.NullInt64
 	generation    int64
+	idle          int64
 	updated       int64
 }
 
@@ -50,7 +52,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var r sandboxRow
 	err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &sb.Template, &sb.Runtime, &sb.CPUs, &sb.MemoryMiB, &sb.DiskMiB,
 		&r.env, &r.metadata, &r.created, &r.expires, &sb.Desired, &sb.State, &sb.Reason, &r.generation,
-		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &sb.Version, &r.updated)
+		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &r.idle, &sb.IdleAction, &sb.Version, &r.updated)
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +64,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	}
 	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromTS(r.created), fromNullTS(r.expires), fromTS(r.updated)
 	sb.Generation = uint64(r.generation)
+	sb.IdleTimeout = time.Duration(r.idle)
 	return &sb, nil
 }
 
@@ -92,10 +95,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md,
 			ts(created), nullTS(sb.ExpiresAt), string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation),
-			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, 1, ts(at))
+			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, 1, ts(at))
 		if isConstraint(err) {
 			return fmt.Errorf("sandbox %s: already exists: %w", sb.ID, errdefs.ErrConflict)
 		}
@@ -183,10 +186,10 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, template = ?, runtime = ?, cpus = ?,
 			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, expires_at = ?, desired_state = ?, state = ?,
 			reason = ?, generation = ?, node_id = ?, exec_id = ?, activation_id = ?, start_from = ?,
-			version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
+			idle_timeout = ?, idle_action = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
 			sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md, nullTS(sb.ExpiresAt),
 			string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation), sb.Node, sb.ExecID,
-			sb.ActivationID, sb.StartFrom, ts(at), sb.ID, sb.Version)
+			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, ts(at), sb.ID, sb.Version)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
 		}

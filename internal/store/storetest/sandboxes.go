@@ -18,8 +18,9 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	tn := newTenant(t, s, "a", at(1))
 	sb := sandbox.New(tn.ID, sandbox.Spec{
 		Template: "base", Runtime: "vm", Name: "agent ✓", CPUs: 4, MemoryMiB: 4096, DiskMiB: 8192,
-		Env:      map[string]string{"PATH": "/usr/bin", "QUOTE": `a"b\c`, "EMPTY": ""},
-		Metadata: map[string]string{"owner": "ünïcode"},
+		Env:         map[string]string{"PATH": "/usr/bin", "QUOTE": `a"b\c`, "EMPTY": ""},
+		Metadata:    map[string]string{"owner": "ünïcode"},
+		IdleTimeout: 90 * time.Second, IdleAction: sandbox.IdleHibernate,
 	}, at(1))
 	sb.ExpiresAt = at(30)
 	sb.StartFrom = "sn-fork-source"
@@ -38,6 +39,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	sb.Generation = 1 << 40
 	sb.ExecID, sb.ActivationID = sandbox.NewExecID(sb.ID, sb.Generation), sandbox.NewActivationID()
 	sb.StartFrom = "sn-rollback-target"
+	sb.IdleTimeout, sb.IdleAction = 10*time.Minute, sandbox.IdlePause
 	must(t, "UpdateSandbox", s.UpdateSandbox(ctx(t), sb))
 	if sb.Version != 2 {
 		t.Fatalf("Version after one update = %d, want 2", sb.Version)
@@ -65,7 +67,8 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 		CPUs, MemoryMiB, DiskMiB                int
 		Desired, State                          sandbox.State
 		Reason, Node, ExecID, ActivationID      string
-		StartFrom                               string
+		StartFrom, IdleAction                   string
+		IdleTimeout                             time.Duration
 		Generation                              uint64
 		Version                                 int64
 		CreatedAt, ExpiresAt, UpdatedAtUnixNano int64
@@ -73,7 +76,7 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 	}
 	flat := func(sb *sandbox.Sandbox) scalar {
 		sc := scalar{sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB,
-			sb.Desired, sb.State, sb.Reason, sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, sb.Generation, sb.Version,
+			sb.Desired, sb.State, sb.Reason, sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, sb.IdleAction, sb.IdleTimeout, sb.Generation, sb.Version,
 			sb.CreatedAt.UnixNano(), 0, sb.UpdatedAt.UnixNano(), !sb.ExpiresAt.IsZero()}
 		if sc.ExpiresSet {
 			sc.ExpiresAt = sb.ExpiresAt.UnixNano()
