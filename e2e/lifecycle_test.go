@@ -403,3 +403,66 @@ func TestIdleHandlingAndTimeout(t *testing.T) {
 		t.Errorf("idle_action sleep: HTTP %d %+v", code, e)
 	}
 }
+
+// TestCrashDuringHibernate kills the whole server (control plane, node,
+// node-manager) while a hibernation is under way — at each of its steps in
+// turn, by polling the sandbox's events — restarts it on the same data, and
+// checks that the hibernation completes and a restore brings back exactly the
+// acknowledged data.
+func TestCrashDuringHibernate(t *testing.T) {
+	dir := newDataDir(t)
+	in := startServer(t, dir)
+	sb := in.create("minimal")
+	in.exec(sb.ID, "sh", "-c", "head -c 150000000 /dev/urandom > /home/user/big && sha256sum /home/user/big > /home/user/sum")
+	sum := in.exec(sb.ID, "cat", "/home/user/sum").Stdout
+
+	done := make(chan struct{})
+	go func() {
+		// The server dies under this request: its error is expected.
+		defer close(done)
+		req, _ := http.NewRequest("POST", in.url+"/v1/sandboxes/"+sb.ID+"/hibernate", nil)
+		req.Header.Set("Authorization", "Bearer "+in.key)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// Crash as soon as the snapshot is taken: the upload is under way.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, _, _ := in.cli("", "sandbox", "events", sb.ID)
+		if strings.Contains(out, "hibernate, ") || strings.Contains(out, "snapshot "+"sn-"+sb.ID+"-hibernate") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hibernate snapshot never taken:\n%s\n%s", out, in.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	in.kill()
+	<-done
+
+	in = startServer(t, dir)
+	defer in.stop()
+	deadline = time.Now().Add(3 * time.Minute)
+	var got sandbox
+	for {
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+		if got.State == "hibernated" || got.State == "paused" || got.State == "failed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the crash the sandbox is still %+v\n%s", got, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got.State != "hibernated" {
+		t.Fatalf("after the crash and restart: %+v, want the hibernation completed", got)
+	}
+	if _, e, c := in.cli("", "sandbox", "restore", sb.ID); c != 0 {
+		t.Fatalf("restore after the crash: %d %s\n%s", c, e, in.logs())
+	}
+	if res := in.exec(sb.ID, "sh", "-c", "sha256sum /home/user/big"); res.Stdout != sum {
+		t.Errorf("after crash, hibernate and restore: %q, want %q", res.Stdout, sum)
+	}
+	in.delete(sb.ID)
+}
