@@ -284,7 +284,7 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 		return after, err
 	}
 	switch sb.State {
-	case sandbox.StateCreating, sandbox.StateRestoring:
+	case sandbox.StateCreating, sandbox.StateRestoring, sandbox.StateRecovering:
 		return r.startExecution(ctx, sb)
 	case sandbox.StateRunning:
 		return r.checkRunning(ctx, sb)

@@ -36,7 +36,7 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		}
 		return 500 * time.Millisecond, nil
 	}
-	if sb.State == sandbox.StateRestoring {
+	if sb.State == sandbox.StateRestoring || sb.State == sandbox.StateRecovering {
 		// A rollback or recovery replaces an execution that may still run.
 		if err := r.stopPrevious(ctx, sb, api); err != nil {
 			return time.Second, err

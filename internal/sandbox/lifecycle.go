@@ -25,7 +25,7 @@ package sandbox
 //
 //	any state but deleted  --delete-->   deleting ....> deleted
 //	any state with work    --fail-->     failed
-//	running, paused, failed --recover--> restoring   (crash recovery: new execution)
+//	running, paused, failed --recover--> recovering  (crash recovery: new execution)
 //	running, paused, stopped, hibernated, failed --rollback--> restoring
 //	snapshot and fork leave the source sandbox in the state it is in.
 //
@@ -58,6 +58,7 @@ const (
 	StateHibernating State = "hibernating"
 	StateHibernated  State = "hibernated"
 	StateRestoring   State = "restoring"
+	StateRecovering  State = "recovering"
 	StateStopping    State = "stopping"
 	StateStopped     State = "stopped"
 	StateDeleting    State = "deleting"
@@ -89,7 +90,7 @@ const (
 // States lists every lifecycle state except StateNone, in diagram order.
 var States = []State{
 	StateCreating, StateRunning, StatePausing, StatePaused, StateResuming,
-	StateHibernating, StateHibernated, StateRestoring, StateStopping,
+	StateHibernating, StateHibernated, StateRestoring, StateRecovering, StateStopping,
 	StateStopped, StateDeleting, StateDeleted, StateFailed,
 }
 
@@ -120,7 +121,7 @@ var transitions = map[State]map[Op]State{
 		OpFork:      StateRunning,
 		OpSnapshot:  StateRunning,
 		OpRollback:  StateRestoring,
-		OpRecover:   StateRestoring,
+		OpRecover:   StateRecovering,
 		OpFail:      StateFailed,
 	},
 	StatePausing: {
@@ -137,7 +138,7 @@ var transitions = map[State]map[Op]State{
 		OpFork:      StatePaused,
 		OpSnapshot:  StatePaused,
 		OpRollback:  StateRestoring,
-		OpRecover:   StateRestoring,
+		OpRecover:   StateRecovering,
 		OpFail:      StateFailed,
 	},
 	StateResuming: {
@@ -162,7 +163,13 @@ var transitions = map[State]map[Op]State{
 		OpRestore: StateRestoring,
 		OpResume:  StateRestoring,
 		OpStart:   StateRestoring,
-		OpRecover: StateRestoring,
+		OpRecover: StateRecovering,
+		OpDelete:  StateDeleting,
+		OpFail:    StateFailed,
+	},
+	StateRecovering: {
+		OpRecover: StateRecovering,
+		OpResume:  StateRecovering,
 		OpDelete:  StateDeleting,
 		OpFail:    StateFailed,
 	},
@@ -187,7 +194,7 @@ var transitions = map[State]map[Op]State{
 	},
 	StateFailed: {
 		OpDelete:   StateDeleting,
-		OpRecover:  StateRestoring,
+		OpRecover:  StateRecovering,
 		OpRollback: StateRestoring,
 		OpFail:     StateFailed,
 	},
@@ -201,6 +208,7 @@ var settled = map[State]State{
 	StateResuming:    StateRunning,
 	StateHibernating: StateHibernated,
 	StateRestoring:   StateRunning,
+	StateRecovering:  StateRunning,
 	StateStopping:    StateStopped,
 	StateDeleting:    StateDeleted,
 }
@@ -244,6 +252,11 @@ func Settled(s State) State {
 	return s
 }
 
+// startsExecution reports whether entering s starts an execution.
+func (s State) startsExecution() bool {
+	return s == StateCreating || s == StateRestoring || s == StateRecovering
+}
+
 // Transitional reports whether s is a state in which work is under way.
 func (s State) Transitional() bool {
 	_, ok := settled[s]
@@ -270,5 +283,6 @@ func (o Op) Valid() bool {
 // new execution of the sandbox (generation+1): entering creating or restoring
 // does, staying in them (a repeated operation) does not.
 func StartsExecution(from, to State) bool {
-	return from != to && (to == StateCreating || to == StateRestoring)
+	return from != to && (to == StateCreating || to == StateRestoring || to == StateRecovering) &&
+		!(from.startsExecution() && to.startsExecution())
 }

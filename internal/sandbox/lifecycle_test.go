@@ -26,7 +26,7 @@ var legal = []string{
 	"running fork running",
 	"running snapshot running",
 	"running rollback restoring",
-	"running recover restoring",
+	"running recover recovering",
 	"running fail failed",
 
 	"pausing pause pausing",
@@ -41,7 +41,7 @@ var legal = []string{
 	"paused fork paused",
 	"paused snapshot paused",
 	"paused rollback restoring",
-	"paused recover restoring",
+	"paused recover recovering",
 	"paused fail failed",
 
 	"resuming resume resuming",
@@ -62,7 +62,7 @@ var legal = []string{
 	"restoring restore restoring",
 	"restoring resume restoring",
 	"restoring start restoring",
-	"restoring recover restoring",
+	"restoring recover recovering",
 	"restoring delete deleting",
 	"restoring fail failed",
 
@@ -82,7 +82,11 @@ var legal = []string{
 	"deleted delete deleted",
 
 	"failed delete deleting",
-	"failed recover restoring",
+	"failed recover recovering",
+	"recovering recover recovering",
+	"recovering resume recovering",
+	"recovering delete deleting",
+	"recovering fail failed",
 	"failed rollback restoring",
 	"failed fail failed",
 }
@@ -169,6 +173,7 @@ func TestSettled(t *testing.T) {
 		StateHibernating: StateHibernated,
 		StateHibernated:  StateHibernated,
 		StateRestoring:   StateRunning,
+		StateRecovering:  StateRunning,
 		StateStopping:    StateStopped,
 		StateStopped:     StateStopped,
 		StateDeleting:    StateDeleted,

@@ -41,8 +41,8 @@ func TestNewAndExecutions(t *testing.T) {
 		{OpPause, StatePausing, 1, false},
 		{OpPause, StatePausing, 1, false},
 		{OpFail, StateFailed, 1, false},
-		{OpRecover, StateRestoring, 2, true},
-		{OpRecover, StateRestoring, 2, false},
+		{OpRecover, StateRecovering, 2, true},
+		{OpRecover, StateRecovering, 2, false},
 		{OpDelete, StateDeleting, 2, false},
 	}
 	prevExec := firstExec

@@ -207,7 +207,7 @@ func (s *Server) wake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbo
 			} else if !errors.Is(err, errdefs.ErrConflict) || errors.As(err, new(*sandbox.IllegalTransitionError)) {
 				return nil, err
 			}
-		case sandbox.StatePausing, sandbox.StateHibernating, sandbox.StateResuming, sandbox.StateRestoring:
+		case sandbox.StatePausing, sandbox.StateHibernating, sandbox.StateResuming, sandbox.StateRestoring, sandbox.StateRecovering:
 			// Settling: wait below.
 		default:
 			return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)

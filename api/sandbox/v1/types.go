@@ -18,6 +18,7 @@ const (
 	StateHibernating State = "hibernating"
 	StateHibernated  State = "hibernated"
 	StateRestoring   State = "restoring"
+	StateRecovering  State = "recovering" // crash recovery: a new execution from the latest snapshot
 	StateStopping    State = "stopping"
 	StateStopped     State = "stopped"
 	StateDeleting    State = "deleting"
