@@ -332,7 +332,7 @@ func TestTenantsAndBadInput(t *testing.T) {
 		{"NUL in path", "GET", "/v1/sandboxes/" + sb.ID + "/files?path=/etc/pass%00wd", nil, 400},
 		{"missing path", "GET", "/v1/sandboxes/" + sb.ID + "/files", nil, 400},
 		{"missing file", "GET", "/v1/sandboxes/" + sb.ID + "/files?path=/nope", nil, 404},
-		{"lifecycle not yet", "POST", "/v1/sandboxes/" + sb.ID + "/hibernate", nil, 501},
+		{"not yet implemented", "POST", "/v1/sandboxes/" + sb.ID + "/ports", map[string]any{"port": 8080}, 501},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,6 +57,22 @@ func lifecycleScenario(t *testing.T, runtime string) {
 	snapID = strings.TrimSpace(snapID)
 	if c != 0 || !strings.HasPrefix(snapID, "sn-") {
 		t.Fatalf("snapshot create: exit %d %q %s\n%s", c, snapID, e, in.logs())
+	}
+	// A snapshot request retried with its Idempotency-Key is taken once.
+	var s1, s2 snapshotJSON
+	for _, s := range []*snapshotJSON{&s1, &s2} {
+		req, _ := http.NewRequest("POST", in.url+"/v1/sandboxes/"+sb.ID+"/snapshots", strings.NewReader(`{"kind":"disk"}`))
+		req.Header.Set("Authorization", "Bearer "+in.key)
+		req.Header.Set("Idempotency-Key", "snap-once-"+sb.ID)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(s)
+		resp.Body.Close()
+	}
+	if s1.ID == "" || s1.ID != s2.ID {
+		t.Errorf("snapshot retried with one Idempotency-Key: %q then %q, want one snapshot", s1.ID, s2.ID)
 	}
 	out, e, c := in.cli("", "snapshot", "list", sb.ID)
 	if c != 0 || !strings.Contains(out, snapID) || !strings.Contains(out, "ready") || !strings.Contains(out, "disk") {

@@ -63,6 +63,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // trailing data. The Content-Type is not checked: `curl -d` labels JSON as a
 // form, and a body that is not JSON gets a clear error anyway.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength > maxJSONBody {
+		return fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody)
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -1,14 +1,11 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -21,32 +18,7 @@ import (
 )
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody))
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	tenant := callerOf(r.Context()).Tenant
-	idemKey := r.Header.Get("Idempotency-Key")
-	fingerprint := fingerprintOf(r.Method, r.URL.Path, body)
-	if idemKey != "" {
-		if len(idemKey) > 255 {
-			s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key is over 255 bytes", errdefs.ErrInvalidArgument))
-			return
-		}
-		if rec, err := s.store.GetIdempotency(r.Context(), tenant, idemKey); err == nil {
-			if rec.Fingerprint != fingerprint {
-				s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict))
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Idempotent-Replayed", "true")
-			w.WriteHeader(rec.Status)
-			_, _ = w.Write(rec.Body)
-			return
-		}
-	}
 	var req sandboxv1.CreateSandboxRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -58,22 +30,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out, _ := json.Marshal(sb.API())
-	status := http.StatusCreated
 	if sb.State == sandbox.StateFailed {
-		status = http.StatusInternalServerError
-		out, _ = json.Marshal(sandboxv1.Error{Code: sandboxv1.CodeInternal, Message: fmt.Sprintf("sandbox %s failed to start: %s", sb.ID, sb.Reason)})
-	} else {
-		s.metrics.observeCreate(time.Since(start))
+		s.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		return
 	}
-	if idemKey != "" {
-		_, _ = s.store.PutIdempotency(context.WithoutCancel(r.Context()), store.IdempotencyRecord{
-			Tenant: tenant, Key: idemKey, Fingerprint: fingerprint, Status: status, Body: out, CreatedAt: time.Now().UTC(),
-		})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(out, '\n'))
+	s.metrics.observeCreate(time.Since(start))
+	writeJSON(w, http.StatusCreated, sb.API())
 }
 
 func fingerprintOf(method, path string, body []byte) string {
