@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -89,10 +90,32 @@ func lifecycleScenario(t *testing.T, runtime string) {
 		t.Errorf("snapshot kind memory: HTTP %d %+v, want 400", code, bad)
 	}
 
-	// Destroy the work, then roll back.
+	// Destroy the work, then roll back. A stream open on the replaced
+	// execution is cut when the new one is installed.
 	in.exec(sb.ID, "sh", "-c", "rm -rf /home/user/work && echo after > /home/user/late")
+	stream := exec.Command(bin.space, "exec", sb.ID, "--", "sh", "-c", "while :; do echo tick; sleep 0.2; done")
+	stream.Env = append(os.Environ(), "SPACE_API_URL="+in.url, "SPACE_API_KEY="+in.key)
+	streamOut, _ := stream.StdoutPipe()
+	if err := stream.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(streamOut, first); err != nil || string(first) != "tick\n" {
+		t.Fatalf("stream before rollback: %q %v", first, err)
+	}
+	streamDone := make(chan error, 1)
+	go func() { io.Copy(io.Discard, streamOut); streamDone <- stream.Wait() }()
 	if out, e, c := in.cli("", "sandbox", "rollback", sb.ID, "--snapshot", snapID); c != 0 {
 		t.Fatalf("rollback: exit %d %s %s\n%s", c, out, e, in.logs())
+	}
+	select {
+	case err := <-streamDone:
+		if err == nil {
+			t.Errorf("the stream on the replaced execution ended with success, want an error")
+		}
+	case <-time.After(15 * time.Second):
+		stream.Process.Kill()
+		t.Errorf("a stream on the replaced execution still runs 15 s after the rollback")
 	}
 	var got sandbox
 	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)

@@ -216,6 +216,11 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 	}
 	// The capability is for this hop; the guest never sees it.
 	r.Header.Del(capability.Header)
+	// The request holds a lease on the execution: retiring or stopping it
+	// cuts the request (a stream stops at once).
+	leaseCtx, release := m.streams.acquire(r.Context(), execID)
+	defer release()
+	r = r.WithContext(leaseCtx)
 	bc, err := m.bridge(rec)
 	if err != nil {
 		writeError(w, err)

@@ -102,6 +102,11 @@ func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, 
 			}
 			switch d, why := capability.Compare(c, installed, capability.Request{Op: op}); d {
 			case capability.Allow:
+				if rec.Retired {
+					// The capability names this execution, which no
+					// longer serves the sandbox: a newer one does.
+					return fmt.Errorf("%w: %w: execution generation %d was retired (generation %d serves the sandbox)", errdefs.ErrConflict, errRefreshRoute, rec.Generation, rec.RetiredBy)
+				}
 				return nil
 			case capability.RefreshRoute:
 				return fmt.Errorf("%w: %w: %s", errdefs.ErrConflict, errRefreshRoute, why)

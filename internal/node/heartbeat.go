@@ -92,11 +92,13 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
 	var reply struct {
-		Keys *capability.KeySet `json:"keys"`
+		Keys   *capability.KeySet  `json:"keys"`
+		Retire []nodev1.Retirement `json:"retire"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&reply); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
 	}
+	m.Retire(reply.Retire)
 	if reply.Keys != nil {
 		return m.SetKeys(reply.Keys)
 	}

@@ -65,6 +65,9 @@ type Manager struct {
 	// control plane learns of a dead sandbox in well under a second.
 	changed chan struct{}
 
+	// streams holds the leases of forwarded guest requests per execution.
+	streams leases
+
 	keysMu sync.Mutex // guards keys
 	// keys verify the capabilities requests carry; pushed by the control
 	// plane with every heartbeat answer and kept across restarts.
@@ -108,6 +111,9 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 	}
 	m.setStarting(req.ExecID, true)
 	defer m.setStarting(req.ExecID, false)
+	// A newer generation of the sandbox is installed here: the older ones
+	// stop serving it before the new one starts.
+	m.retireOlder(req)
 	rec, err := m.start(ctx, req)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -285,6 +291,7 @@ func (m *Manager) Stop(ctx context.Context, execID string) error {
 // rest. runtime is the execution's runtime when the caller knows it; the
 // runtime record, when there is one, says it too.
 func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
+	m.streams.revoke(execID, fmt.Errorf("execution %s stopped", execID))
 	if rec, err := m.records.load(execID); err == nil {
 		runtime = rec.Runtime
 		if bc, err := m.bridge(rec); err == nil {

@@ -24,6 +24,13 @@ type Record struct {
 	StartedAt        time.Time `json:"started_at"`
 	// Paused is set while the execution is paused (its guest cannot answer).
 	Paused bool `json:"paused,omitempty"`
+	// RetiredBy is the generation that replaced this execution once the
+	// node learnt of it (0: current). A retired execution's capabilities
+	// are refused with RefreshRoute.
+	RetiredBy uint64 `json:"retired_by,omitempty"`
+	// Retired is set when the sandbox is gone or replaced (RetiredBy may
+	// be 0 when it was deleted).
+	Retired bool `json:"retired,omitempty"`
 }
 
 // records stores one directory per execution under dir.

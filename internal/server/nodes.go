@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -152,13 +153,34 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.nodes.observe(id, hb.Executions)
 	s.rec.Observe(id, hb.Executions)
-	// The answer pushes the keys the node verifies capabilities with.
-	writeJSON(w, http.StatusOK, HeartbeatReply{Keys: s.cfg.Keys})
+	// The answer pushes the keys the node verifies capabilities with, and
+	// retires the executions that no longer serve their sandbox.
+	writeJSON(w, http.StatusOK, HeartbeatReply{Keys: s.cfg.Keys, Retire: s.retirements(r.Context(), id, hb.Executions)})
 }
 
 // HeartbeatReply answers a heartbeat.
 type HeartbeatReply struct {
-	Keys *capability.KeySet `json:"keys"`
+	Keys   *capability.KeySet  `json:"keys"`
+	Retire []nodev1.Retirement `json:"retire,omitempty"`
+}
+
+// retirements lists the executions a node reports that are not their
+// sandbox's current one: a newer generation (or none: the sandbox is gone)
+// serves it. A store error retires nothing.
+func (s *Server) retirements(ctx context.Context, nodeID string, execs []nodev1.Execution) []nodev1.Retirement {
+	var out []nodev1.Retirement
+	for _, ex := range execs {
+		sb, err := s.store.GetSandboxByID(ctx, ex.SandboxID)
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
+			out = append(out, nodev1.Retirement{ExecID: ex.ExecID, SandboxID: ex.SandboxID})
+		case err != nil:
+			continue
+		case sb.Generation > ex.Generation || sb.Generation == ex.Generation && sb.ExecID != ex.ExecID && sb.ExecID != "":
+			out = append(out, nodev1.Retirement{ExecID: ex.ExecID, SandboxID: ex.SandboxID, Generation: sb.Generation})
+		}
+	}
+	return out
 }
 
 func validNodeID(id string) bool {

@@ -165,3 +165,14 @@ type DownloadSnapshot struct {
 	Tenant    string    `json:"tenant"`
 	Artifacts Artifacts `json:"artifacts"`
 }
+
+// Retirement tells a node that one of its executions no longer serves its
+// sandbox (a newer generation does, or the sandbox is gone): the node refuses
+// the execution's capabilities with RefreshRoute and cuts its streams at
+// once, before the execution itself is stopped.
+type Retirement struct {
+	ExecID    string `json:"exec_id"`
+	SandboxID string `json:"sandbox_id"`
+	// Generation is the sandbox's current generation (0: deleted).
+	Generation uint64 `json:"generation"`
+}

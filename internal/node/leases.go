@@ -1,0 +1,115 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/privop"
+)
+
+// Stream leases. Every request the node forwards to a guest (exec output, a
+// PTY, a file watch, a transfer) holds a lease on the execution that serves
+// it; retiring or stopping the execution cancels its leases, so input and
+// output stop at once instead of running on against an execution that no
+// longer owns the sandbox.
+
+// leases tracks the in-flight forwarded requests per execution.
+type leases struct {
+	mu sync.Mutex
+	m  map[string]map[*lease]struct{}
+}
+
+type lease struct {
+	cancel context.CancelCauseFunc
+}
+
+// acquire returns a context for a request to execID, cancelled when the
+// execution is retired or stopped, and the release to call when done.
+func (l *leases) acquire(ctx context.Context, execID string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	ls := &lease{cancel: cancel}
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]map[*lease]struct{}{}
+	}
+	if l.m[execID] == nil {
+		l.m[execID] = map[*lease]struct{}{}
+	}
+	l.m[execID][ls] = struct{}{}
+	l.mu.Unlock()
+	return ctx, func() {
+		l.mu.Lock()
+		delete(l.m[execID], ls)
+		if len(l.m[execID]) == 0 {
+			delete(l.m, execID)
+		}
+		l.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// revoke cancels every lease on execID with cause and returns how many.
+func (l *leases) revoke(execID string, cause error) int {
+	l.mu.Lock()
+	held := l.m[execID]
+	delete(l.m, execID)
+	l.mu.Unlock()
+	for ls := range held {
+		ls.cancel(cause)
+	}
+	return len(held)
+}
+
+// count reports the leases held on execID.
+func (l *leases) count(execID string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m[execID])
+}
+
+// Retire marks executions as no longer serving their sandbox: from now on
+// their capabilities get RefreshRoute, and their streams are cut. Unknown
+// executions are ignored; retiring twice keeps the first record.
+func (m *Manager) Retire(rs []nodev1.Retirement) {
+	for _, r := range rs {
+		if privop.ValidExecID(r.ExecID) != nil {
+			continue
+		}
+		m.retire(r.ExecID, r.SandboxID, r.Generation)
+	}
+}
+
+func (m *Manager) retire(execID, sandboxID string, by uint64) {
+	unlock := m.locks.lock(execID)
+	rec, err := m.records.load(execID)
+	if err == nil && rec.SandboxID == sandboxID && !rec.Retired {
+		rec.Retired, rec.RetiredBy = true, by
+		if err := m.records.save(rec); err != nil {
+			m.log.Warn("record retirement", "exec", execID, "err", err)
+		}
+	}
+	unlock()
+	if err != nil || rec.SandboxID != sandboxID {
+		return
+	}
+	cause := fmt.Errorf("execution %s of sandbox %s was retired (generation %d serves it now)", execID, sandboxID, by)
+	if by == 0 {
+		cause = fmt.Errorf("execution %s was retired: sandbox %s is gone", execID, sandboxID)
+	}
+	if n := m.streams.revoke(execID, cause); n > 0 || err == nil {
+		m.log.Info("execution retired", "exec", execID, "sandbox", sandboxID, "by_generation", by, "streams_cut", n)
+	}
+}
+
+// retireOlder retires the executions of req's sandbox on this node that
+// belong to an older generation: a newer one is being installed here.
+func (m *Manager) retireOlder(req nodev1.StartExecution) {
+	recs, _ := m.records.all()
+	for _, rec := range recs {
+		if rec.SandboxID == req.SandboxID && rec.ExecID != req.ExecID && rec.Generation < req.Generation {
+			m.retire(rec.ExecID, rec.SandboxID, req.Generation)
+		}
+	}
+}
