@@ -124,6 +124,13 @@ func (s *Signer) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.
 // Mint issues a capability for id allowing ops, valid for Lifetime from now.
 // port and protocol are required with OpServicePort and refused without it.
 func (s *Signer) Mint(id Identity, ops Op, port uint16, protocol string) ([]byte, error) {
+	return s.MintUntil(id, ops, port, protocol, time.Time{})
+}
+
+// MintUntil is Mint with an earlier expiry: until (zero: the full Lifetime),
+// never later than Lifetime from now. A repaired route keeps the expiry of
+// the route it replaces: repair is not a renewal of the authorization.
+func (s *Signer) MintUntil(id Identity, ops Op, port uint16, protocol string, until time.Time) ([]byte, error) {
 	if !ops.Valid() {
 		return nil, fmt.Errorf("capability: invalid operations %#x", uint32(ops))
 	}
@@ -131,7 +138,17 @@ func (s *Signer) Mint(id Identity, ops Op, port uint16, protocol string) ([]byte
 		return nil, errors.New("capability: a port and protocol go with OpServicePort, and only with it")
 	}
 	now := s.now().Truncate(time.Second)
-	c := Capability{KeyID: s.keyID, Identity: id, Ops: ops, Port: port, Protocol: protocol, IssuedAt: now, ExpiresAt: now.Add(Lifetime)}
+	expires := now.Add(Lifetime)
+	if !until.IsZero() && until.Before(expires) {
+		if !until.After(now) {
+			return nil, errors.New("capability: the expiry asked for has passed")
+		}
+		expires = until.Truncate(time.Second)
+		if !expires.After(now) {
+			expires = now.Add(time.Second)
+		}
+	}
+	c := Capability{KeyID: s.keyID, Identity: id, Ops: ops, Port: port, Protocol: protocol, IssuedAt: now, ExpiresAt: expires}
 	msg, err := encode(&c)
 	if err != nil {
 		return nil, err

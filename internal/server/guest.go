@@ -1,11 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,7 +19,7 @@ import (
 	"github.com/spacesandbox/space/api/guest/v1/process/processv1connect"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
@@ -34,6 +39,10 @@ type guestConn struct {
 // restart of the control plane (nodes report every two seconds).
 const nodeWait = 5 * time.Second
 
+// guestBase is the virtual origin of guest requests; routeTransport sends
+// them to the node and execution of the sandbox's current route.
+const guestBase = "http://guest"
+
 // guestFor returns the guest of a running sandbox, for operations op: every
 // request carries a capability bound to the sandbox's current execution,
 // which the node checks against the execution it runs.
@@ -48,41 +57,165 @@ func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capabilit
 	if sb.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)
 	}
-	nc, err := s.nodes.clientWait(ctx, sb.Node, nodeWait)
+	rt, err := s.routeFor(sb, op)
 	if err != nil {
 		return nil, err
 	}
-	token, err := s.cfg.Signer.Mint(capability.Identity{
-		Sandbox: sb.ID, Generation: sb.Generation, Node: sb.Node, Substrate: sb.Runtime, Activation: sb.ActivationID,
-	}, op, 0, "")
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: capability: %w", sb.ID, err)
-	}
-	return newGuestConn(nc, sb.ExecID, capability.Encode(token)), nil
-}
-
-// capabilityTransport puts the request's capability on every guest call.
-type capabilityTransport struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (t capabilityTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set(capability.Header, t.token)
-	return t.next.RoundTrip(r)
-}
-
-func newGuestConn(nc *nodeclient.Client, execID, token string) *guestConn {
-	shared, base := nc.GuestHTTP(execID)
-	hc := &http.Client{Transport: capabilityTransport{token: token, next: shared.Transport}}
+	t := &routeTransport{s: s, sandbox: sb.ID, op: op}
+	t.route.Store(rt)
+	hc := &http.Client{Transport: t}
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxGuestMessage)}
 	return &guestConn{
 		http:    hc,
-		base:    base,
-		process: processv1connect.NewProcessClient(hc, base, opts...),
-		fs:      filesystemv1connect.NewFilesystemClient(hc, base, opts...),
+		base:    guestBase,
+		process: processv1connect.NewProcessClient(hc, guestBase, opts...),
+		fs:      filesystemv1connect.NewFilesystemClient(hc, guestBase, opts...),
+	}, nil
+}
+
+// identityOf is the execution identity a sandbox record names.
+func identityOf(sb *sandbox.Sandbox) capability.Identity {
+	return capability.Identity{Sandbox: sb.ID, Generation: sb.Generation, Node: sb.Node, Substrate: sb.Runtime, Activation: sb.ActivationID}
+}
+
+// routeFor returns the cached route of sb for op when it still names sb's
+// current execution, else a fresh one (cached).
+func (s *Server) routeFor(sb *sandbox.Sandbox, op capability.Op) (*route.Route, error) {
+	now := time.Now()
+	if rt := s.routes.Get(sb.ID, op, now); rt != nil && rt.Identity == identityOf(sb) && rt.ExecID == sb.ExecID {
+		return rt, nil
 	}
+	rt, err := s.mintRoute(sb, op, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	s.routes.Put(rt)
+	return rt, nil
+}
+
+// mintRoute makes a route to sb's current execution, its capability valid
+// until until (zero: the full lifetime).
+func (s *Server) mintRoute(sb *sandbox.Sandbox, op capability.Op, until time.Time) (*route.Route, error) {
+	id := identityOf(sb)
+	tok, err := s.cfg.Signer.MintUntil(id, op, 0, "", until)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: capability: %w", sb.ID, err)
+	}
+	c, err := capability.Verify(tok, s.cfg.Keys, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: capability: %w", sb.ID, err)
+	}
+	return &route.Route{Identity: id, ExecID: sb.ExecID, Op: op, Token: capability.Encode(tok), Expires: c.ExpiresAt}, nil
+}
+
+// routeTransport sends guest requests along the sandbox's current route and
+// repairs it once when the node answers RefreshRoute: the sandbox is read
+// again, the cached route replaced by compare-and-swap (a late rejection
+// never evicts a newer route), and the request retried once if it can be
+// replayed (reads and other idempotent operations; never process starts,
+// input or uploads). A repaired route keeps the expiry of the rejected one.
+type routeTransport struct {
+	s       *Server
+	sandbox string
+	op      capability.Op
+	route   atomic.Pointer[route.Route]
+}
+
+func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rt := t.route.Load()
+	resp, err := t.send(req, rt)
+	if err != nil || resp.StatusCode != http.StatusConflict || rt.Repaired {
+		return resp, err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var e struct{ Code string }
+	if json.Unmarshal(body, &e) != nil || e.Code != "refresh_route" {
+		return resp, nil
+	}
+	t.s.metrics.countRouteRefresh("received")
+	fresh := t.s.resolveRoute(req.Context(), t.sandbox, t.op, rt)
+	repaired := t.s.routes.Repair(rt, fresh, time.Now())
+	if repaired == nil || repaired == rt {
+		t.s.metrics.countRouteRefresh("unresolved")
+		return resp, nil
+	}
+	t.route.Store(repaired)
+	if !replayable(req) {
+		// The next request of this connection uses the repaired route;
+		// this one is not replayed.
+		t.s.metrics.countRouteRefresh("not_replayed")
+		return resp, nil
+	}
+	retry := req.Clone(req.Context())
+	if req.GetBody != nil {
+		if retry.Body, err = req.GetBody(); err != nil {
+			return resp, nil
+		}
+	}
+	t.s.metrics.countRouteRefresh("retried")
+	t.s.log.Info("route repaired", "sandbox", t.sandbox, "from_generation", rt.Identity.Generation, "from_node", rt.Identity.Node,
+		"to_generation", repaired.Identity.Generation, "to_node", repaired.Identity.Node)
+	return t.send(retry, repaired)
+}
+
+// send sends req (addressed to guestBase) to rt's node and execution with
+// rt's capability.
+func (t *routeTransport) send(req *http.Request, rt *route.Route) (*http.Response, error) {
+	nc, err := t.s.nodes.clientWait(req.Context(), rt.Identity.Node, nodeWait)
+	if err != nil {
+		return nil, err
+	}
+	shared, base := nc.GuestHTTP(rt.ExecID)
+	out := req.Clone(req.Context())
+	u, err := url.Parse(base + req.URL.Path)
+	if err != nil {
+		return nil, err
+	}
+	u.RawQuery = req.URL.RawQuery
+	out.URL, out.Host = u, u.Host
+	out.Header.Set(capability.Header, rt.Token)
+	return shared.Transport.RoundTrip(out)
+}
+
+// resolveRoute reads the sandbox again after a RefreshRoute and returns a
+// route to its current execution, keeping the rejected route's expiry; nil
+// when the sandbox is gone, not running, or still names the rejected
+// execution (the store has not caught up: nothing to repair to).
+func (s *Server) resolveRoute(ctx context.Context, sandboxID string, op capability.Op, rejected *route.Route) *route.Route {
+	sb, err := s.store.GetSandboxByID(ctx, sandboxID)
+	if err != nil || sb.State != sandbox.StateRunning {
+		return nil
+	}
+	if identityOf(sb) == rejected.Identity && sb.ExecID == rejected.ExecID {
+		return nil
+	}
+	if !time.Now().Before(rejected.Expires) {
+		return nil
+	}
+	rt, err := s.mintRoute(sb, op, rejected.Expires)
+	if err != nil {
+		return nil
+	}
+	return rt
+}
+
+// replayable reports whether a guest request may be sent again after a
+// route repair: reads and idempotent operations whose body can be rebuilt.
+func replayable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead:
+		return true
+	}
+	switch req.URL.Path {
+	case "/filesystem.Filesystem/Stat", "/filesystem.Filesystem/ListDir", "/process.Process/List":
+		return true
+	}
+	return false
 }
 
 // asUser makes a guest request run as user (E2B's Basic-auth convention).

@@ -18,10 +18,12 @@ type metrics struct {
 	mu       sync.Mutex        // guards every map
 	requests map[string]uint64 // "route\x00code" -> count
 	hists    map[string]*histogram
+	// refreshes counts RefreshRoute answers by outcome.
+	refreshes map[string]uint64
 }
 
 func newMetrics() *metrics {
-	return &metrics{requests: map[string]uint64{}, hists: map[string]*histogram{
+	return &metrics{requests: map[string]uint64{}, refreshes: map[string]uint64{}, hists: map[string]*histogram{
 		"space_sandbox_create_seconds": newHistogram(),
 		"space_exec_seconds":           newHistogram(),
 	}}
@@ -58,6 +60,14 @@ func (m *metrics) countRequest(route string, code int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests[fmt.Sprintf("%s\x00%d", route, code)]++
+}
+
+// countRouteRefresh counts a RefreshRoute answer of a node by what came of
+// it: received, retried, not_replayed, unresolved.
+func (m *metrics) countRouteRefresh(outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshes[outcome]++
 }
 
 // statusRecorder remembers the status a handler wrote.
@@ -127,6 +137,10 @@ func (m *metrics) write(b *strings.Builder) {
 	for _, k := range sortedKeys(m.requests) {
 		route, code, _ := strings.Cut(k, "\x00")
 		fmt.Fprintf(b, "space_http_requests_total{route=%q,code=%q} %d\n", route, code, m.requests[k])
+	}
+	b.WriteString("# HELP space_route_refresh_total RefreshRoute answers from nodes, by outcome.\n# TYPE space_route_refresh_total counter\n")
+	for _, k := range sortedKeys(m.refreshes) {
+		fmt.Fprintf(b, "space_route_refresh_total{outcome=%q} %d\n", k, m.refreshes[k])
 	}
 	for _, name := range sortedKeys(m.hists) {
 		h := m.hists[name]

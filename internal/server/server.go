@@ -16,6 +16,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -51,6 +52,8 @@ type Server struct {
 	nodes   *Nodes
 	rec     *reconcile.Reconciler
 	metrics *metrics
+	// routes caches where each sandbox's guest requests go.
+	routes *route.Cache
 
 	templateJobs chan templateJob
 }
@@ -63,7 +66,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.CreateTimeout == 0 {
 		cfg.CreateTimeout = 5 * time.Minute
 	}
-	return &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), templateJobs: make(chan templateJob, 64)}
+	return &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64)}
 }
 
 // Handler returns the API's HTTP handler.
