@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,22 +19,28 @@ func runHostBridge(args []string) int {
 	socket := fs.String("socket", "", "unix socket to serve the sandbox manager on")
 	exitFile := fs.String("exit-file", "", "file that receives the reason the bridge stopped")
 	guestFD := fs.Int("guest-fd", 3, "inherited descriptor of the guest channel")
+	guestPid := fs.Int("guest-pid", 0, "pid of the VMM the guest channel must be connected to (vm); 0: the channel is a socketpair from the node-manager (ns) and is not checked")
+	guestStart := fs.Uint64("guest-start-time", 0, "start time (/proc/<pid>/stat field 22) of the process --guest-pid names")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if (*guestPid == 0) != (*guestStart == 0) || *guestPid < 0 {
+		fmt.Fprintln(os.Stderr, "space host-bridge: --guest-pid and --guest-start-time go together, and the pid is positive")
+		return 2
+	}
 	log := newLogger().With("component", "host-bridge")
-	f := os.NewFile(uintptr(*guestFD), "guest-channel")
-	if f == nil {
-		fmt.Fprintf(os.Stderr, "space host-bridge: descriptor %d is not open\n", *guestFD)
-		return 1
-	}
-	conn, err := net.FileConn(f)
-	f.Close()
+	conn, err := bridge.OpenChannel(*guestFD)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "space host-bridge: guest channel on fd %d: %v\n", *guestFD, err)
+		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
 		return 1
 	}
-	b, err := bridge.New(bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile}, log)
+	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile}
+	if *guestPid != 0 {
+		cfg.Guest = &bridge.Process{Pid: *guestPid, StartTime: *guestStart}
+	}
+	// New refuses a channel whose peer is not the VMM, writing why to the
+	// exit file; the bridge then exits without serving.
+	b, err := bridge.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
 		return 1

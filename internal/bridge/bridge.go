@@ -44,6 +44,12 @@ type Config struct {
 	ExitFile string
 	// ReadyTimeout bounds the wait for the guest daemon's first answer.
 	ReadyTimeout time.Duration
+	// Guest is the process the channel must be connected to (the VMM of a
+	// vm execution); New refuses a channel whose peer is another. Nil
+	// when the channel is a socketpair made by the node-manager (ns), whose
+	// peer credentials name its creator and which no other process can
+	// reach (peer.go).
+	Guest *Process
 }
 
 // publicPrefixes are the guest routes forwarded to the manager. The control
@@ -90,7 +96,10 @@ type Bridge struct {
 	thawTimer *time.Timer
 }
 
-// New connects to the guest over cfg.Channel. It does not wait for the guest.
+// New verifies the peer of cfg.Channel (when cfg.Guest is set) and connects to
+// the guest over it. It does not wait for the guest. A channel whose peer is
+// not cfg.Guest is refused before anything is written to it: New writes the
+// reason to cfg.ExitFile and returns an ErrPermissionDenied error.
 func New(cfg Config, log *slog.Logger) (*Bridge, error) {
 	if cfg.ExecID == "" || cfg.Socket == "" || cfg.Channel == nil {
 		return nil, errors.New("bridge: exec id, socket and channel are required")
@@ -98,11 +107,20 @@ func New(cfg Config, log *slog.Logger) (*Bridge, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
+	log = log.With("exec", cfg.ExecID)
+	if cfg.Guest != nil {
+		if err := VerifyChannel(cfg.Channel, *cfg.Guest); err != nil {
+			reason := refuseChannel(cfg, err)
+			log.Error("refusing to serve the guest channel", "reason", reason, "want_pid", cfg.Guest.Pid, "want_start_time", cfg.Guest.StartTime)
+			return nil, fmt.Errorf("bridge %s: %w", cfg.ExecID, err)
+		}
+		log.Debug("guest channel verified", "vmm_pid", cfg.Guest.Pid, "vmm_start_time", cfg.Guest.StartTime)
+	}
 	c, err := guest.NewClient(cfg.Channel)
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: guest channel: %w", cfg.ExecID, err)
 	}
-	return &Bridge{cfg: cfg, log: log.With("exec", cfg.ExecID), client: c}, nil
+	return &Bridge{cfg: cfg, log: log, client: c}, nil
 }
 
 // Run waits for the guest, serves the manager until ctx is done, the guest

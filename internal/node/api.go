@@ -32,6 +32,7 @@ const maxAPIBody = 1 << 20
 func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /node/v1/info", m.handleInfo)
+	mux.HandleFunc("GET /node/v1/metrics", m.handleMetrics)
 	mux.HandleFunc("GET /node/v1/executions", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, nodev1.ExecutionList{Executions: m.List(r.Context())})
 	})

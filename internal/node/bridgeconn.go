@@ -4,38 +4,66 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
-// bridgeConn talks to one execution's host bridge. Every connection is checked:
-// the peer on the socket must be the bridge process this node started (pid and
-// start time from the runtime record), so a process that took over the socket
-// path, or a reused pid, is refused.
+// bridgeConn talks to one execution's host bridge. Every new connection is
+// checked before a byte is sent (verifyPeer): the peer on the socket must be
+// the bridge process this node started, by pid, start time and executable
+// from the runtime record, so a process that took over the socket path, a
+// reused pid or a bridge that exec'd something else is refused. Connections
+// are never silently re-pointed: each one is a new dial that passes the same
+// checks or fails.
 type bridgeConn struct {
 	execID    string
+	want      bridgeProcess
+	log       *slog.Logger // nil: refusals are counted, and reported only by the caller's error
 	transport *http.Transport
 	client    *http.Client
 }
 
+// newBridgeConn returns the connection to rec's bridge for callers without a
+// Manager at hand. Prefer Manager.connectBridge, which also logs refusals.
 func newBridgeConn(rec *Record, socket string) *bridgeConn {
-	wantPid, wantStart := rec.BridgePid, rec.BridgeStartTime
-	tr := &http.Transport{
+	return dialBridge(rec, socket, nil)
+}
+
+// connectBridge returns the verified connection to rec's bridge; refused
+// peers are counted and logged with both identities.
+func (m *Manager) connectBridge(rec *Record) *bridgeConn {
+	return dialBridge(rec, m.records.socket(rec.ExecID), m.log)
+}
+
+func dialBridge(rec *Record, socket string, log *slog.Logger) *bridgeConn {
+	b := &bridgeConn{execID: rec.ExecID, want: bridgeProcessOf(rec), log: log}
+	if b.want.exeIno == 0 && log != nil {
+		// Logged once per connection pool, i.e. once per execution and
+		// run of the node.
+		log.Warn("runtime record predates the host bridge executable check: checking pid and start time only",
+			"exec", rec.ExecID, "bridge_pid", rec.BridgePid)
+	}
+	b.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			c, err := unixsock.Dial(ctx, socket)
 			if err != nil {
 				return nil, err
 			}
-			if err := verifyPeer(c.(*net.UnixConn), wantPid, wantStart); err != nil {
+			if err := b.verify(c.(*net.UnixConn)); err != nil {
 				c.Close()
 				return nil, err
 			}
@@ -44,32 +72,133 @@ func newBridgeConn(rec *Record, socket string) *bridgeConn {
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &bridgeConn{execID: rec.ExecID, transport: tr, client: &http.Client{Transport: tr}}
+	b.client = &http.Client{Transport: b.transport}
+	return b
 }
 
-func verifyPeer(c *net.UnixConn, wantPid int, wantStart uint64) error {
-	raw, err := c.SyscallConn()
+// verify checks a new connection and counts and logs a refusal.
+func (b *bridgeConn) verify(c *net.UnixConn) error {
+	err := verifyPeer(c, b.want)
+	var r *peerRefusedError
+	if !errors.As(err, &r) {
+		return err
+	}
+	r.execID = b.execID
+	refusals.countBridgePeer(r.check)
+	if b.log != nil {
+		b.log.Warn("host bridge connection refused", "exec", b.execID, "check", r.check,
+			slog.Group("peer", "pid", r.got.pid, "uid", r.got.uid, "start_time", r.got.start, "exe", r.got.exe()),
+			slog.Group("bridge", "pid", b.want.pid, "start_time", b.want.start, "exe", b.want.exe()),
+			"err", r.cause)
+	}
+	return err
+}
+
+// bridgeProcess is the host bridge process this node started, as the runtime
+// record keeps it.
+type bridgeProcess struct {
+	pid            int
+	start          uint64
+	exeDev, exeIno uint64 // zero: the record predates the check
+}
+
+func bridgeProcessOf(rec *Record) bridgeProcess {
+	return bridgeProcess{pid: rec.BridgePid, start: rec.BridgeStartTime, exeDev: rec.BridgeExeDev, exeIno: rec.BridgeExeIno}
+}
+
+func (p bridgeProcess) exe() string {
+	if p.exeIno == 0 {
+		return "unrecorded"
+	}
+	return fmt.Sprintf("%d:%d", p.exeDev, p.exeIno)
+}
+
+// peerProcess is what the node learnt of the process on the other end of a
+// bridge socket; the zero value of a field means it could not be read.
+type peerProcess struct {
+	pid            int
+	uid            uint32
+	start          uint64
+	exeDev, exeIno uint64
+}
+
+func (p peerProcess) exe() string {
+	if p.exeIno == 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d:%d", p.exeDev, p.exeIno)
+}
+
+// peerRefusedError is a connection to a bridge socket whose peer is not the
+// bridge this node started. It is of class ErrPermissionDenied.
+type peerRefusedError struct {
+	execID string
+	check  string // the comparison that failed (peerCheck*)
+	want   bridgeProcess
+	got    peerProcess
+	cause  error
+}
+
+func (e *peerRefusedError) Error() string {
+	return fmt.Sprintf("exec %s: host bridge socket refused (%s check): peer pid %d uid %d start time %d exe %s; the bridge this node started is pid %d start time %d exe %s: %v",
+		e.execID, e.check, e.got.pid, e.got.uid, e.got.start, e.got.exe(), e.want.pid, e.want.start, e.want.exe(), e.cause)
+}
+
+func (e *peerRefusedError) Unwrap() []error { return []error{errdefs.ErrPermissionDenied, e.cause} }
+
+// verifyPeer checks that the process serving c is want: SO_PEERCRED names the
+// process that listens on the socket; it must run as this node's user, have
+// want's pid, the process with that pid must have want's start time (so a
+// reused pid is caught), and /proc/<pid>/exe must be the file want recorded
+// (stat follows the magic link to the file the process runs even when the
+// path was replaced, so an upgrade of the binary on disk does not lock out a
+// running bridge, while a bridge that exec'd another file is refused).
+func verifyPeer(c *net.UnixConn, want bridgeProcess) error {
+	cred, err := bridge.PeerCred(c)
 	if err != nil {
-		return err
+		return &peerRefusedError{check: peerCheckCred, want: want, cause: err}
 	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
+	got := describePeer(cred)
+	refuse := func(check string, cause error) error {
+		return &peerRefusedError{check: check, want: want, got: got, cause: cause}
 	}
-	if credErr != nil {
-		return fmt.Errorf("host bridge peer credentials: %w", credErr)
+	if uid := uint32(os.Geteuid()); cred.Uid != uid {
+		return refuse(peerCheckUID, fmt.Errorf("the peer runs as uid %d, not the node's uid %d", cred.Uid, uid))
 	}
-	if int(cred.Pid) != wantPid {
-		return fmt.Errorf("host bridge socket is served by pid %d, not the bridge pid %d", cred.Pid, wantPid)
+	if got.pid != want.pid {
+		return refuse(peerCheckPid, errors.New("the socket is served by another process"))
 	}
-	start, err := driver.ProcStartTime(wantPid)
-	if err != nil || start != wantStart {
-		return fmt.Errorf("host bridge pid %d is not the process this node started", wantPid)
+	if got.start != want.start {
+		return refuse(peerCheckStart, errors.New("the bridge's pid names another process: the pid was reused"))
+	}
+	if want.exeIno == 0 {
+		return nil
+	}
+	if got.exeDev != want.exeDev || got.exeIno != want.exeIno {
+		return refuse(peerCheckExe, errors.New("the process runs another executable than the node started"))
 	}
 	return nil
+}
+
+// describePeer reads what /proc says of the peer SO_PEERCRED names (nothing
+// for a peer outside this pid namespace, pid 0).
+func describePeer(cred unix.Ucred) peerProcess {
+	p := peerProcess{pid: int(cred.Pid), uid: cred.Uid}
+	if p.pid <= 0 {
+		return p
+	}
+	p.start, _ = driver.ProcStartTime(p.pid)
+	p.exeDev, p.exeIno, _ = exeIdentity(p.pid)
+	return p
+}
+
+// exeIdentity returns the device and inode of the file process pid runs.
+func exeIdentity(pid int) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/exe", &st); err != nil {
+		return 0, 0, fmt.Errorf("executable of pid %d: %w", pid, err)
+	}
+	return st.Dev, st.Ino, nil
 }
 
 func (b *bridgeConn) close() { b.transport.CloseIdleConnections() }
@@ -107,6 +236,11 @@ func (b *bridgeConn) waitReady(ctx context.Context, timeout time.Duration) error
 			return fmt.Errorf("guest not ready: %s", st.Reason)
 		case err != nil:
 			last = err
+			if !driver.ProcAlive(b.want.pid, b.want.start) {
+				// A bridge that refused its guest channel, or
+				// failed otherwise, is gone: no use waiting.
+				return fmt.Errorf("host bridge pid %d exited before it served: %w", b.want.pid, err)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -87,9 +87,11 @@ func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, 
 	keys := m.keys
 	m.keysMu.Unlock()
 	if keys == nil {
+		m.capabilityRefused(rec, nil, refusedNoKeys, "no verification keys yet")
 		return fmt.Errorf("%w: the node has no verification keys yet; retry shortly", errdefs.ErrUnavailable)
 	}
 	if header == "" {
+		m.capabilityRefused(rec, nil, refusedMissing, "capability required")
 		return fmt.Errorf("%w: capability required", errdefs.ErrPermissionDenied)
 	}
 	token, err := capability.Decode(header)
@@ -105,15 +107,19 @@ func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, 
 				if rec.Retired {
 					// The capability names this execution, which no
 					// longer serves the sandbox: a newer one does.
+					m.capabilityRefused(rec, c, refusedRefreshRoute, "execution retired")
 					return fmt.Errorf("%w: %w: execution generation %d was retired (generation %d serves the sandbox)", errdefs.ErrConflict, errRefreshRoute, rec.Generation, rec.RetiredBy)
 				}
 				return nil
 			case capability.RefreshRoute:
+				m.capabilityRefused(rec, c, refusedRefreshRoute, why)
 				return fmt.Errorf("%w: %w: %s", errdefs.ErrConflict, errRefreshRoute, why)
 			default:
+				m.capabilityRefused(rec, c, denyReason(c, installed, capability.Request{Op: op}), why)
 				return fmt.Errorf("%w: %s", errdefs.ErrPermissionDenied, why)
 			}
 		}
 	}
+	m.capabilityRefused(rec, nil, verifyRefusal(err), err.Error())
 	return fmt.Errorf("%w: %v", errdefs.ErrPermissionDenied, err)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -195,18 +196,33 @@ func pidsFor(memoryMiB int) int {
 }
 
 // spawnBridge starts `space host-bridge` for rec with the guest channel as fd 3,
-// in its own session so it outlives this process.
+// in its own session so it outlives this process, and records the bridge's
+// identity in rec: pid, start time and the device and inode of the file it
+// runs, which every connection to it is checked against (bridgeconn.go).
+//
+// For a vm execution the bridge is also told the VMM's pid and start time
+// (rec.SandboxPid, rec.SandboxStartTime): the channel is a connection to the
+// socket QEMU listens on, and the bridge refuses to serve it unless its peer
+// is that process. An ns channel is a socketpair the node-manager made; its
+// peer credentials name the node-manager and no other process can reach it,
+// so it is not checked (see internal/bridge/peer.go).
 func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	logf, err := os.OpenFile(m.records.logFile(rec.ExecID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("exec %s: bridge log: %w", rec.ExecID, err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(m.cfg.Executable, "host-bridge",
+	args := []string{"host-bridge",
 		"--exec-id", rec.ExecID,
 		"--socket", m.records.socket(rec.ExecID),
 		"--exit-file", m.records.exitFile(rec.ExecID),
-		"--guest-fd", "3")
+		"--guest-fd", "3"}
+	if rec.Runtime == "vm" {
+		args = append(args,
+			"--guest-pid", strconv.Itoa(rec.SandboxPid),
+			"--guest-start-time", strconv.FormatUint(rec.SandboxStartTime, 10))
+	}
+	cmd := exec.Command(m.cfg.Executable, args...)
 	cmd.ExtraFiles = []*os.File{channel}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -214,11 +230,18 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
 	}
+	// Start returned after the exec: /proc/<pid>/exe is the file the bridge
+	// runs, whatever happens to m.cfg.Executable's path from now on.
 	rec.BridgePid = cmd.Process.Pid
 	rec.BridgeStartTime, err = driver.ProcStartTime(cmd.Process.Pid)
+	if err == nil {
+		rec.BridgeExeDev, rec.BridgeExeIno, err = exeIdentity(cmd.Process.Pid)
+	}
 	if err != nil {
+		// Most likely the bridge exited at once; its log says why.
 		_ = cmd.Process.Kill()
-		return fmt.Errorf("exec %s: host bridge start time: %w", rec.ExecID, err)
+		_ = cmd.Wait()
+		return fmt.Errorf("exec %s: host bridge identity: %w%s", rec.ExecID, err, m.bridgeLogTail(rec.ExecID))
 	}
 	// Reap the bridge if it exits while this process lives (after a restart
 	// of this process its parent is init), and report the change at once.
@@ -226,6 +249,13 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 		_ = cmd.Wait()
 		m.notifyChanged()
 	}()
+	// The connection to it logs refused peers (m.bridge finds it).
+	m.mu.Lock()
+	if old := m.bridges[rec.ExecID]; old != nil {
+		old.close()
+	}
+	m.bridges[rec.ExecID] = m.connectBridge(rec)
+	m.mu.Unlock()
 	return nil
 }
 
@@ -417,7 +447,7 @@ func (m *Manager) bridge(rec *Record) (*bridgeConn, error) {
 	if bc := m.bridges[rec.ExecID]; bc != nil {
 		return bc, nil
 	}
-	bc := newBridgeConn(rec, m.records.socket(rec.ExecID))
+	bc := m.connectBridge(rec)
 	m.bridges[rec.ExecID] = bc
 	return bc, nil
 }

@@ -22,6 +22,13 @@ type Record struct {
 	BridgePid        int       `json:"bridge_pid"`
 	BridgeStartTime  uint64    `json:"bridge_start_time"`
 	StartedAt        time.Time `json:"started_at"`
+
+	// BridgeExeDev and BridgeExeIno identify the executable the bridge
+	// process runs (stat of /proc/<pid>/exe right after it started), checked
+	// on every connection. Zero in records written before they existed:
+	// then that one check is skipped.
+	BridgeExeDev uint64 `json:"bridge_exe_dev,omitempty"`
+	BridgeExeIno uint64 `json:"bridge_exe_ino,omitempty"`
 	// Paused is set while the execution is paused (its guest cannot answer).
 	Paused bool `json:"paused,omitempty"`
 	// RetiredBy is the generation that replaced this execution once the

@@ -118,6 +118,14 @@ func (r *Reconciler) refuseHibernate(ctx context.Context, sb *sandbox.Sandbox, e
 			r.log.Warn("pause after a failed hibernation", "sandbox", sb.ID, "err", perr)
 		}
 	}
+	// The sandbox may be resumed and change: a later hibernation of this
+	// generation must take a snapshot of its own, not reuse this one.
+	id := sandbox.LifecycleSnapshotID(sb.ID, "hibernate", sb.Generation)
+	if snap, gerr := r.store.GetSnapshot(ctx, "", id); gerr == nil {
+		if derr := r.dropSnapshot(ctx, snap); derr != nil {
+			r.log.Warn("remove the snapshot of a refused hibernation", "snapshot", id, "err", derr)
+		}
+	}
 	reason := "hibernate failed: " + err.Error()
 	sb.State, sb.Desired, sb.Reason = sandbox.StatePaused, sandbox.StatePaused, reason
 	r.event(ctx, sb.ID, "refused", reason+"; the sandbox stays paused on "+sb.Node)
@@ -166,6 +174,15 @@ func (r *Reconciler) ensureLocal(ctx context.Context, sb *sandbox.Sandbox, api N
 		after, err = r.refuseRestore(ctx, sb, &snap, err)
 		return after, err, false
 	}
+	if snap.Node != "" {
+		// The row names one node: the copy on the other one goes (else
+		// nothing would ever remove it).
+		if oldAPI, oerr := r.node(snap.Node); oerr == nil {
+			if derr := oldAPI.DeleteSnapshot(ctx, snap.ID); derr != nil {
+				r.log.Warn("remove the snapshot's copy on its previous node", "snapshot", snap.ID, "node", snap.Node, "err", derr)
+			}
+		}
+	}
 	snap.Node = sb.Node
 	if err := r.store.UpdateSnapshot(ctx, snap); err != nil {
 		return time.Second, err, false
@@ -187,23 +204,43 @@ func (r *Reconciler) refuseRestore(ctx context.Context, sb *sandbox.Sandbox, sna
 	return r.update(ctx, sb)
 }
 
-// deleteObjects removes a snapshot's own objects (not the shared ones).
+// deleteObjects removes a snapshot's own objects (not the shared ones):
+// everything under its prefix, recorded or not (an upload that was refused
+// after it stored objects left them unrecorded).
 func (r *Reconciler) deleteObjects(ctx context.Context, snap store.Snapshot) error {
-	if snap.Artifacts == "" || r.cfg.Objects == nil {
+	if r.cfg.Objects == nil {
 		return nil
 	}
-	var arts nodev1.Artifacts
-	if err := json.Unmarshal([]byte(snap.Artifacts), &arts); err != nil {
-		return fmt.Errorf("snapshot %s: artifact record: %w", snap.ID, err)
+	infos, err := r.cfg.Objects.List(ctx, snapshotPrefix(snap.Tenant, snap.ID))
+	if err != nil {
+		return fmt.Errorf("snapshot %s: list objects: %w", snap.ID, err)
 	}
-	own := snapshotPrefix(snap.Tenant, snap.ID)
 	var errs []error
-	for _, obj := range arts.Objects {
-		if len(obj.Key) > len(own) && obj.Key[:len(own)] == own {
-			if err := r.cfg.Objects.Delete(ctx, obj.Key); err != nil {
-				errs = append(errs, err)
-			}
+	for _, info := range infos {
+		if err := r.cfg.Objects.Delete(ctx, info.Key); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dropSnapshot removes a snapshot everywhere: its node's copy, its own
+// objects and its row.
+func (r *Reconciler) dropSnapshot(ctx context.Context, snap store.Snapshot) error {
+	if snap.Node != "" {
+		api, err := r.node(snap.Node)
+		if err != nil {
+			return err
+		}
+		if err := api.DeleteSnapshot(ctx, snap.ID); err != nil {
+			return err
+		}
+	}
+	if err := r.deleteObjects(ctx, snap); err != nil {
+		return err
+	}
+	if err := r.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
 }

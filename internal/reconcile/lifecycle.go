@@ -12,33 +12,32 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-// pendingSnapshots takes the snapshots asked of sb (rows in state creating).
-// It returns a non-zero delay while one must wait for the sandbox to settle.
+// pendingSnapshots takes the snapshots asked of sb (rows in state
+// creating) when it is running or paused, fails them when it is stopped,
+// hibernated, failed or going away, and leaves them pending while it moves
+// (they are taken once it settles). It never holds the lifecycle up: it
+// returns a delay only to retry a node that did not answer.
 func (r *Reconciler) pendingSnapshots(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
 	pending, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotCreating})
 	if err != nil {
 		return time.Second, err
 	}
 	for _, snap := range pending {
-		switch sb.State {
-		case sandbox.StateRunning, sandbox.StatePaused:
-			if err := r.takeSnapshot(ctx, sb, &snap, false); err != nil {
-				if errdefs.IsUnavailable(err) {
-					return time.Second, err
-				}
-				// takeSnapshot recorded the failure on the row.
+		if snap.Tier == "stop" || snap.Tier == "hibernate" {
+			// Taken by the stop or hibernate step itself.
+			if sb.State == sandbox.StateStopping || sb.State == sandbox.StateHibernating {
 				continue
 			}
-		case sandbox.StateStopping, sandbox.StateHibernating:
-			// The lifecycle step takes its own snapshot (it is among
-			// these rows) and settles the rest after.
-			if snap.Tier != "stop" && snap.Tier != "hibernate" {
-				return 200 * time.Millisecond, nil
+		}
+		switch {
+		case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused:
+			if err := r.takeSnapshot(ctx, sb, &snap, false); err != nil && errdefs.IsUnavailable(err) {
+				return time.Second, err
 			}
+			// Any other failure is recorded on the row.
+		case sb.State.Transitional() && sb.State != sandbox.StateDeleting:
+			// Taken once the sandbox settles.
 		default:
-			if sb.State.Transitional() {
-				return 200 * time.Millisecond, nil
-			}
 			r.failSnapshot(ctx, &snap, fmt.Sprintf("the sandbox is %s: a snapshot needs a running or paused sandbox", sb.State))
 		}
 	}
@@ -127,25 +126,58 @@ func (r *Reconciler) stopSandbox(ctx context.Context, sb *sandbox.Sandbox) (time
 	return after, err
 }
 
-// stopPrevious stops every execution of sb on its node other than the
-// current one: the one a rollback or a recovery replaces.
+// stopPrevious stops every execution of sb other than the current one: the
+// one a rollback or a recovery replaces. It asks sb's node what it runs now
+// (a heartbeat may not have reported an execution started a moment ago) and
+// looks at what every other node last reported (the replaced execution may
+// run elsewhere; there the heartbeat retires it and the orphan sweep stops
+// it if this misses it).
 func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api NodeAPI) error {
+	type target struct{ node, exec string }
+	seen := map[target]bool{}
+	var old []target
+	add := func(node, exec string) {
+		t := target{node, exec}
+		if exec != sb.ExecID && !seen[t] {
+			seen[t] = true
+			old = append(old, t)
+		}
+	}
+	if l, ok := api.(interface {
+		List(context.Context) ([]nodev1.Execution, error)
+	}); ok {
+		if execs, err := l.List(ctx); err == nil {
+			for _, ex := range execs {
+				if ex.SandboxID == sb.ID {
+					add(sb.Node, ex.ExecID)
+				}
+			}
+		}
+	}
 	r.mu.Lock()
-	var old []string
-	for id, ex := range r.observed[sb.Node].executions {
-		if ex.SandboxID == sb.ID && id != sb.ExecID {
-			old = append(old, id)
+	for node, obs := range r.observed {
+		for id, ex := range obs.executions {
+			if ex.SandboxID == sb.ID {
+				add(node, id)
+			}
 		}
 	}
 	r.mu.Unlock()
-	for _, id := range old {
-		if err := api.Stop(ctx, id); err != nil {
-			return fmt.Errorf("sandbox %s: stop replaced execution %s: %w", sb.ID, id, err)
+	for _, t := range old {
+		napi := api
+		if t.node != sb.Node {
+			var err error
+			if napi, err = r.node(t.node); err != nil {
+				continue // that node's heartbeat retires it; the orphan sweep stops it
+			}
+		}
+		if err := napi.Stop(ctx, t.exec); err != nil {
+			return fmt.Errorf("sandbox %s: stop replaced execution %s on %s: %w", sb.ID, t.exec, t.node, err)
 		}
 		r.mu.Lock()
-		delete(r.observed[sb.Node].executions, id)
+		delete(r.observed[t.node].executions, t.exec)
 		r.mu.Unlock()
-		r.event(ctx, sb.ID, "state", "replaced execution "+id+" stopped")
+		r.event(ctx, sb.ID, "state", "replaced execution "+t.exec+" stopped on "+t.node)
 	}
 	return nil
 }

@@ -283,6 +283,17 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 	if after, err := r.pendingSnapshots(ctx, sb); after != 0 || err != nil {
 		return after, err
 	}
+	if sb.Expired(time.Now()) && !sb.State.Transitional() && sb.State != sandbox.StateDeleted {
+		// The timeout applies in every settled state, not only running.
+		if err := sb.Apply(sandbox.OpDelete); err == nil {
+			r.event(ctx, sb.ID, "state", "timeout reached: deleting")
+			after, err := r.update(ctx, sb)
+			if err == nil && after == 0 {
+				after = time.Millisecond
+			}
+			return after, err
+		}
+	}
 	switch sb.State {
 	case sandbox.StateCreating, sandbox.StateRestoring, sandbox.StateRecovering:
 		return r.startExecution(ctx, sb)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -48,11 +49,24 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
-	ex, err := api.Start(sctx, nodev1.StartExecution{
+	req := nodev1.StartExecution{
 		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
 		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
 		Snapshot: sb.StartFrom,
-	})
+	}
+	ex, err := api.Start(sctx, req)
+	if err != nil && sb.StartFrom == "" && errdefs.IsFailedPrecondition(err) && strings.Contains(err.Error(), "is not on this node") {
+		// A node that joined after the template was built gets it now,
+		// then the start is tried again.
+		if tpl, terr := r.store.GetTemplate(ctx, sb.Template); terr == nil {
+			r.event(ctx, sb.ID, "template", fmt.Sprintf("materialising template %s on %s", tpl.Name, sb.Node))
+			if _, terr := api.EnsureTemplate(sctx, tpl.Name, tpl.Source); terr == nil {
+				ex, err = api.Start(sctx, req)
+			} else {
+				err = fmt.Errorf("%w (and making the template on the node failed: %v)", err, terr)
+			}
+		}
+	}
 	cancel()
 	switch {
 	case err != nil && errors.Is(err, errdefs.ErrUnavailable) && time.Since(sb.UpdatedAt) < r.cfg.StartTimeout && ctx.Err() == nil:

@@ -1,0 +1,187 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/spacesandbox/space/internal/capability"
+)
+
+// Reasons a capability check refuses a request: the reason label of
+// space_node_capability_refusals_total.
+const (
+	refusedSignature    = "deny-signature" // malformed token, unknown key, bad signature
+	refusedExpired      = "deny-expired"
+	refusedSandbox      = "deny-sandbox" // valid capability for another sandbox
+	refusedOp           = "deny-op"      // operation the capability does not allow
+	refusedPort         = "deny-port"    // ServicePort capability for another port or protocol
+	refusedRefreshRoute = "refresh-route"
+	refusedNoKeys       = "no-keys" // the node has no verification keys yet
+	refusedMissing      = "missing" // no capability on the request
+)
+
+// capabilityReasons are the reasons always exposed, zero or not, so a rate
+// over them is defined from the first scrape.
+var capabilityReasons = []string{
+	refusedSignature, refusedExpired, refusedSandbox, refusedOp, refusedPort,
+	refusedRefreshRoute, refusedNoKeys, refusedMissing,
+}
+
+// Checks of a host bridge peer (bridgeconn.go): the check label of
+// space_node_bridge_peer_refusals_total.
+const (
+	peerCheckCred  = "peercred"   // SO_PEERCRED could not be read
+	peerCheckUID   = "uid"        // the peer runs as another user
+	peerCheckPid   = "pid"        // the peer is another process
+	peerCheckStart = "start-time" // the bridge's pid now names another process
+	peerCheckExe   = "exe"        // the bridge process runs another executable
+)
+
+var peerChecks = []string{peerCheckCred, peerCheckUID, peerCheckPid, peerCheckStart, peerCheckExe}
+
+// refusalMetrics counts what the node refused.
+//
+// The counters are process-wide, like the default registry of the
+// Prometheus client: a node process runs one Manager, and the refusals a
+// bridge connection counts happen where no Manager is at hand (a connection
+// made after a restart of the node, newBridgeConn).
+type refusalMetrics struct {
+	mu         sync.Mutex        // guards capability and bridgePeer
+	capability map[string]uint64 // reason -> refused requests
+	bridgePeer map[string]uint64 // failed check -> refused connections
+}
+
+var refusals = &refusalMetrics{capability: map[string]uint64{}, bridgePeer: map[string]uint64{}}
+
+func (r *refusalMetrics) countCapability(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.capability[reason]++
+}
+
+func (r *refusalMetrics) countBridgePeer(check string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bridgePeer[check]++
+}
+
+// capabilityCount and bridgePeerCount read one counter.
+func (r *refusalMetrics) capabilityCount(reason string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.capability[reason]
+}
+
+func (r *refusalMetrics) bridgePeerCount(check string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bridgePeer[check]
+}
+
+// write writes the counters in the Prometheus text exposition format.
+func (r *refusalMetrics) write(w io.Writer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	writeCounter(w, "space_node_capability_refusals_total",
+		"Requests the node refused at its capability check, by reason.",
+		"reason", capabilityReasons, r.capability)
+	writeCounter(w, "space_node_bridge_peer_refusals_total",
+		"Connections to a host bridge socket refused because the peer was not the bridge the node started, by failed check.",
+		"check", peerChecks, r.bridgePeer)
+}
+
+func writeCounter(w io.Writer, name, help, label string, always []string, counts map[string]uint64) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	keys := slices.Clone(always)
+	for k := range counts {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s{%s=%q} %d\n", name, label, k, counts[k])
+	}
+}
+
+// handleMetrics serves GET /node/v1/metrics: the refusal counters as
+// Prometheus text. Like every node-api route it needs the node token.
+func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	var b strings.Builder
+	refusals.write(&b)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	_, _ = io.WriteString(w, b.String())
+}
+
+// capabilityRefused counts a refusal of checkCapability and logs it with both
+// identities: the capability's (c, nil when it did not verify) and the one
+// this node installed for rec. why is the refusal's detail.
+func (m *Manager) capabilityRefused(rec *Record, c *capability.Capability, reason, why string) {
+	refusals.countCapability(reason)
+	level := slog.LevelWarn
+	switch reason {
+	case refusedRefreshRoute, refusedNoKeys:
+		// Expected while routes and keys propagate.
+		level = slog.LevelInfo
+	}
+	installed := slog.Group("installed",
+		"sandbox", rec.SandboxID, "generation", rec.Generation, "node", m.cfg.NodeID,
+		"substrate", rec.Runtime, "activation", rec.ActivationID)
+	presented := slog.String("capability", "none or unverified")
+	if c != nil {
+		presented = slog.Group("capability",
+			"sandbox", c.Sandbox, "generation", c.Generation, "node", c.Node,
+			"substrate", c.Substrate, "activation", c.Activation, "ops", opsString(c.Ops),
+			"key", c.KeyID, "expires", c.ExpiresAt)
+	}
+	m.log.Log(context.Background(), level, "capability refused", "reason", reason, "why", why, "exec", rec.ExecID, presented, installed)
+}
+
+// verifyRefusal is the reason for a token that failed decoding or
+// verification.
+func verifyRefusal(err error) string {
+	if errors.Is(err, capability.ErrExpired) {
+		return refusedExpired
+	}
+	return refusedSignature
+}
+
+// denyReason tells which of capability.Compare's Deny cases refused c. It
+// tests them in Compare's order; TestDenyReasonAgreesWithCompare keeps the two
+// in step.
+func denyReason(c *capability.Capability, installed capability.Identity, req capability.Request) string {
+	switch {
+	case c.Sandbox != installed.Sandbox:
+		return refusedSandbox
+	case req.Op == 0 || c.Ops&req.Op != req.Op:
+		return refusedOp
+	case req.Op&capability.OpServicePort != 0 && (c.Port != req.Port || c.Protocol != req.Protocol):
+		return refusedPort
+	}
+	return "deny-other"
+}
+
+// opsString names the operations of a capability for a log line.
+func opsString(ops capability.Op) string {
+	var names []string
+	for _, o := range []struct {
+		op   capability.Op
+		name string
+	}{{capability.OpExec, "exec"}, {capability.OpFiles, "files"}, {capability.OpLifecycle, "lifecycle"}, {capability.OpServicePort, "service-port"}} {
+		if ops&o.op != 0 {
+			names = append(names, o.name)
+			ops &^= o.op
+		}
+	}
+	if ops != 0 {
+		names = append(names, fmt.Sprintf("%#x", uint32(ops)))
+	}
+	return strings.Join(names, ",")
+}
