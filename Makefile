@@ -4,7 +4,11 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build run test deps-run deps-test vet fmt-check proto clean
+.PHONY: all build run test deps-run deps-test kernel vet fmt-check proto clean
+
+# The vm runtime's minimal guest kernel (microvm) is compiled once from
+# Debian's linux-source and cached by content hash; later runs reuse it.
+KERNEL_CACHE ?= $(or $(SPACE_CACHE_DIR),/var/cache/space)
 
 all: build
 
@@ -18,7 +22,10 @@ deps-run:
 deps-test:
 	@scripts/deps.sh test
 
-run: deps-run build
+kernel:
+	$(GO) run ./internal/vmimage/buildkernel -cache-dir $(KERNEL_CACHE)
+
+run: deps-run build kernel
 	$(BIN)/space server --dev
 
 fmt-check:
@@ -28,8 +35,8 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-test: deps-test build fmt-check vet
-	$(GO) test -count=1 -timeout 25m ./...
+test: deps-test build fmt-check vet kernel
+	SPACE_TEST_CACHE_DIR=$(KERNEL_CACHE) $(GO) test -count=1 -timeout 25m ./...
 
 proto:
 	api/guest/v1/generate.sh

@@ -4,6 +4,10 @@
 set -euo pipefail
 want=(busybox-static btrfs-progs debootstrap e2fsprogs util-linux iproute2 ca-certificates
       qemu-system-x86 cpio)
+# The vm runtime's minimal guest kernel is compiled from Debian's linux-source
+# package (internal/vmimage, BuildMinimalKernel): make and gcc, bc, flex and
+# bison for Kconfig, libelf for objtool, xz for the source tarball.
+want+=(build-essential bc flex bison libelf-dev xz-utils)
 if [ "${1:-test}" = run ]; then
   want+=(qemu-utils)
 fi

@@ -45,11 +45,15 @@ func Prepare(ctx context.Context, cacheDir, guestBinary string) (*Boot, error) {
 // BuildInitramfs writes the initramfs for kernel k and the static guest
 // binary to cacheDir/initramfs/<hash>.cpio, where the hash covers the layout
 // version, the kernel package, the binary and the module list; an existing
-// file with that name is reused.
+// file with that name is reused. A kernel without a modules directory (the
+// minimal kernel, everything built in) gets an empty module list.
 func BuildInitramfs(k *Kernel, guestBinary, cacheDir string) (string, error) {
-	mods, err := ResolveModules(k.ModulesDir, GuestModules)
-	if err != nil {
-		return "", fmt.Errorf("initramfs: %w", err)
+	var mods []Module
+	if k.ModulesDir != "" {
+		var err error
+		if mods, err = ResolveModules(k.ModulesDir, GuestModules); err != nil {
+			return "", fmt.Errorf("initramfs: %w", err)
+		}
 	}
 	binSum, err := fileSHA256(guestBinary)
 	if err != nil {

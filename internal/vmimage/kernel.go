@@ -26,13 +26,20 @@ type Kernel struct {
 	Package string
 	// Release is the kernel release, what uname -r prints in the guest.
 	Release string
-	// SHA256 is the digest of the .deb, from the archive's index and checked
-	// against the downloaded file; the cache directory is named by it.
+	// SHA256 names the kernel's content and its cache directory: for a
+	// package kernel the digest of the .deb, from the archive's index and
+	// checked against the downloaded file; for a built minimal kernel its
+	// build key (MinimalKernelKey).
 	SHA256 string
 	// Vmlinuz is the host path of the kernel image.
 	Vmlinuz string
-	// ModulesDir is the host path of lib/modules/<Release>.
+	// ModulesDir is the host path of lib/modules/<Release>; empty for a
+	// kernel with everything built in.
 	ModulesDir string
+	// Minimal marks the kernel built by BuildMinimalKernel: no modules,
+	// virtio over MMIO with the devices named on the kernel command line,
+	// no PCI or ACPI. It boots on QEMU's microvm machine, not on q35.
+	Minimal bool
 }
 
 // FetchKernel returns the guest kernel, downloading and unpacking it into

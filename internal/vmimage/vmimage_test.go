@@ -15,7 +15,12 @@ import (
 // sharedCacheDir is kept across test runs (under os.TempDir) so only the first
 // run downloads the kernel; entries are named by content hash.
 func sharedCacheDir(t *testing.T) string {
-	dir := filepath.Join(os.TempDir(), "space-vm-test-cache")
+	// make test points it at the cache the node-manager uses, where it has
+	// built the minimal guest kernel once.
+	dir := os.Getenv("SPACE_TEST_CACHE_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "space-vm-test-cache")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

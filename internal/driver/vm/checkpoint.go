@@ -35,6 +35,9 @@ type vmMeta struct {
 	Accel  string `json:"accel"`
 	Kernel string `json:"kernel"`
 	Initrd string `json:"initrd"`
+	// Machine is the QEMU machine type; a restore runs on the same one.
+	// Empty in checkpoints written before it was recorded, which were q35.
+	Machine string `json:"machine,omitempty"`
 	// HostConnected records whether a host held the guest channel when the
 	// state was saved: the restored guest then still serves that old
 	// session, and the host must wait for it to notice the disconnect.
@@ -125,7 +128,7 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	if err := os.WriteFile(filepath.Join(dir, cpGuestConfig), gc, 0o600); err != nil {
 		return nil, vmMeta{}, err
 	}
-	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, HostConnected: connected}
+	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, Machine: orQ35(st.Machine), HostConnected: connected}
 	metaBytes, err := json.Marshal(meta)
 	if err != nil {
 		return nil, vmMeta{}, err
@@ -193,6 +196,11 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 	}
 	if v.meta.Accel != AccelKVM && v.meta.Accel != AccelTCG || driver.ValidHostPath("kernel", v.meta.Kernel) != nil || driver.ValidHostPath("initrd", v.meta.Initrd) != nil {
 		return nil, fmt.Errorf("%w: checkpoint %s: %s names accelerator %q, kernel %q, initrd %q", errdefs.ErrInvalidArgument, cp.Dir, cpMeta, v.meta.Accel, v.meta.Kernel, v.meta.Initrd)
+	}
+	v.meta.Machine = orQ35(v.meta.Machine)
+	if v.meta.Machine != d.machine {
+		return nil, fmt.Errorf("%w: checkpoint %s was saved on QEMU machine %q; this driver runs %q (Config.Machine): a VM restores only on the machine it was saved on",
+			errdefs.ErrFailedPrecondition, cp.Dir, v.meta.Machine, d.machine)
 	}
 	for _, p := range []string{v.meta.Kernel, v.meta.Initrd} {
 		if _, err := os.Stat(p); err != nil {
@@ -270,7 +278,7 @@ func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Check
 	if err != nil {
 		return nil, err
 	}
-	st.Kernel, st.Accel, st.Origin = v.meta.Kernel, v.meta.Accel, origin
+	st.Kernel, st.Accel, st.Machine, st.Origin = v.meta.Kernel, v.meta.Accel, v.meta.Machine, origin
 	inst, err := d.launchRestore(ctx, st, v)
 	if err != nil {
 		return nil, d.failedStart(ctx, spec.ExecID, "restore", err)
@@ -356,4 +364,13 @@ func waitLoaded(ctx context.Context, s *qmpSession, st *state) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// orQ35 returns machine, or MachineQ35 for the empty machine of states and
+// checkpoints written before the machine was recorded.
+func orQ35(machine string) string {
+	if machine == "" {
+		return MachineQ35
+	}
+	return machine
 }

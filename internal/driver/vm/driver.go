@@ -1,7 +1,9 @@
 // Package vm is the virtual-machine runtime: each sandbox execution is a QEMU
-// VM with its own kernel (Debian's cloud kernel, package vmimage), booting an
-// initramfs whose /init is space-guest (package guestinit), on a reflink clone
-// of the template's ext4 root image. The guest channel is a virtio-serial port
+// VM with its own kernel (package vmimage: Debian's cloud kernel on the q35
+// machine, or the minimal kernel built from Debian's sources on the faster
+// microvm machine, see machine.go), booting an initramfs whose /init is
+// space-guest (package guestinit), on a reflink clone of the template's ext4
+// root image. The guest channel is a virtio-serial port
 // bound to a unix socket in the execution's state directory; the driver
 // connects to it and hands the connection out as Instance.Channel.
 //
@@ -10,21 +12,37 @@
 // QEMU, paths) and QEMU's QMP socket: a new Driver over the same state
 // directory manages VMs started by an old one.
 //
-// Layout of StateDir/exec/<exec-id>:
+// QEMU runs with the least it needs (confine.go; Config.Unconfined turns it
+// off): as a uid and gid of its own per execution, claimed from
+// [Config.UIDBase, +Config.UIDs) under StateDir/uids and released when
+// Cleanup has removed the execution's directory; with no capabilities,
+// no_new_privs and QEMU's seccomp filter (-sandbox on); in its own network
+// (empty: no NIC, no host network), IPC, UTS and mount namespaces, the last
+// showing only a read-only tmpfs root with /usr, the host's /bin, /sbin and
+// /lib* (symlinks or read-only binds), /etc/ld.so.cache, /dev/null, zero,
+// random, urandom (and kvm, vhost-vsock when used), the kernel and initramfs,
+// and its execution's directory, read-only but for disk.img: no /proc, /sys,
+// /tmp, /home, /root, other /etc, nor any other execution. The sockets are
+// bound by the root jail helper and passed to QEMU as descriptors, so QEMU
+// creates no file anywhere, and nothing root opens in the directory can be
+// swapped for a symlink by a compromised QEMU.
 //
-//	state.json    what a later process needs (see state)
-//	disk.img      the sandbox's root disk (clone of Spec.RootFS)
-//	guest.json    the per-VM guest configuration, passed through fw_cfg
+// Layout of StateDir/exec/<exec-id> (root:<vm gid>, 0710):
+//
+//	state.json    what a later process needs (see state)         root 0600
+//	disk.img      the sandbox's root disk (clone of Spec.RootFS) root:<vm gid> 0660
+//	guest.json    the per-VM guest configuration, via fw_cfg      root:<vm gid> 0640
 //	channel.sock  the guest channel (virtio-serial port "space.0")
 //	qmp.sock      QEMU's control socket
 //	console.sock  the serial console, read into console.log by the starter
 //	console.log   the console, capped (Config.ConsoleLogBytes, one rotation)
-//	qemu.log      QEMU's own standard error
+//	qemu.log      the jail helper's and QEMU's standard output and error
 //
 // A checkpoint (Checkpoint, Restore) is a directory of its own: the migration
 // stream, a clone of the disk, the guest configuration, the machine's
-// description and the manifest with every file's digest. Template snapshots
-// are such checkpoints under CacheDir/snapshots/<key>.
+// description and the manifest with every file's digest; QEMU writes the
+// stream into a descriptor root opened, so every checkpoint file is root's.
+// Template snapshots are such checkpoints under CacheDir/snapshots/<key>.
 package vm
 
 import (
@@ -58,7 +76,8 @@ type Config struct {
 	// survives restarts, and the same filesystem as the template images for
 	// the disk clones to be reflinks.
 	StateDir string
-	// Kernel is the guest kernel (vmimage.FetchKernel).
+	// Kernel is the guest kernel: Debian's cloud kernel
+	// (vmimage.FetchKernel) or the minimal one (vmimage.BuildMinimalKernel).
 	Kernel *vmimage.Kernel
 	// CacheDir holds the initramfs built for each guest binary (by content
 	// hash) and the accelerator probe's result; default StateDir/cache.
@@ -68,6 +87,10 @@ type Config struct {
 	// Accel forces an accelerator (AccelKVM or AccelTCG); AccelAuto probes
 	// KVM by booting a guest once per host boot and falls back to TCG.
 	Accel string
+	// Machine is the QEMU machine type: MachineQ35 (Debian's cloud kernel),
+	// MachineMicrovm (the minimal kernel), or MachineAuto, the one Kernel is
+	// built for (see machine.go).
+	Machine string
 	// ProbeTimeout bounds the KVM probe boot; default 15s.
 	ProbeTimeout time.Duration
 	// DefaultMemoryMiB applies when Spec.MemoryMiB is 0; default 512.
@@ -82,6 +105,17 @@ type Config struct {
 	// boots a scratch VM once, saves it under CacheDir/snapshots, and this
 	// and every later Start of the same inputs restore from that snapshot.
 	ColdBoot bool
+	// UIDBase is the first host uid (and gid) of the range QEMU processes
+	// run as, one uid per execution; default 900000000. The range must not
+	// overlap the ns runtime's or any other user's ids.
+	UIDBase uint32
+	// UIDs is the number of uids in the range (at most this many VMs run at
+	// once); default 65536.
+	UIDs int
+	// Unconfined runs QEMU as root in the host's namespaces, as the first
+	// version of the driver did, instead of as its own uid in its jail (see
+	// confine.go). For debugging, and hosts that refuse mount namespaces.
+	Unconfined bool
 }
 
 // Counters counts how executions started, since New.
@@ -109,6 +143,8 @@ type Driver struct {
 	// accelMu guards accel, the accelerator chosen once per Driver.
 	accelMu sync.Mutex
 	accel   string
+	// machine is the QEMU machine of new VMs (resolved Config.Machine).
+	machine string
 	// bg tracks the goroutines of VMs started by this process (reaper and
 	// console reader); both end when QEMU exits.
 	bg sync.WaitGroup
@@ -132,6 +168,10 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Kernel == nil || cfg.Kernel.Vmlinuz == "" {
 		return nil, fmt.Errorf("%w: vm: no guest kernel (vmimage.FetchKernel)", errdefs.ErrInvalidArgument)
+	}
+	machine, err := resolveMachine(cfg.Machine, cfg.Kernel)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(cfg.StateDir, "cache")
@@ -165,7 +205,8 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
 		}
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, machine: machine}
+	d.log.Info("vm driver ready", "machine", machine, "kernel", cfg.Kernel.Vmlinuz, "kernel_release", cfg.Kernel.Release)
 	d.templates.init()
 	return d, nil
 }

@@ -29,7 +29,8 @@ const ChannelPort = "space.0"
 // it in the execution's state directory. Spec.GuestBinary is built into the
 // initramfs (cached by content hash).
 //
-// With template snapshots (the default, see Config.ColdBoot) the VM is
+// With template snapshots (the default, see Config.ColdBoot; never for a
+// sandbox's own disk, Spec.OwnDisk) the VM is
 // restored from a snapshot of the same image, kernel, guest binary and size,
 // booted once and saved the first time it is asked for; a snapshot that
 // cannot be built or restored falls back to a cold boot, with the reason
@@ -52,7 +53,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 	if err != nil {
 		return nil, fmt.Errorf("vm: exec %s: %w", spec.ExecID, err)
 	}
-	if !d.cfg.ColdBoot {
+	if !d.cfg.ColdBoot && !spec.OwnDisk {
 		inst, err := d.startFromTemplate(ctx, spec, fi, initrd)
 		if err == nil {
 			d.templateRestores.Add(1)
@@ -121,6 +122,7 @@ func (d *Driver) register(spec driver.Spec, initrd string) (*state, error) {
 		Source:    spec.RootFS,
 		Kernel:    d.cfg.Kernel.Vmlinuz,
 		Initrd:    initrd,
+		Machine:   d.machine,
 	}
 	if st.MemoryMiB == 0 {
 		st.MemoryMiB = d.cfg.DefaultMemoryMiB
@@ -217,17 +219,18 @@ func qemuArgs(st *state) []string {
 	if st.Accel == AccelKVM {
 		accel = []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	args := []string{"-M", "q35"}
+	m := layoutFor(st.Machine)
+	args := []string{"-M", m.machine}
 	args = append(args, accel...)
 	return append(args,
 		"-m", strconv.Itoa(st.MemoryMiB), "-smp", strconv.Itoa(st.CPUs),
 		"-display", "none", "-nodefaults", "-no-user-config", "-no-reboot",
 		"-name", "space-"+st.ExecID,
 		"-kernel", st.Kernel, "-initrd", st.Initrd,
-		"-append", "console=ttyS0 quiet panic=-1 -- --init --channel virtio:"+ChannelPort,
+		"-append", kernelCmdline(m),
 		"-drive", "file="+diskFile+",if=none,id=root,format=raw,discard=unmap",
-		"-device", "virtio-blk-pci,drive=root",
-		"-device", "virtio-serial-pci",
+		"-device", m.disk,
+		"-device", m.serial,
 		"-chardev", "socket,id="+channelChardev+",path="+channelSock+",server=on,wait=off",
 		"-device", "virtserialport,chardev="+channelChardev+",id="+channelPortID+",name="+ChannelPort,
 		"-chardev", "socket,id=con0,path="+consoleSock+",server=on,wait=off",
@@ -235,36 +238,50 @@ func qemuArgs(st *state) []string {
 		"-qmp", "unix:"+qmpSock+",server=on,wait=off",
 		"-fw_cfg", "name="+guestinit.FWCfgName+",file="+guestConfig,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
-		"-device", "virtio-rng-pci,rng=rng0",
+		"-device", m.rng,
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	)
 }
 
 // qemuCommand is QEMU's command for st. With incoming set, QEMU loads that
 // migration stream (inherited as fd 3) instead of booting, and stays paused
-// (-S) once loaded.
+// (-S) once loaded. QEMU's standard output and error go to qemu.log.
+//
+// Unless Config.Unconfined is set, the command is the jail helper
+// (confine.go), which claims a uid for st (recorded in st, saved with the
+// pid), opens qemu.log, binds QEMU's sockets and runs QEMU as that uid in a
+// jail that shows only its own files. Its errors land in qemu.log, which
+// failedStart reports.
 func (d *Driver) qemuCommand(st *state, incoming *os.File) (*exec.Cmd, error) {
 	dir := d.execDir(st.ExecID)
-	logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	// exec.Cmd dups the file into the child; this copy can go once started,
-	// and the caller never needs it.
-	defer logf.Close()
 	args := qemuArgs(st)
 	if incoming != nil {
 		args = append(args, "-S", "-incoming", "fd:3")
 	}
-	cmd := exec.Command(d.cfg.QEMU, args...)
+	var cmd *exec.Cmd
+	if d.cfg.Unconfined {
+		logf, err := os.OpenFile(filepath.Join(dir, qemuLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		// The child gets its own copy at Start, which comes after this
+		// returns; this one is closed by its finalizer once the Cmd is
+		// gone (after QEMU exits and is reaped).
+		cmd = exec.Command(d.cfg.QEMU, args...)
+		cmd.Dir = dir
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// Its own session: QEMU outlives the process that started it.
+		cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+	} else {
+		var err error
+		if cmd, err = d.confinedCommand(st, args); err != nil {
+			return nil, fmt.Errorf("confine QEMU: %w", err)
+		}
+	}
 	if incoming != nil {
 		cmd.ExtraFiles = []*os.File{incoming}
 	}
-	cmd.Dir = dir
 	cmd.Env = []string{}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own session: QEMU outlives the process that started it.
-	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
 	return cmd, nil
 }
 

@@ -61,9 +61,17 @@ type state struct {
 	// Kernel and Initrd are what the VM booted; a restore needs the same.
 	Kernel string `json:"kernel"`
 	Initrd string `json:"initrd"`
+	// Machine is the QEMU machine type (MachineQ35 or MachineMicrovm; empty
+	// in states written before it was recorded, which were q35).
+	Machine string `json:"machine,omitempty"`
 	// Origin says how the execution started: originBoot, originTemplate or
 	// originCheckpoint.
 	Origin string `json:"origin,omitempty"`
+	// UID and GID are the unprivileged host ids QEMU runs as, claimed for
+	// this execution under StateDir/uids until its directory is removed
+	// (see confine.go); 0 when the driver runs QEMU unconfined.
+	UID uint32 `json:"uid,omitempty"`
+	GID uint32 `json:"gid,omitempty"`
 }
 
 func (d *Driver) execDir(execID string) string {

@@ -59,7 +59,7 @@ func (t *templates) init() {
 // templateKey names the snapshot of spec's inputs: the root image (by path,
 // device, inode, size, change times: images are built once and replaced, not
 // edited), the kernel's digest, the initramfs (named by its content hash),
-// the accelerator, the VM's size, and the QEMU binary.
+// the accelerator, the machine type, the VM's size, and the QEMU binary.
 func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel string, memMiB, cpus int) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "space-vm-template-v1\n")
@@ -77,6 +77,11 @@ func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel 
 		fmt.Fprintf(h, "%d %d %d %d %d.%d\n", sys.Dev, sys.Ino, fi.Size(), fi.ModTime().UnixNano(), sys.Ctim.Sec, sys.Ctim.Nsec)
 	}
 	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%s\n%d %d\n", spec.RootFS, d.cfg.QEMU, d.cfg.Kernel.SHA256, filepath.Base(initrd), accel, memMiB, cpus)
+	// q35 keys stay what they were before machines were recorded, so the
+	// snapshots already saved stay valid.
+	if d.machine != MachineQ35 {
+		fmt.Fprintf(h, "machine %s\n", d.machine)
+	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 

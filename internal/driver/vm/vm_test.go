@@ -41,7 +41,12 @@ type fixture struct {
 // sharedCacheDir survives test runs (under os.TempDir): the kernel download,
 // the initramfs and the accelerator probe are keyed by content or host boot.
 func sharedCacheDir(t testing.TB) string {
-	dir := filepath.Join(os.TempDir(), "space-vm-test-cache")
+	// make test points it at the cache the node-manager uses, where it has
+	// built the minimal guest kernel once.
+	dir := os.Getenv("SPACE_TEST_CACHE_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "space-vm-test-cache")
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
