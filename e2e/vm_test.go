@@ -3,7 +3,9 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +66,29 @@ func TestVMRuntime(t *testing.T) {
 	// Host processes are not visible: the guest has its own pid space.
 	if res := in.exec(sb.ID, "sh", "-c", "test -e /proc/1/cmdline && cat /proc/1/cmdline | tr '\\0' ' '"); !strings.Contains(res.Stdout, "space-guest") {
 		t.Errorf("guest pid 1 = %q, want the guest daemon", res.Stdout)
+	}
+
+	// A guest flooding its serial console: the host keeps a capped log (one
+	// file and one rotation of ConsoleLogBytes) and the guest keeps
+	// answering.
+	var flood execResult
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"sh", "-c", "(head -c 6000000 /dev/urandom > /dev/console) >/dev/null 2>&1 &"}, "user": "root"}, &flood); code != 200 || flood.ExitCode != 0 {
+		t.Fatalf("console flood: HTTP %d %+v", code, flood)
+	}
+	time.Sleep(4 * time.Second)
+	logs, _ := filepath.Glob(filepath.Join(in.dataDir, "volumes", "vm", "exec", sb.ID+"-*", "console.log*"))
+	var consoleBytes int64
+	for _, l := range logs {
+		if fi, err := os.Stat(l); err == nil {
+			consoleBytes += fi.Size()
+		}
+	}
+	t.Logf("console logs during the flood: %d bytes in %d files", consoleBytes, len(logs))
+	if len(logs) == 0 || consoleBytes < 100<<10 || consoleBytes > 2<<20+64<<10 {
+		t.Errorf("console logs %v hold %d bytes during a flood, want the flood logged in at most two capped files (rotation: TestCappedLog)", logs, consoleBytes)
+	}
+	if res := in.exec(sb.ID, "echo", "still here"); res.Stdout != "still here\n" {
+		t.Errorf("guest during a console flood: %+v", res)
 	}
 
 	// A fork bomb inside the VM is capped by the guest's own pids limit, and
