@@ -130,6 +130,22 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 	if err := a.validate(s.runtimes()); err != nil {
 		return nil, nil, err
 	}
+	started, ch, err := s.startOnce(ctx, a)
+	if errors.Is(err, errdefs.ErrConflict) {
+		// A start of this execution was interrupted (the node-manager or
+		// its caller died midway) and left its volume or driver state:
+		// nothing serves it (the sandbox manager asks only for executions
+		// it holds no record of), so clear the leftovers and start again.
+		s.log.Info("clearing the leftovers of an interrupted start", "exec", a.ExecID, "reason", err)
+		if cerr := s.cleanup(ctx, a.ExecID, a.Runtime); cerr != nil {
+			return nil, nil, fmt.Errorf("%w (and clearing it failed: %v)", err, cerr)
+		}
+		started, ch, err = s.startOnce(ctx, a)
+	}
+	return started, ch, err
+}
+
+func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, *os.File, error) {
 	t0 := time.Now()
 	var root string
 	var cp *driver.Checkpoint
