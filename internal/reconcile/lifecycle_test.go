@@ -620,3 +620,34 @@ func TestAConcurrentChangeIsNotOverwritten(t *testing.T) {
 		}
 	}
 }
+
+// TestPausedExecutionDies: a paused sandbox whose VMM dies is recovered
+// from its latest snapshot, or fails with the reason; it never stays
+// "paused" on a dead execution.
+func TestPausedExecutionDies(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{}, false)
+	sb := h.newSandbox(sandbox.StatePaused, "vm", nil)
+	h.snapshot(sb, nil)
+	h.st.backdate(sb.ID, time.Minute)
+	h.observe("n1", exec(sb, nodev1.ExecFailed))
+	h.mustPass(sb.ID)
+	got := h.wantState(sb.ID, sandbox.StateRecovering, sandbox.StateRunning)
+	if got.Generation != sb.Generation+1 {
+		t.Errorf("generation %d, want %d", got.Generation, sb.Generation+1)
+	}
+
+	h2 := newHarness(t, Config{}, false)
+	sb2 := h2.newSandbox(sandbox.StatePaused, "vm", nil)
+	h2.st.backdate(sb2.ID, time.Minute)
+	h2.observe("n1", exec(sb2, nodev1.ExecFailed))
+	h2.mustPass(sb2.ID)
+	h2.wantState(sb2.ID, sandbox.StateFailed, sandbox.StateFailed)
+
+	// A live paused execution is left alone.
+	h3 := newHarness(t, Config{}, false)
+	sb3 := h3.newSandbox(sandbox.StatePaused, "vm", nil)
+	h3.observe("n1", exec(sb3, nodev1.ExecRunning))
+	h3.mustPass(sb3.ID)
+	h3.wantState(sb3.ID, sandbox.StatePaused, sandbox.StatePaused)
+}

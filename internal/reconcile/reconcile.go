@@ -299,6 +299,8 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 		return r.startExecution(ctx, sb)
 	case sandbox.StateRunning:
 		return r.checkRunning(ctx, sb)
+	case sandbox.StatePaused:
+		return r.checkPaused(ctx, sb)
 	case sandbox.StatePausing, sandbox.StateResuming:
 		return r.pauseResume(ctx, sb)
 	case sandbox.StateStopping:

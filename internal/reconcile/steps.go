@@ -109,18 +109,11 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		}
 		return after, err
 	}
-	r.mu.Lock()
-	obs, seen := r.observed[sb.Node]
-	ex, has := obs.executions[sb.ExecID]
-	r.mu.Unlock()
-	var reason string
+	ex, reason, seen := r.deadExecution(sb)
 	switch {
 	case !seen:
 		return 0, nil
-	case has && ex.State == nodev1.ExecFailed && obs.at.After(sb.UpdatedAt):
-		reason = ex.Reason
-	case !has && obs.at.After(sb.UpdatedAt.Add(10*time.Second)):
-		reason = fmt.Sprintf("execution %s is no longer on node %s", sb.ExecID, sb.Node)
+	case reason != "":
 	default:
 		if after, done, err := r.idleCheck(ctx, sb, ex); done {
 			return after, err
@@ -145,6 +138,41 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		after = time.Millisecond
 	}
 	return after, err
+}
+
+// deadExecution looks at what sb's node last reported of its execution:
+// reason is why it is dead (empty while it lives); seen is false while the
+// node has not reported at all.
+func (r *Reconciler) deadExecution(sb *sandbox.Sandbox) (ex nodev1.Execution, reason string, seen bool) {
+	r.mu.Lock()
+	obs, seen := r.observed[sb.Node]
+	ex, has := obs.executions[sb.ExecID]
+	r.mu.Unlock()
+	switch {
+	case !seen:
+	case has && ex.State == nodev1.ExecFailed && obs.at.After(sb.UpdatedAt):
+		reason = ex.Reason
+		if reason == "" {
+			reason = fmt.Sprintf("node %s reports execution %s failed", sb.Node, sb.ExecID)
+		}
+	case !has && obs.at.After(sb.UpdatedAt.Add(10*time.Second)):
+		reason = fmt.Sprintf("execution %s is no longer on node %s", sb.ExecID, sb.Node)
+	}
+	return ex, reason, seen
+}
+
+// checkPaused notices a paused sandbox whose execution died (its VMM was
+// killed): it is recovered from its latest snapshot like a running one, or
+// fails with the reason.
+func (r *Reconciler) checkPaused(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	_, reason, _ := r.deadExecution(sb)
+	if reason == "" {
+		return 0, nil
+	}
+	if after, err, ok := r.recoverSandbox(ctx, sb, reason); ok {
+		return after, err
+	}
+	return r.failSandbox(ctx, sb, reason)
 }
 
 // deleteSandbox stops the execution and removes the row.
