@@ -186,7 +186,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	signer, err := capability.LoadOrCreateSigner(filepath.Join(o.dataDir, "signing.key"))
+	keyring, err := capability.OpenKeyring(filepath.Join(o.dataDir, "signing-keys.json"), filepath.Join(o.dataDir, "signing.key"))
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
-		Signer: signer, Keys: capability.KeySetFor(1, signer), KMS: keys,
+		Keyring: keyring, KMS: keys,
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

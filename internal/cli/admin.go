@@ -21,6 +21,8 @@ func init() {
 		&command{path: "tenant create", args: "NAME [-o json]", summary: "create a tenant; prints its first API key (admin key)", run: tenantCreate},
 		&command{path: "tenant list", args: "[-o json]", summary: "list tenants (admin key)", run: tenantList},
 		&command{path: "tenant delete", args: "ID", summary: "delete a tenant (admin key)", run: tenantDelete},
+		&command{path: "signing-key list", args: "[-o json]", summary: "list the capability signing keys (admin key)", run: signingKeyList},
+		&command{path: "signing-key rotate", args: "[-o json]", summary: "make a new capability signing key, published to nodes now and signing after 10 s; prints its id (admin key)", run: signingKeyRotate},
 		&command{path: "tenant encryption-keys", args: "ID [-o json]", summary: "list a tenant's encryption keys, which wrap everything its sandboxes put in object storage (admin key)", run: tenantEncryptionKeys},
 		&command{path: "tenant revoke-encryption-key", args: "ID KEY", summary: "revoke a tenant's encryption key: its hibernated sandboxes and uploaded snapshots become unrestorable (admin key)", run: tenantRevokeEncryptionKey},
 		&command{path: "key create", args: "[--tenant T] [-o json]", summary: "create an API key; prints its secret", run: keyCreate},
@@ -328,4 +330,57 @@ func tenantRevokeEncryptionKey(ctx context.Context, e *env, args []string) error
 		return err
 	}
 	return e.c.RevokeEncryptionKey(ctx, pos[0], pos[1])
+}
+
+func signingKeyList(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("signing-key list")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, 0); err != nil {
+		return err
+	}
+	list, err := e.c.ListSigningKeys(ctx)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, list)
+	}
+	rows := make([][]string, 0, len(list.Keys))
+	for _, k := range list.Keys {
+		state := "published"
+		switch {
+		case k.DroppedAt != nil:
+			state = "dropped"
+		case k.RetiredAt != nil:
+			state = "retired"
+		case k.Signing:
+			state = "signing"
+		}
+		rows = append(rows, []string{k.ID, state, formatTime(k.CreatedAt), formatTime(k.ActiveAt)})
+	}
+	return writeTable(e.stdout, []string{"ID", "STATE", "CREATED", "SIGNS FROM"}, rows)
+}
+
+func signingKeyRotate(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("signing-key rotate")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, 0); err != nil {
+		return err
+	}
+	k, err := e.c.RotateSigningKey(ctx)
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, k)
+	}
+	return writeLine(e.stdout, k.ID)
 }

@@ -97,11 +97,15 @@ func (s *Server) routeFor(sb *sandbox.Sandbox, op capability.Op) (*route.Route, 
 // until until (zero: the full lifetime).
 func (s *Server) mintRoute(sb *sandbox.Sandbox, op capability.Op, until time.Time) (*route.Route, error) {
 	id := identityOf(sb)
-	tok, err := s.cfg.Signer.MintUntil(id, op, 0, "", until)
+	signer, err := s.signer()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := signer.MintUntil(id, op, 0, "", until)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: capability: %w", sb.ID, err)
 	}
-	c, err := capability.Verify(tok, s.cfg.Keys, time.Now())
+	c, err := capability.Verify(tok, s.keySet(), time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: capability: %w", sb.ID, err)
 	}

@@ -155,7 +155,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	s.rec.Observe(id, hb.Executions)
 	// The answer pushes the keys the node verifies capabilities with, and
 	// retires the executions that no longer serve their sandbox.
-	writeJSON(w, http.StatusOK, HeartbeatReply{Keys: s.cfg.Keys, Retire: s.retirements(r.Context(), id, hb.Executions)})
+	writeJSON(w, http.StatusOK, HeartbeatReply{Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions)})
 }
 
 // HeartbeatReply answers a heartbeat.

@@ -39,6 +39,9 @@ type Config struct {
 	// execution that may serve it; Keys is the bundle nodes verify them with.
 	Signer *capability.Signer
 	Keys   *capability.KeySet
+	// Keyring, when set, replaces Signer and Keys: its signing key can be
+	// rotated through the admin API.
+	Keyring *capability.Keyring
 	// KMS holds the tenants' encryption keys (listed and revoked through
 	// the admin API).
 	KMS *localkms.KMS
@@ -116,6 +119,8 @@ func (s *Server) Handler() http.Handler {
 	admin("POST /v1/tenants", s.idempotent(s.handleCreateTenant))
 	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
 	admin("GET /v1/nodes", s.handleListNodes)
+	admin("GET /v1/signing-keys", s.handleListSigningKeys)
+	admin("POST /v1/signing-keys/rotate", s.handleRotateSigningKey)
 	admin("GET /v1/tenants/{id}/encryption-keys", s.handleListEncryptionKeys)
 	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", s.handleRevokeEncryptionKey)
 	authed("GET /v1/keys", s.handleListKeys)

@@ -175,3 +175,21 @@ func (c *Client) RevokeEncryptionKey(ctx context.Context, tenant, key string) er
 	}
 	return nil
 }
+
+// ListSigningKeys lists the control plane's capability signing keys (admin key).
+func (c *Client) ListSigningKeys(ctx context.Context) (*sandboxv1.SigningKeyList, error) {
+	var out sandboxv1.SigningKeyList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/signing-keys"}, nil, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list signing keys: %w", err)
+	}
+	return &out, nil
+}
+
+// RotateSigningKey makes a new capability signing key (admin key) and returns it.
+func (c *Client) RotateSigningKey(ctx context.Context) (*sandboxv1.SigningKey, error) {
+	var out sandboxv1.SigningKey
+	if err := c.call(ctx, request{method: http.MethodPost, path: "/v1/signing-keys/rotate"}, nil, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("rotate signing key: %w", err)
+	}
+	return &out, nil
+}

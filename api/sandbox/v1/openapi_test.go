@@ -133,6 +133,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{},
 		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
 		"Node": Node{}, "NodeList": NodeList{}, "SetTimeoutRequest": SetTimeoutRequest{},
+		"SigningKey": SigningKey{}, "SigningKeyList": SigningKeyList{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

@@ -274,3 +274,25 @@ type Node struct {
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
 }
+
+// SigningKey is one of the control plane's capability signing keys (admin).
+type SigningKey struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"created_at"`
+	// ActiveAt is when it signs first; a rotated-in key is published to the
+	// nodes before.
+	ActiveAt time.Time `json:"active_at"`
+	// Signing reports whether it signs now.
+	Signing bool `json:"signing"`
+	// RetiredAt is when a newer key took over; DroppedAt when it stopped
+	// verifying (its capabilities had all expired).
+	RetiredAt *time.Time `json:"retired_at,omitempty"`
+	DroppedAt *time.Time `json:"dropped_at,omitempty"`
+}
+
+// SigningKeyList is the body of GET /v1/signing-keys.
+type SigningKeyList struct {
+	// Version is the key set's version the nodes hold.
+	Version uint64       `json:"version"`
+	Keys    []SigningKey `json:"keys"`
+}
