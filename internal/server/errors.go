@@ -37,6 +37,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusNotFound, sandboxv1.CodeNotFound
 	case errors.Is(err, errNotImplemented):
 		return http.StatusNotImplemented, "not_implemented"
+	case errors.Is(err, errRouteChanged):
+		return http.StatusServiceUnavailable, sandboxv1.CodeRefreshRoute
 	}
 	return apierr.Status(err)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -75,7 +76,7 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, guestFilesURL(g, path, r.URL.Query().Get("user")), nil)
 	resp, err := g.http.Do(req)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: read %s: %v", errdefs.ErrUnavailable, path, err))
+		s.writeError(w, r, transportError("read "+path, err))
 		return
 	}
 	defer resp.Body.Close()
@@ -107,7 +108,7 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, fmt.Errorf("%w: file is over the %d byte limit", errTooLarge, s.cfg.MaxFileBytes))
 			return
 		}
-		s.writeError(w, r, fmt.Errorf("%w: write %s: %v", errdefs.ErrUnavailable, path, err))
+		s.writeError(w, r, transportError("write "+path, err))
 		return
 	}
 	defer resp.Body.Close()
@@ -295,4 +296,18 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 func eventType(t filesystemv1.EventType) string {
 	name := strings.TrimPrefix(t.String(), "EVENT_TYPE_")
 	return strings.ToLower(name)
+}
+
+// transportError classes an error of a guest request that got no answer:
+// a refused route change keeps its own class (retry is safe), anything else
+// is Unavailable.
+func transportError(op string, err error) error {
+	if errors.Is(err, errRouteChanged) {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %v", errdefs.ErrUnavailable, op, err)
 }

@@ -148,9 +148,11 @@ func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.route.Store(repaired)
 	if !replayable(req) {
 		// The next request of this connection uses the repaired route;
-		// this one is not replayed.
+		// this one is not replayed, and the client is told it may retry.
 		t.s.metrics.countRouteRefresh("not_replayed")
-		return resp, nil
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: sandbox %s moved from generation %d to %d while the request was on its way; it was not run and can be retried",
+			errRouteChanged, t.sandbox, rt.Identity.Generation, repaired.Identity.Generation)
 	}
 	retry := req.Clone(req.Context())
 	if req.GetBody != nil {
@@ -230,8 +232,15 @@ func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
 	return req
 }
 
+// errRouteChanged marks a request refused because its sandbox moved to a new
+// execution on the way and that could not be replayed: retrying is safe.
+var errRouteChanged = fmt.Errorf("%w: route changed", errdefs.ErrUnavailable)
+
 // guestError turns a guest protocol error into an error class.
 func guestError(op string, err error) error {
+	if errors.Is(err, errRouteChanged) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	var class error
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:

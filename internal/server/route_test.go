@@ -157,6 +157,8 @@ func TestRouteRepair(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("a process start on a stale route succeeded; it must not be replayed")
+	} else if status, code := statusOf(guestError("start", err)); status != http.StatusServiceUnavailable || code != "refresh_route" {
+		t.Errorf("the refused start answers HTTP %d %q (%v), want 503 refresh_route so clients know a retry is safe", status, code, err)
 	}
 	if n := fake.calls.Load() - before; n != 1 {
 		t.Errorf("the node saw %d requests for one start, want 1 (no replay)", n)

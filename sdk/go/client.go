@@ -12,11 +12,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 )
 
 // Limits on what the client reads from a server it does not trust.
@@ -131,7 +134,27 @@ func (c *Client) authorize(h http.Header) {
 
 // send performs r and returns the response of a 2xx answer; any other answer
 // becomes an *APIError and the body is closed.
+//
+// Route repair: when the server answers refresh_route (the sandbox moved to
+// a new execution while the request was on its way, and the server could not
+// replay it), the request is sent once more if repeating it is safe — a read,
+// or a request carrying an Idempotency-Key — with a body that can be rebuilt.
+// No other answer is retried, and never more than once.
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	resp, err := c.sendOnce(ctx, r)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Code == sandboxv1.CodeRefreshRoute && replayable(r) {
+		if seeker, ok := r.body.(io.Seeker); ok {
+			if _, serr := seeker.Seek(0, io.SeekStart); serr != nil {
+				return nil, err
+			}
+		}
+		return c.sendOnce(ctx, r)
+	}
+	return resp, err
+}
+
+func (c *Client) sendOnce(ctx context.Context, r request) (*http.Response, error) {
 	req, err := c.newRequest(ctx, r)
 	if err != nil {
 		return nil, err
@@ -145,6 +168,25 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		return nil, readAPIError(resp)
 	}
 	return resp, nil
+}
+
+// replayable reports whether r may be sent again after a refresh_route: a
+// read, or a request with an Idempotency-Key, whose body (if any) can be
+// rewound.
+func replayable(r request) bool {
+	if r.body != nil {
+		if _, ok := r.body.(io.Seeker); !ok {
+			return false
+		}
+	}
+	if r.method == http.MethodGet || r.method == http.MethodHead {
+		return true
+	}
+	var cc callConfig
+	for _, o := range r.opts {
+		o(&cc)
+	}
+	return cc.idempotencyKey != ""
 }
 
 // call performs r, sending in as JSON when it is not nil and decoding the answer

@@ -44,6 +44,11 @@ const (
 	CodeUnavailable        = "unavailable"
 	CodeFailedPrecondition = "failed_precondition"
 	CodeInternal           = "internal"
+	// CodeRefreshRoute (HTTP 503): the sandbox moved to a new execution
+	// while the request was on its way and the request could not be
+	// replayed safely (a process start, input, an upload). The route is
+	// repaired: retrying reaches the new execution.
+	CodeRefreshRoute = "refresh_route"
 )
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
