@@ -172,6 +172,14 @@ func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api 
 			}
 		}
 		if err := napi.Stop(ctx, t.exec); err != nil {
+			if t.node != sb.Node {
+				// A node that does not answer (partitioned, its node process
+				// down) retires the execution with its next heartbeat
+				// answer and the orphan sweep stops it then; the new
+				// execution does not wait for it.
+				r.log.Warn("stop replaced execution on another node", "sandbox", sb.ID, "exec", t.exec, "node", t.node, "err", err)
+				continue
+			}
 			return fmt.Errorf("sandbox %s: stop replaced execution %s on %s: %w", sb.ID, t.exec, t.node, err)
 		}
 		r.mu.Lock()
