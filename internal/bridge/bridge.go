@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/connect"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/guest"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -90,6 +91,9 @@ type Bridge struct {
 	ready   bool
 	version string
 	reason  string
+	// adm admits public guest requests by their capability.
+	adm admission
+
 	// thawTimer thaws the guest's filesystem if the manager froze it and
 	// never thawed it (it crashed in between): a sandbox is never left
 	// frozen for longer than FreezeLimit.
@@ -120,7 +124,7 @@ func New(cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: guest channel: %w", cfg.ExecID, err)
 	}
-	return &Bridge{cfg: cfg, log: log, client: c}, nil
+	return &Bridge{cfg: cfg, log: log, client: c, adm: admission{now: time.Now}}, nil
 }
 
 // Run waits for the guest, serves the manager until ctx is done, the guest
@@ -235,6 +239,8 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	mux.HandleFunc("POST /bridge/v1/init", b.handleInit)
 	mux.HandleFunc("GET /bridge/v1/activity", b.handleActivity)
 	mux.HandleFunc("POST /bridge/v1/freeze", b.handleFreeze)
+	mux.HandleFunc("POST /bridge/v1/keys", b.handleKeys)
+	mux.HandleFunc("POST /bridge/v1/retire", b.handleRetire)
 	mux.HandleFunc("POST /bridge/v1/thaw", b.handleThaw)
 	mux.HandleFunc("POST /bridge/v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -243,6 +249,9 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if !IsPublicGuestPath(r.URL.Path) {
 			writeJSONError(w, http.StatusNotFound, "no such route on the host bridge: "+r.URL.Path)
+			return
+		}
+		if !b.admit(w, r) {
 			return
 		}
 		// Streams answer before their request body is fully forwarded.
@@ -263,6 +272,10 @@ type InitRequest struct {
 	DefaultUser    string            `json:"default_user,omitempty"`
 	DefaultWorkdir string            `json:"default_workdir,omitempty"`
 	AccessToken    string            `json:"access_token,omitempty"`
+	// Node and Substrate complete the execution identity the bridge admits
+	// capabilities against (with SandboxID, Generation, ActivationID).
+	Node      string `json:"node,omitempty"`
+	Substrate string `json:"substrate,omitempty"`
 	// PidsMax caps the tasks of the sandbox's processes where the guest
 	// kernel is its own (vm); 0 leaves it to the host.
 	PidsMax uint32 `json:"pids_max,omitempty"`
@@ -300,6 +313,9 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadGateway, "guest init: "+err.Error())
 		return
 	}
+	b.adm.install(capability.Identity{
+		Sandbox: req.SandboxID, Generation: req.Generation, Node: req.Node, Substrate: req.Substrate, Activation: req.ActivationID,
+	})
 	w.WriteHeader(http.StatusNoContent)
 }
 

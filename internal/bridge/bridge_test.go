@@ -3,6 +3,8 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -19,6 +21,7 @@ import (
 
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/api/guest/v1/process/processv1connect"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/guestd"
 )
 
@@ -121,9 +124,107 @@ func startBridge(t *testing.T) (*http.Client, <-chan struct{}, net.Conn) {
 	return hc, bridgeDone, guestConn
 }
 
+// capTransport puts a capability on every request.
+type capTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (c capTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if c.token != "" {
+		r.Header.Set(capability.Header, c.token)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// admitted installs keys and an identity in the bridge (as the node does)
+// and returns a client whose requests carry a capability for it.
+func admitted(t *testing.T, hc *http.Client) (*http.Client, *capability.Signer, capability.Identity) {
+	t.Helper()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := capability.NewSigner("k1", priv)
+	body, _ := json.Marshal(KeysRequest{Keys: capability.KeySetFor(1, signer)})
+	resp, err := hc.Post("http://bridge/bridge/v1/keys", "application/json", bytes.NewReader(body))
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("push keys: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	id := capability.Identity{Sandbox: "sb1", Generation: 3, Node: "n1", Substrate: "ns", Activation: "a-1"}
+	body, _ = json.Marshal(InitRequest{SandboxID: id.Sandbox, Generation: id.Generation, ActivationID: id.Activation, Node: id.Node, Substrate: id.Substrate, Hostname: "sb1", Env: map[string]string{"FROM_INIT": "yes"}})
+	resp, err = hc.Post("http://bridge/bridge/v1/init", "application/json", bytes.NewReader(body))
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("init: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	return withCapability(t, hc, signer, id, capability.OpExec|capability.OpFiles), signer, id
+}
+
+func withCapability(t *testing.T, hc *http.Client, signer *capability.Signer, id capability.Identity, ops capability.Op) *http.Client {
+	t.Helper()
+	tok, err := signer.Mint(id, ops, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: capTransport{token: capability.Encode(tok), next: hc.Transport}}
+}
+
+// TestBridgeAdmission: the bridge refuses public guest requests whose
+// capability does not name its execution, before they reach the guest.
+func TestBridgeAdmission(t *testing.T) {
+	raw, _, _ := startBridge(t)
+	// Before keys and identity, nothing is admitted.
+	if resp, err := raw.Get("http://bridge/health"); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("before init: %v %v, want 403", resp, err)
+	}
+	ok, signer, id := admitted(t, raw)
+	get := func(hc *http.Client) (int, string) {
+		resp, err := hc.Get("http://bridge/envs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(ok); code != http.StatusOK {
+		t.Fatalf("this execution's capability: HTTP %d %s", code, body)
+	}
+	other := id
+	other.Sandbox = "sb2"
+	older := id
+	older.Generation = 2
+	_, stranger, _ := ed25519.GenerateKey(rand.Reader)
+	strangerSigner, _ := capability.NewSigner("k1", stranger)
+	for name, tc := range map[string]struct {
+		hc   *http.Client
+		code int
+	}{
+		"no capability":    {raw, http.StatusForbidden},
+		"another sandbox":  {withCapability(t, raw, signer, other, capability.OpExec), http.StatusForbidden},
+		"older generation": {withCapability(t, raw, signer, older, capability.OpExec), http.StatusConflict},
+		"unknown key":      {withCapability(t, raw, strangerSigner, id, capability.OpExec), http.StatusForbidden},
+		"files only":       {withCapability(t, raw, signer, id, capability.OpFiles), http.StatusForbidden},
+	} {
+		if code, body := get(tc.hc); code != tc.code {
+			t.Errorf("%s: HTTP %d %s, want %d", name, code, body, tc.code)
+		}
+	}
+	// Retired: even this execution's capability gets RefreshRoute.
+	resp, err := raw.Post("http://bridge/bridge/v1/retire", "application/json", nil)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("retire: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, body := get(ok); code != http.StatusConflict || !strings.Contains(body, "refresh_route") {
+		t.Errorf("after retirement: HTTP %d %s, want 409 refresh_route", code, body)
+	}
+}
+
 func TestBridgeForwardsPublicRoutesOnly(t *testing.T) {
-	hc, _, _ := startBridge(t)
+	raw, _, _ := startBridge(t)
 	ctx := context.Background()
+	hc, _, _ := admitted(t, raw)
 
 	proc := processv1connect.NewProcessClient(hc, "http://bridge")
 	stream, err := proc.Start(ctx, connect.NewRequest(&processv1.StartRequest{Process: &processv1.ProcessConfig{Cmd: "echo", Args: []string{"through the bridge"}}}))
@@ -148,16 +249,7 @@ func TestBridgeForwardsPublicRoutesOnly(t *testing.T) {
 		t.Errorf("control through bridge: HTTP %d, want 404", resp.StatusCode)
 	}
 
-	// The bridge's own init reaches it.
-	body, _ := json.Marshal(InitRequest{SandboxID: "sb1", Generation: 1, ActivationID: "a-1", Hostname: "sb1", Env: map[string]string{"FROM_INIT": "yes"}})
-	resp, err = hc.Post("http://bridge/bridge/v1/init", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("init: HTTP %d", resp.StatusCode)
-	}
+	// The bridge's own init (done by admitted) reached the guest.
 	resp, err = hc.Get("http://bridge/envs")
 	if err != nil {
 		t.Fatal(err)

@@ -215,8 +215,9 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	// The capability is for this hop; the guest never sees it.
-	r.Header.Del(capability.Header)
+	// The capability goes on to the host bridge, which admits the request
+	// again against its own installed identity and strips it: the guest
+	// never sees it.
 	// The request holds a lease on the execution: retiring or stopping it
 	// cuts the request (a stream stops at once).
 	leaseCtx, release := m.streams.acquire(r.Context(), execID)

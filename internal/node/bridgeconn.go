@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/unixsock"
@@ -313,4 +314,26 @@ func (b *bridgeConn) activity(ctx context.Context) (bridge.Activity, error) {
 	}
 	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&act)
 	return act, err
+}
+
+// pushKeys hands the bridge the key set it admits requests with.
+func (b *bridgeConn) pushKeys(ctx context.Context, ks *capability.KeySet) error {
+	body, err := json.Marshal(bridge.KeysRequest{Keys: ks})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://bridge/bridge/v1/keys", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("push keys to the host bridge: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("push keys to the host bridge: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +52,33 @@ func (m *Manager) SetKeys(ks *capability.KeySet) error {
 		return fmt.Errorf("node: keep verification keys: %w", err)
 	}
 	m.keys = ks
+	go m.pushKeysToBridges(ks)
 	return nil
+}
+
+// currentKeys returns the verification keys the node holds, or nil.
+func (m *Manager) currentKeys() *capability.KeySet {
+	m.keysMu.Lock()
+	defer m.keysMu.Unlock()
+	return m.keys
+}
+
+// pushKeysToBridges hands a new key set to every execution's host bridge
+// (they admit requests with it). A bridge that does not take it refuses
+// requests signed with the new keys until the next push; it is logged.
+func (m *Manager) pushKeysToBridges(ks *capability.KeySet) {
+	recs, _ := m.records.all()
+	for _, rec := range recs {
+		bc, err := m.bridge(rec)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := bc.pushKeys(ctx, ks); err != nil {
+			m.log.Warn("push verification keys to a host bridge", "exec", rec.ExecID, "err", err)
+		}
+		cancel()
+	}
 }
 
 // loadKeys reads the keys kept by an earlier run, if any.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/privop"
@@ -84,23 +85,31 @@ func (m *Manager) Retire(rs []nodev1.Retirement) {
 func (m *Manager) retire(execID, sandboxID string, by uint64) {
 	unlock := m.locks.lock(execID)
 	rec, err := m.records.load(execID)
-	if err == nil && rec.SandboxID == sandboxID && !rec.Retired {
-		rec.Retired, rec.RetiredBy = true, by
-		if err := m.records.save(rec); err != nil {
-			m.log.Warn("record retirement", "exec", execID, "err", err)
-		}
-	}
-	unlock()
-	if err != nil || rec.SandboxID != sandboxID {
+	if err != nil || rec.SandboxID != sandboxID || rec.Retired {
+		// Unknown, another sandbox's, or retired already (the control
+		// plane repeats retirements until the execution is gone).
+		unlock()
 		return
 	}
+	rec.Retired, rec.RetiredBy = true, by
+	if err := m.records.save(rec); err != nil {
+		m.log.Warn("record retirement", "exec", execID, "err", err)
+	}
+	unlock()
 	cause := fmt.Errorf("execution %s of sandbox %s was retired (generation %d serves it now)", execID, sandboxID, by)
 	if by == 0 {
 		cause = fmt.Errorf("execution %s was retired: sandbox %s is gone", execID, sandboxID)
 	}
-	if n := m.streams.revoke(execID, cause); n > 0 || err == nil {
-		m.log.Info("execution retired", "exec", execID, "sandbox", sandboxID, "by_generation", by, "streams_cut", n)
+	if bc, berr := m.bridge(rec); berr == nil {
+		// The bridge refuses the retired execution's requests too.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if perr := bc.post(ctx, "/bridge/v1/retire"); perr != nil {
+			m.log.Warn("tell the host bridge of a retirement", "exec", execID, "err", perr)
+		}
+		cancel()
 	}
+	n := m.streams.revoke(execID, cause)
+	m.log.Info("execution retired", "exec", execID, "sandbox", sandboxID, "by_generation", by, "streams_cut", n)
 }
 
 // retireOlder retires the executions of req's sandbox on this node that

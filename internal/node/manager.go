@@ -160,10 +160,19 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		return nil, fmt.Errorf("exec %s: %w%s", req.ExecID, err, m.bridgeLogTail(req.ExecID))
 	}
 	tReady := time.Now()
+	// The bridge admits requests itself: it needs the keys, then the
+	// identity Init installs.
+	if keys := m.currentKeys(); keys != nil {
+		if err := bc.pushKeys(ctx, keys); err != nil {
+			return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+		}
+	}
 	err = bc.init(ctx, bridge.InitRequest{
 		SandboxID:      req.SandboxID,
 		Generation:     req.Generation,
 		ActivationID:   req.ActivationID,
+		Node:           m.cfg.NodeID,
+		Substrate:      req.Runtime,
 		Hostname:       req.SandboxID,
 		Env:            req.Env,
 		DefaultUser:    "user",

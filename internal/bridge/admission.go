@@ -1,0 +1,134 @@
+package bridge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spacesandbox/space/internal/capability"
+)
+
+// Admission: the bridge is a receiver of its own. Every public guest request
+// carries the capability the control plane minted (the node checked it and
+// passes it on); the bridge verifies it with the key set the node pushes and
+// compares it with the execution identity installed by Init, and refuses
+// before anything reaches the guest. A node that forwarded a request meant
+// for another execution — by a bug or because it was compromised — cannot
+// reach this guest with it. The capability never reaches the guest.
+
+// admission is the bridge's verification state.
+type admission struct {
+	mu        sync.Mutex
+	keys      *capability.KeySet
+	installed *capability.Identity
+	retired   bool
+	now       func() time.Time
+}
+
+// KeysRequest is the body of POST /bridge/v1/keys.
+type KeysRequest struct {
+	Keys *capability.KeySet `json:"keys"`
+}
+
+func (a *admission) setKeys(ks *capability.KeySet) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.keys == nil || ks.Version >= a.keys.Version {
+		a.keys = ks
+	}
+}
+
+func (a *admission) install(id capability.Identity) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.installed = &id
+	a.retired = false
+}
+
+func (a *admission) retire() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.retired = true
+}
+
+// errRefresh marks a refusal the caller may repair by refreshing its route.
+var errRefresh = errors.New("refresh route")
+
+// check admits a request for op carrying header.
+func (a *admission) check(header string, op capability.Op) error {
+	a.mu.Lock()
+	keys, installed, retired := a.keys, a.installed, a.retired
+	a.mu.Unlock()
+	if keys == nil || installed == nil {
+		return errors.New("the bridge has no verification keys or identity yet")
+	}
+	if header == "" {
+		return errors.New("capability required")
+	}
+	tok, err := capability.Decode(header)
+	if err != nil {
+		return err
+	}
+	c, err := capability.Verify(tok, keys, a.now())
+	if err != nil {
+		return err
+	}
+	switch d, why := capability.Compare(c, *installed, capability.Request{Op: op}); d {
+	case capability.Allow:
+		if retired {
+			return fmt.Errorf("%w: this execution was retired", errRefresh)
+		}
+		return nil
+	case capability.RefreshRoute:
+		return fmt.Errorf("%w: %s", errRefresh, why)
+	default:
+		return errors.New(why)
+	}
+}
+
+// guestOp is the operation a public guest path needs (as the node decides).
+func guestOp(path string) capability.Op {
+	switch {
+	case strings.HasPrefix(path, "/process.Process/"):
+		return capability.OpExec
+	case path == "/files" || strings.HasPrefix(path, "/filesystem.Filesystem/"):
+		return capability.OpFiles
+	}
+	return capability.OpExec
+}
+
+// admit checks a public guest request and answers the refusal; it reports
+// whether the request may go on (with the capability header removed).
+func (b *Bridge) admit(w http.ResponseWriter, r *http.Request) bool {
+	err := b.adm.check(r.Header.Get(capability.Header), guestOp(r.URL.Path))
+	r.Header.Del(capability.Header)
+	if err == nil {
+		return true
+	}
+	b.log.Warn("request refused by the host bridge", "path", r.URL.Path, "err", err)
+	status, code := http.StatusForbidden, "permission_denied"
+	if errors.Is(err, errRefresh) {
+		status, code = http.StatusConflict, "refresh_route"
+	}
+	writeJSON(w, status, map[string]string{"code": code, "message": "host bridge: " + err.Error()})
+	return false
+}
+
+func (b *Bridge) handleKeys(w http.ResponseWriter, r *http.Request) {
+	var req KeysRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || req.Keys == nil {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("keys: bad body: %v", err))
+		return
+	}
+	b.adm.setKeys(req.Keys)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (b *Bridge) handleRetire(w http.ResponseWriter, r *http.Request) {
+	b.adm.retire()
+	w.WriteHeader(http.StatusNoContent)
+}
