@@ -75,6 +75,22 @@ func lifecycleScenario(t *testing.T, runtime string) {
 	if s1.ID == "" || s1.ID != s2.ID {
 		t.Errorf("snapshot retried with one Idempotency-Key: %q then %q, want one snapshot", s1.ID, s2.ID)
 	}
+	// A snapshot can be deleted: gone from the list and from the node.
+	if _, e, c := in.cli("", "snapshot", "delete", sb.ID, s1.ID); c != 0 {
+		t.Errorf("snapshot delete: %d %s", c, e)
+	}
+	if out, _, _ := in.cli("", "snapshot", "list", sb.ID); strings.Contains(out, s1.ID) {
+		t.Errorf("deleted snapshot still listed:\n%s", out)
+	}
+	for _, left := range listNodeSnapshots(t, dataDir) {
+		if strings.Contains(left, s1.ID) {
+			t.Errorf("deleted snapshot still on the node: %s", left)
+		}
+	}
+	var de struct{ Code, Message string }
+	if code := in.do("DELETE", "/v1/sandboxes/"+sb.ID+"/snapshots/"+s1.ID, nil, &de); code != http.StatusNotFound {
+		t.Errorf("deleting it again: HTTP %d %+v, want 404", code, de)
+	}
 	out, e, c := in.cli("", "snapshot", "list", sb.ID)
 	if c != 0 || !strings.Contains(out, snapID) || !strings.Contains(out, "ready") || !strings.Contains(out, "disk") {
 		t.Errorf("snapshot list: exit %d %q %s", c, out, e)
@@ -173,6 +189,22 @@ func lifecycleScenario(t *testing.T, runtime string) {
 	}
 	if res := in.exec(sb.ID, "cat", "/home/user/work/version"); strings.TrimSpace(res.Stdout) != "v2" {
 		t.Errorf("after stop/start: version = %q, want v2", res.Stdout)
+	}
+	// The disk the sandbox started from cannot be deleted under it.
+	var snaps struct{ Snapshots []snapshotJSON }
+	in.do("GET", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &snaps)
+	stops := 0
+	for _, sn := range snaps.Snapshots {
+		if sn.Tier == "stop" && sn.State == "ready" {
+			stops++
+			var de struct{ Code, Message string }
+			if code := in.do("DELETE", "/v1/sandboxes/"+sb.ID+"/snapshots/"+sn.ID, nil, &de); code != http.StatusConflict {
+				t.Errorf("deleting the snapshot the sandbox started from: HTTP %d %+v, want 409", code, de)
+			}
+		}
+	}
+	if stops != 1 {
+		t.Errorf("%d ready stop snapshots after one stop, want 1: %+v", stops, snaps.Snapshots)
 	}
 	if out, _, c := in.cli("", "sandbox", "events", sb.ID); c != 0 || !strings.Contains(out, "rollback requested") || !strings.Contains(out, "stopped; disk kept") {
 		t.Errorf("sandbox events: exit %d\n%s", c, out)

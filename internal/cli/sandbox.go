@@ -31,6 +31,7 @@ func init() {
 		&command{path: "snapshot create", args: "ID [--kind disk|full] [-o json]", summary: "snapshot a sandbox; prints the snapshot id", run: snapshotCreate},
 		&command{path: "sandbox timeout", args: "ID DURATION [-o json]", summary: "make the sandbox live DURATION from now (0: no timeout)", run: sandboxTimeout},
 		&command{path: "sandbox events", args: "ID [-o json]", summary: "show a sandbox's history (state changes, snapshots, failures)", run: sandboxEvents},
+		&command{path: "snapshot delete", args: "ID SNAPSHOT", summary: "delete a snapshot of a sandbox", run: snapshotDelete},
 		&command{path: "snapshot list", args: "ID [-o json]", summary: "list a sandbox's snapshots", run: snapshotList},
 		&command{path: "port expose", args: "ID PORT [--protocol http|tcp] [-o json]", summary: "expose a sandbox port; prints the URL that reaches it", run: portExpose},
 	)
@@ -406,4 +407,16 @@ func sandboxTimeout(ctx context.Context, e *env, args []string) error {
 		return writeLine(e.stdout, "no timeout")
 	}
 	return writeLine(e.stdout, formatTime(*sb.ExpiresAt))
+}
+
+func snapshotDelete(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("snapshot delete")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "ID", "SNAPSHOT"); err != nil {
+		return err
+	}
+	return e.c.DeleteSnapshot(ctx, pos[0], pos[1])
 }

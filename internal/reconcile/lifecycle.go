@@ -18,6 +18,18 @@ import (
 // (they are taken once it settles). It never holds the lifecycle up: it
 // returns a delay only to retry a node that did not answer.
 func (r *Reconciler) pendingSnapshots(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	// Snapshots a user deleted go first: their node copy, own objects and row.
+	doomed, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotDeleting})
+	if err != nil {
+		return time.Second, err
+	}
+	for _, snap := range doomed {
+		if err := r.dropSnapshot(ctx, snap); err != nil {
+			r.log.Warn("delete snapshot", "sandbox", sb.ID, "snapshot", snap.ID, "err", err)
+			return time.Second, nil
+		}
+		r.event(ctx, sb.ID, "snapshot", fmt.Sprintf("%s snapshot %s deleted", snap.Kind, snap.ID))
+	}
 	pending, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotCreating})
 	if err != nil {
 		return time.Second, err

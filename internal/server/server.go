@@ -109,6 +109,7 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/ports", s.handleNotYet("port expose (the gateway)"))
 	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
+	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
 	authed("GET /v1/sandboxes/{id}/events", s.handleEvents)
 
 	authed("GET /v1/templates", s.handleListTemplates)

@@ -209,3 +209,62 @@ func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	return decodeJSON(w, r, v)
 }
+
+// handleDeleteSnapshot deletes one of the sandbox's snapshots: its copy on
+// the node, its objects and its record. The snapshot the sandbox's current
+// execution started from, or will start from (a stopped or hibernated
+// sandbox's disk), and one still being taken, are refused with 409.
+func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("snapshot")
+	notFound := fmt.Errorf("%w: snapshot %q of sandbox %s", errdefs.ErrNotFound, clip(id), sb.ID)
+	if !sandbox.ValidSnapshotID(id) {
+		s.writeError(w, r, notFound)
+		return
+	}
+	snap, err := s.store.GetSnapshot(r.Context(), sb.Tenant, id)
+	if errors.Is(err, errdefs.ErrNotFound) || err == nil && snap.SandboxID != sb.ID {
+		s.writeError(w, r, notFound)
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	switch {
+	case snap.ID == sb.StartFrom:
+		s.writeError(w, r, fmt.Errorf("%w: snapshot %s is what the sandbox (%s) runs or starts from; it goes with the sandbox", errdefs.ErrConflict, id, sb.State))
+		return
+	case snap.State == store.SnapshotCreating:
+		s.writeError(w, r, fmt.Errorf("%w: snapshot %s is still being taken", errdefs.ErrConflict, id))
+		return
+	}
+	wait := s.rec.Watch(sb.ID)
+	defer wait.Stop()
+	if snap.State != store.SnapshotDeleting {
+		snap.State = store.SnapshotDeleting
+		if err := s.store.UpdateSnapshot(r.Context(), snap); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	s.rec.Enqueue(sb.ID)
+	ctx, cancel := context.WithTimeout(r.Context(), lifecycleWait)
+	defer cancel()
+	for {
+		if _, err := s.store.GetSnapshot(ctx, sb.Tenant, id); errors.Is(err, errdefs.ErrNotFound) {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+	}
+}

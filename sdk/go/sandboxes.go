@@ -231,3 +231,19 @@ func (c *Client) ListEvents(ctx context.Context, id string) ([]sandboxv1.Event, 
 func (c *Client) SetTimeout(ctx context.Context, id, timeout string, opts ...CallOption) (*sandboxv1.Sandbox, error) {
 	return c.sandboxCall(ctx, http.MethodPost, id, "/timeout", sandboxv1.SetTimeoutRequest{Timeout: timeout}, opts, "set timeout of")
 }
+
+// DeleteSnapshot deletes one of a sandbox's snapshots.
+func (c *Client) DeleteSnapshot(ctx context.Context, id, snapshot string) error {
+	p, err := sandboxPath(id, "/snapshots/")
+	if err != nil {
+		return fmt.Errorf("delete snapshot: %w", err)
+	}
+	seg, err := pathSegment("snapshot id", snapshot)
+	if err != nil {
+		return fmt.Errorf("delete snapshot: %w", err)
+	}
+	if err := c.call(ctx, request{method: http.MethodDelete, path: p + seg}, nil, nil, 0); err != nil {
+		return fmt.Errorf("delete snapshot %s of sandbox %s: %w", snapshot, id, err)
+	}
+	return nil
+}
