@@ -90,8 +90,9 @@ func (a *admission) check(header string, op capability.Op) error {
 	}
 }
 
-// guestOp is the operation a public guest path needs (as the node decides).
-func guestOp(path string) capability.Op {
+// GuestOp is the operation a public guest path needs; the node and the
+// bridge admit requests by it. /health and /envs: either operation reads them.
+func GuestOp(path string) capability.Op {
 	switch {
 	case strings.HasPrefix(path, "/process.Process/"):
 		return capability.OpExec
@@ -104,7 +105,7 @@ func guestOp(path string) capability.Op {
 // admit checks a public guest request and answers the refusal; it reports
 // whether the request may go on (with the capability header removed).
 func (b *Bridge) admit(w http.ResponseWriter, r *http.Request) bool {
-	err := b.adm.check(r.Header.Get(capability.Header), guestOp(r.URL.Path))
+	err := b.adm.check(r.Header.Get(capability.Header), GuestOp(r.URL.Path))
 	r.Header.Del(capability.Header)
 	if err == nil {
 		return true

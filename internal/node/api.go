@@ -211,7 +211,7 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
 		return
 	}
-	if err := m.checkCapability(r.Header.Get(capability.Header), rec, guestOp(path), time.Now()); err != nil {
+	if err := m.checkCapability(r.Header.Get(capability.Header), rec, bridge.GuestOp(path), time.Now()); err != nil {
 		writeError(w, err)
 		return
 	}

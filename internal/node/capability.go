@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
@@ -93,18 +92,6 @@ func (m *Manager) loadKeys() {
 		return
 	}
 	m.keys = &ks
-}
-
-// guestOp is the operation a public guest path needs.
-func guestOp(path string) capability.Op {
-	switch {
-	case strings.HasPrefix(path, "/process.Process/"):
-		return capability.OpExec
-	case path == "/files" || strings.HasPrefix(path, "/filesystem.Filesystem/"):
-		return capability.OpFiles
-	}
-	// /health and /envs: either operation reads them.
-	return capability.OpExec
 }
 
 // checkCapability verifies the request's capability and compares it with the

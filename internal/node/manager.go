@@ -368,7 +368,7 @@ func (m *Manager) List(ctx context.Context) []nodev1.Execution {
 	}
 	out := make([]nodev1.Execution, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, m.observe(ctx, rec))
+		out = append(out, m.withActivity(ctx, rec, m.observe(ctx, rec)))
 	}
 	return out
 }
@@ -421,9 +421,18 @@ func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 	if err != nil {
 		ex.State = nodev1.ExecFailed
 		ex.Reason = m.failureReason(rec, err)
+	}
+	return ex
+}
+
+// withActivity adds when the guest last served a request (for the control
+// plane's idle handling); it costs a guest round trip, so only the
+// heartbeat's report asks for it, not the create path.
+func (m *Manager) withActivity(ctx context.Context, rec *Record, ex nodev1.Execution) nodev1.Execution {
+	if ex.State != nodev1.ExecRunning || rec.Paused {
 		return ex
 	}
-	if !rec.Paused {
+	if bc, err := m.bridge(rec); err == nil {
 		if act, err := bc.activity(ctx); err == nil {
 			ex.LastActivity = act.LastActivity
 		}

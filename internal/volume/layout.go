@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +44,22 @@ func (l Layout) Snapshot(name string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(l.SnapshotsDir(), name), nil
+}
+
+// Snapshots lists the validly named snapshots, sorted.
+func (l Layout) Snapshots() ([]string, error) {
+	entries, err := os.ReadDir(l.SnapshotsDir())
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && ValidName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // TmpDir holds work in progress.

@@ -321,22 +321,4 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, snap string) error {
 }
 
 // Snapshots lists snapshots/.
-func (d *Driver) Snapshots(ctx context.Context) ([]string, error) {
-	return listNames(d.layout.SnapshotsDir())
-}
-
-// listNames lists the validly named directories in dir, sorted.
-func listNames(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
-	}
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() && volume.ValidName(e.Name()) == nil {
-			out = append(out, e.Name())
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
+func (d *Driver) Snapshots(ctx context.Context) ([]string, error) { return d.layout.Snapshots() }

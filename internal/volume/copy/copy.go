@@ -246,20 +246,7 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, snap string) error {
 }
 
 // Snapshots lists snapshots/.
-func (d *Driver) Snapshots(ctx context.Context) ([]string, error) {
-	entries, err := os.ReadDir(d.layout.SnapshotsDir())
-	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() && volume.ValidName(e.Name()) == nil {
-			out = append(out, e.Name())
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
+func (d *Driver) Snapshots(ctx context.Context) ([]string, error) { return d.layout.Snapshots() }
 
 // copyTree copies src into dst, which must not exist, through a temporary
 // directory renamed into place (a crash leaves no half copy under dst).
