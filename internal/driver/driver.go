@@ -44,6 +44,11 @@ type Spec struct {
 	// disk snapshot), not a template: the driver boots it and never keeps
 	// a template snapshot of it.
 	OwnDisk bool
+	// Network gives the execution one network interface (sandboxnet.IfName,
+	// configured with sandboxnet's addresses) whose other end is
+	// Instance.Link: the node's gateway. Without it the execution has
+	// loopback only.
+	Network bool
 }
 
 // Instance is a started execution.
@@ -59,6 +64,36 @@ type Instance struct {
 	// Channel is the host end of the guest's dedicated byte stream. The caller
 	// owns it and must close it.
 	Channel *os.File
+	// Link is the host end of the execution's network interface when
+	// Spec.Network was set, else nil. The caller owns it.
+	Link *Link
+}
+
+// LinkFraming says how Ethernet frames travel on a Link's file.
+type LinkFraming string
+
+const (
+	// FramingTap: every read returns one frame and every write sends one
+	// (a tap device's file descriptor, IFF_TAP|IFF_NO_PI).
+	FramingTap LinkFraming = "tap"
+	// FramingStream: a byte stream of frames, each preceded by its length as
+	// a 4-byte big-endian integer (QEMU's "-netdev stream").
+	FramingStream LinkFraming = "stream"
+)
+
+// Link is the host end of a sandbox's network interface: Ethernet frames to
+// and from the guest, which the gateway terminates.
+type Link struct {
+	File    *os.File
+	Framing LinkFraming
+}
+
+// Close closes the link's file; a nil Link is fine.
+func (l *Link) Close() error {
+	if l == nil || l.File == nil {
+		return nil
+	}
+	return l.File.Close()
 }
 
 // Features says which optional abilities a driver has.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/sandboxnet"
 	"github.com/spacesandbox/space/internal/seccomp"
 )
 
@@ -73,8 +74,19 @@ func initSandbox() error {
 		return err
 	}
 	unix.Close(guestFD)
+	if cfg.Network {
+		// Before pivot_root: /dev/net/tun is the host's.
+		if err := setupNetwork(); err != nil {
+			return err
+		}
+	}
 	if err := pivot(); err != nil {
 		return err
+	}
+	if cfg.Network {
+		if err := writeResolvConf(); err != nil {
+			return err
+		}
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("set hostname: %w", err)
@@ -92,6 +104,39 @@ func initSandbox() error {
 		return fmt.Errorf("exec %s: %w", GuestPath, err)
 	}
 	return errors.New("exec returned")
+}
+
+// setupNetwork configures the tap device the parent created in the
+// sandbox's network namespace (createTap). ns-init never holds the device's
+// other end: the guest can use the interface, never read its traffic.
+func setupNetwork() error {
+	return sandboxnet.Configure(sandboxnet.IfName, true)
+}
+
+// writeResolvConf points the sandbox's resolver at the gateway. It runs after
+// pivot_root, so a symlink in the sandbox's /etc resolves inside the sandbox;
+// it is replaced, not followed.
+func writeResolvConf() error {
+	if err := os.MkdirAll("/etc", 0o755); err != nil {
+		return fmt.Errorf("network: /etc: %w", err)
+	}
+	if fi, err := os.Lstat("/etc/resolv.conf"); err == nil && !fi.Mode().IsRegular() {
+		if err := os.Remove("/etc/resolv.conf"); err != nil {
+			return fmt.Errorf("network: replace /etc/resolv.conf: %w", err)
+		}
+	}
+	f, err := os.OpenFile("/etc/resolv.conf", os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("network: write /etc/resolv.conf: %w", err)
+	}
+	_, err = f.Write(sandboxnet.ResolvConf())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("network: write /etc/resolv.conf: %w", err)
+	}
+	return nil
 }
 
 // receiveConfig reads the parent's one message: JSON and two mount fds.

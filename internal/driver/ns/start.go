@@ -26,6 +26,9 @@ import (
 type initConfig struct {
 	Hostname string   `json:"hostname"`
 	Env      []string `json:"env"`
+	// Network says the parent created the tap sandboxnet.IfName in the
+	// sandbox's network namespace: ns-init configures it.
+	Network bool `json:"network,omitempty"`
 }
 
 // maxInitMessage bounds the sync messages in both directions.
@@ -211,9 +214,16 @@ func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *
 	if hostname == "" {
 		hostname = spec.SandboxID
 	}
-	msg, err := json.Marshal(initConfig{Hostname: hostname, Env: envList(spec.Env)})
+	msg, err := json.Marshal(initConfig{Hostname: hostname, Env: envList(spec.Env), Network: spec.Network})
 	if err != nil {
 		return nil, err
+	}
+	// The tap exists before ns-init is told to configure it.
+	var link *driver.Link
+	if spec.Network {
+		if link, err = createTap(pid); err != nil {
+			return nil, err
+		}
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(deadline)
@@ -221,22 +231,34 @@ func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(mounts.rootFD, mounts.guestFD), nil); err != nil {
+		link.Close()
 		return nil, fmt.Errorf("send config to ns-init: %w", err)
 	}
+	if err := waitExec(ctx, conn); err != nil {
+		link.Close()
+		return nil, err
+	}
+	if !driver.ProcAlive(pid, startTime) {
+		link.Close()
+		return nil, errors.New("the sandbox init exited right after exec (see the guest binary's requirements: static, x86_64)")
+	}
+	return &driver.Instance{ExecID: spec.ExecID, Pid: pid, StartTime: startTime, Link: link}, nil
+}
+
+// waitExec reads ns-init's one message, an error report, or the close of
+// the sync socket on exec.
+func waitExec(ctx context.Context, conn *net.UnixConn) error {
 	buf := make([]byte, maxInitMessage)
 	n, err := conn.Read(buf)
 	switch {
 	case n > 0:
-		return nil, fmt.Errorf("ns-init: %s", sanitize(buf[:n]))
+		return fmt.Errorf("ns-init: %s", sanitize(buf[:n]))
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("waiting for ns-init: %w", ctx.Err())
+		return fmt.Errorf("waiting for ns-init: %w", ctx.Err())
 	case err != nil && !errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("waiting for ns-init: %w", err)
+		return fmt.Errorf("waiting for ns-init: %w", err)
 	}
-	if !driver.ProcAlive(pid, startTime) {
-		return nil, errors.New("the sandbox init exited right after exec (see the guest binary's requirements: static, x86_64)")
-	}
-	return &driver.Instance{ExecID: spec.ExecID, Pid: pid, StartTime: startTime}, nil
+	return nil
 }
 
 func envList(env map[string]string) []string {
