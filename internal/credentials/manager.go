@@ -102,6 +102,40 @@ func (m *Manager) Resolve(ctx context.Context, req Request) (*Credential, error)
 	return cred, nil
 }
 
+// Applies reports whether a credential would apply to a request for
+// req.Host: whether any unexpired credential whose scope covers the sandbox
+// allows the host. The gateway asks it once per connection to decide
+// whether to intercept TLS at all, so it hands out no secret, charges no
+// rate limit and writes no audit entry; Resolve audits each actual use. A
+// rate-limited credential still applies (Resolve then refuses the request);
+// a host whose every credential has expired does not.
+//
+// Errors: ErrInvalidArgument for a malformed request, ErrUnavailable when
+// the backend fails.
+func (m *Manager) Applies(ctx context.Context, req Request) (bool, error) {
+	host, err := req.validate()
+	if err != nil {
+		return false, fmt.Errorf("credential applies: %w", err)
+	}
+	inScope, err := m.candidates(ctx, req)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		for i := range inScope {
+			inScope[i].Zero()
+		}
+	}()
+	now := m.now()
+	for i := range inScope {
+		c := &inScope[i]
+		if !c.Expired(now) && matchHosts(c.AllowedHosts, host) >= 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // resolve decides; Resolve records. entry gets the chosen credential's id.
 func (m *Manager) resolve(ctx context.Context, req Request, entry *AuditEntry) (*Credential, string, error) {
 	host, err := req.validate()

@@ -1,0 +1,378 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/sandboxnet"
+)
+
+// guest is a userspace TCP/IP stack playing the sandbox: it has the
+// sandbox's address and reaches the world only through the gateway's link.
+type guest struct {
+	s  *stack.Stack
+	ep *channel.Endpoint
+}
+
+func newGuest(t *testing.T, f *os.File) *guest {
+	t.Helper()
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+	})
+	ep := channel.New(256, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GuestMAC))
+	if err := s.CreateNIC(1, ethernet.New(ep)); err != nil {
+		t.Fatal(err)
+	}
+	pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{
+		Address: tcpip.AddrFrom4(sandboxnet.GuestPrefix.Addr().As4()), PrefixLen: sandboxnet.GuestPrefix.Bits()}}
+	if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
+		t.Fatal(err)
+	}
+	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(sandboxnet.Gateway.As4()), NIC: 1}})
+	g := &guest{s: s, ep: ep}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // stack -> link
+		defer wg.Done()
+		for {
+			pkt := ep.ReadContext(ctx)
+			if pkt == nil {
+				return
+			}
+			v := pkt.ToView()
+			pkt.DecRef()
+			frame := v.AsSlice()
+			out := make([]byte, 4+len(frame))
+			binary.BigEndian.PutUint32(out, uint32(len(frame)))
+			copy(out[4:], frame)
+			v.Release()
+			if _, err := f.Write(out); err != nil {
+				return
+			}
+		}
+	}()
+	go func() { // link -> stack
+		defer wg.Done()
+		r := bufio.NewReader(f)
+		for {
+			var head [4]byte
+			if _, err := io.ReadFull(r, head[:]); err != nil {
+				return
+			}
+			frame := make([]byte, binary.BigEndian.Uint32(head[:]))
+			if _, err := io.ReadFull(r, frame); err != nil {
+				return
+			}
+			pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
+			ep.InjectInbound(0, pkt)
+			pkt.DecRef()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		f.Close()
+		ep.Close()
+		s.Close()
+		wg.Wait()
+	})
+	return g
+}
+
+func (g *guest) dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return gonet.DialContextTCP(ctx, g.s, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()}, ipv4.ProtocolNumber)
+}
+
+// resolve asks the gateway's DNS for name's A records.
+func (g *guest) resolve(t *testing.T, name string) ([]netip.Addr, dnsmessage.RCode) {
+	t.Helper()
+	c, err := gonet.DialUDP(g.s, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(sandboxnet.DNS.As4()), Port: 53}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, RecursionDesired: true},
+		Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}
+	b, _ := q.Pack()
+	for attempt := 0; attempt < 5; attempt++ {
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1500)
+		n, err := c.Read(buf)
+		if err != nil {
+			continue // the first query may wait for ARP
+		}
+		var m dnsmessage.Message
+		if err := m.Unpack(buf[:n]); err != nil {
+			t.Fatal(err)
+		}
+		var out []netip.Addr
+		for _, a := range m.Answers {
+			if r, ok := a.Body.(*dnsmessage.AResource); ok {
+				out = append(out, netip.AddrFrom4(r.A))
+			}
+		}
+		return out, m.RCode
+	}
+	t.Fatalf("no DNS answer for %s", name)
+	return nil, 0
+}
+
+// fakeResolver answers from a table.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, network, host string) ([]netip.Addr, error) {
+	as, ok := f[strings.TrimSuffix(host, ".")]
+	if !ok || network != "ip4" {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return as, nil
+}
+
+// mapDialer maps the addresses the sandbox sees to loopback test servers
+// and records every dial: nothing it does not know is ever dialled.
+type mapDialer struct {
+	mu    sync.Mutex
+	to    map[string]string
+	dials []string
+}
+
+func (d *mapDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dials = append(d.dials, address)
+	real, ok := d.to[address]
+	d.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("connect %s: connection refused (test dialer)", address)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, real)
+}
+
+func (d *mapDialer) dialled(addr string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, a := range d.dials {
+		if a == addr {
+			return true
+		}
+	}
+	return false
+}
+
+type harness struct {
+	g        *guest
+	gw       *Sandbox
+	dialer   *mapDialer
+	counters *Counters
+	requests chan *http.Request
+}
+
+func startHarness(t *testing.T, policy string) *harness {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, guestEnd := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
+	p, err := egress.ParsePolicy([]byte(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{requests: make(chan *http.Request, 16), counters: &Counters{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.requests <- r
+		fmt.Fprintf(w, "hello from upstream, host %s", r.Host)
+	}))
+	t.Cleanup(srv.Close)
+	up := srv.Listener.Addr().String()
+	h.dialer = &mapDialer{to: map[string]string{
+		"20.0.0.10:80": up, "20.0.0.11:80": up, "20.0.0.12:443": up, "10.1.2.3:80": up, "169.254.169.254:80": up,
+	}}
+	gw, err := Attach(&driver.Link{File: host, Framing: driver.FramingStream}, Config{
+		Sandbox: "sb1", Execution: "ex1",
+		Policy:   egress.NewHolder(p),
+		Upstream: fakeResolver{"api.allowed.test": {netip.MustParseAddr("20.0.0.10")}, "other.test": {netip.MustParseAddr("20.0.0.11")}, "internal.test": {netip.MustParseAddr("10.1.2.3")}},
+		Dialer:   h.dialer, Counters: h.counters,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	h.gw = gw
+	h.g = newGuest(t, guestEnd)
+	return h
+}
+
+// get makes an HTTP request from the guest to dst with the given Host.
+func (h *harness) get(t *testing.T, dst, hostHeader string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := h.g.dial(ctx, netip.MustParseAddrPort(dst))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostHeader)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func TestAllowedDomainReachable(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false, "allow": {"domains": ["api.allowed.test"]}}`)
+	addrs, rc := h.g.resolve(t, "api.allowed.test")
+	if rc != dnsmessage.RCodeSuccess || len(addrs) != 1 || addrs[0] != netip.MustParseAddr("20.0.0.10") {
+		t.Fatalf("resolve: %v %v", addrs, rc)
+	}
+	body, err := h.get(t, "20.0.0.10:80", "api.allowed.test")
+	if err != nil || !strings.Contains(body, "host api.allowed.test") {
+		t.Fatalf("GET allowed: %q, %v", body, err)
+	}
+	if got := h.counters.Snapshot()[ReasonAllowed]; got != 1 {
+		t.Errorf("allowed count %d, want 1", got)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false, "allow": {"domains": ["api.allowed.test"]}}`)
+	if _, rc := h.g.resolve(t, "other.test"); rc != dnsmessage.RCodeRefused {
+		t.Errorf("query for a name outside the policy: %v, want REFUSED", rc)
+	}
+	h.g.resolve(t, "api.allowed.test")
+	cases := []struct{ name, dst, host string }{
+		{"raw address not in the policy", "20.0.0.11:80", "other.test"},
+		{"private address", "10.1.2.3:80", "internal.test"},
+		{"metadata address", "169.254.169.254:80", "metadata"},
+		{"the gateway itself", sandboxnet.Gateway.String() + ":80", "x"},
+		{"DNS over TCP", sandboxnet.DNS.String() + ":53", "x"},
+	}
+	for _, c := range cases {
+		if body, err := h.get(t, c.dst, c.host); err == nil {
+			t.Errorf("%s (%s): reached: %q", c.name, c.dst, body)
+		}
+	}
+	for _, a := range []string{"20.0.0.11:80", "10.1.2.3:80", "169.254.169.254:80"} {
+		if h.dialer.dialled(a) {
+			t.Errorf("the gateway dialled %s, which the policy refuses", a)
+		}
+	}
+	// Right address, wrong Host: the connection was allowed for
+	// api.allowed.test only.
+	if body, err := h.get(t, "20.0.0.10:80", "other.test"); err == nil {
+		t.Errorf("Host other.test on a connection allowed for api.allowed.test: reached: %q", body)
+	}
+	select {
+	case r := <-h.requests:
+		t.Errorf("upstream got a request it should not: Host %s", r.Host)
+	default:
+	}
+	snap := h.counters.Snapshot()
+	for _, r := range []string{ReasonPolicy, ReasonGatewayAddr, ReasonDNSOverTCP, ReasonHost} {
+		if snap[r] == 0 {
+			t.Errorf("no %s refusal counted: %v", r, snap)
+		}
+	}
+}
+
+func TestLivePolicyUpdate(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false}`)
+	if _, err := h.get(t, "20.0.0.11:80", "20.0.0.11"); err == nil {
+		t.Fatal("reached 20.0.0.11 under allow_internet=false")
+	}
+	p, err := egress.ParsePolicy([]byte(`{"allow_internet": false, "allow": {"cidrs": ["20.0.0.11/32"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.gw.cfg.Policy.Store(p)
+	if body, err := h.get(t, "20.0.0.11:80", "20.0.0.11"); err != nil {
+		t.Fatalf("after the update: %v", err)
+	} else if !strings.Contains(body, "hello") {
+		t.Fatalf("body %q", body)
+	}
+}
+
+func TestUnreachableUpstreamIsRefused(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": true}`)
+	_, err := h.get(t, "20.0.0.99:80", "20.0.0.99")
+	if err == nil {
+		t.Fatal("a connection to an unreachable upstream was accepted")
+	}
+	if !h.dialer.dialled("20.0.0.99:80") {
+		t.Fatal("the gateway did not try the upstream")
+	}
+	if h.counters.Snapshot()[ReasonUnreachable] == 0 {
+		t.Error("no upstream_unreachable counted")
+	}
+}
+
+func TestCloseEndsFlows(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": true}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h.dialer.mu.Lock()
+	h.dialer.to["20.0.0.50:22"] = ln.Addr().String()
+	h.dialer.mu.Unlock()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := h.g.dial(ctx, netip.MustParseAddrPort("20.0.0.50:22"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	up := <-accepted
+	defer up.Close()
+	h.gw.Close()
+	up.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := up.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("upstream side still open after Close: %v", err)
+	}
+}

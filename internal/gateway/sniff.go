@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// The kinds of first bytes sniff recognises.
+const (
+	kindOther = iota
+	kindTLS
+	kindHTTP
+)
+
+// maxSniff bounds what sniff reads before deciding: a ClientHello (it may
+// span records: post-quantum key shares are large) or an HTTP request head.
+const maxSniff = 64 << 10
+
+// errNothingSent: the client sent nothing before the sniff deadline (a
+// protocol where the server speaks first).
+var errNothingSent = errors.New("client sent nothing first")
+
+type firstBytes struct {
+	kind int
+	// name is the TLS SNI or the HTTP Host ("" when absent).
+	name string
+	// raw is every byte read, to be replayed.
+	raw []byte
+}
+
+// sniff reads the start of a client's stream: a TLS ClientHello gives its
+// SNI, an HTTP/1 request its Host; anything else is left alone. The
+// connection's read deadline bounds it.
+func sniff(c net.Conn) (firstBytes, error) {
+	rec := &recorder{r: c, limit: maxSniff}
+	var one [1]byte
+	if _, err := io.ReadFull(rec, one[:]); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, io.EOF) {
+			return firstBytes{raw: rec.buf}, errNothingSent
+		}
+		return firstBytes{raw: rec.buf}, err
+	}
+	switch {
+	case one[0] == 0x16: // TLS handshake record
+		name, err := clientHelloSNI(rec)
+		if err != nil {
+			return firstBytes{raw: rec.buf}, fmt.Errorf("TLS ClientHello: %w", err)
+		}
+		return firstBytes{kind: kindTLS, name: name, raw: rec.buf}, nil
+	case one[0] >= 'A' && one[0] <= 'Z':
+		host, isHTTP, err := httpHost(rec)
+		if err != nil {
+			return firstBytes{raw: rec.buf}, fmt.Errorf("HTTP request: %w", err)
+		}
+		if isHTTP {
+			return firstBytes{kind: kindHTTP, name: host, raw: rec.buf}, nil
+		}
+	}
+	return firstBytes{raw: rec.buf}, nil
+}
+
+// recorder reads through r and keeps every byte, up to limit.
+type recorder struct {
+	r     io.Reader
+	buf   []byte
+	pos   int // replay position for readers that restart
+	limit int
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	if r.pos < len(r.buf) {
+		n := copy(p, r.buf[r.pos:])
+		r.pos += n
+		return n, nil
+	}
+	if len(r.buf) >= r.limit {
+		return 0, fmt.Errorf("more than %d bytes before a decision", r.limit)
+	}
+	if room := r.limit - len(r.buf); len(p) > room {
+		p = p[:room]
+	}
+	n, err := r.r.Read(p)
+	r.buf = append(r.buf, p[:n]...)
+	r.pos = len(r.buf)
+	return n, err
+}
+
+// rewind makes the next Read start again from the first recorded byte.
+func (r *recorder) rewind() { r.pos = 0 }
+
+var errGotHello = errors.New("client hello read")
+
+// clientHelloSNI parses the ClientHello with crypto/tls itself (no hand
+// parser of hostile bytes): a server handshake over the recorded stream
+// that stops as soon as the hello is decoded.
+func clientHelloSNI(rec *recorder) (string, error) {
+	rec.rewind()
+	var sni string
+	got := false
+	srv := tls.Server(sniffConn{rec}, &tls.Config{
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			sni, got = h.ServerName, true
+			return nil, errGotHello
+		},
+	})
+	err := srv.Handshake()
+	if got {
+		return sni, nil
+	}
+	if err == nil {
+		err = errors.New("no ClientHello")
+	}
+	return "", err
+}
+
+// httpHost reads an HTTP/1 request head and returns its Host. isHTTP is
+// false when the bytes are not an HTTP request line.
+func httpHost(rec *recorder) (host string, isHTTP bool, err error) {
+	rec.rewind()
+	br := bufio.NewReaderSize(rec, 4096)
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	method, rest, ok := bytes.Cut(line, []byte(" "))
+	if !ok || !isToken(method) || !bytes.Contains(rest, []byte(" HTTP/1.")) {
+		return "", false, nil
+	}
+	rec.rewind()
+	req, err := http.ReadRequest(bufio.NewReaderSize(rec, 4096))
+	if err != nil {
+		return "", true, err
+	}
+	return req.Host, true, nil
+}
+
+func isToken(b []byte) bool {
+	if len(b) == 0 || len(b) > 16 {
+		return false
+	}
+	for _, c := range b {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// sniffConn is a read-only net.Conn over a recorder: what crypto/tls writes
+// (an alert) is dropped.
+type sniffConn struct{ r io.Reader }
+
+func (c sniffConn) Read(p []byte) (int, error)     { return c.r.Read(p) }
+func (sniffConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (sniffConn) Close() error                     { return nil }
+func (sniffConn) LocalAddr() net.Addr              { return nil }
+func (sniffConn) RemoteAddr() net.Addr             { return nil }
+func (sniffConn) SetDeadline(time.Time) error      { return nil }
+func (sniffConn) SetReadDeadline(time.Time) error  { return nil }
+func (sniffConn) SetWriteDeadline(time.Time) error { return nil }

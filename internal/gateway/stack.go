@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/gateway/dnsgw"
+	"github.com/spacesandbox/space/internal/sandboxnet"
+)
+
+// Limits on one sandbox's flows.
+const (
+	// MaxFlows is the most TCP connections a sandbox may have open through
+	// the gateway at once; more are refused with a RST.
+	MaxFlows = 1024
+	// maxPendingSYN bounds half-open connections the forwarder handles.
+	maxPendingSYN = 256
+	// dialTimeout bounds an upstream dial.
+	dialTimeout = 10 * time.Second
+	// sniffTimeout bounds the wait for a client's first bytes (a ClientHello
+	// or an HTTP request line); a client that says nothing first (SSH, SMTP)
+	// is spliced after it.
+	sniffTimeout = 2 * time.Second
+	nicID        = 1
+)
+
+// Dialer opens upstream connections; *net.Dialer is one.
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Interceptor serves a TLS flow whose host has a credential rule (see
+// internal/gateway/intercept). Applies decides, per host, whether a flow is
+// intercepted; Serve takes the client connection (its first bytes replayed)
+// and an upstream dialer for the flow's destination.
+type Interceptor interface {
+	Applies(ctx context.Context, host string) bool
+	Serve(ctx context.Context, client net.Conn, f Flow, dial func(context.Context) (net.Conn, error)) error
+}
+
+// Flow describes one TCP connection from the sandbox.
+type Flow struct {
+	// Dst is where the sandbox connected.
+	Dst netip.AddrPort
+	// Domain is the domain the connection was allowed for ("" for a
+	// raw-address connection).
+	Domain string
+	// SNI is the TLS server name the client sent, if any.
+	SNI string
+}
+
+// Config configures one sandbox's gateway.
+type Config struct {
+	// Sandbox and Execution name the sandbox in logs and counters.
+	Sandbox, Execution string
+	// Policy is the sandbox's egress policy, swapped live by the node.
+	Policy *egress.Holder
+	// Upstream resolves names for the sandbox's DNS queries.
+	Upstream dnsgw.Upstream
+	// Dialer opens upstream connections.
+	Dialer Dialer
+	// Interceptor, when set, serves TLS flows to hosts with a credential
+	// rule.
+	Interceptor Interceptor
+	// Counters receives every decision; nil counts nowhere.
+	Counters *Counters
+	// Log receives refusals (rate limited) and errors.
+	Log *slog.Logger
+}
+
+// Sandbox is one sandbox's gateway: its stack, its link and its flows.
+type Sandbox struct {
+	cfg   Config
+	log   *slog.Logger
+	io    frameIO
+	ep    *channel.Endpoint
+	stack *stack.Stack
+	dns   *dnsgw.Server
+	names *dnsgw.NameTable
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	flows  chan struct{} // a token per open flow
+	once   sync.Once
+	done   chan struct{}
+	err    error
+}
+
+// Attach starts the gateway of one sandbox on its link. The Sandbox owns
+// the link from then on; Close releases both.
+func Attach(link *driver.Link, cfg Config) (*Sandbox, error) {
+	if cfg.Policy == nil || cfg.Upstream == nil || cfg.Dialer == nil {
+		return nil, errors.New("gateway: Attach needs a policy, an upstream resolver and a dialer")
+	}
+	fio, err := newFrameIO(link)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "gateway", "sandbox", cfg.Sandbox, "exec", cfg.Execution)
+	names := dnsgw.NewNameTable(0, nil)
+	dns, err := dnsgw.New(dnsgw.Config{Policy: cfg.Policy, Upstream: cfg.Upstream, Names: names, Log: log})
+	if err != nil {
+		fio.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &Sandbox{
+		cfg: cfg, log: log, io: fio, dns: dns, names: names,
+		ctx: ctx, cancel: cancel, flows: make(chan struct{}, MaxFlows), done: make(chan struct{}),
+	}
+	if err := g.buildStack(); err != nil {
+		cancel()
+		fio.Close()
+		return nil, err
+	}
+	if err := g.serveDNS(); err != nil {
+		g.stack.Close()
+		cancel()
+		fio.Close()
+		return nil, err
+	}
+	g.wg.Add(2)
+	go g.inbound()
+	go g.outbound()
+	return g, nil
+}
+
+func (g *Sandbox) buildStack() error {
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+		HandleLocal:        false,
+	})
+	g.stack = s
+	g.ep = channel.New(512, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GatewayMAC))
+	if err := s.CreateNICWithOptions(nicID, ethernet.New(g.ep), stack.NICOptions{Name: "sandbox"}); err != nil {
+		return fmt.Errorf("gateway: create NIC: %s", err)
+	}
+	for _, a := range []netip.Addr{sandboxnet.Gateway, sandboxnet.DNS} {
+		pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddrFrom4(a.As4()).WithPrefix()}
+		if err := s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return fmt.Errorf("gateway: address %s: %s", a, err)
+		}
+	}
+	// Every destination is "local" to the stack so that the forwarders see
+	// every flow; none is ever routed anywhere.
+	if err := s.SetPromiscuousMode(nicID, true); err != nil {
+		return fmt.Errorf("gateway: promiscuous mode: %s", err)
+	}
+	if err := s.SetSpoofing(nicID, true); err != nil {
+		return fmt.Errorf("gateway: spoofing: %s", err)
+	}
+	s.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	tf := tcp.NewForwarder(s, 0, maxPendingSYN, g.forwardTCP)
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
+	uf := udp.NewForwarder(s, g.refuseUDP)
+	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
+	return nil
+}
+
+// inbound moves frames from the guest into the stack.
+func (g *Sandbox) inbound() {
+	defer g.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		frame, err := g.io.ReadFrame(buf)
+		if err != nil {
+			g.finish(err)
+			return
+		}
+		if !g.admitFrame(frame) {
+			continue
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), frame...))})
+		g.ep.InjectInbound(0, pkt)
+		pkt.DecRef()
+	}
+}
+
+// outbound moves frames from the stack to the guest.
+func (g *Sandbox) outbound() {
+	defer g.wg.Done()
+	for {
+		pkt := g.ep.ReadContext(g.ctx)
+		if pkt == nil {
+			return
+		}
+		view := pkt.ToView()
+		pkt.DecRef()
+		err := g.io.WriteFrame(view.AsSlice())
+		view.Release()
+		if err != nil {
+			g.finish(err)
+			return
+		}
+	}
+}
+
+// admitFrame drops what the stack must not see: frames too short to parse,
+// and ICMP echo requests to anything but the gateway's own addresses (in
+// promiscuous mode the stack would answer them in the name of any address,
+// telling the sandbox a host is up that it can never reach).
+func (g *Sandbox) admitFrame(f []byte) bool {
+	if len(f) < header.EthernetMinimumSize {
+		return false
+	}
+	eth := header.Ethernet(f)
+	switch eth.Type() {
+	case header.ARPProtocolNumber:
+		return true
+	case header.IPv4ProtocolNumber:
+		ip := header.IPv4(f[header.EthernetMinimumSize:])
+		if !ip.IsValid(len(ip)) {
+			return false
+		}
+		if ip.TransportProtocol() == header.ICMPv4ProtocolNumber {
+			dst := netip.AddrFrom4(ip.DestinationAddress().As4())
+			if dst != sandboxnet.Gateway && dst != sandboxnet.DNS {
+				g.cfg.Counters.add(g.cfg.Sandbox, ReasonICMP)
+				return false
+			}
+		}
+		return true
+	case header.IPv6ProtocolNumber:
+		ip := header.IPv6(f[header.EthernetMinimumSize:])
+		if !ip.IsValid(len(ip)) {
+			return false
+		}
+		if ip.TransportProtocol() == header.ICMPv6ProtocolNumber {
+			// Neighbour discovery is allowed; echo requests are not: the
+			// gateway has no IPv6 address of its own.
+			icmp := header.ICMPv6(ip.Payload())
+			if len(icmp) < header.ICMPv6MinimumSize || icmp.Type() == header.ICMPv6EchoRequest {
+				g.cfg.Counters.add(g.cfg.Sandbox, ReasonICMP)
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// serveDNS answers UDP queries to sandboxnet.DNS:53.
+func (g *Sandbox) serveDNS() error {
+	addr := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(sandboxnet.DNS.As4()), Port: 53}
+	pc, err := gonet.DialUDP(g.stack, &addr, nil, ipv4.ProtocolNumber)
+	if err != nil {
+		return fmt.Errorf("gateway: DNS socket: %w", err)
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		<-g.ctx.Done()
+		pc.Close()
+	}()
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		buf := make([]byte, 4096)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			reply := g.dns.Answer(g.ctx, buf[:n])
+			if reply != nil {
+				_, _ = pc.WriteTo(reply, from)
+			}
+		}
+	}()
+	return nil
+}
+
+// refuseUDP drops every UDP datagram not addressed to the DNS socket: UDP
+// egress (QUIC, other DNS servers, anything) is not offered.
+func (g *Sandbox) refuseUDP(r *udp.ForwarderRequest) {
+	id := r.ID()
+	g.refused(ReasonUDP, netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort), "", "UDP egress is not offered (only DNS to the gateway)")
+}
+
+// Stats returns the sandbox's DNS counters.
+func (g *Sandbox) DNSStats() dnsgw.Stats { return g.dns.Stats() }
+
+// Done is closed when the gateway stopped (Close, or the link ended).
+func (g *Sandbox) Done() <-chan struct{} { return g.done }
+
+// Close stops the gateway: every flow is cut, the stack and the link are
+// released. It waits for its goroutines.
+func (g *Sandbox) Close() error {
+	g.finish(nil)
+	g.wg.Wait()
+	return nil
+}
+
+func (g *Sandbox) finish(err error) {
+	g.once.Do(func() {
+		g.err = err
+		g.cancel()
+		g.io.Close()
+		g.ep.Close()
+		g.stack.Close()
+		close(g.done)
+	})
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ad, _ := netip.AddrFromSlice(a.AsSlice())
+	return ad.Unmap()
+}

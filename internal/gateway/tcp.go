@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/sandboxnet"
+)
+
+// forwardTCP decides one connection request from the sandbox.
+func (g *Sandbox) forwardTCP(r *tcp.ForwarderRequest) {
+	id := r.ID()
+	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+	switch {
+	case dst.Addr() == sandboxnet.DNS && dst.Port() == 53:
+		g.refused(ReasonDNSOverTCP, dst, "", "DNS over TCP is not offered; use UDP")
+		r.Complete(true)
+		return
+	case dst.Addr() == sandboxnet.Gateway || dst.Addr() == sandboxnet.DNS:
+		g.refused(ReasonGatewayAddr, dst, "", "the gateway serves no TCP")
+		r.Complete(true)
+		return
+	}
+	select {
+	case g.flows <- struct{}{}:
+	default:
+		g.refused(ReasonFlowLimit, dst, "", "too many open connections ("+strconv.Itoa(MaxFlows)+")")
+		r.Complete(true)
+		return
+	}
+	release := func() { <-g.flows }
+	d, domain := decide(g.cfg.Policy.Load(), dst, g.names.Domains(dst.Addr()))
+	if !d.Allow {
+		release()
+		g.refused(ReasonPolicy, dst, domain, d.Reason)
+		r.Complete(true)
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, dialTimeout)
+	up, err := g.cfg.Dialer.DialContext(ctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		release()
+		g.refused(ReasonUnreachable, dst, domain, err.Error())
+		r.Complete(true)
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		release()
+		up.Close()
+		r.Complete(true)
+		return
+	}
+	r.Complete(false)
+	client := gonet.NewTCPConn(&wq, ep)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer release()
+		g.serveFlow(client, up, Flow{Dst: dst, Domain: domain})
+	}()
+}
+
+// decide picks the domain a connection to dst is made for: of the names the
+// sandbox resolved to dst through the gateway, the first the policy allows
+// for this connection; else the raw-address decision.
+func decide(p *egress.Policy, dst netip.AddrPort, domains []string) (egress.Decision, string) {
+	var first egress.Decision
+	for i, name := range domains {
+		d := p.AllowConnection(dst.Addr(), dst.Port(), name)
+		if d.Allow {
+			return d, name
+		}
+		if i == 0 {
+			first = d
+		}
+	}
+	d := p.AllowConnection(dst.Addr(), dst.Port(), "")
+	if !d.Allow && len(domains) > 0 {
+		return first, domains[0]
+	}
+	return d, ""
+}
+
+// serveFlow sniffs the client's first bytes, checks them against the domain
+// the flow was allowed for, and splices (or intercepts) it.
+func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
+	defer client.Close()
+	stop := context.AfterFunc(g.ctx, func() { client.Close(); up.Close() })
+	defer stop()
+	client.SetReadDeadline(time.Now().Add(sniffTimeout))
+	first, err := sniff(client)
+	client.SetReadDeadline(time.Time{})
+	if err != nil && !errors.Is(err, errNothingSent) {
+		up.Close()
+		g.refused(ReasonSniffFailure, f.Dst, f.Domain, err.Error())
+		return
+	}
+	pol := g.cfg.Policy.Load()
+	switch first.kind {
+	case kindTLS:
+		f.SNI = first.name
+		if d := pol.CheckSNI(f.Domain, first.name); !d.Allow {
+			up.Close()
+			g.refused(ReasonSNI, f.Dst, f.Domain, d.Reason)
+			return
+		}
+	case kindHTTP:
+		if d := pol.CheckHost(f.Domain, first.name); !d.Allow {
+			up.Close()
+			g.refused(ReasonHost, f.Dst, f.Domain, d.Reason)
+			return
+		}
+	}
+	replay := &replayConn{Conn: client, head: first.raw}
+	if first.kind == kindTLS && g.cfg.Interceptor != nil && first.name != "" && g.cfg.Interceptor.Applies(g.ctx, first.name) {
+		g.cfg.Counters.add(g.cfg.Sandbox, ReasonIntercepted)
+		used := false
+		dial := func(context.Context) (net.Conn, error) {
+			if used {
+				return nil, errors.New("gateway: one upstream connection per flow")
+			}
+			used = true
+			return up, nil
+		}
+		if err := g.cfg.Interceptor.Serve(g.ctx, replay, f, dial); err != nil {
+			g.log.Debug("intercepted flow ended", "dst", f.Dst, "sni", f.SNI, "err", err)
+		}
+		up.Close()
+		return
+	}
+	g.cfg.Counters.add(g.cfg.Sandbox, ReasonAllowed)
+	splice(replay, up)
+}
+
+// splice copies both ways until both directions end, half-closing as each
+// side finishes.
+func splice(a, b net.Conn) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	cp := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
+}
+
+// replayConn reads head before the connection's own bytes.
+type replayConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// refused counts and logs a refusal.
+func (g *Sandbox) refused(reason string, dst netip.AddrPort, domain, why string) {
+	g.cfg.Counters.add(g.cfg.Sandbox, reason)
+	g.log.Info("egress refused", "reason", reason, "dst", dst, "domain", domain, "why", why)
+}
