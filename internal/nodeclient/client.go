@@ -94,6 +94,11 @@ func (c *Client) Pause(ctx context.Context, execID string) error {
 	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/pause", nil, nil)
 }
 
+// SetEgress replaces a running execution's egress policy.
+func (c *Client) SetEgress(ctx context.Context, execID string, policy json.RawMessage) error {
+	return c.do(ctx, http.MethodPut, "/node/v1/executions/"+url.PathEscape(execID)+"/egress", nodev1.SetEgress{Egress: policy}, nil)
+}
+
 // Resume thaws a paused execution.
 func (c *Client) Resume(ctx context.Context, execID string) error {
 	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/resume", nil, nil)

@@ -31,6 +31,19 @@ type StartExecution struct {
 	// Snapshot, when set, starts the execution from this snapshot on the
 	// node instead of the template (stop/start, rollback, fork, restore).
 	Snapshot string `json:"snapshot,omitempty"`
+	// TenantID owns the sandbox: the gateway resolves its credentials in
+	// that scope.
+	TenantID string `json:"tenant_id,omitempty"`
+	// Egress is the sandbox's egress policy (internal/egress Spec JSON).
+	// Empty means deny everything: the control plane always sends one.
+	Egress json.RawMessage `json:"egress,omitempty"`
+}
+
+// SetEgress replaces a running execution's egress policy
+// (PUT /node/v1/executions/{exec}/egress); connections already open keep
+// the decision they got.
+type SetEgress struct {
+	Egress json.RawMessage `json:"egress"`
 }
 
 // ExecState is a node's observation of an execution.
