@@ -22,7 +22,8 @@ const deviceWait = 20 * time.Second
 // PID 1: GuestBinary --channel channel, with the host's environment added. It
 // must run as PID 1 of the initramfs and returns only on failure. After it the
 // root is the sandbox disk, with /dev, /proc, /sys, /dev/pts and /dev/shm
-// mounted, as the ns runtime leaves it. A probe configuration powers the VM
+// mounted, as the ns runtime leaves it, and with Config.Network the network
+// interface configured and /etc/resolv.conf written. A probe configuration powers the VM
 // off instead.
 func Boot(log *slog.Logger, channel string) error {
 	fmt.Fprintln(os.Stderr, StartedMarker)
@@ -55,7 +56,13 @@ func Boot(log *slog.Logger, channel string) error {
 			return fmt.Errorf("init: set hostname: %w", err)
 		}
 	}
-	log.Info("guest init done: starting the daemon", "root", RootDevice, "hostname", cfg.Hostname)
+	if cfg.Network {
+		// A sandbox that asked for a network must not run without it.
+		if err := configureNetwork(log, "/"); err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+	}
+	log.Info("guest init done: starting the daemon", "root", RootDevice, "hostname", cfg.Hostname, "network", cfg.Network)
 	argv := []string{GuestBinary, "--channel", channel}
 	err = unix.Exec(GuestBinary, argv, daemonEnv(os.Environ(), cfg.Env))
 	return fmt.Errorf("init: exec %s: %w", GuestBinary, err)

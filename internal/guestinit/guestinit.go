@@ -16,7 +16,8 @@
 // never has to fit on the kernel command line. It is host-trusted input, still
 // parsed with bounds.
 //
-// This package is part of the guest binary: it imports nothing of the host.
+// This package is part of the guest binary: it imports nothing of the host
+// but internal/sandboxnet, the guest's side of the sandbox network.
 package guestinit
 
 import (
@@ -54,6 +55,10 @@ type Config struct {
 	Hostname string `json:"hostname,omitempty"`
 	// Env is added to the daemon's environment.
 	Env map[string]string `json:"env,omitempty"`
+	// Network makes Boot configure the VM's one network interface (its
+	// virtio-net NIC) as sandboxnet.IfName with sandboxnet's addresses and
+	// write the sandbox's /etc/resolv.conf; a failure ends the boot.
+	Network bool `json:"network,omitempty"`
 	// Probe makes Boot print StartedMarker and power the VM off at once: the
 	// host is checking that the accelerator can boot a guest.
 	Probe bool `json:"probe,omitempty"`

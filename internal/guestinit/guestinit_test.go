@@ -11,8 +11,11 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}
-	if c.Hostname != "sbx-1" || c.Env["A"] != "b c" || c.Probe {
+	if c.Hostname != "sbx-1" || c.Env["A"] != "b c" || c.Probe || c.Network {
 		t.Errorf("got %+v", c)
+	}
+	if c, err := ParseConfig([]byte(`{"network":true}`)); err != nil || !c.Network {
+		t.Errorf("ParseConfig(network) = %+v, %v; want Network", c, err)
 	}
 	for _, bad := range []string{
 		`{"hostname":"a b"}`,
@@ -50,7 +53,7 @@ func TestDaemonEnv(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	f.Add([]byte(`{"hostname":"a","env":{"K":"V"},"probe":true}`))
+	f.Add([]byte(`{"hostname":"a","env":{"K":"V"},"probe":true,"network":true}`))
 	f.Add([]byte(`{"env":{"=":""}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -12,12 +12,14 @@ import (
 
 // GuestModules are the kernel modules the guest loads from the initramfs:
 // virtio over PCI, the virtio-serial console that carries the guest channel,
-// the root disk, fw_cfg (the host's per-VM configuration) and the virtio RNG.
-// Their dependencies are added by ResolveModules. ext4 is built into Debian's
-// cloud kernel; a name that is built in is skipped.
+// the root disk, fw_cfg (the host's per-VM configuration), the virtio RNG and
+// virtio-net (the sandbox's network interface, when it has one; loaded
+// always, it finds no device otherwise). Their dependencies (virtio_net's
+// net_failover and failover) are added by ResolveModules. ext4 is built into
+// Debian's cloud kernel; a name that is built in is skipped.
 var GuestModules = []string{
 	"virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci",
-	"virtio_console", "virtio_blk", "qemu_fw_cfg", "virtio_rng", "ext4",
+	"virtio_console", "virtio_blk", "qemu_fw_cfg", "virtio_rng", "failover", "net_failover", "virtio_net", "ext4",
 }
 
 // Module is one kernel module to load.

@@ -64,7 +64,7 @@ func TestPrepare(t *testing.T) {
 		t.Fatalf("cpio -t %s: %v", b.Initrd, err)
 	}
 	names := strings.Fields(string(out))
-	for _, want := range []string{"init", "dev/console", "newroot", "lib/modules/order", "lib/modules/virtio_console.ko", "lib/modules/virtio_blk.ko", "lib/modules/qemu_fw_cfg.ko"} {
+	for _, want := range []string{"init", "dev/console", "newroot", "lib/modules/order", "lib/modules/virtio_console.ko", "lib/modules/virtio_blk.ko", "lib/modules/qemu_fw_cfg.ko", "lib/modules/virtio_net.ko"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("initramfs lacks %s; has %v", want, names)
 		}
@@ -77,7 +77,7 @@ func TestPrepare(t *testing.T) {
 	}
 	order := strings.Fields(string(got))
 	pos := func(n string) int { return slices.Index(order, n) }
-	for _, dep := range [][2]string{{"virtio_ring.ko", "virtio_pci.ko"}, {"virtio.ko", "virtio_console.ko"}, {"virtio_pci_modern_dev.ko", "virtio_pci.ko"}} {
+	for _, dep := range [][2]string{{"virtio_ring.ko", "virtio_pci.ko"}, {"virtio.ko", "virtio_console.ko"}, {"virtio_pci_modern_dev.ko", "virtio_pci.ko"}, {"failover.ko", "net_failover.ko"}, {"net_failover.ko", "virtio_net.ko"}} {
 		if pos(dep[0]) < 0 || pos(dep[1]) < 0 || pos(dep[0]) > pos(dep[1]) {
 			t.Errorf("module order %v: %s must come before %s", order, dep[0], dep[1])
 		}

@@ -38,6 +38,10 @@ type vmMeta struct {
 	// Machine is the QEMU machine type; a restore runs on the same one.
 	// Empty in checkpoints written before it was recorded, which were q35.
 	Machine string `json:"machine,omitempty"`
+	// Network says the VM has a network interface: the restored QEMU gets
+	// the same NIC (a device model must match the saved one), and the host
+	// end of its link is connected anew.
+	Network bool `json:"network,omitempty"`
 	// HostConnected records whether a host held the guest channel when the
 	// state was saved: the restored guest then still serves that old
 	// session, and the host must wait for it to notice the disconnect.
@@ -128,7 +132,7 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	if err := os.WriteFile(filepath.Join(dir, cpGuestConfig), gc, 0o600); err != nil {
 		return nil, vmMeta{}, err
 	}
-	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, Machine: orQ35(st.Machine), HostConnected: connected}
+	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, Machine: orQ35(st.Machine), Network: st.Network, HostConnected: connected}
 	metaBytes, err := json.Marshal(meta)
 	if err != nil {
 		return nil, vmMeta{}, err
@@ -244,6 +248,11 @@ func readVerified(cp *driver.Checkpoint, name string) ([]byte, error) {
 // spec.RootFS and spec.GuestBinary are not used (the checkpoint has the disk,
 // kernel and initramfs) and may be empty; Hostname and Env reach the guest
 // through the caller's Control.Init, as do fresh entropy and the clock.
+//
+// The restored VM has a network interface exactly when the checkpointed one
+// had (its devices must be the saved ones); spec.Network is not consulted
+// beyond a warning in the log when it disagrees, so the caller looks at
+// Instance.Link, set when the VM has a network.
 func (d *Driver) Restore(ctx context.Context, spec driver.Spec, cp *driver.Checkpoint) (*driver.Instance, error) {
 	if cp != nil {
 		if spec.RootFS == "" {
@@ -279,6 +288,11 @@ func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Check
 		return nil, err
 	}
 	st.Kernel, st.Accel, st.Machine, st.Origin = v.meta.Kernel, v.meta.Accel, v.meta.Machine, origin
+	if spec.Network != v.meta.Network {
+		d.log.Warn("restore: the checkpoint's network setting wins over the spec's (a restored VM keeps its devices)",
+			"exec", spec.ExecID, "from", cp.Dir, "checkpoint_network", v.meta.Network, "spec_network", spec.Network)
+	}
+	st.Network = v.meta.Network
 	inst, err := d.launchRestore(ctx, st, v)
 	if err != nil {
 		return nil, d.failedStart(ctx, spec.ExecID, "restore", err)
@@ -315,7 +329,14 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 	if err := waitLoaded(ctx, s, st); err != nil {
 		return nil, err
 	}
+	// The link is connected before the guest runs: QEMU drops what the
+	// guest sends while no host end is connected.
+	link, err := d.connectNetwork(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := s.run("cont", nil); err != nil {
+		link.Close()
 		return nil, err
 	}
 	if v.meta.HostConnected {
@@ -333,7 +354,7 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 			d.log.Warn("restored guest did not reopen its channel in time; connecting anyway", "exec", st.ExecID, "err", err)
 		}
 	}
-	return d.connectChannel(ctx, st)
+	return d.connectChannel(ctx, st, link)
 }
 
 // waitLoaded waits until QEMU has loaded the incoming state (it leaves the

@@ -5,10 +5,10 @@ package vm
 // jail helper (argv[0] jailArg0) in new mount, network, IPC and UTS
 // namespaces. The helper, still root:
 //
-//  1. binds QEMU's server sockets (the chardev and QMP sockets qemuArgs names
-//     by path) itself, in the execution's directory, and rewrites QEMU's
-//     arguments to pass them as descriptors (fd=N): QEMU never needs to
-//     create a file;
+//  1. binds QEMU's server sockets (the chardev, QMP and stream netdev sockets
+//     qemuArgs names by path) itself, in the execution's directory, and
+//     rewrites QEMU's arguments to pass them as descriptors (fd=N,
+//     addr.type=fd): QEMU never needs to create a file;
 //  2. builds the jail: an empty read-only tmpfs as the root, with read-only
 //     bind mounts of /usr (QEMU, its libraries, firmware and modules), the
 //     host's /bin, /sbin and /lib* (symlinks into /usr on merged-/usr hosts),
@@ -209,11 +209,14 @@ func plainName(name string) bool {
 
 // preBindSockets returns args with every server socket QEMU would create
 // by path replaced by a descriptor that listen returned for that path:
-// "-chardev socket,...,path=NAME,server=on,..." becomes "...,fd=N,...", and
+// "-chardev socket,...,path=NAME,server=on,..." becomes "...,fd=N,...",
 // "-qmp unix:NAME,server=on,..." becomes a socket chardev on fd N and a
-// control monitor on it. NAME must be a plain name (relative to QEMU's
-// working directory). Other socket forms QEMU would open itself are refused,
-// so a change of qemuArgs the jail cannot serve fails loudly.
+// control monitor on it, and "-netdev stream,...,server=on,addr.type=unix,
+// addr.path=NAME" becomes "...,addr.type=fd,addr.str=N" (QEMU listens on a
+// descriptor it is given). NAME must be a plain name (relative to QEMU's
+// working directory). Other socket forms QEMU would open itself, and every
+// other network backend (the jail has no network), are refused, so a change
+// of qemuArgs the jail cannot serve fails loudly.
 func preBindSockets(args []string, listen func(name string) (int, error)) ([]string, error) {
 	out := make([]string, 0, len(args)+2)
 	for i := 0; i < len(args); i++ {
@@ -226,6 +229,18 @@ func preBindSockets(args []string, listen func(name string) (int, error)) ([]str
 			}
 			out = append(out, repl...)
 			continue
+		}
+		if a == "-netdev" && i+1 < len(args) {
+			i++
+			repl, err := rewriteNetdevArg(args[i], listen)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, a, repl)
+			continue
+		}
+		if a == "-netdev" || a == "-nic" || a == "-net" {
+			return nil, fmt.Errorf("QEMU argument %q: only -netdev stream on a pre-bound unix socket is supported in the jail", a)
 		}
 		if strings.Contains(a, "unix:") {
 			return nil, fmt.Errorf("QEMU argument %q opens a unix socket the jail cannot pre-bind", a)
@@ -282,6 +297,55 @@ func rewriteSocketArg(flag, val string, listen func(string) (int, error)) ([]str
 		return nil, fmt.Errorf("-chardev %q: only path= server sockets are supported in the jail", val)
 	}
 	return []string{flag, strings.Join(opts, ",")}, nil
+}
+
+// rewriteNetdevArg rewrites a stream netdev's unix server socket into a
+// pre-bound descriptor: "stream,id=X,server=on,addr.type=unix,addr.path=NAME"
+// becomes "stream,id=X,server=on,addr.type=fd,addr.str=N". One already given
+// as a descriptor passes. Anything else is refused: a client socket, an
+// abstract or inet address, and every other backend (user, tap, socket,
+// bridge...: the jail's network namespace is empty, and QEMU may create no
+// file).
+func rewriteNetdevArg(val string, listen func(string) (int, error)) (string, error) {
+	opts := strings.Split(val, ",")
+	if opts[0] != "stream" {
+		return "", fmt.Errorf("-netdev %q: only stream netdevs are supported in the jail", val)
+	}
+	rest := strings.Join(opts[1:], ",")
+	if !hasOpt(rest, "server", "on") {
+		return "", fmt.Errorf("-netdev %q: a client socket cannot be pre-bound", val)
+	}
+	typeAt, pathAt := -1, -1
+	for k, o := range opts[1:] {
+		key, v, _ := strings.Cut(o, "=")
+		switch {
+		case key == "addr.type" && typeAt < 0 && (v == "unix" || v == "fd"):
+			typeAt = k + 1
+		case key == "addr.path" && pathAt < 0:
+			pathAt = k + 1
+		case key == "addr.str" && v != "" && strings.Trim(v, "0123456789") == "":
+		case strings.HasPrefix(key, "addr.") || key == "addr":
+			return "", fmt.Errorf("-netdev %q: address option %q is not supported in the jail", val, o)
+		}
+	}
+	switch {
+	case typeAt < 0:
+		return "", fmt.Errorf("-netdev %q: want addr.type=unix (or fd) in the jail", val)
+	case opts[typeAt] == "addr.type=fd":
+		if pathAt >= 0 || !strings.Contains(val, ",addr.str=") {
+			return "", fmt.Errorf("-netdev %q: a descriptor address takes addr.str=N only", val)
+		}
+		return val, nil
+	case pathAt < 0 || strings.Contains(val, ",addr.str="):
+		return "", fmt.Errorf("-netdev %q: a unix address takes addr.path=NAME only", val)
+	}
+	fd, err := listenName(strings.TrimPrefix(opts[pathAt], "addr.path="), listen)
+	if err != nil {
+		return "", err
+	}
+	opts[typeAt] = "addr.type=fd"
+	opts[pathAt] = "addr.str=" + strconv.Itoa(fd)
+	return strings.Join(opts, ","), nil
 }
 
 // hasOpt reports whether the QEMU option list opts sets key to val ("key"

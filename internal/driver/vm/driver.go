@@ -5,7 +5,9 @@
 // space-guest (package guestinit), on a reflink clone of the template's ext4
 // root image. The guest channel is a virtio-serial port
 // bound to a unix socket in the execution's state directory; the driver
-// connects to it and hands the connection out as Instance.Channel.
+// connects to it and hands the connection out as Instance.Channel. With
+// Spec.Network the VM has one virtio-net interface whose frames travel on
+// another such socket, handed out as Instance.Link (network.go).
 //
 // QEMU runs in its own session, so it outlives the process that started it,
 // and everything after Start works from the state file (pid and start time of
@@ -17,7 +19,8 @@
 // [Config.UIDBase, +Config.UIDs) under StateDir/uids and released when
 // Cleanup has removed the execution's directory; with no capabilities,
 // no_new_privs and QEMU's seccomp filter (-sandbox on); in its own network
-// (empty: no NIC, no host network), IPC, UTS and mount namespaces, the last
+// namespace (empty: no host network; a guest NIC's backend is a socket the
+// driver holds the other end of), IPC, UTS and mount namespaces, the last
 // showing only a read-only tmpfs root with /usr, the host's /bin, /sbin and
 // /lib* (symlinks or read-only binds), /etc/ld.so.cache, /dev/null, zero,
 // random, urandom (and kvm, vhost-vsock when used), the kernel and initramfs,
@@ -34,6 +37,7 @@
 //	guest.json    the per-VM guest configuration, via fw_cfg      root:<vm gid> 0640
 //	channel.sock  the guest channel (virtio-serial port "space.0")
 //	qmp.sock      QEMU's control socket
+//	net.sock      the network interface's frames (with Spec.Network only)
 //	console.sock  the serial console, read into console.log by the starter
 //	console.log   the console, capped (Config.ConsoleLogBytes, one rotation)
 //	qemu.log      the jail helper's and QEMU's standard output and error

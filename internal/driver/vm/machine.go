@@ -64,6 +64,9 @@ type machineLayout struct {
 	// (drive "root"), the virtio-serial controller and the RNG (object
 	// "rng0").
 	disk, serial, rng string
+	// nic is the -device argument of the network interface (netdev
+	// netdevID); empty for a VM without a network.
+	nic string
 	// cmdline is put on the kernel command line before the init's
 	// arguments.
 	cmdline string
@@ -80,8 +83,14 @@ const (
 	microvmMMIOBusName = "virtio-mmio-bus."
 )
 
-// layoutFor returns the layout of a machine; the empty machine (the state of
-// a VM started before machines were recorded) is q35.
+// microvmNICTransport is the virtio-mmio transport of the network interface.
+// Not 3: that transport's interrupt, 8, is the RTC's, which microvm has under
+// TCG (rtc=auto); 4 has interrupt 9, free without ACPI (whose GED uses it).
+const microvmNICTransport = 4
+
+// layoutFor returns the layout of a machine, with a network interface when
+// network is set; the empty machine (the state of a VM started before
+// machines were recorded) is q35.
 //
 // microvm: no option ROMs, no PCIe, no ACPI, one I/O APIC, the ISA serial
 // port for the console. The 8259 PIC and i8254 PIT stay: under TCG the
@@ -94,14 +103,20 @@ const (
 // names it before the "--" (auto-kernel-cmdline=off). Without ACPI, a reboot
 // ends QEMU (-no-reboot) only by a triple fault (reboot=t), and the fw_cfg
 // device is named to the kernel by its I/O port.
-func layoutFor(machine string) machineLayout {
+func layoutFor(machine string, network bool) machineLayout {
 	if machine != MachineMicrovm {
-		return machineLayout{
+		l := machineLayout{
 			machine: "q35",
 			disk:    "virtio-blk-pci,drive=root",
 			serial:  "virtio-serial-pci",
 			rng:     "virtio-rng-pci,rng=rng0",
 		}
+		if network {
+			// romfile= : no iPXE option ROM (the kernel is loaded
+			// directly; nothing boots from the network).
+			l.nic = "virtio-net-pci," + nicOptions() + ",romfile="
+		}
+		return l
 	}
 	l := machineLayout{
 		machine: "microvm,x-option-roms=off,pcie=off,acpi=off,ioapic2=off,isa-serial=on,auto-kernel-cmdline=off",
@@ -116,9 +131,18 @@ func layoutFor(machine string) machineLayout {
 		{&l.rng, "virtio-rng-device,rng=rng0"},
 	} {
 		*dev.field = dev.model + ",bus=" + microvmMMIOBusName + strconv.Itoa(i)
-		l.cmdline += fmt.Sprintf(" virtio_mmio.device=%d@%#x:%d", microvmMMIOSize, microvmMMIOBase+i*microvmMMIOSize, microvmIRQBase+i)
+		l.cmdline += microvmTransportArg(i)
+	}
+	if network {
+		l.nic = "virtio-net-device," + nicOptions() + ",bus=" + microvmMMIOBusName + strconv.Itoa(microvmNICTransport)
+		l.cmdline += microvmTransportArg(microvmNICTransport)
 	}
 	return l
+}
+
+// microvmTransportArg names virtio-mmio transport i to the kernel.
+func microvmTransportArg(i int) string {
+	return fmt.Sprintf(" virtio_mmio.device=%d@%#x:%d", microvmMMIOSize, microvmMMIOBase+i*microvmMMIOSize, microvmIRQBase+i)
 }
 
 // kernelCmdline is the guest kernel's command line on machine layout m.

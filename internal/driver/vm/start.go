@@ -123,6 +123,7 @@ func (d *Driver) register(spec driver.Spec, initrd string) (*state, error) {
 		Kernel:    d.cfg.Kernel.Vmlinuz,
 		Initrd:    initrd,
 		Machine:   d.machine,
+		Network:   spec.Network,
 	}
 	if st.MemoryMiB == 0 {
 		st.MemoryMiB = d.cfg.DefaultMemoryMiB
@@ -150,7 +151,11 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	if err := d.startQEMU(ctx, cmd, st); err != nil {
 		return nil, err
 	}
-	return d.connectChannel(ctx, st)
+	link, err := d.connectNetwork(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	return d.connectChannel(ctx, st, link)
 }
 
 // startQEMU runs cmd, records QEMU's pid and start time in the state file
@@ -178,24 +183,35 @@ func (d *Driver) startQEMU(ctx context.Context, cmd *exec.Cmd, st *state) error 
 	return d.startConsole(ctx, st)
 }
 
+// connectNetwork connects the host end of st's network interface; nil for
+// a VM without one.
+func (d *Driver) connectNetwork(ctx context.Context, st *state) (*driver.Link, error) {
+	if !st.Network {
+		return nil, nil
+	}
+	return d.connectLink(ctx, st)
+}
+
 // connectChannel connects to the guest channel's socket and returns the
-// Instance that hands it out.
-func (d *Driver) connectChannel(ctx context.Context, st *state) (*driver.Instance, error) {
+// Instance that hands it out, with link (closed on failure).
+func (d *Driver) connectChannel(ctx context.Context, st *state, link *driver.Link) (*driver.Instance, error) {
 	ch, err := d.dialRetry(ctx, st, channelSock)
 	if err != nil {
+		link.Close()
 		return nil, err
 	}
 	f, err := ch.File()
 	ch.Close()
 	if err != nil {
+		link.Close()
 		return nil, fmt.Errorf("guest channel: %w", err)
 	}
-	return &driver.Instance{ExecID: st.ExecID, Pid: st.Pid, StartTime: st.StartTime, Channel: f}, nil
+	return &driver.Instance{ExecID: st.ExecID, Pid: st.Pid, StartTime: st.StartTime, Channel: f, Link: link}, nil
 }
 
 // writeGuestConfig writes the configuration the guest init reads via fw_cfg.
 func writeGuestConfig(path string, spec driver.Spec) error {
-	cfg := guestinit.Config{Hostname: spec.Hostname, Env: spec.Env}
+	cfg := guestinit.Config{Hostname: spec.Hostname, Env: spec.Env, Network: spec.Network}
 	if cfg.Hostname == "" {
 		cfg.Hostname = spec.SandboxID
 	}
@@ -219,10 +235,10 @@ func qemuArgs(st *state) []string {
 	if st.Accel == AccelKVM {
 		accel = []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	m := layoutFor(st.Machine)
+	m := layoutFor(st.Machine, st.Network)
 	args := []string{"-M", m.machine}
 	args = append(args, accel...)
-	return append(args,
+	args = append(args,
 		"-m", strconv.Itoa(st.MemoryMiB), "-smp", strconv.Itoa(st.CPUs),
 		"-display", "none", "-nodefaults", "-no-user-config", "-no-reboot",
 		"-name", "space-"+st.ExecID,
@@ -241,6 +257,7 @@ func qemuArgs(st *state) []string {
 		"-device", m.rng,
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	)
+	return append(args, networkArgs(m)...)
 }
 
 // qemuCommand is QEMU's command for st. With incoming set, QEMU loads that

@@ -64,6 +64,9 @@ type state struct {
 	// Machine is the QEMU machine type (MachineQ35 or MachineMicrovm; empty
 	// in states written before it was recorded, which were q35).
 	Machine string `json:"machine,omitempty"`
+	// Network says the VM has a network interface (driver.Spec.Network)
+	// whose backend is the stream socket netSock (see network.go).
+	Network bool `json:"network,omitempty"`
 	// Origin says how the execution started: originBoot, originTemplate or
 	// originCheckpoint.
 	Origin string `json:"origin,omitempty"`

@@ -59,7 +59,8 @@ func (t *templates) init() {
 // templateKey names the snapshot of spec's inputs: the root image (by path,
 // device, inode, size, change times: images are built once and replaced, not
 // edited), the kernel's digest, the initramfs (named by its content hash),
-// the accelerator, the machine type, the VM's size, and the QEMU binary.
+// the accelerator, the machine type, the network interface, the VM's size,
+// and the QEMU binary.
 func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel string, memMiB, cpus int) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "space-vm-template-v1\n")
@@ -81,6 +82,12 @@ func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel 
 	// snapshots already saved stay valid.
 	if d.machine != MachineQ35 {
 		fmt.Fprintf(h, "machine %s\n", d.machine)
+	}
+	// The network is part of the key (the NIC is a device of the saved
+	// machine, and the template's guest configured it at boot); keys of
+	// VMs without one stay what they were, likewise.
+	if spec.Network {
+		fmt.Fprintf(h, "network\n")
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
@@ -192,7 +199,7 @@ func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver
 	scratch := driver.Spec{
 		ExecID:    "tpl-" + key[:16] + "-" + hex.EncodeToString(rnd[:]),
 		SandboxID: "template", RootFS: spec.RootFS, GuestBinary: spec.GuestBinary,
-		MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs,
+		MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs, Network: spec.Network,
 	}
 	inst, err := d.coldStart(ctx, scratch, initrd)
 	if err != nil {
@@ -231,6 +238,9 @@ func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver
 // again (so a restored copy waits for its new host), and checkpoints it. It
 // also returns the time from t0 to the guest's first answer.
 func (d *Driver) saveTemplate(ctx context.Context, inst *driver.Instance, dir string, t0 time.Time) (*driver.Checkpoint, time.Duration, error) {
+	// Nothing reads the scratch VM's network: QEMU drops the guest's frames
+	// once the link is closed.
+	inst.Link.Close()
 	conn, err := net.FileConn(inst.Channel)
 	inst.Channel.Close()
 	if err != nil {

@@ -166,6 +166,15 @@ func TestVM(t *testing.T) {
 			t.Errorf("guest mounts:\n%s\nwant the root disk on / and nothing of the host", out)
 		}
 	})
+	t.Run("NoNetwork", func(t *testing.T) {
+		// Without Spec.Network the VM has no NIC: loopback only.
+		if inst.Link != nil {
+			t.Errorf("Instance.Link = %v for a VM started without a network", inst.Link)
+		}
+		if out := shell(t, c, "ls /sys/class/net"); strings.Join(strings.Fields(out), " ") != "lo" {
+			t.Errorf("guest interfaces %q, want lo only", out)
+		}
+	})
 	t.Run("Files", func(t *testing.T) {
 		want := bytes.Repeat([]byte("vm file data\n"), 10000)
 		u := guest.BaseURL + "/files?path=" + url.QueryEscape("/tmp/written") + "&username=root"
