@@ -35,7 +35,13 @@ func runNode(args []string) int {
 	pmSocket := fs.String("node-manager", "", "node-manager socket (default DATA/run/node-manager.sock)")
 	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
+	gwFlags := addGatewayFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	gw, err := gwFlags.config()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
 		return 2
 	}
 	if *joinToken == "" {
@@ -70,7 +76,7 @@ func runNode(args []string) int {
 	err = runNodeWith(ctx, nodeOptions{
 		dataDir: dir, nodeID: id, server: *serverURL, joinToken: *joinToken,
 		listen: *listen, advertise: *advertise, pm: privop.NewClient(*pmSocket),
-		objects: objs, kms: keys,
+		objects: objs, kms: keys, gateway: gw,
 	}, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
@@ -84,6 +90,7 @@ type nodeOptions struct {
 	pm                                                    *privop.Client
 	objects                                               objstore.Store
 	kms                                                   kms.KMS
+	gateway                                               *node.GatewayConfig
 }
 
 func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
@@ -104,7 +111,7 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 		BridgeReadyTimeout: 20 * time.Second,
 		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
-		Objects: o.objects, KMS: o.kms,
+		Objects: o.objects, KMS: o.kms, Gateway: o.gateway,
 	}, log.With("component", "node"))
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/spacesandbox/space/internal/cli"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/kms/localkms"
+	"github.com/spacesandbox/space/internal/node"
 	"github.com/spacesandbox/space/internal/objstore"
 	_ "github.com/spacesandbox/space/internal/objstore/filestore" // file:// object stores
 	"github.com/spacesandbox/space/internal/privop"
@@ -52,6 +53,7 @@ func runServer(args []string) int {
 	fullEvery := fs.Duration("full-snapshot-every", time.Hour, "period of the full (memory) snapshots of every running vm sandbox (0: none)")
 	retain := fs.String("snapshot-retention", retention.DefaultPolicyString, "which scheduled snapshots to keep: EVERY:FOR tiers and max=N (newest of each EVERY bucket younger than FOR)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS holding the tenants' keys (default DATA/kms)")
+	gwFlags := addGatewayFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -67,7 +69,12 @@ func runServer(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	opts := serverOptions{dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
+	gw, err := gwFlags.config()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
+		return 2
+	}
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
 		objectStore: *objectStore, kmsDir: *kmsDir,
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}}
 	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
@@ -96,6 +103,8 @@ type serverOptions struct {
 	// sandboxes and which of them are kept.
 	schedule  retention.Schedule
 	retention retention.Policy
+	// gateway is the --dev node's network gateway; nil: no sandbox network.
+	gateway *node.GatewayConfig
 }
 
 // storage opens the object store and the KMS of o.
@@ -219,7 +228,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}
 	apiURL := "http://" + addr
 	if o.dev {
-		g.Go(func() error { return runDevNode(ctx, o.dataDir, apiURL, joinToken, objs, keys, log) })
+		g.Go(func() error { return runDevNode(ctx, o.dataDir, apiURL, joinToken, objs, keys, o.gateway, log) })
 	}
 	if err := srv.EnsureTemplate(ctx, "minimal", builtinTemplates["minimal"]); err != nil {
 		return err
@@ -260,7 +269,7 @@ func secretFile(path string) (string, error) {
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
 // sandboxes it started do not), and the sandbox manager in this process.
-func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, log *slog.Logger) error {
+func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, log *slog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -296,7 +305,7 @@ func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, objs obj
 	}
 	return runNodeWith(ctx, nodeOptions{
 		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
-		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys,
+		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys, gateway: gw,
 	}, log)
 }
 

@@ -55,6 +55,7 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("POST /node/v1/executions/{exec}/pause", func(w http.ResponseWriter, r *http.Request) {
 		m.handlePauseResume(w, r, true)
 	})
+	mux.HandleFunc("PUT /node/v1/executions/{exec}/egress", m.handleSetEgress)
 	mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) {
 		m.handlePauseResume(w, r, false)
 	})

@@ -48,6 +48,9 @@ type Config struct {
 	// restore.
 	Objects objstore.Store
 	KMS     kms.KMS
+	// Gateway, when set, gives every execution a network interface into
+	// this node's gateway.
+	Gateway *GatewayConfig
 }
 
 // Manager runs sandbox executions on this node.
@@ -68,6 +71,9 @@ type Manager struct {
 
 	// streams holds the leases of forwarded guest requests per execution.
 	streams leases
+
+	// gateways are the executions' network gateways.
+	gateways gateways
 
 	keysMu sync.Mutex // guards keys
 	// keys verify the capabilities requests carry; pushed by the control
@@ -128,7 +134,7 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 
 func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record, error) {
 	t0 := time.Now()
-	started, channel, err := m.cfg.Privileged.Start(ctx, privop.StartArgs{
+	started, channel, link, err := m.cfg.Privileged.Start(ctx, privop.StartArgs{
 		ExecID:    req.ExecID,
 		SandboxID: req.SandboxID,
 		Template:  req.Template,
@@ -138,12 +144,17 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		MemoryMiB: req.MemoryMiB,
 		PidsMax:   pidsFor(req.MemoryMiB),
 		Snapshot:  req.Snapshot,
+		Network:   m.cfg.Gateway != nil,
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer channel.Close()
 	rec := &Record{StartExecution: req, SandboxPid: started.Pid, SandboxStartTime: started.StartTime, StartedAt: time.Now().UTC()}
+	// The gateway is up before the guest runs anything of the caller's.
+	if err := m.attachGateway(rec, link); err != nil {
+		return nil, err
+	}
 	tStarted := time.Now()
 	if err := m.spawnBridge(rec, channel); err != nil {
 		return nil, err
@@ -331,6 +342,7 @@ func (m *Manager) Stop(ctx context.Context, execID string) error {
 // runtime record, when there is one, says it too.
 func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
 	m.streams.revoke(execID, fmt.Errorf("execution %s stopped", execID))
+	m.detachGateway(execID)
 	if rec, err := m.records.load(execID); err == nil {
 		runtime = rec.Runtime
 		if bc, err := m.bridge(rec); err == nil {

@@ -117,6 +117,7 @@ func writeCounter(w io.Writer, name, help, label string, always []string, counts
 func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
 	refusals.write(&b)
+	m.writeGatewayMetrics(&b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	_, _ = io.WriteString(w, b.String())
 }

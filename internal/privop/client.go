@@ -1,6 +1,8 @@
 package privop
 
 import (
+	"github.com/spacesandbox/space/internal/driver"
+
 	"context"
 	"fmt"
 	"github.com/spacesandbox/space/internal/unixsock"
@@ -19,7 +21,7 @@ func NewClient(socket string) *Client { return &Client{socket: socket} }
 
 // call sends req and returns the response and any file it carried. The context
 // bounds the whole exchange.
-func (c *Client) call(ctx context.Context, req Request) (*Response, *os.File, error) {
+func (c *Client) call(ctx context.Context, req Request) (*Response, []*os.File, error) {
 	conn, err := unixsock.Dial(ctx, c.socket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("node-manager %s: connect %s: %w (is `space node-manager` running?)", req.Op, c.socket, err)
@@ -31,11 +33,11 @@ func (c *Client) call(ctx context.Context, req Request) (*Response, *os.File, er
 	}
 	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := writeMessage(uc, req, -1); err != nil {
+	if err := writeMessage(uc, req); err != nil {
 		return nil, nil, fmt.Errorf("node-manager %s: send: %w", req.Op, err)
 	}
 	var resp Response
-	f, err := readMessage(uc, &resp)
+	files, err := readMessage(uc, &resp)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -43,12 +45,10 @@ func (c *Client) call(ctx context.Context, req Request) (*Response, *os.File, er
 		return nil, nil, fmt.Errorf("node-manager %s: receive: %w", req.Op, err)
 	}
 	if resp.Error != "" {
-		if f != nil {
-			f.Close()
-		}
+		closeFiles(files)
 		return nil, nil, remoteError(req.Op, &resp)
 	}
-	return &resp, f, nil
+	return &resp, files, nil
 }
 
 // Hello asks the node-manager what it offers.
@@ -92,18 +92,24 @@ func (c *Client) Templates(ctx context.Context) ([]string, error) {
 }
 
 // Start starts an execution and returns the host end of its guest channel.
-func (c *Client) Start(ctx context.Context, a StartArgs) (*Started, *os.File, error) {
-	r, f, err := c.call(ctx, Request{Op: OpStart, Start: &a})
+func (c *Client) Start(ctx context.Context, a StartArgs) (*Started, *os.File, *driver.Link, error) {
+	r, files, err := c.call(ctx, Request{Op: OpStart, Start: &a})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if r.Started == nil || f == nil {
-		if f != nil {
-			f.Close()
-		}
-		return nil, nil, fmt.Errorf("node-manager start %s: answer without a guest channel", a.ExecID)
+	want := 1
+	if r.Started != nil && r.Started.Link != "" {
+		want = 2
 	}
-	return r.Started, f, nil
+	if r.Started == nil || len(files) != want || (a.Network && want != 2) {
+		closeFiles(files)
+		return nil, nil, nil, fmt.Errorf("node-manager start %s: answer without a guest channel or the network link it asked for", a.ExecID)
+	}
+	var link *driver.Link
+	if want == 2 {
+		link = &driver.Link{File: files[1], Framing: driver.LinkFraming(r.Started.Link)}
+	}
+	return r.Started, files[0], link, nil
 }
 
 // Cleanup kills everything of an execution and releases its resources.
@@ -208,12 +214,13 @@ func (c *Client) SealImport(ctx context.Context, e *Export) (*SnapshotInfo, erro
 }
 
 func (c *Client) fileCall(ctx context.Context, req Request) (*os.File, error) {
-	_, f, err := c.call(ctx, req)
+	_, files, err := c.call(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if f == nil {
+	if len(files) != 1 {
+		closeFiles(files)
 		return nil, fmt.Errorf("node-manager %s: answer without a file", req.Op)
 	}
-	return f, nil
+	return files[0], nil
 }

@@ -126,7 +126,7 @@ func (s *Server) templatePresent(ctx context.Context, template string) error {
 	return nil
 }
 
-func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, error) {
+func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, []*os.File, error) {
 	if err := a.validate(s.runtimes()); err != nil {
 		return nil, nil, err
 	}
@@ -145,7 +145,7 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, *os.File, e
 	return started, ch, err
 }
 
-func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, *os.File, error) {
+func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, []*os.File, error) {
 	t0 := time.Now()
 	var root string
 	var cp *driver.Checkpoint
@@ -177,6 +177,7 @@ func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, *os.Fil
 		MemoryMiB:   a.MemoryMiB,
 		PidsMax:     a.PidsMax,
 		OwnDisk:     a.Snapshot != "",
+		Network:     a.Network,
 	}
 	var inst *driver.Instance
 	if cp != nil {
@@ -198,7 +199,13 @@ func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, *os.Fil
 	s.owner[a.ExecID] = a.Runtime
 	s.mu.Unlock()
 	s.log.Debug("execution started", "exec", a.ExecID, "clone", tCloned.Sub(t0), "runtime", time.Since(tCloned))
-	return &Started{Pid: inst.Pid, StartTime: inst.StartTime}, inst.Channel, nil
+	started := &Started{Pid: inst.Pid, StartTime: inst.StartTime}
+	files := []*os.File{inst.Channel}
+	if inst.Link != nil {
+		started.Link = string(inst.Link.Framing)
+		files = append(files, inst.Link.File)
+	}
+	return started, files, nil
 }
 
 // driversFor lists the drivers that may own execID: the named runtime's, or

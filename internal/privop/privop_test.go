@@ -186,7 +186,7 @@ func TestStartPassesTheGuestChannel(t *testing.T) {
 	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
 		t.Fatal(err)
 	}
-	started, ch, err := c.Start(ctx, StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
+	started, ch, _, err := c.Start(ctx, StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := good
 			tt.edit(&a)
-			_, f, err := c.Start(ctx, a)
+			_, f, _, err := c.Start(ctx, a)
 			if f != nil {
 				f.Close()
 			}

@@ -168,32 +168,30 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	uid, err := peerUID(c)
 	if err != nil || !s.allowed[uid] {
 		s.log.Warn("node-manager: refused caller", "uid", uid, "err", err)
-		_ = writeMessage(c, Response{Error: "caller not allowed", ErrorKind: kindOf(errdefs.ErrPermissionDenied)}, -1)
+		_ = writeMessage(c, Response{Error: "caller not allowed", ErrorKind: kindOf(errdefs.ErrPermissionDenied)})
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var req Request
-	f, err := readMessage(c, &req)
-	if f != nil {
-		f.Close() // requests carry no descriptors
-	}
+	fs, err := readMessage(c, &req)
+	closeFiles(fs) // requests carry no descriptors
 	if err != nil {
-		_ = writeMessage(c, Response{Error: "bad request: " + err.Error(), ErrorKind: kindOf(errdefs.ErrInvalidArgument)}, -1)
+		_ = writeMessage(c, Response{Error: "bad request: " + err.Error(), ErrorKind: kindOf(errdefs.ErrInvalidArgument)})
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	resp, file := s.handle(ctx, uid, &req)
-	fd := -1
-	if file != nil {
-		defer file.Close()
-		fd = int(file.Fd())
+	resp, files := s.handle(ctx, uid, &req)
+	defer closeFiles(files)
+	var fds []int
+	for _, f := range files {
+		fds = append(fds, int(f.Fd()))
 	}
-	if err := writeMessage(c, resp, fd); err != nil {
+	if err := writeMessage(c, resp, fds...); err != nil {
 		s.log.Warn("node-manager: write response", "op", req.Op, "err", err)
 	}
 }
 
-func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response, *os.File) {
+func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response, []*os.File) {
 	var resp Response
 	var file *os.File
 	var err error
@@ -207,7 +205,11 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 	case OpListTemplates:
 		resp.Templates, err = s.cfg.Storage.Templates(ctx)
 	case OpStart:
-		resp.Started, file, err = s.start(ctx, req.Start)
+		var files []*os.File
+		resp.Started, files, err = s.start(ctx, req.Start)
+		if err == nil {
+			return resp, files
+		}
 	case OpCleanup:
 		err = s.cleanup(ctx, req.ExecID, req.Runtime)
 	case OpPause, OpResume:
@@ -239,7 +241,10 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 		s.log.Warn("node-manager: operation failed", "op", req.Op, "err", err)
 		return Response{Error: err.Error(), ErrorKind: kindOf(err)}, nil
 	}
-	return resp, file
+	if file != nil {
+		return resp, []*os.File{file}
+	}
+	return resp, nil
 }
 
 func (s *Server) hello() *Hello {

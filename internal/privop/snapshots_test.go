@@ -14,7 +14,7 @@ func TestSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
-	_, ch, err := c.Start(ctx, args)
+	_, ch, _, err := c.Start(ctx, args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestSnapshots(t *testing.T) {
 	if err := c.DeleteTemplate(ctx, "minimal"); err != nil {
 		t.Fatal(err)
 	}
-	_, ch2, err := c.Start(ctx, args2)
+	_, ch2, _, err := c.Start(ctx, args2)
 	if err != nil {
 		t.Fatalf("Start from snapshot: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestSnapshots(t *testing.T) {
 	}
 	args3 := args2
 	args3.ExecID, args3.Snapshot = "sb1-g3-xyz", "missing"
-	if _, _, err := c.Start(ctx, args3); !errdefs.IsFailedPrecondition(err) {
+	if _, _, _, err := c.Start(ctx, args3); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("Start from a missing snapshot: %v, want FailedPrecondition", err)
 	}
 	if err := c.DeleteSnapshot(ctx, "snap-1"); err != nil {

@@ -84,6 +84,9 @@ type StartArgs struct {
 	// snapshot instead of the template: a disk snapshot boots its disk, a
 	// full snapshot restores the saved VM.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Network gives the execution its network interface; the link's host
+	// end comes back as the second descriptor (Started.Link).
+	Network bool `json:"network,omitempty"`
 }
 
 // Response answers a Request. Error is empty on success; ErrorKind classifies it.
@@ -108,10 +111,15 @@ type Hello struct {
 	Storage  string   `json:"storage"`
 }
 
-// Started reports a started execution; the guest channel travels as SCM_RIGHTS.
+// Started reports a started execution; the guest channel travels as the
+// first SCM_RIGHTS descriptor, the network link (when Link is set) as the
+// second.
 type Started struct {
 	Pid       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
+	// Link is the network link's framing (driver.LinkFraming), "" when the
+	// execution has no network.
+	Link string `json:"link,omitempty"`
 }
 
 // TemplateOK reports a template present on the node.
@@ -126,8 +134,12 @@ type Stats struct {
 	CPUNanos    uint64 `json:"cpu_nanos"`
 }
 
-// writeMessage sends v, with fd attached when fd >= 0.
-func writeMessage(c *net.UnixConn, v any, fd int) error {
+// maxFiles is the most descriptors one message carries (a started
+// execution's guest channel and network link).
+const maxFiles = 2
+
+// writeMessage sends v with the given descriptors attached.
+func writeMessage(c *net.UnixConn, v any, fds ...int) error {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -135,19 +147,22 @@ func writeMessage(c *net.UnixConn, v any, fd int) error {
 	if len(body) > maxMessage {
 		return fmt.Errorf("message of %d bytes is over the %d limit", len(body), maxMessage)
 	}
+	if len(fds) > maxFiles {
+		return fmt.Errorf("message with %d descriptors, at most %d", len(fds), maxFiles)
+	}
 	buf := make([]byte, 4+len(body))
 	binary.BigEndian.PutUint32(buf, uint32(len(body)))
 	copy(buf[4:], body)
 	var oob []byte
-	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
 	n, oobn, err := c.WriteMsgUnix(buf, oob, nil)
 	if err != nil {
 		return err
 	}
 	if oobn != len(oob) {
-		return errors.New("file descriptor not sent")
+		return errors.New("file descriptors not sent")
 	}
 	if n < len(buf) {
 		_, err = c.Write(buf[n:])
@@ -155,26 +170,25 @@ func writeMessage(c *net.UnixConn, v any, fd int) error {
 	return err
 }
 
-// readMessage reads one message into v and returns the file it carried, if any.
-// Any descriptor beyond the first is closed: a peer cannot leak fds into us.
-func readMessage(c *net.UnixConn, v any) (*os.File, error) {
+// readMessage reads one message into v and returns the files it carried, in
+// order. Descriptors beyond maxFiles are closed: a peer cannot leak fds into
+// us.
+func readMessage(c *net.UnixConn, v any) ([]*os.File, error) {
 	head := make([]byte, 4)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace(4*(maxFiles+2)))
 	n, oobn, _, _, err := c.ReadMsgUnix(head, oob)
 	if err != nil {
 		return nil, err
 	}
-	var file *os.File
+	var files []*os.File
 	if oobn > 0 {
-		file, err = takeFirstFD(oob[:oobn])
+		files, err = takeFDs(oob[:oobn])
 		if err != nil {
 			return nil, err
 		}
 	}
-	fail := func(err error) (*os.File, error) {
-		if file != nil {
-			file.Close()
-		}
+	fail := func(err error) ([]*os.File, error) {
+		closeFiles(files)
 		return nil, err
 	}
 	if n < 4 {
@@ -193,10 +207,16 @@ func readMessage(c *net.UnixConn, v any) (*os.File, error) {
 	if err := json.Unmarshal(body, v); err != nil {
 		return fail(fmt.Errorf("bad message: %w", err))
 	}
-	return file, nil
+	return files, nil
 }
 
-func takeFirstFD(oob []byte) (*os.File, error) {
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+func takeFDs(oob []byte) ([]*os.File, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, fmt.Errorf("control message: %w", err)
@@ -209,12 +229,14 @@ func takeFirstFD(oob []byte) (*os.File, error) {
 		}
 		fds = append(fds, got...)
 	}
-	if len(fds) == 0 {
-		return nil, nil
+	var files []*os.File
+	for i, fd := range fds {
+		if i >= maxFiles {
+			unix.Close(fd)
+			continue
+		}
+		unix.CloseOnExec(fd)
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("fd-%d", i)))
 	}
-	for _, extra := range fds[1:] {
-		unix.Close(extra)
-	}
-	unix.CloseOnExec(fds[0])
-	return os.NewFile(uintptr(fds[0]), "guest-channel"), nil
+	return files, nil
 }

@@ -63,7 +63,9 @@ func createTap(pid int) (*driver.Link, error) {
 
 // openTap creates the tap in the calling thread's network namespace.
 func openTap() (int, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	// Non-blocking, so that the gateway reads it through the poller and a
+	// Close interrupts a pending read.
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return -1, fmt.Errorf("network: open /dev/net/tun: %w", err)
 	}

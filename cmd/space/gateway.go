@@ -1,0 +1,57 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spacesandbox/space/internal/gateway"
+	"github.com/spacesandbox/space/internal/node"
+)
+
+// gatewayFlags are the node's network gateway options, shared by `space
+// node` and `space server --dev`.
+type gatewayFlags struct {
+	network     *bool
+	egressNetns *string
+	dnsUpstream *string
+}
+
+func addGatewayFlags(fs *flag.FlagSet) *gatewayFlags {
+	return &gatewayFlags{
+		network:     fs.Bool("sandbox-network", true, "give every sandbox a network interface into this node's gateway, which enforces its egress policy (false: loopback only)"),
+		egressNetns: fs.String("egress-netns", "", "network namespace (a file such as /run/netns/NAME) the gateway opens upstream connections and DNS queries from (default: the node's own; needs root)"),
+		dnsUpstream: fs.String("dns-upstream", "", "DNS server (HOST:PORT) the gateway asks for the sandboxes' queries (default: the first nameserver of /etc/resolv.conf)"),
+	}
+}
+
+// config is the node's gateway configuration; nil when sandboxes have no
+// network.
+func (f *gatewayFlags) config() (*node.GatewayConfig, error) {
+	if f == nil || !*f.network {
+		return nil, nil
+	}
+	var dialer gateway.Dialer = &net.Dialer{}
+	if *f.egressNetns != "" {
+		if _, err := os.Stat(*f.egressNetns); err != nil {
+			return nil, errors.New("--egress-netns: " + err.Error())
+		}
+		dialer = &gateway.NetnsDialer{Path: *f.egressNetns}
+	}
+	server := *f.dnsUpstream
+	if server == "" {
+		server = gateway.SystemDNSServer()
+	}
+	if server == "" {
+		return nil, errors.New("no DNS server for the sandboxes: /etc/resolv.conf names none; pass --dns-upstream HOST:PORT")
+	}
+	if _, _, err := net.SplitHostPort(server); err != nil {
+		return nil, errors.New("--dns-upstream " + server + ": want HOST:PORT")
+	}
+	return &node.GatewayConfig{
+		Dialer:   dialer,
+		Upstream: &gateway.DNSUpstream{Server: server, Dialer: dialer, Timeout: 3 * time.Second},
+	}, nil
+}

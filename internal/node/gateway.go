@@ -1,0 +1,143 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/gateway"
+	"github.com/spacesandbox/space/internal/gateway/dnsgw"
+)
+
+// GatewayConfig turns on sandbox networking on this node: every execution
+// gets a network interface whose other end is a gateway.Sandbox in this
+// process. Without it executions have loopback only.
+type GatewayConfig struct {
+	// Dialer opens the gateway's upstream connections.
+	Dialer gateway.Dialer
+	// Upstream resolves the sandboxes' DNS queries.
+	Upstream dnsgw.Upstream
+}
+
+// gateways holds the running gateways of this node's executions.
+type gateways struct {
+	mu       sync.Mutex
+	byExec   map[string]*execGateway
+	counters gateway.Counters
+}
+
+type execGateway struct {
+	gw     *gateway.Sandbox
+	policy *egress.Holder
+}
+
+// parseEgress reads the policy the control plane sent; an absent one denies
+// everything (the control plane always sends one).
+func parseEgress(raw json.RawMessage) (*egress.Policy, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return egress.NewPolicy(egress.Spec{})
+	}
+	return egress.ParsePolicy(raw)
+}
+
+// attachGateway starts the gateway of rec on link. It owns link from here.
+func (m *Manager) attachGateway(rec *Record, link *driver.Link) error {
+	if link == nil {
+		return nil
+	}
+	if m.cfg.Gateway == nil {
+		link.Close()
+		return nil
+	}
+	p, err := parseEgress(rec.Egress)
+	if err != nil {
+		link.Close()
+		return fmt.Errorf("exec %s: egress policy: %w", rec.ExecID, err)
+	}
+	holder := egress.NewHolder(p)
+	gw, err := gateway.Attach(link, gateway.Config{
+		Sandbox: rec.SandboxID, Execution: rec.ExecID,
+		Policy: holder, Upstream: m.cfg.Gateway.Upstream, Dialer: m.cfg.Gateway.Dialer,
+		Counters: &m.gateways.counters, Log: m.log,
+	})
+	if err != nil {
+		return fmt.Errorf("exec %s: gateway: %w", rec.ExecID, err)
+	}
+	m.gateways.mu.Lock()
+	if m.gateways.byExec == nil {
+		m.gateways.byExec = map[string]*execGateway{}
+	}
+	old := m.gateways.byExec[rec.ExecID]
+	m.gateways.byExec[rec.ExecID] = &execGateway{gw: gw, policy: holder}
+	m.gateways.mu.Unlock()
+	if old != nil {
+		old.gw.Close()
+	}
+	return nil
+}
+
+// detachGateway stops an execution's gateway: every flow is cut.
+func (m *Manager) detachGateway(execID string) {
+	m.gateways.mu.Lock()
+	g := m.gateways.byExec[execID]
+	delete(m.gateways.byExec, execID)
+	m.gateways.mu.Unlock()
+	if g != nil {
+		g.gw.Close()
+	}
+}
+
+// SetEgress replaces a running execution's policy. New connections and DNS
+// queries get the new one; open connections keep their decision.
+func (m *Manager) SetEgress(execID string, raw json.RawMessage) error {
+	p, err := egress.ParsePolicy(raw)
+	if err != nil {
+		return err
+	}
+	unlock := m.locks.lock(execID)
+	defer unlock()
+	rec, err := m.records.load(execID)
+	if err != nil {
+		return err
+	}
+	m.gateways.mu.Lock()
+	g := m.gateways.byExec[execID]
+	m.gateways.mu.Unlock()
+	// Persisted first: a gateway re-attached after a restart uses it.
+	rec.Egress = append(json.RawMessage(nil), raw...)
+	if err := m.records.save(rec); err != nil {
+		return err
+	}
+	if g == nil {
+		return fmt.Errorf("%w: exec %s has no network gateway on this node (started without a network, or its link was lost in a node restart); the policy applies at its next start", errdefs.ErrFailedPrecondition, execID)
+	}
+	g.policy.Store(p)
+	return nil
+}
+
+func (m *Manager) handleSetEgress(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Egress json.RawMessage `json:"egress"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := m.SetEgress(r.PathValue("exec"), req.Egress); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeGatewayMetrics adds the gateway's decision counters.
+func (m *Manager) writeGatewayMetrics(w io.Writer) {
+	writeCounter(w, "space_gateway_flows_total",
+		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
+		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy}, m.gateways.counters.Snapshot())
+}
