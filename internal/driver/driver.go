@@ -69,6 +69,13 @@ type Instance struct {
 	Link *Link
 }
 
+// LinkReopener is implemented by drivers that can give a running execution
+// a new network link after the holder of the old one went away (a node
+// restart). It fails with ErrConflict while the old link is still held.
+type LinkReopener interface {
+	ReopenLink(ctx context.Context, execID string) (*Link, error)
+}
+
 // LinkFraming says how Ethernet frames travel on a Link's file.
 type LinkFraming string
 

@@ -296,6 +296,7 @@ func (m *Manager) Serve(ctx context.Context, addr string) error {
 		return fmt.Errorf("node-api: listen %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go m.ReattachGateways(ctx)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

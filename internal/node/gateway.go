@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -140,4 +141,37 @@ func (m *Manager) writeGatewayMetrics(w io.Writer) {
 	writeCounter(w, "space_gateway_flows_total",
 		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
 		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy}, m.gateways.counters.Snapshot())
+}
+
+// ReattachGateways gives every execution this node holds a gateway again
+// after a restart of this process: the old links went with the old process,
+// so the node-manager makes new ones (a new tap configured in the sandbox's
+// namespace; a new connection to QEMU's network socket). An execution whose
+// link cannot be reopened keeps running without a network, and says so in
+// the log.
+func (m *Manager) ReattachGateways(ctx context.Context) {
+	if m.cfg.Gateway == nil {
+		return
+	}
+	recs, _ := m.records.all()
+	for _, rec := range recs {
+		unlock := m.locks.lock(rec.ExecID)
+		m.gateways.mu.Lock()
+		_, attached := m.gateways.byExec[rec.ExecID]
+		m.gateways.mu.Unlock()
+		if attached {
+			unlock()
+			continue
+		}
+		link, err := m.cfg.Privileged.ReopenLink(ctx, rec.ExecID, rec.Runtime)
+		if err == nil {
+			err = m.attachGateway(rec, link)
+		}
+		unlock()
+		if err != nil {
+			m.log.Warn("execution has no network after the node restarted", "exec", rec.ExecID, "sandbox", rec.SandboxID, "err", err)
+			continue
+		}
+		m.log.Info("network gateway reattached", "exec", rec.ExecID, "sandbox", rec.SandboxID)
+	}
 }

@@ -112,6 +112,20 @@ func (c *Client) Start(ctx context.Context, a StartArgs) (*Started, *os.File, *d
 	return r.Started, files[0], link, nil
 }
 
+// ReopenLink gives a running execution a new network link (after this
+// node's sandbox manager restarted and lost the old one).
+func (c *Client) ReopenLink(ctx context.Context, execID, runtime string) (*driver.Link, error) {
+	r, files, err := c.call(ctx, Request{Op: OpReopenLink, ExecID: execID, Runtime: runtime})
+	if err != nil {
+		return nil, err
+	}
+	if r.Started == nil || r.Started.Link == "" || len(files) != 1 {
+		closeFiles(files)
+		return nil, fmt.Errorf("node-manager reopen_link %s: answer without a link", execID)
+	}
+	return &driver.Link{File: files[0], Framing: driver.LinkFraming(r.Started.Link)}, nil
+}
+
 // Cleanup kills everything of an execution and releases its resources.
 // Cleaning up an unknown execution succeeds. runtime names its driver when
 // known ("" asks every driver).

@@ -302,6 +302,24 @@ func (s *Server) stats(ctx context.Context, execID, runtime string) (*Stats, err
 	return nil, last
 }
 
+func (s *Server) reopenLink(ctx context.Context, execID, runtime string) (*driver.Link, error) {
+	if err := ValidExecID(execID); err != nil {
+		return nil, err
+	}
+	drivers, err := s.driversFor(execID, runtime)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range drivers {
+		if r, ok := d.(driver.LinkReopener); ok {
+			if alive, err := d.Alive(ctx, execID); err == nil && alive {
+				return r.ReopenLink(ctx, execID)
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: exec %s: no running execution whose link can be reopened", errdefs.ErrFailedPrecondition, execID)
+}
+
 func (s *Server) alive(ctx context.Context, execID, runtime string) (bool, error) {
 	if err := ValidExecID(execID); err != nil {
 		return false, err

@@ -230,6 +230,12 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 		file, err = s.createImportFile(req.Export)
 	case OpSealImport:
 		resp.Snapshot, err = s.sealImport(ctx, req.Export)
+	case OpReopenLink:
+		var link *driver.Link
+		if link, err = s.reopenLink(ctx, req.ExecID, req.Runtime); err == nil {
+			resp.Started = &Started{Link: string(link.Framing)}
+			file = link.File
+		}
 	case OpAlive:
 		var alive bool
 		alive, err = s.alive(ctx, req.ExecID, req.Runtime)

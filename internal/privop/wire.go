@@ -47,6 +47,7 @@ const (
 	OpOpenExport     Op = "open_export_file"
 	OpCreateImport   Op = "create_import_file"
 	OpSealImport     Op = "seal_import"
+	OpReopenLink     Op = "reopen_link"
 )
 
 // Request is one call to the node-manager. Only the field for Op is read.

@@ -1,13 +1,17 @@
 package ns
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandboxnet"
 )
 
@@ -22,6 +26,53 @@ import (
 // must close it when the execution ends (reads do not fail when the
 // sandbox's processes are gone).
 func createTap(pid int) (*driver.Link, error) {
+	return inNetns(pid, func() (int, error) { return openTap() })
+}
+
+// ReopenLink gives a running execution a new network link after the holder
+// of the old one went away (a node restart): the old tap went with it, so a
+// new one is created in the sandbox's namespace and configured from here, as
+// ns-init did at start. While the old link is still open this fails (the
+// device name is taken) with ErrConflict.
+func (d *Driver) ReopenLink(ctx context.Context, execID string) (*driver.Link, error) {
+	st, err := d.loadState(execID)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Network {
+		return nil, fmt.Errorf("%w: ns: exec %s was started without a network", errdefs.ErrFailedPrecondition, execID)
+	}
+	if !driver.ProcAlive(st.Pid, st.StartTime) {
+		return nil, fmt.Errorf("%w: ns: exec %s is not running", errdefs.ErrFailedPrecondition, execID)
+	}
+	link, err := inNetns(st.Pid, func() (int, error) {
+		if _, err := netlink.LinkByName(sandboxnet.IfName); err == nil {
+			return -1, fmt.Errorf("%w: ns: exec %s: %s still exists (its link is held elsewhere)", errdefs.ErrConflict, execID, sandboxnet.IfName)
+		}
+		fd, err := openTap()
+		if err != nil {
+			return -1, err
+		}
+		if err := sandboxnet.Configure(sandboxnet.IfName, true); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		return fd, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The process may have exited while we worked; then the link is useless.
+	if !driver.ProcAlive(st.Pid, st.StartTime) {
+		link.Close()
+		return nil, fmt.Errorf("%w: ns: exec %s exited", errdefs.ErrFailedPrecondition, execID)
+	}
+	return link, nil
+}
+
+// inNetns runs open on a thread inside the network namespace of pid and
+// wraps the fd it returns as a tap link.
+func inNetns(pid int, open func() (int, error)) (*driver.Link, error) {
 	target, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("network: open the sandbox's network namespace: %w", err)
@@ -48,7 +99,7 @@ func createTap(pid int) (*driver.Link, error) {
 			done <- result{-1, fmt.Errorf("network: join the sandbox's network namespace: %w", err)}
 			return
 		}
-		fd, err := openTap()
+		fd, err := open()
 		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}

@@ -2,11 +2,13 @@ package ns
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandboxnet"
 	"github.com/spacesandbox/space/internal/testenv"
 )
@@ -68,6 +70,51 @@ func TestNetworkLink(t *testing.T) {
 			}
 		case <-deadline:
 			t.Fatal("no ARP request for the gateway from the guest within 30s")
+		}
+	}
+}
+
+// TestReopenLink: after the link's holder went away (the tap with it), a new
+// link is made and configured from outside; while one is held, a second is
+// refused.
+func TestReopenLink(t *testing.T) {
+	testenv.RequiresRoot(t)
+	d := newDriver(t, testConfig(t, t.TempDir()))
+	sp := spec(t, "reopen")
+	sp.Network = true
+	s := startSandbox(t, d, sp)
+	ctx := context.Background()
+	if _, err := d.ReopenLink(ctx, sp.ExecID); !errdefs.IsConflict(err) {
+		t.Fatalf("ReopenLink while the link is held = %v, want a conflict", err)
+	}
+	s.inst.Link.Close()
+	var link *driver.Link
+	var err error
+	// The tap goes away with its last holder, asynchronously.
+	for i := 0; i < 50; i++ {
+		if link, err = d.ReopenLink(ctx, sp.ExecID); !errdefs.IsConflict(err) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("ReopenLink: %v", err)
+	}
+	defer link.Close()
+	if out, code := s.run(t, "ip -4 addr show "+sandboxnet.IfName+"; ip route"); code != 0 || !strings.Contains(out, sandboxnet.GuestPrefix.String()) || !strings.Contains(out, "default via") {
+		t.Fatalf("after ReopenLink: %q (exit %d)", out, code)
+	}
+	s.run(t, "ping -c 1 -W 1 "+sandboxnet.Gateway.String()+" >/dev/null 2>&1 &")
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(30 * time.Second)
+	link.File.SetReadDeadline(deadline)
+	for {
+		n, err := link.File.Read(buf)
+		if err != nil {
+			t.Fatalf("no frame from the guest on the reopened link: %v", err)
+		}
+		if n >= 14 && bytes.Equal(buf[6:12], sandboxnet.GuestMAC) {
+			return
 		}
 	}
 }

@@ -99,6 +99,7 @@ func (d *Driver) register(spec driver.Spec) (*state, error) {
 		CgroupParent: d.cfg.CgroupParent,
 		UIDBase:      d.cfg.UIDBase + uint32(slot)*RangeSize,
 		RootFS:       spec.RootFS,
+		Network:      spec.Network,
 	}
 	if err := d.saveState(st); err != nil {
 		os.RemoveAll(d.execDir(spec.ExecID))

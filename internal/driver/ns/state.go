@@ -32,6 +32,8 @@ type state struct {
 	// Shifted is true when the rootfs was chowned into the range instead of
 	// mounted with an id mapping.
 	Shifted bool `json:"shifted,omitempty"`
+	// Network: the execution has the tap sandboxnet.IfName.
+	Network bool `json:"network,omitempty"`
 }
 
 func (d *Driver) execDir(execID string) string {
