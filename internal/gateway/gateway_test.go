@@ -43,7 +43,7 @@ type guest struct {
 	ep *channel.Endpoint
 }
 
-func newGuest(t *testing.T, f *os.File) *guest {
+func newGuest(t testing.TB, f *os.File) *guest {
 	t.Helper()
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
@@ -114,7 +114,7 @@ func (g *guest) dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) 
 }
 
 // resolve asks the gateway's DNS for name's A records.
-func (g *guest) resolve(t *testing.T, name string) ([]netip.Addr, dnsmessage.RCode) {
+func (g *guest) resolve(t testing.TB, name string) ([]netip.Addr, dnsmessage.RCode) {
 	t.Helper()
 	c, err := gonet.DialUDP(g.s, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(sandboxnet.DNS.As4()), Port: 53}, ipv4.ProtocolNumber)
 	if err != nil {
@@ -200,7 +200,7 @@ type harness struct {
 	requests chan *http.Request
 }
 
-func startHarness(t *testing.T, policy string) *harness {
+func startHarness(t testing.TB, policy string) *harness {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
@@ -237,7 +237,7 @@ func startHarness(t *testing.T, policy string) *harness {
 }
 
 // get makes an HTTP request from the guest to dst with the given Host.
-func (h *harness) get(t *testing.T, dst, hostHeader string) (string, error) {
+func (h *harness) get(t testing.TB, dst, hostHeader string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -374,5 +374,64 @@ func TestCloseEndsFlows(t *testing.T) {
 	up.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := up.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("upstream side still open after Close: %v", err)
+	}
+}
+
+// TestServerSpeaksFirst: a protocol where the server talks first (SSH,
+// SMTP) works: the gateway's sniff gives up waiting and splices.
+func TestServerSpeaksFirst(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": true}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "SSH-2.0-test\r\n")
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(c, buf); err == nil {
+			c.Write(buf)
+		}
+	}()
+	h.dialer.mu.Lock()
+	h.dialer.to["20.0.0.70:22"] = ln.Addr().String()
+	h.dialer.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := h.g.dial(ctx, netip.MustParseAddrPort("20.0.0.70:22"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	banner, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || banner != "SSH-2.0-test\r\n" {
+		t.Fatalf("banner %q, %v", banner, err)
+	}
+	io.WriteString(c, "hello")
+	echo := make([]byte, 5)
+	if _, err := io.ReadFull(c, echo); err != nil || string(echo) != "hello" {
+		t.Fatalf("echo %q, %v", echo, err)
+	}
+}
+
+// TestManySequentialConnections: a guest that opens and closes connections
+// one after another (ports picked at random, reused while the gateway's side
+// of an earlier flow may still be in TIME_WAIT) is never left hanging.
+func TestManySequentialConnections(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": true}`)
+	go func() {
+		for range h.requests {
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		if _, err := h.get(t, "20.0.0.11:80", "20.0.0.11"); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
 	}
 }

@@ -43,7 +43,8 @@ func sniff(c net.Conn) (firstBytes, error) {
 	rec := &recorder{r: c, limit: maxSniff}
 	var one [1]byte
 	if _, err := io.ReadFull(rec, one[:]); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, io.EOF) {
+		var ne net.Error
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) {
 			return firstBytes{raw: rec.buf}, errNothingSent
 		}
 		return firstBytes{raw: rec.buf}, err

@@ -158,6 +158,17 @@ func (g *Sandbox) buildStack() error {
 		HandleLocal:        false,
 	})
 	g.stack = s
+	// The gateway usually closes first (the upstream ended), so its side of
+	// a flow sits in TIME_WAIT while the guest, which did not, may reuse the
+	// port at once: a SYN into a TIME_WAIT endpoint is dropped and the
+	// guest's connection hangs. On a private point-to-point link with no
+	// reordering and no old duplicates, a short TIME_WAIT is safe.
+	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &tw); err != nil {
+		return fmt.Errorf("gateway: TIME_WAIT: %s", err)
+	}
+	sack := tcpip.TCPSACKEnabled(true)
+	_ = s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	g.ep = channel.New(512, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GatewayMAC))
 	if err := s.CreateNICWithOptions(nicID, ethernet.New(g.ep), stack.NICOptions{Name: "sandbox"}); err != nil {
 		return fmt.Errorf("gateway: create NIC: %s", err)
