@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"time"
 
@@ -45,7 +48,10 @@ func (f *gatewayFlags) config() (*node.GatewayConfig, error) {
 		server = gateway.SystemDNSServer()
 	}
 	if server == "" {
-		return nil, errors.New("no DNS server for the sandboxes: /etc/resolv.conf names none; pass --dns-upstream HOST:PORT")
+		// Sandboxes still get a network (addresses by number work); every
+		// name they ask for fails, and the log says why.
+		fmt.Fprintln(os.Stderr, "warning: no DNS server for the sandboxes (/etc/resolv.conf names none): their name lookups will fail; pass --dns-upstream HOST:PORT")
+		return &node.GatewayConfig{Dialer: dialer, Upstream: noUpstream{}}, nil
 	}
 	if _, _, err := net.SplitHostPort(server); err != nil {
 		return nil, errors.New("--dns-upstream " + server + ": want HOST:PORT")
@@ -54,4 +60,11 @@ func (f *gatewayFlags) config() (*node.GatewayConfig, error) {
 		Dialer:   dialer,
 		Upstream: &gateway.DNSUpstream{Server: server, Dialer: dialer, Timeout: 3 * time.Second},
 	}, nil
+}
+
+// noUpstream fails every lookup: the node has no DNS server to ask.
+type noUpstream struct{}
+
+func (noUpstream) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return nil, &net.DNSError{Err: "the node has no upstream DNS server (space node --dns-upstream)", Name: host}
 }
