@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/cli"
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/node"
@@ -53,6 +55,7 @@ func runServer(args []string) int {
 	fullEvery := fs.Duration("full-snapshot-every", time.Hour, "period of the full (memory) snapshots of every running vm sandbox (0: none)")
 	retain := fs.String("snapshot-retention", retention.DefaultPolicyString, "which scheduled snapshots to keep: EVERY:FOR tiers and max=N (newest of each EVERY bucket younger than FOR)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS holding the tenants' keys (default DATA/kms)")
+	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
 	gwFlags := addGatewayFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -81,6 +84,12 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
 		return 2
 	}
+	if *defaultEgress != "" {
+		if opts.defaultEgress, err = readEgressPolicy(*defaultEgress); err != nil {
+			fmt.Fprintf(os.Stderr, "space server: --default-egress: %v\n", err)
+			return 2
+		}
+	}
 	if err := serve(ctx, opts, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 1
@@ -105,6 +114,27 @@ type serverOptions struct {
 	retention retention.Policy
 	// gateway is the --dev node's network gateway; nil: no sandbox network.
 	gateway *node.GatewayConfig
+	// defaultEgress is the egress policy of sandboxes created without one;
+	// nil: the server's built-in default.
+	defaultEgress *egress.Policy
+}
+
+// readEgressPolicy reads and validates the JSON egress policy in path.
+func readEgressPolicy(path string) (*egress.Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, egress.MaxPolicyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	p, err := egress.ParsePolicy(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
 }
 
 // storage opens the object store and the KMS of o.
@@ -212,7 +242,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
-		Keyring: keyring, KMS: keys,
+		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -48,7 +49,7 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&req.DiskMiB, "disk", 0, "disk in MiB (default 2048)")
 	fs.Var(env, "env", "environment variable K=V (repeatable)")
 	timeout := fs.String("timeout", "", "delete the sandbox after this duration, e.g. 30m")
-	egress := fs.String("egress", "", "egress policy file")
+	egress := fs.String("egress", "", "JSON egress policy file, - for stdin (default: the server's, {\"allow_internet\": true} unless set otherwise); see docs/network.md")
 	fs.StringVar(&req.Name, "name", "", "sandbox name")
 	fs.StringVar(&req.IdleTimeout, "idle-timeout", "", "pause (or hibernate, --idle-action) the sandbox after this long without a request, e.g. 10m; the next request resumes it")
 	fs.StringVar(&req.IdleAction, "idle-action", "", "what idleness does: pause (default) or hibernate")
@@ -74,9 +75,9 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 		req.Timeout = *timeout
 	}
 	if *egress != "" {
-		// The API has no egress field until the gateway lands; refusing is honest,
-		// creating a sandbox without the policy the user asked for is not.
-		return fmt.Errorf("--egress %s: this version of the API has no egress policies yet; create the sandbox without --egress", *egress)
+		if req.Egress, err = readEgressPolicy(e, *egress); err != nil {
+			return fmt.Errorf("--egress %s: %w", *egress, err)
+		}
 	}
 	if len(env) > 0 {
 		req.Env = env
@@ -154,6 +155,13 @@ func printSandbox(e *env, sb *sandboxv1.Sandbox) error {
 		{"cpus", strconv.Itoa(sb.CPUs)}, {"memory_mib", strconv.Itoa(sb.MemoryMiB)},
 		{"disk_mib", strconv.Itoa(sb.DiskMiB)}, {"created_at", formatTime(sb.CreatedAt)},
 		{"expires_at", expires},
+	}
+	if sb.Egress != nil {
+		b, err := json.Marshal(sb.Egress)
+		if err != nil {
+			return fmt.Errorf("encode egress policy: %w", err)
+		}
+		rows = append(rows, []string{"egress", string(b)})
 	}
 	return writeTable(e.stdout, []string{"FIELD", "VALUE"}, rows)
 }

@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/retention"
@@ -72,6 +74,10 @@ type Reconciler struct {
 	node  func(id string) (NodeAPI, error)
 	log   *slog.Logger
 	q     *queue
+	// defaultEgress is the policy sent for sandboxes that have none of
+	// their own (recorded before egress policies existed); nil: the
+	// built-in default.
+	defaultEgress atomic.Pointer[egress.Policy]
 
 	mu       sync.Mutex // guards watchers and observed
 	watchers map[string]map[*Watch]struct{}
@@ -107,6 +113,21 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 		cfg: cfg, store: st, node: node, log: log, q: newQueue(),
 		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{},
 	}
+}
+
+// SetDefaultEgress sets the egress policy of sandboxes that have none of
+// their own (they were recorded before sandboxes had egress policies): the
+// server's default, so that they follow --default-egress like new ones.
+// nil restores the built-in default, sandbox.DefaultEgress.
+func (r *Reconciler) SetDefaultEgress(p *egress.Policy) { r.defaultEgress.Store(p) }
+
+// DefaultEgress returns the policy SetDefaultEgress set, or the built-in
+// default.
+func (r *Reconciler) DefaultEgress() *egress.Policy {
+	if p := r.defaultEgress.Load(); p != nil {
+		return p
+	}
+	return sandbox.DefaultEgress()
 }
 
 // Enqueue asks for a pass over sandbox id.

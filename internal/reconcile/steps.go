@@ -49,11 +49,7 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
-	req := nodev1.StartExecution{
-		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
-		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
-		Snapshot: sb.StartFrom,
-	}
+	req := r.startRequest(sb)
 	ex, err := api.Start(sctx, req)
 	if err != nil && sb.StartFrom == "" && errdefs.IsFailedPrecondition(err) && strings.Contains(err.Error(), "is not on this node") {
 		// A node that joined after the template was built gets it now,
@@ -93,6 +89,21 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		r.event(ctx, sb.ID, "state", fmt.Sprintf("running on %s (generation %d, exec %s)", cur.Node, cur.Generation, cur.ExecID))
 	}
 	return after, err
+}
+
+// startRequest is what the node is asked to run for sb's current execution.
+// It is built here and nowhere else: create, start after stop, restore after
+// hibernate, rollback, fork and crash recovery all start through
+// startExecution, and each carries the tenant (the gateway's credential
+// scope) and the sandbox's egress policy as stored now. A policy changed
+// while the node starts the execution is pushed by the API once the sandbox
+// settles (server, PUT .../egress).
+func (r *Reconciler) startRequest(sb *sandbox.Sandbox) nodev1.StartExecution {
+	return nodev1.StartExecution{
+		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
+		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
+		Snapshot: sb.StartFrom, TenantID: sb.Tenant, Egress: sandbox.EgressJSON(sb.EgressOr(r.DefaultEgress())),
+	}
 }
 
 // checkRunning fails a running sandbox whose node reports its execution dead

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/egress"
 )
 
 // Sandbox is the control plane's record of one sandbox: what was asked for,
@@ -36,6 +37,11 @@ type Sandbox struct {
 	// next request resumes it.
 	IdleTimeout time.Duration
 	IdleAction  string
+	// Egress is the sandbox's egress policy, sent with every execution it
+	// starts and pushed to the running one when it changes. nil: recorded
+	// before sandboxes had egress policies; the control plane's default
+	// applies (EgressOr). A Policy is immutable, so copies share it.
+	Egress *egress.Policy
 
 	Desired State
 	State   State
@@ -79,6 +85,7 @@ func New(tenant string, spec Spec, now time.Time) *Sandbox {
 
 		IdleTimeout: spec.IdleTimeout,
 		IdleAction:  spec.IdleAction,
+		Egress:      spec.Egress,
 	}
 	if spec.Timeout > 0 {
 		sb.ExpiresAt = sb.CreatedAt.Add(spec.Timeout)
@@ -153,6 +160,9 @@ func (sb *Sandbox) API() sandboxv1.Sandbox {
 	}
 	if sb.IdleTimeout > 0 {
 		out.IdleTimeout, out.IdleAction = sb.IdleTimeout.String(), sb.IdleAction
+	}
+	if sb.Egress != nil {
+		out.Egress = EgressAPI(sb.Egress)
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -52,6 +53,9 @@ type Spec struct {
 	// IdleTimeout and IdleAction: see Sandbox.
 	IdleTimeout time.Duration
 	IdleAction  string
+	// Egress is the sandbox's egress policy; ValidateCreate leaves it nil
+	// (the caller parses the request's policy and applies its default).
+	Egress *egress.Policy
 }
 
 // ValidateCreate checks a create request from the API and returns it as a

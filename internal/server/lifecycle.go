@@ -138,7 +138,7 @@ func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox
 	sb, err = s.waitSettled(r.Context(), sb, wait)
 	switch {
 	case errors.Is(err, errStillWorking):
-		writeJSON(w, http.StatusAccepted, sb.API())
+		writeJSON(w, http.StatusAccepted, s.apiOf(sb))
 	case err != nil:
 		s.writeError(w, r, err)
 	case sb.State != target:
@@ -146,7 +146,7 @@ func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox
 		// that could not upload, a restore whose key was revoked).
 		s.writeError(w, r, fmt.Errorf("%w: %s did not complete: the sandbox is %s: %s", errdefs.ErrFailedPrecondition, op, sb.State, sb.Reason))
 	default:
-		writeJSON(w, http.StatusOK, sb.API())
+		writeJSON(w, http.StatusOK, s.apiOf(sb))
 	}
 }
 
@@ -267,7 +267,7 @@ func (s *Server) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.rec.Enqueue(sb.ID)
-		writeJSON(w, http.StatusOK, sb.API())
+		writeJSON(w, http.StatusOK, s.apiOf(sb))
 		return
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,9 +18,17 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
+// createRequest is the body of POST /v1/sandboxes as the server reads it:
+// the egress policy stays raw, for egress.ParsePolicy to judge (the outer
+// field wins over the embedded one of the same JSON name).
+type createRequest struct {
+	sandboxv1.CreateSandboxRequest
+	Egress json.RawMessage `json:"egress,omitempty"`
+}
+
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	tenant := callerOf(r.Context()).Tenant
-	var req sandboxv1.CreateSandboxRequest
+	var req createRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -35,7 +44,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.observeCreate(time.Since(start))
-	writeJSON(w, http.StatusCreated, sb.API())
+	writeJSON(w, http.StatusCreated, s.apiOf(sb))
 }
 
 func fingerprintOf(method, path string, body []byte) string {
@@ -46,15 +55,18 @@ func fingerprintOf(method, path string, body []byte) string {
 }
 
 // create records a sandbox, places it, and waits until it runs or fails.
-func (s *Server) create(ctx context.Context, tenant string, req sandboxv1.CreateSandboxRequest) (*sandbox.Sandbox, error) {
+func (s *Server) create(ctx context.Context, tenant string, req createRequest) (*sandbox.Sandbox, error) {
 	if req.Template == "" {
 		req.Template = "base"
 	}
 	if req.Runtime == "" {
 		req.Runtime = s.defaultRuntime(ctx)
 	}
-	spec, err := sandbox.ValidateCreate(req)
+	spec, err := sandbox.ValidateCreate(req.CreateSandboxRequest)
 	if err != nil {
+		return nil, err
+	}
+	if spec.Egress, err = sandbox.CreateEgress(req.Egress, req.AllowInternetAccess, s.cfg.DefaultEgress); err != nil {
 		return nil, err
 	}
 	tpl, err := s.store.GetTemplate(ctx, spec.Template)
@@ -153,7 +165,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	out := sandboxv1.SandboxList{Sandboxes: []sandboxv1.Sandbox{}}
 	for _, sb := range sbs {
 		if sb.State != sandbox.StateDeleted {
-			out.Sandboxes = append(out.Sandboxes, sb.API())
+			out.Sandboxes = append(out.Sandboxes, s.apiOf(sb))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -165,7 +177,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sb.API())
+	writeJSON(w, http.StatusOK, s.apiOf(sb))
 }
 
 // handleDelete marks the sandbox deleting and waits until its execution is gone.

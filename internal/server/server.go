@@ -14,6 +14,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
@@ -45,6 +46,11 @@ type Config struct {
 	// KMS holds the tenants' encryption keys (listed and revoked through
 	// the admin API).
 	KMS *localkms.KMS
+	// DefaultEgress is the egress policy of a sandbox created without one,
+	// and of the sandboxes recorded before sandboxes had policies (New hands
+	// it to the reconciler for those). nil: sandbox.DefaultEgress, the
+	// public internet only.
+	DefaultEgress *egress.Policy
 }
 
 // Server serves the REST API.
@@ -57,6 +63,9 @@ type Server struct {
 	metrics *metrics
 	// routes caches where each sandbox's guest requests go.
 	routes *route.Cache
+	// egressLocks serialises the egress updates of each sandbox, so that its
+	// running execution ends with the policy stored last.
+	egressLocks keyedMutex
 
 	templateJobs chan templateJob
 }
@@ -68,6 +77,12 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	}
 	if cfg.CreateTimeout == 0 {
 		cfg.CreateTimeout = 5 * time.Minute
+	}
+	if cfg.DefaultEgress == nil {
+		cfg.DefaultEgress = sandbox.DefaultEgress()
+	}
+	if rec != nil {
+		rec.SetDefaultEgress(cfg.DefaultEgress)
 	}
 	return &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64)}
 }
@@ -100,6 +115,8 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/pause", s.handleLifecycle(sandbox.OpPause))
 	authed("POST /v1/sandboxes/{id}/resume", s.handleLifecycle(sandbox.OpResume))
 	authed("POST /v1/sandboxes/{id}/timeout", s.handleSetTimeout)
+	authed("GET /v1/sandboxes/{id}/egress", s.handleGetEgress)
+	authed("PUT /v1/sandboxes/{id}/egress", s.handleSetEgress)
 	authed("POST /v1/sandboxes/{id}/stop", s.handleLifecycle(sandbox.OpStop))
 	authed("POST /v1/sandboxes/{id}/start", s.handleStart)
 	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)

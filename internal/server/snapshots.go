@@ -149,6 +149,8 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 	child := sandbox.New(parent.Tenant, sandbox.Spec{
 		Name: req.Name, Template: parent.Template, Runtime: parent.Runtime, CPUs: parent.CPUs,
 		MemoryMiB: parent.MemoryMiB, DiskMiB: parent.DiskMiB, Env: parent.Env, Metadata: parent.Metadata,
+		// The fork inherits the parent's policy, as its own from now on.
+		Egress: parent.EgressOr(s.cfg.DefaultEgress),
 	}, time.Now())
 	if !parent.ExpiresAt.IsZero() {
 		child.ExpiresAt = child.CreatedAt.Add(parent.ExpiresAt.Sub(parent.CreatedAt))
@@ -173,13 +175,13 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 	child, err = s.waitSettled(r.Context(), child, wait)
 	switch {
 	case errors.Is(err, errStillWorking):
-		writeJSON(w, http.StatusAccepted, child.API())
+		writeJSON(w, http.StatusAccepted, s.apiOf(child))
 	case err != nil:
 		s.writeError(w, r, err)
 	case child.State == sandbox.StateFailed:
 		s.writeError(w, r, fmt.Errorf("%w: fork %s failed to start: %s", errdefs.ErrFailedPrecondition, child.ID, child.Reason))
 	default:
-		writeJSON(w, http.StatusCreated, child.API())
+		writeJSON(w, http.StatusCreated, s.apiOf(child))
 	}
 }
 

@@ -47,6 +47,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"POST /v1/sandboxes/{id}/fork", "POST /v1/sandboxes/{id}/rollback",
 		"GET /v1/sandboxes/{id}/snapshots", "POST /v1/sandboxes/{id}/snapshots", "GET /v1/sandboxes/{id}/events",
 		"POST /v1/sandboxes/{id}/ports",
+		"GET /v1/sandboxes/{id}/egress", "PUT /v1/sandboxes/{id}/egress",
 		"POST /v1/sandboxes/{id}/exec", "GET /v1/sandboxes/{id}/exec",
 		"GET /v1/sandboxes/{id}/files", "PUT /v1/sandboxes/{id}/files", "DELETE /v1/sandboxes/{id}/files",
 		"GET /v1/sandboxes/{id}/files/list", "POST /v1/sandboxes/{id}/files/mkdir",
@@ -134,6 +135,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
 		"Node": Node{}, "NodeList": NodeList{}, "SetTimeoutRequest": SetTimeoutRequest{},
 		"SigningKey": SigningKey{}, "SigningKeyList": SigningKeyList{},
+		"EgressPolicy": EgressPolicy{}, "EgressRules": EgressRules{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {
@@ -153,7 +155,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			gotReq := slices.Clone(s.Required)
 			sort.Strings(gotReq)
 			if !slices.Equal(gotReq, required) {
-				t.Errorf("required = %v, want %v (fields without omitempty)", gotReq, required)
+				t.Errorf("required = %v, want %v (fields without omitempty or omitzero)", gotReq, required)
 			}
 		})
 	}
@@ -171,7 +173,7 @@ func jsonFields(t reflect.Type) (fields, required []string) {
 			name = f.Name
 		}
 		fields = append(fields, name)
-		if !strings.Contains(opts, "omitempty") {
+		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
 			required = append(required, name)
 		}
 	}

@@ -68,6 +68,43 @@ type CreateSandboxRequest struct {
 	// request resumes it. Empty: never.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
 	IdleAction  string `json:"idle_action,omitempty"` // "pause" or "hibernate"
+	// Egress is the sandbox's egress policy (docs/network.md). Absent: the
+	// server's default (without --default-egress, {"allow_internet": true}).
+	Egress *EgressPolicy `json:"egress,omitempty"`
+	// AllowInternetAccess is E2B's shorthand: false means
+	// {"allow_internet": false}, true {"allow_internet": true}. With Egress
+	// it must agree with Egress.AllowInternet.
+	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
+}
+
+// EgressPolicy is a sandbox's egress policy: what its network interface may
+// reach through the gateway. It is the body of GET and PUT
+// /v1/sandboxes/{id}/egress. Loopback, private, link-local and cloud metadata
+// addresses are denied unless a CIDR allow rule names a private range
+// explicitly; docs/network.md has the rules and the order they apply in.
+//
+//	{"allow_internet": false, "allow": {"domains": ["pypi.org", "*.pythonhosted.org"], "ports": ["443"]}}
+type EgressPolicy struct {
+	// AllowInternet decides a connection no rule decides: true allows it,
+	// false denies it.
+	AllowInternet bool `json:"allow_internet"`
+	// Allow lists what is allowed; Deny what is denied before Allow is
+	// consulted.
+	Allow EgressRules `json:"allow,omitzero"`
+	Deny  EgressRules `json:"deny,omitzero"`
+}
+
+// EgressRules is one list of rules of an EgressPolicy.
+type EgressRules struct {
+	// Domains are exact names ("example.com") or wildcards ("*.example.com":
+	// subdomains at any depth, not the apex), lowercase, punycode for
+	// internationalised names.
+	Domains []string `json:"domains,omitempty"`
+	// CIDRs are IPv4 or IPv6 prefixes without host bits, or single addresses.
+	CIDRs []string `json:"cidrs,omitempty"`
+	// Ports are single ports ("443") or inclusive ranges ("8000-8100"). In
+	// Allow they are a filter: when non-empty, any other port is denied.
+	Ports []string `json:"ports,omitempty"`
 }
 
 // SetTimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the
@@ -97,6 +134,8 @@ type Sandbox struct {
 	// IdleTimeout and IdleAction as created (absent: no idle handling).
 	IdleTimeout string `json:"idle_timeout,omitempty"`
 	IdleAction  string `json:"idle_action,omitempty"`
+	// Egress is the sandbox's egress policy.
+	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -16,7 +17,7 @@ import (
 
 const sandboxColumns = `id, tenant_id, name, template, runtime, cpus, memory_mib, disk_mib, env, metadata,
 	created_at, expires_at, desired_state, state, reason, generation, node_id, exec_id, activation_id,
-	start_from, idle_timeout, idle_action, version, updated_at`
+	start_from, idle_timeout, idle_action, egress, version, updated_at`
 
 // sandboxRow is a sandbox in column form.
 type sandboxRow struct {
@@ -25,7 +26,25 @@ type sandboxRow struct {
 	expires       sql.NullInt64
 	generation    int64
 	idle          int64
+	egress        string
 	updated       int64
+}
+
+// encodeEgress returns a policy's column form: its JSON, or the empty string for none.
+func encodeEgress(p *egress.Policy) string {
+	if p == nil {
+		return ""
+	}
+	return string(sandbox.EgressJSON(p))
+}
+
+// decodeEgress parses the egress column; the empty string is a sandbox without a policy
+// of its own (recorded before policies existed).
+func decodeEgress(s string) (*egress.Policy, error) {
+	if s == "" {
+		return nil, nil
+	}
+	return egress.ParsePolicy([]byte(s))
 }
 
 func encodeMap(m map[string]string) (string, error) {
@@ -52,7 +71,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var r sandboxRow
 	err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &sb.Template, &sb.Runtime, &sb.CPUs, &sb.MemoryMiB, &sb.DiskMiB,
 		&r.env, &r.metadata, &r.created, &r.expires, &sb.Desired, &sb.State, &sb.Reason, &r.generation,
-		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &r.idle, &sb.IdleAction, &sb.Version, &r.updated)
+		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &r.idle, &sb.IdleAction, &r.egress, &sb.Version, &r.updated)
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +80,9 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	}
 	if sb.Metadata, err = decodeMap(r.metadata); err != nil {
 		return nil, fmt.Errorf("sandbox %s: decode metadata: %w", sb.ID, err)
+	}
+	if sb.Egress, err = decodeEgress(r.egress); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode egress policy: %w", sb.ID, err)
 	}
 	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromTS(r.created), fromNullTS(r.expires), fromTS(r.updated)
 	sb.Generation = uint64(r.generation)
@@ -95,10 +117,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md,
 			ts(created), nullTS(sb.ExpiresAt), string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation),
-			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, 1, ts(at))
+			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress), 1, ts(at))
 		if isConstraint(err) {
 			return fmt.Errorf("sandbox %s: already exists: %w", sb.ID, errdefs.ErrConflict)
 		}
@@ -186,10 +208,10 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, template = ?, runtime = ?, cpus = ?,
 			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, expires_at = ?, desired_state = ?, state = ?,
 			reason = ?, generation = ?, node_id = ?, exec_id = ?, activation_id = ?, start_from = ?,
-			idle_timeout = ?, idle_action = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
+			idle_timeout = ?, idle_action = ?, egress = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
 			sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md, nullTS(sb.ExpiresAt),
 			string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation), sb.Node, sb.ExecID,
-			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, ts(at), sb.ID, sb.Version)
+			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress), ts(at), sb.ID, sb.Version)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
 		}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -98,6 +100,11 @@ func TestUpgradeFromV1(t *testing.T) {
 		sb.Node != "node-1" || sb.StartFrom != "" {
 		t.Errorf("v1 sandbox read as %+v", sb)
 	}
+	// A sandbox from before egress policies has none of its own: the
+	// control plane's default applies to it.
+	if sb.Egress != nil {
+		t.Errorf("v1 sandbox has egress policy %s, want none", sandbox.EgressJSON(sb.Egress))
+	}
 	k, err := s.GetAPIKey(t.Context(), "k-bbbbbbbbbbbbbbbb")
 	if err != nil || !k.Admin || k.Revoked() {
 		t.Errorf("v1 key read as %+v, %v", k, err)
@@ -117,6 +124,17 @@ func TestUpgradeFromV1(t *testing.T) {
 	}
 	if got.StartFrom != "sn-1" {
 		t.Errorf("StartFrom on upgraded database = %q, want sn-1", got.StartFrom)
+	}
+	p, err := egress.ParsePolicy([]byte(`{"allow_internet":false,"allow":{"domains":["example.com"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Egress = p
+	if err := s.UpdateSandbox(t.Context(), got); err != nil {
+		t.Fatalf("UpdateSandbox with a policy on upgraded database: %v", err)
+	}
+	if got, err = s.GetSandboxByID(t.Context(), sb.ID); err != nil || got.Egress == nil || got.Egress.Spec().Allow.Domains[0] != "example.com" {
+		t.Errorf("egress on upgraded database = %+v, %v", got, err)
 	}
 	sn := store.Snapshot{ID: "sn-1", SandboxID: sb.ID, Tenant: sb.Tenant, Kind: store.SnapshotDisk, State: store.SnapshotReady}
 	if err := s.CreateSnapshot(t.Context(), sn); err != nil {
@@ -231,6 +249,43 @@ func TestTwoStoresOneFile(t *testing.T) {
 	list, err := b.ListSandboxes(ctx, store.SandboxFilter{Tenant: tn.ID})
 	if err != nil || len(list) != 2*perStore {
 		t.Fatalf("ListSandboxes = %d, %v; want %d", len(list), err, 2*perStore)
+	}
+}
+
+// TestEgressColumn: no policy is stored as the empty string; a stored policy that no
+// longer parses is an error on read, never a silently wider policy.
+func TestEgressColumn(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	tn := store.Tenant{ID: sandbox.NewTenantID(), Name: "a"}
+	if err := s.CreateTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandbox.New(tn.ID, sandbox.Spec{Template: "minimal"}, now())
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	var col string
+	if err := s.r.QueryRowContext(ctx, `SELECT egress FROM sandboxes WHERE id = ?`, sb.ID).Scan(&col); err != nil || col != "" {
+		t.Fatalf("egress column = %q, %v; want ''", col, err)
+	}
+	sb.Egress = sandbox.DefaultEgress()
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.r.QueryRowContext(ctx, `SELECT egress FROM sandboxes WHERE id = ?`, sb.ID).Scan(&col); err != nil ||
+		col != `{"allow_internet":true,"allow":{},"deny":{}}` {
+		t.Fatalf("egress column = %q, %v", col, err)
+	}
+	if _, err := s.w.ExecContext(ctx, `UPDATE sandboxes SET egress = '{"alow":{}}' WHERE id = ?`, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSandboxByID(ctx, sb.ID); err == nil || !strings.Contains(err.Error(), "egress") {
+		t.Errorf("GetSandboxByID of a corrupt policy = %v, want an egress decode error", err)
+	}
+	if _, err := s.ListSandboxes(ctx, store.SandboxFilter{}); err == nil {
+		t.Error("ListSandboxes with a corrupt policy succeeded")
 	}
 }
 

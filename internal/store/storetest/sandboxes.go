@@ -3,11 +3,13 @@ package storetest
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -21,6 +23,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 		Env:         map[string]string{"PATH": "/usr/bin", "QUOTE": `a"b\c`, "EMPTY": ""},
 		Metadata:    map[string]string{"owner": "ünïcode"},
 		IdleTimeout: 90 * time.Second, IdleAction: sandbox.IdleHibernate,
+		Egress: policy(t, `{"allow_internet":false,"allow":{"domains":["*.pypi.org"],"cidrs":["10.1.0.0/16"],"ports":["443"]},"deny":{"domains":["evil.example.com"]}}`),
 	}, at(1))
 	sb.ExpiresAt = at(30)
 	sb.StartFrom = "sn-fork-source"
@@ -40,6 +43,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	sb.ExecID, sb.ActivationID = sandbox.NewExecID(sb.ID, sb.Generation), sandbox.NewActivationID()
 	sb.StartFrom = "sn-rollback-target"
 	sb.IdleTimeout, sb.IdleAction = 10*time.Minute, sandbox.IdlePause
+	sb.Egress = policy(t, `{"allow_internet":true,"deny":{"ports":["25"],"cidrs":["2001:db8::/32"]}}`)
 	must(t, "UpdateSandbox", s.UpdateSandbox(ctx(t), sb))
 	if sb.Version != 2 {
 		t.Fatalf("Version after one update = %d, want 2", sb.Version)
@@ -49,8 +53,9 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	checkSandbox(t, "after update", got, sb)
 
 	// Clearing the expiry stores "no timeout"; clearing StartFrom starts
-	// from the template.
-	sb.ExpiresAt, sb.StartFrom = time.Time{}, ""
+	// from the template; clearing the policy leaves the sandbox to the
+	// control plane's default.
+	sb.ExpiresAt, sb.StartFrom, sb.Egress = time.Time{}, "", nil
 	must(t, "UpdateSandbox clear expiry and start point", s.UpdateSandbox(ctx(t), sb))
 	got, err = s.GetSandboxByID(ctx(t), sb.ID)
 	must(t, "GetSandboxByID", err)
@@ -89,6 +94,18 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 	if !maps.Equal(got.Env, want.Env) || !maps.Equal(got.Metadata, want.Metadata) {
 		t.Errorf("%s: env/metadata = %v %v, want %v %v", when, got.Env, got.Metadata, want.Env, want.Metadata)
 	}
+	if (got.Egress == nil) != (want.Egress == nil) || !reflect.DeepEqual(got.Egress.Spec(), want.Egress.Spec()) {
+		t.Errorf("%s: egress = %s (nil %t), want %s (nil %t)", when,
+			sandbox.EgressJSON(got.Egress), got.Egress == nil, sandbox.EgressJSON(want.Egress), want.Egress == nil)
+	}
+}
+
+// policy parses an egress policy for a test.
+func policy(t *testing.T, js string) *egress.Policy {
+	t.Helper()
+	p, err := egress.ParsePolicy([]byte(js))
+	must(t, "ParsePolicy", err)
+	return p
 }
 
 func testSandboxTenantIsolation(t *testing.T, s store.Store) {
