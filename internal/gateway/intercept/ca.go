@@ -67,16 +67,75 @@ type leafEntry struct {
 // CAValidity from a few minutes ago, that may sign leaf certificates only
 // (MaxPathLen 0).
 func NewCA(commonName string) (*CA, error) {
+	ca, _, err := newCA(commonName)
+	return ca, err
+}
+
+// GenerateCA makes a new CA and returns its certificate and private key in
+// PEM form (the key as "EC PRIVATE KEY"), for the control plane to keep
+// sealed and hand to the node that runs the sandbox.
+func GenerateCA(commonName string) (certPEM, keyPEM []byte, err error) {
+	ca, key, err := newCA(commonName)
+	if err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("new interception CA %q: marshal key: %w", commonName, err)
+	}
+	return ca.CertPEM(), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// LoadCA loads a CA made by GenerateCA. It checks that the certificate is a
+// CA certificate, that the key is its key, and that it has not expired.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil || cb.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("load interception CA: no PEM certificate: %w", errdefs.ErrInvalidArgument)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("load interception CA: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil || kb.Type != "EC PRIVATE KEY" {
+		return nil, fmt.Errorf("load interception CA: no PEM EC private key: %w", errdefs.ErrInvalidArgument)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("load interception CA: key: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok || !pub.Equal(&key.PublicKey) {
+		return nil, fmt.Errorf("load interception CA: the key is not the certificate's: %w", errdefs.ErrInvalidArgument)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, fmt.Errorf("load interception CA: the certificate is not a CA: %w", errdefs.ErrInvalidArgument)
+	}
+	if time.Now().After(cert.NotAfter) {
+		return nil, fmt.Errorf("load interception CA: expired at %s: %w", cert.NotAfter.Format(time.RFC3339), errdefs.ErrFailedPrecondition)
+	}
+	return &CA{
+		cert:    cert,
+		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
+		key:     key,
+		now:     time.Now,
+		lru:     list.New(),
+		leaves:  make(map[string]*list.Element),
+	}, nil
+}
+
+func newCA(commonName string) (*CA, *ecdsa.PrivateKey, error) {
 	if commonName == "" {
-		return nil, fmt.Errorf("new interception CA: empty common name: %w", errdefs.ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("new interception CA: empty common name: %w", errdefs.ErrInvalidArgument)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("new interception CA %q: generate key: %w", commonName, err)
+		return nil, nil, fmt.Errorf("new interception CA %q: generate key: %w", commonName, err)
 	}
 	serial, err := randomSerial()
 	if err != nil {
-		return nil, fmt.Errorf("new interception CA %q: %w", commonName, err)
+		return nil, nil, fmt.Errorf("new interception CA %q: %w", commonName, err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -92,11 +151,11 @@ func NewCA(commonName string) (*CA, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("new interception CA %q: sign: %w", commonName, err)
+		return nil, nil, fmt.Errorf("new interception CA %q: sign: %w", commonName, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("new interception CA %q: parse: %w", commonName, err)
+		return nil, nil, fmt.Errorf("new interception CA %q: parse: %w", commonName, err)
 	}
 	return &CA{
 		cert:    cert,
@@ -105,7 +164,7 @@ func NewCA(commonName string) (*CA, error) {
 		now:     time.Now,
 		lru:     list.New(),
 		leaves:  make(map[string]*list.Element),
-	}, nil
+	}, key, nil
 }
 
 // CertPEM returns the CA certificate in PEM form: what the guest installs
