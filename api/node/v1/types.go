@@ -37,6 +37,52 @@ type StartExecution struct {
 	// Egress is the sandbox's egress policy (internal/egress Spec JSON).
 	// Empty means deny everything: the control plane always sends one.
 	Egress json.RawMessage `json:"egress,omitempty"`
+	// CA is the sandbox's interception CA (the guest trusts its
+	// certificate): the gateway mints leaves with it for hosts that have a
+	// credential rule. Absent: no credential injection.
+	CA *SandboxCA `json:"ca,omitempty"`
+}
+
+// SandboxCA is a sandbox's interception CA, PEM encoded
+// (intercept.GenerateCA). The key travels only to the node that runs the
+// sandbox and is kept there in memory.
+type SandboxCA struct {
+	CertPEM string `json:"cert_pem"`
+	KeyPEM  string `json:"key_pem"`
+}
+
+// ResolveCredential is the body of
+// POST /internal/v1/nodes/{node}/credentials/resolve: a node's gateway asks
+// the control plane for the credential to inject into one request an
+// execution it runs is making to Host. The control plane checks that the
+// execution is the sandbox's current one and runs on that node.
+type ResolveCredential struct {
+	SandboxID string `json:"sandbox_id"`
+	ExecID    string `json:"exec_id"`
+	Host      string `json:"host"`
+	// CheckOnly asks only whether a credential applies to Host (the gateway
+	// decides whether to intercept): no secret is returned, no rate limit
+	// charged and no audit entry written.
+	CheckOnly bool `json:"check_only,omitempty"`
+}
+
+// ResolvedCredential answers ResolveCredential. Errors are the usual
+// {code, message} bodies: 404 no credential in scope, 403 none allows the
+// host, 412 all expired, 429 rate limited, 503 store or audit log down.
+type ResolvedCredential struct {
+	// Applies answers a CheckOnly request.
+	Applies bool `json:"applies"`
+	// ID, Method, Name and Secret describe the credential to inject
+	// (Method "header", "basic" or "query"; Name the header or parameter).
+	ID     string `json:"id,omitempty"`
+	Method string `json:"method,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Secret []byte `json:"secret,omitempty"`
+}
+
+// ResolveCredentialPath is where nodes ask for credentials.
+func ResolveCredentialPath(nodeID string) string {
+	return "/internal/v1/nodes/" + nodeID + "/credentials/resolve"
 }
 
 // SetEgress replaces a running execution's egress policy
