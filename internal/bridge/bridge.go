@@ -242,6 +242,7 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	mux.HandleFunc("POST /bridge/v1/keys", b.handleKeys)
 	mux.HandleFunc("POST /bridge/v1/retire", b.handleRetire)
 	mux.HandleFunc("POST /bridge/v1/thaw", b.handleThaw)
+	mux.HandleFunc("POST /bridge/v1/trust", b.handleTrust)
 	mux.HandleFunc("POST /bridge/v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		stop(errors.New("manager asked the bridge to stop"))

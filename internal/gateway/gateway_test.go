@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -433,5 +434,82 @@ func TestManySequentialConnections(t *testing.T) {
 		if _, err := h.get(t, "20.0.0.11:80", "20.0.0.11"); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
+	}
+}
+
+// stubInterceptor records the flows handed to it.
+type stubInterceptor struct {
+	host  string
+	flows chan Flow
+	first chan byte
+}
+
+func (s *stubInterceptor) Applies(_ context.Context, host string) bool { return host == s.host }
+
+func (s *stubInterceptor) Serve(ctx context.Context, client net.Conn, f Flow, dial func(context.Context) (net.Conn, error)) error {
+	defer client.Close()
+	s.flows <- f
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(client, b); err == nil {
+		s.first <- b[0]
+	}
+	up, err := dial(ctx)
+	if err == nil {
+		up.Close()
+	}
+	return err
+}
+
+// tlsHello starts a TLS handshake from the guest with the given SNI and
+// returns when the connection ends (the gateway refuses or the stub closes).
+func (h *harness) tlsHello(t testing.TB, dst, sni string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := h.g.dial(ctx, netip.MustParseAddrPort(dst))
+	if err != nil {
+		t.Fatalf("dial %s: %v", dst, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	_ = tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: true}).HandshakeContext(ctx)
+}
+
+func TestTLSFlows(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false, "allow": {"domains": ["api.allowed.test"]}}`)
+	stub := &stubInterceptor{host: "api.allowed.test", flows: make(chan Flow, 4), first: make(chan byte, 4)}
+	h.gw.cfg.Interceptor = stub
+	h.dialer.mu.Lock()
+	h.dialer.to["20.0.0.10:443"] = h.dialer.to["20.0.0.10:80"]
+	h.dialer.mu.Unlock()
+	h.g.resolve(t, "api.allowed.test")
+
+	// SNI of another name on a connection allowed for api.allowed.test.
+	h.tlsHello(t, "20.0.0.10:443", "other.test")
+	if h.counters.Snapshot()[ReasonSNI] != 1 {
+		t.Errorf("SNI mismatch not refused: %v", h.counters.Snapshot())
+	}
+	select {
+	case f := <-stub.flows:
+		t.Fatalf("a flow with a mismatched SNI was intercepted: %+v", f)
+	default:
+	}
+
+	// The right SNI, with a credential rule: intercepted, the ClientHello
+	// replayed from its first byte.
+	h.tlsHello(t, "20.0.0.10:443", "api.allowed.test")
+	select {
+	case f := <-stub.flows:
+		if f.SNI != "api.allowed.test" || f.Domain != "api.allowed.test" || f.Dst.String() != "20.0.0.10:443" {
+			t.Errorf("flow %+v", f)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the flow was not intercepted")
+	}
+	if b := <-stub.first; b != 0x16 {
+		t.Errorf("the interceptor's first byte is %#x, want the TLS record 0x16", b)
+	}
+	if h.counters.Snapshot()[ReasonIntercepted] != 1 {
+		t.Errorf("intercepted count: %v", h.counters.Snapshot())
 	}
 }

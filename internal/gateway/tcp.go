@@ -128,13 +128,18 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	replay := &replayConn{Conn: client, head: first.raw}
 	if first.kind == kindTLS && g.cfg.Interceptor != nil && first.name != "" && g.cfg.Interceptor.Applies(g.ctx, first.name) {
 		g.cfg.Counters.add(g.cfg.Sandbox, ReasonIntercepted)
-		used := false
-		dial := func(context.Context) (net.Conn, error) {
-			if used {
-				return nil, errors.New("gateway: one upstream connection per flow")
+		// The first request uses the connection dialled for the decision;
+		// after the upstream closed one, the interceptor dials the same
+		// decided destination again.
+		first := up
+		dial := func(ctx context.Context) (net.Conn, error) {
+			if c := first; c != nil {
+				first = nil
+				return c, nil
 			}
-			used = true
-			return up, nil
+			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+			defer cancel()
+			return g.cfg.Dialer.DialContext(ctx, "tcp", f.Dst.String())
 		}
 		if err := g.cfg.Interceptor.Serve(g.ctx, replay, f, dial); err != nil {
 			g.log.Debug("intercepted flow ended", "dst", f.Dst, "sni", f.SNI, "err", err)

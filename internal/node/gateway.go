@@ -2,17 +2,20 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 
+	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/gateway"
 	"github.com/spacesandbox/space/internal/gateway/dnsgw"
+	"github.com/spacesandbox/space/internal/gateway/intercept"
 )
 
 // GatewayConfig turns on sandbox networking on this node: every execution
@@ -23,6 +26,12 @@ type GatewayConfig struct {
 	Dialer gateway.Dialer
 	// Upstream resolves the sandboxes' DNS queries.
 	Upstream dnsgw.Upstream
+	// Credentials, when set, lets the gateway inject credentials: it asks
+	// the control plane for them; without it TLS is never intercepted.
+	Credentials *CredentialClient
+	// UpstreamRoots verifies the certificates of intercepted upstreams;
+	// nil uses the system roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // gateways holds the running gateways of this node's executions.
@@ -61,11 +70,25 @@ func (m *Manager) attachGateway(rec *Record, link *driver.Link) error {
 		return fmt.Errorf("exec %s: egress policy: %w", rec.ExecID, err)
 	}
 	holder := egress.NewHolder(p)
-	gw, err := gateway.Attach(link, gateway.Config{
+	cfg := gateway.Config{
 		Sandbox: rec.SandboxID, Execution: rec.ExecID,
 		Policy: holder, Upstream: m.cfg.Gateway.Upstream, Dialer: m.cfg.Gateway.Dialer,
 		Counters: &m.gateways.counters, Log: m.log,
-	})
+	}
+	if rec.CA != nil && m.cfg.Gateway.Credentials != nil {
+		ca, err := intercept.LoadCA([]byte(rec.CA.CertPEM), []byte(rec.CA.KeyPEM))
+		if err != nil {
+			link.Close()
+			return fmt.Errorf("exec %s: sandbox CA: %w", rec.ExecID, err)
+		}
+		creds := execCredentials{c: m.cfg.Gateway.Credentials, sandbox: rec.SandboxID, execID: rec.ExecID}
+		cfg.Interceptor = &credentialInterceptor{creds: creds, base: intercept.Interceptor{
+			CA: ca, Policy: holder, Credentials: creds, UpstreamRoots: m.cfg.Gateway.UpstreamRoots,
+			Identity: credentials.Request{Tenant: rec.TenantID, Sandbox: rec.SandboxID, ExecutionID: rec.ExecID},
+			Log:      m.log.With("component", "intercept", "sandbox", rec.SandboxID, "exec", rec.ExecID),
+		}}
+	}
+	gw, err := gateway.Attach(link, cfg)
 	if err != nil {
 		return fmt.Errorf("exec %s: gateway: %w", rec.ExecID, err)
 	}

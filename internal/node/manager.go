@@ -185,7 +185,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		Node:           m.cfg.NodeID,
 		Substrate:      req.Runtime,
 		Hostname:       req.SandboxID,
-		Env:            req.Env,
+		Env:            guestEnv(req),
 		DefaultUser:    "user",
 		DefaultWorkdir: "/home/user",
 		PidsMax:        guestPidsMax(req),
@@ -193,10 +193,40 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
+	// The guest trusts its sandbox's interception CA before anything of
+	// the caller's runs.
+	if req.CA != nil && m.cfg.Gateway != nil {
+		if err := bc.trustCA(ctx, req.CA.CertPEM); err != nil {
+			return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+		}
+	}
 	m.log.Debug("execution started", "exec", req.ExecID,
 		"runtime_start", tStarted.Sub(t0), "bridge_spawn", tSpawned.Sub(tStarted),
 		"guest_ready", tReady.Sub(tSpawned), "identity", time.Since(tReady))
 	return rec, nil
+}
+
+// guestEnv is the sandbox's environment: the caller's, and, when the
+// sandbox has an interception CA, the variables that make common TLS
+// clients read the system bundle it was added to (unless the caller set
+// them).
+func guestEnv(req nodev1.StartExecution) map[string]string {
+	if req.CA == nil {
+		return req.Env
+	}
+	env := make(map[string]string, len(req.Env)+4)
+	for k, v := range map[string]string{
+		"SSL_CERT_FILE":       bridge.TrustBundlePath,
+		"REQUESTS_CA_BUNDLE":  bridge.TrustBundlePath,
+		"CURL_CA_BUNDLE":      bridge.TrustBundlePath,
+		"NODE_EXTRA_CA_CERTS": bridge.TrustAnchorPath,
+	} {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	return env
 }
 
 // guestPidsMax is the task limit the guest enforces itself: in a VM nothing

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/credentials"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/gateway"
+	"github.com/spacesandbox/space/internal/gateway/intercept"
+)
+
+// CredentialClient asks the control plane for the credentials the gateway
+// injects: the node holds no secret at rest, and every use is audited where
+// the credentials live.
+type CredentialClient struct {
+	Server    string // the control plane's base URL
+	JoinToken string // authenticates this node
+	NodeID    string
+	HTTP      *http.Client
+}
+
+// resolve asks for the credential of one request (or only whether one
+// applies, when checkOnly).
+func (c *CredentialClient) resolve(ctx context.Context, req nodev1.ResolveCredential) (*nodev1.ResolvedCredential, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.Server, "/")+nodev1.ResolveCredentialPath(c.NodeID), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Authorization", "Bearer "+c.JoinToken)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(hr)
+	if err != nil {
+		return nil, fmt.Errorf("credential for %s: control plane: %v: %w", req.Host, err, errdefs.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("credential for %s: control plane: %v: %w", req.Host, err, errdefs.ErrUnavailable)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(data, &e)
+		class := errdefs.ErrUnavailable
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			class = errdefs.ErrNotFound
+		case http.StatusForbidden:
+			class = errdefs.ErrPermissionDenied
+		case http.StatusPreconditionFailed:
+			class = errdefs.ErrFailedPrecondition
+		case http.StatusTooManyRequests:
+			class = errdefs.ErrResourceExhausted
+		case http.StatusBadRequest:
+			class = errdefs.ErrInvalidArgument
+		}
+		return nil, fmt.Errorf("credential for %s: %s: %w", req.Host, e.Message, class)
+	}
+	var out nodev1.ResolvedCredential
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("credential for %s: control plane answer: %v: %w", req.Host, err, errdefs.ErrUnavailable)
+	}
+	clear(data)
+	return &out, nil
+}
+
+// execCredentials is one execution's view of the credential client: the
+// intercept.CredentialSource the interceptor resolves through.
+type execCredentials struct {
+	c               *CredentialClient
+	sandbox, execID string
+}
+
+func (e execCredentials) Resolve(ctx context.Context, req credentials.Request) (*credentials.Credential, error) {
+	r, err := e.c.resolve(ctx, nodev1.ResolveCredential{SandboxID: e.sandbox, ExecID: e.execID, Host: req.Host})
+	if err != nil {
+		return nil, err
+	}
+	return &credentials.Credential{
+		ID: r.ID, Secret: r.Secret, AllowedHosts: []string{req.Host},
+		Injection: credentials.Injection{Method: r.Method, Name: r.Name},
+	}, nil
+}
+
+// credentialInterceptor is the gateway.Interceptor of one execution.
+type credentialInterceptor struct {
+	base  intercept.Interceptor
+	creds execCredentials
+}
+
+func (ci *credentialInterceptor) Applies(ctx context.Context, host string) bool {
+	r, err := ci.creds.c.resolve(ctx, nodev1.ResolveCredential{SandboxID: ci.creds.sandbox, ExecID: ci.creds.execID, Host: host, CheckOnly: true})
+	return err == nil && r.Applies
+}
+
+func (ci *credentialInterceptor) Serve(ctx context.Context, client net.Conn, f gateway.Flow, dial func(context.Context) (net.Conn, error)) error {
+	ic := ci.base
+	ic.DialUpstream = dial
+	return ic.Serve(ctx, client, intercept.Flow{Dst: f.Dst, ConnDomain: f.Domain, SNI: f.SNI})
+}
+
+// trustCA installs the sandbox's interception CA into the guest's trust
+// store through the host bridge.
+func (b *bridgeConn) trustCA(ctx context.Context, certPEM string) error {
+	body, err := json.Marshal(bridge.TrustRequest{CertPEM: certPEM})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://bridge/bridge/v1/trust", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("install the sandbox CA in the guest: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("install the sandbox CA in the guest: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}
