@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -19,105 +18,23 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
-	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/buffer"
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
-	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
-	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
-	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/gateway/gatewaytest"
 	"github.com/spacesandbox/space/internal/sandboxnet"
 )
 
-// guest is a userspace TCP/IP stack playing the sandbox: it has the
-// sandbox's address and reaches the world only through the gateway's link.
-type guest struct {
-	s  *stack.Stack
-	ep *channel.Endpoint
-}
-
-func newGuest(t testing.TB, f *os.File) *guest {
-	t.Helper()
-	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
-	})
-	ep := channel.New(256, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GuestMAC))
-	if err := s.CreateNIC(1, ethernet.New(ep)); err != nil {
-		t.Fatal(err)
-	}
-	pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{
-		Address: tcpip.AddrFrom4(sandboxnet.GuestPrefix.Addr().As4()), PrefixLen: sandboxnet.GuestPrefix.Bits()}}
-	if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
-		t.Fatal(err)
-	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(sandboxnet.Gateway.As4()), NIC: 1}})
-	g := &guest{s: s, ep: ep}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { // stack -> link
-		defer wg.Done()
-		for {
-			pkt := ep.ReadContext(ctx)
-			if pkt == nil {
-				return
-			}
-			v := pkt.ToView()
-			pkt.DecRef()
-			frame := v.AsSlice()
-			out := make([]byte, 4+len(frame))
-			binary.BigEndian.PutUint32(out, uint32(len(frame)))
-			copy(out[4:], frame)
-			v.Release()
-			if _, err := f.Write(out); err != nil {
-				return
-			}
-		}
-	}()
-	go func() { // link -> stack
-		defer wg.Done()
-		r := bufio.NewReader(f)
-		for {
-			var head [4]byte
-			if _, err := io.ReadFull(r, head[:]); err != nil {
-				return
-			}
-			frame := make([]byte, binary.BigEndian.Uint32(head[:]))
-			if _, err := io.ReadFull(r, frame); err != nil {
-				return
-			}
-			pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(frame)})
-			ep.InjectInbound(0, pkt)
-			pkt.DecRef()
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		f.Close()
-		ep.Close()
-		s.Close()
-		wg.Wait()
-	})
-	return g
-}
+// guest is the sandbox end of the test link.
+type guest struct{ *gatewaytest.Guest }
 
 func (g *guest) dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	return gonet.DialContextTCP(ctx, g.s, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(dst.Addr().As4()), Port: dst.Port()}, ipv4.ProtocolNumber)
+	return g.Dial(ctx, dst)
 }
 
 // resolve asks the gateway's DNS for name's A records.
 func (g *guest) resolve(t testing.TB, name string) ([]netip.Addr, dnsmessage.RCode) {
 	t.Helper()
-	c, err := gonet.DialUDP(g.s, nil, &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(sandboxnet.DNS.As4()), Port: 53}, ipv4.ProtocolNumber)
+	c, err := g.DialUDP(netip.AddrPortFrom(sandboxnet.DNS, 53))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,11 +120,7 @@ type harness struct {
 
 func startHarness(t testing.TB, policy string) *harness {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, guestEnd := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
+	link, g := gatewaytest.NewLink(t)
 	p, err := egress.ParsePolicy([]byte(policy))
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +135,7 @@ func startHarness(t testing.TB, policy string) *harness {
 	h.dialer = &mapDialer{to: map[string]string{
 		"20.0.0.10:80": up, "20.0.0.11:80": up, "20.0.0.12:443": up, "10.1.2.3:80": up, "169.254.169.254:80": up,
 	}}
-	gw, err := Attach(&driver.Link{File: host, Framing: driver.FramingStream}, Config{
+	gw, err := Attach(link, Config{
 		Sandbox: "sb1", Execution: "ex1",
 		Policy:   egress.NewHolder(p),
 		Upstream: fakeResolver{"api.allowed.test": {netip.MustParseAddr("20.0.0.10")}, "other.test": {netip.MustParseAddr("20.0.0.11")}, "internal.test": {netip.MustParseAddr("10.1.2.3")}},
@@ -233,7 +146,7 @@ func startHarness(t testing.TB, policy string) *harness {
 	}
 	t.Cleanup(func() { gw.Close() })
 	h.gw = gw
-	h.g = newGuest(t, guestEnd)
+	h.g = &guest{g}
 	return h
 }
 
@@ -511,5 +424,38 @@ func TestTLSFlows(t *testing.T) {
 	}
 	if h.counters.Snapshot()[ReasonIntercepted] != 1 {
 		t.Errorf("intercepted count: %v", h.counters.Snapshot())
+	}
+}
+
+// TestDialGuest: ingress reaches a port the guest listens on, through the
+// link; a closed port is refused.
+func TestDialGuest(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false}`)
+	ln, err := h.g.Listen(8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "from %s", c.RemoteAddr())
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := h.gw.DialGuest(ctx, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(b), "from "+sandboxnet.Gateway.String()) {
+		t.Fatalf("guest saw %q", b)
+	}
+	if _, err := h.gw.DialGuest(ctx, 8081); err == nil {
+		t.Fatal("a closed guest port accepted")
 	}
 }

@@ -347,3 +347,22 @@ func addrOf(a tcpip.Address) netip.Addr {
 	ad, _ := netip.AddrFromSlice(a.AsSlice())
 	return ad.Unmap()
 }
+
+// DialGuest opens a TCP connection from the gateway to port on the guest
+// (ServicePort ingress): it arrives from sandboxnet.Gateway, through the
+// sandbox's own link, so it needs nothing of the host's network. The caller
+// has checked the capability for this execution, port and protocol.
+func (g *Sandbox) DialGuest(ctx context.Context, port uint16) (net.Conn, error) {
+	select {
+	case <-g.done:
+		return nil, errors.New("gateway: stopped")
+	default:
+	}
+	local := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(sandboxnet.Gateway.As4())}
+	remote := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(sandboxnet.GuestPrefix.Addr().As4()), Port: port}
+	c, err := gonet.DialTCPWithBind(ctx, g.stack, local, remote, ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: connect to guest port %d: %w", port, err)
+	}
+	return c, nil
+}

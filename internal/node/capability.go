@@ -97,6 +97,12 @@ func (m *Manager) loadKeys() {
 // checkCapability verifies the request's capability and compares it with the
 // execution this node has installed for rec. It never asks anyone else.
 func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, now time.Time) error {
+	return m.checkCapabilityFor(header, rec, capability.Request{Op: op}, now)
+}
+
+// checkCapabilityFor is checkCapability for a full request: ServicePort
+// traffic names its port and protocol.
+func (m *Manager) checkCapabilityFor(header string, rec *Record, req capability.Request, now time.Time) error {
 	m.keysMu.Lock()
 	keys := m.keys
 	m.keysMu.Unlock()
@@ -116,7 +122,7 @@ func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, 
 				Sandbox: rec.SandboxID, Generation: rec.Generation, Node: m.cfg.NodeID,
 				Substrate: rec.Runtime, Activation: rec.ActivationID,
 			}
-			switch d, why := capability.Compare(c, installed, capability.Request{Op: op}); d {
+			switch d, why := capability.Compare(c, installed, req); d {
 			case capability.Allow:
 				if rec.Retired {
 					// The capability names this execution, which no
@@ -129,7 +135,7 @@ func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, 
 				m.capabilityRefused(rec, c, refusedRefreshRoute, why)
 				return fmt.Errorf("%w: %w: %s", errdefs.ErrConflict, errRefreshRoute, why)
 			default:
-				m.capabilityRefused(rec, c, denyReason(c, installed, capability.Request{Op: op}), why)
+				m.capabilityRefused(rec, c, denyReason(c, installed, req), why)
 				return fmt.Errorf("%w: %s", errdefs.ErrPermissionDenied, why)
 			}
 		}
