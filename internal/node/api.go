@@ -115,6 +115,7 @@ func (m *Manager) Handler() http.Handler {
 	})
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", m.handleGuest)
 	mux.HandleFunc("/node/v1/executions/{exec}/ports/{port}/{rest...}", m.handlePort)
+	mux.HandleFunc("GET /node/v1/executions/{exec}/tcp/{port}", m.handlePortTCP)
 	mux.HandleFunc("POST /node/v1/templates", m.handleEnsureTemplate)
 	mux.HandleFunc("GET /node/v1/templates", func(w http.ResponseWriter, r *http.Request) {
 		names, err := m.cfg.Privileged.Templates(r.Context())

@@ -1,13 +1,16 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
@@ -77,4 +80,87 @@ func (m *Manager) handlePort(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	proxy.ServeHTTP(w, r)
+}
+
+// TCPUpgrade is the Upgrade token of a raw TCP tunnel to a guest port.
+const TCPUpgrade = "space-tcp"
+
+// handlePortTCP serves GET /node/v1/executions/{exec}/tcp/{port} with
+// "Connection: Upgrade" and "Upgrade: space-tcp": after a 101 answer the
+// connection carries the bytes of one TCP connection to the guest port,
+// both ways. The capability must name OpServicePort, the port and "tcp".
+func (m *Manager) handlePortTCP(w http.ResponseWriter, r *http.Request) {
+	execID := r.PathValue("exec")
+	if err := privop.ValidExecID(execID); err != nil {
+		writeError(w, err)
+		return
+	}
+	port, err := strconv.ParseUint(r.PathValue("port"), 10, 16)
+	if err != nil || port == 0 {
+		writeError(w, fmt.Errorf("%w: port %q: want 1-65535", errdefs.ErrInvalidArgument, r.PathValue("port")))
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), TCPUpgrade) {
+		writeError(w, fmt.Errorf("%w: a TCP tunnel needs \"Upgrade: %s\"", errdefs.ErrInvalidArgument, TCPUpgrade))
+		return
+	}
+	rec, err := m.records.load(execID)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
+		return
+	}
+	req := capability.Request{Op: capability.OpServicePort, Port: uint16(port), Protocol: "tcp"}
+	if err := m.checkCapabilityFor(r.Header.Get(capability.Header), rec, req, time.Now()); err != nil {
+		writeError(w, err)
+		return
+	}
+	m.gateways.mu.Lock()
+	g := m.gateways.byExec[execID]
+	m.gateways.mu.Unlock()
+	if g == nil {
+		writeError(w, fmt.Errorf("%w: exec %s has no network on this node", errdefs.ErrFailedPrecondition, execID))
+		return
+	}
+	leaseCtx, release := m.streams.acquire(context.WithoutCancel(r.Context()), execID)
+	defer release()
+	dctx, cancel := context.WithTimeout(leaseCtx, 30*time.Second)
+	guestConn, err := g.gw.DialGuest(dctx, uint16(port))
+	cancel()
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: sandbox port %d: %v", errdefs.ErrUnavailable, port, err))
+		return
+	}
+	defer guestConn.Close()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: cannot take over the connection: %v", errdefs.ErrUnavailable, err))
+		return
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+TCPUpgrade+"\r\n\r\n")
+	// Whatever the client sent after its request head is the tunnel's.
+	var client io.Reader = conn
+	if n := brw.Reader.Buffered(); n > 0 {
+		head, _ := brw.Reader.Peek(n)
+		client = io.MultiReader(bytes.NewReader(append([]byte(nil), head...)), conn)
+	}
+	stop := context.AfterFunc(leaseCtx, func() { conn.Close(); guestConn.Close() })
+	defer stop()
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = io.Copy(guestConn, client)
+		if cw, ok := guestConn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(conn, guestConn)
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
 }

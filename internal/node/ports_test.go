@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -14,12 +15,21 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/gateway/gatewaytest"
 	"github.com/spacesandbox/space/internal/privop"
 )
+
+// bufConn reads what a bufio.Reader already holds first.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 type refuseDialer struct{}
 
@@ -124,6 +134,51 @@ func TestServicePortIngress(t *testing.T) {
 		t.Error("a refused request reached the guest")
 	default:
 	}
+	// A raw TCP tunnel to an echo server on the guest's port 2222.
+	echo, err := guest.Listen(2222)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	t.Cleanup(func() { echo.Close() })
+	tunnel := func(capHeader string) (net.Conn, string) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(api.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /node/v1/executions/sb1-g8-x/tcp/2222 HTTP/1.1\r\nHost: node\r\n%s: node-token\r\n%s: %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\nearly", TokenHeader, capability.Header, capHeader, TCPUpgrade)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &bufConn{Conn: c, r: br}, resp.Status
+	}
+	c, status := tunnel(mint(id, 2222, "tcp"))
+	if !strings.HasPrefix(status, "101") {
+		t.Fatalf("tunnel: %s", status)
+	}
+	fmt.Fprint(c, "-ping")
+	got := make([]byte, len("early-ping"))
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "early-ping" {
+		t.Fatalf("echo through the tunnel: %q, %v", got, err)
+	}
+	c.Close()
+	if c, status := tunnel(mint(id, 2222, "http")); !strings.HasPrefix(status, "403") {
+		t.Errorf("tunnel with an http capability: %s, want 403", status)
+	} else {
+		c.Close()
+	}
+
 	// A port nobody listens on: the gateway's connection is refused.
 	if code, _ := get("/node/v1/executions/sb1-g8-x/ports/9090/", mint(id, 9090, "http")); code != http.StatusServiceUnavailable {
 		t.Errorf("closed guest port: HTTP %d, want 503", code)
