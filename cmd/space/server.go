@@ -22,7 +22,10 @@ import (
 
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/cli"
+	"github.com/spacesandbox/space/internal/credentials"
+	"github.com/spacesandbox/space/internal/credentials/localstore"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/node"
@@ -234,6 +237,15 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		return err
 	}
 	defer objs.Close()
+	creds, err := openCredentials(o.dataDir)
+	if err != nil {
+		return err
+	}
+	defer creds.audit.Close()
+	caSealer, err := server.OpenCASealer(filepath.Join(o.dataDir, "ca-seal.key"))
+	if err != nil {
+		return err
+	}
 	nodes := server.NewNodes()
 	rec := reconcile.New(reconcile.Config{
 		Objects: objs, TenantKey: tenantKey(keys), Schedule: o.schedule, Retention: o.retention,
@@ -243,6 +255,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	srv := server.New(server.Config{
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
+		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -280,6 +293,33 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		return nil
 	}
 	return err
+}
+
+// credentialStore is the control plane's credential manager and what it
+// is made of.
+type credentialStore struct {
+	backend *localstore.Store
+	audit   *credentials.FileAuditLog
+	manager *credentials.Manager
+}
+
+// openCredentials opens the encrypted credential store DATA/credentials
+// (its key DATA/credentials.key, made 0600 on first start) and the audit log
+// DATA/credentials-audit.log.
+func openCredentials(dataDir string) (*credentialStore, error) {
+	keyPath := filepath.Join(dataDir, "credentials.key")
+	if err := localstore.GenerateKeyFile(keyPath); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		return nil, fmt.Errorf("credential store: %w", err)
+	}
+	backend, err := localstore.Open(filepath.Join(dataDir, "credentials"), keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("credential store: %w", err)
+	}
+	audit, err := credentials.OpenFileAuditLog(filepath.Join(dataDir, "credentials-audit.log"))
+	if err != nil {
+		return nil, fmt.Errorf("credential audit log: %w", err)
+	}
+	return &credentialStore{backend: backend, audit: audit, manager: credentials.NewManager(backend, audit)}, nil
 }
 
 // secretFile returns the secret stored in path, creating it on first use.

@@ -16,7 +16,7 @@ const defaultWait = 10 * time.Minute
 
 func init() {
 	commands = append(commands,
-		&command{path: "sandbox create", args: "[--template T] [--runtime vm|ns] [--cpus N] [--memory MiB] [--disk MiB] [--env K=V]… [--timeout DUR] [--egress FILE] [--name N] [-o json]",
+		&command{path: "sandbox create", args: "[--template T] [--runtime vm|ns] [--cpus N] [--memory MiB] [--disk MiB] [--env K=V]… [--timeout DUR] [--egress FILE] [--project P] [--name N] [-o json]",
 			summary: "create a sandbox; prints its id once it is running", run: sandboxCreate},
 		&command{path: "sandbox list", args: "[-o json]", summary: "list sandboxes", run: sandboxList},
 		&command{path: "sandbox get", args: "ID [-o json]", summary: "show a sandbox", run: sandboxGet},
@@ -51,6 +51,7 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 	timeout := fs.String("timeout", "", "delete the sandbox after this duration, e.g. 30m")
 	egress := fs.String("egress", "", "JSON egress policy file, - for stdin (default: the server's, {\"allow_internet\": true} unless set otherwise); see docs/network.md")
 	fs.StringVar(&req.Name, "name", "", "sandbox name")
+	fs.StringVar(&req.Project, "project", "", "project of the sandbox: credentials scoped to it apply (docs/credentials.md)")
 	fs.StringVar(&req.IdleTimeout, "idle-timeout", "", "pause (or hibernate, --idle-action) the sandbox after this long without a request, e.g. 10m; the next request resumes it")
 	fs.StringVar(&req.IdleAction, "idle-action", "", "what idleness does: pause (default) or hibernate")
 	wait := durationFlag(fs, "wait", defaultWait, "how long to wait for the sandbox to run")

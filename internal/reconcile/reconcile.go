@@ -78,6 +78,8 @@ type Reconciler struct {
 	// their own (recorded before egress policies existed); nil: the
 	// built-in default.
 	defaultEgress atomic.Pointer[egress.Policy]
+	// ca supplies each start's interception CA (SetCA); nil: none.
+	ca atomic.Pointer[CAFunc]
 
 	mu       sync.Mutex // guards watchers and observed
 	watchers map[string]map[*Watch]struct{}

@@ -48,8 +48,14 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 			return after, err
 		}
 	}
+	req, err := r.startRequest(ctx, sb)
+	if err != nil {
+		if time.Since(sb.UpdatedAt) > r.cfg.StartTimeout {
+			return fail(err.Error())
+		}
+		return time.Second, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
-	req := r.startRequest(sb)
 	ex, err := api.Start(sctx, req)
 	if err != nil && sb.StartFrom == "" && errdefs.IsFailedPrecondition(err) && strings.Contains(err.Error(), "is not on this node") {
 		// A node that joined after the template was built gets it now,
@@ -95,15 +101,24 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 // It is built here and nowhere else: create, start after stop, restore after
 // hibernate, rollback, fork and crash recovery all start through
 // startExecution, and each carries the tenant (the gateway's credential
-// scope) and the sandbox's egress policy as stored now. A policy changed
-// while the node starts the execution is pushed by the API once the sandbox
-// settles (server, PUT .../egress).
-func (r *Reconciler) startRequest(sb *sandbox.Sandbox) nodev1.StartExecution {
-	return nodev1.StartExecution{
+// scope), the sandbox's egress policy as stored now, and its interception
+// CA (SetCA), which a sandbox recorded before CAs existed gets here. A
+// policy changed while the node starts the execution is pushed by the API
+// once the sandbox settles (server, PUT .../egress).
+func (r *Reconciler) startRequest(ctx context.Context, sb *sandbox.Sandbox) (nodev1.StartExecution, error) {
+	req := nodev1.StartExecution{
 		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
 		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
 		Snapshot: sb.StartFrom, TenantID: sb.Tenant, Egress: sandbox.EgressJSON(sb.EgressOr(r.DefaultEgress())),
 	}
+	if f := r.ca.Load(); f != nil {
+		ca, err := (*f)(ctx, sb)
+		if err != nil {
+			return nodev1.StartExecution{}, fmt.Errorf("sandbox %s: interception CA: %w", sb.ID, err)
+		}
+		req.CA = ca
+	}
+	return req, nil
 }
 
 // checkRunning fails a running sandbox whose node reports its execution dead

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -42,6 +43,17 @@ type Sandbox struct {
 	// before sandboxes had egress policies; the control plane's default
 	// applies (EgressOr). A Policy is immutable, so copies share it.
 	Egress *egress.Policy
+	// Project groups sandboxes of a tenant for credentials scoped to a
+	// project (internal/credentials); empty: none.
+	Project string
+	// CACert is the sandbox's interception CA certificate (PEM): the guest
+	// trusts it and the gateway mints leaves with it for hosts that have a
+	// credential rule. CAKey is the CA's private key sealed at rest (only the
+	// control plane can open it; see internal/server/ca.go). Both are empty
+	// for a sandbox recorded before sandboxes had CAs: one is made at its
+	// next start. A fork gets a CA of its own.
+	CACert string
+	CAKey  []byte
 
 	Desired State
 	State   State
@@ -86,6 +98,7 @@ func New(tenant string, spec Spec, now time.Time) *Sandbox {
 		IdleTimeout: spec.IdleTimeout,
 		IdleAction:  spec.IdleAction,
 		Egress:      spec.Egress,
+		Project:     spec.Project,
 	}
 	if spec.Timeout > 0 {
 		sb.ExpiresAt = sb.CreatedAt.Add(spec.Timeout)
@@ -153,6 +166,7 @@ func (sb *Sandbox) API() sandboxv1.Sandbox {
 		Env:        maps.Clone(sb.Env),
 		Metadata:   maps.Clone(sb.Metadata),
 		CreatedAt:  sb.CreatedAt,
+		Project:    sb.Project,
 	}
 	if !sb.ExpiresAt.IsZero() {
 		t := sb.ExpiresAt
@@ -172,5 +186,6 @@ func (sb *Sandbox) Clone() *Sandbox {
 	c := *sb
 	c.Env = maps.Clone(sb.Env)
 	c.Metadata = maps.Clone(sb.Metadata)
+	c.CAKey = slices.Clone(sb.CAKey)
 	return &c
 }

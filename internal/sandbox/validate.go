@@ -56,6 +56,8 @@ type Spec struct {
 	// Egress is the sandbox's egress policy; ValidateCreate leaves it nil
 	// (the caller parses the request's policy and applies its default).
 	Egress *egress.Policy
+	// Project is the sandbox's project (credential scopes); empty: none.
+	Project string
 }
 
 // ValidateCreate checks a create request from the API and returns it as a
@@ -71,6 +73,7 @@ func ValidateCreate(req sandboxv1.CreateSandboxRequest) (Spec, error) {
 		DiskMiB:   orDefault(req.DiskMiB, DefaultDiskMiB),
 		Env:       req.Env,
 		Metadata:  req.Metadata,
+		Project:   req.Project,
 	}
 	if spec.Template == "" {
 		spec.Template = DefaultTemplate
@@ -84,6 +87,7 @@ func ValidateCreate(req sandboxv1.CreateSandboxRequest) (Spec, error) {
 		inRange("disk_mib", spec.DiskMiB, MinDiskMiB, MaxDiskMiB),
 		ValidateEnv(spec.Env),
 		validateMetadata(spec.Metadata),
+		ValidateProject(spec.Project),
 	}
 	for _, err := range checks {
 		if err != nil {
@@ -275,4 +279,22 @@ func ParseIdle(timeout, action string) (time.Duration, string, error) {
 		return 0, "", invalid("idle_action %q: want pause or hibernate", clip(action))
 	}
 	return d, action, nil
+}
+
+// MaxProjectLen bounds a project name.
+const MaxProjectLen = 128
+
+// ValidateProject checks a project name: empty (none), or 1 to
+// MaxProjectLen bytes of [A-Za-z0-9._-], the shape credential scopes accept.
+func ValidateProject(p string) error {
+	if len(p) > MaxProjectLen {
+		return invalid("project %q: at most %d characters", clip(p), MaxProjectLen)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return invalid("project %q: use letters, digits, '.', '_' and '-'", clip(p))
+		}
+	}
+	return nil
 }

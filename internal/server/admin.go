@@ -99,6 +99,7 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.purgeCredentials(context.WithoutCancel(r.Context()), id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

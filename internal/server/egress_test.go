@@ -107,6 +107,12 @@ const testJoinToken = "join-token-for-egress-tests-0123456789"
 
 func newControlPlane(t *testing.T, cfg Config) *controlPlane {
 	t.Helper()
+	return newControlPlaneLog(t, cfg, io.Discard)
+}
+
+// newControlPlaneLog is newControlPlane logging to logOut.
+func newControlPlaneLog(t *testing.T, cfg Config, logOut io.Writer) *controlPlane {
+	t.Helper()
 	ctx := t.Context()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -130,7 +136,7 @@ func newControlPlane(t *testing.T, cfg Config) *controlPlane {
 	if err := st.CreateTemplate(ctx, store.Template{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady}); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	nodes := NewNodes()
 	rec := reconcile.New(reconcile.Config{Resync: 50 * time.Millisecond}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)

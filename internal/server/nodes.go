@@ -2,11 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -118,9 +116,8 @@ type Heartbeat struct {
 func HeartbeatPath(nodeID string) string { return "/internal/v1/nodes/" + nodeID + "/heartbeat" }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if s.cfg.JoinToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.JoinToken)) != 1 {
-		s.writeError(w, r, fmt.Errorf("%w: join token required", errdefs.ErrUnauthenticated))
+	if err := s.nodeAuthenticated(r); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")

@@ -79,6 +79,9 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 		return nil, fmt.Errorf("%w: template %q is %s, not ready", errdefs.ErrFailedPrecondition, spec.Template, tpl.State)
 	}
 	sb := sandbox.New(tenant, spec, time.Now())
+	if err := s.newCA(sb); err != nil {
+		return nil, err
+	}
 	nodeID, why, err := s.place(ctx, sb)
 	if err != nil {
 		return nil, err

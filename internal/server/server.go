@@ -14,6 +14,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
@@ -51,6 +52,16 @@ type Config struct {
 	// it to the reconciler for those). nil: sandbox.DefaultEgress, the
 	// public internet only.
 	DefaultEgress *egress.Policy
+	// Credentials resolves credentials for the nodes' gateways,
+	// CredentialStore is its backend (where POST /v1/credentials writes)
+	// and CredentialAudit its audit log, read back by GET
+	// /v1/credentials/audit. nil: the credential routes answer 503.
+	Credentials     *credentials.Manager
+	CredentialStore credentials.Backend
+	CredentialAudit AuditReader
+	// CASealer seals each sandbox's interception CA key at rest (ca.go).
+	// nil: sandboxes get no CA, and no credential is injected.
+	CASealer *CASealer
 }
 
 // Server serves the REST API.
@@ -81,10 +92,14 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64)}
 	if rec != nil {
 		rec.SetDefaultEgress(cfg.DefaultEgress)
+		if cfg.CASealer != nil {
+			rec.SetCA(s.StartCA)
+		}
 	}
-	return &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64)}
+	return s
 }
 
 // Handler returns the API's HTTP handler.
@@ -98,6 +113,7 @@ func (s *Server) Handler() http.Handler {
 	route("GET /metrics", s.handleMetrics)
 	route("GET /openapi.json", handleOpenAPI)
 	route("POST /internal/v1/nodes/{id}/heartbeat", s.handleHeartbeat)
+	route("POST /internal/v1/nodes/{node}/credentials/resolve", s.handleResolveCredential)
 
 	authed("POST /v1/sandboxes", s.idempotent(s.handleCreate))
 	authed("GET /v1/sandboxes", s.handleList)
@@ -128,6 +144,13 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
 	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
 	authed("GET /v1/sandboxes/{id}/events", s.handleEvents)
+	authed("GET /v1/sandboxes/{id}/ca.pem", s.handleGetCA)
+
+	authed("POST /v1/credentials", s.idempotent(s.handleCreateCredential))
+	authed("GET /v1/credentials", s.handleListCredentials)
+	authed("GET /v1/credentials/audit", s.handleCredentialAudit)
+	authed("GET /v1/credentials/{id}", s.handleGetCredential)
+	authed("DELETE /v1/credentials/{id}", s.handleDeleteCredential)
 
 	authed("GET /v1/templates", s.handleListTemplates)
 	admin("POST /v1/templates", s.idempotent(s.handleBuildTemplate))

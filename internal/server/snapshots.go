@@ -150,8 +150,15 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		Name: req.Name, Template: parent.Template, Runtime: parent.Runtime, CPUs: parent.CPUs,
 		MemoryMiB: parent.MemoryMiB, DiskMiB: parent.DiskMiB, Env: parent.Env, Metadata: parent.Metadata,
 		// The fork inherits the parent's policy, as its own from now on.
-		Egress: parent.EgressOr(s.cfg.DefaultEgress),
+		Egress:  parent.EgressOr(s.cfg.DefaultEgress),
+		Project: parent.Project,
 	}, time.Now())
+	// The fork is another sandbox: it trusts a CA of its own, never its
+	// parent's (whose key would let one mint certificates the other trusts).
+	if err := s.newCA(child); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if !parent.ExpiresAt.IsZero() {
 		child.ExpiresAt = child.CreatedAt.Add(parent.ExpiresAt.Sub(parent.CreatedAt))
 	}

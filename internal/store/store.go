@@ -30,6 +30,7 @@ type Store interface {
 	Idempotency
 	Events
 	Snapshots
+	Credentials
 	// Close releases the backend's connections.
 	Close() error
 }
@@ -327,4 +328,33 @@ type Snapshots interface {
 	UpdateSnapshot(ctx context.Context, s Snapshot) error
 	// DeleteSnapshot removes the row; a missing one is ErrNotFound.
 	DeleteSnapshot(ctx context.Context, id string) error
+}
+
+// Credential is the control plane's index entry of one credential: who owns
+// it and its metadata, never its secret (that lives in the credential
+// backend, internal/credentials).
+type Credential struct {
+	ID      string
+	Tenant  string
+	Project string
+	Sandbox string
+	Name    string
+	// Metadata is the credential's metadata as JSON the server owns
+	// (injection, allowed hosts, expiry, rate limit).
+	Metadata  string
+	CreatedAt time.Time
+}
+
+// Credentials stores the credential index.
+type Credentials interface {
+	// CreateCredential stores a new entry; a duplicate id is ErrConflict.
+	CreateCredential(ctx context.Context, c Credential) error
+	// GetCredential returns the tenant's entry; another tenant's is
+	// ErrNotFound, exactly like a missing one.
+	GetCredential(ctx context.Context, tenant, id string) (Credential, error)
+	// ListCredentials returns the tenant's entries, oldest first (by
+	// CreatedAt, then id).
+	ListCredentials(ctx context.Context, tenant string) ([]Credential, error)
+	// DeleteCredential removes an entry; a missing one is ErrNotFound.
+	DeleteCredential(ctx context.Context, id string) error
 }

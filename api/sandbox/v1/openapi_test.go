@@ -56,6 +56,8 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"GET /v1/tenants", "POST /v1/tenants", "DELETE /v1/tenants/{id}",
 		"GET /v1/keys", "POST /v1/keys", "DELETE /v1/keys/{id}",
 		"GET /openapi.json", "GET /healthz", "GET /metrics",
+		"POST /v1/credentials", "GET /v1/credentials", "GET /v1/credentials/{id}", "DELETE /v1/credentials/{id}",
+		"GET /v1/credentials/audit", "GET /v1/sandboxes/{id}/ca.pem",
 	}
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")
@@ -136,6 +138,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Node": Node{}, "NodeList": NodeList{}, "SetTimeoutRequest": SetTimeoutRequest{},
 		"SigningKey": SigningKey{}, "SigningKeyList": SigningKeyList{},
 		"EgressPolicy": EgressPolicy{}, "EgressRules": EgressRules{},
+		"CredentialInjection": CredentialInjection{}, "CreateCredentialRequest": CreateCredentialRequest{},
+		"CredentialScope": CredentialScope{}, "Credential": Credential{}, "CredentialList": CredentialList{},
+		"CredentialAuditEntry": CredentialAuditEntry{}, "CredentialAuditList": CredentialAuditList{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

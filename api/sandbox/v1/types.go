@@ -75,6 +75,10 @@ type CreateSandboxRequest struct {
 	// {"allow_internet": false}, true {"allow_internet": true}. With Egress
 	// it must agree with Egress.AllowInternet.
 	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
+	// Project puts the sandbox in a project of its tenant: credentials
+	// scoped to that project apply to it (docs/credentials.md). Letters,
+	// digits, '.', '_' and '-'; empty: none.
+	Project string `json:"project,omitempty"`
 }
 
 // EgressPolicy is a sandbox's egress policy: what its network interface may
@@ -136,6 +140,8 @@ type Sandbox struct {
 	IdleAction  string `json:"idle_action,omitempty"`
 	// Egress is the sandbox's egress policy.
 	Egress *EgressPolicy `json:"egress,omitempty"`
+	// Project is the sandbox's project, when it has one.
+	Project string `json:"project,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 
 const sandboxColumns = `id, tenant_id, name, template, runtime, cpus, memory_mib, disk_mib, env, metadata,
 	created_at, expires_at, desired_state, state, reason, generation, node_id, exec_id, activation_id,
-	start_from, idle_timeout, idle_action, egress, version, updated_at`
+	start_from, idle_timeout, idle_action, egress, project, ca_cert, ca_key, version, updated_at`
 
 // sandboxRow is a sandbox in column form.
 type sandboxRow struct {
@@ -27,6 +28,7 @@ type sandboxRow struct {
 	generation    int64
 	idle          int64
 	egress        string
+	caKey         string
 	updated       int64
 }
 
@@ -71,7 +73,7 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	var r sandboxRow
 	err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &sb.Template, &sb.Runtime, &sb.CPUs, &sb.MemoryMiB, &sb.DiskMiB,
 		&r.env, &r.metadata, &r.created, &r.expires, &sb.Desired, &sb.State, &sb.Reason, &r.generation,
-		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &r.idle, &sb.IdleAction, &r.egress, &sb.Version, &r.updated)
+		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &r.idle, &sb.IdleAction, &r.egress, &sb.Project, &sb.CACert, &r.caKey, &sb.Version, &r.updated)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +85,12 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 	}
 	if sb.Egress, err = decodeEgress(r.egress); err != nil {
 		return nil, fmt.Errorf("sandbox %s: decode egress policy: %w", sb.ID, err)
+	}
+	if sb.CAKey, err = base64.StdEncoding.DecodeString(r.caKey); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode sealed CA key: %w", sb.ID, err)
+	}
+	if len(sb.CAKey) == 0 {
+		sb.CAKey = nil
 	}
 	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromTS(r.created), fromNullTS(r.expires), fromTS(r.updated)
 	sb.Generation = uint64(r.generation)
@@ -117,10 +125,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md,
 			ts(created), nullTS(sb.ExpiresAt), string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation),
-			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress), 1, ts(at))
+			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress),
+			sb.Project, sb.CACert, base64.StdEncoding.EncodeToString(sb.CAKey), 1, ts(at))
 		if isConstraint(err) {
 			return fmt.Errorf("sandbox %s: already exists: %w", sb.ID, errdefs.ErrConflict)
 		}
@@ -208,10 +217,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, template = ?, runtime = ?, cpus = ?,
 			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, expires_at = ?, desired_state = ?, state = ?,
 			reason = ?, generation = ?, node_id = ?, exec_id = ?, activation_id = ?, start_from = ?,
-			idle_timeout = ?, idle_action = ?, egress = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
+			idle_timeout = ?, idle_action = ?, egress = ?, project = ?, ca_cert = ?, ca_key = ?,
+			version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
 			sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md, nullTS(sb.ExpiresAt),
 			string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation), sb.Node, sb.ExecID,
-			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress), ts(at), sb.ID, sb.Version)
+			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress),
+			sb.Project, sb.CACert, base64.StdEncoding.EncodeToString(sb.CAKey), ts(at), sb.ID, sb.Version)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
 		}

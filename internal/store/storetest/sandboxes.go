@@ -23,9 +23,11 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 		Env:         map[string]string{"PATH": "/usr/bin", "QUOTE": `a"b\c`, "EMPTY": ""},
 		Metadata:    map[string]string{"owner": "ünïcode"},
 		IdleTimeout: 90 * time.Second, IdleAction: sandbox.IdleHibernate,
-		Egress: policy(t, `{"allow_internet":false,"allow":{"domains":["*.pypi.org"],"cidrs":["10.1.0.0/16"],"ports":["443"]},"deny":{"domains":["evil.example.com"]}}`),
+		Egress:  policy(t, `{"allow_internet":false,"allow":{"domains":["*.pypi.org"],"cidrs":["10.1.0.0/16"],"ports":["443"]},"deny":{"domains":["evil.example.com"]}}`),
+		Project: "billing-2",
 	}, at(1))
 	sb.ExpiresAt = at(30)
+	sb.CACert, sb.CAKey = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", []byte{0, 1, 2, 0xff, 'k'}
 	sb.StartFrom = "sn-fork-source"
 	must(t, "CreateSandbox", s.CreateSandbox(ctx(t), sb))
 	got, err := s.GetSandbox(ctx(t), tn.ID, sb.ID)
@@ -44,6 +46,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	sb.StartFrom = "sn-rollback-target"
 	sb.IdleTimeout, sb.IdleAction = 10*time.Minute, sandbox.IdlePause
 	sb.Egress = policy(t, `{"allow_internet":true,"deny":{"ports":["25"],"cidrs":["2001:db8::/32"]}}`)
+	sb.Project, sb.CACert, sb.CAKey = "other", "new cert", []byte("sealed key 2")
 	must(t, "UpdateSandbox", s.UpdateSandbox(ctx(t), sb))
 	if sb.Version != 2 {
 		t.Fatalf("Version after one update = %d, want 2", sb.Version)
@@ -56,6 +59,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	// from the template; clearing the policy leaves the sandbox to the
 	// control plane's default.
 	sb.ExpiresAt, sb.StartFrom, sb.Egress = time.Time{}, "", nil
+	sb.Project, sb.CACert, sb.CAKey = "", "", nil
 	must(t, "UpdateSandbox clear expiry and start point", s.UpdateSandbox(ctx(t), sb))
 	got, err = s.GetSandboxByID(ctx(t), sb.ID)
 	must(t, "GetSandboxByID", err)
@@ -73,6 +77,7 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 		Desired, State                          sandbox.State
 		Reason, Node, ExecID, ActivationID      string
 		StartFrom, IdleAction                   string
+		Project, CACert, CAKey                  string
 		IdleTimeout                             time.Duration
 		Generation                              uint64
 		Version                                 int64
@@ -81,7 +86,8 @@ func checkSandbox(t *testing.T, when string, got, want *sandbox.Sandbox) {
 	}
 	flat := func(sb *sandbox.Sandbox) scalar {
 		sc := scalar{sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB,
-			sb.Desired, sb.State, sb.Reason, sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, sb.IdleAction, sb.IdleTimeout, sb.Generation, sb.Version,
+			sb.Desired, sb.State, sb.Reason, sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, sb.IdleAction,
+			sb.Project, sb.CACert, string(sb.CAKey), sb.IdleTimeout, sb.Generation, sb.Version,
 			sb.CreatedAt.UnixNano(), 0, sb.UpdatedAt.UnixNano(), !sb.ExpiresAt.IsZero()}
 		if sc.ExpiresSet {
 			sc.ExpiresAt = sb.ExpiresAt.UnixNano()

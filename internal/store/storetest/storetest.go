@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SnapshotRoundTrip", testSnapshotRoundTrip},
 		{"SnapshotTenantIsolation", testSnapshotTenantIsolation},
 		{"SnapshotsOutliveSandbox", testSnapshotsOutliveSandbox},
+		{"Credentials", testCredentials},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,252 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/gateway/intercept"
+	"github.com/spacesandbox/space/internal/sandbox"
+)
+
+// Every sandbox has its own interception CA (ARCHITECTURE.md §7): the guest
+// trusts its certificate, and the gateway of the node running the sandbox
+// mints leaf certificates with it for the hosts that have a credential rule.
+// The control plane makes it when the sandbox is created (a fork gets a new
+// one; a sandbox recorded before CAs existed gets one at its next start) and
+// keeps it with the sandbox record; every StartExecution carries it.
+//
+// Sealing the key at rest: the CA key is sealed with AES-256-GCM under a
+// server key read from a file (DATA/ca-seal.key, 0600), with the sandbox id
+// as additional data so a sealed key copied to another sandbox's row does
+// not open. The tenants' KMS keys (internal/kms) were the other candidate;
+// they are not used because revoking a tenant key is meant to withdraw
+// access to the tenant's snapshots, not to stop its sandboxes from starting,
+// and because the reconciler, which builds StartExecution, holds no KMS.
+
+// caSealKeyLen is the length of the CA sealing key: AES-256.
+const caSealKeyLen = 32
+
+// caRenewBefore is how long before its expiry a sandbox's CA is replaced at
+// a start: a CA that expires while the execution runs cannot mint leaves.
+const caRenewBefore = 7 * 24 * time.Hour
+
+// caSealVersion is the first byte of a sealed CA key.
+const caSealVersion = 1
+
+// CASealer seals and opens sandboxes' CA keys. It is safe for concurrent use.
+type CASealer struct {
+	aead cipher.AEAD
+}
+
+// NewCASealer returns a sealer under key (32 bytes).
+func NewCASealer(key []byte) (*CASealer, error) {
+	if len(key) != caSealKeyLen {
+		return nil, fmt.Errorf("CA sealing key: %d bytes, want %d: %w", len(key), caSealKeyLen, errdefs.ErrInvalidArgument)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("CA sealing key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("CA sealing key: %w", err)
+	}
+	return &CASealer{aead: aead}, nil
+}
+
+// OpenCASealer reads the sealing key at path (64 hex digits and a newline),
+// creating it with mode 0600 on first use. The file must be a regular file,
+// not a symbolic link, that only its owner can read.
+func OpenCASealer(path string) (*CASealer, error) {
+	key, err := readSealKey(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = createSealKey(path); err == nil || errors.Is(err, os.ErrExist) {
+			key, err = readSealKey(path)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer clear(key)
+	return NewCASealer(key)
+}
+
+func createSealKey(path string) error {
+	key := make([]byte, caSealKeyLen)
+	rand.Read(key)
+	text := []byte(hex.EncodeToString(key) + "\n")
+	defer clear(key)
+	defer clear(text)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.EEXIST) {
+		return os.ErrExist // another process made it first
+	}
+	if err != nil {
+		return fmt.Errorf("CA sealing key %s: create: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	_, err = f.Write(text)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("CA sealing key %s: write: %w", path, err)
+	}
+	return nil
+}
+
+func readSealKey(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, os.ErrNotExist
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CA sealing key %s: open: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("CA sealing key %s: stat: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("CA sealing key %s: not a regular file: %w", path, errdefs.ErrFailedPrecondition)
+	}
+	if st.Mode&0o077 != 0 {
+		return nil, fmt.Errorf("CA sealing key %s: mode %#o lets others read it; run chmod 600 on it: %w", path, st.Mode&0o777, errdefs.ErrFailedPrecondition)
+	}
+	buf := make([]byte, 2*caSealKeyLen+2)
+	n, _ := f.Read(buf)
+	defer clear(buf)
+	text := bytes.TrimSuffix(buf[:n], []byte("\n"))
+	key := make([]byte, caSealKeyLen)
+	if len(text) != 2*caSealKeyLen {
+		return nil, fmt.Errorf("CA sealing key %s: want %d hex digits: %w", path, 2*caSealKeyLen, errdefs.ErrFailedPrecondition)
+	}
+	if _, err := hex.Decode(key, text); err != nil {
+		return nil, fmt.Errorf("CA sealing key %s: not hex: %w", path, errdefs.ErrFailedPrecondition)
+	}
+	return key, nil
+}
+
+func caAAD(sandboxID string) []byte { return []byte("space sandbox CA key\x00" + sandboxID) }
+
+// seal encrypts a sandbox's CA key: version, nonce, ciphertext and tag.
+func (c *CASealer) seal(sandboxID string, keyPEM []byte) []byte {
+	out := make([]byte, 1+c.aead.NonceSize(), 1+c.aead.NonceSize()+len(keyPEM)+c.aead.Overhead())
+	out[0] = caSealVersion
+	rand.Read(out[1:])
+	return c.aead.Seal(out, out[1:], keyPEM, caAAD(sandboxID))
+}
+
+// open decrypts what seal made for the same sandbox.
+func (c *CASealer) open(sandboxID string, sealed []byte) ([]byte, error) {
+	ns := c.aead.NonceSize()
+	if len(sealed) < 1+ns+c.aead.Overhead() || sealed[0] != caSealVersion {
+		return nil, fmt.Errorf("sandbox %s: sealed CA key: malformed: %w", sandboxID, errdefs.ErrFailedPrecondition)
+	}
+	key, err := c.aead.Open(nil, sealed[1:1+ns], sealed[1+ns:], caAAD(sandboxID))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: sealed CA key does not open under this server's key (DATA/ca-seal.key replaced?): %w", sandboxID, errdefs.ErrFailedPrecondition)
+	}
+	return key, nil
+}
+
+// newCA gives sb a fresh interception CA, its key sealed. Without a sealer
+// (a server configured without one) sandboxes get no CA and no credential
+// injection.
+func (s *Server) newCA(sb *sandbox.Sandbox) error {
+	if s.cfg.CASealer == nil {
+		return nil
+	}
+	certPEM, keyPEM, err := intercept.GenerateCA("SPACE sandbox " + sb.ID)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: interception CA: %w", sb.ID, err)
+	}
+	defer clear(keyPEM)
+	sb.CACert, sb.CAKey = string(certPEM), s.cfg.CASealer.seal(sb.ID, keyPEM)
+	return nil
+}
+
+// caUsable reports why sb's CA must be replaced ("" when it is fine).
+func caUsable(sb *sandbox.Sandbox, now time.Time) string {
+	if sb.CACert == "" || len(sb.CAKey) == 0 {
+		return "the sandbox has no interception CA yet"
+	}
+	b, _ := pem.Decode([]byte(sb.CACert))
+	if b == nil {
+		return "the stored CA certificate is not PEM"
+	}
+	cert, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return "the stored CA certificate does not parse"
+	}
+	if now.Add(caRenewBefore).After(cert.NotAfter) {
+		return "the CA certificate expires at " + cert.NotAfter.UTC().Format(time.RFC3339)
+	}
+	return ""
+}
+
+// StartCA returns the interception CA to send with a start of sb's current
+// execution (reconcile.CAFunc). A sandbox without a usable CA (recorded
+// before CAs existed, about to expire, or sealed under a key this server no
+// longer has) gets a new one first, stored with the sandbox: sb is updated
+// in place, Version included. nil without a sealer.
+func (s *Server) StartCA(ctx context.Context, sb *sandbox.Sandbox) (*nodev1.SandboxCA, error) {
+	if s.cfg.CASealer == nil {
+		return nil, nil
+	}
+	why := caUsable(sb, time.Now())
+	var keyPEM []byte
+	if why == "" {
+		var err error
+		if keyPEM, err = s.cfg.CASealer.open(sb.ID, sb.CAKey); err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		if err := s.newCA(sb); err != nil {
+			return nil, err
+		}
+		if err := s.store.UpdateSandbox(ctx, sb); err != nil {
+			return nil, fmt.Errorf("sandbox %s: store new interception CA: %w", sb.ID, err)
+		}
+		s.event(ctx, sb.ID, "ca", "new interception CA: "+why)
+		var err error
+		if keyPEM, err = s.cfg.CASealer.open(sb.ID, sb.CAKey); err != nil {
+			return nil, err
+		}
+	}
+	defer clear(keyPEM)
+	return &nodev1.SandboxCA{CertPEM: sb.CACert, KeyPEM: string(keyPEM)}, nil
+}
+
+// handleGetCA answers GET /v1/sandboxes/{id}/ca.pem: the certificate of the
+// CA the sandbox trusts, so its owner can see what that is.
+func (s *Server) handleGetCA(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if sb.CACert == "" {
+		s.writeError(w, r, fmt.Errorf("%w: sandbox %s has no interception CA yet: it gets one at its next start", errdefs.ErrNotFound, sb.ID))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write([]byte(sb.CACert))
+}
