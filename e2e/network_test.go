@@ -54,7 +54,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	// The "public" addresses live on the namespace's loopback (no dummy
 	// interfaces in this kernel): they are local there and nowhere else.
 	e.ip("-n", e.name, "link", "set", "lo", "up")
-	for _, a := range []string{upAllowed, upDenied, upRaw, upDNS, upInternal} {
+	for _, a := range []string{upAllowed, upDenied, upRaw, upDNS, upInternal, upSecret, upOther} {
 		e.ip("-n", e.name, "addr", "add", a+"/32", "dev", "lo")
 	}
 	for _, a := range []string{upAllowed, upDenied, upRaw, upInternal} {
@@ -62,9 +62,11 @@ func newEgressNet(t *testing.T) *egressNet {
 	}
 	pc := e.listen(func() (any, error) { return net.ListenPacket("udp", upDNS+":53") }).(net.PacketConn)
 	e.dns = dnstest.Start(pc, map[string][]netip.Addr{
-		"allowed.test":  {netip.MustParseAddr(upAllowed)},
-		"denied.test":   {netip.MustParseAddr(upDenied)},
-		"internal.test": {netip.MustParseAddr(upInternal)},
+		"allowed.test":    {netip.MustParseAddr(upAllowed)},
+		"denied.test":     {netip.MustParseAddr(upDenied)},
+		"internal.test":   {netip.MustParseAddr(upInternal)},
+		"api.secret.test": {netip.MustParseAddr(upSecret)},
+		"api.other.test":  {netip.MustParseAddr(upOther)},
 	})
 	t.Cleanup(e.dns.Close)
 	return e

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Upstreams of the credential test, inside the egress namespace.
+const (
+	upSecret = "20.0.0.20" // api.secret.test: has a credential rule
+	upOther  = "20.0.0.21" // api.other.test: allowed, no credential
+)
+
+// testPKI is a CA the upstream TLS servers' certificates chain to; the
+// gateway trusts it (--gateway-upstream-ca), the sandbox does not.
+type testPKI struct {
+	caPEM  []byte
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e upstream CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testPKI{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), caCert: cert, caKey: key}
+}
+
+func (p *testPKI) leaf(t *testing.T, host string) tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
+		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// seenHeaders records the Authorization headers an upstream received.
+type seenHeaders struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *seenHeaders) add(v string) { s.mu.Lock(); s.got = append(s.got, v); s.mu.Unlock() }
+func (s *seenHeaders) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.got...)
+}
+
+// serveHTTPS serves TLS on addr:443 in the egress namespace with a
+// certificate for host; it records each request's Authorization and never
+// echoes it.
+func (e *egressNet) serveHTTPS(t *testing.T, pki *testPKI, addr, host string) *seenHeaders {
+	ln := e.listen(func() (any, error) { return net.Listen("tcp", addr+":443") }).(net.Listener)
+	seen := &seenHeaders{}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			seen.add(r.Header.Get("Authorization"))
+			fmt.Fprintf(w, "hello from %s", host)
+		}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pki.leaf(t, host)}},
+	}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return seen
+}
+
+// buildHTTPSGet builds the static HTTPS client the test runs in the sandbox.
+func buildHTTPSGet(t *testing.T) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "httpsget")
+	cmd := exec.Command("go", "build", "-tags", "netgo,osusergo", "-o", out, "./testdata/httpsget")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build httpsget: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestCredentialInjection(t *testing.T) {
+	const secret = "sk-live-e2e-5eCr3t-value-0042"
+	e := newEgressNet(t)
+	pki := newTestPKI(t)
+	secretSeen := e.serveHTTPS(t, pki, upSecret, "api.secret.test")
+	otherSeen := e.serveHTTPS(t, pki, upOther, "api.other.test")
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, pki.caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := startServerWith(t, t.TempDir(), append(e.serverFlags(), "--gateway-upstream-ca", caFile)...)
+	sb := in.createWithEgress("ns", map[string]any{"allow_internet": false, "allow": map[string]any{"domains": []string{"api.secret.test", "api.other.test"}}})
+
+	var cred map[string]any
+	code := in.do("POST", "/v1/credentials", map[string]any{
+		"name": "secret-api", "secret": secret, "injection": map[string]any{"method": "header", "name": "Authorization"},
+		"allowed_hosts": []string{"api.secret.test"}, "sandbox": sb.ID, "rate_limit": 3,
+	}, &cred)
+	if code != http.StatusCreated {
+		t.Fatalf("create credential: HTTP %d %v", code, cred)
+	}
+	if strings.Contains(fmt.Sprint(cred), secret) {
+		t.Fatalf("the create answer carries the secret: %v", cred)
+	}
+	if code := in.do("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/usr/local/bin/httpsget", buildHTTPSGet(t), nil); code/100 != 2 {
+		t.Fatalf("upload httpsget: HTTP %d", code)
+	}
+	in.sh(sb.ID, "chmod 755 /usr/local/bin/httpsget")
+
+	// The host with the rule gets the secret; the guest sent a placeholder
+	// and its TLS was with the sandbox's CA, which it trusts.
+	r := in.sh(sb.ID, "httpsget -H 'Authorization: placeholder' https://api.secret.test/")
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "200\nhello from api.secret.test") {
+		t.Fatalf("GET api.secret.test from the sandbox: %+v\n%s", r, in.logs())
+	}
+	if got := secretSeen.all(); len(got) != 1 || got[0] != secret {
+		t.Fatalf("api.secret.test received Authorization %q, want the secret", got)
+	}
+	// A host without the rule never carries it (its TLS is not even
+	// intercepted: the guest reaches the real certificate, hence -k).
+	r = in.sh(sb.ID, "httpsget -k -H 'Authorization: placeholder' https://api.other.test/")
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "200\n") {
+		t.Fatalf("GET api.other.test: %+v", r)
+	}
+	if got := otherSeen.all(); len(got) != 1 || got[0] != "placeholder" {
+		t.Fatalf("api.other.test received Authorization %q, want the guest's placeholder", got)
+	}
+	// Without -k a client that does not trust the upstream's real CA fails:
+	// only intercepted hosts are re-signed.
+	if r := in.sh(sb.ID, "httpsget https://api.other.test/"); r.ExitCode == 0 {
+		t.Errorf("api.other.test's certificate was accepted without its CA: %+v", r)
+	}
+
+	// The secret is nowhere in the sandbox: environment, files, /proc.
+	// The pattern matches the secret without containing it, so grep's own
+	// command line does not match.
+	pattern := secret[:len(secret)-1] + "[" + secret[len(secret)-1:] + "]"
+	r = in.sh(sb.ID, "grep -rl '"+pattern+"' /etc /usr /tmp /root /home /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; env | grep -c '"+pattern+"'")
+	if strings.Contains(r.Stdout, "/") || strings.TrimSpace(r.Stdout) != "0" {
+		t.Errorf("the secret is visible inside the sandbox: %q", r.Stdout)
+	}
+
+	// Rate limit (3 per minute, one used): the fourth request is refused
+	// by the gateway with 429 and never reaches the upstream.
+	for i := 0; i < 2; i++ {
+		in.sh(sb.ID, "httpsget https://api.secret.test/")
+	}
+	r = in.sh(sb.ID, "httpsget https://api.secret.test/")
+	if !strings.HasPrefix(r.Stdout, "429") {
+		t.Errorf("over the rate limit: %+v, want 429", r)
+	}
+	if n := len(secretSeen.all()); n != 3 {
+		t.Errorf("api.secret.test got %d requests, want 3", n)
+	}
+
+	// Every resolution is audited, the refused one too.
+	var audit struct {
+		Entries []map[string]any `json:"entries"`
+	}
+	if code := in.do("GET", "/v1/credentials/audit?sandbox="+sb.ID, nil, &audit); code != http.StatusOK {
+		t.Fatalf("audit: HTTP %d", code)
+	}
+	allowed, refused := 0, 0
+	for _, e := range audit.Entries {
+		if e["allowed"] == true {
+			allowed++
+		} else {
+			refused++
+		}
+	}
+	if allowed != 3 || refused < 1 {
+		t.Errorf("audit: %d allowed, %d refused (%v); want 3 and at least 1", allowed, refused, audit.Entries)
+	}
+	if strings.Contains(in.logs(), secret) {
+		t.Error("the secret appears in the server's log")
+	}
+}
