@@ -222,6 +222,22 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 	if r := in.httpGet(sb.ID, upAllowed+":80", "denied.test"); strings.Contains(r.Stdout, "upstream") {
 		t.Errorf("Host denied.test on the allowed address: reached: %+v", r)
 	}
+	// Raw sockets do not bypass the gateway: an ICMP echo (busybox ping
+	// opens a raw socket) to an allowed address gets no answer, and there is
+	// no IPv6 route at all.
+	if r := in.sh(sb.ID, "ping -c 1 -W 2 "+upAllowed); r.ExitCode == 0 {
+		t.Errorf("ping through the gateway answered: %+v", r)
+	}
+	if r := in.sh(sb.ID, "nc -w 3 2001:db8::1 80 </dev/null"); r.ExitCode == 0 {
+		t.Errorf("an IPv6 connection succeeded: %+v", r)
+	}
+	// The host: every address of the node (here the test machine's) is
+	// refused, whatever the policy.
+	for _, a := range hostAddrs(t) {
+		if r := in.httpGet(sb.ID, net.JoinHostPort(a, "80"), a); strings.Contains(r.Stdout, "HTTP/") {
+			t.Errorf("reached the host at %s: %+v", a, r)
+		}
+	}
 	// Long, tunnel-shaped names are refused before they reach upstream.
 	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".allowed.test"
 	in.sh(sb.ID, "nslookup "+long+" 10.0.2.3")
@@ -245,4 +261,19 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 	if r := in.httpGet(sb.ID, upRaw+":80", upRaw); !strings.Contains(r.Stdout, "upstream "+upRaw) {
 		t.Errorf("after the update, GET %s: %+v", upRaw, r)
 	}
+}
+
+// hostAddrs returns this machine's IPv4 addresses outside loopback.
+func hostAddrs(t *testing.T) []string {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			out = append(out, p.Addr().String())
+		}
+	}
+	return out
 }

@@ -58,7 +58,11 @@ func (f *gatewayFlags) config() (*node.GatewayConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &node.GatewayConfig{Dialer: dialer, Upstream: noUpstream{}, UpstreamRoots: roots}, nil
+		hostAddrs, err := gateway.HostAddrs()
+		if err != nil {
+			return nil, err
+		}
+		return &node.GatewayConfig{Dialer: dialer, Upstream: noUpstream{}, UpstreamRoots: roots, HostAddrs: hostAddrs}, nil
 	}
 	if _, _, err := net.SplitHostPort(server); err != nil {
 		return nil, errors.New("--dns-upstream " + server + ": want HOST:PORT")
@@ -67,7 +71,14 @@ func (f *gatewayFlags) config() (*node.GatewayConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The node's own addresses, in the namespace it runs in: a sandbox
+	// never reaches the host, whatever its policy allows.
+	hostAddrs, err := gateway.HostAddrs()
+	if err != nil {
+		return nil, err
+	}
 	return &node.GatewayConfig{
+		HostAddrs:     hostAddrs,
 		Dialer:        dialer,
 		Upstream:      &gateway.DNSUpstream{Server: server, Dialer: dialer, Timeout: 3 * time.Second},
 		UpstreamRoots: roots,

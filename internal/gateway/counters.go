@@ -13,6 +13,7 @@ const (
 	ReasonSNI          = "sni_mismatch"
 	ReasonHost         = "host_mismatch"
 	ReasonGatewayAddr  = "gateway_address"
+	ReasonHostAddr     = "host_address"
 	ReasonDNSOverTCP   = "dns_over_tcp"
 	ReasonUDP          = "udp"
 	ReasonICMP         = "icmp"

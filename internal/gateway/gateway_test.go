@@ -459,3 +459,19 @@ func TestDialGuest(t *testing.T) {
 		t.Fatal("a closed guest port accepted")
 	}
 }
+
+// TestHostAddressRefused: the node's own addresses are refused even when
+// the policy allows the internet.
+func TestHostAddressRefused(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": true}`)
+	h.gw.cfg.HostAddrs = []netip.Addr{netip.MustParseAddr("20.0.0.11")}
+	if body, err := h.get(t, "20.0.0.11:80", "20.0.0.11"); err == nil {
+		t.Fatalf("reached the node's own address: %q", body)
+	}
+	if h.dialer.dialled("20.0.0.11:80") {
+		t.Error("the gateway dialled the node's own address")
+	}
+	if h.counters.Snapshot()[ReasonHostAddr] != 1 {
+		t.Errorf("counters %v", h.counters.Snapshot())
+	}
+}

@@ -83,6 +83,9 @@ type Config struct {
 	// Interceptor, when set, serves TLS flows to hosts with a credential
 	// rule.
 	Interceptor Interceptor
+	// HostAddrs are the node's own addresses: refused whatever the policy
+	// says (a public address of the host is still the host).
+	HostAddrs []netip.Addr
 	// Counters receives every decision; nil counts nowhere.
 	Counters *Counters
 	// Log receives refusals (rate limited) and errors.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -40,6 +41,12 @@ func (g *Sandbox) forwardTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	release := func() { <-g.flows }
+	if slices.Contains(g.cfg.HostAddrs, dst.Addr().Unmap()) {
+		release()
+		g.refused(ReasonHostAddr, dst, "", "the node's own address")
+		r.Complete(true)
+		return
+	}
 	d, domain := decide(g.cfg.Policy.Load(), dst, g.names.Domains(dst.Addr()))
 	if !d.Allow {
 		release()

@@ -218,3 +218,19 @@ func SystemDNSServer() string {
 }
 
 func randRead(b []byte) (int, error) { return cryptorand.Read(b) }
+
+// HostAddrs lists the addresses of this network namespace's interfaces
+// (unmapped), for Config.HostAddrs.
+func HostAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: the node's addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap().WithZone(""))
+		}
+	}
+	return out, nil
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"sync"
 
 	"github.com/spacesandbox/space/internal/credentials"
@@ -32,6 +33,8 @@ type GatewayConfig struct {
 	// UpstreamRoots verifies the certificates of intercepted upstreams;
 	// nil uses the system roots.
 	UpstreamRoots *x509.CertPool
+	// HostAddrs are the node's own addresses, refused to every sandbox.
+	HostAddrs []netip.Addr
 }
 
 // gateways holds the running gateways of this node's executions.
@@ -73,7 +76,7 @@ func (m *Manager) attachGateway(rec *Record, link *driver.Link) error {
 	cfg := gateway.Config{
 		Sandbox: rec.SandboxID, Execution: rec.ExecID,
 		Policy: holder, Upstream: m.cfg.Gateway.Upstream, Dialer: m.cfg.Gateway.Dialer,
-		Counters: &m.gateways.counters, Log: m.log,
+		Counters: &m.gateways.counters, Log: m.log, HostAddrs: m.cfg.Gateway.HostAddrs,
 	}
 	if rec.CA != nil && m.cfg.Gateway.Credentials != nil {
 		ca, err := intercept.LoadCA([]byte(rec.CA.CertPEM), []byte(rec.CA.KeyPEM))
