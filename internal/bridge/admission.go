@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ type admission struct {
 	installed *capability.Identity
 	retired   bool
 	now       func() time.Time
+	// refusals counts refused requests by reason.
+	refusals map[string]uint64
 }
 
 // KeysRequest is the body of POST /bridge/v1/keys.
@@ -58,36 +61,71 @@ func (a *admission) retire() {
 // errRefresh marks a refusal the caller may repair by refreshing its route.
 var errRefresh = errors.New("refresh route")
 
-// check admits a request for op carrying header.
-func (a *admission) check(header string, op capability.Op) error {
+// Refusal reasons the bridge counts (GET /bridge/v1/metrics).
+const (
+	RefusedNoKeys       = "no_keys"
+	RefusedMissing      = "missing"
+	RefusedMalformed    = "malformed"
+	RefusedVerify       = "signature_or_expiry"
+	RefusedRefreshRoute = "refresh_route"
+	RefusedDeny         = "deny"
+)
+
+// refusal is a check's refusal: why, the reason counted, and the
+// capability's identity when it verified.
+type refusal struct {
+	err    error
+	reason string
+	got    *capability.Identity
+}
+
+// check admits a request for op carrying header; nil admits it.
+func (a *admission) check(header string, op capability.Op) *refusal {
 	a.mu.Lock()
 	keys, installed, retired := a.keys, a.installed, a.retired
 	a.mu.Unlock()
 	if keys == nil || installed == nil {
-		return errors.New("the bridge has no verification keys or identity yet")
+		return &refusal{errors.New("the bridge has no verification keys or identity yet"), RefusedNoKeys, nil}
 	}
 	if header == "" {
-		return errors.New("capability required")
+		return &refusal{errors.New("capability required"), RefusedMissing, nil}
 	}
 	tok, err := capability.Decode(header)
 	if err != nil {
-		return err
+		return &refusal{err, RefusedMalformed, nil}
 	}
 	c, err := capability.Verify(tok, keys, a.now())
 	if err != nil {
-		return err
+		return &refusal{err, RefusedVerify, nil}
 	}
 	switch d, why := capability.Compare(c, *installed, capability.Request{Op: op}); d {
 	case capability.Allow:
 		if retired {
-			return fmt.Errorf("%w: this execution was retired", errRefresh)
+			return &refusal{fmt.Errorf("%w: this execution was retired", errRefresh), RefusedRefreshRoute, &c.Identity}
 		}
 		return nil
 	case capability.RefreshRoute:
-		return fmt.Errorf("%w: %s", errRefresh, why)
+		return &refusal{fmt.Errorf("%w: %s", errRefresh, why), RefusedRefreshRoute, &c.Identity}
 	default:
-		return errors.New(why)
+		return &refusal{errors.New(why), RefusedDeny, &c.Identity}
 	}
+}
+
+// count records a refusal.
+func (a *admission) count(reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refusals == nil {
+		a.refusals = map[string]uint64{}
+	}
+	a.refusals[reason]++
+}
+
+// Refusals returns the refusal counts by reason.
+func (a *admission) Refusals() map[string]uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.refusals)
 }
 
 // GuestOp is the operation a public guest path needs; the node and the
@@ -105,12 +143,18 @@ func GuestOp(path string) capability.Op {
 // admit checks a public guest request and answers the refusal; it reports
 // whether the request may go on (with the capability header removed).
 func (b *Bridge) admit(w http.ResponseWriter, r *http.Request) bool {
-	err := b.adm.check(r.Header.Get(capability.Header), GuestOp(r.URL.Path))
+	ref := b.adm.check(r.Header.Get(capability.Header), GuestOp(r.URL.Path))
 	r.Header.Del(capability.Header)
-	if err == nil {
+	if ref == nil {
 		return true
 	}
-	b.log.Warn("request refused by the host bridge", "path", r.URL.Path, "err", err)
+	err := ref.err
+	b.adm.count(ref.reason)
+	b.adm.mu.Lock()
+	installed := b.adm.installed
+	b.adm.mu.Unlock()
+	b.log.Warn("request refused by the host bridge", "path", r.URL.Path, "reason", ref.reason, "err", err,
+		"installed", identityString(installed), "capability", identityString(ref.got))
 	status, code := http.StatusForbidden, "permission_denied"
 	if errors.Is(err, errRefresh) {
 		status, code = http.StatusConflict, "refresh_route"
@@ -132,4 +176,17 @@ func (b *Bridge) handleKeys(w http.ResponseWriter, r *http.Request) {
 func (b *Bridge) handleRetire(w http.ResponseWriter, r *http.Request) {
 	b.adm.retire()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func identityString(id *capability.Identity) string {
+	if id == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s/g%d@%s/%s/%s", id.Sandbox, id.Generation, id.Node, id.Substrate, id.Activation)
+}
+
+// handleMetrics serves GET /bridge/v1/metrics: the refusal counts, for the
+// node to add up.
+func (b *Bridge) handleMetrics(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"refusals": b.adm.Refusals()})
 }

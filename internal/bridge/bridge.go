@@ -243,6 +243,7 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	mux.HandleFunc("POST /bridge/v1/retire", b.handleRetire)
 	mux.HandleFunc("POST /bridge/v1/thaw", b.handleThaw)
 	mux.HandleFunc("POST /bridge/v1/trust", b.handleTrust)
+	mux.HandleFunc("GET /bridge/v1/metrics", b.handleMetrics)
 	mux.HandleFunc("POST /bridge/v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		stop(errors.New("manager asked the bridge to stop"))

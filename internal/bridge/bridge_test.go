@@ -219,6 +219,22 @@ func TestBridgeAdmission(t *testing.T) {
 	if code, body := get(ok); code != http.StatusConflict || !strings.Contains(body, "refresh_route") {
 		t.Errorf("after retirement: HTTP %d %s, want 409 refresh_route", code, body)
 	}
+	// Every refusal was counted by reason, for the node to export.
+	resp, err = raw.Get("http://bridge/bridge/v1/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Refusals map[string]uint64 `json:"refusals"`
+	}
+	json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	want := map[string]uint64{RefusedNoKeys: 1, RefusedMissing: 1, RefusedDeny: 2, RefusedVerify: 1, RefusedRefreshRoute: 2}
+	for k, v := range want {
+		if m.Refusals[k] != v {
+			t.Errorf("refusals[%s] = %d, want %d (all: %v)", k, m.Refusals[k], v, m.Refusals)
+		}
+	}
 }
 
 func TestBridgeForwardsPublicRoutesOnly(t *testing.T) {

@@ -337,3 +337,23 @@ func (b *bridgeConn) pushKeys(ctx context.Context, ks *capability.KeySet) error 
 	}
 	return nil
 }
+
+// refusals reads the bridge's refusal counts.
+func (b *bridgeConn) refusals(ctx context.Context) (map[string]uint64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://bridge/bridge/v1/metrics", nil)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bridge metrics: HTTP %d", resp.StatusCode)
+	}
+	var out struct {
+		Refusals map[string]uint64 `json:"refusals"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
+		return nil, err
+	}
+	return out.Refusals, nil
+}

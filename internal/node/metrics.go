@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spacesandbox/space/internal/bridge"
 	"io"
 	"log/slog"
 	"net/http"
@@ -117,6 +118,9 @@ func writeCounter(w io.Writer, name, help, label string, always []string, counts
 func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
 	refusals.write(&b)
+	writeCounter(&b, "space_bridge_capability_refusals_total",
+		"Requests the host bridges of this node's executions refused at their own capability check, by reason.",
+		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute}, m.bridgeRefusals(r.Context()))
 	m.writeGatewayMetrics(&b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	_, _ = io.WriteString(w, b.String())
@@ -233,4 +237,29 @@ func opsString(ops capability.Op) string {
 		names = append(names, fmt.Sprintf("%#x", uint32(ops)))
 	}
 	return strings.Join(names, ",")
+}
+
+// bridgeRefusals adds up the refusal counts of the host bridges of this
+// node's executions (each bridge is its own process and counts its own).
+// A bridge that does not answer within the budget is skipped.
+func (m *Manager) bridgeRefusals(ctx context.Context) map[string]uint64 {
+	m.mu.Lock()
+	conns := make([]*bridgeConn, 0, len(m.bridges))
+	for _, bc := range m.bridges {
+		conns = append(conns, bc)
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	total := map[string]uint64{}
+	for _, bc := range conns {
+		counts, err := bc.refusals(ctx)
+		if err != nil {
+			continue
+		}
+		for k, v := range counts {
+			total[k] += v
+		}
+	}
+	return total
 }
