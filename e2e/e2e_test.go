@@ -332,7 +332,8 @@ func TestTenantsAndBadInput(t *testing.T) {
 		{"NUL in path", "GET", "/v1/sandboxes/" + sb.ID + "/files?path=/etc/pass%00wd", nil, 400},
 		{"missing path", "GET", "/v1/sandboxes/" + sb.ID + "/files", nil, 400},
 		{"missing file", "GET", "/v1/sandboxes/" + sb.ID + "/files?path=/nope", nil, 404},
-		{"not yet implemented", "POST", "/v1/sandboxes/" + sb.ID + "/ports", map[string]any{"port": 8080}, 501},
+		{"port 0", "POST", "/v1/sandboxes/" + sb.ID + "/ports", map[string]any{"port": 0}, 400},
+		{"port protocol", "POST", "/v1/sandboxes/" + sb.ID + "/ports", map[string]any{"port": 8080, "protocol": "udp"}, 400},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

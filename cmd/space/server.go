@@ -59,8 +59,13 @@ func runServer(args []string) int {
 	retain := fs.String("snapshot-retention", retention.DefaultPolicyString, "which scheduled snapshots to keep: EVERY:FOR tiers and max=N (newest of each EVERY bucket younger than FOR)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS holding the tenants' keys (default DATA/kms)")
 	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
+	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
 	gwFlags := addGatewayFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := validDomain(*ingressDomain); err != nil {
+		fmt.Fprintf(os.Stderr, "space server: --ingress-domain %q: %v\n", *ingressDomain, err)
 		return 2
 	}
 	log := newLogger()
@@ -81,7 +86,7 @@ func runServer(args []string) int {
 		return 2
 	}
 	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
-		objectStore: *objectStore, kmsDir: *kmsDir,
+		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}}
 	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
@@ -120,6 +125,29 @@ type serverOptions struct {
 	// defaultEgress is the egress policy of sandboxes created without one;
 	// nil: the server's built-in default.
 	defaultEgress *egress.Policy
+	// ingressDomain is the domain of the ingress host names.
+	ingressDomain string
+}
+
+// validDomain checks a DNS domain name: dot-separated labels of letters,
+// digits and inner hyphens, 1-63 bytes each, short enough that an ingress
+// name ({port}-{sandbox}.) fits in 253 bytes.
+func validDomain(d string) error {
+	d = strings.TrimSuffix(d, ".")
+	if d == "" || len(d) > 200 {
+		return fmt.Errorf("want a domain name of 1-200 bytes")
+	}
+	for _, label := range strings.Split(d, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("label %q: want 1-63 letters, digits or inner hyphens", label)
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("label %q: want letters, digits or hyphens", label)
+			}
+		}
+	}
+	return nil
 }
 
 // readEgressPolicy reads and validates the JSON egress policy in path.
@@ -256,6 +284,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
+		IngressDomain: o.ingressDomain,
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -34,7 +34,6 @@ func init() {
 		&command{path: "sandbox events", args: "ID [-o json]", summary: "show a sandbox's history (state changes, snapshots, failures)", run: sandboxEvents},
 		&command{path: "snapshot delete", args: "ID SNAPSHOT", summary: "delete a snapshot of a sandbox", run: snapshotDelete},
 		&command{path: "snapshot list", args: "ID [-o json]", summary: "list a sandbox's snapshots", run: snapshotList},
-		&command{path: "port expose", args: "ID PORT [--protocol http|tcp] [-o json]", summary: "expose a sandbox port; prints the URL that reaches it", run: portExpose},
 	)
 }
 
@@ -338,34 +337,6 @@ func snapshotList(ctx context.Context, e *env, args []string) error {
 		rows = append(rows, []string{s.ID, s.Kind, s.Tier, formatTime(s.CreatedAt), s.State})
 	}
 	return writeTable(e.stdout, []string{"ID", "KIND", "TIER", "CREATED", "STATE"}, rows)
-}
-
-func portExpose(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("port expose")
-	protocol := fs.String("protocol", "http", "http or tcp")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "ID", "PORT"); err != nil {
-		return err
-	}
-	port, err := strconv.Atoi(pos[1])
-	if err != nil || port < 1 || port > 65535 {
-		return usagef(fs, "PORT %q: want a number from 1 to 65535", pos[1])
-	}
-	if *protocol != "http" && *protocol != "tcp" {
-		return usagef(fs, "--protocol %q: want http or tcp", *protocol)
-	}
-	sp, err := e.c.ExposePort(ctx, pos[0], sandboxv1.ExposePortRequest{Port: port, Protocol: *protocol})
-	if err != nil {
-		return err
-	}
-	if out.json() {
-		return writeJSON(e.stdout, sp)
-	}
-	return writeLine(e.stdout, sp.URL)
 }
 
 // nonNil returns s, or an empty slice for nil, so JSON shows [] rather than null.

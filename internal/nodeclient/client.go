@@ -30,21 +30,28 @@ type Client struct {
 	token  string
 	http   *http.Client
 	stream *http.Client // no overall timeout: streams live as long as their ctx
+	// dial opens a connection to the node-api, for the tunnels that leave
+	// HTTP after their first answer (DialPortTCP).
+	dial func(ctx context.Context) (net.Conn, error)
 }
 
 // New returns a client of the node-api at addr ("unix:PATH" or "HOST:PORT").
 func New(addr, token string) (*Client, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	base := "http://node"
+	var dial func(ctx context.Context) (net.Conn, error)
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return unixsock.Dial(ctx, path)
-		}
+		dial = func(ctx context.Context) (net.Conn, error) { return unixsock.Dial(ctx, path) }
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }
 	} else {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("node address %q: want unix:PATH or HOST:PORT", addr)
 		}
 		base = "http://" + addr
+		dial = func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}
 	}
 	rt := tokenTransport{token: token, next: tr}
 	return &Client{
@@ -52,6 +59,7 @@ func New(addr, token string) (*Client, error) {
 		token:  token,
 		http:   &http.Client{Transport: rt, Timeout: 10 * time.Minute},
 		stream: &http.Client{Transport: rt},
+		dial:   dial,
 	}, nil
 }
 

@@ -62,6 +62,10 @@ type Config struct {
 	// CASealer seals each sandbox's interception CA key at rest (ca.go).
 	// nil: sandboxes get no CA, and no credential is injected.
 	CASealer *CASealer
+	// IngressDomain is the domain of the host names that reach exposed
+	// sandbox ports: {port}-{sandbox}.{IngressDomain} on the API's
+	// listener. "": DefaultIngressDomain (localhost).
+	IngressDomain string
 }
 
 // Server serves the REST API.
@@ -139,7 +143,13 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/fork", s.idempotent(s.handleFork))
 	authed("POST /v1/sandboxes/{id}/hibernate", s.handleLifecycle(sandbox.OpHibernate))
 	authed("POST /v1/sandboxes/{id}/restore", s.handleLifecycle(sandbox.OpRestore))
-	authed("POST /v1/sandboxes/{id}/ports", s.handleNotYet("port expose (the gateway)"))
+	authed("POST /v1/sandboxes/{id}/ports", s.handleExposePort)
+	authed("GET /v1/sandboxes/{id}/ports", s.handleListPorts)
+	authed("DELETE /v1/sandboxes/{id}/ports/{port}", s.handleUnexposePort)
+	// Ingress authenticates itself: public ports need nothing, private
+	// ones the API key or the port's token (ingress.go).
+	route("/v1/sandboxes/{id}/ports/{port}/proxy/{rest...}", s.handleIngressPath)
+	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.handleIngressTCP)
 	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
 	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
@@ -171,7 +181,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return mux
+	return s.withIngress(mux)
 }
 
 // Run serves the API on cfg.Listen until ctx is done. ready, when not nil, is
@@ -216,14 +226,3 @@ func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(sandboxv1.OpenAPI)
 }
 
-// handleNotYet answers the lifecycle routes this release does not implement
-// with an explicit error instead of pretending.
-func (s *Server) handleNotYet(op string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.sandboxFor(r); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		s.writeError(w, r, fmt.Errorf("%w: %s is not implemented in this release", errNotImplemented, op))
-	}
-}

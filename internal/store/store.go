@@ -31,6 +31,7 @@ type Store interface {
 	Events
 	Snapshots
 	Credentials
+	ServicePorts
 	// Close releases the backend's connections.
 	Close() error
 }
@@ -357,4 +358,33 @@ type Credentials interface {
 	ListCredentials(ctx context.Context, tenant string) ([]Credential, error)
 	// DeleteCredential removes an entry; a missing one is ErrNotFound.
 	DeleteCredential(ctx context.Context, id string) error
+}
+
+// ServicePort is one exposed port of a sandbox (ServicePort ingress).
+type ServicePort struct {
+	Sandbox string
+	// Port is the guest port, 1-65535.
+	Port int
+	// Protocol is what the ingress speaks to the port: "http" or "tcp".
+	Protocol string
+	// Public ports need no credentials; a private one needs the tenant's API
+	// key or the port's access token, whose hex SHA-256 is TokenHash (""
+	// for a public port).
+	Public    bool
+	TokenHash string
+	CreatedAt time.Time
+}
+
+// ServicePorts stores the exposed ports of sandboxes. Deleting a sandbox
+// deletes its ports.
+type ServicePorts interface {
+	// PutServicePort stores p, replacing the sandbox's entry for the same
+	// port; an unknown sandbox is ErrNotFound.
+	PutServicePort(ctx context.Context, p ServicePort) error
+	// GetServicePort returns one entry; a missing one is ErrNotFound.
+	GetServicePort(ctx context.Context, sandbox string, port int) (ServicePort, error)
+	// ListServicePorts returns the sandbox's entries by port.
+	ListServicePorts(ctx context.Context, sandbox string) ([]ServicePort, error)
+	// DeleteServicePort removes an entry; a missing one is ErrNotFound.
+	DeleteServicePort(ctx context.Context, sandbox string, port int) error
 }

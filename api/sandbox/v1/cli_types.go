@@ -49,13 +49,47 @@ type RollbackRequest struct {
 type ExposePortRequest struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol,omitempty"` // "http" (default) or "tcp"
+	// Public ports are reachable by anyone who knows the URL; a private one
+	// (the default) needs the tenant's API key or the port's token.
+	Public bool `json:"public,omitempty"`
 }
+
+// PortTokenHeader carries a private port's access token on ingress
+// requests; the query parameter PortTokenQuery is the alternative for
+// clients that cannot set headers (browsers). Neither reaches the guest.
+const (
+	PortTokenHeader = "X-Space-Port-Token"
+	PortTokenQuery  = "space_port_token"
+)
+
+// TCPUpgrade is the Upgrade token of a raw TCP tunnel to a sandbox port:
+// GET /v1/sandboxes/{id}/ports/{port}/tcp with "Connection: Upgrade" and
+// "Upgrade: space-tcp" answers 101, then carries the bytes both ways.
+const TCPUpgrade = "space-tcp"
 
 // ServicePort is an exposed sandbox port and the URL that reaches it through the gateway.
 type ServicePort struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
-	URL      string `json:"url"`
+	Public   bool   `json:"public"`
+	// URL reaches the port: for http, http://{port}-{sandbox}.{ingress
+	// domain}[:{api port}]/ (routed by Host); for tcp, the tunnel endpoint
+	// of the API that `space port forward` uses.
+	URL string `json:"url"`
+	// ProxyURL reaches an http port through the API's own host name, for
+	// clients without the ingress domain's DNS: /v1/sandboxes/{id}/ports/{port}/proxy/.
+	ProxyURL string `json:"proxy_url,omitempty"`
+	// Token is the access token of a private port, only in the answer of
+	// POST /v1/sandboxes/{id}/ports: send it in X-Space-Port-Token (or the
+	// space_port_token query parameter). It is stored hashed; exposing the
+	// port again replaces it.
+	Token     string    `json:"token,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ServicePortList is the body of GET /v1/sandboxes/{id}/ports (no tokens).
+type ServicePortList struct {
+	Ports []ServicePort `json:"ports"`
 }
 
 // Event is one entry of a sandbox's history.

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SnapshotTenantIsolation", testSnapshotTenantIsolation},
 		{"SnapshotsOutliveSandbox", testSnapshotsOutliveSandbox},
 		{"Credentials", testCredentials},
+		{"ServicePorts", testServicePorts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/apikey"
+	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// ServicePort ingress: HTTP and TCP from outside to a port a sandbox
+// exposed, through the node that runs it and that execution's gateway.
+//
+// Two ways in for HTTP: a Host of {port}-{sandbox}.{ingress domain} (any
+// path: the guest sees the path as sent), and, for clients without the
+// domain's DNS, /v1/sandboxes/{id}/ports/{port}/proxy/{path...}. TCP is
+// GET /v1/sandboxes/{id}/ports/{port}/tcp with "Upgrade: space-tcp".
+//
+// A public port needs no credentials. A private one needs the owning
+// tenant's API key (Authorization: Bearer) or the port's token
+// (X-Space-Port-Token, or the space_port_token query parameter). Neither
+// reaches the guest; an Authorization header that is not a SPACE API key
+// is the application's and passes through.
+//
+// Every request to the node carries a capability minted for the sandbox's
+// current execution, naming OpServicePort, the port and the protocol; the
+// node checks it against the execution it runs before it opens a
+// connection into the guest.
+
+// withIngress routes requests whose Host is an ingress name to sandbox
+// ports, and everything else to api.
+func (s *Server) withIngress(api http.Handler) http.Handler {
+	ingress := s.instrument("ingress host", http.HandlerFunc(s.handleIngressHost))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := parseIngressHost(r.Host, s.ingressDomain()); ok {
+			ingress.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// parseIngressHost reads {port}-{sandbox}.{domain}[:apiport] (any case, a
+// trailing dot allowed). ok is false for a host that is not an ingress
+// name; an ingress name with an impossible port or sandbox id has ok true
+// and id "" (it answers 404, as an unknown sandbox does).
+func parseIngressHost(host, domain string) (id string, port int, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	label, found := strings.CutSuffix(host, "."+strings.ToLower(domain))
+	if !found || label == "" || strings.Contains(label, ".") {
+		return "", 0, false
+	}
+	portText, id, found := strings.Cut(label, "-")
+	if !found || portText == "" || strings.Trim(portText, "0123456789") != "" {
+		return "", 0, false
+	}
+	p, err := parsePort(portText)
+	if err != nil || !sandbox.ValidID(id) {
+		return "", 0, true
+	}
+	return id, p, true
+}
+
+// handleIngressHost serves a request sent to {port}-{sandbox}.{domain}.
+func (s *Server) handleIngressHost(w http.ResponseWriter, r *http.Request) {
+	id, port, _ := parseIngressHost(r.Host, s.ingressDomain())
+	s.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
+}
+
+// handleIngressPath serves ANY /v1/sandboxes/{id}/ports/{port}/proxy/{rest...}.
+func (s *Server) handleIngressPath(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	port, err := parsePort(r.PathValue("port"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	prefix := "/v1/sandboxes/" + id + "/ports/" + r.PathValue("port") + "/proxy"
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix)
+	if !ok || !strings.HasPrefix(rest, "/") {
+		// The client escaped characters of the prefix: rebuild the rest
+		// from its decoded form.
+		rest = (&url.URL{Path: "/" + r.PathValue("rest")}).EscapedPath()
+	}
+	s.serveIngressHTTP(w, r, id, port, rest)
+}
+
+// ingressGrant is an authorized ingress request: the sandbox, its port,
+// and whether the request's Authorization header was a SPACE API key
+// (which the guest must not see).
+type ingressGrant struct {
+	sb         *sandbox.Sandbox
+	port       store.ServicePort
+	sentAPIKey bool
+}
+
+// authorizeIngress finds the exposed port and checks the request's
+// credentials for it. An unknown sandbox, a port not exposed and another
+// tenant's sandbox all answer the same 404.
+func (s *Server) authorizeIngress(r *http.Request, id string, port int) (*ingressGrant, error) {
+	notFound := fmt.Errorf("%w: no exposed port %d on sandbox %q", errdefs.ErrNotFound, port, clip(id))
+	if !sandbox.ValidID(id) {
+		return nil, notFound
+	}
+	ctx := r.Context()
+	sb, err := s.store.GetSandboxByID(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && (sb.State == sandbox.StateDeleted || sb.State == sandbox.StateDeleting)) {
+		return nil, notFound
+	} else if err != nil {
+		return nil, err
+	}
+	sp, err := s.store.GetServicePort(ctx, id, port)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, notFound
+	} else if err != nil {
+		return nil, err
+	}
+	key, isKey := bearerAPIKey(r)
+	g := &ingressGrant{sb: sb, port: sp, sentAPIKey: isKey}
+	if sp.Public {
+		return g, nil
+	}
+	if token := portToken(r); token != "" {
+		if !portTokenMatches(token, sp.TokenHash) {
+			return nil, fmt.Errorf("%w: wrong token for port %d of sandbox %s", errdefs.ErrUnauthenticated, port, id)
+		}
+		return g, nil
+	}
+	if !isKey {
+		return nil, fmt.Errorf("%w: port %d of sandbox %s is private: send the tenant's API key (Authorization: Bearer) or the port's token (%s)",
+			errdefs.ErrUnauthenticated, port, id, sandboxv1.PortTokenHeader)
+	}
+	stored, err := s.store.GetAPIKey(ctx, key.ID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errBadKey
+	} else if err != nil {
+		return nil, err
+	}
+	if stored.Revoked() || !key.Matches(stored.Hash) {
+		return nil, errBadKey
+	}
+	if stored.Tenant != sb.Tenant {
+		return nil, notFound
+	}
+	return g, nil
+}
+
+// bearerAPIKey returns the request's Authorization bearer value when it has
+// the shape of a SPACE API key.
+func bearerAPIKey(r *http.Request) (apikey.Key, bool) {
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return apikey.Key{}, false
+	}
+	key, err := apikey.Parse(strings.TrimSpace(raw))
+	return key, err == nil
+}
+
+// portToken returns the port token of the request: the header, else the
+// query parameter.
+func portToken(r *http.Request) string {
+	if t := r.Header.Get(sandboxv1.PortTokenHeader); t != "" {
+		return t
+	}
+	return r.URL.Query().Get(sandboxv1.PortTokenQuery)
+}
+
+// withoutPortToken returns a raw query without the space_port_token
+// parameter, the others in their order and encoding.
+func withoutPortToken(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	parts := strings.Split(raw, "&")
+	kept := parts[:0]
+	for _, p := range parts {
+		k, _, _ := strings.Cut(p, "=")
+		if name, err := url.QueryUnescape(k); err == nil && name == sandboxv1.PortTokenQuery {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, "&")
+}
+
+// readyForIngress wakes a sandbox with an idle policy and returns it
+// running, or a conflict naming its state.
+func (s *Server) readyForIngress(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	if sb.State != sandbox.StateRunning && sb.IdleTimeout > 0 {
+		woken, err := s.wake(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		sb = woken
+	}
+	if sb.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("%w: sandbox %s is %s, not running", errdefs.ErrConflict, sb.ID, sb.State)
+	}
+	return sb, nil
+}
+
+// serveIngressHTTP proxies one HTTP request (WebSocket and other upgrades
+// included) to port of sandbox id; rest is the escaped path the guest gets.
+func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, rest string) {
+	g, err := s.authorizeIngress(r, id, port)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if g.port.Protocol != "http" {
+		s.writeError(w, r, fmt.Errorf("%w: port %d of sandbox %s is exposed as %s: use `space port forward` or GET …/ports/%d/tcp with Upgrade: %s",
+			errdefs.ErrInvalidArgument, port, id, g.port.Protocol, port, sandboxv1.TCPUpgrade))
+		return
+	}
+	sb, err := s.readyForIngress(r.Context(), g.sb)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	pt, err := s.newPortTransport(sb, uint16(port), "http")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if rest == "" {
+		rest = "/"
+	}
+	target, err := url.Parse("http://port" + rest)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("%w: path %q: %v", errdefs.ErrInvalidArgument, clip(rest), err))
+		return
+	}
+	query := withoutPortToken(r.URL.RawQuery)
+	stripAuth := g.sentAPIKey
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = &url.URL{Scheme: "http", Host: "port", Path: target.Path, RawPath: target.RawPath, RawQuery: query}
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			pr.Out.Header.Del(sandboxv1.PortTokenHeader)
+			pr.Out.Header.Del(capability.Header)
+			if stripAuth {
+				pr.Out.Header.Del("Authorization")
+			}
+		},
+		Transport:     pt,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			if !errors.Is(err, errRouteChanged) && !errors.Is(err, errdefs.ErrUnavailable) {
+				err = fmt.Errorf("%w: sandbox %s port %d: %v", errdefs.ErrUnavailable, id, port, err)
+			}
+			s.writeError(w, r, err)
+		},
+	}
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	proxy.ServeHTTP(w, r)
+}
