@@ -109,7 +109,18 @@ func buildHTTPSGet(t *testing.T) []byte {
 	return b
 }
 
-func TestCredentialInjection(t *testing.T) {
+func TestCredentialInjection(t *testing.T) { testCredentialInjection(t, "ns") }
+
+// TestCredentialInjectionVM: the same with a microVM guest (its trust store
+// is written through the guest daemon over virtio-serial).
+func TestCredentialInjectionVM(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	testCredentialInjection(t, "vm")
+}
+
+func testCredentialInjection(t *testing.T, runtime string) {
 	const secret = "sk-live-e2e-5eCr3t-value-0042"
 	e := newEgressNet(t)
 	pki := newTestPKI(t)
@@ -120,7 +131,7 @@ func TestCredentialInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := startServerWith(t, t.TempDir(), append(e.serverFlags(), "--gateway-upstream-ca", caFile)...)
-	sb := in.createWithEgress("ns", map[string]any{"allow_internet": false, "allow": map[string]any{"domains": []string{"api.secret.test", "api.other.test"}}})
+	sb := in.createWithEgress(runtime, map[string]any{"allow_internet": false, "allow": map[string]any{"domains": []string{"api.secret.test", "api.other.test"}}})
 
 	var cred map[string]any
 	code := in.do("POST", "/v1/credentials", map[string]any{
@@ -166,7 +177,7 @@ func TestCredentialInjection(t *testing.T) {
 	// The pattern matches the secret without containing it, so grep's own
 	// command line does not match.
 	pattern := secret[:len(secret)-1] + "[" + secret[len(secret)-1:] + "]"
-	r = in.sh(sb.ID, "grep -rl '"+pattern+"' /etc /usr /tmp /root /home /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; env | grep -c '"+pattern+"'")
+	r = in.sh(sb.ID, "grep -rl '"+pattern+"' /etc /usr/local /tmp /root /home /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; env | grep -c '"+pattern+"'")
 	if strings.Contains(r.Stdout, "/") || strings.TrimSpace(r.Stdout) != "0" {
 		t.Errorf("the secret is visible inside the sandbox: %q", r.Stdout)
 	}
