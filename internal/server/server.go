@@ -225,4 +225,3 @@ func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(sandboxv1.OpenAPI)
 }
-
