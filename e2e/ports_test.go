@@ -74,6 +74,10 @@ func TestServicePort(t *testing.T) {
 	if code, body := in.rawGet(t, "/index.html", host, map[string]string{"X-Space-Port-Token": p.Token}); code != http.StatusOK || strings.TrimSpace(body) != "hello-from-sandbox" {
 		t.Errorf("ingress by Host: HTTP %d %q", code, body)
 	}
+	// By headers, for localhost clients without the ingress domain.
+	if code, body := in.rawGet(t, "/index.html", "", map[string]string{"X-Space-Sandbox": sb.ID, "X-Space-Port": "8080", "Authorization": "Bearer " + in.key}); code != http.StatusOK || strings.TrimSpace(body) != "hello-from-sandbox" {
+		t.Errorf("ingress by headers: HTTP %d %q", code, body)
+	}
 	for _, c := range []struct {
 		name, path, host string
 		headers          map[string]string

@@ -22,9 +22,10 @@ import (
 // ServicePort ingress: HTTP and TCP from outside to a port a sandbox
 // exposed, through the node that runs it and that execution's gateway.
 //
-// Two ways in for HTTP: a Host of {port}-{sandbox}.{ingress domain} (any
-// path: the guest sees the path as sent), and, for clients without the
-// domain's DNS, /v1/sandboxes/{id}/ports/{port}/proxy/{path...}. TCP is
+// Three ways in for HTTP: a Host of {port}-{sandbox}.{ingress domain} (any
+// path: the guest sees the path as sent); for clients without the domain's
+// DNS, the headers X-Space-Sandbox and X-Space-Port on any path, or
+// /v1/sandboxes/{id}/ports/{port}/proxy/{path...}. TCP is
 // GET /v1/sandboxes/{id}/ports/{port}/tcp with "Upgrade: space-tcp".
 //
 // A public port needs no credentials. A private one needs the owning
@@ -42,13 +43,39 @@ import (
 // ports, and everything else to api.
 func (s *Server) withIngress(api http.Handler) http.Handler {
 	ingress := s.instrument("ingress host", http.HandlerFunc(s.handleIngressHost))
+	byHeader := s.instrument("ingress header", http.HandlerFunc(s.handleIngressHeader))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, _, ok := parseIngressHost(r.Host, s.ingressDomain()); ok {
 			ingress.ServeHTTP(w, r)
 			return
 		}
+		if r.Header.Get(sandboxv1.SandboxHeader) != "" || r.Header.Get(sandboxv1.PortHeader) != "" {
+			byHeader.ServeHTTP(w, r)
+			return
+		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// handleIngressHeader serves a request routed by X-Space-Sandbox and
+// X-Space-Port; both are needed, and neither reaches the guest.
+func (s *Server) handleIngressHeader(w http.ResponseWriter, r *http.Request) {
+	id, portText := r.Header.Get(sandboxv1.SandboxHeader), r.Header.Get(sandboxv1.PortHeader)
+	r.Header.Del(sandboxv1.SandboxHeader)
+	r.Header.Del(sandboxv1.PortHeader)
+	if id == "" || portText == "" {
+		s.writeError(w, r, fmt.Errorf("%w: header routing needs both %s and %s", errdefs.ErrInvalidArgument, sandboxv1.SandboxHeader, sandboxv1.PortHeader))
+		return
+	}
+	port, err := parsePort(portText)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !sandbox.ValidID(id) {
+		id = ""
+	}
+	s.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
 }
 
 // parseIngressHost reads {port}-{sandbox}.{domain}[:apiport] (any case, a

@@ -357,6 +357,18 @@ func TestIngressHTTP(t *testing.T) {
 		}
 	})
 
+	t.Run("header routing", func(t *testing.T) {
+		e := guestSaw(t, p.send(http.MethodGet, p.url+"/h/x?q=2", "", "", map[string]string{
+			sandboxv1.SandboxHeader: sb.ID, sandboxv1.PortHeader: "3000", sandboxv1.PortTokenHeader: priv.Token}))
+		if e.Path != "/h/x" || e.Query != "q=2" || e.Header.Get(sandboxv1.SandboxHeader) != "" || e.Header.Get(sandboxv1.PortHeader) != "" {
+			t.Errorf("guest saw %+v; want the path as sent and no routing headers", e)
+		}
+		p.wantCapability(sb, 3000, "http")
+		wantError(t, "only one routing header", p.send(http.MethodGet, p.url+"/", "", "", map[string]string{sandboxv1.SandboxHeader: sb.ID}), 400, sandboxv1.CodeInvalidArgument)
+		wantError(t, "no credentials", p.send(http.MethodGet, p.url+"/", "", "", map[string]string{sandboxv1.SandboxHeader: sb.ID, sandboxv1.PortHeader: "3000"}), 401, sandboxv1.CodeUnauthenticated)
+		wantError(t, "bad sandbox id", p.send(http.MethodGet, p.url+"/", "", "", map[string]string{sandboxv1.SandboxHeader: "../x", sandboxv1.PortHeader: "8080"}), 404, sandboxv1.CodeNotFound)
+	})
+
 	t.Run("private port credentials", func(t *testing.T) {
 		wantError(t, "no credentials", p.send(http.MethodGet, p.url+"/", hostOf(3000), "", nil), 401, sandboxv1.CodeUnauthenticated)
 		wantError(t, "an application's bearer token", p.send(http.MethodGet, p.url+"/", hostOf(3000), "", map[string]string{"Authorization": "Bearer app"}), 401, sandboxv1.CodeUnauthenticated)

@@ -62,6 +62,15 @@ const (
 	PortTokenQuery  = "space_port_token"
 )
 
+// Header routing, for clients on localhost without the ingress domain's
+// DNS that cannot change the path: a request to the API listener with both
+// headers goes to that sandbox's port, with its path as sent. Neither
+// reaches the guest.
+const (
+	SandboxHeader = "X-Space-Sandbox"
+	PortHeader    = "X-Space-Port"
+)
+
 // TCPUpgrade is the Upgrade token of a raw TCP tunnel to a sandbox port:
 // GET /v1/sandboxes/{id}/ports/{port}/tcp with "Connection: Upgrade" and
 // "Upgrade: space-tcp" answers 101, then carries the bytes both ways.
