@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,10 +15,12 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{path: "template build", args: "NAME --from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT|debootstrap:SUITE[+pkg,…] [--wait DUR] [-o json]",
+		&command{path: "template build", args: "NAME --from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT|debootstrap:SUITE[+pkg,…] [--egress FILE] [--wait DUR] [-o json]",
 			summary: "build a template and wait, showing progress on stderr", run: templateBuild},
 		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
 		&command{path: "template delete", args: "NAME", summary: "delete a template", run: templateDelete},
+		&command{path: "template egress", args: "NAME (--set FILE | --clear)",
+			summary: "set (or clear) the default egress policy of sandboxes made from a template; their own policy wins", run: templateEgress},
 		&command{path: "tenant create", args: "NAME [-o json]", summary: "create a tenant; prints its first API key (admin key)", run: tenantCreate},
 		&command{path: "tenant list", args: "[-o json]", summary: "list tenants (admin key)", run: tenantList},
 		&command{path: "tenant delete", args: "ID", summary: "delete a tenant (admin key)", run: tenantDelete},
@@ -38,6 +41,7 @@ const templateBuildWait = time.Hour
 func templateBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("template build")
 	from := fs.String("from", "", "source (required)")
+	egressFile := fs.String("egress", "", "default egress policy of its sandboxes: a JSON file, - for stdin (docs/network.md)")
 	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
@@ -54,9 +58,19 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	req := sandboxv1.BuildTemplateRequest{Name: pos[0], From: src}
+	if *egressFile != "" {
+		p, err := readEgressPolicy(e, *egressFile)
+		if err != nil {
+			return fmt.Errorf("--egress %s: %w", *egressFile, err)
+		}
+		if req.Egress, err = json.Marshal(p); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()
-	t, err := e.c.BuildTemplate(ctx, sandboxv1.BuildTemplateRequest{Name: pos[0], From: src})
+	t, err := e.c.BuildTemplate(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -72,6 +86,35 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 		return writeJSON(e.stdout, t)
 	}
 	return nil
+}
+
+// templateEgress sets or clears a template's default egress policy and
+// prints the template.
+func templateEgress(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("template egress")
+	set := fs.String("set", "", "the JSON policy file (- reads stdin)")
+	clearIt := fs.Bool("clear", false, "remove the template's policy (the server's default applies)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
+		return err
+	}
+	if (*set == "") == !*clearIt {
+		return usagef(fs, "give exactly one of --set FILE and --clear")
+	}
+	var p *sandboxv1.EgressPolicy
+	if *set != "" {
+		if p, err = readEgressPolicy(e, *set); err != nil {
+			return fmt.Errorf("--set %s: %w", *set, err)
+		}
+	}
+	t, err := e.c.SetTemplateEgress(ctx, pos[0], p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(e.stdout, t)
 }
 
 // buildProgress prints a template build's state on stderr: each change, and a

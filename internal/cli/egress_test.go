@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -137,5 +138,31 @@ func TestSandboxEgressCommand(t *testing.T) {
 	}
 	if code, _, errOut := run(t, nil, "sandbox", "egress", "sb-missing"); code != 1 || !strings.Contains(errOut, "not found") {
 		t.Errorf("missing sandbox: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestTemplateEgressCommand(t *testing.T) {
+	var gotBody atomic.Pointer[string]
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/templates/{name}/egress", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s := r.PathValue("name") + " " + strings.TrimSpace(string(b))
+		gotBody.Store(&s)
+		json.NewEncoder(w).Encode(sandboxv1.Template{Name: r.PathValue("name"), State: "ready"})
+	})
+	fakeServer(t, mux)
+	if code, _, errOut := run(t, nil, "template", "egress", "base", "--set", writePolicyFile(t, cliPolicy)); code != 0 {
+		t.Fatalf("--set: exit %d: %s", code, errOut)
+	}
+	var sent sandboxv1.EgressPolicy
+	name, body, _ := strings.Cut(*gotBody.Load(), " ")
+	if err := json.Unmarshal([]byte(body), &sent); name != "base" || err != nil || !reflect.DeepEqual(sent, cliPolicyWant) {
+		t.Errorf("sent %s %s (%v), want %+v", name, body, err, cliPolicyWant)
+	}
+	if code, _, errOut := run(t, nil, "template", "egress", "base", "--clear"); code != 0 || *gotBody.Load() != "base null" {
+		t.Errorf("--clear: exit %d (%s), sent %q", code, errOut, *gotBody.Load())
+	}
+	if code, _, _ := run(t, nil, "template", "egress", "base"); code != 2 {
+		t.Errorf("neither --set nor --clear: exit %d, want 2", code)
 	}
 }

@@ -555,3 +555,56 @@ func TestKeyedMutex(t *testing.T) {
 		t.Errorf("entries left after every unlock: %d", len(k.m))
 	}
 }
+
+// TestTemplateDefaultEgress: a template's default policy applies to the
+// sandboxes made from it that name none; a create's own policy wins; only an
+// admin sets it; a bad policy is refused.
+func TestTemplateDefaultEgress(t *testing.T) {
+	cp := newControlPlane(t, Config{})
+	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := `{"allow_internet":false,"allow":{"domains":["pypi.org","*.pythonhosted.org"]}}`
+	if code, e := cp.do(cp.key, http.MethodPut, "/v1/templates/minimal/egress", policy, nil); code != http.StatusForbidden {
+		t.Fatalf("a tenant key set a template policy: HTTP %d %+v", code, e)
+	}
+	if code, e := cp.do(admin, http.MethodPut, "/v1/templates/minimal/egress", `{"alow":{}}`, nil); code != http.StatusBadRequest {
+		t.Fatalf("bad template policy: HTTP %d %+v", code, e)
+	}
+	var tpl sandboxv1.Template
+	if code, e := cp.do(admin, http.MethodPut, "/v1/templates/minimal/egress", policy, &tpl); code != http.StatusOK {
+		t.Fatalf("set template policy: HTTP %d %+v", code, e)
+	}
+	want := specOf(t, []byte(policy))
+	if got := apiSpec(t, tpl.Egress); !reflect.DeepEqual(got, want) {
+		t.Errorf("template egress %+v, want %+v", got, want)
+	}
+	var list sandboxv1.TemplateList
+	cp.do(cp.key, http.MethodGet, "/v1/templates", "", &list)
+	if len(list.Templates) != 1 || list.Templates[0].Egress == nil {
+		t.Errorf("GET /v1/templates does not show the policy: %+v", list)
+	}
+	sb := cp.create(`{"template":"minimal"}`)
+	if got := apiSpec(t, sb.Egress); !reflect.DeepEqual(got, want) {
+		t.Errorf("sandbox without a policy got %+v, want the template's %+v", got, want)
+	}
+	if g := specOf(t, cp.node.lastStart(t, sb.ID).Egress); !reflect.DeepEqual(g, want) {
+		t.Errorf("StartExecution.Egress %+v, want the template's", g)
+	}
+	own := cp.create(`{"template":"minimal","egress":{"allow_internet":true}}`)
+	if got := apiSpec(t, own.Egress); !reflect.DeepEqual(got, specOf(t, []byte(`{"allow_internet":true}`))) {
+		t.Errorf("a create's own policy lost to the template's: %+v", got)
+	}
+	// null removes the default: the server's applies again.
+	if code, e := cp.do(admin, http.MethodPut, "/v1/templates/minimal/egress", `null`, &tpl); code != http.StatusOK || tpl.Egress != nil {
+		t.Fatalf("clear template policy: HTTP %d %+v %+v", code, e, tpl)
+	}
+	after := cp.create(`{"template":"minimal"}`)
+	if got := apiSpec(t, after.Egress); !reflect.DeepEqual(got, specOf(t, []byte(`{"allow_internet":true}`))) {
+		t.Errorf("after clearing, default %+v", got)
+	}
+	if code, _ := cp.do(admin, http.MethodPut, "/v1/templates/nope/egress", policy, nil); code != http.StatusNotFound {
+		t.Errorf("unknown template: HTTP %d", code)
+	}
+}

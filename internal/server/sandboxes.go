@@ -66,13 +66,21 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if spec.Egress, err = sandbox.CreateEgress(req.Egress, req.AllowInternetAccess, s.cfg.DefaultEgress); err != nil {
-		return nil, err
-	}
 	tpl, err := s.store.GetTemplate(ctx, spec.Template)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, fmt.Errorf("%w: template %q does not exist; `space template list` shows the templates", errdefs.ErrInvalidArgument, spec.Template)
 	} else if err != nil {
+		return nil, err
+	}
+	// The create's own policy, else the template's default, else the
+	// server's.
+	def := s.cfg.DefaultEgress
+	if p, err := templateEgress(tpl); err != nil {
+		return nil, err
+	} else if p != nil {
+		def = p
+	}
+	if spec.Egress, err = sandbox.CreateEgress(req.Egress, req.AllowInternetAccess, def); err != nil {
 		return nil, err
 	}
 	if tpl.State != store.TemplateReady {

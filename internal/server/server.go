@@ -165,6 +165,7 @@ func (s *Server) Handler() http.Handler {
 	authed("GET /v1/templates", s.handleListTemplates)
 	admin("POST /v1/templates", s.idempotent(s.handleBuildTemplate))
 	admin("DELETE /v1/templates/{name}", s.handleDeleteTemplate)
+	admin("PUT /v1/templates/{name}/egress", s.handleSetTemplateEgress)
 
 	admin("GET /v1/tenants", s.handleListTenants)
 	admin("POST /v1/tenants", s.idempotent(s.handleCreateTenant))

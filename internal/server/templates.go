@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spacesandbox/space/internal/egress"
 	"net/http"
 	"strings"
 	"time"
@@ -133,10 +135,7 @@ func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request) {
 	}
 	out := sandboxv1.TemplateList{Templates: []sandboxv1.Template{}}
 	for _, t := range ts {
-		out.Templates = append(out.Templates, sandboxv1.Template{
-			Name: t.Name, Source: t.Source, State: string(t.State), Reason: t.Reason,
-			SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt,
-		})
+		out.Templates = append(out.Templates, templateAPI(t))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -156,6 +155,13 @@ func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	var policy *egress.Policy
+	if len(req.Egress) > 0 && string(req.Egress) != "null" {
+		if policy, err = egress.ParsePolicy(req.Egress); err != nil {
+			s.writeError(w, r, fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidArgument, err))
+			return
+		}
+	}
 	if t, err := s.store.GetTemplate(r.Context(), req.Name); err == nil && t.State == store.TemplateBuilding {
 		s.writeError(w, r, fmt.Errorf("%w: template %s is already building", errdefs.ErrConflict, req.Name))
 		return
@@ -167,12 +173,70 @@ func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if policy != nil {
+		if err := s.store.SetTemplateEgress(r.Context(), req.Name, string(sandbox.EgressJSON(policy))); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	t, err := s.store.GetTemplate(r.Context(), req.Name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, sandboxv1.Template{Name: t.Name, Source: t.Source, State: string(t.State), CreatedAt: t.CreatedAt})
+	writeJSON(w, http.StatusAccepted, templateAPI(t))
+}
+
+// handleSetTemplateEgress serves PUT /v1/templates/{name}/egress: the body
+// is the default egress policy of sandboxes made from the template from now
+// on, or null to remove it. Existing sandboxes keep theirs.
+func (s *Server) handleSetTemplateEgress(w http.ResponseWriter, r *http.Request) {
+	var raw json.RawMessage
+	if err := decodeJSON(w, r, &raw); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	value := ""
+	if len(raw) > 0 && string(raw) != "null" {
+		p, err := egress.ParsePolicy(raw)
+		if err != nil {
+			s.writeError(w, r, fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidArgument, err))
+			return
+		}
+		value = string(sandbox.EgressJSON(p))
+	}
+	name := r.PathValue("name")
+	if err := s.store.SetTemplateEgress(r.Context(), name, value); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.store.GetTemplate(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, templateAPI(t))
+}
+
+// templateAPI is a template as the API shows it.
+func templateAPI(t store.Template) sandboxv1.Template {
+	out := sandboxv1.Template{Name: t.Name, Source: t.Source, State: string(t.State), Reason: t.Reason, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
+	if p, err := templateEgress(t); err == nil && p != nil {
+		out.Egress = sandbox.EgressAPI(p)
+	}
+	return out
+}
+
+// templateEgress is a template's default policy, nil when it has none.
+func templateEgress(t store.Template) (*egress.Policy, error) {
+	if t.Egress == "" {
+		return nil, nil
+	}
+	p, err := egress.ParsePolicy([]byte(t.Egress))
+	if err != nil {
+		return nil, fmt.Errorf("template %s: stored egress policy: %w", t.Name, err)
+	}
+	return p, nil
 }
 
 // normaliseSource checks a template source: dir:/abs, tar:/abs, a bare

@@ -137,6 +137,10 @@ type Template struct {
 	State     TemplateState
 	Reason    string
 	SizeBytes int64
+	// Egress is the default egress policy (egress Spec JSON) of sandboxes
+	// made from the template; "" for none. UpdateTemplate leaves it alone:
+	// SetTemplateEgress changes it.
+	Egress    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -145,6 +149,9 @@ type Template struct {
 type Templates interface {
 	// CreateTemplate stores a new template; an existing name is ErrConflict.
 	CreateTemplate(ctx context.Context, t Template) error
+	// SetTemplateEgress replaces a template's default egress policy (""
+	// removes it); an unknown template is ErrNotFound.
+	SetTemplateEgress(ctx context.Context, name, egress string) error
 	// GetTemplate returns a template or ErrNotFound.
 	GetTemplate(ctx context.Context, name string) (Template, error)
 	// ListTemplates returns every template by name.

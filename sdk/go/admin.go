@@ -2,6 +2,7 @@ package space
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -190,6 +191,24 @@ func (c *Client) RotateSigningKey(ctx context.Context) (*sandboxv1.SigningKey, e
 	var out sandboxv1.SigningKey
 	if err := c.call(ctx, request{method: http.MethodPost, path: "/v1/signing-keys/rotate"}, nil, &out, maxJSONBody); err != nil {
 		return nil, fmt.Errorf("rotate signing key: %w", err)
+	}
+	return &out, nil
+}
+
+// SetTemplateEgress replaces a template's default egress policy (admin);
+// nil removes it, so the server's default applies to new sandboxes again.
+func (c *Client) SetTemplateEgress(ctx context.Context, name string, policy *sandboxv1.EgressPolicy) (*sandboxv1.Template, error) {
+	seg, err := pathSegment("template name", name)
+	if err != nil {
+		return nil, fmt.Errorf("set template egress: %w", err)
+	}
+	var body any = json.RawMessage("null")
+	if policy != nil {
+		body = policy
+	}
+	var out sandboxv1.Template
+	if err := c.call(ctx, request{method: http.MethodPut, path: "/v1/templates/" + seg + "/egress"}, body, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("set template %s egress: %w", name, err)
 	}
 	return &out, nil
 }

@@ -3,7 +3,10 @@
 // the public contract in SPEC.md.
 package sandboxv1
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // State is a sandbox's lifecycle state as the API reports it.
 type State string
@@ -230,6 +233,9 @@ type Template struct {
 	Reason    string    `json:"reason,omitempty"`
 	SizeBytes int64     `json:"size_bytes"`
 	CreatedAt time.Time `json:"created_at"`
+	// Egress is the default egress policy of sandboxes made from the
+	// template (absent: the server's default).
+	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
 // TemplateList is the body of GET /v1/templates.
@@ -242,6 +248,9 @@ type TemplateList struct {
 type BuildTemplateRequest struct {
 	Name string `json:"name"`
 	From string `json:"from"`
+	// Egress, when set, is the default egress policy of sandboxes made from
+	// the template (a create's own policy wins).
+	Egress json.RawMessage `json:"egress,omitempty"`
 }
 
 // Tenant is one tenant.

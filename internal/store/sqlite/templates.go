@@ -12,12 +12,12 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-const templateColumns = `name, source, state, reason, size_bytes, created_at, updated_at`
+const templateColumns = `name, source, state, reason, size_bytes, created_at, updated_at, egress`
 
 func scanTemplate(sc interface{ Scan(...any) error }) (store.Template, error) {
 	var t store.Template
 	var created, updated int64
-	if err := sc.Scan(&t.Name, &t.Source, &t.State, &t.Reason, &t.SizeBytes, &created, &updated); err != nil {
+	if err := sc.Scan(&t.Name, &t.Source, &t.State, &t.Reason, &t.SizeBytes, &created, &updated, &t.Egress); err != nil {
 		return store.Template{}, err
 	}
 	t.CreatedAt, t.UpdatedAt = fromTS(created), fromTS(updated)
@@ -34,8 +34,8 @@ func (s *Store) CreateTemplate(ctx context.Context, t store.Template) error {
 		t.CreatedAt = at
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			t.Name, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(t.CreatedAt), ts(at))
+		_, err := tx.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.Name, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(t.CreatedAt), ts(at), t.Egress)
 		return err
 	})
 	if isConstraint(err) {
@@ -90,6 +90,20 @@ func (s *Store) UpdateTemplate(ctx context.Context, t store.Template) error {
 		}
 		if n, err := affected(res); err != nil || n == 0 {
 			return errors.Join(err, fmt.Errorf("template %s: %w", t.Name, errdefs.ErrNotFound))
+		}
+		return nil
+	})
+}
+
+// SetTemplateEgress implements store.Templates.
+func (s *Store) SetTemplateEgress(ctx context.Context, name, egress string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE templates SET egress = ?, updated_at = ? WHERE name = ?`, egress, ts(now()), name)
+		if err != nil {
+			return fmt.Errorf("template %s: set egress: %w", name, err)
+		}
+		if n, err := affected(res); err != nil || n == 0 {
+			return errors.Join(err, fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound))
 		}
 		return nil
 	})

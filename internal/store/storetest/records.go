@@ -36,6 +36,25 @@ func testTemplates(t *testing.T, s store.Store) {
 	}
 	wantClass(t, "UpdateTemplate missing", s.UpdateTemplate(ctx(t), store.Template{Name: "nope"}), errdefs.ErrNotFound)
 
+	// The default egress policy is set apart and survives UpdateTemplate.
+	policy := `{"allow_internet":false,"allow":{"domains":["pypi.org"]}}`
+	must(t, "SetTemplateEgress", s.SetTemplateEgress(ctx(t), "base", policy))
+	must(t, "UpdateTemplate", s.UpdateTemplate(ctx(t), base))
+	if got, _ = s.GetTemplate(ctx(t), "base"); got.Egress != policy {
+		t.Errorf("template egress = %q, want %q", got.Egress, policy)
+	}
+	must(t, "SetTemplateEgress clear", s.SetTemplateEgress(ctx(t), "base", ""))
+	if got, _ = s.GetTemplate(ctx(t), "base"); got.Egress != "" {
+		t.Errorf("cleared template egress = %q", got.Egress)
+	}
+	wantClass(t, "SetTemplateEgress missing", s.SetTemplateEgress(ctx(t), "nope", policy), errdefs.ErrNotFound)
+	withPolicy := store.Template{Name: "locked", Source: "builtin:minimal", State: store.TemplateReady, Egress: policy, CreatedAt: at(3)}
+	must(t, "CreateTemplate with egress", s.CreateTemplate(ctx(t), withPolicy))
+	if got, _ = s.GetTemplate(ctx(t), "locked"); got.Egress != policy {
+		t.Errorf("created template egress = %q", got.Egress)
+	}
+	must(t, "DeleteTemplate locked", s.DeleteTemplate(ctx(t), "locked"))
+
 	list, err = s.ListTemplates(ctx(t))
 	must(t, "ListTemplates", err)
 	if len(list) != 2 || list[0].Name != "base" || list[1].Name != "minimal" {
