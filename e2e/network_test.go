@@ -238,6 +238,22 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 			t.Errorf("reached the host at %s: %+v", a, r)
 		}
 	}
+	// Another sandbox: every sandbox has the same address on a link of its
+	// own, so there is no address that leads to a neighbour. One listens;
+	// the other, at that address, reaches only itself.
+	if runtime == "ns" {
+		other := in.createWithEgress(runtime, map[string]any{"allow_internet": true})
+		in.sh(other.ID, "(nc -ll -p 9000 -e echo neighbour </dev/null >/dev/null 2>&1 &)")
+		// The listener works: its own sandbox reaches it.
+		if r := in.sh(other.ID, "for i in 1 2 3 4 5 6 7 8 9 10; do nc -w 2 127.0.0.1 9000 </dev/null && exit 0; sleep 0.2; done; exit 1"); !strings.Contains(r.Stdout, "neighbour") {
+			t.Fatalf("the neighbour's listener does not answer locally: %+v", r)
+		}
+		for _, target := range []string{"10.0.2.15:9000", "10.0.2.2:9000"} {
+			if r := in.sh(sb.ID, "nc -w 3 "+strings.Replace(target, ":", " ", 1)+" </dev/null"); strings.Contains(r.Stdout, "neighbour") {
+				t.Errorf("reached another sandbox at %s: %+v", target, r)
+			}
+		}
+	}
 	// Long, tunnel-shaped names are refused before they reach upstream.
 	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".allowed.test"
 	in.sh(sb.ID, "nslookup "+long+" 10.0.2.3")
