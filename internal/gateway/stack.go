@@ -26,6 +26,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/gateway/dnsgw"
+	"github.com/spacesandbox/space/internal/loglimit"
 	"github.com/spacesandbox/space/internal/sandboxnet"
 )
 
@@ -101,6 +102,7 @@ type Sandbox struct {
 	stack *stack.Stack
 	dns   *dnsgw.Server
 	names *dnsgw.NameTable
+	logs  *loglimit.Limiter // refusal log lines, per reason
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -134,7 +136,7 @@ func Attach(link *driver.Link, cfg Config) (*Sandbox, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Sandbox{
-		cfg: cfg, log: log, io: fio, dns: dns, names: names,
+		cfg: cfg, log: log, io: fio, dns: dns, names: names, logs: loglimit.New(10),
 		ctx: ctx, cancel: cancel, flows: make(chan struct{}, MaxFlows), done: make(chan struct{}),
 	}
 	if err := g.buildStack(); err != nil {

@@ -201,8 +201,14 @@ func (c *replayConn) CloseWrite() error {
 	return c.Conn.Close()
 }
 
-// refused counts and logs a refusal.
+// refused counts a refusal, and logs it within the sandbox's log budget (a
+// sandbox scanning the internet must not fill the node's log; the counters
+// have every refusal).
 func (g *Sandbox) refused(reason string, dst netip.AddrPort, domain, why string) {
 	g.cfg.Counters.add(g.cfg.Sandbox, reason)
-	g.log.Info("egress refused", "reason", reason, "dst", dst, "domain", domain, "why", why)
+	suppressed, ok := g.logs.Allow(reason, time.Now())
+	if !ok {
+		return
+	}
+	g.log.Info("egress refused", "reason", reason, "dst", dst, "domain", domain, "why", why, "unlogged_since_last", suppressed)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/loglimit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -147,7 +148,7 @@ func (m *Manager) capabilityRefused(rec *Record, c *capability.Capability, reaso
 			"substrate", c.Substrate, "activation", c.Activation, "ops", opsString(c.Ops),
 			"key", c.KeyID, "expires", c.ExpiresAt)
 	}
-	suppressed, ok := refusalLogs.allow(reason, time.Now())
+	suppressed, ok := refusalLogs.Allow(reason, time.Now())
 	if !ok {
 		return // counted above; the next line logged says how many were not
 	}
@@ -157,45 +158,7 @@ func (m *Manager) capabilityRefused(rec *Record, c *capability.Capability, reaso
 
 // refusalLogs bounds the refusal log lines: a hostile client sending garbage
 // capabilities must not fill the node's log. Every refusal is counted.
-var refusalLogs = &logLimiter{perSecond: 10}
-
-// logLimiter lets at most perSecond lines per key through each second and
-// reports how many it held back since the last one it let through.
-type logLimiter struct {
-	perSecond int
-
-	mu   sync.Mutex
-	keys map[string]*logWindow
-}
-
-type logWindow struct {
-	start      time.Time
-	n          int
-	suppressed int
-}
-
-func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.keys == nil {
-		l.keys = map[string]*logWindow{}
-	}
-	w := l.keys[key]
-	if w == nil {
-		w = &logWindow{start: now}
-		l.keys[key] = w
-	}
-	if now.Sub(w.start) >= time.Second {
-		w.start, w.n = now, 0
-	}
-	if w.n >= l.perSecond {
-		w.suppressed++
-		return 0, false
-	}
-	w.n++
-	suppressed, w.suppressed = w.suppressed, 0
-	return suppressed, true
-}
+var refusalLogs = loglimit.New(10)
 
 // verifyRefusal is the reason for a token that failed decoding or
 // verification.

@@ -232,27 +232,3 @@ func BenchmarkCapabilityRefusedLog(b *testing.B) {
 		m.capabilityRefused(rec, c, refusedSandbox, "capability is for another sandbox")
 	}
 }
-
-// TestLogLimiter: at most perSecond lines per key and second; the next line
-// let through says how many were held back; keys are independent.
-func TestLogLimiter(t *testing.T) {
-	l := &logLimiter{perSecond: 3}
-	now := time.Unix(100, 0)
-	for i := 0; i < 3; i++ {
-		if _, ok := l.allow("deny-signature", now); !ok {
-			t.Fatalf("line %d refused within the limit", i)
-		}
-	}
-	for i := 0; i < 5; i++ {
-		if _, ok := l.allow("deny-signature", now.Add(100*time.Millisecond)); ok {
-			t.Fatalf("line over the limit let through")
-		}
-	}
-	if _, ok := l.allow("deny-sandbox", now); !ok {
-		t.Error("another key was limited by the first")
-	}
-	suppressed, ok := l.allow("deny-signature", now.Add(time.Second))
-	if !ok || suppressed != 5 {
-		t.Errorf("next second: ok %v, suppressed %d; want true, 5", ok, suppressed)
-	}
-}
