@@ -24,31 +24,9 @@ import (
 // this port and protocol "http"; the connection into the guest goes through
 // the execution's gateway (its own link), never through the host's network.
 func (m *Manager) handlePort(w http.ResponseWriter, r *http.Request) {
-	execID := r.PathValue("exec")
-	if err := privop.ValidExecID(execID); err != nil {
-		writeError(w, err)
-		return
-	}
-	port, err := strconv.ParseUint(r.PathValue("port"), 10, 16)
-	if err != nil || port == 0 {
-		writeError(w, fmt.Errorf("%w: port %q: want 1-65535", errdefs.ErrInvalidArgument, r.PathValue("port")))
-		return
-	}
-	rec, err := m.records.load(execID)
+	execID, port, g, err := m.admitPort(r, "http")
 	if err != nil {
-		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
-		return
-	}
-	req := capability.Request{Op: capability.OpServicePort, Port: uint16(port), Protocol: "http"}
-	if err := m.checkCapabilityFor(r.Header.Get(capability.Header), rec, req, time.Now()); err != nil {
 		writeError(w, err)
-		return
-	}
-	m.gateways.mu.Lock()
-	g := m.gateways.byExec[execID]
-	m.gateways.mu.Unlock()
-	if g == nil {
-		writeError(w, fmt.Errorf("%w: exec %s has no network on this node", errdefs.ErrFailedPrecondition, execID))
 		return
 	}
 	// Ingress holds a lease like every stream: a replaced or stopped
@@ -67,7 +45,7 @@ func (m *Manager) handlePort(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return g.gw.DialGuest(ctx, uint16(port))
+				return g.gw.DialGuest(ctx, port)
 			},
 			DisableKeepAlives:     true,
 			ResponseHeaderTimeout: 5 * time.Minute,
@@ -82,6 +60,35 @@ func (m *Manager) handlePort(w http.ResponseWriter, r *http.Request) {
 	proxy.ServeHTTP(w, r)
 }
 
+// admitPort checks a ServicePort request for protocol: the execution and
+// port in its path, the capability it carries (this execution, OpServicePort,
+// this port and protocol), and that the execution has a gateway here.
+func (m *Manager) admitPort(r *http.Request, protocol string) (string, uint16, *execGateway, error) {
+	execID := r.PathValue("exec")
+	if err := privop.ValidExecID(execID); err != nil {
+		return "", 0, nil, err
+	}
+	port, err := strconv.ParseUint(r.PathValue("port"), 10, 16)
+	if err != nil || port == 0 {
+		return "", 0, nil, fmt.Errorf("%w: port %q: want 1-65535", errdefs.ErrInvalidArgument, r.PathValue("port"))
+	}
+	rec, err := m.records.load(execID)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
+	}
+	req := capability.Request{Op: capability.OpServicePort, Port: uint16(port), Protocol: protocol}
+	if err := m.checkCapabilityFor(r.Header.Get(capability.Header), rec, req, time.Now()); err != nil {
+		return "", 0, nil, err
+	}
+	m.gateways.mu.Lock()
+	g := m.gateways.byExec[execID]
+	m.gateways.mu.Unlock()
+	if g == nil {
+		return "", 0, nil, fmt.Errorf("%w: exec %s has no network on this node", errdefs.ErrFailedPrecondition, execID)
+	}
+	return execID, uint16(port), g, nil
+}
+
 // TCPUpgrade is the Upgrade token of a raw TCP tunnel to a guest port.
 const TCPUpgrade = "space-tcp"
 
@@ -90,41 +97,19 @@ const TCPUpgrade = "space-tcp"
 // connection carries the bytes of one TCP connection to the guest port,
 // both ways. The capability must name OpServicePort, the port and "tcp".
 func (m *Manager) handlePortTCP(w http.ResponseWriter, r *http.Request) {
-	execID := r.PathValue("exec")
-	if err := privop.ValidExecID(execID); err != nil {
-		writeError(w, err)
-		return
-	}
-	port, err := strconv.ParseUint(r.PathValue("port"), 10, 16)
-	if err != nil || port == 0 {
-		writeError(w, fmt.Errorf("%w: port %q: want 1-65535", errdefs.ErrInvalidArgument, r.PathValue("port")))
-		return
-	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), TCPUpgrade) {
 		writeError(w, fmt.Errorf("%w: a TCP tunnel needs \"Upgrade: %s\"", errdefs.ErrInvalidArgument, TCPUpgrade))
 		return
 	}
-	rec, err := m.records.load(execID)
+	execID, port, g, err := m.admitPort(r, "tcp")
 	if err != nil {
-		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
-		return
-	}
-	req := capability.Request{Op: capability.OpServicePort, Port: uint16(port), Protocol: "tcp"}
-	if err := m.checkCapabilityFor(r.Header.Get(capability.Header), rec, req, time.Now()); err != nil {
 		writeError(w, err)
-		return
-	}
-	m.gateways.mu.Lock()
-	g := m.gateways.byExec[execID]
-	m.gateways.mu.Unlock()
-	if g == nil {
-		writeError(w, fmt.Errorf("%w: exec %s has no network on this node", errdefs.ErrFailedPrecondition, execID))
 		return
 	}
 	leaseCtx, release := m.streams.acquire(context.WithoutCancel(r.Context()), execID)
 	defer release()
 	dctx, cancel := context.WithTimeout(leaseCtx, 30*time.Second)
-	guestConn, err := g.gw.DialGuest(dctx, uint16(port))
+	guestConn, err := g.gw.DialGuest(dctx, port)
 	cancel()
 	if err != nil {
 		writeError(w, fmt.Errorf("%w: sandbox port %d: %v", errdefs.ErrUnavailable, port, err))
