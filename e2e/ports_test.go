@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -43,9 +44,20 @@ func (in *instance) rawGet(t *testing.T, path, host string, headers map[string]s
 // gateway by Host and by path with the port's token or the API key, a TCP
 // port through a space-tcp tunnel; unexposed ports, missing tokens and a
 // paused sandbox are refused.
-func TestServicePort(t *testing.T) {
+func TestServicePort(t *testing.T) { testServicePort(t, "ns") }
+
+// TestServicePortVM: the same into a microVM (inbound connections over its
+// virtio-net link).
+func TestServicePortVM(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	testServicePort(t, "vm")
+}
+
+func testServicePort(t *testing.T, runtime string) {
 	in := startServer(t, newDataDir(t))
-	sb := in.create("minimal")
+	sb := in.createWithEgress(runtime, map[string]any{"allow_internet": false})
 	// httpd daemonizes itself; nc -ll -e is a persistent echo server, in
 	// the background, so both outlive the exec that starts them.
 	if r := in.sh(sb.ID, "mkdir -p /tmp/www && echo hello-from-sandbox > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && (nc -ll -p 2222 -e cat </dev/null >/dev/null 2>&1 &)"); r.ExitCode != 0 {
