@@ -329,17 +329,14 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 	if err := waitLoaded(ctx, s, st); err != nil {
 		return nil, err
 	}
-	if _, err := s.run("cont", nil); err != nil {
-		return nil, err
-	}
-	// The link is connected right after the guest runs again, not before:
-	// QEMU 7.2 (Debian 12) sometimes dies with a NULL dereference at "cont"
-	// when a stream netdev client connected while the incoming VM was
-	// stopped (q35, virtio-net-pci; seen 1 in 3 restores). What the guest
-	// sends in between is dropped, as a cable unplugged for milliseconds
-	// would; TCP and ARP retransmit.
+	// The link is connected before the guest runs: QEMU drops what the
+	// guest sends while no host end is connected.
 	link, err := d.connectNetwork(ctx, st)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := s.run("cont", nil); err != nil {
+		link.Close()
 		return nil, err
 	}
 	if v.meta.HostConnected {
