@@ -1,0 +1,370 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+)
+
+// benchServer is an in-memory server of the routes `space bench` uses.
+type benchServer struct {
+	mu        sync.Mutex // guards everything below
+	seq       int
+	sandboxes map[string]*sandboxv1.Sandbox
+	deleted   map[string]bool
+	names     map[string]bool
+	files     map[string][]byte
+	snapshots map[string]*sandboxv1.Snapshot
+	creates   int
+	inflight  int
+	maxFlight int
+	execs     int
+	lifecycle []string
+	snapPolls int
+
+	// barrier, when set, holds each create until that many are in flight (or
+	// a deadlock guard passes), so a test sees the concurrency.
+	barrier  int
+	failFrom int  // the create with this number (1-based) answers 503; 0: never
+	corrupt  bool // reads return the file with one byte changed
+}
+
+func newBenchServer() *benchServer {
+	return &benchServer{
+		sandboxes: map[string]*sandboxv1.Sandbox{}, deleted: map[string]bool{}, names: map[string]bool{},
+		files: map[string][]byte{}, snapshots: map[string]*sandboxv1.Snapshot{},
+	}
+}
+
+func (s *benchServer) mux(t *testing.T) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		var req sandboxv1.CreateSandboxRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Template != "minimal" || !strings.HasPrefix(req.Name, "bench-") {
+			writeErr(w, 400, sandboxv1.CodeInvalidArgument, fmt.Sprintf("unexpected request %+v", req))
+			return
+		}
+		s.mu.Lock()
+		s.creates++
+		n := s.creates
+		s.inflight++
+		s.maxFlight = max(s.maxFlight, s.inflight)
+		s.mu.Unlock()
+		defer func() { s.mu.Lock(); s.inflight--; s.mu.Unlock() }()
+		if s.barrier > 0 && n <= s.barrier {
+			deadline := time.After(20 * time.Second) // deadlock guard only
+			for {
+				s.mu.Lock()
+				all := s.maxFlight >= s.barrier // reached once: the first to pass lowers inflight
+				s.mu.Unlock()
+				if all {
+					break
+				}
+				select {
+				case <-deadline:
+					t.Errorf("only %d creates in flight at once, want %d", s.counts().maxFlight, s.barrier)
+					writeErr(w, 503, sandboxv1.CodeUnavailable, "barrier")
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
+		if s.failFrom > 0 && n >= s.failFrom {
+			writeErr(w, 503, sandboxv1.CodeUnavailable, "no capacity")
+			return
+		}
+		s.mu.Lock()
+		s.seq++
+		sb := &sandboxv1.Sandbox{ID: fmt.Sprintf("sb-%d", s.seq), Name: req.Name, Template: req.Template, State: sandboxv1.StateCreating}
+		if s.names[req.Name] {
+			t.Errorf("name %q used twice", req.Name)
+		}
+		s.names[req.Name] = true
+		s.sandboxes[sb.ID] = sb
+		out := *sb
+		s.mu.Unlock()
+		writeJSONResp(w, 201, out)
+	})
+	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		var list sandboxv1.SandboxList
+		for _, sb := range s.sandboxes {
+			list.Sandboxes = append(list.Sandboxes, *sb)
+		}
+		s.mu.Unlock()
+		writeJSONResp(w, 200, list)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		sb, ok := s.sandboxes[r.PathValue("id")]
+		if !ok {
+			writeErr(w, 404, sandboxv1.CodeNotFound, "sandbox not found")
+			return
+		}
+		if sb.State == sandboxv1.StateCreating {
+			sb.State = sandboxv1.StateRunning // running from the first poll on
+		}
+		writeJSONResp(w, 200, *sb)
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		id := r.PathValue("id")
+		if _, ok := s.sandboxes[id]; !ok {
+			writeErr(w, 404, sandboxv1.CodeNotFound, "sandbox not found")
+			return
+		}
+		delete(s.sandboxes, id)
+		s.deleted[id] = true
+		w.WriteHeader(204)
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", func(w http.ResponseWriter, r *http.Request) {
+		var req sandboxv1.ExecRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		s.mu.Lock()
+		s.execs++
+		s.mu.Unlock()
+		code := 0
+		if len(req.Cmd) != 1 || req.Cmd[0] != "true" {
+			code = 127
+		}
+		writeJSONResp(w, 200, sandboxv1.ExecResult{ExitCode: code})
+	})
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(io.LimitReader(r.Body, 2<<20))
+		if err != nil {
+			writeErr(w, 400, sandboxv1.CodeInvalidArgument, err.Error())
+			return
+		}
+		s.mu.Lock()
+		s.files[r.PathValue("id")+":"+r.URL.Query().Get("path")] = b
+		s.mu.Unlock()
+		w.WriteHeader(204)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		b, ok := s.files[r.PathValue("id")+":"+r.URL.Query().Get("path")]
+		b = append([]byte(nil), b...)
+		s.mu.Unlock()
+		if !ok {
+			writeErr(w, 404, sandboxv1.CodeNotFound, "no such file")
+			return
+		}
+		if s.corrupt {
+			b[len(b)/2] ^= 1
+		}
+		w.Write(b)
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		delete(s.files, r.PathValue("id")+":"+r.URL.Query().Get("path"))
+		s.mu.Unlock()
+		w.WriteHeader(204)
+	})
+	for _, op := range []struct {
+		verb string
+		to   sandboxv1.State
+	}{{"pause", sandboxv1.StatePaused}, {"resume", sandboxv1.StateRunning}} {
+		mux.HandleFunc("POST /v1/sandboxes/{id}/"+op.verb, func(w http.ResponseWriter, r *http.Request) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			sb, ok := s.sandboxes[r.PathValue("id")]
+			if !ok {
+				writeErr(w, 404, sandboxv1.CodeNotFound, "sandbox not found")
+				return
+			}
+			s.lifecycle = append(s.lifecycle, op.verb)
+			sb.State = op.to
+			writeJSONResp(w, 200, *sb)
+		})
+	}
+	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		var req sandboxv1.CreateSnapshotRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.Kind != sandboxv1.SnapshotDisk {
+			writeErr(w, 400, sandboxv1.CodeInvalidArgument, "want a disk snapshot")
+			return
+		}
+		s.mu.Lock()
+		s.seq++
+		snap := &sandboxv1.Snapshot{ID: fmt.Sprintf("snap-%d", s.seq), Sandbox: r.PathValue("id"), Kind: req.Kind, State: "creating"}
+		s.snapshots[snap.ID] = snap
+		out := *snap
+		s.mu.Unlock()
+		writeJSONResp(w, 202, out)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.snapPolls++
+		var list sandboxv1.SnapshotList
+		for _, snap := range s.snapshots {
+			snap.State = "ready" // ready from the first poll on
+			list.Snapshots = append(list.Snapshots, *snap)
+		}
+		writeJSONResp(w, 200, list)
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/snapshots/{snap}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		delete(s.snapshots, r.PathValue("snap"))
+		s.mu.Unlock()
+		w.WriteHeader(204)
+	})
+	return mux
+}
+
+// benchCounts is what a benchServer saw.
+type benchCounts struct {
+	creates, deleted, left, maxFlight, execs, snapshots, snapPolls, files int
+	lifecycle                                                             []string
+}
+
+// counts returns what the server saw so far.
+func (s *benchServer) counts() benchCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return benchCounts{
+		creates: s.creates, deleted: len(s.deleted), left: len(s.sandboxes), maxFlight: s.maxFlight,
+		execs: s.execs, snapshots: len(s.snapshots), snapPolls: s.snapPolls, files: len(s.files),
+		lifecycle: append([]string(nil), s.lifecycle...),
+	}
+}
+
+func TestBenchCreateConcurrentDeletesAllPrintsJSON(t *testing.T) {
+	s := newBenchServer()
+	s.barrier = 3
+	fakeServer(t, s.mux(t))
+	code, out, errOut := run(t, nil, "bench", "create", "--count", "7", "--concurrency", "3", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	c := s.counts()
+	if c.creates != 7 || c.deleted != 7 || c.left != 0 {
+		t.Errorf("%d creates, %d deleted, %d left; want 7, 7, 0", c.creates, c.deleted, c.left)
+	}
+	if c.maxFlight != 3 {
+		t.Errorf("at most %d creates in flight, want 3", c.maxFlight)
+	}
+	var got struct {
+		Machine   map[string]any            `json:"machine"`
+		Scenarios map[string]map[string]any `json:"scenarios"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	for _, k := range []string{"cpus", "memory_mib", "kernel", "go_version"} {
+		if _, ok := got.Machine[k]; !ok {
+			t.Errorf("machine lacks %q: %s", k, out)
+		}
+	}
+	cr, ok := got.Scenarios["create"]
+	if !ok || len(got.Scenarios) != 1 {
+		t.Fatalf("scenarios = %v, want create alone", got.Scenarios)
+	}
+	for _, k := range []string{"p50_ms", "p90_ms", "p99_ms", "max_ms", "ops_per_s", "n"} {
+		if _, ok := cr[k]; !ok {
+			t.Errorf("create lacks %q: %s", k, out)
+		}
+	}
+	if cr["n"] != 7.0 {
+		t.Errorf("n = %v, want 7", cr["n"])
+	}
+	if cr["ops_per_s"].(float64) <= 0 || cr["p50_ms"].(float64) > cr["max_ms"].(float64) {
+		t.Errorf("figures out of order: %v", cr)
+	}
+}
+
+func TestBenchCreateFailureStopsAndCleansUp(t *testing.T) {
+	s := newBenchServer()
+	s.failFrom = 3
+	fakeServer(t, s.mux(t))
+	code, out, errOut := run(t, nil, "bench", "create", "--count", "10", "-o", "json")
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q; want 1 and no figures", code, out)
+	}
+	if !strings.Contains(errOut, "bench create") || !strings.Contains(errOut, "create sandbox") || !strings.Contains(errOut, "no capacity") {
+		t.Errorf("stderr %q does not name the failed operation", errOut)
+	}
+	c := s.counts()
+	if c.creates != 3 || c.deleted != 2 || c.left != 0 {
+		t.Errorf("%d creates, %d deleted, %d left; want 3 (stopped at the failure), 2, 0", c.creates, c.deleted, c.left)
+	}
+}
+
+func TestBenchAllTable(t *testing.T) {
+	s := newBenchServer()
+	fakeServer(t, s.mux(t))
+	code, out, errOut := run(t, nil, "bench", "all", "--count", "6")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "pause 6", "resume 6", "snapshot_disk 5"}
+	if len(lines) != len(want)+1 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "SCENARIO") {
+		t.Fatalf("table = %q", out)
+	}
+	for i, w := range want {
+		f := strings.Fields(lines[i+1])
+		if len(f) != 8 || strings.Join(f[:2], " ") != w {
+			t.Errorf("row %d = %q, want %q and 8 columns", i+1, lines[i+1], w)
+		}
+		if isFiles := strings.HasPrefix(w, "files"); isFiles == (f[7] == "-") {
+			t.Errorf("row %q: MiB/s %q", lines[i+1], f[7])
+		}
+	}
+	c := s.counts()
+	if c.execs != 6 || len(c.lifecycle) != 12 || c.lifecycle[0] != "pause" || c.lifecycle[1] != "resume" {
+		t.Errorf("%d execs, lifecycle %v; want 6 and 6 pause/resume pairs", c.execs, c.lifecycle)
+	}
+	if c.snapshots != 0 || c.snapPolls < 5 {
+		t.Errorf("%d snapshots left after %d polls; want none, after waiting for each", c.snapshots, c.snapPolls)
+	}
+	if c.left != 0 || c.deleted != 7 || c.files != 0 {
+		t.Errorf("%d sandboxes and %d files left, %d deleted; want 0, 0 and 7 (6 created + 1 shared)", c.left, c.files, c.deleted)
+	}
+}
+
+func TestBenchFilesWrongBytesIsAnError(t *testing.T) {
+	s := newBenchServer()
+	s.corrupt = true
+	fakeServer(t, s.mux(t))
+	code, out, errOut := run(t, nil, "bench", "files", "--count", "3", "-o", "json")
+	if code != 1 || out != "" {
+		t.Fatalf("exit %d, stdout %q; want 1 and no figures", code, out)
+	}
+	if !strings.Contains(errOut, "bench files") || !strings.Contains(errOut, "sha256") || !strings.Contains(errOut, "round 1 of 3") {
+		t.Errorf("stderr %q does not report the mismatch", errOut)
+	}
+	if c := s.counts(); c.left != 0 {
+		t.Errorf("%d sandboxes left after the failure", c.left)
+	}
+}
+
+func TestBenchUsage(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, "missing SCENARIO"},
+		{[]string{"bench", "boot"}, `scenario "boot"`},
+		{[]string{"bench", "create", "--count", "0"}, "--count 0"},
+		{[]string{"bench", "create", "--concurrency", "0"}, "--concurrency 0"},
+		{[]string{"bench", "exec", "--runtime", "xen"}, "want vm or ns"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, errOut := run(t, nil, tt.args...)
+			if code != 2 || !strings.Contains(errOut, tt.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut, tt.want)
+			}
+		})
+	}
+}
