@@ -23,7 +23,7 @@ import (
 )
 
 // socketPair returns both ends of a real unix stream socketpair.
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
+func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -44,7 +44,7 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 
 // startGuest serves a fresh daemon on one end of a socketpair and returns a
 // client on the other; both stop when the test ends.
-func startGuest(t *testing.T, cfg guestd.Config) *guest.Client {
+func startGuest(t testing.TB, cfg guestd.Config) *guest.Client {
 	t.Helper()
 	server, clientConn := socketPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -76,7 +76,7 @@ func startGuest(t *testing.T, cfg guestd.Config) *guest.Client {
 }
 
 // self is the user running the test.
-func self(t *testing.T) *user.User {
+func self(t testing.TB) *user.User {
 	t.Helper()
 	u, err := user.Current()
 	if err != nil {
@@ -87,7 +87,7 @@ func self(t *testing.T) *user.User {
 
 // testCtx is a context that ends with the test, bounded so a bug cannot hang
 // the run.
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -104,7 +104,7 @@ type result struct {
 // collect reads a Start or Connect stream to its end.
 func collect[T interface {
 	GetEvent() *processv1.ProcessEvent
-}](t *testing.T, stream interface {
+}](t testing.TB, stream interface {
 	Receive() bool
 	Msg() T
 	Err() error
@@ -135,7 +135,7 @@ func collect[T interface {
 }
 
 // run starts cmd with args and waits for its end.
-func run(t *testing.T, c *guest.Client, req *processv1.StartRequest, user string) *result {
+func run(t testing.TB, c *guest.Client, req *processv1.StartRequest, user string) *result {
 	t.Helper()
 	r := connect.NewRequest(req)
 	if user != "" {
