@@ -172,6 +172,7 @@ func (s *Server) Handler() http.Handler {
 	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
 	admin("GET /v1/nodes", s.handleListNodes)
 	admin("GET /v1/signing-keys", s.handleListSigningKeys)
+	s.registerPprof(admin)
 	admin("POST /v1/signing-keys/rotate", s.handleRotateSigningKey)
 	admin("GET /v1/tenants/{id}/encryption-keys", s.handleListEncryptionKeys)
 	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", s.handleRevokeEncryptionKey)
