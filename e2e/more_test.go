@@ -219,7 +219,7 @@ func TestPauseResume(t *testing.T) {
 	defer in.stop()
 	sb := in.create("minimal")
 	defer in.delete(sb.ID)
-	in.exec(sb.ID, "sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done) >/dev/null 2>&1 &")
+	in.exec(sb.ID, "sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done) >/dev/null 2>&1 &")
 	time.Sleep(500 * time.Millisecond)
 	before := in.exec(sb.ID, "cat", "/tmp/c")
 

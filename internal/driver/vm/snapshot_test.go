@@ -151,7 +151,7 @@ func TestSnapshots(t *testing.T) {
 	cpDir := filepath.Join(t.TempDir(), "cp")
 	var saved int
 	t.Run("Checkpoint", func(t *testing.T) {
-		shell(t, c1, "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done' </dev/null >/dev/null 2>&1 &")
+		shell(t, c1, "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' </dev/null >/dev/null 2>&1 &")
 		for saved = 0; saved < 15; saved = counter(t, c1) {
 			time.Sleep(200 * time.Millisecond)
 		}
