@@ -29,6 +29,28 @@ type qmpMessage struct {
 	} `json:"error"`
 }
 
+// maxEventsBeforeGreeting bounds the events readGreeting skips.
+const maxEventsBeforeGreeting = 64
+
+// readGreeting reads QEMU's QMP greeting. Events can come first: QEMU keeps
+// one output queue per monitor, and events raised while the previous client
+// was leaving (a netdev disconnecting, say) reach the next client before its
+// greeting. They are skipped; anything else is not a QMP server.
+func (c *qmpConn) readGreeting() error {
+	for i := 0; ; i++ {
+		m, err := c.readMessage()
+		if err != nil {
+			return fmt.Errorf("qmp greeting: %w", err)
+		}
+		if m.QMP != nil {
+			return nil
+		}
+		if m.Event == "" || i >= maxEventsBeforeGreeting {
+			return errors.New("qmp greeting: not a QMP server")
+		}
+	}
+}
+
 // parseQMPLine decodes one line from the QMP socket.
 func parseQMPLine(line []byte) (*qmpMessage, error) {
 	var m qmpMessage
@@ -130,12 +152,8 @@ func (d *Driver) qmpExecute(ctx context.Context, st *state, cmd string) error {
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
 	defer stop()
 	c := &qmpConn{rw: uc, r: newReader(uc)}
-	greeting, err := c.readMessage()
-	if err != nil {
-		return fmt.Errorf("qmp greeting: %w", err)
-	}
-	if greeting.QMP == nil {
-		return errors.New("qmp greeting: not a QMP server")
+	if err := c.readGreeting(); err != nil {
+		return err
 	}
 	if _, err := c.execute("qmp_capabilities"); err != nil {
 		return err

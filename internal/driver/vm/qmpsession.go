@@ -3,7 +3,6 @@ package vm
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -38,14 +37,9 @@ func (d *Driver) openQMP(ctx context.Context, st *state) (*qmpSession, error) {
 	s.c = &qmpConn{rw: uc, r: newReader(uc), onEvent: s.keep}
 	s.stop = context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
 	uc.SetDeadline(time.Now().Add(qmpStepTimeout))
-	greeting, err := s.c.readMessage()
-	if err != nil {
+	if err := s.c.readGreeting(); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("qmp greeting: %w", err)
-	}
-	if greeting.QMP == nil {
-		s.Close()
-		return nil, errors.New("qmp greeting: not a QMP server")
+		return nil, err
 	}
 	if _, err := s.c.execute("qmp_capabilities"); err != nil {
 		s.Close()

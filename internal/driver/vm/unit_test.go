@@ -109,6 +109,28 @@ func TestParseQMP(t *testing.T) {
 	}
 }
 
+// TestReadGreeting: events QEMU queued for the previous client come before
+// the greeting and are skipped; anything else first is refused.
+func TestReadGreeting(t *testing.T) {
+	greeting := `{"QMP": {"version": {}, "capabilities": []}}` + "\n"
+	for name, tc := range map[string]struct {
+		in string
+		ok bool
+	}{
+		"greeting":         {greeting, true},
+		"events before":    {`{"event":"NETDEV_STREAM_DISCONNECTED","data":{"netdev-id":"net0"}}` + "\n" + `{"event":"STOP"}` + "\n" + greeting, true},
+		"an answer before": {`{"return": {}}` + "\n" + greeting, false},
+		"too many events":  {strings.Repeat(`{"event":"STOP"}`+"\n", maxEventsBeforeGreeting+2) + greeting, false},
+		"nothing":          {"", false},
+	} {
+		c := &qmpConn{rw: nopRW{strings.NewReader(tc.in)}}
+		c.r = newReader(c.rw)
+		if err := c.readGreeting(); (err == nil) != tc.ok {
+			t.Errorf("%s: readGreeting = %v, want ok %v", name, err, tc.ok)
+		}
+	}
+}
+
 func FuzzParseQMPLine(f *testing.F) {
 	f.Add([]byte(`{"return": {}}`))
 	f.Add([]byte(`{"error": null, "QMP": 1}`))
