@@ -37,3 +37,20 @@ func Status(err error) (int, string) {
 	}
 	return http.StatusInternalServerError, sandboxv1.CodeInternal
 }
+
+// codeClasses maps API error codes back to error classes, for clients of
+// SPACE's own HTTP edges (node → control plane, control plane → node).
+var codeClasses = map[string]error{
+	sandboxv1.CodeInvalidArgument:    errdefs.ErrInvalidArgument,
+	sandboxv1.CodeUnauthenticated:    errdefs.ErrUnauthenticated,
+	sandboxv1.CodePermissionDenied:   errdefs.ErrPermissionDenied,
+	sandboxv1.CodeNotFound:           errdefs.ErrNotFound,
+	sandboxv1.CodeConflict:           errdefs.ErrConflict,
+	sandboxv1.CodeFailedPrecondition: errdefs.ErrFailedPrecondition,
+	sandboxv1.CodeRateLimited:        errdefs.ErrResourceExhausted,
+	sandboxv1.CodeUnavailable:        errdefs.ErrUnavailable,
+}
+
+// ClassOf returns the error class of an API error code, nil for a code of
+// no class (internal, or unknown).
+func ClassOf(code string) error { return codeClasses[code] }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -25,6 +26,24 @@ func TestStatus(t *testing.T) {
 	} {
 		if got, code := Status(tc.err); got != tc.want || code == "" {
 			t.Errorf("Status(%v) = %d %q, want %d", tc.err, got, code, tc.want)
+		}
+	}
+}
+
+// TestClassOf: every code an edge answers with maps back to its class;
+// codes of no class give nil.
+func TestClassOf(t *testing.T) {
+	for _, c := range classes {
+		if got := ClassOf(c.code); got == nil || (c.class != errdefs.ErrResourceExhausted && got != c.class) {
+			t.Errorf("ClassOf(%q) = %v, want %v", c.code, got, c.class)
+		}
+	}
+	if got := ClassOf(sandboxv1.CodeRateLimited); got != errdefs.ErrResourceExhausted {
+		t.Errorf("ClassOf(rate_limited) = %v", got)
+	}
+	for _, code := range []string{sandboxv1.CodeInternal, "", "nonsense"} {
+		if got := ClassOf(code); got != nil {
+			t.Errorf("ClassOf(%q) = %v, want nil", code, got)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -59,23 +60,14 @@ func (c *CredentialClient) resolve(ctx context.Context, req nodev1.ResolveCreden
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
-			Message string `json:"message"`
+			Code, Message string
 		}
 		_ = json.Unmarshal(data, &e)
-		class := errdefs.ErrUnavailable
-		switch resp.StatusCode {
-		case http.StatusNotFound:
-			class = errdefs.ErrNotFound
-		case http.StatusForbidden:
-			class = errdefs.ErrPermissionDenied
-		case http.StatusPreconditionFailed:
-			class = errdefs.ErrFailedPrecondition
-		case http.StatusTooManyRequests:
-			class = errdefs.ErrResourceExhausted
-		case http.StatusBadRequest:
-			class = errdefs.ErrInvalidArgument
+		class := apierr.ClassOf(e.Code)
+		if class == nil {
+			class = errdefs.ErrUnavailable
 		}
-		return nil, fmt.Errorf("credential for %s: %s: %w", req.Host, e.Message, class)
+		return nil, fmt.Errorf("credential for %s: HTTP %d %s: %w", req.Host, resp.StatusCode, e.Message, class)
 	}
 	var out nodev1.ResolvedCredential
 	if err := json.Unmarshal(data, &out); err != nil {

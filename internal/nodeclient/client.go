@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/spacesandbox/space/internal/apierr"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -213,27 +213,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
-// classes maps node error codes back to error classes.
-var classes = map[string]error{
-	sandboxv1.CodeInvalidArgument:    errdefs.ErrInvalidArgument,
-	sandboxv1.CodeUnauthenticated:    errdefs.ErrUnauthenticated,
-	sandboxv1.CodePermissionDenied:   errdefs.ErrPermissionDenied,
-	sandboxv1.CodeNotFound:           errdefs.ErrNotFound,
-	sandboxv1.CodeConflict:           errdefs.ErrConflict,
-	sandboxv1.CodeFailedPrecondition: errdefs.ErrFailedPrecondition,
-	sandboxv1.CodeUnavailable:        errdefs.ErrUnavailable,
-}
-
 func decodeError(resp *http.Response) error {
 	var e nodev1.Error
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &e) != nil || e.Message == "" {
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
-	if class, ok := classes[e.Code]; ok {
-		return &Error{Message: e.Message, class: class}
-	}
-	return &Error{Message: e.Message}
+	return &Error{Message: e.Message, class: apierr.ClassOf(e.Code)}
 }
 
 // Error is an error a node answered; errors.Is matches its class.

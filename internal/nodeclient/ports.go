@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spacesandbox/space/internal/apierr"
 	"io"
 	"net"
 	"net/http"
@@ -106,11 +107,7 @@ func tunnelRefusal(resp *http.Response) error {
 	if e.Message == "" {
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	ne := &Error{Message: e.Message}
-	if class, ok := classes[e.Code]; ok {
-		ne.class = class
-	}
-	return ne
+	return &Error{Message: e.Message, class: apierr.ClassOf(e.Code)}
 }
 
 // tunnelConn is a tunnel's connection: what the node sent after its 101

@@ -1,0 +1,59 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// TestCredentialClientErrors: the control plane's refusals come back as
+// error classes the interceptor acts on (429 → rate limited, 403 → no rule
+// for the host, anything unreadable → unavailable); a success carries the
+// secret and the join token was sent.
+func TestCredentialClientErrors(t *testing.T) {
+	var answer func(w http.ResponseWriter)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer join" || r.URL.Path != nodev1.ResolveCredentialPath("n1") {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		answer(w)
+	}))
+	defer srv.Close()
+	c := &CredentialClient{Server: srv.URL, JoinToken: "join", NodeID: "n1"}
+	fail := func(status int, code string) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(sandboxv1.Error{Code: code, Message: "refused"})
+		}
+	}
+	for _, tc := range []struct {
+		answer func(w http.ResponseWriter)
+		want   error
+	}{
+		{fail(http.StatusTooManyRequests, sandboxv1.CodeRateLimited), errdefs.ErrResourceExhausted},
+		{fail(http.StatusForbidden, sandboxv1.CodePermissionDenied), errdefs.ErrPermissionDenied},
+		{fail(http.StatusNotFound, sandboxv1.CodeNotFound), errdefs.ErrNotFound},
+		{fail(http.StatusPreconditionFailed, sandboxv1.CodeFailedPrecondition), errdefs.ErrFailedPrecondition},
+		{func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadGateway) }, errdefs.ErrUnavailable},
+	} {
+		answer = tc.answer
+		if _, err := c.resolve(context.Background(), nodev1.ResolveCredential{SandboxID: "s", ExecID: "e", Host: "h"}); !errors.Is(err, tc.want) {
+			t.Errorf("resolve = %v, want %v", err, tc.want)
+		}
+	}
+	answer = func(w http.ResponseWriter) {
+		json.NewEncoder(w).Encode(nodev1.ResolvedCredential{Applies: true, ID: "c1", Method: "header", Name: "Authorization", Secret: []byte("s3cret")})
+	}
+	r, err := c.resolve(context.Background(), nodev1.ResolveCredential{SandboxID: "s", ExecID: "e", Host: "h"})
+	if err != nil || string(r.Secret) != "s3cret" || r.Method != "header" {
+		t.Fatalf("resolve = %+v, %v", r, err)
+	}
+}
