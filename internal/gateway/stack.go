@@ -323,7 +323,7 @@ func (g *Sandbox) refuseUDP(r *udp.ForwarderRequest) {
 	g.refused(ReasonUDP, netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort), "", "UDP egress is not offered (only DNS to the gateway)")
 }
 
-// Stats returns the sandbox's DNS counters.
+// DNSStats returns the sandbox's DNS counters.
 func (g *Sandbox) DNSStats() dnsgw.Stats { return g.dns.Stats() }
 
 // Done is closed when the gateway stopped (Close, or the link ended).

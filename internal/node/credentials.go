@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -99,11 +100,50 @@ func (e execCredentials) Resolve(ctx context.Context, req credentials.Request) (
 type credentialInterceptor struct {
 	base  intercept.Interceptor
 	creds execCredentials
+
+	// applies caches the control plane's answer per host for appliesTTL:
+	// asking it on every TLS connection would put a round trip on the
+	// sandbox's hot path. A credential created or deleted takes effect on
+	// new connections within appliesTTL; every injected request is still
+	// resolved (and audited, rate limited) one by one.
+	mu      sync.Mutex
+	applies map[string]appliesEntry
+	now     func() time.Time
 }
 
+type appliesEntry struct {
+	ok      bool
+	expires time.Time
+}
+
+const (
+	appliesTTL       = 10 * time.Second
+	maxAppliesCached = 256
+)
+
 func (ci *credentialInterceptor) Applies(ctx context.Context, host string) bool {
+	now := time.Now()
+	if ci.now != nil {
+		now = ci.now()
+	}
+	ci.mu.Lock()
+	if e, ok := ci.applies[host]; ok && now.Before(e.expires) {
+		ci.mu.Unlock()
+		return e.ok
+	}
+	ci.mu.Unlock()
 	r, err := ci.creds.c.resolve(ctx, nodev1.ResolveCredential{SandboxID: ci.creds.sandbox, ExecID: ci.creds.execID, Host: host, CheckOnly: true})
-	return err == nil && r.Applies
+	if err != nil {
+		// Not cached: the next connection asks again.
+		return false
+	}
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	if ci.applies == nil || len(ci.applies) >= maxAppliesCached {
+		ci.applies = map[string]appliesEntry{}
+	}
+	ci.applies[host] = appliesEntry{ok: r.Applies, expires: now.Add(appliesTTL)}
+	return r.Applies
 }
 
 func (ci *credentialInterceptor) Serve(ctx context.Context, client net.Conn, f gateway.Flow, dial func(context.Context) (net.Conn, error)) error {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -55,5 +56,44 @@ func TestCredentialClientErrors(t *testing.T) {
 	r, err := c.resolve(context.Background(), nodev1.ResolveCredential{SandboxID: "s", ExecID: "e", Host: "h"})
 	if err != nil || string(r.Secret) != "s3cret" || r.Method != "header" {
 		t.Fatalf("resolve = %+v, %v", r, err)
+	}
+}
+
+// TestAppliesCached: the control plane is asked once per host per TTL, not
+// on every TLS connection; errors are not cached.
+func TestAppliesCached(t *testing.T) {
+	asked := map[string]int{}
+	fail := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req nodev1.ResolveCredential
+		json.NewDecoder(r.Body).Decode(&req)
+		asked[req.Host]++
+		if fail {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		json.NewEncoder(w).Encode(nodev1.ResolvedCredential{Applies: req.Host == "api.example.com"})
+	}))
+	defer srv.Close()
+	now := time.Unix(1000, 0)
+	ci := &credentialInterceptor{creds: execCredentials{c: &CredentialClient{Server: srv.URL, NodeID: "n1"}, sandbox: "s", execID: "e"},
+		now: func() time.Time { return now }}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if !ci.Applies(ctx, "api.example.com") || ci.Applies(ctx, "other.example.com") {
+			t.Fatal("wrong answer")
+		}
+	}
+	if asked["api.example.com"] != 1 || asked["other.example.com"] != 1 {
+		t.Fatalf("asked %v, want once per host", asked)
+	}
+	now = now.Add(appliesTTL)
+	fail = true
+	if ci.Applies(ctx, "api.example.com") {
+		t.Error("an unanswered check applied")
+	}
+	fail = false
+	if !ci.Applies(ctx, "api.example.com") || asked["api.example.com"] != 3 {
+		t.Errorf("after expiry and a failure: asked %v, want 3 asks", asked)
 	}
 }
