@@ -40,11 +40,17 @@ func TestVMLifecycle(t *testing.T) {
 	lifecycleScenario(t, "vm")
 }
 
-func lifecycleScenario(t *testing.T, runtime string) {
+func lifecycleScenario(t *testing.T, runtime string, extraFlags ...string) {
 	dataDir := newDataDir(t)
-	in := startServer(t, dataDir)
+	in := startServerWith(t, dataDir, extraFlags...)
 	defer in.stop()
+	if len(extraFlags) > 0 { // a warm pool: the sandbox must claim from it
+		in.waitWarm("minimal", runtime, 1)
+	}
 	sb := in.createWith("minimal", runtime)
+	if len(extraFlags) > 0 && !in.wasWarm(sb.ID) {
+		t.Fatalf("sandbox did not claim a prepared execution\n%s", in.logs())
+	}
 	deleted := false
 	defer func() {
 		if !deleted {

@@ -127,6 +127,10 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.Serve(ctx, o.listen) })
 	g.Go(func() error {
+		m.RunPool(ctx)
+		return nil
+	})
+	g.Go(func() error {
 		return m.RunHeartbeats(ctx, node.HeartbeatConfig{Server: o.server, JoinToken: o.joinToken, Advertise: advertise})
 	})
 	return g.Wait()

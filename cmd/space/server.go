@@ -61,6 +61,14 @@ func runServer(args []string) int {
 	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
 	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
 	gwFlags := addGatewayFlags(fs)
+	var warmPools []server.WarmPool
+	fs.Func("warm-pool", "keep prepared sandboxes on every node: TEMPLATE:RUNTIME[:CPUSxMEMORY_MIB]=SIZE, e.g. minimal:ns=8 (repeatable; see docs/PERFORMANCE.md)", func(v string) error {
+		p, err := server.ParseWarmPool(v)
+		if err == nil {
+			warmPools = append(warmPools, p)
+		}
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -87,7 +95,7 @@ func runServer(args []string) int {
 	}
 	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
-		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}}
+		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools}
 	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
 		return 2
@@ -127,6 +135,8 @@ type serverOptions struct {
 	defaultEgress *egress.Policy
 	// ingressDomain is the domain of the ingress host names.
 	ingressDomain string
+	// warmPools are the prepared executions nodes keep ready.
+	warmPools []server.WarmPool
 }
 
 // validDomain checks a DNS domain name: dot-separated labels of letters,
@@ -284,7 +294,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
-		IngressDomain: o.ingressDomain,
+		IngressDomain: o.ingressDomain, WarmPools: o.warmPools,
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

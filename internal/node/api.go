@@ -21,7 +21,6 @@ import (
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -205,7 +204,7 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: no guest route %s", errdefs.ErrNotFound, path))
 		return
 	}
-	if err := privop.ValidExecID(execID); err != nil {
+	if err := validSandboxExecID(execID); err != nil {
 		writeError(w, err)
 		return
 	}

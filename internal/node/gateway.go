@@ -181,6 +181,9 @@ func (m *Manager) ReattachGateways(ctx context.Context) {
 	}
 	recs, _ := m.records.all()
 	for _, rec := range recs {
+		if rec.Pool {
+			continue // prepared by an earlier run: recoverPool removes it
+		}
 		unlock := m.locks.lock(rec.ExecID)
 		m.gateways.mu.Lock()
 		_, attached := m.gateways.byExec[rec.ExecID]
@@ -189,7 +192,7 @@ func (m *Manager) ReattachGateways(ctx context.Context) {
 			unlock()
 			continue
 		}
-		link, err := m.cfg.Privileged.ReopenLink(ctx, rec.ExecID, rec.Runtime)
+		link, err := m.cfg.Privileged.ReopenLink(ctx, rec.physicalID(), rec.Runtime)
 		if err == nil {
 			err = m.attachGateway(rec, link)
 		}

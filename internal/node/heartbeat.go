@@ -28,13 +28,14 @@ type HeartbeatConfig struct {
 
 // heartbeat mirrors server.Heartbeat; the node does not import server code.
 type heartbeat struct {
-	Address    string             `json:"address"`
-	Token      string             `json:"token"`
-	Runtimes   []string           `json:"runtimes"`
-	CPUs       int                `json:"cpus"`
-	MemoryMiB  int                `json:"memory_mib"`
-	DiskMiB    int                `json:"disk_mib"`
-	Executions []nodev1.Execution `json:"executions"`
+	Address    string              `json:"address"`
+	Token      string              `json:"token"`
+	Runtimes   []string            `json:"runtimes"`
+	CPUs       int                 `json:"cpus"`
+	MemoryMiB  int                 `json:"memory_mib"`
+	DiskMiB    int                 `json:"disk_mib"`
+	Executions []nodev1.Execution  `json:"executions"`
+	Pools      []nodev1.PoolStatus `json:"pools,omitempty"`
 }
 
 // RunHeartbeats registers the node and reports its capacity and executions
@@ -74,6 +75,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	hb := heartbeat{
 		Address: cfg.Advertise, Token: m.cfg.Token, Runtimes: hello.Runtimes,
 		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB, Executions: m.List(ctx),
+		Pools: m.PoolStatus(ctx),
 	}
 	body, _ := json.Marshal(hb)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -94,11 +96,17 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	var reply struct {
 		Keys   *capability.KeySet  `json:"keys"`
 		Retire []nodev1.Retirement `json:"retire"`
+		// Pools is what the warm pool should hold; absent (an older
+		// control plane) leaves it as it is.
+		Pools *[]nodev1.PoolTarget `json:"pools"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
 	}
 	m.Retire(reply.Retire)
+	if reply.Pools != nil {
+		m.SetPoolTargets(*reply.Pools)
+	}
 	if reply.Keys != nil {
 		return m.SetKeys(reply.Keys)
 	}

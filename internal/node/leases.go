@@ -7,7 +7,6 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
-	"github.com/spacesandbox/space/internal/privop"
 )
 
 // Stream leases. Every request the node forwards to a guest (exec output, a
@@ -75,7 +74,7 @@ func (l *leases) count(execID string) int {
 // executions are ignored; retiring twice keeps the first record.
 func (m *Manager) Retire(rs []nodev1.Retirement) {
 	for _, r := range rs {
-		if privop.ValidExecID(r.ExecID) != nil {
+		if validSandboxExecID(r.ExecID) != nil {
 			continue
 		}
 		m.retire(r.ExecID, r.SandboxID, r.Generation)

@@ -75,6 +75,9 @@ type Manager struct {
 	// gateways are the executions' network gateways.
 	gateways gateways
 
+	// pool holds the executions prepared ahead of creates (pool.go).
+	pool warmPool
+
 	keysMu sync.Mutex // guards keys
 	// keys verify the capabilities requests carry; pushed by the control
 	// plane with every heartbeat answer and kept across restarts.
@@ -94,6 +97,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
 	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1)}
+	m.pool.init()
 	m.loadKeys()
 	return m, nil
 }
@@ -101,7 +105,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 // Start starts an execution and returns once its guest is ready and its
 // identity installed. Starting an execution that already runs returns it.
 func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1.Execution, error) {
-	if err := privop.ValidExecID(req.ExecID); err != nil {
+	if err := validSandboxExecID(req.ExecID); err != nil {
 		return nil, err
 	}
 	unlock := m.locks.lock(req.ExecID)
@@ -113,14 +117,18 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 		ex := m.observe(ctx, rec)
 		return &ex, nil
 	}
-	if err := os.MkdirAll(m.records.execDir(req.ExecID), 0o700); err != nil {
-		return nil, fmt.Errorf("exec %s: state dir: %w", req.ExecID, err)
-	}
 	m.setStarting(req.ExecID, true)
 	defer m.setStarting(req.ExecID, false)
 	// A newer generation of the sandbox is installed here: the older ones
 	// stop serving it before the new one starts.
 	m.retireOlder(req)
+	if rec, ok := m.claimWarm(ctx, req); ok {
+		ex := m.observe(ctx, rec)
+		return &ex, nil
+	}
+	if err := os.MkdirAll(m.records.execDir(req.ExecID), 0o700); err != nil {
+		return nil, fmt.Errorf("exec %s: state dir: %w", req.ExecID, err)
+	}
 	rec, err := m.start(ctx, req)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -178,7 +186,21 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 			return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 		}
 	}
-	err = bc.init(ctx, bridge.InitRequest{
+	if err := m.installIdentity(ctx, bc, req); err != nil {
+		return nil, err
+	}
+	m.log.Debug("execution started", "exec", req.ExecID,
+		"runtime_start", tStarted.Sub(t0), "bridge_spawn", tSpawned.Sub(tStarted),
+		"guest_ready", tReady.Sub(tSpawned), "identity", time.Since(tReady))
+	return rec, nil
+}
+
+// installIdentity makes a started guest req's: its identity (which the
+// bridge admits capabilities against), environment, defaults and fresh
+// entropy (Init), then the sandbox's interception CA, before anything of
+// the caller's runs.
+func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) error {
+	err := bc.init(ctx, bridge.InitRequest{
 		SandboxID:      req.SandboxID,
 		Generation:     req.Generation,
 		ActivationID:   req.ActivationID,
@@ -191,19 +213,14 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		PidsMax:        guestPidsMax(req),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+		return fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
-	// The guest trusts its sandbox's interception CA before anything of
-	// the caller's runs.
 	if req.CA != nil && m.cfg.Gateway != nil {
 		if err := bc.trustCA(ctx, req.CA.CertPEM); err != nil {
-			return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
+			return fmt.Errorf("exec %s: %w", req.ExecID, err)
 		}
 	}
-	m.log.Debug("execution started", "exec", req.ExecID,
-		"runtime_start", tStarted.Sub(t0), "bridge_spawn", tSpawned.Sub(tStarted),
-		"guest_ready", tReady.Sub(tSpawned), "identity", time.Since(tReady))
-	return rec, nil
+	return nil
 }
 
 // guestEnv is the sandbox's environment: the caller's, and, when the
@@ -262,10 +279,13 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 		return fmt.Errorf("exec %s: bridge log: %w", rec.ExecID, err)
 	}
 	defer logf.Close()
+	// The bridge runs in the execution's directory and names its files
+	// relative to it: a prepared execution's directory is renamed when a
+	// sandbox claims it, and the bridge's socket and exit file move along.
 	args := []string{"host-bridge",
 		"--exec-id", rec.ExecID,
-		"--socket", m.records.socket(rec.ExecID),
-		"--exit-file", m.records.exitFile(rec.ExecID),
+		"--socket", filepath.Base(m.records.socket(rec.ExecID)),
+		"--exit-file", filepath.Base(m.records.exitFile(rec.ExecID)),
 		"--guest-fd", "3"}
 	if rec.Runtime == "vm" {
 		args = append(args,
@@ -274,6 +294,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	}
 	cmd := exec.Command(m.cfg.Executable, args...)
 	cmd.ExtraFiles = []*os.File{channel}
+	cmd.Dir = m.records.execDir(rec.ExecID)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -325,7 +346,7 @@ func (m *Manager) bridgeLogTail(execID string) string {
 // PauseResume freezes (pause true) or thaws an execution in place; the
 // execution and its identity stay the same. Repeating either is harmless.
 func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) error {
-	if err := privop.ValidExecID(execID); err != nil {
+	if err := validSandboxExecID(execID); err != nil {
 		return err
 	}
 	unlock := m.locks.lock(execID)
@@ -335,9 +356,9 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 		return fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
 	}
 	if pause {
-		err = m.cfg.Privileged.Pause(ctx, execID, rec.Runtime)
+		err = m.cfg.Privileged.Pause(ctx, rec.physicalID(), rec.Runtime)
 	} else {
-		err = m.cfg.Privileged.Resume(ctx, execID, rec.Runtime)
+		err = m.cfg.Privileged.Resume(ctx, rec.physicalID(), rec.Runtime)
 	}
 	if err != nil {
 		return err
@@ -359,7 +380,7 @@ func (m *Manager) notifyChanged() {
 // Stop stops an execution and releases everything it held. Stopping an unknown
 // execution succeeds.
 func (m *Manager) Stop(ctx context.Context, execID string) error {
-	if err := privop.ValidExecID(execID); err != nil {
+	if err := validSandboxExecID(execID); err != nil {
 		return err
 	}
 	unlock := m.locks.lock(execID)
@@ -373,8 +394,9 @@ func (m *Manager) Stop(ctx context.Context, execID string) error {
 func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
 	m.streams.revoke(execID, fmt.Errorf("execution %s stopped", execID))
 	m.detachGateway(execID)
+	physical := execID
 	if rec, err := m.records.load(execID); err == nil {
-		runtime = rec.Runtime
+		runtime, physical = rec.Runtime, rec.physicalID()
 		if bc, err := m.bridge(rec); err == nil {
 			bc.stop(ctx)
 		}
@@ -386,7 +408,7 @@ func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
 		delete(m.bridges, execID)
 	}
 	m.mu.Unlock()
-	if err := m.cfg.Privileged.Cleanup(ctx, execID, runtime); err != nil {
+	if err := m.cfg.Privileged.Cleanup(ctx, physical, runtime); err != nil {
 		return fmt.Errorf("exec %s: cleanup: %w", execID, err)
 	}
 	return m.records.remove(execID)
@@ -410,6 +432,9 @@ func (m *Manager) List(ctx context.Context) []nodev1.Execution {
 	}
 	out := make([]nodev1.Execution, 0, len(recs))
 	for _, rec := range recs {
+		if rec.Pool {
+			continue // serves no sandbox: the pool reports it (PoolStatus)
+		}
 		out = append(out, m.withActivity(ctx, rec, m.observe(ctx, rec)))
 	}
 	return out
@@ -417,7 +442,7 @@ func (m *Manager) List(ctx context.Context) []nodev1.Execution {
 
 // Get reports one execution.
 func (m *Manager) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
-	if err := privop.ValidExecID(execID); err != nil {
+	if err := validSandboxExecID(execID); err != nil {
 		return nil, err
 	}
 	rec, err := m.records.load(execID)
@@ -443,7 +468,7 @@ func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 	ex := nodev1.Execution{
 		ExecID: rec.ExecID, SandboxID: rec.SandboxID, Generation: rec.Generation,
 		ActivationID: rec.ActivationID, Runtime: rec.Runtime, Template: rec.Template,
-		StartedAt: rec.StartedAt, State: nodev1.ExecRunning,
+		StartedAt: rec.StartedAt, State: nodev1.ExecRunning, Warm: rec.Warm,
 	}
 	m.mu.Lock()
 	starting := m.starting[rec.ExecID]

@@ -15,7 +15,6 @@ import (
 
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/privop"
 )
 
 // handlePort serves /node/v1/executions/{exec}/ports/{port}/{rest...}:
@@ -65,7 +64,7 @@ func (m *Manager) handlePort(w http.ResponseWriter, r *http.Request) {
 // this port and protocol), and that the execution has a gateway here.
 func (m *Manager) admitPort(r *http.Request, protocol string) (string, uint16, *execGateway, error) {
 	execID := r.PathValue("exec")
-	if err := privop.ValidExecID(execID); err != nil {
+	if err := validSandboxExecID(execID); err != nil {
 		return "", 0, nil, err
 	}
 	port, err := strconv.ParseUint(r.PathValue("port"), 10, 16)

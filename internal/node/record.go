@@ -38,6 +38,27 @@ type Record struct {
 	// Retired is set when the sandbox is gone or replaced (RetiredBy may
 	// be 0 when it was deleted).
 	Retired bool `json:"retired,omitempty"`
+
+	// Physical is the id the node-manager and its runtime know the
+	// execution by, when it is not ExecID: a warm-pool execution keeps the
+	// id it was prepared under after a sandbox claims it (its cgroup, root
+	// volume and VMM are named by it). Empty: ExecID.
+	Physical string `json:"physical,omitempty"`
+	// Pool marks a prepared execution of the warm pool that no sandbox has
+	// claimed: it serves nobody, holds no identity and is never reported.
+	Pool bool `json:"pool,omitempty"`
+	// PoolVersion is the template build a pooled execution was prepared from.
+	PoolVersion string `json:"pool_version,omitempty"`
+	// Warm is set on an execution claimed from the warm pool.
+	Warm bool `json:"warm,omitempty"`
+}
+
+// physicalID is the id to give the node-manager for rec's execution.
+func (rec *Record) physicalID() string {
+	if rec.Physical != "" {
+		return rec.Physical
+	}
+	return rec.ExecID
 }
 
 // records stores one directory per execution under dir.
@@ -50,12 +71,16 @@ func (r records) exitFile(id string) string {
 }
 func (r records) logFile(id string) string { return filepath.Join(r.execDir(id), "bridge.log") }
 
-func (r records) save(rec *Record) error {
+func (r records) save(rec *Record) error { return r.saveIn(rec.ExecID, rec) }
+
+// saveIn writes rec into the directory of execution dirID, which is
+// rec.ExecID except while a claim of a prepared execution moves it.
+func (r records) saveIn(dirID string, rec *Record) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	dir := r.execDir(rec.ExecID)
+	dir := r.execDir(dirID)
 	tmp := filepath.Join(dir, "record.json.tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("runtime record %s: %w", rec.ExecID, err)
@@ -67,6 +92,19 @@ func (r records) save(rec *Record) error {
 }
 
 func (r records) load(id string) (*Record, error) {
+	rec, err := r.loadAny(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.ExecID != id {
+		return nil, fmt.Errorf("runtime record %s names exec %q", id, rec.ExecID)
+	}
+	return rec, nil
+}
+
+// loadAny reads the record in the directory of id, whichever execution it
+// names.
+func (r records) loadAny(id string) (*Record, error) {
 	b, err := os.ReadFile(filepath.Join(r.execDir(id), "record.json"))
 	if err != nil {
 		return nil, err
@@ -74,9 +112,6 @@ func (r records) load(id string) (*Record, error) {
 	var rec Record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("runtime record %s: %w", id, err)
-	}
-	if rec.ExecID != id {
-		return nil, fmt.Errorf("runtime record %s names exec %q", id, rec.ExecID)
 	}
 	return &rec, nil
 }

@@ -15,7 +15,7 @@ import (
 // keeps running); a paused execution is copied as it is. Repeating a
 // snapshot that exists returns it.
 func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error) {
-	if err := privop.ValidExecID(execID); err != nil {
+	if err := validSandboxExecID(execID); err != nil {
 		return nil, err
 	}
 	unlock := m.locks.lock(execID)
@@ -42,7 +42,7 @@ func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSn
 	}
 	info, err := m.cfg.Privileged.Snapshot(ctx, privop.SnapshotArgs{
 		SnapshotID:  req.SnapshotID,
-		ExecID:      execID,
+		ExecID:      rec.physicalID(),
 		Runtime:     rec.Runtime,
 		Kind:        req.Kind,
 		SandboxID:   rec.SandboxID,

@@ -92,7 +92,11 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 	cur.State = sandbox.Settled(cur.State)
 	after, err := r.update(ctx, cur)
 	if err == nil && after == 0 {
-		r.event(ctx, sb.ID, "state", fmt.Sprintf("running on %s (generation %d, exec %s)", cur.Node, cur.Generation, cur.ExecID))
+		how := ""
+		if ex.Warm {
+			how = ", a prepared execution from the node's warm pool"
+		}
+		r.event(ctx, sb.ID, "state", fmt.Sprintf("running on %s (generation %d, exec %s%s)", cur.Node, cur.Generation, cur.ExecID, how))
 	}
 	return after, err
 }

@@ -39,6 +39,10 @@ type NodeState struct {
 // State is the cluster snapshot a placement reads.
 type State struct {
 	Nodes []NodeState
+	// Warm counts, per node id, the prepared executions that match the
+	// request (its warm pool, as last reported): a node with one is
+	// preferred, since a create there claims it instead of starting one.
+	Warm map[string]int
 }
 
 // StateFrom builds a State from the store's nodes and sandboxes at now.
@@ -85,8 +89,9 @@ type Plan struct {
 // memory is what really bounds a node; this only stops absurd stacking.
 const overcommitCPU = 64
 
-// Place picks the live node offering the runtime with the most free memory
-// (spreading load), or explains why none fits.
+// Place picks, among the live nodes offering the runtime with room for the
+// request, one with a matching prepared execution if any, then the one with
+// the most free memory (spreading load); or explains why none fits.
 func Place(req Request, st State) (Plan, error) {
 	var fits []NodeState
 	var why []string
@@ -111,6 +116,9 @@ func Place(req Request, st State) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: no node can take a %s sandbox with %d MiB (%v)", errdefs.ErrResourceExhausted, req.Runtime, req.MemoryMiB, why)
 	}
 	sort.SliceStable(fits, func(i, j int) bool {
+		if wi, wj := st.Warm[fits[i].ID] > 0, st.Warm[fits[j].ID] > 0; wi != wj {
+			return wi
+		}
 		fi, fj := fits[i].CapacityMiB-fits[i].UsedMiB, fits[j].CapacityMiB-fits[j].UsedMiB
 		if fi != fj {
 			return fi > fj
@@ -118,8 +126,12 @@ func Place(req Request, st State) (Plan, error) {
 		return fits[i].ID < fits[j].ID
 	})
 	best := fits[0]
+	warm := ""
+	if n := st.Warm[best.ID]; n > 0 {
+		warm = fmt.Sprintf(", %d prepared execution(s) of this shape in its warm pool", n)
+	}
 	return Plan{
 		Node:   best.ID,
-		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes, %d candidate node(s)", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, len(fits)),
+		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes%s, %d candidate node(s)", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, warm, len(fits)),
 	}, nil
 }

@@ -33,6 +33,7 @@ type Nodes struct {
 type observation struct {
 	at         time.Time
 	executions []nodev1.Execution
+	pools      []nodev1.PoolStatus
 }
 
 // NewNodes returns an empty registry.
@@ -95,10 +96,10 @@ func (n *Nodes) client(id string) (*nodeclient.Client, error) {
 	return c, nil
 }
 
-func (n *Nodes) observe(id string, execs []nodev1.Execution) {
+func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.observed[id] = observation{at: time.Now(), executions: execs}
+	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools}
 }
 
 // Heartbeat is the body of POST /internal/v1/nodes/{id}/heartbeat.
@@ -110,6 +111,8 @@ type Heartbeat struct {
 	MemoryMiB  int                `json:"memory_mib"`
 	DiskMiB    int                `json:"disk_mib"`
 	Executions []nodev1.Execution `json:"executions"`
+	// Pools is the node's warm pool (node/pool.go).
+	Pools []nodev1.PoolStatus `json:"pools,omitempty"`
 }
 
 // HeartbeatPath is where nodes report.
@@ -148,17 +151,24 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.nodes.observe(id, hb.Executions)
+	s.nodes.observe(id, hb.Executions, hb.Pools)
 	s.rec.Observe(id, hb.Executions)
-	// The answer pushes the keys the node verifies capabilities with, and
-	// retires the executions that no longer serve their sandbox.
-	writeJSON(w, http.StatusOK, HeartbeatReply{Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions)})
+	// The answer pushes the keys the node verifies capabilities with,
+	// retires the executions that no longer serve their sandbox, and says
+	// what the node's warm pool should hold.
+	writeJSON(w, http.StatusOK, HeartbeatReply{
+		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
+		Pools: s.poolTargets(r.Context(), hb.Runtimes),
+	})
 }
 
 // HeartbeatReply answers a heartbeat.
 type HeartbeatReply struct {
 	Keys   *capability.KeySet  `json:"keys"`
 	Retire []nodev1.Retirement `json:"retire,omitempty"`
+	// Pools is what the node's warm pool should hold; nil (the store
+	// could not be read) leaves it as it is.
+	Pools *[]nodev1.PoolTarget `json:"pools,omitempty"`
 }
 
 // retirements lists the executions a node reports that are not their
@@ -201,11 +211,19 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := sandboxv1.NodeList{Nodes: []sandboxv1.Node{}}
 	now := time.Now()
+	pools := s.nodes.Pools()
 	for _, n := range nodes {
-		out.Nodes = append(out.Nodes, sandboxv1.Node{
+		api := sandboxv1.Node{
 			ID: n.ID, State: string(n.State), Runtimes: n.Runtimes, CPUs: n.Capacity.CPUs, MemoryMiB: n.Capacity.MemoryMiB,
 			LastHeartbeat: n.LastHeartbeat, Live: n.State == store.NodeReady && now.Sub(n.LastHeartbeat) < scheduler.HeartbeatTimeout,
-		})
+		}
+		for _, p := range pools[n.ID] {
+			api.WarmPool = append(api.WarmPool, sandboxv1.WarmPoolStatus{
+				Template: p.Template, Runtime: p.Runtime, CPUs: p.CPUs, MemoryMiB: p.MemoryMiB,
+				Ready: p.Ready, Filling: p.Filling, Hits: p.Hits, Misses: p.Misses, MemoryBytes: p.MemoryBytes,
+			})
+		}
+		out.Nodes = append(out.Nodes, api)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -151,9 +152,11 @@ func (s *Server) place(ctx context.Context, sb *sandbox.Sandbox) (string, string
 	if err != nil {
 		return "", "", err
 	}
+	st := scheduler.StateFrom(nodes, all, time.Now())
+	st.Warm = s.nodes.warmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
 	plan, err := scheduler.Place(scheduler.Request{
 		Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB,
-	}, scheduler.StateFrom(nodes, all, time.Now()))
+	}, st)
 	if err != nil {
 		return "", "", err
 	}

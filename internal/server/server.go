@@ -66,6 +66,9 @@ type Config struct {
 	// sandbox ports: {port}-{sandbox}.{IngressDomain} on the API's
 	// listener. "": DefaultIngressDomain (localhost).
 	IngressDomain string
+	// WarmPools are the prepared executions every node keeps ready per
+	// template, runtime and size (warmpool.go).
+	WarmPools []WarmPool
 }
 
 // Server serves the REST API.

@@ -117,6 +117,40 @@ type Execution struct {
 	// LastActivity is when the guest daemon last served a request (zero
 	// when unknown); idle handling pauses a sandbox that has none for long.
 	LastActivity time.Time `json:"last_activity,omitempty"`
+	// Warm is set when the execution was a prepared one from the node's
+	// warm pool, claimed for this sandbox, rather than started for it.
+	Warm bool `json:"warm,omitempty"`
+}
+
+// PoolKey names one kind of prepared execution in a node's warm pool: a
+// create matches it exactly or not at all.
+type PoolKey struct {
+	Template  string `json:"template"`
+	Runtime   string `json:"runtime"`
+	CPUs      int    `json:"cpus"`
+	MemoryMiB int    `json:"memory_mib"`
+}
+
+// PoolTarget is how many prepared executions of one key the control plane
+// wants a node to keep ready. Version identifies the template build: a
+// prepared execution of another version is drained, not handed out.
+type PoolTarget struct {
+	PoolKey
+	Size    int    `json:"size"`
+	Version string `json:"version"`
+}
+
+// PoolStatus is what a node has of one key: Ready executions wait to be
+// claimed, Filling are being prepared. Hits and Misses count the creates
+// that found one (or none) since the node started.
+type PoolStatus struct {
+	PoolKey
+	Ready   int    `json:"ready"`
+	Filling int    `json:"filling"`
+	Hits    uint64 `json:"hits"`
+	Misses  uint64 `json:"misses"`
+	// MemoryBytes is the memory the ready executions hold together.
+	MemoryBytes uint64 `json:"memory_bytes"`
 }
 
 // ExecutionList is the body of GET /node/v1/executions.

@@ -327,6 +327,26 @@ type Node struct {
 	// missed its heartbeats (the scheduler then places nothing there).
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	Live          bool      `json:"live"`
+	// WarmPool is the node's warm pool as it last reported it: per
+	// template, runtime and size, the prepared sandboxes ready to claim.
+	WarmPool []WarmPoolStatus `json:"warm_pool,omitempty"`
+}
+
+// WarmPoolStatus is one kind of prepared sandbox on a node.
+type WarmPoolStatus struct {
+	Template  string `json:"template"`
+	Runtime   string `json:"runtime"`
+	CPUs      int    `json:"cpus"`
+	MemoryMiB int    `json:"memory_mib"`
+	// Ready are prepared and unclaimed; Filling are being prepared.
+	Ready   int `json:"ready"`
+	Filling int `json:"filling"`
+	// Hits and Misses count the creates that claimed one or found none
+	// since the node started.
+	Hits   uint64 `json:"hits"`
+	Misses uint64 `json:"misses"`
+	// MemoryBytes is what the ready ones hold together.
+	MemoryBytes uint64 `json:"memory_bytes"`
 }
 
 // NodeList is the body of GET /v1/nodes.
