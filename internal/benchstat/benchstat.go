@@ -107,6 +107,17 @@ type Scenario struct {
 type Report struct {
 	Machine   Machine
 	Scenarios []Scenario
+	// Notes say more of a scenario than its figures (how many creates
+	// found a warm pool), keyed by scenario name.
+	Notes map[string]string
+}
+
+// Note attaches a remark to scenario name.
+func (r *Report) Note(name, text string) {
+	if r.Notes == nil {
+		r.Notes = map[string]string{}
+	}
+	r.Notes[name] = text
 }
 
 // Add appends a scenario to the report.
@@ -123,7 +134,8 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Machine   Machine            `json:"machine"`
 		Scenarios map[string]Summary `json:"scenarios"`
-	}{r.Machine, scenarios})
+		Notes     map[string]string  `json:"notes,omitempty"`
+	}{r.Machine, scenarios, r.Notes})
 }
 
 // WriteTable prints the scenarios as aligned columns: scenario, n, p50, p90,
@@ -150,6 +162,13 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
+	}
+	for _, s := range r.Scenarios {
+		if note := r.Notes[s.Name]; note != "" {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", s.Name, note); err != nil {
+				return fmt.Errorf("write table: %w", err)
+			}
+		}
 	}
 	return nil
 }

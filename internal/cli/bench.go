@@ -76,6 +76,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&b.req.Template, "template", "minimal", "template of the sandboxes")
 	fs.IntVar(&b.concurrency, "concurrency", 1, "parallel creates in the create scenario")
 	fs.IntVar(&b.count, "count", 20, "timed operations per scenario (snapshots: at most 5)")
+	fs.IntVar(&b.req.CPUs, "cpus", 0, "CPUs of each sandbox (default: the server's); match a --warm-pool size to measure pool hits")
+	fs.IntVar(&b.req.MemoryMiB, "memory", 0, "memory of each sandbox in MiB (default: the server's)")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -256,6 +258,7 @@ func (b *bench) create(ctx context.Context) error {
 		firstErr  error
 		wg        sync.WaitGroup
 	)
+	var ids []string // guarded by mu
 	start := time.Now()
 	for range min(b.concurrency, b.count) {
 		wg.Add(1)
@@ -266,9 +269,10 @@ func (b *bench) create(ctx context.Context) error {
 					return
 				}
 				t0 := time.Now()
-				_, err := b.createSandbox(ctx)
+				id, err := b.createSandbox(ctx)
 				d := time.Since(t0)
 				mu.Lock()
+				ids = append(ids, id)
 				if err != nil {
 					if firstErr == nil {
 						firstErr = err
@@ -291,7 +295,28 @@ func (b *bench) create(ctx context.Context) error {
 		return firstErr
 	}
 	b.report.Add("create", benchstat.Summarize(durations, wall, 0))
+	b.report.Note("create", fmt.Sprintf("%d of %d from a warm pool", b.warmCount(ctx, ids), len(ids)))
 	return nil
+}
+
+// warmCount counts the sandboxes among ids that claimed a prepared
+// execution, as their events say (after the timing: it costs a request
+// each).
+func (b *bench) warmCount(ctx context.Context, ids []string) int {
+	n := 0
+	for _, id := range ids {
+		events, err := b.e.c.ListEvents(ctx, id)
+		if err != nil {
+			continue
+		}
+		for _, ev := range events {
+			if ev.Type == "state" && strings.Contains(ev.Message, "warm pool") {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // sandbox returns the sandbox that exec, files and lifecycle share, creating

@@ -292,8 +292,13 @@ func TestCloseEndsFlows(t *testing.T) {
 }
 
 // TestServerSpeaksFirst: a protocol where the server talks first (SSH,
-// SMTP) works: the gateway's sniff gives up waiting and splices.
+// SMTP) works, and at once: the gateway stops waiting for the client's
+// first bytes as soon as the server speaks (with a sniff timeout longer
+// than the test's deadline, a gateway that waited for it would fail).
 func TestServerSpeaksFirst(t *testing.T) {
+	old := sniffTimeout
+	sniffTimeout = 10 * time.Minute
+	t.Cleanup(func() { sniffTimeout = old })
 	h := startHarness(t, `{"allow_internet": true}`)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -39,12 +39,14 @@ const (
 	maxPendingSYN = 256
 	// dialTimeout bounds an upstream dial.
 	dialTimeout = 10 * time.Second
-	// sniffTimeout bounds the wait for a client's first bytes (a ClientHello
-	// or an HTTP request line); a client that says nothing first (SSH, SMTP)
-	// is spliced after it.
-	sniffTimeout = 2 * time.Second
-	nicID        = 1
+	nicID       = 1
 )
+
+// sniffTimeout bounds the wait for a client's first bytes (a ClientHello or
+// an HTTP request line) while the upstream says nothing either; a variable
+// for tests. When the upstream speaks first (SSH, SMTP) the wait ends at
+// once.
+var sniffTimeout = 2 * time.Second
 
 // Dialer opens upstream connections; *net.Dialer is one.
 type Dialer interface {

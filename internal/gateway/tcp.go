@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -108,13 +109,14 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	defer client.Close()
 	stop := context.AfterFunc(g.ctx, func() { client.Close(); up.Close() })
 	defer stop()
-	client.SetReadDeadline(time.Now().Add(sniffTimeout))
-	first, err := sniff(client)
-	client.SetReadDeadline(time.Time{})
+	first, upHead, err := sniffOrServerFirst(client, up)
 	if err != nil && !errors.Is(err, errNothingSent) {
 		up.Close()
 		g.refused(ReasonSniffFailure, f.Dst, f.Domain, err.Error())
 		return
+	}
+	if len(upHead) > 0 {
+		up = &replayConn{Conn: up, head: upHead}
 	}
 	pol := g.cfg.Policy.Load()
 	switch first.kind {
@@ -156,6 +158,58 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	}
 	g.cfg.Counters.add(g.cfg.Sandbox, ReasonAllowed)
 	splice(replay, up)
+}
+
+// sniffOrServerFirst sniffs the client's first bytes (sniff), unless the
+// upstream speaks first: then the client, waiting for it, will send nothing
+// first (SSH, SMTP banners) and the sniff ends at once with errNothingSent
+// instead of at sniffTimeout. upHead is what the upstream sent meanwhile,
+// to be replayed to the client.
+func sniffOrServerFirst(client, up net.Conn) (first firstBytes, upHead []byte, err error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	upc := make(chan read, 1)
+	go func() {
+		b := make([]byte, 16<<10)
+		n, err := up.Read(b)
+		upc <- read{b[:n], err}
+	}()
+	type sniffed struct {
+		first firstBytes
+		err   error
+	}
+	sc := make(chan sniffed, 1)
+	client.SetReadDeadline(time.Now().Add(sniffTimeout))
+	go func() {
+		first, err := sniff(client)
+		sc <- sniffed{first, err}
+	}()
+	var r read
+	var s sniffed
+	select {
+	case s = <-sc:
+		// The usual case: stop the upstream read, keeping whatever raced in.
+		up.SetReadDeadline(time.Now())
+		r = <-upc
+		up.SetReadDeadline(time.Time{})
+	case r = <-upc:
+		client.SetReadDeadline(time.Now())
+		s = <-sc
+	}
+	client.SetReadDeadline(time.Time{})
+	if r.err != nil && len(r.b) == 0 && !isTimeout(r.err) {
+		// The upstream ended before anything was said; the splice sees it.
+		return s.first, nil, s.err
+	}
+	return s.first, r.b, s.err
+}
+
+// isTimeout reports whether err is a deadline's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // splice copies both ways until both directions end, half-closing as each

@@ -377,6 +377,7 @@ func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *poole
 	poolID := e.rec.ExecID
 	unlock := m.locks.lock(poolID)
 	defer unlock()
+	t0 := time.Now()
 	rec := *e.rec
 	rec.StartExecution = req
 	rec.Physical = poolID
@@ -407,6 +408,7 @@ func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *poole
 		return nil, fmt.Errorf("exec %s: claim %s: %w", req.ExecID, poolID, err)
 	}
 	moved = true
+	tMoved := time.Now()
 	m.mu.Lock()
 	if old := m.bridges[poolID]; old != nil {
 		old.close()
@@ -417,6 +419,7 @@ func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *poole
 		return nil, err
 	}
 	e.link = nil // the gateway owns it now
+	tAttached := time.Now()
 	bc, err := m.bridge(&rec)
 	if err != nil {
 		return nil, err
@@ -424,6 +427,8 @@ func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *poole
 	if err := m.installIdentity(ctx, bc, req); err != nil {
 		return nil, err
 	}
+	m.log.Debug("warm pool: execution claimed", "exec", req.ExecID, "prepared", poolID,
+		"move", tMoved.Sub(t0), "gateway", tAttached.Sub(tMoved), "identity", time.Since(tAttached))
 	return &rec, nil
 }
 
