@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -205,4 +206,41 @@ func TestWarmPoolVM(t *testing.T) {
 // sandbox that claimed a prepared execution.
 func TestWarmPoolLifecycle(t *testing.T) {
 	lifecycleScenario(t, "ns", "--warm-pool", "minimal:ns:1x256=1")
+}
+
+// TestBenchAgainstServer runs `space bench all` against a real server with
+// a warm pool: every row is there, the creates claimed prepared sandboxes,
+// and the run leaves no sandbox behind.
+func TestBenchAgainstServer(t *testing.T) {
+	in := startServerWith(t, newDataDir(t), "--warm-pool", "minimal:ns:1x256=3")
+	defer in.stop()
+	in.waitWarm("minimal", "ns", 3)
+	out, errOut, code := in.cli("", "bench", "all", "--runtime", "ns", "--memory", "256", "--count", "2", "-o", "json")
+	if code != 0 {
+		t.Fatalf("space bench all: exit %d\n%s\n%s", code, errOut, in.logs())
+	}
+	var rep struct {
+		Machine   map[string]any `json:"machine"`
+		Scenarios map[string]struct {
+			N     int     `json:"n"`
+			P50MS float64 `json:"p50_ms"`
+		} `json:"scenarios"`
+		Notes map[string]string `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench JSON: %v\n%s", err, out)
+	}
+	for _, name := range []string{"create", "exec", "files_write_1mib", "files_read_1mib", "pause", "resume", "snapshot_disk", "hibernate", "restore", "fork", "rollback"} {
+		if s, ok := rep.Scenarios[name]; !ok || s.N != 2 || s.P50MS <= 0 {
+			t.Errorf("scenario %s: %+v (present %v), want 2 timed operations", name, s, ok)
+		}
+	}
+	if note := rep.Notes["create"]; note != "2 of 2 from a warm pool" {
+		t.Errorf("create note %q, want both creates from the warm pool", note)
+	}
+	var list struct{ Sandboxes []sandbox }
+	in.do("GET", "/v1/sandboxes", nil, &list)
+	if len(list.Sandboxes) != 0 {
+		t.Errorf("sandboxes left after the bench: %+v", list.Sandboxes)
+	}
 }

@@ -219,6 +219,13 @@ func (b *bench) remember(id string) {
 	b.created = append(b.created, id)
 }
 
+// forget drops a sandbox the run already deleted.
+func (b *bench) forget(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.created = slices.DeleteFunc(b.created, func(c string) bool { return c == id })
+}
+
 // createSandbox creates one sandbox and waits until it runs, remembering it
 // for cleanup as soon as its id is known.
 func (b *bench) createSandbox(ctx context.Context) (string, error) {
@@ -457,7 +464,7 @@ func (b *bench) lifecycle(ctx context.Context) error {
 	var snapErr error
 	for i := range min(b.count, benchMaxSnapshots) {
 		err := snap.time(func() error {
-			s, err := b.snapshot(ctx, id)
+			s, err := b.snapshotOf(ctx, id, sandboxv1.SnapshotDisk)
 			if s != "" {
 				snaps = append(snaps, s)
 			}
@@ -468,9 +475,20 @@ func (b *bench) lifecycle(ctx context.Context) error {
 			break
 		}
 	}
+	var heavy []benchstat.Scenario
+	if snapErr == nil && len(snaps) > 0 {
+		// The operations that move the whole sandbox; rollback goes back
+		// to the first disk snapshot.
+		heavy, snapErr = b.lifecycleHeavy(ctx, id, snaps[0])
+	}
 	// The snapshots go with the sandbox too; deleting them here keeps a
 	// shared sandbox light for what follows.
 	var delErr error
+	if heavy != nil {
+		// The sandbox now runs from the snapshot it was rolled back to:
+		// that one goes with the sandbox.
+		snaps = snaps[1:]
+	}
 	for _, s := range snaps {
 		if err := b.e.c.DeleteSnapshot(context.WithoutCancel(ctx), id, s); err != nil && delErr == nil {
 			delErr = fmt.Errorf("clean up: %w", err)
@@ -482,6 +500,7 @@ func (b *bench) lifecycle(ctx context.Context) error {
 	b.report.Add("pause", pause.summary(0))
 	b.report.Add("resume", resume.summary(0))
 	b.report.Add("snapshot_disk", snap.summary(0))
+	b.report.Scenarios = append(b.report.Scenarios, heavy...)
 	return nil
 }
 
@@ -496,6 +515,10 @@ func (b *bench) toState(ctx context.Context, id, verb string, target sandboxv1.S
 		sb, err = b.e.c.PauseSandbox(ctx, id)
 	case "resume":
 		sb, err = b.e.c.ResumeSandbox(ctx, id)
+	case "hibernate":
+		sb, err = b.e.c.HibernateSandbox(ctx, id)
+	case "restore":
+		sb, err = b.e.c.RestoreSandbox(ctx, id)
 	default:
 		return fmt.Errorf("bench: unknown lifecycle operation %q", verb)
 	}
@@ -508,12 +531,12 @@ func (b *bench) toState(ctx context.Context, id, verb string, target sandboxv1.S
 	return err
 }
 
-// snapshot takes a disk snapshot of id and waits until it is ready. It returns
+// snapshotOf takes a snapshot of kind of id and waits until it is ready. It returns
 // the snapshot's id whenever the server assigned one, so it can be deleted.
-func (b *bench) snapshot(ctx context.Context, id string) (string, error) {
+func (b *bench) snapshotOf(ctx context.Context, id, kind string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, defaultWait)
 	defer cancel()
-	s, err := b.e.c.CreateSnapshot(ctx, id, sandboxv1.CreateSnapshotRequest{Kind: sandboxv1.SnapshotDisk})
+	s, err := b.e.c.CreateSnapshot(ctx, id, sandboxv1.CreateSnapshotRequest{Kind: kind})
 	if err != nil {
 		return "", err
 	}

@@ -134,6 +134,11 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 		}
 		delete(s.sandboxes, id)
 		s.deleted[id] = true
+		for sid, snap := range s.snapshots { // a sandbox's snapshots go with it
+			if snap.Sandbox == id {
+				delete(s.snapshots, sid)
+			}
+		}
 		w.WriteHeader(204)
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", func(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +187,8 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 	for _, op := range []struct {
 		verb string
 		to   sandboxv1.State
-	}{{"pause", sandboxv1.StatePaused}, {"resume", sandboxv1.StateRunning}} {
+	}{{"pause", sandboxv1.StatePaused}, {"resume", sandboxv1.StateRunning},
+		{"hibernate", sandboxv1.StateHibernated}, {"restore", sandboxv1.StateRunning}, {"rollback", sandboxv1.StateRunning}} {
 		mux.HandleFunc("POST /v1/sandboxes/{id}/"+op.verb, func(w http.ResponseWriter, r *http.Request) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -196,6 +202,24 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 			writeJSONResp(w, 200, *sb)
 		})
 	}
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", func(w http.ResponseWriter, r *http.Request) {
+		var req sandboxv1.ForkRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || !strings.HasPrefix(req.Name, "bench-") {
+			writeErr(w, 400, sandboxv1.CodeInvalidArgument, fmt.Sprintf("unexpected fork %+v", req))
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.sandboxes[r.PathValue("id")]; !ok {
+			writeErr(w, 404, sandboxv1.CodeNotFound, "sandbox not found")
+			return
+		}
+		s.lifecycle = append(s.lifecycle, "fork")
+		s.seq++
+		child := &sandboxv1.Sandbox{ID: fmt.Sprintf("sb-%d", s.seq), Name: req.Name, Template: "minimal", State: sandboxv1.StateCreating}
+		s.sandboxes[child.ID] = child
+		writeJSONResp(w, 201, *child)
+	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		var req sandboxv1.CreateSnapshotRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
@@ -317,7 +341,8 @@ func TestBenchAllTable(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "pause 6", "resume 6", "snapshot_disk 5"}
+	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "pause 6", "resume 6", "snapshot_disk 5",
+		"hibernate 3", "restore 3", "fork 3", "rollback 3"}
 	if len(lines) != len(want)+2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "SCENARIO") {
 		t.Fatalf("table = %q", out)
 	}
@@ -336,14 +361,15 @@ func TestBenchAllTable(t *testing.T) {
 		}
 	}
 	c := s.counts()
-	if c.execs != 6 || len(c.lifecycle) != 12 || c.lifecycle[0] != "pause" || c.lifecycle[1] != "resume" {
-		t.Errorf("%d execs, lifecycle %v; want 6 and 6 pause/resume pairs", c.execs, c.lifecycle)
+	wantOps := strings.Repeat("pause resume ", 6) + strings.Repeat("hibernate restore ", 3) + "fork fork fork rollback rollback rollback"
+	if c.execs != 6 || strings.Join(c.lifecycle, " ") != wantOps {
+		t.Errorf("%d execs, lifecycle %v; want 6 and %s", c.execs, c.lifecycle, wantOps)
 	}
 	if c.snapshots != 0 || c.snapPolls < 5 {
 		t.Errorf("%d snapshots left after %d polls; want none, after waiting for each", c.snapshots, c.snapPolls)
 	}
-	if c.left != 0 || c.deleted != 7 || c.files != 0 {
-		t.Errorf("%d sandboxes and %d files left, %d deleted; want 0, 0 and 7 (6 created + 1 shared)", c.left, c.files, c.deleted)
+	if c.left != 0 || c.deleted != 10 || c.files != 0 {
+		t.Errorf("%d sandboxes and %d files left, %d deleted; want 0, 0 and 10 (6 created + 1 shared + 3 forks)", c.left, c.files, c.deleted)
 	}
 }
 
