@@ -11,6 +11,13 @@ want+=(build-essential bc flex bison libelf-dev xz-utils)
 if [ "${1:-test}" = run ]; then
   want+=(qemu-utils)
 fi
+# The PostgreSQL store's tests run private servers from the package's binaries
+# (internal/store/postgres/pgtest: initdb and postgres under
+# /usr/lib/postgresql/*/bin, as the `postgres` user it creates). A cluster the
+# package may start on port 5432 is not used and does not get in the way.
+if [ "${1:-test}" = test ]; then
+  want+=(postgresql)
+fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -35,6 +35,8 @@ import (
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/retention"
 	"github.com/spacesandbox/space/internal/server"
+	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/store/postgres"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
 
@@ -50,7 +52,7 @@ func runServer(args []string) int {
 	dev := fs.Bool("dev", false, "run the control plane, node services and node-manager in one command")
 	listen := fs.String("listen", "127.0.0.1:7070", "address of the REST API")
 	dataDir := fs.String("data-dir", "", "data directory (default $SPACE_DATA_DIR, /var/lib/space for root, else ~/.local/share/space)")
-	database := fs.String("database", "", "database URL (default sqlite://DATA/space.db)")
+	database := fs.String("database", "", "database URL: sqlite://PATH, or postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=... to share one PostgreSQL database between replicas (default sqlite://DATA/space.db; see docs/scale-out.md)")
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
@@ -236,23 +238,42 @@ func resolveDataDir(flagValue string) (string, error) {
 	return dir, nil
 }
 
-func databasePath(dataDir, dbURL string) (string, error) {
+// openDatabase opens the store dbURL names: "" is the SQLite file
+// DATA/space.db, sqlite://PATH another SQLite file, and postgres:// or
+// postgresql:// a PostgreSQL database shared by every replica.
+func openDatabase(ctx context.Context, dataDir, dbURL string) (store.Store, error) {
 	if dbURL == "" {
-		return filepath.Join(dataDir, "space.db"), nil
+		return openSQLite(ctx, filepath.Join(dataDir, "space.db"))
 	}
+	const want = "want sqlite://PATH or postgres://USER@HOST/DATABASE"
 	u, err := url.Parse(dbURL)
-	if err != nil || u.Scheme != "sqlite" {
-		return "", fmt.Errorf("database %q: only sqlite://PATH is supported in this release (PostgreSQL comes with scale-out)", dbURL)
+	if err != nil {
+		// Not err itself: it repeats the URL, password included.
+		return nil, fmt.Errorf("database URL does not parse; %s", want)
 	}
-	return u.Host + u.Path, nil
+	switch u.Scheme {
+	case "sqlite":
+		return openSQLite(ctx, u.Host+u.Path)
+	case "postgres", "postgresql":
+		st, err := postgres.Open(ctx, dbURL)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("database %s: scheme %q: %s", u.Redacted(), u.Scheme, want)
+}
+
+func openSQLite(ctx context.Context, path string) (store.Store, error) {
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
-	dbPath, err := databasePath(o.dataDir, o.database)
-	if err != nil {
-		return err
-	}
-	st, err := sqlite.Open(ctx, dbPath)
+	st, err := openDatabase(ctx, o.dataDir, o.database)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}

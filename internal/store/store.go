@@ -3,7 +3,7 @@
 // records and sandbox events. The control plane is stateless; everything it
 // must remember across a crash goes through a Store.
 //
-// Implementations live in subpackages (sqlite/ now, postgres/ later) and share
+// Implementations live in subpackages (sqlite/, postgres/) and share
 // one schema (migrations/) and one conformance suite (storetest/). Errors are
 // classed with internal/errdefs: a missing row is ErrNotFound, a duplicate or a
 // stale Version is ErrConflict.
@@ -32,6 +32,7 @@ type Store interface {
 	Snapshots
 	Credentials
 	ServicePorts
+	Leases
 	// Close releases the backend's connections.
 	Close() error
 }
@@ -394,4 +395,45 @@ type ServicePorts interface {
 	ListServicePorts(ctx context.Context, sandbox string) ([]ServicePort, error)
 	// DeleteServicePort removes an entry; a missing one is ErrNotFound.
 	DeleteServicePort(ctx context.Context, sandbox string, port int) error
+}
+
+// Lease is a time-limited exclusive claim on a name, held by one holder (a
+// control-plane replica electing a leader, a worker owning a shard).
+type Lease struct {
+	Name   string
+	Holder string
+	// Token is the fencing token: it grows with every acquisition of the
+	// name by a new holder (or after the lease expired) and never goes back,
+	// even across ReleaseLease. A holder passes it along with the work it
+	// does under the lease, so a write carrying an older token is recognised
+	// as coming from a holder that lost the lease.
+	Token int64
+	// Expires is when the lease lapses unless renewed, by the store's clock
+	// (the database server's for PostgreSQL, so replicas whose clocks drift
+	// still agree).
+	Expires time.Time
+}
+
+// Leases stores leases. Holder names must be unique per process
+// incarnation: a restarted process that reused its predecessor's name would
+// inherit its live lease and token.
+type Leases interface {
+	// AcquireLease takes the lease name for holder until ttl from now. It
+	// succeeds when nobody holds the lease, when its holder let it expire or
+	// released it (then with a greater Token than any before), or when
+	// holder already holds it (then it is renewed, Token unchanged). While
+	// another holder's lease is live it is ErrConflict.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error)
+	// RenewLease extends l until ttl from now and returns it with the new
+	// Expires. It is ErrConflict when l is no longer the current lease of its
+	// name (someone else acquired it after it expired, or it was released):
+	// the caller lost the lease and must stop the work it guards. A lease
+	// that expired without anyone taking it is renewed. An unknown name is
+	// ErrNotFound.
+	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives l up so that another holder may take it at once.
+	// Releasing a released lease succeeds; it is ErrConflict when another
+	// holder has acquired the name since, and ErrNotFound for an unknown
+	// name.
+	ReleaseLease(ctx context.Context, l Lease) error
 }

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SnapshotsOutliveSandbox", testSnapshotsOutliveSandbox},
 		{"Credentials", testCredentials},
 		{"ServicePorts", testServicePorts},
+		{"Leases", testLeases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,97 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+const portColumns = `sandbox_id, port, protocol, public, token_hash, created_at`
+
+func scanServicePort(sc interface{ Scan(...any) error }) (store.ServicePort, error) {
+	var p store.ServicePort
+	var created int64
+	err := sc.Scan(&p.Sandbox, &p.Port, &p.Protocol, &p.Public, &p.TokenHash, &created)
+	p.CreatedAt = fromTS(created)
+	return p, err
+}
+
+// PutServicePort implements store.ServicePorts.
+func (s *Store) PutServicePort(ctx context.Context, p store.ServicePort) error {
+	if p.Sandbox == "" || p.Port < 1 || p.Port > 65535 || p.Protocol == "" {
+		return fmt.Errorf("put port %d of sandbox %q: empty sandbox or protocol, or port out of range: %w", p.Port, p.Sandbox, errdefs.ErrInvalidArgument)
+	}
+	return s.write(ctx, func(tx pgx.Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM sandboxes WHERE id = $1`, p.Sandbox)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: put port %d: %w", p.Sandbox, p.Port, err)
+		}
+		if !ok {
+			return fmt.Errorf("sandbox %s: %w", p.Sandbox, errdefs.ErrNotFound)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO sandbox_ports (`+portColumns+`) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (sandbox_id, port) DO UPDATE SET protocol = excluded.protocol, public = excluded.public,
+			token_hash = excluded.token_hash, created_at = excluded.created_at`,
+			p.Sandbox, p.Port, p.Protocol, p.Public, p.TokenHash, ts(p.CreatedAt))
+		if isForeignKey(err) { // the sandbox went in the meantime
+			return fmt.Errorf("sandbox %s: %w", p.Sandbox, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox %s: put port %d: %w", p.Sandbox, p.Port, err)
+		}
+		return nil
+	})
+}
+
+// GetServicePort implements store.ServicePorts.
+func (s *Store) GetServicePort(ctx context.Context, sandbox string, port int) (store.ServicePort, error) {
+	p, err := scanServicePort(s.queryRow(ctx,
+		`SELECT `+portColumns+` FROM sandbox_ports WHERE sandbox_id = $1 AND port = $2`, sandbox, port))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.ServicePort{}, fmt.Errorf("sandbox %s: port %d: %w", sandbox, port, errdefs.ErrNotFound)
+	case err != nil:
+		return store.ServicePort{}, fmt.Errorf("sandbox %s: get port %d: %w", sandbox, port, err)
+	}
+	return p, nil
+}
+
+// ListServicePorts implements store.ServicePorts.
+func (s *Store) ListServicePorts(ctx context.Context, sandbox string) ([]store.ServicePort, error) {
+	rows, err := s.query(ctx,
+		`SELECT `+portColumns+` FROM sandbox_ports WHERE sandbox_id = $1 ORDER BY port`, sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: list ports: %w", sandbox, err)
+	}
+	defer rows.Close()
+	out := []store.ServicePort{}
+	for rows.Next() {
+		p, err := scanServicePort(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: list ports: %w", sandbox, err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: list ports: %w", sandbox, err)
+	}
+	return out, nil
+}
+
+// DeleteServicePort implements store.ServicePorts.
+func (s *Store) DeleteServicePort(ctx context.Context, sandbox string, port int) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		res, err := tx.Exec(ctx, `DELETE FROM sandbox_ports WHERE sandbox_id = $1 AND port = $2`, sandbox, port)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: delete port %d: %w", sandbox, port, err)
+		}
+		if res.RowsAffected() == 0 {
+			return fmt.Errorf("sandbox %s: port %d: %w", sandbox, port, errdefs.ErrNotFound)
+		}
+		return nil
+	})
+}

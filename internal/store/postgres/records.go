@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"github.com/jackc/pgx/v5"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+func scanIdempotency(sc interface{ Scan(...any) error }) (store.IdempotencyRecord, error) {
+	var rec store.IdempotencyRecord
+	var body string
+	var created int64
+	if err := sc.Scan(&rec.Tenant, &rec.Key, &rec.Fingerprint, &rec.Status, &body, &created); err != nil {
+		return store.IdempotencyRecord{}, err
+	}
+	b, err := base64.StdEncoding.DecodeString(body)
+	if err != nil {
+		return store.IdempotencyRecord{}, fmt.Errorf("decode body: %w", err)
+	}
+	rec.Body, rec.CreatedAt = b, fromTS(created)
+	return rec, nil
+}
+
+const idempotencyColumns = `tenant_id, idem_key, fingerprint, status, body, created_at`
+
+// PutIdempotency implements store.Idempotency.
+func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord) (store.IdempotencyRecord, error) {
+	if rec.Tenant == "" || rec.Key == "" {
+		return store.IdempotencyRecord{}, fmt.Errorf("idempotency record: empty tenant or key: %w", errdefs.ErrInvalidArgument)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now()
+	}
+	out := rec
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		prev, err := scanIdempotency(tx.QueryRow(ctx,
+			`SELECT `+idempotencyColumns+` FROM idempotency WHERE tenant_id = $1 AND idem_key = $2`, rec.Tenant, rec.Key))
+		switch {
+		case err == nil && prev.Fingerprint == rec.Fingerprint:
+			out = prev
+			return nil
+		case err == nil:
+			return fmt.Errorf("idempotency key %q was used for a different request: %w", rec.Key, errdefs.ErrConflict)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("idempotency key %q: %w", rec.Key, err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO idempotency (`+idempotencyColumns+`) VALUES ($1, $2, $3, $4, $5, $6)`,
+			rec.Tenant, rec.Key, rec.Fingerprint, rec.Status, base64.StdEncoding.EncodeToString(rec.Body), ts(rec.CreatedAt))
+		if isForeignKey(err) {
+			return fmt.Errorf("idempotency key %q: tenant %s: %w", rec.Key, rec.Tenant, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("idempotency key %q: store: %w", rec.Key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.IdempotencyRecord{}, err
+	}
+	return out, nil
+}
+
+// GetIdempotency implements store.Idempotency.
+func (s *Store) GetIdempotency(ctx context.Context, tenant, key string) (store.IdempotencyRecord, error) {
+	rec, err := scanIdempotency(s.queryRow(ctx,
+		`SELECT `+idempotencyColumns+` FROM idempotency WHERE tenant_id = $1 AND idem_key = $2`, tenant, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.IdempotencyRecord{}, fmt.Errorf("idempotency key %q: %w", key, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return store.IdempotencyRecord{}, fmt.Errorf("idempotency key %q: get: %w", key, err)
+	}
+	return rec, nil
+}
+
+// DeleteIdempotencyBefore implements store.Idempotency.
+func (s *Store) DeleteIdempotencyBefore(ctx context.Context, t time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		res, err := tx.Exec(ctx, `DELETE FROM idempotency WHERE created_at < $1`, ts(t))
+		if err != nil {
+			return fmt.Errorf("expire idempotency records: %w", err)
+		}
+		n = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// AppendEvent implements store.Events. The sequence number is computed in the
+// writing transaction (portable; no AUTOINCREMENT).
+func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, error) {
+	if e.SandboxID == "" || e.Type == "" {
+		return store.Event{}, fmt.Errorf("append event: empty sandbox id or type: %w", errdefs.ErrInvalidArgument)
+	}
+	if e.Time.IsZero() {
+		e.Time = now()
+	}
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		var last *int64
+		if err := tx.QueryRow(ctx, `SELECT MAX(seq) FROM sandbox_events WHERE sandbox_id = $1`, e.SandboxID).Scan(&last); err != nil {
+			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
+		}
+		e.Seq = 1
+		if last != nil {
+			e.Seq = *last + 1
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message) VALUES ($1, $2, $3, $4, $5)`,
+			e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Event{}, err
+	}
+	return e, nil
+}
+
+// ListEvents implements store.Events.
+func (s *Store) ListEvents(ctx context.Context, sandboxID string) ([]store.Event, error) {
+	rows, err := s.query(ctx, `SELECT seq, sandbox_id, at, type, message FROM sandbox_events
+		WHERE sandbox_id = $1 ORDER BY seq`, sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
+	}
+	defer rows.Close()
+	out := []store.Event{}
+	for rows.Next() {
+		var e store.Event
+		var at int64
+		if err := rows.Scan(&e.Seq, &e.SandboxID, &at, &e.Type, &e.Message); err != nil {
+			return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
+		}
+		e.Time = fromTS(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
+	}
+	return out, nil
+}

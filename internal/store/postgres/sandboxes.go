@@ -1,0 +1,263 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/jackc/pgx/v5"
+	"strings"
+	"time"
+
+	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+const sandboxColumns = `id, tenant_id, name, template, runtime, cpus, memory_mib, disk_mib, env, metadata,
+	created_at, expires_at, desired_state, state, reason, generation, node_id, exec_id, activation_id,
+	start_from, idle_timeout, idle_action, egress, project, ca_cert, ca_key, version, updated_at`
+
+// sandboxRow is a sandbox in column form.
+type sandboxRow struct {
+	env, metadata string
+	created       int64
+	expires       *int64
+	generation    int64
+	idle          int64
+	egress        string
+	caKey         string
+	updated       int64
+}
+
+// encodeEgress returns a policy's column form: its JSON, or the empty string for none.
+func encodeEgress(p *egress.Policy) string {
+	if p == nil {
+		return ""
+	}
+	return string(sandbox.EgressJSON(p))
+}
+
+// decodeEgress parses the egress column; the empty string is a sandbox without a policy
+// of its own (recorded before policies existed).
+func decodeEgress(s string) (*egress.Policy, error) {
+	if s == "" {
+		return nil, nil
+	}
+	return egress.ParsePolicy([]byte(s))
+}
+
+func encodeMap(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+func decodeMap(s string) (map[string]string, error) {
+	var m map[string]string
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	var r sandboxRow
+	err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &sb.Template, &sb.Runtime, &sb.CPUs, &sb.MemoryMiB, &sb.DiskMiB,
+		&r.env, &r.metadata, &r.created, &r.expires, &sb.Desired, &sb.State, &sb.Reason, &r.generation,
+		&sb.Node, &sb.ExecID, &sb.ActivationID, &sb.StartFrom, &r.idle, &sb.IdleAction, &r.egress, &sb.Project, &sb.CACert, &r.caKey, &sb.Version, &r.updated)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Env, err = decodeMap(r.env); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode env: %w", sb.ID, err)
+	}
+	if sb.Metadata, err = decodeMap(r.metadata); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode metadata: %w", sb.ID, err)
+	}
+	if sb.Egress, err = decodeEgress(r.egress); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode egress policy: %w", sb.ID, err)
+	}
+	if sb.CAKey, err = base64.StdEncoding.DecodeString(r.caKey); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode sealed CA key: %w", sb.ID, err)
+	}
+	if len(sb.CAKey) == 0 {
+		sb.CAKey = nil
+	}
+	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromTS(r.created), fromNullTS(r.expires), fromTS(r.updated)
+	sb.Generation = uint64(r.generation)
+	sb.IdleTimeout = time.Duration(r.idle)
+	return &sb, nil
+}
+
+// CreateSandbox implements store.Sandboxes.
+func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	if sb.ID == "" || sb.Tenant == "" {
+		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
+	}
+	env, err := encodeMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
+	}
+	md, err := encodeMap(sb.Metadata)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+	}
+	at := now()
+	created := sb.CreatedAt
+	if created.IsZero() {
+		created = at
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = $1`, sb.Tenant)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: create: %w", sb.ID, err)
+		}
+		if !ok {
+			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)`,
+			sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md,
+			ts(created), nullTS(sb.ExpiresAt), string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation),
+			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress),
+			sb.Project, sb.CACert, base64.StdEncoding.EncodeToString(sb.CAKey), 1, ts(at))
+		if isUnique(err) {
+			return fmt.Errorf("sandbox %s: already exists: %w", sb.ID, errdefs.ErrConflict)
+		}
+		if isForeignKey(err) { // the tenant went in the meantime
+			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox %s: create: %w", sb.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sb.CreatedAt, sb.Version, sb.UpdatedAt = created, 1, at
+	return nil
+}
+
+// GetSandbox implements store.Sandboxes.
+func (s *Store) GetSandbox(ctx context.Context, tenant, id string) (*sandbox.Sandbox, error) {
+	sb, err := scanSandbox(s.queryRow(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1 AND tenant_id = $2`, id, tenant))
+	return sb, sandboxErr(id, "get", err)
+}
+
+// GetSandboxByID implements store.Sandboxes.
+func (s *Store) GetSandboxByID(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1`, id))
+	return sb, sandboxErr(id, "get", err)
+}
+
+func sandboxErr(id, op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	default:
+		return fmt.Errorf("sandbox %s: %s: %w", id, op, err)
+	}
+}
+
+// ListSandboxes implements store.Sandboxes.
+func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sandbox.Sandbox, error) {
+	var where []string
+	var args []any
+	if f.Tenant != "" {
+		where, args = append(where, fmt.Sprintf("tenant_id = $%d", len(args)+1)), append(args, f.Tenant)
+	}
+	if f.Node != "" {
+		where, args = append(where, fmt.Sprintf("node_id = $%d", len(args)+1)), append(args, f.Node)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	rows, err := s.query(ctx, q+` ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := []*sandbox.Sandbox{}
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateSandbox implements store.Sandboxes.
+func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	env, err := encodeMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
+	}
+	md, err := encodeMap(sb.Metadata)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+	}
+	at := now()
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		res, err := tx.Exec(ctx, `UPDATE sandboxes SET name = $1, template = $2, runtime = $3, cpus = $4,
+			memory_mib = $5, disk_mib = $6, env = $7, metadata = $8, expires_at = $9, desired_state = $10, state = $11,
+			reason = $12, generation = $13, node_id = $14, exec_id = $15, activation_id = $16, start_from = $17,
+			idle_timeout = $18, idle_action = $19, egress = $20, project = $21, ca_cert = $22, ca_key = $23,
+			version = version + 1, updated_at = $24 WHERE id = $25 AND version = $26`,
+			sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md, nullTS(sb.ExpiresAt),
+			string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation), sb.Node, sb.ExecID,
+			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress),
+			sb.Project, sb.CACert, base64.StdEncoding.EncodeToString(sb.CAKey), ts(at), sb.ID, sb.Version)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
+		}
+		if res.RowsAffected() == 1 {
+			return nil
+		}
+		var stored int64
+		err = tx.QueryRow(ctx, `SELECT version FROM sandboxes WHERE id = $1`, sb.ID).Scan(&stored)
+		if err != nil {
+			return sandboxErr(sb.ID, "update", err)
+		}
+		return fmt.Errorf("sandbox %s: changed concurrently (version %d, stored %d); re-read and retry: %w",
+			sb.ID, sb.Version, stored, errdefs.ErrConflict)
+	})
+	if err != nil {
+		return err
+	}
+	sb.Version++
+	sb.UpdatedAt = at
+	return nil
+}
+
+// DeleteSandbox implements store.Sandboxes.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		res, err := tx.Exec(ctx, `DELETE FROM sandboxes WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: delete: %w", id, err)
+		}
+		if res.RowsAffected() == 0 {
+			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		}
+		return nil
+	})
+}

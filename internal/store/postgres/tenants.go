@@ -1,0 +1,203 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/jackc/pgx/v5"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// CreateTenant implements store.Tenants.
+func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) error {
+	if t.ID == "" {
+		return fmt.Errorf("create tenant: empty id: %w", errdefs.ErrInvalidArgument)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now()
+	}
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)`,
+			t.ID, t.Name, ts(t.CreatedAt))
+		return err
+	})
+	if isUnique(err) {
+		return fmt.Errorf("tenant %s: already exists: %w", t.ID, errdefs.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("tenant %s: create: %w", t.ID, err)
+	}
+	return nil
+}
+
+// GetTenant implements store.Tenants.
+func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+	var t store.Tenant
+	var created int64
+	err := s.queryRow(ctx, `SELECT id, name, created_at FROM tenants WHERE id = $1`, id).
+		Scan(&t.ID, &t.Name, &created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Tenant{}, fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("tenant %s: get: %w", id, err)
+	}
+	t.CreatedAt = fromTS(created)
+	return t, nil
+}
+
+// ListTenants implements store.Tenants.
+func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	rows, err := s.query(ctx, `SELECT id, name, created_at FROM tenants ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Tenant{}
+	for rows.Next() {
+		var t store.Tenant
+		var created int64
+		if err := rows.Scan(&t.ID, &t.Name, &created); err != nil {
+			return nil, fmt.Errorf("list tenants: %w", err)
+		}
+		t.CreatedAt = fromTS(created)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteTenant implements store.Tenants. Keys and idempotency records go with
+// the tenant (ON DELETE CASCADE); sandboxes and snapshots must be deleted
+// first (ErrConflict).
+func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		busy, err := exists(ctx, tx, `SELECT 1 FROM sandboxes WHERE tenant_id = $1 LIMIT 1`, id)
+		if err != nil {
+			return fmt.Errorf("tenant %s: delete: %w", id, err)
+		}
+		if busy {
+			return fmt.Errorf("tenant %s: still has sandboxes; delete them first: %w", id, errdefs.ErrConflict)
+		}
+		// Snapshot rows outlive their sandbox, and their files must be removed
+		// before the row goes; a tenant with rows left would orphan them.
+		busy, err = exists(ctx, tx, `SELECT 1 FROM snapshots WHERE tenant_id = $1 LIMIT 1`, id)
+		if err != nil {
+			return fmt.Errorf("tenant %s: delete: %w", id, err)
+		}
+		if busy {
+			return fmt.Errorf("tenant %s: still has snapshots; delete them first: %w", id, errdefs.ErrConflict)
+		}
+		res, err := tx.Exec(ctx, `DELETE FROM tenants WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("tenant %s: delete: %w", id, err)
+		}
+		if res.RowsAffected() == 0 {
+			return fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
+		}
+		return nil
+	})
+}
+
+// CreateAPIKey implements store.APIKeys.
+func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
+	if k.ID == "" || k.Hash == "" {
+		return fmt.Errorf("create api key: empty id or hash: %w", errdefs.ErrInvalidArgument)
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = now()
+	}
+	return s.write(ctx, func(tx pgx.Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = $1`, k.Tenant)
+		if err != nil {
+			return fmt.Errorf("api key %s: create: %w", k.ID, err)
+		}
+		if !ok {
+			return fmt.Errorf("api key %s: tenant %s: %w", k.ID, k.Tenant, errdefs.ErrNotFound)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, hash, admin, created_at, revoked_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`, k.ID, k.Tenant, k.Hash, k.Admin, ts(k.CreatedAt), nullTS(k.RevokedAt))
+		if isUnique(err) {
+			return fmt.Errorf("api key %s: already exists: %w", k.ID, errdefs.ErrConflict)
+		}
+		if isForeignKey(err) { // the tenant went in the meantime
+			return fmt.Errorf("api key %s: tenant %s: %w", k.ID, k.Tenant, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("api key %s: create: %w", k.ID, err)
+		}
+		return nil
+	})
+}
+
+const apiKeyColumns = `id, tenant_id, hash, admin, created_at, revoked_at`
+
+func scanAPIKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
+	var k store.APIKey
+	var created int64
+	var revoked *int64
+	if err := sc.Scan(&k.ID, &k.Tenant, &k.Hash, &k.Admin, &created, &revoked); err != nil {
+		return store.APIKey{}, err
+	}
+	k.CreatedAt, k.RevokedAt = fromTS(created), fromNullTS(revoked)
+	return k, nil
+}
+
+// GetAPIKey implements store.APIKeys. Every read runs outside a transaction,
+// so a revocation committed by any replica is seen by the next lookup.
+func (s *Store) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) {
+	k, err := scanAPIKey(s.queryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.APIKey{}, fmt.Errorf("api key %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("api key %s: get: %w", id, err)
+	}
+	return k, nil
+}
+
+// ListAPIKeys implements store.APIKeys.
+func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
+	rows, err := s.query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: list api keys: %w", tenant, err)
+	}
+	defer rows.Close()
+	out := []store.APIKey{}
+	for rows.Next() {
+		k, err := scanAPIKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("tenant %s: list api keys: %w", tenant, err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tenant %s: list api keys: %w", tenant, err)
+	}
+	return out, nil
+}
+
+// RevokeAPIKey implements store.APIKeys.
+func (s *Store) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
+	if at.IsZero() {
+		at = now()
+	}
+	return s.write(ctx, func(tx pgx.Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM api_keys WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("api key %s: revoke: %w", id, err)
+		}
+		if !ok {
+			return fmt.Errorf("api key %s: %w", id, errdefs.ErrNotFound)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, ts(at), id); err != nil {
+			return fmt.Errorf("api key %s: revoke: %w", id, err)
+		}
+		return nil
+	})
+}
