@@ -4,11 +4,17 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build run test deps-run deps-test kernel vet fmt-check proto clean
+.PHONY: all build run test deps-run deps-test kernel s3server vet fmt-check proto clean
 
 # The vm runtime's minimal guest kernel (microvm) is compiled once from
 # Debian's linux-source and cached by content hash; later runs reuse it.
 KERNEL_CACHE ?= $(or $(SPACE_CACHE_DIR),/var/cache/space)
+
+# The real S3 server the object store tests start (versitygw, POSIX backend),
+# built once from the Go module proxy into the same cache, in its own module
+# context (our go.mod is untouched).
+VERSITYGW_VERSION := v1.8.0
+S3SERVER := $(KERNEL_CACHE)/versitygw-$(VERSITYGW_VERSION)/versitygw
 
 all: build
 
@@ -25,6 +31,14 @@ deps-test:
 kernel:
 	$(GO) run ./internal/vmimage/buildkernel -cache-dir $(KERNEL_CACHE)
 
+s3server: $(S3SERVER)
+
+$(S3SERVER):
+	mkdir -p $(@D)/.build
+	GOBIN=$(abspath $(@D))/.build $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	mv $(@D)/.build/versitygw $@
+	rmdir $(@D)/.build
+
 run: deps-run build kernel
 	$(BIN)/space server --dev
 
@@ -35,8 +49,8 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-test: deps-test build fmt-check vet kernel
-	SPACE_TEST_CACHE_DIR=$(KERNEL_CACHE) $(GO) test -count=1 -timeout 25m ./...
+test: deps-test build fmt-check vet kernel s3server
+	SPACE_TEST_CACHE_DIR=$(KERNEL_CACHE) SPACE_TEST_S3_SERVER=$(S3SERVER) $(GO) test -count=1 -timeout 25m ./...
 
 proto:
 	api/guest/v1/generate.sh

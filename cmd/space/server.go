@@ -31,6 +31,7 @@ import (
 	"github.com/spacesandbox/space/internal/node"
 	"github.com/spacesandbox/space/internal/objstore"
 	_ "github.com/spacesandbox/space/internal/objstore/filestore" // file:// object stores
+	_ "github.com/spacesandbox/space/internal/objstore/s3store"   // s3:// object stores
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/retention"

@@ -7,10 +7,12 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
-// Key limits. MaxKeyLen is S3's; MaxSegmentLen leaves room under a
-// filesystem's 255-byte name limit for a driver's own suffixes.
+// Key limits. MaxKeyLen is S3's 1024-byte name limit less room for a
+// driver's own prefix and suffix (s3store stores key k as "prefix/k@");
+// MaxSegmentLen leaves room under a filesystem's 255-byte name limit for a
+// driver's own suffixes.
 const (
-	MaxKeyLen     = 1024
+	MaxKeyLen     = 768
 	MaxSegmentLen = 200
 )
 

@@ -14,8 +14,8 @@
 //     key ErrInvalidArgument, a store that cannot be reached or written
 //     ErrUnavailable (retry later).
 //
-// Drivers are chosen by URL with Open: file:///abs/path is objstore/filestore;
-// s3:// is not built yet (see Open).
+// Drivers are chosen by URL with Open: file:///abs/path is objstore/filestore,
+// s3://bucket/prefix is objstore/s3store (see Open).
 package objstore
 
 import (

@@ -72,7 +72,8 @@ func TestOpenRouting(t *testing.T) {
 		class error
 		text  string
 	}{
-		{"s3://bucket/prefix", errdefs.ErrFailedPrecondition, "not built yet"},
+		// Nor s3store.
+		{"s3://bucket/prefix", errdefs.ErrFailedPrecondition, "not linked"},
 		// This test binary does not import filestore.
 		{"file:///var/lib/space/objects", errdefs.ErrFailedPrecondition, "not linked"},
 		{"gs://bucket", errdefs.ErrInvalidArgument, "unknown scheme"},

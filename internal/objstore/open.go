@@ -22,9 +22,15 @@ var (
 )
 
 // notBuilt names the schemes SPACE will support but that no driver in this
-// tree implements yet, with what to do instead.
-var notBuilt = map[string]string{
-	"s3": "the s3:// object store driver is not built yet (it arrives with the scale-out work); use file:///absolute/path",
+// tree implements yet, with what to do instead. None at the moment; the
+// mechanism stays for the next one.
+var notBuilt = map[string]string{}
+
+// linkable names the package of each driver in this tree, for the error a
+// binary that does not link it gives.
+var linkable = map[string]string{
+	"file": "internal/objstore/filestore",
+	"s3":   "internal/objstore/s3store",
 }
 
 // Register makes open the driver for URLs of scheme. It panics when the
@@ -38,14 +44,15 @@ func Register(scheme string, open OpenFunc) {
 	drivers[scheme] = open
 }
 
-// Open opens the store that rawURL names, choosing the driver by scheme:
+// Open opens the store that rawURL names, choosing the driver by scheme
+// (import the driver's package for its side effect):
 //
-//	file:///var/lib/space/objects   objstore/filestore (import it for its side effect)
-//	s3://bucket/prefix              not built yet: ErrFailedPrecondition
+//	file:///var/lib/space/objects                       objstore/filestore
+//	s3://bucket/prefix?endpoint=host:port&insecure=1    objstore/s3store (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
 //
-// s3:// is a known scheme without a driver in this tree: Open answers it
-// with ErrFailedPrecondition and says so, rather than pretending. An unknown
-// scheme or a malformed URL is ErrInvalidArgument.
+// A known scheme whose driver the binary does not link is
+// ErrFailedPrecondition, saying which package to import; an unknown scheme
+// or a malformed URL is ErrInvalidArgument.
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -60,9 +67,9 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	if why, known := notBuilt[u.Scheme]; known {
 		return nil, fmt.Errorf("object store URL %q: %s: %w", rawURL, why, errdefs.ErrFailedPrecondition)
 	}
-	if u.Scheme == "file" {
-		return nil, fmt.Errorf("object store URL %q: the file:// driver is not linked into this binary (import internal/objstore/filestore): %w",
-			rawURL, errdefs.ErrFailedPrecondition)
+	if pkg, known := linkable[u.Scheme]; known {
+		return nil, fmt.Errorf("object store URL %q: the %s:// driver is not linked into this binary (import %s): %w",
+			u.Redacted(), u.Scheme, pkg, errdefs.ErrFailedPrecondition)
 	}
 	return nil, fmt.Errorf("object store URL %q: unknown scheme %q (want file:// or s3://): %w", rawURL, u.Scheme, errdefs.ErrInvalidArgument)
 }
