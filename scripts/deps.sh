@@ -8,6 +8,12 @@ want=(busybox-static btrfs-progs debootstrap e2fsprogs util-linux iproute2 ca-ce
 # package (internal/vmimage, BuildMinimalKernel): make and gcc, bc, flex and
 # bison for Kconfig, libelf for objtool, xz for the source tarball.
 want+=(build-essential bc flex bison libelf-dev xz-utils)
+# The minimal template ships a static bash (the E2B SDKs run commands with
+# /bin/bash -l -c), and the E2B compatibility tests (compat/e2b) run the e2b
+# npm SDK with Node.js and npm. Node.js comes from Debian only where none is
+# installed (a NodeSource nodejs already brings npm).
+want+=(bash-static)
+if ! command -v npm >/dev/null 2>&1; then want+=(nodejs npm); fi
 if [ "${1:-test}" = run ]; then
   want+=(qemu-utils)
 fi

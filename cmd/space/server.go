@@ -343,6 +343,10 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		}
 	}
 	fmt.Printf("SPACE_API_URL=%s\n", apiURL)
+	// The E2B SDKs reach the same listener (docs/e2b.md): the REST API under
+	// its E2B path, the sandboxes' envd at the root. E2B_API_KEY is the API key.
+	fmt.Printf("E2B_API_URL=%s%s\n", apiURL, server.E2BPathPrefix)
+	fmt.Printf("E2B_SANDBOX_URL=%s\n", apiURL)
 	if secret != "" {
 		fmt.Printf("SPACE_API_KEY=%s\n", secret)
 	} else {

@@ -86,6 +86,8 @@ type Server struct {
 	egressLocks keyedMutex
 
 	templateJobs chan templateJob
+	// e2b holds the key of the E2B data plane's tokens (e2b.go).
+	e2b e2bTokens
 }
 
 // New returns a server over st. The reconciler drives what the API records.
@@ -183,10 +185,12 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/keys", s.idempotent(s.handleCreateKey))
 	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)
 
+	s.registerE2B(mux)
+
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return s.withIngress(mux)
+	return s.withE2BData(s.withIngress(mux))
 }
 
 // Run serves the API on cfg.Listen until ctx is done. ready, when not nil, is

@@ -15,6 +15,11 @@ import (
 // busyboxPaths are where Debian's busybox-static package puts the binary.
 var busyboxPaths = []string{"/bin/busybox", "/usr/bin/busybox"}
 
+// bashStaticPaths are where Debian's bash-static package puts its binary.
+// The minimal template ships it as /bin/bash when the host has it: the E2B
+// SDKs run every command as `/bin/bash -l -c CMD` (docs/e2b.md).
+var bashStaticPaths = []string{"/bin/bash-static", "/usr/bin/bash-static"}
+
 // minimalFiles are the account files of the minimal template: root, the E2B
 // convention user "user" (uid 1000, home /home/user), and nobody.
 var minimalFiles = map[string]string{
@@ -86,6 +91,9 @@ func buildMinimal(ctx context.Context, bin, dest string) error {
 			return err
 		}
 	}
+	if err := addBash(t); err != nil {
+		return err
+	}
 	applets, err := busyboxApplets(ctx, bin)
 	if err != nil {
 		return err
@@ -101,6 +109,21 @@ func buildMinimal(ctx context.Context, bin, dest string) error {
 		if err := os.Symlink("/bin/busybox", path); err != nil {
 			return fmt.Errorf("applet %s: %w", rel, err)
 		}
+	}
+	return nil
+}
+
+// addBash copies a static bash, when the host has one, to bin/bash.
+func addBash(t tree) error {
+	for _, p := range bashStaticPaths {
+		if !isStatic(p) {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+		return t.writeFile("bin/bash", data, 0o755)
 	}
 	return nil
 }

@@ -1,0 +1,315 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// The E2B data plane (E2B_SANDBOX_URL): envd's protocol, proxied to the
+// sandbox's guest daemon through the node that runs it.
+//
+// Routing. A request is E2B's when it carries E2b-Sandbox-Id (the SDKs send
+// it, with E2b-Sandbox-Port, on every envd request), or when its Host is
+// {port}-{id}.{ingress domain} with port 49983. The Host names the target
+// when it is an ingress name, and then headers naming another sandbox or
+// port are refused (400): a request cannot be routed by one and
+// authorised for the other. Port 49983 is the guest daemon; other ports
+// go through SPACE's ServicePort ingress (exposed ports, its own
+// credentials; docs/ports.md).
+//
+// Authorisation. Every request needs the sandbox's X-Access-Token (the
+// envdAccessToken of create/connect), checked before the sandbox is looked
+// up, so a wrong token learns nothing about which sandboxes exist. GET and
+// POST /files also take envd's URL signature instead (the SDK's
+// downloadUrl/uploadUrl). Neither the token nor the signature reaches the
+// guest; the hop to the node carries a capability for the sandbox's current
+// execution and the operation the path needs (bridge.GuestOp).
+//
+// Only envd's public paths are forwarded: the process and filesystem
+// services, /files, /health and /envs; the guest daemon's control service
+// and anything else answer 404.
+
+// The E2B routing headers.
+const (
+	e2bSandboxHeader = "E2b-Sandbox-Id"
+	e2bPortHeader    = "E2b-Sandbox-Port"
+	e2bTokenHeader   = "X-Access-Token"
+)
+
+// e2bTarget is the sandbox and port a data-plane request is for.
+type e2bTarget struct {
+	id     string // "" when the id is not a possible sandbox id
+	port   int
+	byHost bool
+}
+
+// errE2BSpoof marks a request whose Host and E2B headers disagree.
+var errE2BSpoof = fmt.Errorf("%w: the Host names one sandbox port and the %s/%s headers another", errdefs.ErrInvalidArgument, e2bSandboxHeader, e2bPortHeader)
+
+// parseE2BTarget finds the target of a request from its Host and E2B
+// headers. ok is false for a request that is not E2B data-plane traffic.
+func parseE2BTarget(host, domain, hdrID, hdrPort string) (t e2bTarget, ok bool, err error) {
+	if id, port, isHost := parseIngressHost(host, domain); isHost {
+		if hdrID != "" && hdrID != id || hdrPort != "" && hdrPort != strconv.Itoa(port) {
+			return e2bTarget{}, true, errE2BSpoof
+		}
+		if hdrID == "" && port != e2bEnvdPort {
+			return e2bTarget{}, false, nil // SPACE's ingress: not E2B's
+		}
+		return e2bTarget{id: id, port: port, byHost: true}, true, nil
+	}
+	if hdrID == "" {
+		if hdrPort != "" {
+			return e2bTarget{}, true, fmt.Errorf("%w: %s without %s", errdefs.ErrInvalidArgument, e2bPortHeader, e2bSandboxHeader)
+		}
+		return e2bTarget{}, false, nil
+	}
+	if hdrPort == "" {
+		return e2bTarget{}, true, fmt.Errorf("%w: %s without %s", errdefs.ErrInvalidArgument, e2bSandboxHeader, e2bPortHeader)
+	}
+	port, err := parsePort(hdrPort)
+	if err != nil {
+		return e2bTarget{}, true, err
+	}
+	if !sandbox.ValidID(hdrID) {
+		hdrID = ""
+	}
+	return e2bTarget{id: hdrID, port: port}, true, nil
+}
+
+// withE2BData sends E2B data-plane requests to the E2B proxy and the rest
+// to next.
+func (s *Server) withE2BData(next http.Handler) http.Handler {
+	envd := s.instrument("e2b envd", http.HandlerFunc(s.serveE2BEnvd))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok, err := parseE2BTarget(r.Host, s.ingressDomain(), r.Header.Get(e2bSandboxHeader), r.Header.Get(e2bPortHeader))
+		switch {
+		case err != nil:
+			writeE2BError(w, http.StatusBadRequest, err.Error())
+		case !ok && isSignedFiles(r):
+			envd.ServeHTTP(w, r)
+		case !ok:
+			next.ServeHTTP(w, r)
+		case t.port != e2bEnvdPort:
+			// Another port: SPACE's ServicePort ingress decides.
+			r.Header.Del(e2bSandboxHeader)
+			r.Header.Del(e2bPortHeader)
+			s.serveIngressHTTP(w, r, t.id, t.port, r.URL.EscapedPath())
+		default:
+			envd.ServeHTTP(w, r)
+		}
+	})
+}
+
+// isSignedFiles reports whether r is a /files request carrying a
+// well-formed envd URL signature ("v1_" and 43 base64 characters): a URL
+// from the SDK's downloadUrl or uploadUrl made with E2B_SANDBOX_URL, which
+// names no sandbox. Finding its sandbox costs a scan of the running ones
+// (e2bSignedSandbox), so anything else is not taken for one.
+func isSignedFiles(r *http.Request) bool {
+	if r.URL.Path != "/files" {
+		return false
+	}
+	sig := r.URL.Query().Get("signature")
+	return len(sig) == len("v1_")+base64.RawStdEncoding.EncodedLen(sha256.Size) && strings.HasPrefix(sig, "v1_")
+}
+
+// e2bEnvdPath reports whether path (unescaped, as the guest would read it)
+// is one of envd's public paths, and with which method.
+func e2bEnvdPath(method, path string) bool {
+	switch path {
+	case "/health", "/envs":
+		return method == http.MethodGet
+	case "/files":
+		return method == http.MethodGet || method == http.MethodPost
+	}
+	svc, rpc, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !ok || svc != "process.Process" && svc != "filesystem.Filesystem" || rpc == "" {
+		return false
+	}
+	for _, c := range rpc {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
+			return false
+		}
+	}
+	return method == http.MethodPost
+}
+
+// serveE2BEnvd proxies one envd request to the sandbox's guest daemon.
+func (s *Server) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
+	t, _, _ := parseE2BTarget(r.Host, s.ingressDomain(), r.Header.Get(e2bSandboxHeader), r.Header.Get(e2bPortHeader))
+	// The path is checked as it is forwarded: decoded, with no escapes that
+	// could decode differently on the other side.
+	if r.URL.RawPath != "" || !e2bEnvdPath(r.Method, r.URL.Path) {
+		writeE2BError(w, http.StatusNotFound, fmt.Sprintf("no envd route %s %s", r.Method, clip(r.URL.EscapedPath())))
+		return
+	}
+	if t.id == "" && isSignedFiles(r) {
+		t.id = s.e2bSignedSandbox(r)
+	}
+	if !s.e2bAuthorized(r, t.id) {
+		writeE2BEnvdError(w, r, http.StatusUnauthorized, "unauthenticated",
+			"missing or invalid "+e2bTokenHeader+" (the envdAccessToken of Sandbox.create or Sandbox.connect) or file URL signature")
+		return
+	}
+	sb, err := s.store.GetSandboxByID(r.Context(), t.id)
+	if errors.Is(err, errdefs.ErrNotFound) || err == nil && e2bState(sb.State) == "" {
+		writeE2BNotFound(w, t.id)
+		return
+	} else if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	gc, err := s.guestFor(r.Context(), sb, bridge.GuestOp(r.URL.Path))
+	if err != nil {
+		if errors.Is(err, errdefs.ErrConflict) {
+			writeE2BNotFound(w, t.id) // paused or stopped: E2B's "not found"
+			return
+		}
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	s.e2bProxy(gc.http.Transport, t.id).ServeHTTP(w, r)
+}
+
+// e2bProxy forwards to the guest daemon over transport (guestFor's, which
+// adds the capability), streaming both ways.
+func (s *Server) e2bProxy(transport http.RoundTripper, id string) http.Handler {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = &url.URL{Scheme: "http", Host: "guest", Path: pr.In.URL.Path, RawQuery: withoutSignature(pr.In.URL.RawQuery)}
+			pr.Out.Host = "guest"
+			for _, h := range []string{e2bTokenHeader, e2bSandboxHeader, e2bPortHeader, capability.Header, "Cookie"} {
+				pr.Out.Header.Del(h)
+			}
+		},
+		Transport:     transport,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			s.log.Warn("e2b envd proxy", "sandbox", id, "path", r.URL.Path, "err", err)
+			writeJSON(w, http.StatusBadGateway, e2bNotFound{Message: "The sandbox is not reachable: " + err.Error(), SandboxID: id, Code: http.StatusBadGateway})
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+// e2bNotFound is the 502 body of E2B's proxy for a sandbox it cannot reach.
+type e2bNotFound struct {
+	Message   string `json:"message"`
+	SandboxID string `json:"sandboxId"`
+	Code      int    `json:"code"`
+}
+
+func writeE2BNotFound(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, e2bNotFound{Message: "The sandbox was not found", SandboxID: id, Code: http.StatusBadGateway})
+}
+
+// writeE2BEnvdError answers an envd request with an error its client
+// reads: a Connect error for the RPC paths, E2B's {code, message} for the
+// others.
+func writeE2BEnvdError(w http.ResponseWriter, r *http.Request, status int, connectCode, msg string) {
+	if strings.Contains(r.URL.Path, ".") { // /process.Process/…, /filesystem.Filesystem/…
+		writeJSON(w, status, map[string]string{"code": connectCode, "message": msg})
+		return
+	}
+	writeE2BError(w, status, msg)
+}
+
+// e2bAuthorized reports whether r carries sandbox id's access token, or a
+// valid envd signature for its /files operation.
+func (s *Server) e2bAuthorized(r *http.Request, id string) bool {
+	if id == "" {
+		return false
+	}
+	if tok := r.Header.Get(e2bTokenHeader); tok != "" {
+		return s.e2bTokenValid(id, tok)
+	}
+	if r.URL.Path == "/files" {
+		return e2bSignatureValid(r, s.e2bAccessToken(id), time.Now())
+	}
+	return false
+}
+
+// e2bSignatureValid checks envd's file URL signature:
+// "v1_" + base64(sha256("<path>:<read|write>:<username>:<token>[:<expiry>]"))
+// without padding, for GET (read) or POST (write), not expired.
+func e2bSignatureValid(r *http.Request, token string, now time.Time) bool {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" || len(q["signature"]) != 1 || len(q["path"]) > 1 || len(q["username"]) > 1 {
+		return false
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || strconv.FormatInt(n, 10) != exp || now.Unix() > n {
+			return false
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return len(sig) == len(want) && subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+// e2bSignedSandbox finds the sandbox whose token signs r, for a signed
+// /files URL that names none: the signature is tried with the token of
+// each running sandbox. "" when none matches.
+func (s *Server) e2bSignedSandbox(r *http.Request) string {
+	sbs, err := s.store.ListSandboxes(r.Context(), store.SandboxFilter{})
+	if err != nil {
+		return ""
+	}
+	now := time.Now()
+	for _, sb := range sbs {
+		if sb.State == sandbox.StateRunning && e2bSignatureValid(r, s.e2bAccessToken(sb.ID), now) {
+			return sb.ID
+		}
+	}
+	return ""
+}
+
+// withoutSignature drops envd's signature parameters from a raw query,
+// keeping the others in their order and encoding.
+func withoutSignature(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	parts := strings.Split(raw, "&")
+	kept := parts[:0]
+	for _, p := range parts {
+		k, _, _ := strings.Cut(p, "=")
+		if name, err := url.QueryUnescape(k); err == nil && (name == "signature" || name == "signature_expiration") {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, "&")
+}

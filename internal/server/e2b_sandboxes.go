@@ -1,0 +1,554 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// The E2B sandbox calls, each mapped onto SPACE's lifecycle by calling what
+// the /v1 handlers call (create, runLifecycle, handleSetTimeout,
+// handleDelete, snapshot, handleFork): E2B's pause is SPACE's pause (the
+// execution frozen in memory), connect resumes it, timeout is the TTL.
+
+// e2bDefaultTimeout is the timeout of a create or fork that names none
+// (E2B's server default; the SDKs always send one).
+const e2bDefaultTimeout = 15 * time.Second
+
+// decodeE2B reads a bounded JSON body into v; unknown fields are ignored,
+// as E2B's server ignores them, and an absent body leaves v as it is.
+func decodeE2B(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if err != nil {
+		if isMaxBytes(err) {
+			return fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody)
+		}
+		return fmt.Errorf("%w: read body: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%w: malformed JSON body: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// e2bSeconds turns an E2B timeout in seconds into SPACE's duration text.
+func e2bSeconds(secs int64) (string, error) {
+	if secs <= 0 || secs > int64(sandbox.MaxTimeout/time.Second) {
+		return "", fmt.Errorf("%w: timeout %d s: want 1 to %d seconds", errdefs.ErrInvalidArgument, secs, int64(sandbox.MaxTimeout/time.Second))
+	}
+	return strconv.FormatInt(secs, 10) + "s", nil
+}
+
+// e2bUnsupported names the first field of req that SPACE cannot honour
+// yet: refusing it beats a sandbox that silently lacks what was asked.
+func e2bUnsupported(req *e2bNewSandbox) error {
+	switch {
+	case req.AutoPause != nil && *req.AutoPause:
+		return fmt.Errorf("%w: lifecycle.onTimeout \"pause\" (autoPause) is not supported by SPACE yet; a sandbox is deleted at its timeout", errdefs.ErrInvalidArgument)
+	case req.AutoResume != nil && req.AutoResume.Enabled:
+		return fmt.Errorf("%w: autoResume is not supported by SPACE yet", errdefs.ErrInvalidArgument)
+	case len(req.VolumeMounts) > 0:
+		return fmt.Errorf("%w: volumeMounts are not supported by SPACE yet", errdefs.ErrInvalidArgument)
+	case len(req.MCP) > 0:
+		return fmt.Errorf("%w: mcp is not supported by SPACE yet", errdefs.ErrInvalidArgument)
+	case len(req.Network) > 0:
+		return fmt.Errorf("%w: network rules are not supported through the E2B API yet; set allow_internet_access, or use SPACE's egress policies (docs/network.md)", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// handleE2BCreate is POST /sandboxes and /v2/sandboxes: a sandbox from a
+// template, or from a snapshot when templateID is a SPACE snapshot id
+// (E2B's "create from a snapshot").
+func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
+	var req e2bNewSandbox
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if err := e2bUnsupported(&req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	timeout := int64(e2bDefaultTimeout / time.Second)
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	ttl, err := e2bSeconds(timeout)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if req.TemplateID == "" {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: templateID is required", errdefs.ErrInvalidArgument))
+		return
+	}
+	tenant := callerOf(r.Context()).Tenant
+	if sandbox.ValidSnapshotID(req.TemplateID) {
+		s.e2bCreateFromSnapshot(w, r, tenant, req.TemplateID, ttl)
+		return
+	}
+	start := time.Now()
+	sb, err := s.create(r.Context(), tenant, createRequest{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
+		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl,
+		AllowInternetAccess: req.AllowInternetAccess,
+	}})
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if sb.State == sandbox.StateFailed {
+		s.writeE2BErr(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		return
+	}
+	s.metrics.observeCreate(time.Since(start))
+	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(sb))
+}
+
+// e2bCreateFromSnapshot starts a sandbox from snapshot id: SPACE's fork of
+// the snapshot's sandbox from that snapshot.
+func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, tenant, id, ttl string) {
+	snap, err := s.store.GetSnapshot(r.Context(), tenant, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		err = fmt.Errorf("%w: snapshot %q", errdefs.ErrNotFound, clip(id))
+	}
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	child, rec := s.e2bForkOne(r, snap.SandboxID, snap.ID, ttl)
+	if rec != nil {
+		rec.replayE2B(w)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(child))
+}
+
+// e2bForkOne runs SPACE's fork of sandbox parent from snapshot snapID and
+// gives the child timeout ttl. On failure it returns the captured error
+// answer.
+func (s *Server) e2bForkOne(r *http.Request, parent, snapID, ttl string) (*sandbox.Sandbox, *recorder) {
+	body, _ := json.Marshal(sandboxv1.ForkRequest{Snapshot: snapID})
+	rec := newRecorder()
+	s.handleFork(rec, withBody(r, body, map[string]string{"id": parent}))
+	if rec.failed() {
+		return nil, rec
+	}
+	var out sandboxv1.Sandbox
+	if err := rec.decode(&out); err != nil {
+		return nil, errorRecorder(s, r, err)
+	}
+	if rec := s.e2bSetTimeout(r, out.ID, ttl); rec != nil {
+		return nil, rec
+	}
+	child, err := s.store.GetSandbox(r.Context(), callerOf(r.Context()).Tenant, out.ID)
+	if err != nil {
+		return nil, errorRecorder(s, r, err)
+	}
+	return child, nil
+}
+
+// errorRecorder is err as a captured error answer.
+func errorRecorder(s *Server, r *http.Request, err error) *recorder {
+	rec := newRecorder()
+	s.writeError(rec, r, err)
+	return rec
+}
+
+// withBody returns a copy of r with body as its body and the given path
+// values, for calling a /v1 handler.
+func withBody(r *http.Request, body []byte, path map[string]string) *http.Request {
+	out := r.Clone(r.Context())
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.Header.Set("Content-Type", "application/json")
+	for k, v := range path {
+		out.SetPathValue(k, v)
+	}
+	return out
+}
+
+// e2bSetTimeout sets sandbox id's timeout to ttl from now through
+// handleSetTimeout; nil on success, else the captured error answer.
+func (s *Server) e2bSetTimeout(r *http.Request, id, ttl string) *recorder {
+	body, _ := json.Marshal(sandboxv1.SetTimeoutRequest{Timeout: ttl})
+	rec := newRecorder()
+	s.handleSetTimeout(rec, withBody(r, body, map[string]string{"id": id}))
+	if rec.failed() {
+		return rec
+	}
+	return nil
+}
+
+func (s *Server) handleE2BGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if e2bState(sb.State) == "" {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.e2bDetailOf(sb))
+}
+
+// handleE2BKill is DELETE /sandboxes/{id}: 204, or 404.
+func (s *Server) handleE2BKill(w http.ResponseWriter, r *http.Request) {
+	rec := newRecorder()
+	s.handleDelete(rec, r)
+	if rec.failed() {
+		rec.replayE2B(w)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleE2BTimeout is POST /sandboxes/{id}/timeout {timeout}: the sandbox
+// now ends timeout seconds from now, sooner or later than before.
+func (s *Server) handleE2BTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if req.Timeout == nil {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: timeout is required", errdefs.ErrInvalidArgument))
+		return
+	}
+	s.e2bTimeout(w, r, *req.Timeout)
+}
+
+// handleE2BRefresh is POST /sandboxes/{id}/refreshes {duration}: the
+// deprecated keep-alive, a timeout of duration seconds from now.
+func (s *Server) handleE2BRefresh(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Duration *int64 `json:"duration"`
+	}
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	secs := int64(e2bDefaultTimeout / time.Second)
+	if req.Duration != nil {
+		secs = *req.Duration
+	}
+	s.e2bTimeout(w, r, secs)
+}
+
+func (s *Server) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) {
+	ttl, err := e2bSeconds(secs)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if rec := s.e2bSetTimeout(r, r.PathValue("id"), ttl); rec != nil {
+		rec.replayE2B(w)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleE2BPause is POST /sandboxes/{id}/pause: SPACE's pause (the
+// execution's memory kept). 204 once paused; 409 when already paused.
+// {"memory": false} (E2B's filesystem-only pause) is refused: SPACE's
+// hibernate keeps memory too, and a stop would lose the processes the
+// caller did not ask to lose.
+func (s *Server) handleE2BPause(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: filesystem-only pause (keepMemory: false) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		return
+	}
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if e2bState(sb.State) == "paused" {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already %s", errdefs.ErrConflict, sb.ID, sb.State))
+		return
+	}
+	rec := newRecorder()
+	s.runLifecycle(rec, r, sandbox.OpPause, nil)
+	if rec.failed() {
+		rec.replayE2B(w)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// e2bConnectRequest is the body of connect and resume.
+type e2bConnectRequest struct {
+	Timeout *int64 `json:"timeout"`
+	Memory  *bool  `json:"memory"`
+}
+
+// handleE2BConnect is POST /sandboxes/{id}/connect (and /v2/…): 200 with
+// the sandbox when it runs, 201 after resuming it. The timeout is only
+// ever extended, never shortened.
+func (s *Server) handleE2BConnect(w http.ResponseWriter, r *http.Request) {
+	s.e2bConnect(w, r, false)
+}
+
+// handleE2BResume is the deprecated POST /sandboxes/{id}/resume: connect
+// that refuses a running sandbox with 409.
+func (s *Server) handleE2BResume(w http.ResponseWriter, r *http.Request) {
+	s.e2bConnect(w, r, true)
+}
+
+func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool) {
+	var req e2bConnectRequest
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: resuming without memory (onResume: reboot) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		return
+	}
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	switch e2bState(sb.State) {
+	case "running":
+		if resumeOnly {
+			s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already running", errdefs.ErrConflict, sb.ID))
+			return
+		}
+	case "paused":
+		op := sandbox.OpResume
+		if sb.State == sandbox.StateStopped || sb.State == sandbox.StateStopping {
+			s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s; start it with `space sandbox start`", errdefs.ErrConflict, sb.ID, sb.State))
+			return
+		}
+		rec := newRecorder()
+		s.runLifecycle(rec, r, op, nil)
+		if rec.failed() {
+			rec.replayE2B(w)
+			return
+		}
+		status = http.StatusCreated
+	default:
+		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
+		return
+	}
+	if sb, err = s.sandboxFor(r); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if req.Timeout != nil && *req.Timeout > 0 {
+		end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
+		if !sb.ExpiresAt.IsZero() && end.After(sb.ExpiresAt) {
+			ttl, err := e2bSeconds(*req.Timeout)
+			if err != nil {
+				s.writeE2BErr(w, r, err)
+				return
+			}
+			if rec := s.e2bSetTimeout(r, sb.ID, ttl); rec != nil {
+				rec.replayE2B(w)
+				return
+			}
+		}
+	}
+	writeJSON(w, status, s.e2bSandboxOf(sb))
+}
+
+// handleE2BMetrics is GET /sandboxes/{id}/metrics. SPACE keeps no
+// per-sandbox resource time series yet: 501 rather than an empty list that
+// would read as "no usage".
+func (s *Server) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.sandboxFor(r); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	s.writeE2BErr(w, r, fmt.Errorf("%w: per-sandbox metrics are not recorded by SPACE yet (GET /metrics has the server's)", errNotImplemented))
+}
+
+// e2bSnapshotKind is the snapshot kind E2B's snapshots and forks map to:
+// full (memory and disk) where the runtime can save memory, else disk.
+func e2bSnapshotKind(sb *sandbox.Sandbox) store.SnapshotKind {
+	if sb.Runtime == "vm" {
+		return store.SnapshotFull
+	}
+	return store.SnapshotDisk
+}
+
+// handleE2BCreateSnapshot is POST /sandboxes/{id}/snapshots: SPACE's
+// snapshot of the sandbox, usable as templateID in a create. 201 once it
+// is ready.
+func (s *Server) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if req.Name != "" {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet; use the snapshotID", errdefs.ErrInvalidArgument))
+		return
+	}
+	sb, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	snap, err := s.snapshot(r.Context(), sb, e2bSnapshotKind(sb), "manual")
+	if errors.Is(err, errStillWorking) {
+		err = fmt.Errorf("%w: snapshot %s is still being taken; it is listed once ready", errdefs.ErrUnavailable, snap.ID)
+	}
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e2bSnapshotInfo{SnapshotID: snap.ID, Names: []string{}})
+}
+
+// handleE2BListSnapshots is GET /snapshots?sandboxID=&limit=&nextToken=:
+// the caller's ready snapshots taken on request (not the scheduled ones).
+func (s *Server) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("name") != "" {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		return
+	}
+	page, err := parseE2BPage(q)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	snaps, err := s.store.ListSnapshots(r.Context(), store.SnapshotFilter{
+		Tenant: callerOf(r.Context()).Tenant, SandboxID: q.Get("sandboxID"), State: store.SnapshotReady,
+	})
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	var items []pageItem
+	for _, snap := range snaps {
+		if snap.Tier == "manual" {
+			items = append(items, pageItem{id: snap.ID, at: snap.CreatedAt})
+		}
+	}
+	out := []e2bSnapshotInfo{}
+	kept, next := page.apply(items)
+	for _, it := range kept {
+		out = append(out, e2bSnapshotInfo{SnapshotID: it.id, Names: []string{}})
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleE2BDeleteSnapshot is DELETE /templates/{id}, how the SDK deletes a
+// snapshot: SPACE's snapshot deletion. Templates proper are managed with
+// `space template`.
+func (s *Server) handleE2BDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	notFound := fmt.Errorf("%w: snapshot %q (templates are deleted with `space template delete`)", errdefs.ErrNotFound, clip(id))
+	if !sandbox.ValidSnapshotID(id) {
+		s.writeE2BErr(w, r, notFound)
+		return
+	}
+	snap, err := s.store.GetSnapshot(r.Context(), callerOf(r.Context()).Tenant, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		err = notFound
+	}
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	rec := newRecorder()
+	s.handleDeleteSnapshot(rec, withBody(r, nil, map[string]string{"id": snap.SandboxID, "snapshot": snap.ID}))
+	if rec.failed() {
+		rec.replayE2B(w)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxE2BForks bounds one fork request (E2B's limit).
+const maxE2BForks = 100
+
+// handleE2BFork is POST /sandboxes/{id}/fork {timeout, count}: one
+// snapshot of the sandbox (full on vm, disk on ns), then count sandboxes
+// started from it; each result is a sandbox or an error (partial success).
+// The source keeps running, its id and its timeout.
+func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if err := decodeE2B(w, r, &req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if count < 1 || count > maxE2BForks {
+		s.writeE2BErr(w, r, fmt.Errorf("%w: count %d: want 1 to %d", errdefs.ErrInvalidArgument, count, maxE2BForks))
+		return
+	}
+	timeout := int64(e2bDefaultTimeout / time.Second)
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	ttl, err := e2bSeconds(timeout)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	parent, err := s.sandboxFor(r)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	snap, err := s.snapshot(r.Context(), parent, e2bSnapshotKind(parent), "fork")
+	if errors.Is(err, errStillWorking) {
+		err = fmt.Errorf("%w: the fork's snapshot %s is still being taken; retry", errdefs.ErrUnavailable, snap.ID)
+	}
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	results := make([]e2bForkResult, 0, count)
+	for range count {
+		child, rec := s.e2bForkOne(r, parent.ID, snap.ID, ttl)
+		if rec != nil {
+			e := e2bErrorBody(rec.status, rec.body.Bytes())
+			results = append(results, e2bForkResult{Error: &e})
+			continue
+		}
+		sb := s.e2bSandboxOf(child)
+		results = append(results, e2bForkResult{Sandbox: &sb})
+	}
+	writeJSON(w, http.StatusCreated, results)
+}

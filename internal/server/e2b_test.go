@@ -1,0 +1,653 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/guestd"
+	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/store/sqlite"
+)
+
+// guestNode is a node-api serving the guest route the way a node does: it
+// checks the node token and the capability (signature, the operation the
+// path needs, the installed execution), then a "guest" echoes the request.
+type guestNode struct {
+	keys      *capability.KeySet
+	mu        sync.Mutex                     // guards installed and seen
+	installed map[string]capability.Identity // exec id -> identity
+	seen      []*capability.Capability
+}
+
+func (n *guestNode) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(nodeclient.TokenHeader) != "node-token" {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated"})
+			return
+		}
+		tok, err := capability.Decode(r.Header.Get(capability.Header))
+		var c *capability.Capability
+		if err == nil {
+			c, err = capability.Verify(tok, n.keys, time.Now())
+		}
+		if err != nil {
+			writeJSON(w, http.StatusForbidden, map[string]string{"code": "permission_denied", "message": err.Error()})
+			return
+		}
+		path := "/" + r.PathValue("rest")
+		n.mu.Lock()
+		n.seen = append(n.seen, c)
+		installed, ok := n.installed[r.PathValue("exec")]
+		n.mu.Unlock()
+		if d, why := capability.Compare(c, installed, capability.Request{Op: bridge.GuestOp(path)}); !ok || d != capability.Allow {
+			writeJSON(w, http.StatusForbidden, map[string]string{"code": "permission_denied", "message": why})
+			return
+		}
+		r.Header.Del(capability.Header)
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		w.Header().Set("X-Guest", "yes")
+		writeJSON(w, http.StatusOK, echo{Method: r.Method, Path: path, Query: r.URL.RawQuery, Host: r.Host, Body: string(body), Header: r.Header})
+	})
+	return mux
+}
+
+func (n *guestNode) last() *capability.Capability {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.seen) == 0 {
+		return nil
+	}
+	return n.seen[len(n.seen)-1]
+}
+
+// e2bPlane is a control plane without a reconciler over a real SQLite
+// store, one fake node, and two tenants.
+type e2bPlane struct {
+	t           *testing.T
+	st          *sqlite.Store
+	srv         *Server
+	url         string
+	node        *guestNode
+	tenant      string
+	otherTenant string
+	key, other  string
+}
+
+func newE2BPlane(t *testing.T) *e2bPlane {
+	t.Helper()
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "space.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	signer, keys := testSigner(t)
+	p := &e2bPlane{t: t, st: st, node: &guestNode{keys: keys, installed: map[string]capability.Identity{}}}
+	for i, name := range []string{"acme", "other"} {
+		tn := store.Tenant{ID: sandbox.NewTenantID(), Name: name, CreatedAt: time.Now().UTC()}
+		if err := st.CreateTenant(ctx, tn); err != nil {
+			t.Fatal(err)
+		}
+		_, key, err := mintKey(ctx, st, tn.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			p.tenant, p.key = tn.ID, key
+		} else {
+			p.otherTenant, p.other = tn.ID, key
+		}
+	}
+	nodeSrv := httptest.NewServer(p.node.handler())
+	t.Cleanup(nodeSrv.Close)
+	nodes := NewNodes()
+	if err := nodes.Register("node-a", strings.TrimPrefix(nodeSrv.URL, "http://"), "node-token"); err != nil {
+		t.Fatal(err)
+	}
+	sealer, err := NewCASealer(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.srv = New(Config{Signer: signer, Keys: keys, CASealer: sealer}, st, nodes, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	api := httptest.NewServer(p.srv.Handler())
+	t.Cleanup(api.Close)
+	p.url = api.URL
+	return p
+}
+
+// sandbox records a sandbox of tenant in state on node-a, installed there.
+func (p *e2bPlane) sandbox(tenant string, state sandbox.State, md map[string]string) *sandbox.Sandbox {
+	p.t.Helper()
+	sb := sandbox.New(tenant, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256, Metadata: md}, time.Now())
+	sb.State, sb.Node, sb.Generation, sb.ActivationID = state, "node-a", 1, sandbox.NewActivationID()
+	sb.ExecID = sandbox.NewExecID(sb.ID, 1)
+	if err := p.st.CreateSandbox(p.t.Context(), sb); err != nil {
+		p.t.Fatal(err)
+	}
+	p.node.mu.Lock()
+	p.node.installed[sb.ExecID] = identityOf(sb)
+	p.node.mu.Unlock()
+	return sb
+}
+
+// send sends a request with Host host (when not empty) and headers.
+func (p *e2bPlane) send(method, path, host, body string, headers map[string]string) answer {
+	p.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, p.url+path, rd)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), header: resp.Header}
+}
+
+// envd sends an envd request routed by E2B's headers.
+func (p *e2bPlane) envd(method, path, id, token string) answer {
+	p.t.Helper()
+	h := map[string]string{e2bSandboxHeader: id, e2bPortHeader: "49983"}
+	if token != "" {
+		h[e2bTokenHeader] = token
+	}
+	return p.send(method, path, "", "{}", h)
+}
+
+func TestE2BEnvdProxy(t *testing.T) {
+	p := newE2BPlane(t)
+	a := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	b := p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
+	paused := p.sandbox(p.tenant, sandbox.StatePaused, nil)
+	tokA, tokB := p.srv.e2bAccessToken(a.ID), p.srv.e2bAccessToken(b.ID)
+
+	t.Run("forwarded with a capability for the path's operation", func(t *testing.T) {
+		for path, op := range map[string]capability.Op{
+			"/process.Process/Start": capability.OpExec, "/filesystem.Filesystem/ListDir": capability.OpFiles,
+		} {
+			got := guestSaw(t, p.envd(http.MethodPost, path, a.ID, tokA))
+			if got.Path != path || got.Header.Get(e2bTokenHeader) != "" || got.Header.Get(e2bSandboxHeader) != "" || got.Header.Get(capability.Header) != "" {
+				t.Errorf("%s: guest saw %+v, want the path without the token, routing or capability headers", path, got)
+			}
+			if c := p.node.last(); c == nil || c.Identity != identityOf(a) || c.Ops != op {
+				t.Errorf("%s: capability %+v, want %v for %+v", path, c, op, identityOf(a))
+			}
+		}
+		got := guestSaw(t, p.send(http.MethodGet, "/files?path=%2Ftmp%2Fa&username=user", "", "",
+			map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}))
+		if got.Path != "/files" || got.Query != "path=%2Ftmp%2Fa&username=user" {
+			t.Errorf("files: guest saw %s?%s", got.Path, got.Query)
+		}
+	})
+	t.Run("routed by host", func(t *testing.T) {
+		got := guestSaw(t, p.send(http.MethodGet, "/health", "49983-"+a.ID+".localhost", "", map[string]string{e2bTokenHeader: tokA}))
+		if got.Path != "/health" {
+			t.Errorf("guest saw %s", got.Path)
+		}
+	})
+
+	cases := []struct {
+		name    string
+		method  string
+		path    string
+		host    string
+		headers map[string]string
+		status  int
+	}{
+		{"no token", "POST", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983"}, 401},
+		{"forged token", "POST", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: strings.Repeat("ab", 32)}, 401},
+		{"token of another sandbox", "POST", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokB}, 401},
+		{"B's token on A by host", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bTokenHeader: tokB}, 401},
+		{"token prefix", "GET", "/health", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA[:32]}, 401},
+		{"host and header disagree on the sandbox", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bSandboxHeader: b.ID, e2bPortHeader: "49983", e2bTokenHeader: tokB}, 400},
+		{"host and header disagree on the port", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "8080", e2bTokenHeader: tokA}, 400},
+		{"id without port", "GET", "/health", "", map[string]string{e2bSandboxHeader: a.ID, e2bTokenHeader: tokA}, 400},
+		{"bad port", "GET", "/health", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "99999", e2bTokenHeader: tokA}, 400},
+		{"guest control service", "POST", "/space.guest.control.v1.Control/Init", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		{"dot-dot path", "POST", "/files/../process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		{"escaped slash", "POST", "/process.Process%2FStart", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		{"escaped dots", "POST", "/%2e%2e/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		{"wrong method", "GET", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		{"init", "POST", "/init", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		// Another port is SPACE's ServicePort ingress: not exposed, not found.
+		{"unexposed port by header", "GET", "/", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "8080", e2bTokenHeader: tokA}, 404},
+		{"unexposed port by host", "GET", "/", "8080-" + a.ID + ".localhost", map[string]string{e2bTokenHeader: tokA}, 404},
+	}
+	for _, tc := range cases {
+		got := p.send(tc.method, tc.path, tc.host, "{}", tc.headers)
+		if got.status != tc.status || got.header.Get("X-Guest") != "" {
+			t.Errorf("%s: HTTP %d %s, want %d from the control plane", tc.name, got.status, got.body, tc.status)
+		}
+	}
+
+	t.Run("unknown, deleted and paused sandboxes are 502", func(t *testing.T) {
+		unknown := sandbox.NewID()
+		for _, id := range []string{unknown, paused.ID} {
+			got := p.envd(http.MethodGet, "/health", id, p.srv.e2bAccessToken(id))
+			var body e2bNotFound
+			_ = json.Unmarshal([]byte(got.body), &body)
+			if got.status != http.StatusBadGateway || body.Code != 502 || body.SandboxID != id || body.Message != "The sandbox was not found" {
+				t.Errorf("%s: HTTP %d %s, want E2B's 502", id, got.status, got.body)
+			}
+		}
+	})
+}
+
+// sign makes envd's URL signature.
+func sign(path, op, user, token string, exp int64) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	if exp != 0 {
+		raw += ":" + strconv.FormatInt(exp, 10)
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
+
+func TestE2BSignedFiles(t *testing.T) {
+	p := newE2BPlane(t)
+	p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	a := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	b := p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
+	tokA := p.srv.e2bAccessToken(a.ID)
+	future := time.Now().Add(time.Minute).Unix()
+	q := func(path, user, sig string, exp int64) string {
+		v := url.Values{"path": {path}, "signature": {sig}}
+		if user != "" {
+			v.Set("username", user)
+		}
+		if exp != 0 {
+			v.Set("signature_expiration", strconv.FormatInt(exp, 10))
+		}
+		return "/files?" + v.Encode()
+	}
+	// Without routing headers the signature picks the sandbox.
+	got := guestSaw(t, p.send(http.MethodGet, q("/a.txt", "", sign("/a.txt", "read", "", tokA, future), future), "", "", nil))
+	if got.Path != "/files" || strings.Contains(got.Query, "signature") || !strings.Contains(got.Query, "path=%2Fa.txt") {
+		t.Errorf("guest saw %s?%s, want /files with the path and no signature", got.Path, got.Query)
+	}
+	if c := p.node.last(); c.Identity != identityOf(a) || c.Ops != capability.OpFiles {
+		t.Errorf("capability %+v, want files for %+v", c, identityOf(a))
+	}
+	guestSaw(t, p.send(http.MethodPost, q("/up.txt", "user", sign("/up.txt", "write", "user", tokA, 0), 0), "", "x", nil))
+	// With routing headers, the signature must be the routed sandbox's.
+	guestSaw(t, p.send(http.MethodGet, q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), "", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983"}))
+
+	bad := []struct {
+		name    string
+		method  string
+		path    string
+		headers map[string]string
+	}{
+		{"read signature used to write", "POST", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), nil},
+		{"signature for another path", "GET", q("/b.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), nil},
+		{"signature for another user", "GET", q("/a.txt", "root", sign("/a.txt", "read", "user", tokA, 0), 0), nil},
+		{"expired", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 1000), 1000), nil},
+		{"expiry changed", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, future), future+60), nil},
+		{"A's signature routed to B", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), map[string]string{e2bSandboxHeader: b.ID, e2bPortHeader: "49983"}},
+		{"forged", "GET", q("/a.txt", "", sign("/a.txt", "read", "", "guess", 0), 0), nil},
+		{"signature on an RPC", "POST", "/process.Process/Start?signature=" + url.QueryEscape(sign("", "write", "", tokA, 0)), map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983"}},
+	}
+	for _, tc := range bad {
+		got := p.send(tc.method, tc.path, "", "", tc.headers)
+		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" {
+			t.Errorf("%s: HTTP %d %s, want 401", tc.name, got.status, got.body)
+		}
+	}
+}
+
+func TestParseE2BTarget(t *testing.T) {
+	id := "abcdefghij0123456789"
+	tests := []struct {
+		host, hdrID, hdrPort string
+		want                 e2bTarget
+		ok, err              bool
+	}{
+		{"127.0.0.1:7070", "", "", e2bTarget{}, false, false},
+		{"127.0.0.1:7070", id, "49983", e2bTarget{id: id, port: 49983}, true, false},
+		{"127.0.0.1:7070", id, "8080", e2bTarget{id: id, port: 8080}, true, false},
+		{"127.0.0.1:7070", "BAD", "49983", e2bTarget{port: 49983}, true, false},
+		{"127.0.0.1:7070", id, "", e2bTarget{}, true, true},
+		{"127.0.0.1:7070", "", "49983", e2bTarget{}, true, true},
+		{"127.0.0.1:7070", id, "0", e2bTarget{}, true, true},
+		{"127.0.0.1:7070", id, "+1", e2bTarget{}, true, true},
+		{"49983-" + id + ".localhost:7070", "", "", e2bTarget{id: id, port: 49983, byHost: true}, true, false},
+		{"49983-" + id + ".LOCALHOST.", id, "49983", e2bTarget{id: id, port: 49983, byHost: true}, true, false},
+		{"8080-" + id + ".localhost", "", "", e2bTarget{}, false, false}, // SPACE's ingress
+		{"8080-" + id + ".localhost", id, "8080", e2bTarget{id: id, port: 8080, byHost: true}, true, false},
+		{"49983-" + id + ".localhost", "zzzzzzzzzzzzzzzzzzzz", "49983", e2bTarget{}, true, true},
+		{"49983-" + id + ".localhost", id, "8080", e2bTarget{}, true, true},
+		{"49983-" + id + ".localhost", "", "8080", e2bTarget{}, true, true},
+		{"49983-x.localhost", "", "", e2bTarget{}, false, false}, // not a sandbox id: SPACE's ingress answers 404
+	}
+	for _, tt := range tests {
+		got, ok, err := parseE2BTarget(tt.host, "localhost", tt.hdrID, tt.hdrPort)
+		if ok != tt.ok || (err != nil) != tt.err || err == nil && got != tt.want {
+			t.Errorf("parseE2BTarget(%q, %q, %q) = %+v, %v, %v; want %+v, %v, err %v", tt.host, tt.hdrID, tt.hdrPort, got, ok, err, tt.want, tt.ok, tt.err)
+		}
+	}
+}
+
+func FuzzParseE2BTarget(f *testing.F) {
+	id := "abcdefghij0123456789"
+	f.Add("127.0.0.1:7070", id, "49983")
+	f.Add("49983-"+id+".localhost:7070", "", "")
+	f.Add("49983-"+id+".localhost", id, "8080")
+	f.Add("8080-"+id+".localhost.", "", "")
+	f.Add("[::1]:80", "", "1")
+	f.Fuzz(func(t *testing.T, host, hdrID, hdrPort string) {
+		got, ok, err := parseE2BTarget(host, "localhost", hdrID, hdrPort)
+		if err != nil {
+			if st, _ := statusOf(err); st != http.StatusBadRequest {
+				t.Fatalf("error maps to %d: %v", st, err)
+			}
+			return
+		}
+		if !ok {
+			return
+		}
+		if got.id != "" && !sandbox.ValidID(got.id) {
+			t.Fatalf("target id %q is not a sandbox id", got.id)
+		}
+		// A target is named by one source only: when both the Host and
+		// the headers name one, they agree.
+		if hdrID != "" && got.id != "" && got.id != hdrID {
+			t.Fatalf("target %q, header %q", got.id, hdrID)
+		}
+		if got.port != 0 && (got.port < 1 || got.port > 65535) {
+			t.Fatalf("port %d", got.port)
+		}
+	})
+}
+
+func FuzzE2BSignature(f *testing.F) {
+	tok := strings.Repeat("ab", 32)
+	f.Add("GET", "path=%2Fa&signature="+url.QueryEscape(sign("/a", "read", "", tok, 0)))
+	f.Add("POST", "path=a&username=user&signature=v1_x&signature_expiration=99999999999")
+	f.Add("GET", "signature=&signature=v1_&path=&path=")
+	f.Fuzz(func(t *testing.T, method, query string) {
+		r := httptest.NewRequest(http.MethodGet, "/files", nil)
+		r.Method, r.URL.RawQuery = method, query
+		if !e2bSignatureValid(r, tok, time.Now()) {
+			return
+		}
+		// Whatever was accepted is exactly the signature of what the
+		// query names.
+		q := r.URL.Query()
+		op := "read"
+		if method == http.MethodPost {
+			op = "write"
+		}
+		exp, _ := strconv.ParseInt(q.Get("signature_expiration"), 10, 64)
+		if q.Get("signature") != sign(q.Get("path"), op, q.Get("username"), tok, exp) {
+			t.Fatalf("accepted %q for %s", query, method)
+		}
+	})
+}
+
+func TestWithoutSignature(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                   "",
+		"path=a&signature=x": "path=a",
+		"signature=x&signature_expiration=1&username=u": "username=u",
+		"sig%6eature=x&path=%2F":                        "path=%2F",
+		"path=a%26signature%3Dx":                        "path=a%26signature%3Dx",
+	} {
+		if got := withoutSignature(in); got != want {
+			t.Errorf("withoutSignature(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestE2BTokens(t *testing.T) {
+	mk := func(key byte) *Server {
+		sealer, err := NewCASealer(append(make([]byte, 31), key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return New(Config{CASealer: sealer}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	s1, s1again, s2 := mk(1), mk(1), mk(2)
+	id, other := sandbox.NewID(), sandbox.NewID()
+	tok := s1.e2bAccessToken(id)
+	switch {
+	case len(tok) != 64:
+		t.Errorf("token %q: want 64 hex digits", tok)
+	case tok != s1again.e2bAccessToken(id):
+		t.Error("the token changed with a restart on the same sealing key")
+	case tok == s2.e2bAccessToken(id):
+		t.Error("two sealing keys give the same token")
+	case tok == s1.e2bAccessToken(other):
+		t.Error("two sandboxes have the same token")
+	case !s1.e2bTokenValid(id, tok) || s1.e2bTokenValid(other, tok) || s2.e2bTokenValid(id, tok) || s1.e2bTokenValid(id, ""):
+		t.Error("e2bTokenValid accepts a token of another sandbox or server, or refuses the right one")
+	}
+	if e2bEnvdVersion != guestd.Version {
+		t.Errorf("e2bEnvdVersion %s, guest daemon %s: keep them equal", e2bEnvdVersion, guestd.Version)
+	}
+}
+
+// e2bCall sends an E2B REST request with the given API key in X-API-Key.
+func (p *e2bPlane) e2bCall(method, path, key, body string) answer {
+	p.t.Helper()
+	h := map[string]string{}
+	if key != "" {
+		h["X-API-Key"] = key
+	}
+	return p.send(method, E2BPathPrefix+path, "", body, h)
+}
+
+// wantE2BError checks an E2B error answer: the status, and the same number
+// in the body's code.
+func wantE2BError(t *testing.T, what string, a answer, status int) {
+	t.Helper()
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &e); err != nil || a.status != status || e.Code != status || e.Message == "" {
+		t.Errorf("%s: HTTP %d %s, want %d with {code: %d, message}", what, a.status, a.body, status, status)
+	}
+}
+
+func TestE2BREST(t *testing.T) {
+	p := newE2BPlane(t)
+	run1 := p.sandbox(p.tenant, sandbox.StateRunning, map[string]string{"team": "a b&c=d"})
+	run2 := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	paused := p.sandbox(p.tenant, sandbox.StatePaused, map[string]string{"team": "a b&c=d"})
+	failed := p.sandbox(p.tenant, sandbox.StateFailed, nil)
+	theirs := p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
+
+	t.Run("auth", func(t *testing.T) {
+		wantE2BError(t, "no key", p.e2bCall("GET", "/v2/sandboxes", "", ""), 401)
+		wantE2BError(t, "bad key", p.e2bCall("GET", "/v2/sandboxes", "e2b_0123456789abcdef", ""), 401)
+		if a := p.send("GET", E2BPathPrefix+"/v2/sandboxes", "", "", map[string]string{"Authorization": "Bearer " + p.key}); a.status != 200 {
+			t.Errorf("bearer key: HTTP %d %s", a.status, a.body)
+		}
+	})
+	t.Run("get", func(t *testing.T) {
+		a := p.e2bCall("GET", "/sandboxes/"+run1.ID, p.key, "")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(a.body), &got); err != nil || a.status != 200 {
+			t.Fatalf("HTTP %d %s", a.status, a.body)
+		}
+		for k, want := range map[string]any{
+			"sandboxID": run1.ID, "templateID": "minimal", "state": "running", "envdVersion": guestd.Version,
+			"envdAccessToken": p.srv.e2bAccessToken(run1.ID), "cpuCount": 1.0, "memoryMB": 256.0, "clientID": "node-a",
+		} {
+			if got[k] != want {
+				t.Errorf("%s = %v, want %v", k, got[k], want)
+			}
+		}
+		for _, k := range []string{"startedAt", "endAt", "metadata", "diskSizeMB", "domain", "lifecycle"} {
+			if _, ok := got[k]; !ok {
+				t.Errorf("no %s in %s", k, a.body)
+			}
+		}
+		wantE2BError(t, "another tenant's sandbox", p.e2bCall("GET", "/sandboxes/"+theirs.ID, p.key, ""), 404)
+		wantE2BError(t, "unknown sandbox", p.e2bCall("GET", "/sandboxes/"+sandbox.NewID(), p.key, ""), 404)
+		wantE2BError(t, "failed sandbox", p.e2bCall("GET", "/sandboxes/"+failed.ID, p.key, ""), 404)
+		wantE2BError(t, "unknown route", p.e2bCall("GET", "/nope", p.key, ""), 404)
+	})
+	t.Run("list", func(t *testing.T) {
+		ids := func(a answer) []string {
+			t.Helper()
+			var got []e2bListedSandbox
+			if err := json.Unmarshal([]byte(a.body), &got); err != nil || a.status != 200 {
+				t.Fatalf("HTTP %d %s", a.status, a.body)
+			}
+			var out []string
+			for _, sb := range got {
+				out = append(out, sb.SandboxID+":"+sb.State)
+			}
+			return out
+		}
+		all := ids(p.e2bCall("GET", "/v2/sandboxes", p.key, ""))
+		if strings.Join(all, ",") != run1.ID+":running,"+run2.ID+":running,"+paused.ID+":paused" {
+			t.Errorf("list = %v, want the tenant's running and paused sandboxes in start order", all)
+		}
+		if got := ids(p.e2bCall("GET", "/v2/sandboxes?state=paused", p.key, "")); len(got) != 1 || got[0] != paused.ID+":paused" {
+			t.Errorf("state=paused: %v", got)
+		}
+		// The SDK escapes keys and values, then URL-encodes the pairs.
+		md := url.Values{"team": {url.QueryEscape("a b&c=d")}}.Encode()
+		if got := ids(p.e2bCall("GET", "/v2/sandboxes?metadata="+url.QueryEscape(md), p.key, "")); len(got) != 2 {
+			t.Errorf("metadata filter: %v, want the two sandboxes with team=a b&c=d", got)
+		}
+		var pages []string
+		path := "/v2/sandboxes?limit=2&order=desc"
+		for i := 0; path != "" && i < 5; i++ {
+			a := p.e2bCall("GET", path, p.key, "")
+			pages = append(pages, strings.Join(ids(a), ","))
+			path = ""
+			if next := a.header.Get("X-Next-Token"); next != "" {
+				path = "/v2/sandboxes?limit=2&order=desc&nextToken=" + url.QueryEscape(next)
+			}
+		}
+		if want := []string{paused.ID + ":paused," + run2.ID + ":running", run1.ID + ":running"}; strings.Join(pages, "|") != strings.Join(want, "|") {
+			t.Errorf("pages %v, want %v", pages, want)
+		}
+		if got := ids(p.e2bCall("GET", "/sandboxes", p.key, "")); len(got) != 2 {
+			t.Errorf("GET /sandboxes (running only): %v", got)
+		}
+		for _, q := range []string{"limit=0", "limit=101", "state=dead", "nextToken=x", "order=up", "startedAfter=yesterday"} {
+			wantE2BError(t, q, p.e2bCall("GET", "/v2/sandboxes?"+q, p.key, ""), 400)
+		}
+	})
+	t.Run("refused before any work", func(t *testing.T) {
+		for body, why := range map[string]string{
+			`{"templateID":"minimal","timeout":300,"autoPause":true}`:                  "autoPause",
+			`{"templateID":"minimal","timeout":300,"network":{"denyOut":["1.1.1.1"]}}`: "network",
+			`{"templateID":"minimal","timeout":0}`:                                     "zero timeout",
+			`{"timeout":300}`:                                                          "no template",
+			`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/v"}]}`:       "volumes",
+			`{"templateID":`: "malformed",
+		} {
+			wantE2BError(t, why, p.e2bCall("POST", "/v2/sandboxes", p.key, body), 400)
+		}
+		wantE2BError(t, "pause a paused sandbox", p.e2bCall("POST", "/sandboxes/"+paused.ID+"/pause", p.key, ""), 409)
+		wantE2BError(t, "pause another tenant's", p.e2bCall("POST", "/sandboxes/"+theirs.ID+"/pause", p.key, ""), 404)
+		wantE2BError(t, "resume a running sandbox", p.e2bCall("POST", "/sandboxes/"+run1.ID+"/resume", p.key, `{"timeout":10}`), 409)
+		wantE2BError(t, "connect a failed sandbox", p.e2bCall("POST", "/v2/sandboxes/"+failed.ID+"/connect", p.key, `{"timeout":10}`), 404)
+		wantE2BError(t, "metrics", p.e2bCall("GET", "/sandboxes/"+run1.ID+"/metrics", p.key, ""), 501)
+		wantE2BError(t, "delete a template", p.e2bCall("DELETE", "/templates/minimal", p.key, ""), 404)
+		wantE2BError(t, "another tenant's snapshot", p.e2bCall("DELETE", "/templates/sn-aaaaaaaaaaaaaaaa", p.key, ""), 404)
+		wantE2BError(t, "fork count", p.e2bCall("POST", "/sandboxes/"+run1.ID+"/fork", p.key, `{"count":101}`), 400)
+		wantE2BError(t, "create from an unknown snapshot", p.e2bCall("POST", "/v2/sandboxes", p.key, `{"templateID":"sn-aaaaaaaaaaaaaaaa","timeout":30}`), 404)
+	})
+	t.Run("connect a running sandbox", func(t *testing.T) {
+		a := p.e2bCall("POST", "/v2/sandboxes/"+run2.ID+"/connect", p.key, `{"timeout":10}`)
+		var got e2bSandbox
+		if err := json.Unmarshal([]byte(a.body), &got); err != nil || a.status != 200 || got.SandboxID != run2.ID || got.EnvdAccessToken != p.srv.e2bAccessToken(run2.ID) || got.EnvdVersion != guestd.Version {
+			t.Errorf("HTTP %d %s, want 200 with the sandbox and its token", a.status, a.body)
+		}
+		a = p.e2bCall("GET", "/snapshots", p.key, "")
+		if a.status != 200 || strings.TrimSpace(a.body) != "[]" {
+			t.Errorf("snapshots: HTTP %d %s, want []", a.status, a.body)
+		}
+	})
+}
+
+func TestE2BErrorWriter(t *testing.T) {
+	p := newE2BPlane(t)
+	h := p.srv.e2bErrors(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.srv.writeError(w, r, errBadKey)
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	var e struct {
+		Code    int
+		Message string
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 401 || e.Code != 401 || !strings.Contains(e.Message, "API key") {
+		t.Errorf("HTTP %d %s, want 401 {code: 401, message}", rec.Code, rec.Body)
+	}
+}
+
+func FuzzParseE2BMetadata(f *testing.F) {
+	f.Add("team%3Da%2520b%26x%3Dy")
+	f.Add("a=b&c=%ZZ")
+	f.Add("=;&&=")
+	f.Fuzz(func(t *testing.T, raw string) {
+		if _, err := parseE2BMetadata(raw); err != nil {
+			if st, _ := statusOf(err); st != 400 {
+				t.Fatalf("error maps to %d", st)
+			}
+		}
+	})
+}
+
+func FuzzParseE2BPage(f *testing.F) {
+	f.Add("limit=5&nextToken=1700000000000000000.abcdefghij0123456789&order=desc")
+	f.Add("nextToken=-1.sn-abc")
+	f.Add("limit=1e3")
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		p, err := parseE2BPage(q)
+		if err != nil {
+			if st, _ := statusOf(err); st != 400 {
+				t.Fatalf("error maps to %d", st)
+			}
+			return
+		}
+		if p.limit < 1 || p.limit > e2bMaxLimit {
+			t.Fatalf("limit %d", p.limit)
+		}
+		if p.after != nil {
+			if back, ok := parsePageToken(p.after.token()); !ok || back.id != p.after.id || !back.at.Equal(p.after.at) {
+				t.Fatalf("token %q does not round-trip", p.after.token())
+			}
+		}
+	})
+}

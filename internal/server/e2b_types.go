@@ -1,0 +1,174 @@
+package server
+
+import (
+	"maps"
+	"time"
+
+	"github.com/spacesandbox/space/internal/sandbox"
+)
+
+// The E2B REST API's JSON shapes (e2b-dev/infra spec/openapi.yml), with
+// E2B's field names.
+
+// e2bNewSandbox is the body of POST /sandboxes. Unknown fields are
+// ignored, as E2B's server does; fields SPACE cannot honour are refused
+// (e2bUnsupported).
+type e2bNewSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Secure              *bool             `json:"secure"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoResume          *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	Network      map[string]any `json:"network"`
+	VolumeMounts []any          `json:"volumeMounts"`
+	MCP          map[string]any `json:"mcp"`
+}
+
+// e2bSandbox is E2B's Sandbox: the answer of create, connect, resume and
+// each fork.
+type e2bSandbox struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// e2bLifecycle is SandboxDetail.lifecycle.
+type e2bLifecycle struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
+}
+
+// e2bSandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
+type e2bSandboxDetail struct {
+	TemplateID          string            `json:"templateID"`
+	SandboxID           string            `json:"sandboxID"`
+	Alias               string            `json:"alias,omitempty"`
+	ClientID            string            `json:"clientID"`
+	StartedAt           time.Time         `json:"startedAt"`
+	EndAt               time.Time         `json:"endAt"`
+	EnvdVersion         string            `json:"envdVersion"`
+	EnvdAccessToken     string            `json:"envdAccessToken"`
+	Domain              *string           `json:"domain"`
+	CPUCount            int               `json:"cpuCount"`
+	MemoryMB            int               `json:"memoryMB"`
+	DiskSizeMB          int               `json:"diskSizeMB"`
+	Metadata            map[string]string `json:"metadata"`
+	State               string            `json:"state"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess"`
+	Lifecycle           e2bLifecycle      `json:"lifecycle"`
+	VolumeMounts        []any             `json:"volumeMounts"`
+}
+
+// e2bListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).
+type e2bListedSandbox struct {
+	TemplateID   string            `json:"templateID"`
+	Alias        string            `json:"alias,omitempty"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int               `json:"memoryMB"`
+	DiskSizeMB   int               `json:"diskSizeMB"`
+	Metadata     map[string]string `json:"metadata"`
+	State        string            `json:"state"`
+	EnvdVersion  string            `json:"envdVersion"`
+	VolumeMounts []any             `json:"volumeMounts"`
+}
+
+// e2bSnapshotInfo is E2B's SnapshotInfo.
+type e2bSnapshotInfo struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+// e2bForkResult is one element of the answer of POST /sandboxes/{id}/fork.
+type e2bForkResult struct {
+	Sandbox *e2bSandbox `json:"sandbox,omitempty"`
+	Error   *e2bError   `json:"error,omitempty"`
+}
+
+// e2bNoEnd is the endAt of a sandbox without a timeout (SPACE allows
+// none; E2B's field is required).
+var e2bNoEnd = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// e2bState is the E2B state of a SPACE state: "running" or "paused"; ""
+// for the states E2B lists nowhere (deleting, deleted, failed). A sandbox
+// on its way to running is running; one saved or stopped is paused, as
+// connect brings it back.
+func e2bState(st sandbox.State) string {
+	switch st {
+	case sandbox.StateCreating, sandbox.StateRunning, sandbox.StateResuming, sandbox.StateRestoring, sandbox.StateRecovering:
+		return "running"
+	case sandbox.StatePausing, sandbox.StatePaused, sandbox.StateHibernating, sandbox.StateHibernated, sandbox.StateStopping, sandbox.StateStopped:
+		return "paused"
+	}
+	return ""
+}
+
+// e2bClientID is the deprecated, required clientID: the node.
+func e2bClientID(sb *sandbox.Sandbox) string {
+	if sb.Node != "" {
+		return sb.Node
+	}
+	return "space"
+}
+
+func e2bEndAt(sb *sandbox.Sandbox) time.Time {
+	if sb.ExpiresAt.IsZero() {
+		return e2bNoEnd
+	}
+	return sb.ExpiresAt
+}
+
+// e2bSandboxOf is sb as E2B's Sandbox.
+func (s *Server) e2bSandboxOf(sb *sandbox.Sandbox) e2bSandbox {
+	domain := s.ingressDomain()
+	return e2bSandbox{
+		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
+		EnvdVersion: e2bEnvdVersion, EnvdAccessToken: s.e2bAccessToken(sb.ID), Domain: &domain,
+	}
+}
+
+// e2bDetailOf is sb as E2B's SandboxDetail.
+func (s *Server) e2bDetailOf(sb *sandbox.Sandbox) e2bSandboxDetail {
+	domain := s.ingressDomain()
+	allow := sb.EgressOr(s.cfg.DefaultEgress).Spec().AllowInternet
+	md := maps.Clone(sb.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	return e2bSandboxDetail{
+		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
+		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), EnvdVersion: e2bEnvdVersion,
+		EnvdAccessToken: s.e2bAccessToken(sb.ID), Domain: &domain,
+		CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB, DiskSizeMB: sb.DiskMiB, Metadata: md,
+		State: e2bState(sb.State), AllowInternetAccess: &allow,
+		Lifecycle:    e2bLifecycle{AutoResume: false, OnTimeout: "kill"},
+		VolumeMounts: []any{},
+	}
+}
+
+// e2bListedOf is sb as E2B's ListedSandbox.
+func e2bListedOf(sb *sandbox.Sandbox) e2bListedSandbox {
+	md := maps.Clone(sb.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	return e2bListedSandbox{
+		TemplateID: sb.Template, Alias: sb.Name, SandboxID: sb.ID, ClientID: e2bClientID(sb),
+		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB,
+		DiskSizeMB: sb.DiskMiB, Metadata: md, State: e2bState(sb.State), EnvdVersion: e2bEnvdVersion,
+		VolumeMounts: []any{},
+	}
+}
