@@ -43,6 +43,11 @@ const (
 	benchFileSize = benchstat.MiB
 	// benchMaxSnapshots is how many snapshots the lifecycle scenario takes.
 	benchMaxSnapshots = 5
+	// benchCleanupRounds and benchCleanupEvery bound the search for
+	// sandboxes whose create completed on the server after the client gave
+	// up on it.
+	benchCleanupRounds = 10
+	benchCleanupEvery  = 500 * time.Millisecond
 	// benchCleanupWait bounds one round of deleting what the benchmark created.
 	benchCleanupWait = 5 * time.Minute
 )
@@ -592,22 +597,53 @@ func (b *bench) cleanup(ctx context.Context, keep string) error {
 	unknown := b.unknown
 	b.unknown = 0
 	b.mu.Unlock()
-	if unknown > 0 {
+	if err := b.deleteAll(ctx, ids); err != nil {
+		return err
+	}
+	// A create that failed on this side may still complete on the server
+	// (it was under way when the client gave up): look for the run's
+	// sandboxes by name until a listing a moment later finds no new one.
+	deleted := map[string]bool{keep: true}
+	for _, id := range ids {
+		deleted[id] = true
+	}
+	for round := 0; unknown > 0; round++ {
 		list, err := b.e.c.ListSandboxes(ctx)
 		if err != nil {
 			return fmt.Errorf("bench: clean up: find the run's sandboxes: %w", err)
 		}
 		prefix := "bench-" + b.runID + "-"
+		var late []string
 		for _, sb := range list {
-			if strings.HasPrefix(sb.Name, prefix) && sb.ID != keep && !slices.Contains(ids, sb.ID) {
-				ids = append(ids, sb.ID)
+			if strings.HasPrefix(sb.Name, prefix) && !deleted[sb.ID] {
+				late = append(late, sb.ID)
+				deleted[sb.ID] = true
 			}
 		}
+		if err := b.deleteAll(ctx, late); err != nil {
+			return err
+		}
+		if len(late) == 0 && round > 0 || round >= benchCleanupRounds {
+			break
+		}
+		t := time.NewTimer(benchCleanupEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("bench: clean up: %w", ctx.Err())
+		case <-t.C:
+		}
 	}
+	return nil
+}
+
+// deleteAll deletes sandboxes, concurrency at a time, and waits until they
+// are gone.
+func (b *bench) deleteAll(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	sem := make(chan struct{}, b.concurrency)
+	sem := make(chan struct{}, max(b.concurrency, 1))
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex // guards errs

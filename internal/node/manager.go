@@ -200,6 +200,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 // entropy (Init), then the sandbox's interception CA, before anything of
 // the caller's runs.
 func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) error {
+	t0 := time.Now()
 	err := bc.init(ctx, bridge.InitRequest{
 		SandboxID:      req.SandboxID,
 		Generation:     req.Generation,
@@ -215,11 +216,13 @@ func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev
 	if err != nil {
 		return fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
+	tInit := time.Now()
 	if req.CA != nil && m.cfg.Gateway != nil {
 		if err := bc.trustCA(ctx, req.CA.CertPEM); err != nil {
 			return fmt.Errorf("exec %s: %w", req.ExecID, err)
 		}
 	}
+	m.log.Debug("identity installed", "exec", req.ExecID, "init", tInit.Sub(t0), "trust", time.Since(tInit))
 	return nil
 }
 
