@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/benchbase"
 	"github.com/spacesandbox/space/internal/benchstat"
 	space "github.com/spacesandbox/space/sdk/go"
 )
@@ -26,8 +28,8 @@ import (
 func init() {
 	commands = append(commands, &command{
 		path:    "bench",
-		args:    "create|exec|files|lifecycle|all [--runtime vm|ns] [--template T] [--concurrency N] [--count M] [-o json]",
-		summary: "measure a running server through the public API: p50/p90/p99/max latency and ops/s per scenario (docs/PERFORMANCE.md)",
+		args:    "create|exec|files|lifecycle|baseline|all [--baselines] [--runtime vm|ns] [--template T] [--concurrency N] [--count M] [-o json]",
+		summary: "measure a running server through the public API, or the bare primitives on this machine (baseline): p50/p90/p99/max latency and ops/s per scenario (docs/PERFORMANCE.md)",
 		// Its own signal handling: the first interrupt stops the measurements
 		// and still deletes what the benchmark created; a second one gives up.
 		ownSignals: true,
@@ -83,6 +85,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&b.count, "count", 20, "timed operations per scenario (snapshots: at most 5)")
 	fs.IntVar(&b.req.CPUs, "cpus", 0, "CPUs of each sandbox (default: the server's); match a --warm-pool size to measure pool hits")
 	fs.IntVar(&b.req.MemoryMiB, "memory", 0, "memory of each sandbox in MiB (default: the server's)")
+	// The baselines need root, QEMU and the local machine, so `all` runs
+	// them only when asked.
+	baselines := fs.Bool("baselines", false, "with all: also measure the bare primitives on this machine (the baseline scenario; needs root and QEMU)")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -95,9 +100,15 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	switch pos[0] {
 	case "all":
 		scenarios = benchScenarios
-	case "create", "exec", "files", "lifecycle":
+		if *baselines {
+			scenarios = append(slices.Clone(scenarios), "baseline")
+		}
+	case "create", "exec", "files", "lifecycle", "baseline":
 	default:
-		return usagef(fs, "scenario %q: want create, exec, files, lifecycle or all", pos[0])
+		return usagef(fs, "scenario %q: want create, exec, files, lifecycle, baseline or all", pos[0])
+	}
+	if *baselines && pos[0] != "all" {
+		return usagef(fs, "--baselines goes with all; run `space bench baseline` for the baselines alone")
 	}
 	if b.req.Runtime != "" && b.req.Runtime != "vm" && b.req.Runtime != "ns" {
 		return usagef(fs, "--runtime %q: want vm or ns", b.req.Runtime)
@@ -200,6 +211,12 @@ func (b *bench) run(ctx, cleanCtx context.Context, scenarios []string) error {
 			err = b.files(ctx)
 		case "lifecycle":
 			err = b.lifecycle(ctx)
+		case "baseline":
+			// Local, without the server: see package benchbase.
+			err = benchbase.Run(ctx, benchbase.Config{
+				Count: b.count,
+				Log:   slog.New(slog.NewTextHandler(b.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			}, &b.report)
 		}
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", s, err)

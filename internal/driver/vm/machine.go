@@ -147,9 +147,15 @@ func microvmTransportArg(i int) string {
 
 // kernelCmdline is the guest kernel's command line on machine layout m.
 func kernelCmdline(m machineLayout) string {
+	return kernelBaseCmdline(m) + " -- --init --channel virtio:" + ChannelPort
+}
+
+// kernelBaseCmdline is the kernel's part of the command line on machine
+// layout m, before the init's arguments.
+func kernelBaseCmdline(m machineLayout) string {
 	s := "console=ttyS0 quiet panic=-1"
 	if m.cmdline != "" {
 		s += " " + m.cmdline
 	}
-	return s + " -- --init --channel virtio:" + ChannelPort
+	return s
 }

@@ -231,13 +231,9 @@ func writeGuestConfig(path string, spec driver.Spec) error {
 // qemuArgs is QEMU's command line for st. Paths of files in the state
 // directory are relative: QEMU runs there (see dialState).
 func qemuArgs(st *state) []string {
-	accel := []string{"-accel", "tcg", "-cpu", "max"}
-	if st.Accel == AccelKVM {
-		accel = []string{"-accel", "kvm", "-cpu", "host"}
-	}
 	m := layoutFor(st.Machine, st.Network)
 	args := []string{"-M", m.machine}
-	args = append(args, accel...)
+	args = append(args, accelArgs(st.Accel)...)
 	args = append(args,
 		"-m", strconv.Itoa(st.MemoryMiB), "-smp", strconv.Itoa(st.CPUs),
 		"-display", "none", "-nodefaults", "-no-user-config", "-no-reboot",
@@ -258,6 +254,15 @@ func qemuArgs(st *state) []string {
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	)
 	return append(args, networkArgs(m)...)
+}
+
+// accelArgs selects the accelerator and the CPU model: the host's CPU under
+// KVM, every feature TCG emulates otherwise.
+func accelArgs(accel string) []string {
+	if accel == AccelKVM {
+		return []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	return []string{"-accel", "tcg", "-cpu", "max"}
 }
 
 // qemuCommand is QEMU's command for st. With incoming set, QEMU loads that
