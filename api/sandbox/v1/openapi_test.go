@@ -137,7 +137,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{},
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{}, "ServicePortList": ServicePortList{},
 		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
-		"Node": Node{}, "NodeList": NodeList{}, "SetTimeoutRequest": SetTimeoutRequest{},
+		"Node": Node{}, "NodeList": NodeList{}, "WarmPoolStatus": WarmPoolStatus{}, "SetTimeoutRequest": SetTimeoutRequest{},
 		"SigningKey": SigningKey{}, "SigningKeyList": SigningKeyList{},
 		"EgressPolicy": EgressPolicy{}, "EgressRules": EgressRules{},
 		"CredentialInjection": CredentialInjection{}, "CreateCredentialRequest": CreateCredentialRequest{},
