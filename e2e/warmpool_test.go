@@ -230,7 +230,7 @@ func TestBenchAgainstServer(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("bench JSON: %v\n%s", err, out)
 	}
-	for _, name := range []string{"create", "exec", "files_write_1mib", "files_read_1mib", "pause", "resume", "snapshot_disk", "hibernate", "restore", "fork", "rollback"} {
+	for _, name := range []string{"create", "exec", "files_write_1mib", "files_read_1mib", "files_write_100mib", "files_read_100mib", "pause", "resume", "snapshot_disk", "hibernate", "restore", "fork", "rollback"} {
 		if s, ok := rep.Scenarios[name]; !ok || s.N != 2 || s.P50MS <= 0 {
 			t.Errorf("scenario %s: %+v (present %v), want 2 timed operations", name, s, ok)
 		}

@@ -43,6 +43,8 @@ const (
 	maxBenchConcurrency = 256
 	// benchFileSize is what the files scenario writes and reads back.
 	benchFileSize = benchstat.MiB
+	// benchLargeFileSize is the large file of the files scenario.
+	benchLargeFileSize = 100 * benchstat.MiB
 	// benchMaxSnapshots is how many snapshots the lifecycle scenario takes.
 	benchMaxSnapshots = 5
 	// benchCleanupRounds and benchCleanupEvery bound the search for
@@ -421,17 +423,37 @@ func (b *bench) files(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	data := make([]byte, benchFileSize)
+	for _, f := range []struct {
+		name   string
+		size   int64
+		rounds int
+	}{
+		{"1mib", benchFileSize, b.count},
+		{"100mib", benchLargeFileSize, min(b.count, benchMaxHeavy)},
+	} {
+		w, r, err := b.fileRounds(ctx, id, f.size, f.rounds)
+		if err != nil {
+			return fmt.Errorf("%s files: %w", f.name, err)
+		}
+		b.report.Add("files_write_"+f.name, w.summary(f.size))
+		b.report.Add("files_read_"+f.name, r.summary(f.size))
+	}
+	return nil
+}
+
+// fileRounds writes a file of size bytes to sandbox id and reads it back,
+// rounds times, checking every byte (SHA-256), then removes it.
+func (b *bench) fileRounds(ctx context.Context, id string, size int64, rounds int) (w, r timer, err error) {
+	data := make([]byte, size)
 	if _, err := rand.Read(data); err != nil {
-		return fmt.Errorf("make test data: %w", err)
+		return w, r, fmt.Errorf("make test data: %w", err)
 	}
 	path := "/tmp/space-bench-" + b.runID
-	var w, r timer
-	for i := range b.count {
+	for i := range rounds {
 		binary.BigEndian.PutUint64(data, uint64(i))
 		want := sha256.Sum256(data)
 		if err := w.time(func() error { return b.e.c.WriteFile(ctx, id, path, bytes.NewReader(data)) }); err != nil {
-			return fmt.Errorf("round %d of %d: %w", i+1, b.count, err)
+			return w, r, fmt.Errorf("round %d of %d: %w", i+1, rounds, err)
 		}
 		var got [sha256.Size]byte
 		var n int64
@@ -443,7 +465,7 @@ func (b *bench) files(ctx context.Context) error {
 			defer rc.Close()
 			h := sha256.New()
 			// One byte more than was written shows a longer file.
-			n, err = io.Copy(h, io.LimitReader(rc, benchFileSize+1))
+			n, err = io.Copy(h, io.LimitReader(rc, size+1))
 			if err != nil {
 				return fmt.Errorf("read %s in sandbox %s: %w", path, id, err)
 			}
@@ -451,19 +473,17 @@ func (b *bench) files(ctx context.Context) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("round %d of %d: %w", i+1, b.count, err)
+			return w, r, fmt.Errorf("round %d of %d: %w", i+1, rounds, err)
 		}
-		if n != benchFileSize || got != want {
-			return fmt.Errorf("round %d of %d: read %s in sandbox %s: got %d bytes with sha256 %x, wrote %d bytes with sha256 %x",
-				i+1, b.count, path, id, n, got[:8], benchFileSize, want[:8])
+		if n != size || got != want {
+			return w, r, fmt.Errorf("round %d of %d: read %s in sandbox %s: got %d bytes with sha256 %x, wrote %d bytes with sha256 %x",
+				i+1, rounds, path, id, n, got[:8], size, want[:8])
 		}
 	}
 	if err := b.e.c.RemoveFile(ctx, id, path); err != nil {
-		return fmt.Errorf("clean up: %w", err)
+		return w, r, fmt.Errorf("clean up: %w", err)
 	}
-	b.report.Add("files_write_1mib", w.summary(benchFileSize))
-	b.report.Add("files_read_1mib", r.summary(benchFileSize))
-	return nil
+	return w, r, nil
 }
 
 // lifecycle times count pauses and resumes (each until the target state) and

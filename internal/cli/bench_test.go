@@ -154,7 +154,7 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 		writeJSONResp(w, 200, sandboxv1.ExecResult{ExitCode: code})
 	})
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(io.LimitReader(r.Body, 2<<20))
+		b, err := io.ReadAll(io.LimitReader(r.Body, 101<<20))
 		if err != nil {
 			writeErr(w, 400, sandboxv1.CodeInvalidArgument, err.Error())
 			return
@@ -341,7 +341,7 @@ func TestBenchAllTable(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "pause 6", "resume 6", "snapshot_disk 5",
+	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "files_write_100mib 3", "files_read_100mib 3", "pause 6", "resume 6", "snapshot_disk 5",
 		"hibernate 3", "restore 3", "fork 3", "rollback 3"}
 	if len(lines) != len(want)+2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "SCENARIO") {
 		t.Fatalf("table = %q", out)

@@ -65,6 +65,9 @@ type Manager struct {
 	// starting holds the executions whose Start is under way: they are
 	// reported as starting, not judged by a bridge that is not up yet.
 	starting map[string]bool
+	// lastStart is when a Start last began or ended (the warm pool waits
+	// for quiet before it prepares more).
+	lastStart time.Time
 	// changed wakes the heartbeat loop early when an execution ends, so the
 	// control plane learns of a dead sandbox in well under a second.
 	changed chan struct{}
@@ -201,6 +204,19 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 // the caller's runs.
 func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) error {
 	t0 := time.Now()
+	// Init and the CA are independent guest round trips: both run at once,
+	// and both are done before the caller gets the sandbox.
+	var trustErr error
+	var tTrust time.Duration
+	var wg sync.WaitGroup
+	if req.CA != nil && m.cfg.Gateway != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			trustErr = bc.trustCA(ctx, req.CA.CertPEM)
+			tTrust = time.Since(t0)
+		}()
+	}
 	err := bc.init(ctx, bridge.InitRequest{
 		SandboxID:      req.SandboxID,
 		Generation:     req.Generation,
@@ -213,16 +229,15 @@ func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev
 		DefaultWorkdir: "/home/user",
 		PidsMax:        guestPidsMax(req),
 	})
+	tInit := time.Since(t0)
+	wg.Wait()
 	if err != nil {
 		return fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
-	tInit := time.Now()
-	if req.CA != nil && m.cfg.Gateway != nil {
-		if err := bc.trustCA(ctx, req.CA.CertPEM); err != nil {
-			return fmt.Errorf("exec %s: %w", req.ExecID, err)
-		}
+	if trustErr != nil {
+		return fmt.Errorf("exec %s: %w", req.ExecID, trustErr)
 	}
-	m.log.Debug("identity installed", "exec", req.ExecID, "init", tInit.Sub(t0), "trust", time.Since(tInit))
+	m.log.Debug("identity installed", "exec", req.ExecID, "init", tInit, "trust", tTrust)
 	return nil
 }
 
@@ -459,6 +474,7 @@ func (m *Manager) Get(ctx context.Context, execID string) (*nodev1.Execution, er
 func (m *Manager) setStarting(execID string, on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.lastStart = time.Now()
 	if on {
 		m.starting[execID] = true
 	} else {

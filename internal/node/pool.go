@@ -38,8 +38,12 @@ import (
 const poolIDPrefix = "pool-"
 
 // poolFillBackoff bounds how long a key whose preparation failed waits
-// before it is tried again.
+// before it is tried again. poolQuiet is how long after a create the node
+// must be quiet before it prepares again, unless a pool is below a quarter
+// of its target: a burst of creates claims from the pool without a
+// preparation competing for the CPUs.
 const (
+	poolQuiet          = 250 * time.Millisecond
 	poolFillBackoffMin = 2 * time.Second
 	poolFillBackoffMax = time.Minute
 )
@@ -220,6 +224,7 @@ func (m *Manager) nextToFill() (key nodev1.PoolKey, target nodev1.PoolTarget, ok
 	// Creates first: a fill competes with them for the same CPUs.
 	m.mu.Lock()
 	busy := len(m.starting) > 0
+	quiet := time.Since(m.lastStart) >= poolQuiet
 	m.mu.Unlock()
 	if busy {
 		return key, target, false
@@ -231,8 +236,10 @@ func (m *Manager) nextToFill() (key nodev1.PoolKey, target nodev1.PoolTarget, ok
 	best := -1
 	now := time.Now()
 	for k, t := range p.targets {
-		short := t.Size - len(p.ready[k]) - p.filling[k]
-		if short <= 0 || now.Before(p.retryAt[k]) || k.MemoryMiB > free {
+		have := len(p.ready[k]) + p.filling[k]
+		short := t.Size - have
+		low := have*4 < t.Size
+		if short <= 0 || now.Before(p.retryAt[k]) || k.MemoryMiB > free || !quiet && !low {
 			continue
 		}
 		if short > best || short == best && poolKeyLess(k, key) {
