@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,7 +32,12 @@ import (
 // are never silently re-pointed: each one is a new dial that passes the same
 // checks or fails.
 type bridgeConn struct {
+	mu sync.Mutex // guards execID and socket
+	// execID names the execution in logs, socket is where new
+	// connections dial: both change when a sandbox claims a prepared
+	// execution (moveTo), and the open connections stay good.
 	execID    string
+	socket    string
 	want      bridgeProcess
 	log       *slog.Logger // nil: refusals are counted, and reported only by the caller's error
 	transport *http.Transport
@@ -51,7 +57,7 @@ func (m *Manager) connectBridge(rec *Record) *bridgeConn {
 }
 
 func dialBridge(rec *Record, socket string, log *slog.Logger) *bridgeConn {
-	b := &bridgeConn{execID: rec.ExecID, want: bridgeProcessOf(rec), log: log}
+	b := &bridgeConn{execID: rec.ExecID, socket: socket, want: bridgeProcessOf(rec), log: log}
 	if b.want.exeIno == 0 && log != nil {
 		// Logged once per connection pool, i.e. once per execution and
 		// run of the node.
@@ -60,6 +66,9 @@ func dialBridge(rec *Record, socket string, log *slog.Logger) *bridgeConn {
 	}
 	b.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			b.mu.Lock()
+			socket := b.socket
+			b.mu.Unlock()
 			c, err := unixsock.Dial(ctx, socket)
 			if err != nil {
 				return nil, err
@@ -77,6 +86,21 @@ func dialBridge(rec *Record, socket string, log *slog.Logger) *bridgeConn {
 	return b
 }
 
+// moveTo renames the execution the connection serves and where it dials:
+// a sandbox claimed the prepared execution, whose directory (and bridge
+// socket) moved with the claim. Idle connections are kept.
+func (b *bridgeConn) moveTo(execID, socket string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.execID, b.socket = execID, socket
+}
+
+func (b *bridgeConn) name() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.execID
+}
+
 // verify checks a new connection and counts and logs a refusal.
 func (b *bridgeConn) verify(c *net.UnixConn) error {
 	err := verifyPeer(c, b.want)
@@ -84,10 +108,10 @@ func (b *bridgeConn) verify(c *net.UnixConn) error {
 	if !errors.As(err, &r) {
 		return err
 	}
-	r.execID = b.execID
+	r.execID = b.name()
 	refusals.countBridgePeer(r.check)
 	if b.log != nil {
-		b.log.Warn("host bridge connection refused", "exec", b.execID, "check", r.check,
+		b.log.Warn("host bridge connection refused", "exec", r.execID, "check", r.check,
 			slog.Group("peer", "pid", r.got.pid, "uid", r.got.uid, "start_time", r.got.start, "exe", r.got.exe()),
 			slog.Group("bridge", "pid", b.want.pid, "start_time", b.want.start, "exe", b.want.exe()),
 			"err", r.cause)

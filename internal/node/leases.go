@@ -114,6 +114,9 @@ func (m *Manager) retire(execID, sandboxID string, by uint64) {
 // retireOlder retires the executions of req's sandbox on this node that
 // belong to an older generation: a newer one is being installed here.
 func (m *Manager) retireOlder(req nodev1.StartExecution) {
+	if req.Generation <= 1 {
+		return // a new sandbox: nothing older can be here (and reading every record costs)
+	}
 	recs, _ := m.records.all()
 	for _, rec := range recs {
 		if rec.SandboxID == req.SandboxID && rec.ExecID != req.ExecID && rec.Generation < req.Generation {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,7 +53,15 @@ const (
 type pooled struct {
 	rec  *Record
 	link *driver.Link
+	// memory is what it held when last measured, at measured (the pool
+	// status measures each at most every poolMeasureEvery).
+	memory   uint64
+	measured time.Time
 }
+
+// poolMeasureEvery bounds how often a ready execution's memory is measured
+// (a node-manager round trip): an idle prepared execution changes little.
+const poolMeasureEvery = 30 * time.Second
 
 // warmPool is the node's set of prepared executions and what it should
 // hold.
@@ -158,22 +167,29 @@ func (m *Manager) PoolStatus(ctx context.Context) []nodev1.PoolStatus {
 		keys[k] = true
 	}
 	out := make([]nodev1.PoolStatus, 0, len(keys))
-	var ready [][]*Record
+	var ready [][]*pooled
 	for k := range keys {
 		out = append(out, nodev1.PoolStatus{PoolKey: k, Ready: len(p.ready[k]), Filling: p.filling[k], Hits: p.hits[k], Misses: p.misses[k]})
-		var recs []*Record
-		for _, e := range p.ready[k] {
-			recs = append(recs, e.rec)
-		}
-		ready = append(ready, recs)
+		ready = append(ready, slices.Clone(p.ready[k]))
 	}
 	p.mu.Unlock()
-	// Measured outside the lock: each is a node-manager round trip.
-	for i, recs := range ready {
-		for _, rec := range recs {
-			if st, err := m.cfg.Privileged.Stats(ctx, rec.physicalID()); err == nil {
-				out[i].MemoryBytes += st.MemoryBytes
+	// Measured outside the lock (each is a node-manager round trip), and
+	// only when the last measure is old.
+	now := time.Now()
+	for i, list := range ready {
+		for _, e := range list {
+			p.mu.Lock()
+			mem, stale := e.memory, now.Sub(e.measured) >= poolMeasureEvery
+			p.mu.Unlock()
+			if stale {
+				if st, err := m.cfg.Privileged.Stats(ctx, e.rec.physicalID()); err == nil {
+					mem = st.MemoryBytes
+					p.mu.Lock()
+					e.memory, e.measured = mem, now
+					p.mu.Unlock()
+				}
 			}
+			out[i].MemoryBytes += mem
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return poolKeyLess(out[i].PoolKey, out[j].PoolKey) })
@@ -416,9 +432,12 @@ func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *poole
 	}
 	moved = true
 	tMoved := time.Now()
+	// The connection to the bridge moves along: its open connections
+	// (verified when they were made) stay good.
 	m.mu.Lock()
-	if old := m.bridges[poolID]; old != nil {
-		old.close()
+	if bc := m.bridges[poolID]; bc != nil {
+		bc.moveTo(req.ExecID, m.records.socket(req.ExecID))
+		m.bridges[req.ExecID] = bc
 		delete(m.bridges, poolID)
 	}
 	m.mu.Unlock()
