@@ -59,6 +59,9 @@ type pooled struct {
 	measured time.Time
 }
 
+// poolPrepareTimeout bounds one preparation.
+const poolPrepareTimeout = 2 * time.Minute
+
 // poolMeasureEvery bounds how often a ready execution's memory is measured
 // (a node-manager round trip): an idle prepared execution changes little.
 const poolMeasureEvery = 30 * time.Second
@@ -78,6 +81,9 @@ type warmPool struct {
 	backoff map[nodev1.PoolKey]time.Duration
 	// wake prods the filler: targets changed, or an entry was claimed.
 	wake chan struct{}
+	// draining counts the background drains, which RunPool waits for
+	// before it returns.
+	draining sync.WaitGroup
 }
 
 func (p *warmPool) init() {
@@ -145,7 +151,11 @@ func (m *Manager) SetPoolTargets(targets []nodev1.PoolTarget) {
 	p.mu.Unlock()
 	p.prod()
 	if len(drain) > 0 {
-		go m.drainPooled(drain, "no longer wanted (pool target or template changed)")
+		p.draining.Add(1)
+		go func() {
+			defer p.draining.Done()
+			m.drainPooled(drain, "no longer wanted (pool target or template changed)")
+		}()
 	}
 }
 
@@ -222,7 +232,12 @@ func (m *Manager) RunPool(ctx context.Context) {
 			if !ok {
 				break
 			}
-			m.fillOne(ctx, key, t.Version)
+			// A preparation is not cut short by the node stopping: an
+			// interrupted one could leave a VM the drain below does not
+			// know of. It is bounded instead, and drained with the rest.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolPrepareTimeout)
+			m.fillOne(fctx, key, t.Version)
+			cancel()
 		}
 		select {
 		case <-ctx.Done():
@@ -331,6 +346,12 @@ func (m *Manager) prepare(ctx context.Context, key nodev1.PoolKey, version strin
 		Network: m.cfg.Gateway != nil,
 	})
 	if err != nil {
+		// The node-manager may have made part of it before failing.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if cerr := m.cfg.Privileged.Cleanup(cctx, id, key.Runtime); cerr != nil {
+			m.log.Warn("warm pool: removing a failed preparation", "exec", id, "err", cerr)
+		}
 		_ = m.records.remove(id)
 		return nil, err
 	}
@@ -521,6 +542,7 @@ func (m *Manager) drainAll() {
 	p.targets = nil
 	p.mu.Unlock()
 	m.drainPooled(all, "node stopping")
+	p.draining.Wait()
 }
 
 // randomSuffix is 16 random characters of [a-z2-7].
