@@ -63,6 +63,7 @@ func runServer(args []string) int {
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS holding the tenants' keys (default DATA/kms)")
 	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
 	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
+	nodeLostAfter := fs.Duration("node-lost-after", reconcile.DefaultNodeLostAfter, "how long a node may miss heartbeats before it is declared lost and its sandboxes recovered on other nodes from their snapshots in object storage, or failed (see docs/scale-out.md)")
 	gwFlags := addGatewayFlags(fs)
 	var warmPools []server.WarmPool
 	fs.Func("warm-pool", "keep prepared sandboxes on every node: TEMPLATE:RUNTIME[:CPUSxMEMORY_MIB]=SIZE, e.g. minimal:ns=8 (repeatable; see docs/PERFORMANCE.md)", func(v string) error {
@@ -85,6 +86,10 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 1
 	}
+	if *nodeLostAfter < time.Second {
+		fmt.Fprintf(os.Stderr, "space server: --node-lost-after %s: want at least 1s\n", *nodeLostAfter)
+		return 2
+	}
 	if *runtime != "vm" && *runtime != "ns" && *runtime != "auto" {
 		fmt.Fprintf(os.Stderr, "space server: --default-runtime %q: want vm, ns or auto\n", *runtime)
 		return 2
@@ -98,7 +103,8 @@ func runServer(args []string) int {
 	}
 	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
-		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools}
+		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
+		nodeLostAfter: *nodeLostAfter}
 	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
 		return 2
@@ -117,6 +123,8 @@ func runServer(args []string) int {
 }
 
 type serverOptions struct {
+	// nodeLostAfter is how long a node may be silent before it is lost.
+	nodeLostAfter  time.Duration
 	dev            bool
 	listen         string
 	dataDir        string
@@ -307,8 +315,10 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		return err
 	}
 	nodes := server.NewNodes()
+	nodes.Share(st, caSealer)
 	rec := reconcile.New(reconcile.Config{
 		Objects: objs, TenantKey: tenantKey(keys), Schedule: o.schedule, Retention: o.retention,
+		NodeLostAfter: o.nodeLostAfter,
 	}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))

@@ -278,7 +278,7 @@ var migrated struct {
 }
 
 // openStore opens a fresh SQLite store in t.TempDir().
-func openStore(t *testing.T) store.Store {
+func openStore(t testing.TB) store.Store {
 	t.Helper()
 	migrated.once.Do(func() {
 		dir, err := os.MkdirTemp("", "reconcile-test-db-")
@@ -328,7 +328,7 @@ func openStore(t *testing.T) store.Store {
 // harness is a reconciler over a fresh SQLite store, fake nodes and (when
 // asked for) a file object store, all in t.TempDir().
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	st     *clockStore
 	r      *Reconciler
@@ -340,10 +340,15 @@ type harness struct {
 
 // newHarness builds a reconciler with cfg and nodes n1 and n2. withObjects
 // adds a file object store (cfg.Objects, and a TenantKey).
-func newHarness(t *testing.T, cfg Config, withObjects bool) *harness {
+func newHarness(t testing.TB, cfg Config, withObjects bool) *harness {
+	t.Helper()
+	return newHarnessOn(t, cfg, withObjects, openStore(t))
+}
+
+// newHarnessOn is newHarness over db.
+func newHarnessOn(t testing.TB, cfg Config, withObjects bool, db store.Store) *harness {
 	t.Helper()
 	ctx := t.Context()
-	db := openStore(t)
 	h := &harness{
 		t: t, ctx: ctx, st: &clockStore{Store: db, updated: map[string]time.Time{}},
 		nodes: map[string]*fakeNode{"n1": newFakeNode("n1"), "n2": newFakeNode("n2")},

@@ -174,9 +174,9 @@ func (r *Reconciler) ensureLocal(ctx context.Context, sb *sandbox.Sandbox, api N
 		after, err = r.refuseRestore(ctx, sb, &snap, err)
 		return after, err, false
 	}
-	if snap.Node != "" {
+	if _, lost := r.lostNode(ctx, snap.Node); !lost && snap.Node != "" {
 		// The row names one node: the copy on the other one goes (else
-		// nothing would ever remove it).
+		// nothing would ever remove it). A lost node's copy stays.
 		if oldAPI, oerr := r.node(snap.Node); oerr == nil {
 			if derr := oldAPI.DeleteSnapshot(ctx, snap.ID); derr != nil {
 				r.log.Warn("remove the snapshot's copy on its previous node", "snapshot", snap.ID, "node", snap.Node, "err", derr)

@@ -166,17 +166,18 @@ func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api 
 			}
 		}
 	}
-	r.mu.Lock()
-	for node, obs := range r.observed {
+	for node, obs := range r.observations(ctx) {
 		for id, ex := range obs.executions {
 			if ex.SandboxID == sb.ID {
 				add(node, id)
 			}
 		}
 	}
-	r.mu.Unlock()
 	for _, t := range old {
 		napi := api
+		if _, lost := r.lostNode(ctx, t.node); lost && t.node != sb.Node {
+			continue // retired by generation when the node comes back
+		}
 		if t.node != sb.Node {
 			var err error
 			if napi, err = r.node(t.node); err != nil {
@@ -194,9 +195,7 @@ func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api 
 			}
 			return fmt.Errorf("sandbox %s: stop replaced execution %s on %s: %w", sb.ID, t.exec, t.node, err)
 		}
-		r.mu.Lock()
-		delete(r.observed[t.node].executions, t.exec)
-		r.mu.Unlock()
+		r.forget(t.node, t.exec)
 		r.event(ctx, sb.ID, "state", "replaced execution "+t.exec+" stopped on "+t.node)
 	}
 	return nil
@@ -222,7 +221,7 @@ func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) e
 		return err
 	}
 	for _, snap := range snaps {
-		if snap.Node != "" {
+		if _, lost := r.lostNode(ctx, snap.Node); !lost && snap.Node != "" {
 			api, err := r.node(snap.Node)
 			if err != nil {
 				return fmt.Errorf("snapshot %s: node %s: %w", snap.ID, snap.Node, err)

@@ -564,7 +564,7 @@ func TestFailedSandboxReleasesItsExecution(t *testing.T) {
 	h.observe("n1", exec(sb, nodev1.ExecFailed))
 	h.mustPass(sb.ID)
 	wantCalls(t, h.nodes["n1"], "Stop("+sb.ExecID+")")
-	if h.r.holds(sb) {
+	if h.r.holds(h.ctx, sb) {
 		t.Errorf("the reconciler still counts %s as held", sb.ExecID)
 	}
 	// Released: the next pass leaves the node alone.

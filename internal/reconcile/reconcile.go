@@ -62,6 +62,18 @@ type Config struct {
 	// UploadRetry is how long a hibernation retries an object store that
 	// does not answer before it gives up (the sandbox stays paused).
 	UploadRetry time.Duration
+	// Replica names this process in the leases its passes run under
+	// (claim.go); it must be unique per process incarnation. "":
+	// NewReplicaID().
+	Replica string
+	// LeaseTTL is how long a pass's lease lasts without renewal (0:
+	// DefaultLeaseTTL): how long other replicas wait for a replica that
+	// died mid-pass.
+	LeaseTTL time.Duration
+	// NodeLostAfter is how long a node may be silent before it is declared
+	// lost and its sandboxes recovered elsewhere (0: DefaultNodeLostAfter;
+	// negative: never).
+	NodeLostAfter time.Duration
 	// TenantKey returns the tenant's KMS key id for new artifacts (creating
 	// it on first use).
 	TenantKey func(ctx context.Context, tenant string) (string, error)
@@ -81,9 +93,21 @@ type Reconciler struct {
 	// ca supplies each start's interception CA (SetCA); nil: none.
 	ca atomic.Pointer[CAFunc]
 
-	mu       sync.Mutex // guards watchers and observed
+	mu       sync.Mutex // guards watchers, observed and gone
 	watchers map[string]map[*Watch]struct{}
+	// observed is what each node last reported to this replica.
 	observed map[string]observation
+	// gone holds when this replica stopped an execution (observe.go).
+	gone map[string]time.Time
+
+	sharedMu sync.Mutex // guards shared and sharedAt
+	// shared is the store's node reports as last read, at sharedAt.
+	shared   map[string]observation
+	sharedAt time.Time
+
+	// started is when New made the reconciler: nodes are not declared lost
+	// before it has listened for their heartbeats for NodeLostAfter.
+	started time.Time
 }
 
 type observation struct {
@@ -111,10 +135,28 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = 30 * time.Second
 	}
-	return &Reconciler{
-		cfg: cfg, store: st, node: node, log: log, q: newQueue(),
-		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{},
+	if cfg.Replica == "" {
+		cfg.Replica = NewReplicaID()
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.NodeLostAfter == 0 {
+		cfg.NodeLostAfter = DefaultNodeLostAfter
+	}
+	r := &Reconciler{
+		cfg: cfg, store: st, log: log, q: newQueue(),
+		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{}, gone: map[string]time.Time{},
+		started: time.Now(),
+	}
+	r.node = func(id string) (NodeAPI, error) {
+		api, err := node(id)
+		if err != nil {
+			return nil, err
+		}
+		return fencedNode{r: r, api: api}, nil
+	}
+	return r
 }
 
 // SetDefaultEgress sets the egress policy of sandboxes that have none of
@@ -224,7 +266,7 @@ func (r *Reconciler) work(ctx context.Context) {
 		if !ok {
 			return
 		}
-		after, err := r.reconcile(ctx, id)
+		after, err := r.claimed(ctx, id)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("reconcile", "sandbox", id, "err", err)
 			if after == 0 {
@@ -251,33 +293,40 @@ func (r *Reconciler) resync(ctx context.Context) {
 	current := map[string]bool{}
 	for _, sb := range sbs {
 		current[sb.ExecID] = true
-		if sb.State != sandbox.StateFailed || r.holds(sb) {
+		if sb.State != sandbox.StateFailed || r.holds(ctx, sb) {
 			r.Enqueue(sb.ID)
 		}
 	}
 	r.stopOrphans(ctx, current)
+	r.declareLostNodes(ctx, sbs)
 }
 
 // holds reports whether sb's node still reports its execution.
-func (r *Reconciler) holds(sb *sandbox.Sandbox) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.observed[sb.Node].executions[sb.ExecID]
+func (r *Reconciler) holds(ctx context.Context, sb *sandbox.Sandbox) bool {
+	obs, _ := r.observation(ctx, sb.Node)
+	_, ok := obs.executions[sb.ExecID]
 	return ok
 }
 
 func (r *Reconciler) stopOrphans(ctx context.Context, current map[string]bool) {
-	r.mu.Lock()
 	var orphans []struct{ node, exec string }
-	for nodeID, obs := range r.observed {
+	for nodeID, obs := range r.observations(ctx) {
 		for id, ex := range obs.executions {
 			if !current[id] && time.Since(ex.StartedAt) > r.cfg.OrphanGrace {
 				orphans = append(orphans, struct{ node, exec string }{nodeID, id})
 			}
 		}
 	}
-	r.mu.Unlock()
+	lost := map[string]bool{}
 	for _, o := range orphans {
+		isLost, known := lost[o.node]
+		if !known {
+			_, isLost = r.lostNode(ctx, o.node)
+			lost[o.node] = isLost
+		}
+		if isLost {
+			continue // its last report is stale; retired when it comes back
+		}
 		api, err := r.node(o.node)
 		if err != nil {
 			continue
@@ -287,9 +336,7 @@ func (r *Reconciler) stopOrphans(ctx context.Context, current map[string]bool) {
 			r.log.Warn("stop orphan execution", "node", o.node, "exec", o.exec, "err", err)
 			continue
 		}
-		r.mu.Lock()
-		delete(r.observed[o.node].executions, o.exec)
-		r.mu.Unlock()
+		r.forget(o.node, o.exec)
 	}
 }
 
@@ -347,6 +394,9 @@ func (r *Reconciler) event(ctx context.Context, id, typ, msg string) {
 // update writes sb; a version conflict means someone else moved it, and the
 // next pass (queued at once) reads the news.
 func (r *Reconciler) update(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
+	if err := r.fence(ctx); err != nil {
+		return time.Second, fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
+	}
 	err := r.store.UpdateSandbox(ctx, sb)
 	if errors.Is(err, errdefs.ErrConflict) {
 		return time.Millisecond, nil

@@ -139,7 +139,10 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		}
 		return after, err
 	}
-	ex, reason, seen := r.deadExecution(sb)
+	if n, lost := r.lostNode(ctx, sb.Node); lost {
+		return r.recoverElsewhere(ctx, sb, n)
+	}
+	ex, reason, seen := r.deadExecution(ctx, sb)
 	switch {
 	case !seen:
 		return 0, nil
@@ -173,11 +176,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 // deadExecution looks at what sb's node last reported of its execution:
 // reason is why it is dead (empty while it lives); seen is false while the
 // node has not reported at all.
-func (r *Reconciler) deadExecution(sb *sandbox.Sandbox) (ex nodev1.Execution, reason string, seen bool) {
-	r.mu.Lock()
-	obs, seen := r.observed[sb.Node]
+func (r *Reconciler) deadExecution(ctx context.Context, sb *sandbox.Sandbox) (ex nodev1.Execution, reason string, seen bool) {
+	obs, seen := r.observation(ctx, sb.Node)
 	ex, has := obs.executions[sb.ExecID]
-	r.mu.Unlock()
 	switch {
 	case !seen:
 	case has && ex.State == nodev1.ExecFailed && obs.at.After(sb.UpdatedAt):
@@ -195,7 +196,10 @@ func (r *Reconciler) deadExecution(sb *sandbox.Sandbox) (ex nodev1.Execution, re
 // killed): it is recovered from its latest snapshot like a running one, or
 // fails with the reason.
 func (r *Reconciler) checkPaused(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
-	_, reason, _ := r.deadExecution(sb)
+	if n, lost := r.lostNode(ctx, sb.Node); lost {
+		return r.recoverElsewhere(ctx, sb, n)
+	}
+	_, reason, _ := r.deadExecution(ctx, sb)
 	if reason == "" {
 		return 0, nil
 	}
@@ -210,7 +214,8 @@ func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (ti
 	if err := r.deleteSnapshots(ctx, sb); err != nil {
 		return time.Second, err
 	}
-	if sb.Node != "" && sb.ExecID != "" {
+	if _, lost := r.lostNode(ctx, sb.Node); !lost && sb.Node != "" && sb.ExecID != "" {
+		// A lost node's execution is retired when it comes back.
 		api, err := r.node(sb.Node)
 		if err != nil {
 			return time.Second, err
@@ -229,8 +234,11 @@ func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (ti
 // releaseFailed stops what a failed sandbox's node still holds, keeping the
 // record (and its reason) for the user.
 func (r *Reconciler) releaseFailed(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
-	if sb.Node == "" || sb.ExecID == "" || !r.holds(sb) {
+	if sb.Node == "" || sb.ExecID == "" || !r.holds(ctx, sb) {
 		return 0, nil
+	}
+	if _, lost := r.lostNode(ctx, sb.Node); lost {
+		return 0, nil // stopped when it comes back
 	}
 	api, err := r.node(sb.Node)
 	if err != nil {
@@ -239,9 +247,7 @@ func (r *Reconciler) releaseFailed(ctx context.Context, sb *sandbox.Sandbox) (ti
 	if err := api.Stop(ctx, sb.ExecID); err != nil {
 		return time.Second, err
 	}
-	r.mu.Lock()
-	delete(r.observed[sb.Node].executions, sb.ExecID)
-	r.mu.Unlock()
+	r.forget(sb.Node, sb.ExecID)
 	return 0, nil
 }
 

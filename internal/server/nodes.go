@@ -13,17 +13,25 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
 )
 
-// Nodes keeps a client per registered node. Node tokens live only in memory:
-// a node re-sends its token on every heartbeat, so a restarted control plane
-// learns it again within one heartbeat interval.
+// Nodes keeps a client per registered node. A node re-sends its token on
+// every heartbeat, so a restarted control plane learns it again within one
+// heartbeat interval; with Share, a replica also finds in the store (sealed)
+// the tokens of nodes that report to other replicas (nodeshare.go).
 type Nodes struct {
-	mu      sync.Mutex // guards clients and observed
+	mu      sync.Mutex // guards every field below
 	clients map[string]*nodeclient.Client
 	addrs   map[string]string
+	// confirmed is when each client's address and token were last
+	// confirmed: by a heartbeat here, or read from the store.
+	confirmed map[string]time.Time
+	// shared is where the registry is shared with other replicas; nil:
+	// this replica only.
+	shared *nodeShare
 	// observed is the last execution list each node reported.
 	observed map[string]observation
 	// registered is closed (and replaced) whenever a node registers.
@@ -39,7 +47,7 @@ type observation struct {
 // NewNodes returns an empty registry.
 func NewNodes() *Nodes {
 	return &Nodes{
-		clients: map[string]*nodeclient.Client{}, addrs: map[string]string{},
+		clients: map[string]*nodeclient.Client{}, addrs: map[string]string{}, confirmed: map[string]time.Time{},
 		observed: map[string]observation{}, registered: make(chan struct{}),
 	}
 }
@@ -49,13 +57,14 @@ func (n *Nodes) Register(id, addr, token string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.addrs[id] == addr+"\x00"+token {
+		n.confirmed[id] = time.Now()
 		return nil
 	}
 	c, err := nodeclient.New(addr, token)
 	if err != nil {
 		return err
 	}
-	n.clients[id], n.addrs[id] = c, addr+"\x00"+token
+	n.clients[id], n.addrs[id], n.confirmed[id] = c, addr+"\x00"+token, time.Now()
 	close(n.registered)
 	n.registered = make(chan struct{})
 	return nil
@@ -68,9 +77,9 @@ func (n *Nodes) clientWait(ctx context.Context, id string, maxWait time.Duration
 	defer timer.Stop()
 	for {
 		n.mu.Lock()
-		c, next := n.clients[id], n.registered
+		next := n.registered
 		n.mu.Unlock()
-		if c != nil {
+		if c, err := n.client(id); err == nil {
 			return c, nil
 		}
 		select {
@@ -88,12 +97,23 @@ func (n *Nodes) Client(id string) (*nodeclient.Client, error) { return n.client(
 
 func (n *Nodes) client(id string) (*nodeclient.Client, error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	c := n.clients[id]
-	if c == nil {
-		return nil, fmt.Errorf("%w: node %q has not reported since the control plane started; retry shortly", errdefs.ErrUnavailable, id)
+	c, at, sh := n.clients[id], n.confirmed[id], n.shared
+	n.mu.Unlock()
+	if c != nil && (sh == nil || time.Since(at) < sharedClientTTL) {
+		return c, nil
 	}
-	return c, nil
+	if sh != nil {
+		fresh, err := n.fromStore(sh, id)
+		switch {
+		case err == nil:
+			return fresh, nil
+		case c != nil:
+			return c, nil // the store did not answer: the last known client
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: node %q has not reported since the control plane started; retry shortly", errdefs.ErrUnavailable, id)
 }
 
 func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus) {
@@ -151,6 +171,10 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.nodes.report(r.Context(), id, hb.Token, hb.Executions, now); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	s.nodes.observe(id, hb.Executions, hb.Pools)
 	s.rec.Observe(id, hb.Executions)
 	// The answer pushes the keys the node verifies capabilities with,
@@ -184,6 +208,10 @@ func (s *Server) retirements(ctx context.Context, nodeID string, execs []nodev1.
 		case err != nil:
 			continue
 		case sb.Generation > ex.Generation || sb.Generation == ex.Generation && sb.ExecID != ex.ExecID && sb.ExecID != "":
+			out = append(out, nodev1.Retirement{ExecID: ex.ExecID, SandboxID: ex.SandboxID, Generation: sb.Generation})
+		case sb.State == sandbox.StateFailed && sb.ExecID == ex.ExecID:
+			// A failed sandbox's execution serves nothing (its node may
+			// have been declared lost meanwhile); the reconciler stops it.
 			out = append(out, nodev1.Retirement{ExecID: ex.ExecID, SandboxID: ex.SandboxID, Generation: sb.Generation})
 		}
 	}

@@ -27,6 +27,7 @@ type Store interface {
 	Sandboxes
 	Templates
 	Nodes
+	NodeReports
 	Idempotency
 	Events
 	Snapshots
@@ -209,6 +210,45 @@ type Nodes interface {
 	Heartbeat(ctx context.Context, id string, at time.Time) error
 	// DeleteNode removes a node; a missing one is ErrNotFound.
 	DeleteNode(ctx context.Context, id string) error
+}
+
+// MaxNodeReportBytes bounds what one NodeReport stores (its sealed token and
+// execution list together).
+const MaxNodeReportBytes = 4 << 20
+
+// NodeReport is what a node last told the control plane, kept in the store
+// so that every replica shares it whichever one received the heartbeat.
+type NodeReport struct {
+	Node string
+	// SealedToken is the node's API token sealed by the control plane with
+	// the key all replicas share; the store never sees the token itself.
+	SealedToken string
+	// Executions is the node's execution list as JSON the control plane
+	// owns.
+	Executions string
+	// ReportedAt is when a replica received the report.
+	ReportedAt time.Time
+}
+
+// NodeReports stores the last report of each node. A node's report goes
+// with its node (DeleteNode).
+type NodeReports interface {
+	// PutNodeReport stores r as its node's report unless the stored one is
+	// newer (a heartbeat a slow replica handles late never replaces a newer
+	// one; the older report is dropped without error). An unknown node is
+	// ErrNotFound; a report larger than MaxNodeReportBytes, or without a
+	// node or a time, ErrInvalidArgument.
+	PutNodeReport(ctx context.Context, r NodeReport) error
+	// GetNodeReport returns a node's report or ErrNotFound.
+	GetNodeReport(ctx context.Context, node string) (NodeReport, error)
+	// ListNodeReports returns every node's report by node id.
+	ListNodeReports(ctx context.Context) ([]NodeReport, error)
+	// MarkNodeDown moves node id to NodeDown if it is not down and its last
+	// heartbeat is before silentSince, and reports whether it did. Of
+	// replicas that race to declare a node lost, exactly one gets true; a
+	// node that heartbeats again is put back by PutNode. An unknown node is
+	// ErrNotFound.
+	MarkNodeDown(ctx context.Context, id string, silentSince time.Time) (bool, error)
 }
 
 // IdempotencyRecord is the remembered outcome of a POST carrying an

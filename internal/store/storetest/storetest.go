@@ -36,6 +36,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SandboxConcurrentUpdates", testSandboxConcurrentUpdates},
 		{"Templates", testTemplates},
 		{"Nodes", testNodes},
+		{"NodeReports", testNodeReports},
+		{"MarkNodeDown", testMarkNodeDown},
 		{"Idempotency", testIdempotency},
 		{"Events", testEvents},
 		{"Snapshots", testSnapshots},
