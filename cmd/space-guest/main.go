@@ -67,7 +67,9 @@ func run() int {
 	// Threads for the worst case, made before the workload can exhaust the
 	// sandbox's pids limit (see ReserveThreads).
 	guestd.ReserveThreads(48)
-	cfg := guestd.Config{ReapAll: pid1}
+	// A VM's init (its channel is virtio) prepares the workload cgroup at
+	// start, before a template snapshot is taken of it.
+	cfg := guestd.Config{ReapAll: pid1, PrepareWorkload: pid1 && kind == "virtio"}
 
 	var err error
 	switch kind {

@@ -34,6 +34,9 @@ const Version = "0.7.0"
 type Config struct {
 	// ReapAll makes the daemon reap every child, as PID 1 must.
 	ReapAll bool
+	// PrepareWorkload makes the workload cgroup at start (a VM's init, with
+	// ReapAll): see prepareWorkload.
+	PrepareWorkload bool
 	// PasswdPath and GroupPath name the account files (default /etc/passwd, /etc/group).
 	PasswdPath string
 	GroupPath  string
@@ -93,6 +96,12 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg = cfg.withDefaults()
 	d := &Daemon{cfg: cfg, log: log, started: time.Now(), workload: workload{fd: -1}}
 	d.reaper = newReaper(cfg.ReapAll, log)
+	if cfg.ReapAll && cfg.PrepareWorkload {
+		if err := d.prepareWorkload(); err != nil {
+			// Init tries again, and reports why if it fails.
+			log.Warn("workload cgroup not prepared at start", "err", err)
+		}
+	}
 	d.procs = newProcessTable(cfg.MaxProcesses)
 	d.watchers = newWatcherTable(cfg.MaxWatchers)
 	d.touch()

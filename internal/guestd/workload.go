@@ -44,6 +44,29 @@ func (d *Daemon) limitPids(max uint32) error {
 	if !d.cfg.ReapAll {
 		return errors.New("not the sandbox's init")
 	}
+	if err := d.prepareWorkload(); err != nil {
+		return err
+	}
+	dir := filepath.Join(cgroupRoot, workloadGroup)
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatUint(uint64(max), 10)), 0); err != nil {
+		return fmt.Errorf("set pids.max: %w", err)
+	}
+	return nil
+}
+
+// prepareWorkload makes the workload group (cgroup2 mounted, pids and cpu
+// controllers on, the group made with a low CPU weight) and has every later
+// process start in it; it is done once. None of it depends on the sandbox:
+// a VM's init does it at start (Config.PrepareWorkload), before its template
+// snapshot is taken, so that the Init of a VM restored from that snapshot
+// (a warm pool's claim) only writes the limit.
+func (d *Daemon) prepareWorkload() error {
+	d.workload.mu.Lock()
+	ready := d.workload.fd >= 0
+	d.workload.mu.Unlock()
+	if ready {
+		return nil
+	}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
 		if err := unix.Mount("cgroup2", cgroupRoot, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return fmt.Errorf("mount cgroup2 on %s: %w", cgroupRoot, err)
@@ -62,9 +85,6 @@ func (d *Daemon) limitPids(max uint32) error {
 	dir := filepath.Join(cgroupRoot, workloadGroup)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatUint(uint64(max), 10)), 0); err != nil {
-		return fmt.Errorf("set pids.max: %w", err)
 	}
 	// A low CPU weight for the workload: the daemon, idle most of the time,
 	// still gets the CPU when it needs it, even against a busy fork bomb.
