@@ -273,6 +273,12 @@ func openDatabase(ctx context.Context, dataDir, dbURL string) (store.Store, erro
 	return nil, fmt.Errorf("database %s: scheme %q: %s", u.Redacted(), u.Scheme, want)
 }
 
+// singleReplica reports whether the database dbURL names can have only this
+// server on it: SQLite (the default) is a file one process owns.
+func singleReplica(dbURL string) bool {
+	return dbURL == "" || strings.HasPrefix(dbURL, "sqlite:")
+}
+
 func openSQLite(ctx context.Context, path string) (store.Store, error) {
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
@@ -318,7 +324,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	nodes.Share(st, caSealer)
 	rec := reconcile.New(reconcile.Config{
 		Objects: objs, TenantKey: tenantKey(keys), Schedule: o.schedule, Retention: o.retention,
-		NodeLostAfter: o.nodeLostAfter,
+		NodeLostAfter: o.nodeLostAfter, SingleReplica: singleReplica(o.database),
 	}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))

@@ -70,6 +70,10 @@ type Config struct {
 	// DefaultLeaseTTL): how long other replicas wait for a replica that
 	// died mid-pass.
 	LeaseTTL time.Duration
+	// SingleReplica says no other replica shares the store (SQLite: one
+	// server owns the file), so passes run without leases — each lease is
+	// a write, and a single writer pays for them on every create.
+	SingleReplica bool
 	// NodeLostAfter is how long a node may be silent before it is declared
 	// lost and its sandboxes recovered elsewhere (0: DefaultNodeLostAfter;
 	// negative: never).
@@ -266,7 +270,13 @@ func (r *Reconciler) work(ctx context.Context) {
 		if !ok {
 			return
 		}
-		after, err := r.claimed(ctx, id)
+		var after time.Duration
+		var err error
+		if r.cfg.SingleReplica {
+			after, err = r.reconcile(ctx, id)
+		} else {
+			after, err = r.claimed(ctx, id)
+		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("reconcile", "sandbox", id, "err", err)
 			if after == 0 {

@@ -33,7 +33,7 @@ import (
 
 const (
 	busyTimeout   = 10 * time.Second
-	readPoolSize  = 4
+	readPoolSize  = 8
 	writeAttempts = 5
 )
 
