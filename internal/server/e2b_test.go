@@ -126,7 +126,9 @@ func newE2BPlane(t *testing.T) *e2bPlane {
 		t.Fatal(err)
 	}
 	p.srv = New(Config{Signer: signer, Keys: keys, CASealer: sealer}, st, nodes, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	api := httptest.NewServer(p.srv.Handler())
+	api := httptest.NewUnstartedServer(p.srv.Handler())
+	api.Config.Protocols = apiProtocols() // as Run serves it
+	api.Start()
 	t.Cleanup(api.Close)
 	p.url = api.URL
 	return p
@@ -206,6 +208,41 @@ func TestE2BEnvdProxy(t *testing.T) {
 			map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}))
 		if got.Path != "/files" || got.Query != "path=%2Ftmp%2Fa&username=user" {
 			t.Errorf("files: guest saw %s?%s", got.Path, got.Query)
+		}
+	})
+	t.Run("over HTTP/2 without TLS (h2c), as Connect clients speak it", func(t *testing.T) {
+		protos := new(http.Protocols)
+		protos.SetUnencryptedHTTP2(true)
+		c := &http.Client{Transport: &http.Transport{Protocols: protos}}
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/process.Process/Start", strings.NewReader("{}"))
+		req.Header.Set(e2bSandboxHeader, a.ID)
+		req.Header.Set(e2bPortHeader, "49983")
+		req.Header.Set(e2bTokenHeader, tokA)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("h2c request: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+			t.Fatalf("h2c: %s %d %s, want HTTP/2 200 from the guest", resp.Proto, resp.StatusCode, body)
+		}
+		got := guestSaw(t, answer{status: resp.StatusCode, body: string(body), header: resp.Header})
+		if got.Path != "/process.Process/Start" {
+			t.Errorf("h2c: guest saw %s", got.Path)
+		}
+		// And a forged token is refused the same way over h2c.
+		req, _ = http.NewRequest(http.MethodPost, p.url+"/process.Process/Start", strings.NewReader("{}"))
+		req.Header.Set(e2bSandboxHeader, a.ID)
+		req.Header.Set(e2bPortHeader, "49983")
+		req.Header.Set(e2bTokenHeader, tokB)
+		resp2, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp2.Body.Close()
+		if resp2.StatusCode != http.StatusUnauthorized {
+			t.Errorf("h2c with another sandbox's token: HTTP %d, want 401", resp2.StatusCode)
 		}
 	})
 	t.Run("routed by host", func(t *testing.T) {

@@ -193,6 +193,17 @@ func (s *Server) Handler() http.Handler {
 	return s.withE2BData(s.withIngress(mux))
 }
 
+// apiProtocols are what the API listener speaks: HTTP/1.1, and HTTP/2
+// without TLS by prior knowledge (h2c) — gRPC and Connect clients (the E2B
+// SDKs' envd calls among them) use it on plain-HTTP origins. A TLS
+// terminator in front negotiates its own.
+func apiProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
+}
+
 // Run serves the API on cfg.Listen until ctx is done. ready, when not nil, is
 // called with the bound address once the listener is open.
 func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
@@ -204,6 +215,7 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		Protocols:         apiProtocols(),
 	}
 	go func() {
 		<-ctx.Done()
