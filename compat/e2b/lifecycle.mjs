@@ -43,6 +43,15 @@ await run('lifecycle', [
     eq(info.metadata.suite, tag, 'metadata')
     eq(await sbx.isRunning(), true, 'isRunning')
   }],
+  ['getMetrics', async () => {
+    const ms = await sbx.getMetrics()
+    eq(ms.length, 1, 'one sample (SPACE keeps no history)')
+    const m = ms[0]
+    assert(m.cpuCount >= 1, `cpuCount ${m.cpuCount}`)
+    assert(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, `cpuUsedPct ${m.cpuUsedPct}`)
+    assert(m.memUsed > 0 && m.memUsed <= m.memTotal, `memUsed ${m.memUsed} of ${m.memTotal}`)
+    assert(Math.abs(m.timestamp.getTime() - Date.now()) < 60_000, `timestamp ${m.timestamp}`)
+  }],
   ['setTimeout', async () => {
     await sbx.setTimeout(120_000)
     const end = (await sbx.getInfo()).endAt.getTime()

@@ -55,6 +55,14 @@ func (m *Manager) Handler() http.Handler {
 		m.handlePauseResume(w, r, true)
 	})
 	mux.HandleFunc("PUT /node/v1/executions/{exec}/egress", m.handleSetEgress)
+	mux.HandleFunc("GET /node/v1/executions/{exec}/stats", func(w http.ResponseWriter, r *http.Request) {
+		st, err := m.Stats(r.Context(), r.PathValue("exec"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
 	mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) {
 		m.handlePauseResume(w, r, false)
 	})

@@ -458,6 +458,25 @@ func (m *Manager) List(ctx context.Context) []nodev1.Execution {
 	return out
 }
 
+// Stats measures what an execution uses now.
+func (m *Manager) Stats(ctx context.Context, execID string) (*nodev1.ExecStats, error) {
+	if err := validSandboxExecID(execID); err != nil {
+		return nil, err
+	}
+	rec, err := m.records.load(execID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
+	}
+	st, err := m.cfg.Privileged.Stats(ctx, rec.physicalID())
+	if err != nil {
+		return nil, fmt.Errorf("exec %s: stats: %w", execID, err)
+	}
+	return &nodev1.ExecStats{
+		Time: time.Now().UTC(), CPUNanos: st.CPUNanos, CPUs: rec.CPUs,
+		MemoryBytes: st.MemoryBytes, MemoryLimitBytes: uint64(rec.MemoryMiB) << 20, Pids: st.Pids,
+	}, nil
+}
+
 // Get reports one execution.
 func (m *Manager) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
 	if err := validSandboxExecID(execID); err != nil {

@@ -112,6 +112,12 @@ func (c *Client) Resume(ctx context.Context, execID string) error {
 	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/resume", nil, nil)
 }
 
+// Stats measures what an execution uses now.
+func (c *Client) Stats(ctx context.Context, execID string) (*nodev1.ExecStats, error) {
+	var out nodev1.ExecStats
+	return &out, c.do(ctx, http.MethodGet, "/node/v1/executions/"+url.PathEscape(execID)+"/stats", nil, &out)
+}
+
 // Get reports one execution.
 func (c *Client) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
 	var out nodev1.Execution

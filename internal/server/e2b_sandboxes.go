@@ -2,15 +2,20 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -378,15 +383,171 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly b
 	writeJSON(w, status, s.e2bSandboxOf(sb))
 }
 
-// handleE2BMetrics is GET /sandboxes/{id}/metrics. SPACE keeps no
-// per-sandbox resource time series yet: 501 rather than an empty list that
-// would read as "no usage".
+// e2bMetric is one sample of E2B's SandboxMetric: only what SPACE
+// measures (memory cache and disk use are not, and are left out rather than
+// reported as zero).
+type e2bMetric struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       uint64    `json:"memUsed"`
+	MemTotal      uint64    `json:"memTotal"`
+	// MemCache is the guest's page cache; only a VM has its own (omitted
+	// for ns, whose /proc/meminfo is the host's).
+	MemCache *uint64 `json:"memCache,omitempty"`
+}
+
+// e2bMetricWindow is how long the CPU use of a metrics sample is measured
+// over.
+const e2bMetricWindow = 250 * time.Millisecond
+
+// handleE2BMetrics is GET /sandboxes/{id}/metrics: SPACE keeps no history,
+// so the series is one sample taken now on the sandbox's node (CPU use over
+// a quarter of a second, memory as the node measures it), and empty when
+// the sandbox is not running or the asked window ended before now.
 func (s *Server) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.sandboxFor(r); err != nil {
+	sb, err := s.sandboxFor(r)
+	if err != nil {
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	s.writeE2BErr(w, r, fmt.Errorf("%w: per-sandbox metrics are not recorded by SPACE yet (GET /metrics has the server's)", errNotImplemented))
+	out := []e2bMetric{}
+	if end := r.URL.Query().Get("end"); end != "" {
+		sec, err := strconv.ParseInt(end, 10, 64)
+		if err != nil {
+			s.writeE2BErr(w, r, fmt.Errorf("%w: end %q: want unix seconds", errdefs.ErrInvalidArgument, clip(end)))
+			return
+		}
+		if time.Unix(sec, 0).Before(time.Now().Add(-time.Minute)) {
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+	}
+	if sb.State != sandbox.StateRunning || sb.Node == "" || sb.ExecID == "" {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	node, err := s.nodes.clientWait(r.Context(), sb.Node, nodeWait)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	first, err := node.Stats(r.Context(), sb.ExecID)
+	if err == nil {
+		select {
+		case <-time.After(e2bMetricWindow):
+		case <-r.Context().Done():
+			return
+		}
+		var second *nodev1.ExecStats
+		if second, err = node.Stats(r.Context(), sb.ExecID); err == nil {
+			m := e2bMetricOf(first, second)
+			if sb.Runtime == "vm" {
+				// The node sees the VMM's memory (guest RAM as QEMU holds
+				// it, and QEMU's own); the guest's view is what its user
+				// means.
+				err = s.guestMemory(r.Context(), sb, &m)
+			}
+			out = append(out, m)
+		}
+	}
+	if errdefs.IsNotFound(err) {
+		writeJSON(w, http.StatusOK, out) // the execution ended meanwhile
+		return
+	}
+	if err != nil {
+		s.writeE2BErr(w, r, fmt.Errorf("sandbox %s: metrics: %w", sb.ID, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// maxMeminfo bounds what is read of a guest's /proc/meminfo.
+const maxMeminfo = 64 << 10
+
+// guestMemory fills m's memory from the guest's own /proc/meminfo.
+func (s *Server) guestMemory(ctx context.Context, sb *sandbox.Sandbox, m *e2bMetric) error {
+	g, err := s.guestFor(ctx, sb, capability.OpFiles)
+	if err != nil {
+		return err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, guestFilesURL(g, "/proc/meminfo", "root"), nil)
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return transportError("read /proc/meminfo", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return guestHTTPError("read /proc/meminfo", resp)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMeminfo))
+	if err != nil {
+		return transportError("read /proc/meminfo", err)
+	}
+	mi, err := parseMeminfo(b)
+	if err != nil {
+		return fmt.Errorf("guest /proc/meminfo: %w", err)
+	}
+	m.MemTotal, m.MemUsed = mi.total, mi.total-min(mi.available, mi.total)
+	m.MemCache = &mi.cached
+	return nil
+}
+
+// meminfo is what a metrics sample needs of /proc/meminfo, in bytes.
+type meminfo struct{ total, available, cached uint64 }
+
+// parseMeminfo reads MemTotal, MemAvailable and Cached ("Name:  123 kB"
+// lines) from a guest's /proc/meminfo — guest bytes, so hostile: every
+// line is checked and values are bounded.
+func parseMeminfo(b []byte) (meminfo, error) {
+	var mi meminfo
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch name {
+		case "MemTotal":
+			dst = &mi.total
+		case "MemAvailable":
+			dst = &mi.available
+		case "Cached":
+			dst = &mi.cached
+		default:
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return meminfo{}, fmt.Errorf("%s: malformed value %q", name, clip(rest))
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil || kb > 1<<40 { // 1 PiB in kB: anything above is not a VM's
+			return meminfo{}, fmt.Errorf("%s: value %q out of range", name, clip(f[0]))
+		}
+		*dst = kb * 1024
+		seen++
+	}
+	if mi.total == 0 || seen < 3 {
+		return meminfo{}, errors.New("MemTotal, MemAvailable and Cached are not all there")
+	}
+	return mi, nil
+}
+
+// e2bMetricOf makes a sample from two measures of one execution: CPU use
+// is the CPU time between them over the wall time, per allowed CPU.
+func e2bMetricOf(a, b *nodev1.ExecStats) e2bMetric {
+	m := e2bMetric{
+		Timestamp: b.Time, TimestampUnix: b.Time.Unix(), CPUCount: max(b.CPUs, 1),
+		MemUsed: b.MemoryBytes, MemTotal: b.MemoryLimitBytes,
+	}
+	if wall := b.Time.Sub(a.Time); wall > 0 && b.CPUNanos >= a.CPUNanos {
+		pct := float64(b.CPUNanos-a.CPUNanos) / float64(wall.Nanoseconds()) / float64(m.CPUCount) * 100
+		m.CPUUsedPct = math.Round(min(pct, 100)*100) / 100
+	}
+	return m
 }
 
 // e2bSnapshotKind is the snapshot kind E2B's snapshots and forks map to:

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/guestd"
@@ -37,6 +38,24 @@ type guestNode struct {
 
 func (n *guestNode) handler() http.Handler {
 	mux := http.NewServeMux()
+	// Stats: every execution uses half a CPU and 100 MiB of its 256.
+	born := time.Now()
+	mux.HandleFunc("GET /node/v1/executions/{exec}/stats", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(nodeclient.TokenHeader) != "node-token" {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated"})
+			return
+		}
+		n.mu.Lock()
+		_, ok := n.installed[r.PathValue("exec")]
+		n.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"code": "not_found", "message": "no such execution"})
+			return
+		}
+		now := time.Now()
+		writeJSON(w, http.StatusOK, nodev1.ExecStats{Time: now, CPUNanos: uint64(now.Sub(born).Nanoseconds() / 2), CPUs: 1,
+			MemoryBytes: 100 << 20, MemoryLimitBytes: 256 << 20, Pids: 3})
+	})
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(nodeclient.TokenHeader) != "node-token" {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated"})
@@ -614,11 +633,36 @@ func TestE2BREST(t *testing.T) {
 		wantE2BError(t, "pause another tenant's", p.e2bCall("POST", "/sandboxes/"+theirs.ID+"/pause", p.key, ""), 404)
 		wantE2BError(t, "resume a running sandbox", p.e2bCall("POST", "/sandboxes/"+run1.ID+"/resume", p.key, `{"timeout":10}`), 409)
 		wantE2BError(t, "connect a failed sandbox", p.e2bCall("POST", "/v2/sandboxes/"+failed.ID+"/connect", p.key, `{"timeout":10}`), 404)
-		wantE2BError(t, "metrics", p.e2bCall("GET", "/sandboxes/"+run1.ID+"/metrics", p.key, ""), 501)
 		wantE2BError(t, "delete a template", p.e2bCall("DELETE", "/templates/minimal", p.key, ""), 404)
 		wantE2BError(t, "another tenant's snapshot", p.e2bCall("DELETE", "/templates/sn-aaaaaaaaaaaaaaaa", p.key, ""), 404)
 		wantE2BError(t, "fork count", p.e2bCall("POST", "/sandboxes/"+run1.ID+"/fork", p.key, `{"count":101}`), 400)
 		wantE2BError(t, "create from an unknown snapshot", p.e2bCall("POST", "/v2/sandboxes", p.key, `{"templateID":"sn-aaaaaaaaaaaaaaaa","timeout":30}`), 404)
+	})
+	t.Run("metrics: one sample measured on the node now", func(t *testing.T) {
+		a := p.e2bCall("GET", "/sandboxes/"+run1.ID+"/metrics", p.key, "")
+		var got []e2bMetric
+		if a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &got) != nil || len(got) != 1 {
+			t.Fatalf("metrics: HTTP %d %s, want one sample", a.status, a.body)
+		}
+		m := got[0]
+		if m.CPUCount != 1 || m.MemUsed != 100<<20 || m.MemTotal != 256<<20 || m.CPUUsedPct < 35 || m.CPUUsedPct > 65 || m.TimestampUnix == 0 {
+			t.Errorf("metrics sample %+v, want 1 CPU at ~50%%, 100 of 256 MiB", m)
+		}
+		for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal"} {
+			if !strings.Contains(a.body, `"`+k+`"`) {
+				t.Errorf("metrics body lacks %s: %s", k, a.body)
+			}
+		}
+		for name, path := range map[string]string{
+			"a paused sandbox":    "/sandboxes/" + paused.ID + "/metrics",
+			"a window that ended": "/sandboxes/" + run1.ID + "/metrics?end=1000",
+		} {
+			if a := p.e2bCall("GET", path, p.key, ""); a.status != http.StatusOK || strings.TrimSpace(a.body) != "[]" {
+				t.Errorf("metrics of %s: HTTP %d %s, want an empty series", name, a.status, a.body)
+			}
+		}
+		wantE2BError(t, "metrics of another tenant's sandbox", p.e2bCall("GET", "/sandboxes/"+theirs.ID+"/metrics", p.key, ""), 404)
+		wantE2BError(t, "metrics with a bad end", p.e2bCall("GET", "/sandboxes/"+run1.ID+"/metrics?end=soon", p.key, ""), 400)
 	})
 	t.Run("connect a running sandbox", func(t *testing.T) {
 		a := p.e2bCall("POST", "/v2/sandboxes/"+run2.ID+"/connect", p.key, `{"timeout":10}`)
@@ -685,6 +729,34 @@ func FuzzParseE2BPage(f *testing.F) {
 			if back, ok := parsePageToken(p.after.token()); !ok || back.id != p.after.id || !back.at.Equal(p.after.at) {
 				t.Fatalf("token %q does not round-trip", p.after.token())
 			}
+		}
+	})
+}
+
+func TestParseMeminfo(t *testing.T) {
+	good := "MemTotal:         243928 kB\nMemFree:          209752 kB\nMemAvailable:     206276 kB\nBuffers:            1000 kB\nCached:            30000 kB\nSwapCached:            0 kB\n"
+	mi, err := parseMeminfo([]byte(good))
+	if err != nil || mi.total != 243928*1024 || mi.available != 206276*1024 || mi.cached != 30000*1024 {
+		t.Fatalf("parseMeminfo = %+v, %v", mi, err)
+	}
+	for _, bad := range []string{
+		"", "MemTotal: 1 kB\n", "MemTotal: x kB\nMemAvailable: 1 kB\nCached: 1 kB\n",
+		"MemTotal: 1 MB\nMemAvailable: 1 kB\nCached: 1 kB\n", "MemTotal: 99999999999999999999 kB\nMemAvailable: 1 kB\nCached: 1 kB\n",
+		"MemTotal: 0 kB\nMemAvailable: 0 kB\nCached: 0 kB\n",
+	} {
+		if _, err := parseMeminfo([]byte(bad)); err == nil {
+			t.Errorf("parseMeminfo(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseMeminfo(f *testing.F) {
+	f.Add([]byte("MemTotal: 243928 kB\nMemAvailable: 206276 kB\nCached: 30000 kB\n"))
+	f.Add([]byte("MemTotal:\nCached: 1 kB kB\n:::\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mi, err := parseMeminfo(b)
+		if err == nil && (mi.total == 0 || mi.total > 1<<50 || mi.available > 1<<50 || mi.cached > 1<<50) {
+			t.Fatalf("parseMeminfo accepted %+v", mi)
 		}
 	})
 }

@@ -153,6 +153,20 @@ type PoolStatus struct {
 	MemoryBytes uint64 `json:"memory_bytes"`
 }
 
+// ExecStats is GET /node/v1/executions/{exec}/stats: what the execution
+// uses now, measured on the host (the ns runtime's cgroup; for vm, the VMM's
+// cgroup: guest memory as QEMU holds it, and the VMM's CPU time).
+type ExecStats struct {
+	Time time.Time `json:"time"`
+	// CPUNanos is the CPU time consumed since the execution started.
+	CPUNanos uint64 `json:"cpu_nanos"`
+	// CPUs and MemoryLimitBytes are the execution's caps.
+	CPUs             int    `json:"cpus"`
+	MemoryBytes      uint64 `json:"memory_bytes"`
+	MemoryLimitBytes uint64 `json:"memory_limit_bytes"`
+	Pids             uint64 `json:"pids"`
+}
+
 // ExecutionList is the body of GET /node/v1/executions.
 type ExecutionList struct {
 	Executions []Execution `json:"executions"`
