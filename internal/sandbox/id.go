@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"strconv"
 	"strings"
 )
@@ -42,6 +44,37 @@ func randomString(n int) string {
 
 // NewID returns a fresh sandbox id: 20 characters of [a-z0-9].
 func NewID() string { return randomString(sandboxIDLen) }
+
+// DerivedID returns the sandbox id that parts name, always the same for the
+// same parts: the id of a create carrying an Idempotency-Key is derived from
+// the tenant and the key, so a retry after the server died mid-create finds
+// the sandbox the first attempt recorded instead of making a second one. It
+// has NewID's shape; the parts are hashed (SHA-256, then every character
+// drawn without bias from the hash stream).
+func DerivedID(parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte("space sandbox id v1"))
+	for _, p := range parts {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+	seed := h.Sum(nil)
+	const limit = 256 - 256%len(alphabet)
+	out := make([]byte, 0, sandboxIDLen)
+	for block := uint64(0); len(out) < sandboxIDLen; block++ {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], block)
+		sum := sha256.Sum256(append(append([]byte{}, seed...), n[:]...))
+		for _, b := range sum {
+			if int(b) < limit && len(out) < sandboxIDLen {
+				out = append(out, alphabet[int(b)%len(alphabet)])
+			}
+		}
+	}
+	return string(out)
+}
 
 // NewTenantID returns a fresh tenant id, "t-" and 16 characters of [a-z0-9].
 func NewTenantID() string { return tenantPrefix + randomString(prefixedIDLen) }

@@ -31,6 +31,58 @@ func BenchmarkStateFrom(b *testing.B) {
 	}
 }
 
+// BenchmarkPlaceAtScale: issue 9's scale, 1,000 nodes (simulated node
+// records) and 100,000 sandboxes. "place" is one placement among them;
+// "state+place" is what a create pays in all: building the snapshot from
+// the store's records, then placing.
+func BenchmarkPlaceAtScale(b *testing.B) {
+	const nodes, sandboxes = 1000, 100000
+	now := time.Now()
+	nodeRecs, sbs := cluster(nodes, sandboxes, now)
+	req := Request{Runtime: "ns", CPUs: 1, MemoryMiB: 256}
+	b.Run("place", func(b *testing.B) {
+		st := StateFrom(nodeRecs, sbs, now)
+		for b.Loop() {
+			if _, err := Place(req, st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("state", func(b *testing.B) {
+		for b.Loop() {
+			StateFrom(nodeRecs, sbs, now)
+		}
+	})
+	b.Run("state+place", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Place(req, StateFrom(nodeRecs, sbs, now)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestPlaceAtScale checks that the benchmark's cluster is what it claims:
+// every node live with room, the sandboxes spread evenly, and a placement
+// picks one of the least loaded nodes.
+func TestPlaceAtScale(t *testing.T) {
+	now := time.Now()
+	nodeRecs, sbs := cluster(1000, 100000, now)
+	st := StateFrom(nodeRecs, sbs, now)
+	if len(st.Nodes) != 1000 {
+		t.Fatalf("%d nodes, want 1000", len(st.Nodes))
+	}
+	for _, n := range st.Nodes {
+		if !n.Live || n.Sandboxes != 100 || n.UsedMiB != 100*256 {
+			t.Fatalf("node %s: %+v, want live with 100 sandboxes of 256 MiB", n.ID, n)
+		}
+	}
+	plan, err := Place(Request{Runtime: "ns", CPUs: 1, MemoryMiB: 256}, st)
+	if err != nil || plan.Node != "node-000" {
+		t.Errorf("Place = %+v, %v; want node-000 (all equal, first id)", plan, err)
+	}
+}
+
 func cluster(nNodes, nSandboxes int, now time.Time) ([]store.Node, []*sandbox.Sandbox) {
 	nodes := make([]store.Node, nNodes)
 	for i := range nodes {

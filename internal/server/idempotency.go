@@ -49,6 +49,7 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
+		r = r.WithContext(context.WithValue(r.Context(), idempotencyKeyCtx{}, key))
 		rw := &recordingWriter{ResponseWriter: w, status: http.StatusOK}
 		h(rw, r)
 		if rw.status >= 500 || rw.status == http.StatusAccepted {
@@ -58,6 +59,18 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 			Tenant: tenant, Key: key, Fingerprint: fingerprint, Status: rw.status, Body: rw.body.Bytes(), CreatedAt: time.Now().UTC(),
 		})
 	}
+}
+
+type idempotencyKeyCtx struct{}
+
+// idempotencyKeyOf is the Idempotency-Key the request in ctx carries, or "".
+// Handlers whose first write makes a resource derive its id from it (see
+// sandbox.DerivedID): the answer is remembered only once the handler
+// returns, and a server that dies in between must not make the resource
+// twice on the retry.
+func idempotencyKeyOf(ctx context.Context) string {
+	k, _ := ctx.Value(idempotencyKeyCtx{}).(string)
+	return k
 }
 
 // recordingWriter passes a response through and keeps a copy of its status

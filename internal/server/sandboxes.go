@@ -88,6 +88,18 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 		return nil, fmt.Errorf("%w: template %q is %s, not ready", errdefs.ErrFailedPrecondition, spec.Template, tpl.State)
 	}
 	sb := sandbox.New(tenant, spec, time.Now())
+	key := idempotencyKeyOf(ctx)
+	if key != "" {
+		sb.ID = sandbox.DerivedID("create", tenant, key)
+		if prev, err := s.store.GetSandboxByID(ctx, sb.ID); err == nil {
+			// An earlier attempt with this key recorded the sandbox and
+			// did not answer (its server died): this one waits for it.
+			if err := sameCreate(prev, sb); err != nil {
+				return nil, err
+			}
+			return s.waitCreated(ctx, prev)
+		}
+	}
 	if err := s.newCA(sb); err != nil {
 		return nil, err
 	}
@@ -97,9 +109,34 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 	}
 	sb.Node = nodeID
 	if err := s.store.CreateSandbox(ctx, sb); err != nil {
+		if key != "" && errors.Is(err, errdefs.ErrConflict) {
+			// Another attempt with this key recorded it meanwhile.
+			if prev, gerr := s.store.GetSandboxByID(ctx, sb.ID); gerr == nil {
+				if err := sameCreate(prev, sb); err != nil {
+					return nil, err
+				}
+				return s.waitCreated(ctx, prev)
+			}
+		}
 		return nil, err
 	}
 	s.event(ctx, sb.ID, "scheduled", why)
+	return s.waitCreated(ctx, sb)
+}
+
+// sameCreate checks that the sandbox an earlier attempt with the same
+// Idempotency-Key recorded is what this request asks for.
+func sameCreate(prev, want *sandbox.Sandbox) error {
+	if prev.Tenant != want.Tenant || prev.Template != want.Template || prev.Runtime != want.Runtime ||
+		prev.Name != want.Name || prev.CPUs != want.CPUs || prev.MemoryMiB != want.MemoryMiB {
+		return fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict)
+	}
+	return nil
+}
+
+// waitCreated waits until a new sandbox runs or fails (or the create
+// timeout passes).
+func (s *Server) waitCreated(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
 	wait := s.rec.Watch(sb.ID)
 	defer wait.Stop()
 	s.rec.Enqueue(sb.ID)
