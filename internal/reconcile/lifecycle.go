@@ -282,6 +282,12 @@ func (r *Reconciler) recoverSandbox(ctx context.Context, sb *sandbox.Sandbox, re
 // latestSnapshot returns the snapshot a recovery of sb starts from: the
 // newest ready full snapshot on its node, else the newest ready disk one.
 func (r *Reconciler) latestSnapshot(ctx context.Context, sb *sandbox.Sandbox) (store.Snapshot, bool, error) {
+	return r.newestSnapshot(ctx, sb, func(s store.Snapshot) bool { return s.Node != "" })
+}
+
+// newestSnapshot returns sb's newest ready snapshot of its runtime that
+// usable accepts, a full one before any disk one.
+func (r *Reconciler) newestSnapshot(ctx context.Context, sb *sandbox.Sandbox, usable func(store.Snapshot) bool) (store.Snapshot, bool, error) {
 	snaps, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotReady})
 	if err != nil {
 		return store.Snapshot{}, false, err
@@ -289,7 +295,7 @@ func (r *Reconciler) latestSnapshot(ctx context.Context, sb *sandbox.Sandbox) (s
 	var best store.Snapshot
 	found := false
 	for _, s := range snaps { // oldest first: later ones win ties
-		if s.Node == "" || s.Runtime != sb.Runtime {
+		if s.Runtime != sb.Runtime || !usable(s) {
 			continue
 		}
 		if !found || s.Kind == store.SnapshotFull && best.Kind != store.SnapshotFull ||

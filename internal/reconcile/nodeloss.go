@@ -114,22 +114,7 @@ func (r *Reconciler) recoverElsewhere(ctx context.Context, sb *sandbox.Sandbox, 
 // from: the newest ready full snapshot in object storage, else the newest
 // disk one.
 func (r *Reconciler) durableSnapshot(ctx context.Context, sb *sandbox.Sandbox) (store.Snapshot, bool, error) {
-	snaps, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotReady})
-	if err != nil {
-		return store.Snapshot{}, false, err
-	}
-	var best store.Snapshot
-	found := false
-	for _, s := range snaps { // oldest first: later ones win ties
-		if s.Artifacts == "" || s.Runtime != sb.Runtime {
-			continue
-		}
-		if !found || s.Kind == store.SnapshotFull && best.Kind != store.SnapshotFull ||
-			s.Kind == best.Kind && !s.CreatedAt.Before(best.CreatedAt) {
-			best, found = s, true
-		}
-	}
-	return best, found, nil
+	return r.newestSnapshot(ctx, sb, func(s store.Snapshot) bool { return s.Artifacts != "" })
 }
 
 // placeRecovery picks a live node for sb's new execution.
