@@ -134,7 +134,7 @@ func isSignedFiles(r *http.Request) bool {
 // is one of envd's public paths, and with which method.
 func e2bEnvdPath(method, path string) bool {
 	switch path {
-	case "/health", "/envs":
+	case "/health", "/envs", "/metrics":
 		return method == http.MethodGet
 	case "/files":
 		return method == http.MethodGet || method == http.MethodPost
@@ -176,6 +176,10 @@ func (s *Server) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, err)
 		return
 	}
+	if r.URL.Path == "/metrics" {
+		s.serveE2BEnvdMetrics(w, r, sb)
+		return
+	}
 	gc, err := s.guestFor(r.Context(), sb, bridge.GuestOp(r.URL.Path))
 	if err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
@@ -186,6 +190,38 @@ func (s *Server) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.e2bProxy(gc.http.Transport, t.id).ServeHTTP(w, r)
+}
+
+// envdMetrics is envd's GET /metrics answer: the sandbox's use now.
+type envdMetrics struct {
+	TS          int64   `json:"ts"`
+	CPUCount    int     `json:"cpu_count"`
+	CPUUsedPct  float64 `json:"cpu_used_pct"`
+	MemTotal    uint64  `json:"mem_total"`
+	MemUsed     uint64  `json:"mem_used"`
+	MemTotalMiB uint64  `json:"mem_total_mib"`
+	MemUsedMiB  uint64  `json:"mem_used_mib"`
+	MemCache    *uint64 `json:"mem_cache,omitempty"`
+}
+
+// serveE2BEnvdMetrics answers envd's GET /metrics in the control plane
+// rather than in the guest: an ns sandbox's /proc shows the host's CPUs
+// and memory, so the figures come from the node (and a VM's memory from
+// its own /proc/meminfo), as for the REST metrics.
+func (s *Server) serveE2BEnvdMetrics(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox) {
+	m, err := s.sampleE2BMetric(r.Context(), sb)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	if m == nil {
+		writeE2BNotFound(w, sb.ID) // not running: what the proxy answers for it
+		return
+	}
+	writeJSON(w, http.StatusOK, envdMetrics{
+		TS: m.TimestampUnix, CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct,
+		MemTotal: m.MemTotal, MemUsed: m.MemUsed, MemTotalMiB: m.MemTotal >> 20, MemUsedMiB: m.MemUsed >> 20, MemCache: m.MemCache,
+	})
 }
 
 // e2bProxy forwards to the guest daemon over transport (guestFor's, which

@@ -424,43 +424,54 @@ func (s *Server) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if sb.State != sandbox.StateRunning || sb.Node == "" || sb.ExecID == "" {
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	node, err := s.nodes.clientWait(r.Context(), sb.Node, nodeWait)
+	m, err := s.sampleE2BMetric(r.Context(), sb)
 	if err != nil {
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	first, err := node.Stats(r.Context(), sb.ExecID)
+	if m != nil {
+		out = append(out, *m)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sampleE2BMetric measures sandbox sb now: nil when it is not running (or
+// its execution ended meanwhile).
+func (s *Server) sampleE2BMetric(ctx context.Context, sb *sandbox.Sandbox) (*e2bMetric, error) {
+	if sb.State != sandbox.StateRunning || sb.Node == "" || sb.ExecID == "" {
+		return nil, nil
+	}
+	node, err := s.nodes.clientWait(ctx, sb.Node, nodeWait)
+	if err != nil {
+		return nil, err
+	}
+	first, err := node.Stats(ctx, sb.ExecID)
+	var m *e2bMetric
 	if err == nil {
 		select {
 		case <-time.After(e2bMetricWindow):
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 		var second *nodev1.ExecStats
-		if second, err = node.Stats(r.Context(), sb.ExecID); err == nil {
-			m := e2bMetricOf(first, second)
+		if second, err = node.Stats(ctx, sb.ExecID); err == nil {
+			sample := e2bMetricOf(first, second)
+			m = &sample
 			if sb.Runtime == "vm" {
 				// The node sees the VMM's memory (guest RAM as QEMU holds
 				// it, and QEMU's own); the guest's view is what its user
 				// means.
-				err = s.guestMemory(r.Context(), sb, &m)
+				err = s.guestMemory(ctx, sb, m)
 			}
-			out = append(out, m)
 		}
 	}
 	if errdefs.IsNotFound(err) {
-		writeJSON(w, http.StatusOK, out) // the execution ended meanwhile
-		return
+		return nil, nil // the execution ended meanwhile
 	}
 	if err != nil {
-		s.writeE2BErr(w, r, fmt.Errorf("sandbox %s: metrics: %w", sb.ID, err))
-		return
+		return nil, fmt.Errorf("sandbox %s: metrics: %w", sb.ID, err)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return m, nil
 }
 
 // maxMeminfo bounds what is read of a guest's /proc/meminfo.

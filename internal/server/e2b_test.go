@@ -264,6 +264,22 @@ func TestE2BEnvdProxy(t *testing.T) {
 			t.Errorf("h2c with another sandbox's token: HTTP %d, want 401", resp2.StatusCode)
 		}
 	})
+	t.Run("envd /metrics answered from the node", func(t *testing.T) {
+		got := p.envd(http.MethodGet, "/metrics", a.ID, tokA)
+		var m envdMetrics
+		if got.status != http.StatusOK || json.Unmarshal([]byte(got.body), &m) != nil {
+			t.Fatalf("metrics: HTTP %d %s", got.status, got.body)
+		}
+		if got.header.Get("X-Guest") != "" || m.MemUsed != 100<<20 || m.MemTotalMiB != 256 || m.CPUCount != 1 || m.CPUUsedPct < 35 || m.CPUUsedPct > 65 {
+			t.Errorf("metrics %+v (from the guest: %v), want the node's figures", m, got.header.Get("X-Guest") != "")
+		}
+		if got := p.envd(http.MethodGet, "/metrics", a.ID, tokB); got.status != http.StatusUnauthorized {
+			t.Errorf("metrics with B's token: HTTP %d", got.status)
+		}
+		if got := p.envd(http.MethodGet, "/metrics", paused.ID, p.srv.e2bAccessToken(paused.ID)); got.status != http.StatusBadGateway {
+			t.Errorf("metrics of a paused sandbox: HTTP %d %s, want 502", got.status, got.body)
+		}
+	})
 	t.Run("routed by host", func(t *testing.T) {
 		got := guestSaw(t, p.send(http.MethodGet, "/health", "49983-"+a.ID+".localhost", "", map[string]string{e2bTokenHeader: tokA}))
 		if got.Path != "/health" {
