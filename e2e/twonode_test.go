@@ -87,6 +87,23 @@ func TestHibernateRestoreOnAnotherNode(t *testing.T) {
 		t.Errorf("hostname after restore = %q", res.Stdout)
 	}
 
+	// An admin chooses the node of a restore; an unknown node is refused
+	// and leaves the sandbox hibernated.
+	if _, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
+		t.Fatalf("hibernate before a placed restore: %d %s", c, e)
+	}
+	var bad struct{ Code, Message string }
+	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/restore", map[string]string{"node": "no-such-node"}, &bad); code != http.StatusNotFound {
+		t.Errorf("restore on an unknown node: HTTP %d %+v, want 404", code, bad)
+	}
+	if _, e, c := in.cli("", "sandbox", "restore", "--node", "node-b", sb.ID); c != 0 {
+		t.Fatalf("restore --node node-b: %d %s\n%s", c, e, in.logs())
+	}
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.Node != "node-b" || got.State != "running" {
+		t.Errorf("after restore --node node-b: %+v", got)
+	}
+
 	// Revoke the tenant's key: the hibernated sandbox cannot come back.
 	if _, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
 		t.Fatalf("second hibernate: %d %s", c, e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/benchstat"
@@ -65,6 +66,15 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 	}
 	add("hibernate", hib)
 	add("restore", restore)
+	other, why, err := b.restoreOtherNode(ctx, id, rounds)
+	switch {
+	case err != nil:
+		return nil, err
+	case why != "":
+		b.report.Note("restore_other_node", why)
+	default:
+		add("restore_other_node", other)
+	}
 
 	var fork timer
 	for i := range rounds {
@@ -93,6 +103,60 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 	}
 	add("rollback", rollback)
 	return rows, nil
+}
+
+// restoreOtherNode times rounds restores of id on a node other than the one
+// it runs on (each after an untimed hibernate), alternating between live
+// nodes that offer its runtime. It needs an admin key (to list nodes and
+// choose one) and two such nodes; otherwise why says what is missing and
+// nothing is timed.
+func (b *bench) restoreOtherNode(ctx context.Context, id string, rounds int) (t timer, why string, err error) {
+	nodes, err := b.e.c.ListNodes(ctx)
+	if err != nil {
+		return t, "not measured: listing the nodes needs an admin key (" + err.Error() + ")", nil
+	}
+	sb, err := b.e.c.GetSandbox(ctx, id)
+	if err != nil {
+		return t, "", err
+	}
+	var live []string
+	for _, n := range nodes {
+		if n.Live && slices.Contains(n.Runtimes, sb.Runtime) {
+			live = append(live, n.ID)
+		}
+	}
+	if len(live) < 2 {
+		return t, fmt.Sprintf("not measured: %d live node(s) offer %s; it takes two", len(live), sb.Runtime), nil
+	}
+	for i := range rounds {
+		cur, err := b.e.c.GetSandbox(ctx, id)
+		if err != nil {
+			return t, "", err
+		}
+		target := live[0]
+		if target == cur.Node {
+			target = live[1]
+		}
+		if err := b.toState(ctx, id, "hibernate", sandboxv1.StateHibernated); err != nil {
+			return t, "", fmt.Errorf("restore on another node: hibernate %d of %d: %w", i+1, rounds, err)
+		}
+		err = t.time(func() error {
+			rctx, cancel := context.WithTimeout(ctx, defaultWait)
+			defer cancel()
+			got, err := b.e.c.RestoreSandboxOn(rctx, id, target)
+			if err == nil && got.State != sandboxv1.StateRunning {
+				got, err = b.e.c.WaitForState(rctx, id, sandboxv1.StateRunning)
+			}
+			if err == nil && got.Node != target {
+				err = fmt.Errorf("restored on %s, asked for %s", got.Node, target)
+			}
+			return err
+		})
+		if err != nil {
+			return t, "", fmt.Errorf("restore %d of %d on node %s: %w", i+1, rounds, target, err)
+		}
+	}
+	return t, "", nil
 }
 
 // fork forks id and waits until the child runs; it returns the child's id

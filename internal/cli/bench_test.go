@@ -82,7 +82,7 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 		}
 		s.mu.Lock()
 		s.seq++
-		sb := &sandboxv1.Sandbox{ID: fmt.Sprintf("sb-%d", s.seq), Name: req.Name, Template: req.Template, State: sandboxv1.StateCreating}
+		sb := &sandboxv1.Sandbox{ID: fmt.Sprintf("sb-%d", s.seq), Name: req.Name, Template: req.Template, Runtime: "ns", Node: "node-a", State: sandboxv1.StateCreating}
 		if s.names[req.Name] {
 			t.Errorf("name %q used twice", req.Name)
 		}
@@ -113,6 +113,12 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 			sb.State = sandboxv1.StateRunning // running from the first poll on
 		}
 		writeJSONResp(w, 200, *sb)
+	})
+	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONResp(w, 200, sandboxv1.NodeList{Nodes: []sandboxv1.Node{
+			{ID: "node-a", Live: true, Runtimes: []string{"ns"}}, {ID: "node-b", Live: true, Runtimes: []string{"ns"}},
+			{ID: "node-c", Live: false, Runtimes: []string{"ns"}},
+		}})
 	})
 	// Odd-numbered sandboxes say they claimed a prepared execution.
 	mux.HandleFunc("GET /v1/sandboxes/{id}/events", func(w http.ResponseWriter, r *http.Request) {
@@ -199,6 +205,13 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 			}
 			s.lifecycle = append(s.lifecycle, op.verb)
 			sb.State = op.to
+			if op.verb == "restore" {
+				var req sandboxv1.RestoreRequest
+				if r.ContentLength > 0 && json.NewDecoder(r.Body).Decode(&req) == nil && req.Node != "" {
+					sb.Node = req.Node
+					s.lifecycle[len(s.lifecycle)-1] = "restore-on-" + req.Node
+				}
+			}
 			writeJSONResp(w, 200, *sb)
 		})
 	}
@@ -342,7 +355,7 @@ func TestBenchAllTable(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "files_write_100mib 3", "files_read_100mib 3", "pause 6", "resume 6", "snapshot_disk 5",
-		"hibernate 3", "restore 3", "fork 3", "rollback 3"}
+		"hibernate 3", "restore 3", "restore_other_node 3", "fork 3", "rollback 3"}
 	if len(lines) != len(want)+2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "SCENARIO") {
 		t.Fatalf("table = %q", out)
 	}
@@ -361,7 +374,8 @@ func TestBenchAllTable(t *testing.T) {
 		}
 	}
 	c := s.counts()
-	wantOps := strings.Repeat("pause resume ", 6) + strings.Repeat("hibernate restore ", 3) + "fork fork fork rollback rollback rollback"
+	wantOps := strings.Repeat("pause resume ", 6) + strings.Repeat("hibernate restore ", 3) +
+		"hibernate restore-on-node-b hibernate restore-on-node-a hibernate restore-on-node-b " + "fork fork fork rollback rollback rollback"
 	if c.execs != 6 || strings.Join(c.lifecycle, " ") != wantOps {
 		t.Errorf("%d execs, lifecycle %v; want 6 and %s", c.execs, c.lifecycle, wantOps)
 	}

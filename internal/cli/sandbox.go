@@ -187,6 +187,10 @@ var lifecycleVerbs = []lifecycleVerb{
 func (l lifecycleVerb) run(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("sandbox " + l.verb)
 	wait := durationFlag(fs, "wait", defaultWait, "how long to wait for the target state")
+	var node string
+	if l.verb == "restore" {
+		fs.StringVar(&node, "node", "", "restore on this node (admin key; default: the scheduler's choice)")
+	}
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -197,7 +201,13 @@ func (l lifecycleVerb) run(ctx context.Context, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()
-	sb, err := l.call(e.c, ctx, pos[0])
+	call := l.call
+	if node != "" {
+		call = func(c *space.Client, ctx context.Context, id string, opts ...space.CallOption) (*sandboxv1.Sandbox, error) {
+			return c.RestoreSandboxOn(ctx, id, node, opts...)
+		}
+	}
+	sb, err := call(e.c, ctx, pos[0])
 	if err != nil {
 		return err
 	}

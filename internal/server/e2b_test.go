@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -775,4 +776,27 @@ func FuzzParseMeminfo(f *testing.F) {
 			t.Fatalf("parseMeminfo accepted %+v", mi)
 		}
 	})
+}
+
+// TestRestoreNodeNeedsAdmin: choosing the node of a restore is an operator's
+// decision; a tenant key is refused before anything changes.
+func TestRestoreNodeNeedsAdmin(t *testing.T) {
+	p := newE2BPlane(t)
+	sb := p.sandbox(p.tenant, sandbox.StateHibernated, nil)
+	got := p.send(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/restore", "", `{"node":"node-a"}`, map[string]string{"Authorization": "Bearer " + p.key})
+	if got.status != http.StatusForbidden {
+		t.Errorf("tenant restore with a node: HTTP %d %s, want 403", got.status, got.body)
+	}
+	got = p.send(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/restore", "", `{"node":"Bad Node!"}`, map[string]string{"Authorization": "Bearer " + p.key})
+	if got.status != http.StatusForbidden && got.status != http.StatusBadRequest {
+		t.Errorf("tenant restore with a malformed node: HTTP %d %s", got.status, got.body)
+	}
+	got = p.send(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/restore", "", `{"node":1}`, map[string]string{"Authorization": "Bearer " + p.key})
+	if got.status != http.StatusBadRequest {
+		t.Errorf("restore with a malformed body: HTTP %d %s, want 400", got.status, got.body)
+	}
+	cur, err := p.st.GetSandboxByID(context.Background(), sb.ID)
+	if err != nil || cur.State != sandbox.StateHibernated {
+		t.Errorf("after refused restores: %+v %v, want still hibernated", cur, err)
+	}
 }

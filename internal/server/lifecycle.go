@@ -26,6 +26,40 @@ func (s *Server) handleLifecycle(op sandbox.Op) http.HandlerFunc {
 	}
 }
 
+// handleRestore brings a hibernated sandbox back from object storage, on
+// the node the scheduler picks or, for an admin, on the node the body names
+// (to move a sandbox, or to measure a restore on another node).
+func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
+	var req sandboxv1.RestoreRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &req); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if req.Node == "" {
+		s.runLifecycle(w, r, sandbox.OpRestore, nil)
+		return
+	}
+	if !callerOf(r.Context()).Admin {
+		s.writeError(w, r, fmt.Errorf("%w: choosing the node of a restore needs an admin key", errdefs.ErrPermissionDenied))
+		return
+	}
+	if !validNodeID(req.Node) {
+		s.writeError(w, r, fmt.Errorf("%w: node %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(req.Node)))
+		return
+	}
+	s.runLifecycle(w, r, sandbox.OpRestore, func(sb *sandbox.Sandbox) error {
+		why, err := s.placeOn(r.Context(), sb, req.Node)
+		if err != nil {
+			return err
+		}
+		sb.Node = req.Node
+		s.event(r.Context(), sb.ID, "scheduled", why)
+		return nil
+	})
+}
+
 // handleStart boots a stopped sandbox from the disk its stop kept, on the
 // node that holds it.
 func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {

@@ -200,6 +200,33 @@ func (s *Server) place(ctx context.Context, sb *sandbox.Sandbox) (string, string
 	return plan.Node, plan.Reason, nil
 }
 
+// placeOn checks that node can take sb as the scheduler would judge it
+// (live, the runtime, room), and says why it was chosen.
+func (s *Server) placeOn(ctx context.Context, sb *sandbox.Sandbox, node string) (string, error) {
+	nodes, err := s.store.ListNodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	var only []store.Node
+	for _, n := range nodes {
+		if n.ID == node {
+			only = append(only, n)
+		}
+	}
+	if len(only) == 0 {
+		return "", fmt.Errorf("%w: node %q is not registered", errdefs.ErrNotFound, node)
+	}
+	all, err := s.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return "", err
+	}
+	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB}, scheduler.StateFrom(only, all, time.Now()))
+	if err != nil {
+		return "", err
+	}
+	return "node chosen by the caller; " + plan.Reason, nil
+}
+
 func (s *Server) event(ctx context.Context, id, typ, msg string) {
 	_, err := s.store.AppendEvent(context.WithoutCancel(ctx), store.Event{SandboxID: id, Time: time.Now().UTC(), Type: typ, Message: msg})
 	if err != nil {

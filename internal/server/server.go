@@ -147,7 +147,7 @@ func (s *Server) Handler() http.Handler {
 	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)
 	authed("POST /v1/sandboxes/{id}/fork", s.idempotent(s.handleFork))
 	authed("POST /v1/sandboxes/{id}/hibernate", s.handleLifecycle(sandbox.OpHibernate))
-	authed("POST /v1/sandboxes/{id}/restore", s.handleLifecycle(sandbox.OpRestore))
+	authed("POST /v1/sandboxes/{id}/restore", s.handleRestore)
 	authed("POST /v1/sandboxes/{id}/ports", s.handleExposePort)
 	authed("GET /v1/sandboxes/{id}/ports", s.handleListPorts)
 	authed("DELETE /v1/sandboxes/{id}/ports/{port}", s.handleUnexposePort)

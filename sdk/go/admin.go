@@ -94,6 +94,16 @@ func (c *Client) ListTenants(ctx context.Context) ([]sandboxv1.Tenant, error) {
 	return list.Tenants, nil
 }
 
+// ListNodes lists the registered nodes with their capacity, liveness and
+// warm pools (admin key).
+func (c *Client) ListNodes(ctx context.Context) ([]sandboxv1.Node, error) {
+	var list sandboxv1.NodeList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/nodes"}, nil, &list, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return list.Nodes, nil
+}
+
 // CreateTenant creates a tenant and its first API key, which the answer carries
 // and the server never shows again (admin key).
 func (c *Client) CreateTenant(ctx context.Context, name string, opts ...CallOption) (*sandboxv1.CreateTenantResponse, error) {

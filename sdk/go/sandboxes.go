@@ -67,6 +67,12 @@ func (c *Client) RestoreSandbox(ctx context.Context, id string, opts ...CallOpti
 	return c.sandboxCall(ctx, http.MethodPost, id, "/restore", nil, opts, "restore")
 }
 
+// RestoreSandboxOn restores a hibernated sandbox on the named node (admin
+// keys only); RestoreSandbox lets the scheduler choose.
+func (c *Client) RestoreSandboxOn(ctx context.Context, id, node string, opts ...CallOption) (*sandboxv1.Sandbox, error) {
+	return c.sandboxCall(ctx, http.MethodPost, id, "/restore", sandboxv1.RestoreRequest{Node: node}, opts, "restore")
+}
+
 // StopSandbox stops a sandbox, keeping its filesystem (target state stopped).
 func (c *Client) StopSandbox(ctx context.Context, id string, opts ...CallOption) (*sandboxv1.Sandbox, error) {
 	return c.sandboxCall(ctx, http.MethodPost, id, "/stop", nil, opts, "stop")

@@ -45,6 +45,14 @@ type RollbackRequest struct {
 	Snapshot string `json:"snapshot"`
 }
 
+// RestoreRequest is the optional body of POST /v1/sandboxes/{id}/restore.
+type RestoreRequest struct {
+	// Node places the restored sandbox on that node (admin keys only; it
+	// must be live, offer the runtime and have room). Empty: the
+	// scheduler's choice.
+	Node string `json:"node,omitempty"`
+}
+
 // ExposePortRequest is the body of POST /v1/sandboxes/{id}/ports.
 type ExposePortRequest struct {
 	Port     int    `json:"port"`

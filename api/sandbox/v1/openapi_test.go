@@ -134,7 +134,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CreateTenantResponse": CreateTenantResponse{}, "APIKey": APIKey{}, "APIKeyList": APIKeyList{},
 		"CreateKeyRequest": CreateKeyRequest{}, "CreateKeyResponse": CreateKeyResponse{},
 		"Snapshot": Snapshot{}, "SnapshotList": SnapshotList{}, "CreateSnapshotRequest": CreateSnapshotRequest{},
-		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{},
+		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{}, "RestoreRequest": RestoreRequest{},
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{}, "ServicePortList": ServicePortList{},
 		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
 		"Node": Node{}, "NodeList": NodeList{}, "WarmPoolStatus": WarmPoolStatus{}, "SetTimeoutRequest": SetTimeoutRequest{},
