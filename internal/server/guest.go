@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -169,6 +171,34 @@ func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // send sends req (addressed to guestBase) to rt's node and execution with
 // rt's capability.
 func (t *routeTransport) send(req *http.Request, rt *route.Route) (*http.Response, error) {
+	sent := time.Now()
+	resp, err := t.sendOnce(req, rt)
+	if err == nil || !nodeNotListening(err) {
+		return resp, err
+	}
+	// The node is known (from the store) but not listening: it is
+	// restarting, as with a control plane that restarted with it. Its next
+	// heartbeat says it is back (with its address and token, which may be
+	// new); the request is sent once more then, when its body can be
+	// rebuilt (a refused dial sent none of it).
+	if !t.s.nodes.waitHeartbeat(req.Context(), rt.Identity.Node, sent, nodeWait) {
+		return nil, err
+	}
+	retry := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.GetBody == nil {
+			return nil, err
+		}
+		body, berr := req.GetBody()
+		if berr != nil {
+			return nil, err
+		}
+		retry.Body = body
+	}
+	return t.sendOnce(retry, rt)
+}
+
+func (t *routeTransport) sendOnce(req *http.Request, rt *route.Route) (*http.Response, error) {
 	nc, err := t.s.nodes.clientWait(req.Context(), rt.Identity.Node, nodeWait)
 	if err != nil {
 		return nil, err
@@ -183,6 +213,13 @@ func (t *routeTransport) send(req *http.Request, rt *route.Route) (*http.Respons
 	out.URL, out.Host = u, u.Host
 	out.Header.Set(capability.Header, rt.Token)
 	return shared.Transport.RoundTrip(out)
+}
+
+// nodeNotListening reports whether err is a dial to a node that nothing
+// listens on (connection refused, or its unix socket is missing).
+func nodeNotListening(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT))
 }
 
 // resolveRoute reads the sandbox again after a RefreshRoute and returns a

@@ -36,6 +36,11 @@ type Nodes struct {
 	observed map[string]observation
 	// registered is closed (and replaced) whenever a node registers.
 	registered chan struct{}
+	// heard is when each node's heartbeat last reached this replica.
+	heard map[string]time.Time
+	// started is when this registry (this replica) started: a node whose
+	// last report in the store is older may be restarting with it.
+	started time.Time
 }
 
 type observation struct {
@@ -48,12 +53,22 @@ type observation struct {
 func NewNodes() *Nodes {
 	return &Nodes{
 		clients: map[string]*nodeclient.Client{}, addrs: map[string]string{}, confirmed: map[string]time.Time{},
-		observed: map[string]observation{}, registered: make(chan struct{}),
+		observed: map[string]observation{}, registered: make(chan struct{}), heard: map[string]time.Time{},
+		started: time.Now(),
 	}
 }
 
-// Register records (or refreshes) how to reach a node.
+// Register records (or refreshes) how to reach a node that sent a
+// heartbeat.
 func (n *Nodes) Register(id, addr, token string) error {
+	n.mu.Lock()
+	n.heard[id] = time.Now()
+	n.mu.Unlock()
+	return n.learn(id, addr, token)
+}
+
+// learn records how to reach a node.
+func (n *Nodes) learn(id, addr, token string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.addrs[id] == addr+"\x00"+token {
@@ -88,6 +103,32 @@ func (n *Nodes) clientWait(ctx context.Context, id string, maxWait time.Duration
 			return n.client(id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// waitHeartbeat waits up to maxWait for a heartbeat of node id that
+// reaches this replica after since (a node restarting with the control
+// plane is not listening yet, though the store knows its address).
+func (n *Nodes) waitHeartbeat(ctx context.Context, id string, since time.Time, maxWait time.Duration) bool {
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	for {
+		n.mu.Lock()
+		next, at := n.registered, n.heard[id]
+		n.mu.Unlock()
+		if at.After(since) {
+			return true
+		}
+		// Register closes registered only when a node's address or token
+		// changes; poll as well for a plain heartbeat.
+		select {
+		case <-next:
+		case <-time.After(100 * time.Millisecond):
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

@@ -112,11 +112,17 @@ func (n *Nodes) fromStore(sh *nodeShare, id string) (*nodeclient.Client, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: node %q has not reported to any replica: %v", errdefs.ErrUnavailable, id, err)
 	}
+	if node.LastHeartbeat.Before(n.started) {
+		// Nobody has heard it since this replica started: it may be
+		// restarting too (one machine running both), and its stored
+		// address is not listening yet. Its next heartbeat registers it.
+		return nil, fmt.Errorf("%w: node %q has not reported since this control plane started; retry shortly", errdefs.ErrUnavailable, id)
+	}
 	token, err := sh.sealer.openNodeToken(id, rep.SealedToken)
 	if err != nil {
 		return nil, err
 	}
-	if err := n.Register(id, node.Address, token); err != nil {
+	if err := n.learn(id, node.Address, token); err != nil {
 		return nil, fmt.Errorf("%w: node %q: stored address: %v", errdefs.ErrUnavailable, id, err)
 	}
 	n.mu.Lock()
