@@ -191,3 +191,148 @@ func waitNodes(t *testing.T, in *instance, ids ...string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestDrainMovesSandboxesToAnotherNode drains the --dev node while a second
+// node runs beside it: its running sandbox moves to the second node (a
+// hibernate and a restore: generation+1, its files intact), the drain
+// answer names the stopped sandbox whose disk stays on the drained node,
+// and new sandboxes go to the second node only.
+func TestDrainMovesSandboxesToAnotherNode(t *testing.T) {
+	dirA := newDataDir(t)
+	in := startServer(t, dirA)
+	defer in.stop()
+	stopNodeB := startNodeB(t, in, dirA, newDataDir(t))
+	defer stopNodeB()
+	waitNodes(t, in, "local", "node-b")
+
+	// With node-b draining, both sandboxes go to local.
+	if _, e, c := in.cli("", "nodes", "drain", "node-b"); c != 0 {
+		t.Fatalf("nodes drain node-b: %d %s\n%s", c, e, in.logs())
+	}
+	sb := in.create("minimal")
+	stopped := in.create("minimal")
+	if sb.Node != "local" || stopped.Node != "local" {
+		t.Fatalf("sandboxes placed on %q and %q with node-b draining, want local", sb.Node, stopped.Node)
+	}
+	if _, e, c := in.cli("", "nodes", "undrain", "node-b"); c != 0 {
+		t.Fatalf("nodes undrain node-b: %d %s", c, e)
+	}
+	in.exec(sb.ID, "sh", "-c", "mkdir -p /home/user/w && head -c 1000000 /dev/urandom > /home/user/w/blob && sha256sum /home/user/w/blob > /home/user/w/sum")
+	before := in.exec(sb.ID, "cat", "/home/user/w/sum").Stdout
+	if _, e, c := in.cli("", "sandbox", "stop", stopped.ID); c != 0 {
+		t.Fatalf("stop: %d %s", c, e)
+	}
+
+	out, e, c := in.cli("", "nodes", "drain", "local", "-o", "json")
+	if c != 0 {
+		t.Fatalf("nodes drain: %d %s\n%s", c, e, in.logs())
+	}
+	var drained struct {
+		State   string   `json:"state"`
+		Stopped []string `json:"stopped_on_node"`
+	}
+	if err := json.Unmarshal([]byte(out), &drained); err != nil {
+		t.Fatalf("drain answer %q: %v", out, err)
+	}
+	if drained.State != "draining" || len(drained.Stopped) != 1 || drained.Stopped[0] != stopped.ID {
+		t.Errorf("drain answer %+v, want draining naming stopped sandbox %s", drained, stopped.ID)
+	}
+
+	var got sandbox
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+		if got.Node == "node-b" && got.State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox not moved to node-b: %+v\n%s", got, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got.Generation != sb.Generation+1 {
+		t.Errorf("generation after the move = %d, want %d", got.Generation, sb.Generation+1)
+	}
+	if after := in.exec(sb.ID, "sh", "-c", "cat /home/user/w/sum && sha256sum /home/user/w/blob").Stdout; after != before+before {
+		t.Errorf("content after the move:\n%s\nwant twice %q", after, before)
+	}
+	var evs struct {
+		Events []struct{ Type, Message string }
+	}
+	in.do("GET", "/v1/sandboxes/"+sb.ID+"/events", nil, &evs)
+	moved := false
+	for _, ev := range evs.Events {
+		moved = moved || strings.Contains(ev.Message, "node local is draining: moving to node-b")
+	}
+	if !moved {
+		t.Errorf("no move in the events: %+v", evs.Events)
+	}
+
+	// The drained node takes nothing new.
+	if fresh := in.create("minimal"); fresh.Node != "node-b" {
+		t.Errorf("a sandbox created during the drain went to %q, want node-b", fresh.Node)
+	}
+	list, e, c := in.cli("", "nodes", "list")
+	if c != 0 {
+		t.Fatalf("nodes list: %d %s", c, e)
+	}
+	if !strings.Contains(list, "draining") || !strings.Contains(list, "node-b") {
+		t.Errorf("nodes list:\n%s\nwant local draining and node-b", list)
+	}
+	if _, e, c := in.cli("", "nodes", "undrain", "local"); c != 0 {
+		t.Fatalf("nodes undrain: %d %s", c, e)
+	}
+	var nodes struct {
+		Nodes []struct{ ID, State string }
+	}
+	in.do("GET", "/v1/nodes", nil, &nodes)
+	for _, n := range nodes.Nodes {
+		if n.ID == "local" && n.State != "ready" {
+			t.Errorf("local after undrain is %s, want ready", n.State)
+		}
+	}
+}
+
+// startNodeB starts a second node, node-b, with its own node-manager in
+// dirB, sharing the object store and KMS of the --dev server in dirA. The
+// returned function deletes every sandbox and stops both processes.
+func startNodeB(t *testing.T, in *instance, dirA, dirB string) func() {
+	t.Helper()
+	join, err := os.ReadFile(filepath.Join(dirA, "join.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pmSock := filepath.Join(dirB, "run", "node-manager.sock")
+	pm := exec.Command(bin.space, "node-manager", "--data-dir", dirB, "--socket", pmSock)
+	pm.Stderr = &lockedWriter{in: in}
+	if err := pm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	node := exec.Command(bin.space, "node", "--server", in.url, "--join-token", strings.TrimSpace(string(join)),
+		"--data-dir", dirB, "--id", "node-b", "--node-manager", pmSock, "--listen", "unix:"+filepath.Join(dirB, "run", "node.sock"),
+		"--object-store", "file://"+filepath.Join(dirA, "objects"), "--kms-dir", filepath.Join(dirA, "kms"))
+	node.Stderr = &lockedWriter{in: in}
+	if err := node.Start(); err != nil {
+		pm.Process.Kill()
+		pm.Wait()
+		t.Fatal(err)
+	}
+	return func() {
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, sb := range list.Sandboxes {
+			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+		}
+		for _, p := range []*exec.Cmd{node, pm} {
+			p.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Errorf("%s did not stop", p.Args[1])
+				p.Process.Kill()
+			}
+		}
+	}
+}

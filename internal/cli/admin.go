@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +25,8 @@ func init() {
 		&command{path: "tenant create", args: "NAME [-o json]", summary: "create a tenant; prints its first API key (admin key)", run: tenantCreate},
 		&command{path: "tenant list", args: "[-o json]", summary: "list tenants (admin key)", run: tenantList},
 		&command{path: "tenant delete", args: "ID", summary: "delete a tenant (admin key)", run: tenantDelete},
+		&command{path: "tenant quota", args: "ID [--max-sandboxes N] [--max-memory-mib N] [--max-cpus N] [-o json]",
+			summary: "show or set a tenant's quota on its running sandboxes, their memory and CPUs; 0 is unlimited, limits not named are kept (admin key)", run: tenantQuota},
 		&command{path: "signing-key list", args: "[-o json]", summary: "list the capability signing keys (admin key)", run: signingKeyList},
 		&command{path: "signing-key rotate", args: "[-o json]", summary: "make a new capability signing key, published to nodes now and signing after 10 s; prints its id (admin key)", run: signingKeyRotate},
 		&command{path: "tenant encryption-keys", args: "ID [-o json]", summary: "list a tenant's encryption keys, which wrap everything its sandboxes put in object storage (admin key)", run: tenantEncryptionKeys},
@@ -285,6 +288,71 @@ func tenantDelete(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return e.c.DeleteTenant(ctx, id)
+}
+
+func tenantQuota(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("tenant quota")
+	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes holding resources (not hibernated, stopped or failed); 0: unlimited")
+	maxMemory := fs.Int("max-memory-mib", 0, "most MiB of memory those sandboxes hold together; 0: unlimited")
+	maxCPUs := fs.Int("max-cpus", 0, "most CPUs those sandboxes hold together; 0: unlimited")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "ID"); err != nil {
+		return err
+	}
+	t, err := findTenant(ctx, e, pos[0])
+	if err != nil {
+		return err
+	}
+	// Limits not named keep their value; a negative one is the server's to
+	// refuse.
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "max-sandboxes":
+			t.Quota.MaxSandboxes, set = *maxSandboxes, true
+		case "max-memory-mib":
+			t.Quota.MaxMemoryMiB, set = *maxMemory, true
+		case "max-cpus":
+			t.Quota.MaxCPUs, set = *maxCPUs, true
+		}
+	})
+	if set {
+		if t, err = e.c.SetTenantQuota(ctx, pos[0], t.Quota); err != nil {
+			return err
+		}
+	}
+	if out.json() {
+		return writeJSON(e.stdout, t)
+	}
+	limit := func(v int) string {
+		if v == 0 {
+			return "unlimited"
+		}
+		return strconv.Itoa(v)
+	}
+	return writeTable(e.stdout, []string{"LIMIT", "QUOTA", "USED"}, [][]string{
+		{"sandboxes", limit(t.Quota.MaxSandboxes), strconv.Itoa(t.Usage.Sandboxes)},
+		{"memory-mib", limit(t.Quota.MaxMemoryMiB), strconv.Itoa(t.Usage.MemoryMiB)},
+		{"cpus", limit(t.Quota.MaxCPUs), strconv.Itoa(t.Usage.CPUs)},
+	})
+}
+
+// findTenant returns tenant id from the tenant list.
+func findTenant(ctx context.Context, e *env, id string) (*sandboxv1.Tenant, error) {
+	list, err := e.c.ListTenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range list {
+		if t.ID == id {
+			return &t, nil
+		}
+	}
+	return nil, fmt.Errorf("tenant %s does not exist; `space tenant list` shows the tenants", id)
 }
 
 func keyCreate(ctx context.Context, e *env, args []string) error {

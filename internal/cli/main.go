@@ -120,7 +120,7 @@ func printUsage(w io.Writer, group string, extra map[string]func([]string) int) 
 }
 
 // groupOrder is the order in which usage lists the commands.
-var groupOrder = []string{"sandbox", "exec", "shell", "files", "snapshot", "port", "template", "tenant", "key", "signing-key"}
+var groupOrder = []string{"sandbox", "exec", "shell", "files", "snapshot", "port", "template", "tenant", "key", "signing-key", "nodes"}
 
 // sortedCommands returns the commands in usage order.
 func sortedCommands() []*command {

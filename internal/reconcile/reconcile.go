@@ -374,6 +374,9 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 			return after, err
 		}
 	}
+	if after, done, err := r.drainStep(ctx, sb); done {
+		return after, err
+	}
 	switch sb.State {
 	case sandbox.StateCreating, sandbox.StateRestoring, sandbox.StateRecovering:
 		return r.startExecution(ctx, sb)

@@ -22,6 +22,26 @@ type Request struct {
 	Runtime   string
 	CPUs      int
 	MemoryMiB int
+	// Tenant is the placing tenant's quota and usage when it has a quota
+	// (nil otherwise). The store admits the execution under the quota;
+	// the plan's reason reports where the tenant stands.
+	Tenant *TenantQuota
+}
+
+// TenantQuota is a tenant's quota and what its sandboxes that hold
+// resources use, before the execution being placed.
+type TenantQuota struct {
+	ID    string
+	Quota store.Quota
+	Usage store.Usage
+}
+
+// explain describes q for the plan's reason.
+func (q *TenantQuota) explain() string {
+	if q == nil || q.Quota.Unlimited() {
+		return ""
+	}
+	return fmt.Sprintf("; tenant %s holds %s before this one, quota %s", q.ID, q.Usage, q.Quota)
 }
 
 // NodeState is one node as the scheduler sees it.
@@ -132,6 +152,6 @@ func Place(req Request, st State) (Plan, error) {
 	}
 	return Plan{
 		Node:   best.ID,
-		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes%s, %d candidate node(s)", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, warm, len(fits)),
+		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes%s, %d candidate node(s)%s", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, warm, len(fits), req.Tenant.explain()),
 	}, nil
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,13 +22,13 @@ func TestPlace(t *testing.T) {
 		want     string
 		wantFail bool
 	}{
-		{"no nodes", Request{"ns", 1, 512}, nil, "", true},
-		{"one fits", Request{"ns", 1, 512}, []NodeState{node("a", true, 1024, 0, "ns")}, "a", false},
-		{"dead node skipped", Request{"ns", 1, 512}, []NodeState{node("a", false, 8192, 0, "ns"), node("b", true, 1024, 0, "ns")}, "b", false},
-		{"runtime missing", Request{"vm", 1, 512}, []NodeState{node("a", true, 8192, 0, "ns")}, "", true},
-		{"memory full", Request{"ns", 1, 512}, []NodeState{node("a", true, 1024, 768, "ns")}, "", true},
-		{"most free wins", Request{"ns", 1, 512}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 1000, "ns")}, "b", false},
-		{"tie by id", Request{"ns", 1, 512}, []NodeState{node("b", true, 4096, 0, "ns"), node("a", true, 4096, 0, "ns")}, "a", false},
+		{"no nodes", Request{"ns", 1, 512, nil}, nil, "", true},
+		{"one fits", Request{"ns", 1, 512, nil}, []NodeState{node("a", true, 1024, 0, "ns")}, "a", false},
+		{"dead node skipped", Request{"ns", 1, 512, nil}, []NodeState{node("a", false, 8192, 0, "ns"), node("b", true, 1024, 0, "ns")}, "b", false},
+		{"runtime missing", Request{"vm", 1, 512, nil}, []NodeState{node("a", true, 8192, 0, "ns")}, "", true},
+		{"memory full", Request{"ns", 1, 512, nil}, []NodeState{node("a", true, 1024, 768, "ns")}, "", true},
+		{"most free wins", Request{"ns", 1, 512, nil}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 1000, "ns")}, "b", false},
+		{"tie by id", Request{"ns", 1, 512, nil}, []NodeState{node("b", true, 4096, 0, "ns"), node("a", true, 4096, 0, "ns")}, "a", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,5 +65,23 @@ func TestStateFromCountsOnlyHoldingSandboxes(t *testing.T) {
 	}
 	if st.Nodes[1].Live {
 		t.Error("node b with an hour-old heartbeat is live")
+	}
+}
+
+func TestPlaceExplainsQuota(t *testing.T) {
+	st := State{Nodes: []NodeState{{ID: "a", Live: true, Runtimes: []string{"ns"}, CapacityCPUs: 2, CapacityMiB: 4096}}}
+	plan, err := Place(Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, st)
+	if err != nil || strings.Contains(plan.Reason, "quota") {
+		t.Fatalf("Place without quota = %+v, %v; want a reason without quota", plan, err)
+	}
+	tq := &TenantQuota{ID: "t-1", Quota: store.Quota{MaxSandboxes: 2}, Usage: store.Usage{Sandboxes: 1, MemoryMiB: 512, CPUs: 1}}
+	plan, err = Place(Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Tenant: tq}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tenant t-1", "1 sandboxes, 512 MiB, 1 CPUs", "quota 2 sandboxes"} {
+		if !strings.Contains(plan.Reason, want) {
+			t.Errorf("reason %q does not say %q", plan.Reason, want)
+		}
 	}
 }

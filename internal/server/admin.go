@@ -15,8 +15,12 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-func tenantAPI(t store.Tenant) sandboxv1.Tenant {
-	return sandboxv1.Tenant{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt}
+func tenantAPI(t store.Tenant, u store.Usage) sandboxv1.Tenant {
+	return sandboxv1.Tenant{
+		ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt,
+		Quota: sandboxv1.Quota{MaxSandboxes: t.Quota.MaxSandboxes, MaxMemoryMiB: t.Quota.MaxMemoryMiB, MaxCPUs: t.Quota.MaxCPUs},
+		Usage: sandboxv1.Usage{Sandboxes: u.Sandboxes, MemoryMiB: u.MemoryMiB, CPUs: u.CPUs},
+	}
 }
 
 func keyAPI(k store.APIKey) sandboxv1.APIKey {
@@ -36,7 +40,12 @@ func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request) {
 	}
 	out := sandboxv1.TenantList{Tenants: []sandboxv1.Tenant{}}
 	for _, t := range ts {
-		out.Tenants = append(out.Tenants, tenantAPI(t))
+		u, err := s.store.TenantUsage(r.Context(), t.ID)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) { // deleted meanwhile: zero
+			s.writeError(w, r, err)
+			return
+		}
+		out.Tenants = append(out.Tenants, tenantAPI(t, u))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -73,7 +82,7 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sandboxv1.CreateTenantResponse{Tenant: tenantAPI(t), Key: secret})
+	writeJSON(w, http.StatusCreated, sandboxv1.CreateTenantResponse{Tenant: tenantAPI(t, store.Usage{}), Key: secret})
 }
 
 func mintKey(ctx context.Context, st store.Store, tenant string, admin bool) (store.APIKey, string, error) {

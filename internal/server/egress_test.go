@@ -96,7 +96,7 @@ func (n *egressNode) pushList() []pushed {
 // and an API key in each of two tenants.
 type controlPlane struct {
 	t          *testing.T
-	st         *sqlite.Store
+	st         store.Store
 	url        string
 	node       *egressNode
 	tenant     string
@@ -113,11 +113,18 @@ func newControlPlane(t *testing.T, cfg Config) *controlPlane {
 // newControlPlaneLog is newControlPlane logging to logOut.
 func newControlPlaneLog(t *testing.T, cfg Config, logOut io.Writer) *controlPlane {
 	t.Helper()
-	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "space.db"))
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newControlPlaneOn(t, cfg, logOut, st)
+}
+
+// newControlPlaneOn is newControlPlaneLog on the given store, which it
+// closes at cleanup.
+func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Store) *controlPlane {
+	t.Helper()
+	ctx := t.Context()
 	cp := &controlPlane{t: t, st: st, node: &egressNode{}}
 	var keys [2]string
 	for i, name := range []string{"acme", "other"} {
@@ -128,6 +135,7 @@ func newControlPlaneLog(t *testing.T, cfg Config, logOut io.Writer) *controlPlan
 		if i == 0 {
 			cp.tenant = tn.ID
 		}
+		var err error
 		if _, keys[i], err = mintKey(ctx, st, tn.ID, false); err != nil {
 			t.Fatal(err)
 		}

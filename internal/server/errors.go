@@ -39,6 +39,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusNotImplemented, "not_implemented"
 	case errors.Is(err, errRouteChanged):
 		return http.StatusServiceUnavailable, sandboxv1.CodeRefreshRoute
+	case isQuotaError(err):
+		return http.StatusTooManyRequests, sandboxv1.CodeResourceExhausted
 	}
 	return apierr.Status(err)
 }

@@ -16,8 +16,8 @@ import (
 // request with a key runs and its answer is remembered (per tenant); a retry
 // with the same key and the same request gets that answer again, marked
 // Idempotent-Replayed, without running twice; the same key on another request
-// is 409. Answers of 5xx and 202 are not remembered (the retry runs again,
-// which the operations make safe).
+// is 409. Answers of 5xx, 202 and 429 are not remembered (the retry runs
+// again, which the operations make safe; a quota refusal may pass later).
 func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
@@ -52,7 +52,7 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 		r = r.WithContext(context.WithValue(r.Context(), idempotencyKeyCtx{}, key))
 		rw := &recordingWriter{ResponseWriter: w, status: http.StatusOK}
 		h(rw, r)
-		if rw.status >= 500 || rw.status == http.StatusAccepted {
+		if rw.status >= 500 || rw.status == http.StatusAccepted || rw.status == http.StatusTooManyRequests {
 			return
 		}
 		_, _ = s.store.PutIdempotency(context.WithoutCancel(r.Context()), store.IdempotencyRecord{

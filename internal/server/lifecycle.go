@@ -144,16 +144,19 @@ func (s *Server) runLifecycle(w http.ResponseWriter, r *http.Request, op sandbox
 		if err == nil && prepare != nil {
 			err = prepare(sb)
 		}
+		var why string
 		if err == nil && sandbox.StartsExecution(from, sb.State) && sb.Node == "" {
 			// A new execution that no snapshot pins to a node (a restore
 			// from object storage) goes where the scheduler says.
-			var why string
-			if sb.Node, why, err = s.place(r.Context(), sb); err == nil {
-				s.event(r.Context(), sb.ID, "scheduled", why)
-			}
+			sb.Node, why, err = s.place(r.Context(), sb)
 		}
 		if err == nil {
-			err = s.store.UpdateSandbox(r.Context(), sb)
+			// Admitted under the tenant's quota if it starts holding
+			// resources again (a start, a restore).
+			err = s.store.UpdateSandboxWithinQuota(r.Context(), sb)
+		}
+		if err == nil && why != "" {
+			s.event(r.Context(), sb.ID, "scheduled", why)
 		}
 		if !errors.Is(err, errdefs.ErrConflict) || errors.As(err, new(*sandbox.IllegalTransitionError)) {
 			break
@@ -226,14 +229,15 @@ func (s *Server) wake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbo
 		case sandbox.StatePaused, sandbox.StateHibernated:
 			from := sb.State
 			err := sb.Apply(sandbox.OpResume)
+			var why string
 			if err == nil && sandbox.StartsExecution(from, sb.State) {
-				var why string
-				if sb.Node, why, err = s.place(ctx, sb); err == nil {
-					s.event(ctx, sb.ID, "scheduled", why)
-				}
+				sb.Node, why, err = s.place(ctx, sb)
 			}
 			if err == nil {
-				err = s.store.UpdateSandbox(ctx, sb)
+				err = s.store.UpdateSandboxWithinQuota(ctx, sb)
+			}
+			if err == nil && why != "" {
+				s.event(ctx, sb.ID, "scheduled", why)
 			}
 			if err == nil {
 				s.event(ctx, sb.ID, "state", fmt.Sprintf("woken from %s by a request", from))

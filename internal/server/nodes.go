@@ -203,12 +203,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now().UTC()
-	err := s.store.PutNode(r.Context(), store.Node{
-		ID: id, Address: hb.Address, Runtimes: hb.Runtimes, State: store.NodeReady,
-		Capacity:      store.Resources{CPUs: hb.CPUs, MemoryMiB: hb.MemoryMiB, DiskMiB: hb.DiskMiB},
-		LastHeartbeat: now,
-	})
-	if err != nil {
+	if err := s.recordHeartbeat(r.Context(), id, hb, now); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -278,21 +273,32 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	occ, err := s.occupancy(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	out := sandboxv1.NodeList{Nodes: []sandboxv1.Node{}}
 	now := time.Now()
 	pools := s.nodes.Pools()
 	for _, n := range nodes {
-		api := sandboxv1.Node{
-			ID: n.ID, State: string(n.State), Runtimes: n.Runtimes, CPUs: n.Capacity.CPUs, MemoryMiB: n.Capacity.MemoryMiB,
-			LastHeartbeat: n.LastHeartbeat, Live: n.State == store.NodeReady && now.Sub(n.LastHeartbeat) < scheduler.HeartbeatTimeout,
-		}
-		for _, p := range pools[n.ID] {
-			api.WarmPool = append(api.WarmPool, sandboxv1.WarmPoolStatus{
-				Template: p.Template, Runtime: p.Runtime, CPUs: p.CPUs, MemoryMiB: p.MemoryMiB,
-				Ready: p.Ready, Filling: p.Filling, Hits: p.Hits, Misses: p.Misses, MemoryBytes: p.MemoryBytes,
-			})
-		}
-		out.Nodes = append(out.Nodes, api)
+		out.Nodes = append(out.Nodes, apiNode(n, pools[n.ID], now, occ[n.ID]))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// apiNode is n as the REST API reports it.
+func apiNode(n store.Node, pools []nodev1.PoolStatus, now time.Time, o occupancy) sandboxv1.Node {
+	api := sandboxv1.Node{
+		ID: n.ID, State: string(n.State), Runtimes: n.Runtimes, CPUs: n.Capacity.CPUs, MemoryMiB: n.Capacity.MemoryMiB,
+		LastHeartbeat: n.LastHeartbeat, Live: n.State == store.NodeReady && now.Sub(n.LastHeartbeat) < scheduler.HeartbeatTimeout,
+		Sandboxes: o.sandboxes, StoppedOnNode: o.stopped,
+	}
+	for _, p := range pools {
+		api.WarmPool = append(api.WarmPool, sandboxv1.WarmPoolStatus{
+			Template: p.Template, Runtime: p.Runtime, CPUs: p.CPUs, MemoryMiB: p.MemoryMiB,
+			Ready: p.Ready, Filling: p.Filling, Hits: p.Hits, Misses: p.Misses, MemoryBytes: p.MemoryBytes,
+		})
+	}
+	return api
 }

@@ -103,12 +103,17 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 	if err := s.newCA(sb); err != nil {
 		return nil, err
 	}
+	// A create over quota is refused before placement; the admission
+	// below decides for creates racing to the last slot.
+	if err := s.quotaCheck(ctx, tenant, store.UsageOf(sb)); err != nil {
+		return nil, err
+	}
 	nodeID, why, err := s.place(ctx, sb)
 	if err != nil {
 		return nil, err
 	}
 	sb.Node = nodeID
-	if err := s.store.CreateSandbox(ctx, sb); err != nil {
+	if err := s.store.CreateSandboxWithinQuota(ctx, sb); err != nil {
 		if key != "" && errors.Is(err, errdefs.ErrConflict) {
 			// Another attempt with this key recorded it meanwhile.
 			if prev, gerr := s.store.GetSandboxByID(ctx, sb.ID); gerr == nil {
@@ -191,8 +196,12 @@ func (s *Server) place(ctx context.Context, sb *sandbox.Sandbox) (string, string
 	}
 	st := scheduler.StateFrom(nodes, all, time.Now())
 	st.Warm = s.nodes.warmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
+	tq, err := s.tenantQuota(ctx, sb.Tenant)
+	if err != nil {
+		return "", "", err
+	}
 	plan, err := scheduler.Place(scheduler.Request{
-		Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB,
+		Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq,
 	}, st)
 	if err != nil {
 		return "", "", err
@@ -220,7 +229,11 @@ func (s *Server) placeOn(ctx context.Context, sb *sandbox.Sandbox, node string) 
 	if err != nil {
 		return "", err
 	}
-	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB}, scheduler.StateFrom(only, all, time.Now()))
+	tq, err := s.tenantQuota(ctx, sb.Tenant)
+	if err != nil {
+		return "", err
+	}
+	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq}, scheduler.StateFrom(only, all, time.Now()))
 	if err != nil {
 		return "", err
 	}

@@ -132,6 +132,11 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// Refuse before taking a snapshot the fork could not run from.
+	if err := s.quotaCheck(r.Context(), parent.Tenant, store.UsageOf(parent)); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	var snap store.Snapshot
 	if req.Snapshot != "" {
 		snap, err = s.snapshotOf(r.Context(), parent, req.Snapshot)
@@ -172,7 +177,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 	}
 	wait := s.rec.Watch(child.ID)
 	defer wait.Stop()
-	if err := s.store.CreateSandbox(r.Context(), child); err != nil {
+	if err := s.store.CreateSandboxWithinQuota(r.Context(), child); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -43,6 +43,9 @@ type Tenant struct {
 	ID        string
 	Name      string
 	CreatedAt time.Time
+	// Quota bounds what the tenant's sandboxes may hold at once; the zero
+	// Quota is unlimited. CreateTenant stores it; SetTenantQuota changes it.
+	Quota Quota
 }
 
 // Tenants stores tenants.
@@ -56,6 +59,13 @@ type Tenants interface {
 	// DeleteTenant deletes a tenant and its API keys. It is ErrConflict while
 	// the tenant still has sandboxes and ErrNotFound when it does not exist.
 	DeleteTenant(ctx context.Context, id string) error
+	// SetTenantQuota replaces a tenant's quota. Lowering it below the
+	// tenant's usage stops nothing that runs; it refuses what would start.
+	// An unknown tenant is ErrNotFound, an invalid quota ErrInvalidArgument.
+	SetTenantQuota(ctx context.Context, id string, q Quota) error
+	// TenantUsage returns what the tenant's sandboxes that hold resources
+	// (HoldsResources) use together; an unknown tenant is ErrNotFound.
+	TenantUsage(ctx context.Context, id string) (Usage, error)
 }
 
 // APIKey is the stored form of an API key: never the secret, only its hash
@@ -119,6 +129,19 @@ type Sandboxes interface {
 	// DeleteSandbox removes the row once the sandbox is gone everywhere. A
 	// missing row is ErrNotFound.
 	DeleteSandbox(ctx context.Context, id string) error
+	// CreateSandboxWithinQuota is CreateSandbox admitting sb under its
+	// tenant's quota: in the same transaction it first checks that the
+	// tenant's usage plus sb (when sb's state holds resources) stays within
+	// every limit; otherwise nothing is written and the error is a
+	// *QuotaError (ErrResourceExhausted). Admissions serialize with every
+	// other write of the store, whichever replica makes them: of two creates
+	// racing for a tenant's last slot exactly one succeeds.
+	CreateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error
+	// UpdateSandboxWithinQuota is UpdateSandbox with the same admission when
+	// the update moves sb from a stored state that holds no resources into
+	// one that does (a start after a stop, a restore after a hibernate);
+	// any other update is written as UpdateSandbox writes it.
+	UpdateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error
 }
 
 // TemplateState is where a template build is.

@@ -104,6 +104,32 @@ func (c *Client) ListNodes(ctx context.Context) ([]sandboxv1.Node, error) {
 	return list.Nodes, nil
 }
 
+// DrainNode marks a node draining (admin key): the scheduler places
+// nothing more on it and the control plane moves its running and paused
+// sandboxes to other nodes by hibernate and restore. The answer counts
+// the sandboxes still on it and names the stopped ones whose disk lives
+// only there.
+func (c *Client) DrainNode(ctx context.Context, id string) (*sandboxv1.Node, error) {
+	return c.setNodeState(ctx, id, "drain")
+}
+
+// UndrainNode returns a draining node to ready (admin key).
+func (c *Client) UndrainNode(ctx context.Context, id string) (*sandboxv1.Node, error) {
+	return c.setNodeState(ctx, id, "undrain")
+}
+
+func (c *Client) setNodeState(ctx context.Context, id, verb string) (*sandboxv1.Node, error) {
+	seg, err := pathSegment("node id", id)
+	if err != nil {
+		return nil, err
+	}
+	var out sandboxv1.Node
+	if err := c.call(ctx, request{method: http.MethodPost, path: "/v1/nodes/" + seg + "/" + verb}, nil, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("%s node %s: %w", verb, id, err)
+	}
+	return &out, nil
+}
+
 // CreateTenant creates a tenant and its first API key, which the answer carries
 // and the server never shows again (admin key).
 func (c *Client) CreateTenant(ctx context.Context, name string, opts ...CallOption) (*sandboxv1.CreateTenantResponse, error) {
@@ -126,6 +152,26 @@ func (c *Client) DeleteTenant(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// SetTenantQuota replaces a tenant's quota (admin key) and returns the
+// tenant with its quota and usage. A zero limit is unlimited; lowering a
+// quota stops nothing, it refuses what would start.
+func (c *Client) SetTenantQuota(ctx context.Context, id string, q sandboxv1.Quota) (*sandboxv1.Tenant, error) {
+	seg, err := pathSegment("tenant id", id)
+	if err != nil {
+		return nil, fmt.Errorf("set tenant quota: %w", err)
+	}
+	var out sandboxv1.Tenant
+	if err := c.call(ctx, request{method: http.MethodPut, path: "/v1/tenants/" + seg + "/quota"}, q, &out, maxJSONBody); err != nil {
+		return nil, fmt.Errorf("set quota of tenant %s: %w", id, err)
+	}
+	return &out, nil
+}
+
+// IsQuotaExceeded reports whether err is the server's refusal of something
+// that would take the tenant past its quota (429 resource_exhausted): delete
+// or hibernate a sandbox, or have an admin raise the quota, and try again.
+func IsQuotaExceeded(err error) bool { return IsCode(err, sandboxv1.CodeResourceExhausted) }
 
 // ListKeys lists API keys, without their secrets.
 func (c *Client) ListKeys(ctx context.Context) ([]sandboxv1.APIKey, error) {

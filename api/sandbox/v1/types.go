@@ -54,6 +54,10 @@ const (
 	CodeRefreshRoute = "refresh_route"
 )
 
+// CodeResourceExhausted (HTTP 429) refuses what would take a tenant past its
+// quota; the message names the limit, the tenant's usage and what to do.
+const CodeResourceExhausted = "resource_exhausted"
+
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
 type CreateSandboxRequest struct {
 	Template  string            `json:"template,omitempty"` // default "base"; "minimal" for busybox
@@ -258,6 +262,24 @@ type Tenant struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	Quota     Quota     `json:"quota"`
+	Usage     Usage     `json:"usage"`
+}
+
+// Quota is a tenant's limits on its sandboxes that hold resources (every
+// state but hibernated, stopped, failed and deleted); 0 is unlimited. It is
+// also the body of PUT /v1/tenants/{id}/quota.
+type Quota struct {
+	MaxSandboxes int `json:"max_sandboxes"`
+	MaxMemoryMiB int `json:"max_memory_mib"`
+	MaxCPUs      int `json:"max_cpus"`
+}
+
+// Usage is what a tenant's sandboxes that hold resources use together.
+type Usage struct {
+	Sandboxes int `json:"sandboxes"`
+	MemoryMiB int `json:"memory_mib"`
+	CPUs      int `json:"cpus"`
 }
 
 // TenantList is the body of GET /v1/tenants.
@@ -327,6 +349,13 @@ type Node struct {
 	// missed its heartbeats (the scheduler then places nothing there).
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	Live          bool      `json:"live"`
+	// Sandboxes counts the sandboxes whose execution is on the node
+	// (running, paused, or on the way): what a drain has still to move.
+	Sandboxes int `json:"sandboxes"`
+	// StoppedOnNode lists the stopped sandboxes whose kept disk lives
+	// only on this node: a drain does not move them, and they start
+	// only there.
+	StoppedOnNode []string `json:"stopped_on_node,omitempty"`
 	// WarmPool is the node's warm pool as it last reported it: per
 	// template, runtime and size, the prepared sandboxes ready to claim.
 	WarmPool []WarmPoolStatus `json:"warm_pool,omitempty"`

@@ -100,6 +100,17 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 
 // CreateSandbox implements store.Sandboxes.
 func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.createSandbox(ctx, sb, false)
+}
+
+// CreateSandboxWithinQuota implements store.Sandboxes.
+func (s *Store) CreateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.createSandbox(ctx, sb, true)
+}
+
+// createSandbox inserts sb, first admitting it under its tenant's quota if
+// withinQuota.
+func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
 	}
@@ -123,6 +134,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		if !ok {
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
+		}
+		if withinQuota && store.HoldsResources(sb.State) {
+			if err := admit(ctx, tx, sb); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)`,
@@ -207,6 +223,17 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sa
 
 // UpdateSandbox implements store.Sandboxes.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.updateSandbox(ctx, sb, false)
+}
+
+// UpdateSandboxWithinQuota implements store.Sandboxes.
+func (s *Store) UpdateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.updateSandbox(ctx, sb, true)
+}
+
+// updateSandbox writes sb, first admitting it under its tenant's quota if
+// withinQuota and the update makes it hold resources.
+func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
 	env, err := encodeMap(sb.Env)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
@@ -217,6 +244,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	at := now()
 	err = s.write(ctx, func(tx pgx.Tx) error {
+		if withinQuota {
+			if err := admitUpdate(ctx, tx, sb); err != nil {
+				return err
+			}
+		}
 		res, err := tx.Exec(ctx, `UPDATE sandboxes SET name = $1, template = $2, runtime = $3, cpus = $4,
 			memory_mib = $5, disk_mib = $6, env = $7, metadata = $8, expires_at = $9, desired_state = $10, state = $11,
 			reason = $12, generation = $13, node_id = $14, exec_id = $15, activation_id = $16, start_from = $17,

@@ -11,17 +11,24 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
+// tenantColumns are the columns a Tenant is scanned from, in order.
+const tenantColumns = `id, name, created_at, max_sandboxes, max_memory_mib, max_cpus`
+
 // CreateTenant implements store.Tenants.
 func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) error {
 	if t.ID == "" {
 		return fmt.Errorf("create tenant: empty id: %w", errdefs.ErrInvalidArgument)
 	}
+	if err := t.Quota.Validate(); err != nil {
+		return fmt.Errorf("tenant %s: %w", t.ID, err)
+	}
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = now()
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)`,
-			t.ID, t.Name, ts(t.CreatedAt))
+		_, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at, max_sandboxes, max_memory_mib, max_cpus)
+			VALUES ($1, $2, $3, $4, $5, $6)`,
+			t.ID, t.Name, ts(t.CreatedAt), t.Quota.MaxSandboxes, t.Quota.MaxMemoryMiB, t.Quota.MaxCPUs)
 		return err
 	})
 	if isUnique(err) {
@@ -37,8 +44,8 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) error {
 func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
 	var t store.Tenant
 	var created int64
-	err := s.queryRow(ctx, `SELECT id, name, created_at FROM tenants WHERE id = $1`, id).
-		Scan(&t.ID, &t.Name, &created)
+	err := s.queryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id).
+		Scan(&t.ID, &t.Name, &created, &t.Quota.MaxSandboxes, &t.Quota.MaxMemoryMiB, &t.Quota.MaxCPUs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Tenant{}, fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
 	}
@@ -51,7 +58,7 @@ func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) 
 
 // ListTenants implements store.Tenants.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	rows, err := s.query(ctx, `SELECT id, name, created_at FROM tenants ORDER BY created_at, id`)
+	rows, err := s.query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
@@ -60,7 +67,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	for rows.Next() {
 		var t store.Tenant
 		var created int64
-		if err := rows.Scan(&t.ID, &t.Name, &created); err != nil {
+		if err := rows.Scan(&t.ID, &t.Name, &created, &t.Quota.MaxSandboxes, &t.Quota.MaxMemoryMiB, &t.Quota.MaxCPUs); err != nil {
 			return nil, fmt.Errorf("list tenants: %w", err)
 		}
 		t.CreatedAt = fromTS(created)

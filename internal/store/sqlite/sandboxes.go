@@ -100,6 +100,17 @@ func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
 
 // CreateSandbox implements store.Sandboxes.
 func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.createSandbox(ctx, sb, false)
+}
+
+// CreateSandboxWithinQuota implements store.Sandboxes.
+func (s *Store) CreateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.createSandbox(ctx, sb, true)
+}
+
+// createSandbox inserts sb, first admitting it under its tenant's quota if
+// withinQuota.
+func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
 	}
@@ -123,6 +134,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 		}
 		if !ok {
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
+		}
+		if withinQuota && store.HoldsResources(sb.State) {
+			if err := admit(ctx, tx, sb); err != nil {
+				return err
+			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -204,6 +220,17 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sa
 
 // UpdateSandbox implements store.Sandboxes.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.updateSandbox(ctx, sb, false)
+}
+
+// UpdateSandboxWithinQuota implements store.Sandboxes.
+func (s *Store) UpdateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error {
+	return s.updateSandbox(ctx, sb, true)
+}
+
+// updateSandbox writes sb, first admitting it under its tenant's quota if
+// withinQuota and the update makes it hold resources.
+func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
 	env, err := encodeMap(sb.Env)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
@@ -214,6 +241,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
 	}
 	at := now()
 	err = s.write(ctx, func(tx *sql.Tx) error {
+		if withinQuota {
+			if err := admitUpdate(ctx, tx, sb); err != nil {
+				return err
+			}
+		}
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, template = ?, runtime = ?, cpus = ?,
 			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, expires_at = ?, desired_state = ?, state = ?,
 			reason = ?, generation = ?, node_id = ?, exec_id = ?, activation_id = ?, start_from = ?,

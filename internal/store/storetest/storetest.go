@@ -48,6 +48,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Credentials", testCredentials},
 		{"ServicePorts", testServicePorts},
 		{"Leases", testLeases},
+		{"TenantQuota", testTenantQuota},
+		{"TenantUsage", testTenantUsage},
+		{"CreateWithinQuota", testCreateWithinQuota},
+		{"UpdateWithinQuota", testUpdateWithinQuota},
+		{"ConcurrentAdmissions", testConcurrentAdmissions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

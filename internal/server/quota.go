@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/scheduler"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// Tenant quotas are enforced at admission: every write that makes a sandbox
+// hold resources on a request's behalf (a create, a fork, a start, a
+// restore, a resume from hibernation, a rollback of a sandbox that was not
+// running) goes through the store's CreateSandboxWithinQuota or
+// UpdateSandboxWithinQuota, which count the tenant's usage and write in one
+// transaction, so that creates racing for the last slot on several replicas
+// cannot all pass. The reconciler's own writes (crash and node-loss
+// recovery) are not admitted: they keep what was already admitted running.
+// A refusal is a *store.QuotaError, answered 429 resource_exhausted.
+
+// quotaCheck refuses early, before costly work (a fork's snapshot), what
+// the tenant's quota would refuse at admission anyway. It is advisory: the
+// admission decides.
+func (s *Server) quotaCheck(ctx context.Context, tenant string, more store.Usage) error {
+	tq, err := s.tenantQuota(ctx, tenant)
+	if err != nil || tq == nil {
+		return err
+	}
+	return tq.Quota.Admit(tenant, tq.Usage, more)
+}
+
+// tenantQuota returns the tenant's quota and usage for the scheduler's
+// explanation, or nil when the tenant has no quota.
+func (s *Server) tenantQuota(ctx context.Context, tenant string) (*scheduler.TenantQuota, error) {
+	t, err := s.store.GetTenant(ctx, tenant)
+	if err != nil || t.Quota.Unlimited() {
+		return nil, err
+	}
+	u, err := s.store.TenantUsage(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &scheduler.TenantQuota{ID: tenant, Quota: t.Quota, Usage: u}, nil
+}
+
+// handleSetQuota is PUT /v1/tenants/{id}/quota (admin only): it replaces the
+// tenant's quota and answers the tenant with its quota and usage.
+func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !sandbox.ValidTenantID(id) {
+		s.writeError(w, r, fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id)))
+		return
+	}
+	var req sandboxv1.Quota
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q := store.Quota{MaxSandboxes: req.MaxSandboxes, MaxMemoryMiB: req.MaxMemoryMiB, MaxCPUs: req.MaxCPUs}
+	if err := s.store.SetTenantQuota(r.Context(), id, q); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.tenantWithUsage(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("tenant quota set", "tenant", id, "quota", q.String())
+	writeJSON(w, http.StatusOK, t)
+}
+
+// tenantWithUsage is tenant id as the API reports it, with its usage.
+func (s *Server) tenantWithUsage(ctx context.Context, id string) (sandboxv1.Tenant, error) {
+	t, err := s.store.GetTenant(ctx, id)
+	if err != nil {
+		return sandboxv1.Tenant{}, err
+	}
+	u, err := s.store.TenantUsage(ctx, id)
+	if err != nil {
+		return sandboxv1.Tenant{}, err
+	}
+	return tenantAPI(t, u), nil
+}
+
+// isQuotaError reports a refusal by a tenant's quota.
+func isQuotaError(err error) bool {
+	var qe *store.QuotaError
+	return errors.As(err, &qe)
+}
