@@ -23,41 +23,7 @@ func TestHibernateRestoreOnAnotherNode(t *testing.T) {
 	in := startServer(t, dirA)
 	defer in.stop()
 	dirB := newDataDir(t)
-	join, err := os.ReadFile(filepath.Join(dirA, "join.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pmSock := filepath.Join(dirB, "run", "node-manager.sock")
-	pm := exec.Command(bin.space, "node-manager", "--data-dir", dirB, "--socket", pmSock)
-	pm.Stderr = &lockedWriter{in: in}
-	if err := pm.Start(); err != nil {
-		t.Fatal(err)
-	}
-	node := exec.Command(bin.space, "node", "--server", in.url, "--join-token", strings.TrimSpace(string(join)),
-		"--data-dir", dirB, "--id", "node-b", "--node-manager", pmSock, "--listen", "unix:"+filepath.Join(dirB, "run", "node.sock"),
-		"--object-store", "file://"+filepath.Join(dirA, "objects"), "--kms-dir", filepath.Join(dirA, "kms"))
-	node.Stderr = &lockedWriter{in: in}
-	if err := node.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		var list struct{ Sandboxes []sandbox }
-		in.do("GET", "/v1/sandboxes", nil, &list)
-		for _, sb := range list.Sandboxes {
-			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
-		}
-		for _, p := range []*exec.Cmd{node, pm} {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Errorf("%s did not stop", p.Args[1])
-				p.Process.Kill()
-			}
-		}
-	}()
+	defer startNodeB(t, in, dirA, dirB)()
 	waitNodes(t, in, "local", "node-b")
 
 	sb := in.create("minimal")

@@ -45,18 +45,6 @@ exec /bin/busybox reboot -f
 // init's standard streams), /bin/busybox from the host path busybox, and
 // /init.
 func writeInitramfs(w io.Writer, busybox string) error {
-	f, err := os.Open(busybox)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", busybox)
-	}
 	c := vmimage.NewCPIO(w)
 	for _, d := range []string{"bin", "dev"} {
 		if err := c.AddDir(d, 0o755); err != nil {
@@ -66,7 +54,7 @@ func writeInitramfs(w io.Writer, busybox string) error {
 	if err := c.AddCharDev("dev/console", 0o600, 5, 1); err != nil {
 		return err
 	}
-	if err := c.AddFile("bin/busybox", 0o755, fi.Size(), f); err != nil {
+	if err := c.AddHostFile("bin/busybox", busybox, 0o755); err != nil {
 		return err
 	}
 	if err := c.AddFile("init", 0o755, int64(len(initScript)), strings.NewReader(initScript)); err != nil {

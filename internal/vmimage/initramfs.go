@@ -109,14 +109,14 @@ func writeInitramfs(w io.Writer, guestBinary string, mods []Module) error {
 	if err := c.AddCharDev("dev/console", 0o600, 5, 1); err != nil {
 		return err
 	}
-	if err := addHostFile(c, "init", guestBinary, 0o755); err != nil {
+	if err := c.AddHostFile("init", guestBinary, 0o755); err != nil {
 		return err
 	}
 	var order strings.Builder
 	modDir := strings.TrimPrefix(guestinit.ModulesDir, "/")
 	for _, m := range mods {
 		name := m.Name + ".ko"
-		if err := addHostFile(c, modDir+"/"+name, m.Path, 0o644); err != nil {
+		if err := c.AddHostFile(modDir+"/"+name, m.Path, 0o644); err != nil {
 			return err
 		}
 		order.WriteString(name + "\n")
@@ -128,7 +128,8 @@ func writeInitramfs(w io.Writer, guestBinary string, mods []Module) error {
 	return c.Close()
 }
 
-func addHostFile(c *CPIO, name, hostPath string, perm uint32) error {
+// AddHostFile adds the regular file at hostPath as name.
+func (c *CPIO) AddHostFile(name, hostPath string, perm uint32) error {
 	f, err := os.Open(hostPath)
 	if err != nil {
 		return err
