@@ -335,17 +335,5 @@ func (s *Server) e2bSignedSandbox(r *http.Request) string {
 // withoutSignature drops envd's signature parameters from a raw query,
 // keeping the others in their order and encoding.
 func withoutSignature(raw string) string {
-	if raw == "" {
-		return raw
-	}
-	parts := strings.Split(raw, "&")
-	kept := parts[:0]
-	for _, p := range parts {
-		k, _, _ := strings.Cut(p, "=")
-		if name, err := url.QueryUnescape(k); err == nil && (name == "signature" || name == "signature_expiration") {
-			continue
-		}
-		kept = append(kept, p)
-	}
-	return strings.Join(kept, "&")
+	return withoutParams(raw, "signature", "signature_expiration")
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -208,7 +209,12 @@ func portToken(r *http.Request) string {
 
 // withoutPortToken returns a raw query without the space_port_token
 // parameter, the others in their order and encoding.
-func withoutPortToken(raw string) string {
+func withoutPortToken(raw string) string { return withoutParams(raw, sandboxv1.PortTokenQuery) }
+
+// withoutParams returns a raw query without the parameters named, the
+// others in their order and encoding (a parameter is matched by its
+// decoded name, so an encoded spelling does not slip through).
+func withoutParams(raw string, names ...string) string {
 	if raw == "" {
 		return raw
 	}
@@ -216,7 +222,7 @@ func withoutPortToken(raw string) string {
 	kept := parts[:0]
 	for _, p := range parts {
 		k, _, _ := strings.Cut(p, "=")
-		if name, err := url.QueryUnescape(k); err == nil && name == sandboxv1.PortTokenQuery {
+		if name, err := url.QueryUnescape(k); err == nil && slices.Contains(names, name) {
 			continue
 		}
 		kept = append(kept, p)
