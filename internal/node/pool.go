@@ -260,8 +260,23 @@ func (m *Manager) nextToFill() (key nodev1.PoolKey, target nodev1.PoolTarget, ok
 	if busy {
 		return key, target, false
 	}
-	free := m.freeMemoryMiB()
 	p := &m.pool
+	// The node's free memory costs a read of every runtime record: only
+	// when some pool is short of its target (the common idle case, with
+	// full pools or none, reads nothing).
+	p.mu.Lock()
+	anyShort := false
+	for k, t := range p.targets {
+		if len(p.ready[k])+p.filling[k] < t.Size {
+			anyShort = true
+			break
+		}
+	}
+	p.mu.Unlock()
+	if !anyShort {
+		return key, target, false
+	}
+	free := m.freeMemoryMiB()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best := -1
