@@ -30,8 +30,10 @@ import (
 //  4. a node killed with SIGKILL: its sandbox comes back on another node from
 //     its snapshot in S3 as generation+1, and the old execution's
 //     capabilities are refused when the node returns;
-//  5. a node cut off the network: fenced the same way, no double execution
-//     once the link is back.
+//  5. a node cut off the network: it freezes its execution itself (fenced)
+//     before the control plane declares it lost and brings the sandbox
+//     back elsewhere; no double execution, and once the link is back the
+//     old execution is retired and stopped.
 //
 // It needs root (TestMain skips the package otherwise), iproute2 and
 // nsenter, PostgreSQL's server binaries and the versitygw binary (`make
@@ -373,9 +375,25 @@ func (c *cluster) testNodeLoss(snapped *snappedSandbox, partition bool) *snapped
 		}
 	}()
 
+	if partition {
+		// The cut-off node fences itself: it freezes the execution before
+		// the control plane can declare it lost and start it elsewhere.
+		deadline := time.Now().Add(nodeLostAfter)
+		for !c.executionFrozen(rec) {
+			if time.Now().After(deadline) {
+				c.tb.Fatalf("%v after %s was cut off, its execution %s still runs: the node does not fence itself before it is declared lost",
+					nodeLostAfter, sb.Node, rec.ExecID)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.tb.Logf("the cut-off node froze %s %v after the cut", rec.ExecID, time.Since(cutAt).Round(time.Millisecond))
+	}
 	got := c.waitSandbox(sb.ID, nodeLostAfter+time.Minute, "run again on another node", func(s sandbox) bool {
 		return s.State == "running" && s.Node != sb.Node && s.Node != ""
 	})
+	if partition && !c.executionFrozen(rec) && c.executionRuns(rec) {
+		c.tb.Errorf("the sandbox runs again on %s while its old execution on the cut-off %s runs too: double execution", got.Node, sb.Node)
+	}
 	c.tb.Logf("%s back on %s as generation %d %v after %s was cut", sb.ID, got.Node, got.Generation, time.Since(cutAt).Round(time.Millisecond), sb.Node)
 	if got.Generation != sb.Generation+1 {
 		c.tb.Errorf("recovered as generation %d, want %d", got.Generation, sb.Generation+1)
@@ -438,6 +456,18 @@ func (c *cluster) testNodeLoss(snapped *snappedSandbox, partition bool) *snapped
 	c.tb.Logf("the old execution was retired and stopped %v after %s returned", time.Since(backAt).Round(time.Millisecond), sb.Node)
 	c.stopExecution(lost, rec.ExecID) // when the check above failed
 	return &snappedSandbox{sandbox: c.get(sb.ID), files: snapped.files}
+}
+
+// executionFrozen reports whether every task of an execution's cgroup is
+// frozen (the cgroup v1 freezer, or v2's cgroup.freeze).
+func (c *cluster) executionFrozen(rec execRecord) bool {
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer/space", rec.ExecID, "freezer.state")); err == nil {
+		return strings.TrimSpace(string(b)) == "FROZEN"
+	}
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/space", rec.ExecID, "cgroup.events")); err == nil {
+		return strings.Contains(string(b), "frozen 1")
+	}
+	return false
 }
 
 // orphanGrace mirrors reconcile.Config.OrphanGrace's default.

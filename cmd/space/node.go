@@ -131,6 +131,10 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 		return nil
 	})
 	g.Go(func() error {
+		m.RunFence(ctx)
+		return nil
+	})
+	g.Go(func() error {
 		return m.RunHeartbeats(ctx, node.HeartbeatConfig{Server: o.server, JoinToken: o.joinToken, Advertise: advertise})
 	})
 	return g.Wait()

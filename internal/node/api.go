@@ -225,6 +225,10 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if rec.Fenced {
+		writeError(w, fmt.Errorf("%w: exec %s is frozen: node %s lost touch with the control plane; retry once it is back", errdefs.ErrUnavailable, execID, m.cfg.NodeID))
+		return
+	}
 	// The capability goes on to the host bridge, which admits the request
 	// again against its own installed identity and strips it: the guest
 	// never sees it.

@@ -59,7 +59,7 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(cfg.Every):
+		case <-time.After(m.heartbeatEvery(cfg.Every)):
 		case <-m.changed:
 			// An execution's bridge exited: report now, not at the next tick.
 			time.Sleep(50 * time.Millisecond) // let its exit reason land
@@ -84,6 +84,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+cfg.JoinToken)
+	// The lease an answer renews runs from now: before the control plane
+	// saw the heartbeat, so the node's lease ends before its count does.
+	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -99,11 +102,20 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// Pools is what the warm pool should hold; absent (an older
 		// control plane) leaves it as it is.
 		Pools *[]nodev1.PoolTarget `json:"pools"`
+		// FenceAfterMS is the heartbeat lease (fence.go); 0 or absent:
+		// the node does not fence itself.
+		FenceAfterMS int64 `json:"fence_after_ms"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
 	}
+	if reply.FenceAfterMS < 0 || reply.FenceAfterMS > maxFenceAfter.Milliseconds() {
+		return fmt.Errorf("heartbeat answer: fence_after_ms %d out of range (0 to %d)", reply.FenceAfterMS, maxFenceAfter.Milliseconds())
+	}
+	// Retirements first: an execution that a newer generation replaced
+	// must not be thawed by anything that follows.
 	m.Retire(reply.Retire)
+	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}

@@ -81,6 +81,13 @@ type Manager struct {
 	// pool holds the executions prepared ahead of creates (pool.go).
 	pool warmPool
 
+	// fence is the heartbeat lease that keeps a node cut off from the
+	// control plane from running sandboxes recovered elsewhere (fence.go).
+	fence fence
+	// pauser freezes and thaws executions: the node-manager (tests
+	// replace it).
+	pauser pauser
+
 	keysMu sync.Mutex // guards keys
 	// keys verify the capabilities requests carry; pushed by the control
 	// plane with every heartbeat answer and kept across restarts.
@@ -99,9 +106,10 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1)}
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged}
 	m.pool.init()
 	m.loadKeys()
+	m.loadFence()
 	return m, nil
 }
 
@@ -119,6 +127,9 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 		}
 		ex := m.observe(ctx, rec)
 		return &ex, nil
+	}
+	if m.leaseEnded(time.Now()) {
+		return nil, m.errFenced()
 	}
 	m.setStarting(req.ExecID, true)
 	defer m.setStarting(req.ExecID, false)
@@ -373,19 +384,31 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 	if err != nil {
 		return fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
 	}
+	if !pause && m.leaseEnded(time.Now()) {
+		return m.errFenced()
+	}
 	if pause {
-		err = m.cfg.Privileged.Pause(ctx, rec.physicalID(), rec.Runtime)
+		err = m.pauser.Pause(ctx, rec.physicalID(), rec.Runtime)
 	} else {
-		err = m.cfg.Privileged.Resume(ctx, rec.physicalID(), rec.Runtime)
+		err = m.pauser.Resume(ctx, rec.physicalID(), rec.Runtime)
 	}
 	if err != nil {
 		return err
 	}
-	if rec.Paused != pause {
-		rec.Paused = pause
+	// Either way the execution is no longer frozen by the fence: thawed by
+	// the control plane, or paused by its sandbox's owner (and thawed only
+	// by a resume).
+	if rec.Paused != pause || rec.Fenced {
+		rec.Paused, rec.Fenced = pause, false
 		return m.records.save(rec)
 	}
 	return nil
+}
+
+// pauser freezes and thaws executions by the node-manager's id for them.
+type pauser interface {
+	Pause(ctx context.Context, execID, runtime string) error
+	Resume(ctx context.Context, execID, runtime string) error
 }
 
 func (m *Manager) notifyChanged() {
@@ -506,7 +529,7 @@ func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 	ex := nodev1.Execution{
 		ExecID: rec.ExecID, SandboxID: rec.SandboxID, Generation: rec.Generation,
 		ActivationID: rec.ActivationID, Runtime: rec.Runtime, Template: rec.Template,
-		StartedAt: rec.StartedAt, State: nodev1.ExecRunning, Warm: rec.Warm,
+		StartedAt: rec.StartedAt, State: nodev1.ExecRunning, Warm: rec.Warm, Fenced: rec.Fenced,
 	}
 	m.mu.Lock()
 	starting := m.starting[rec.ExecID]

@@ -31,6 +31,9 @@ type Record struct {
 	BridgeExeIno uint64 `json:"bridge_exe_ino,omitempty"`
 	// Paused is set while the execution is paused (its guest cannot answer).
 	Paused bool `json:"paused,omitempty"`
+	// Fenced is set (with Paused) on an execution the node froze when its
+	// heartbeat lease ended (fence.go); only the control plane thaws it.
+	Fenced bool `json:"fenced,omitempty"`
 	// RetiredBy is the generation that replaced this execution once the
 	// node learnt of it (0: current). A retired execution's capabilities
 	// are refused with RefreshRoute.

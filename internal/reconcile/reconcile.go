@@ -97,12 +97,15 @@ type Reconciler struct {
 	// ca supplies each start's interception CA (SetCA); nil: none.
 	ca atomic.Pointer[CAFunc]
 
-	mu       sync.Mutex // guards watchers, observed and gone
+	mu       sync.Mutex // guards watchers, observed, gone and thawed
 	watchers map[string]map[*Watch]struct{}
 	// observed is what each node last reported to this replica.
 	observed map[string]observation
 	// gone holds when this replica stopped an execution (observe.go).
 	gone map[string]time.Time
+	// thawed holds when this replica resumed a fenced execution
+	// (fence.go): reports from before then still say fenced.
+	thawed map[string]time.Time
 
 	sharedMu sync.Mutex // guards shared and sharedAt
 	// shared is the store's node reports as last read, at sharedAt.
@@ -151,6 +154,7 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	r := &Reconciler{
 		cfg: cfg, store: st, log: log, q: newQueue(),
 		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{}, gone: map[string]time.Time{},
+		thawed: map[string]time.Time{},
 		started: time.Now(),
 	}
 	r.node = func(id string) (NodeAPI, error) {
@@ -233,7 +237,7 @@ func (r *Reconciler) Observe(nodeID string, execs []nodev1.Execution) {
 	r.observed[nodeID] = observation{at: time.Now(), executions: m}
 	r.mu.Unlock()
 	for _, ex := range execs {
-		if ex.State == nodev1.ExecFailed {
+		if ex.State == nodev1.ExecFailed || ex.Fenced {
 			r.Enqueue(ex.SandboxID)
 		}
 	}

@@ -148,6 +148,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		return 0, nil
 	case reason != "":
 	default:
+		if ex.Fenced {
+			return r.thaw(ctx, sb)
+		}
 		if after, done, err := r.idleCheck(ctx, sb, ex); done {
 			return after, err
 		}

@@ -218,7 +218,8 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	// what the node's warm pool should hold.
 	writeJSON(w, http.StatusOK, HeartbeatReply{
 		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
-		Pools: s.poolTargets(r.Context(), hb.Runtimes),
+		Pools:        s.poolTargets(r.Context(), hb.Runtimes),
+		FenceAfterMS: s.rec.FenceAfter().Milliseconds(),
 	})
 }
 
@@ -229,6 +230,9 @@ type HeartbeatReply struct {
 	// Pools is what the node's warm pool should hold; nil (the store
 	// could not be read) leaves it as it is.
 	Pools *[]nodev1.PoolTarget `json:"pools,omitempty"`
+	// FenceAfterMS is the node's heartbeat lease: with no answer for this
+	// long it freezes its executions (internal/node/fence.go). 0: never.
+	FenceAfterMS int64 `json:"fence_after_ms,omitempty"`
 }
 
 // retirements lists the executions a node reports that are not their

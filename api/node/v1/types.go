@@ -120,6 +120,11 @@ type Execution struct {
 	// Warm is set when the execution was a prepared one from the node's
 	// warm pool, claimed for this sandbox, rather than started for it.
 	Warm bool `json:"warm,omitempty"`
+	// Fenced is set on an execution the node froze because the control
+	// plane stopped answering its heartbeats: it stays frozen until the
+	// control plane resumes it (its sandbox still runs here) or retires it
+	// (a newer generation serves the sandbox elsewhere).
+	Fenced bool `json:"fenced,omitempty"`
 }
 
 // PoolKey names one kind of prepared execution in a node's warm pool: a
