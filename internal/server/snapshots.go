@@ -9,6 +9,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -132,6 +133,17 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// With an Idempotency-Key the child's id is derived from the parent and
+	// the key (as a create's is): a retry after a server died mid-fork
+	// finds the child the first attempt recorded instead of forking again.
+	var childID string
+	if key := idempotencyKeyOf(r.Context()); key != "" {
+		childID = sandbox.DerivedID("fork", parent.Tenant, parent.ID, key)
+		if prev, err := s.store.GetSandboxByID(r.Context(), childID); err == nil {
+			s.answerEarlierFork(w, r, prev, req)
+			return
+		}
+	}
 	// Refuse before taking a snapshot the fork could not run from.
 	if err := s.quotaCheck(r.Context(), parent.Tenant, store.UsageOf(parent)); err != nil {
 		s.writeError(w, r, err)
@@ -164,6 +176,9 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if childID != "" {
+		child.ID = childID
+	}
 	if !parent.ExpiresAt.IsZero() {
 		child.ExpiresAt = child.CreatedAt.Add(parent.ExpiresAt.Sub(parent.CreatedAt))
 	}
@@ -178,13 +193,40 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 	wait := s.rec.Watch(child.ID)
 	defer wait.Stop()
 	if err := s.store.CreateSandboxWithinQuota(r.Context(), child); err != nil {
+		if childID != "" && errors.Is(err, errdefs.ErrConflict) {
+			// Another attempt with this key recorded it meanwhile (the
+			// snapshot this one took stays with the parent).
+			if prev, gerr := s.store.GetSandboxByID(r.Context(), childID); gerr == nil {
+				s.answerEarlierFork(w, r, prev, req)
+				return
+			}
+		}
 		s.writeError(w, r, err)
 		return
 	}
 	s.event(r.Context(), child.ID, "scheduled", fmt.Sprintf("fork of %s from snapshot %s on %s", parent.ID, snap.ID, snap.Node))
 	s.event(r.Context(), parent.ID, "fork", fmt.Sprintf("forked into %s from snapshot %s", child.ID, snap.ID))
 	s.rec.Enqueue(child.ID)
-	child, err = s.waitSettled(r.Context(), child, wait)
+	s.answerFork(w, r, child, wait)
+}
+
+// answerEarlierFork answers a fork retried with the Idempotency-Key of an
+// earlier attempt that recorded the child and did not answer: with that
+// child once it settles, if the retry asks for the same fork.
+func (s *Server) answerEarlierFork(w http.ResponseWriter, r *http.Request, prev *sandbox.Sandbox, req sandboxv1.ForkRequest) {
+	if prev.Name != req.Name {
+		s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict))
+		return
+	}
+	wait := s.rec.Watch(prev.ID)
+	defer wait.Stop()
+	s.rec.Enqueue(prev.ID)
+	s.answerFork(w, r, prev, wait)
+}
+
+// answerFork waits for a new fork to settle and answers with it.
+func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, child *sandbox.Sandbox, wait *reconcile.Watch) {
+	child, err := s.waitSettled(r.Context(), child, wait)
 	switch {
 	case errors.Is(err, errStillWorking):
 		writeJSON(w, http.StatusAccepted, s.apiOf(child))
