@@ -154,7 +154,7 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	r := &Reconciler{
 		cfg: cfg, store: st, log: log, q: newQueue(),
 		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{}, gone: map[string]time.Time{},
-		thawed: map[string]time.Time{},
+		thawed:  map[string]time.Time{},
 		started: time.Now(),
 	}
 	r.node = func(id string) (NodeAPI, error) {
