@@ -110,6 +110,16 @@ func New(tenant string, spec Spec, now time.Time) *Sandbox {
 	return sb
 }
 
+// SetID gives a sandbox New just made (not recorded yet) the id id instead
+// of its random one, and its current execution an id under it: an
+// execution's id always starts with its sandbox's.
+func (sb *Sandbox) SetID(id string) {
+	sb.ID = id
+	if sb.ExecID != "" {
+		sb.ExecID = NewExecID(id, sb.Generation)
+	}
+}
+
 // Apply starts op on the sandbox: it moves State by the lifecycle table, sets
 // Desired to where State settles, and when op starts a new execution it
 // increments Generation and assigns a fresh ExecID and ActivationID and clears

@@ -23,6 +23,11 @@ func TestNewAndExecutions(t *testing.T) {
 	if !ValidExecID(sb.ExecID) || !strings.HasPrefix(sb.ExecID, sb.ID+"-g1-") {
 		t.Errorf("ExecID = %q, want %s-g1-<rand>", sb.ExecID, sb.ID)
 	}
+	derived := DerivedID("create", "t-0123456789abcdef", "key")
+	sb.SetID(derived)
+	if sb.ID != derived || !ValidExecID(sb.ExecID) || !strings.HasPrefix(sb.ExecID, derived+"-g1-") {
+		t.Errorf("after SetID(%s): id %s, ExecID %q; want the execution under the new id", derived, sb.ID, sb.ExecID)
+	}
 	if want := now.Add(time.Hour); !sb.ExpiresAt.Equal(want) {
 		t.Errorf("ExpiresAt = %v, want %v", sb.ExpiresAt, want)
 	}

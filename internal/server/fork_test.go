@@ -53,6 +53,9 @@ func TestForkIdempotencyKey(t *testing.T) {
 	if want := sandbox.DerivedID("fork", cp.tenant, parent.ID, "k1"); first.ID != want {
 		t.Errorf("fork with a key got id %s, want the derived %s", first.ID, want)
 	}
+	if got, err := cp.st.GetSandboxByID(t.Context(), first.ID); err != nil || !strings.HasPrefix(got.ExecID, first.ID+"-g") {
+		t.Errorf("the fork's execution %q is not under its id %s (%v)", got.ExecID, first.ID, err)
+	}
 
 	// The first attempt of key k2 recorded its child and died.
 	recorded := sandbox.New(cp.tenant, sandbox.Spec{Name: "child2", Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256, DiskMiB: 512}, time.Now())

@@ -90,7 +90,7 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 	sb := sandbox.New(tenant, spec, time.Now())
 	key := idempotencyKeyOf(ctx)
 	if key != "" {
-		sb.ID = sandbox.DerivedID("create", tenant, key)
+		sb.SetID(sandbox.DerivedID("create", tenant, key))
 		if prev, err := s.store.GetSandboxByID(ctx, sb.ID); err == nil {
 			// An earlier attempt with this key recorded the sandbox and
 			// did not answer (its server died): this one waits for it.

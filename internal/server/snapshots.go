@@ -177,7 +177,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if childID != "" {
-		child.ID = childID
+		child.SetID(childID)
 	}
 	if !parent.ExpiresAt.IsZero() {
 		child.ExpiresAt = child.CreatedAt.Add(parent.ExpiresAt.Sub(parent.CreatedAt))
