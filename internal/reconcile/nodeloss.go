@@ -28,10 +28,16 @@ const DefaultNodeLostAfter = 30 * time.Second
 // declareLostNodes marks down the nodes silent for longer than
 // NodeLostAfter and queues their sandboxes. A replica that has not yet
 // listened for NodeLostAfter declares nothing: the heartbeats of a control
-// plane that was down itself have not come in yet.
+// plane that was down itself have not come in yet. Nor does one whose store
+// failed less than NodeLostAfter ago: while the database was unreachable no
+// heartbeat could be recorded, and a node silent only in the store is not
+// lost.
 func (r *Reconciler) declareLostNodes(ctx context.Context, sbs []*sandbox.Sandbox) {
 	after := r.cfg.NodeLostAfter
 	if after < 0 || time.Since(r.started) < after {
+		return
+	}
+	if failed := r.storeFailed.Load(); failed != 0 && time.Since(time.Unix(0, failed)) < after {
 		return
 	}
 	nodes, err := r.store.ListNodes(ctx)

@@ -1,11 +1,15 @@
 package reconcile
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -118,6 +122,20 @@ func TestNodeLossIsNotDeclaredEarly(t *testing.T) {
 		h.r.resync(h.ctx)
 		h.wantNodeState("n1", store.NodeReady)
 	})
+	t.Run("a store that just came back", func(t *testing.T) {
+		t.Parallel()
+		h := lossHarness(t, Config{})
+		db := &failingList{Store: h.r.store}
+		h.r.store = db
+		db.fail.Store(true)
+		h.r.resync(h.ctx) // the database is unreachable
+		db.fail.Store(false)
+		h.r.resync(h.ctx)
+		h.wantNodeState("n1", store.NodeReady) // silent only while no heartbeat could be recorded
+		time.Sleep(h.r.cfg.NodeLostAfter + 10*time.Millisecond)
+		h.r.resync(h.ctx)
+		h.wantNodeState("n1", store.NodeDown) // still silent once the store has worked for NodeLostAfter
+	})
 	t.Run("loss detection off", func(t *testing.T) {
 		t.Parallel()
 		h := lossHarness(t, Config{})
@@ -160,4 +178,17 @@ func TestLostNodeRecoveryWaitsForACapableNode(t *testing.T) {
 	if got := h.wantState(sb.ID, sandbox.StateRecovering, sandbox.StateRunning); got.Node != "n3" {
 		t.Fatalf("recovering on %s, want n3", got.Node)
 	}
+}
+
+// failingList is a store whose ListSandboxes fails while fail is set.
+type failingList struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (f *failingList) ListSandboxes(ctx context.Context, flt store.SandboxFilter) ([]*sandbox.Sandbox, error) {
+	if f.fail.Load() {
+		return nil, fmt.Errorf("%w: database unreachable", errdefs.ErrUnavailable)
+	}
+	return f.Store.ListSandboxes(ctx, flt)
 }

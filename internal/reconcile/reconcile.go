@@ -115,6 +115,10 @@ type Reconciler struct {
 	// started is when New made the reconciler: nodes are not declared lost
 	// before it has listened for their heartbeats for NodeLostAfter.
 	started time.Time
+	// storeFailed is when a resync last failed to read the store (Unix
+	// nanoseconds; 0: never): nodes are not declared lost before the
+	// store has worked for NodeLostAfter since (nodeloss.go).
+	storeFailed atomic.Int64
 }
 
 type observation struct {
@@ -300,6 +304,7 @@ func (r *Reconciler) resync(ctx context.Context) {
 	sbs, err := r.store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		if ctx.Err() == nil {
+			r.storeFailed.Store(time.Now().UnixNano())
 			r.log.Warn("reconcile resync", "err", err)
 		}
 		return
