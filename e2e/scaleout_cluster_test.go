@@ -34,6 +34,7 @@ type cluster struct {
 	// process's output is collected in its log.
 	api *instance
 	net *testNet
+	pg  *pgtest.Server
 	s3  *s3test.Server
 	lb  *balancer
 
@@ -74,8 +75,8 @@ func startCluster(tb testing.TB, replicas, nodes int) *cluster {
 	c.api = &instance{t: tb, exited: make(chan struct{})}
 	c.nodeLoss = serverHasFlag("node-lost-after")
 
-	pg := pgtest.Start(tb)
-	c.dbURL = pg.NewDatabase(tb)
+	c.pg = pgtest.Start(tb)
+	c.dbURL = c.pg.NewDatabase(tb)
 	s3 := s3test.Start(tb)
 	c.s3 = s3
 	c.net = newTestNet(tb, nodes)

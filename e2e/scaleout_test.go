@@ -49,6 +49,7 @@ func TestScaleOut(t *testing.T) {
 	t.Run("HibernateOnOneNodeRestoreOnAnother", func(t *testing.T) { snapped = c.on(t).testRestoreElsewhere() })
 	t.Run("ReplicaKilledMidCreate", func(t *testing.T) { c.on(t).testReplicaKilledMidCreate() })
 	t.Run("ReplicaKilledMidHibernate", func(t *testing.T) { c.on(t).testReplicaKilledMidHibernate() })
+	t.Run("DatabaseRestartedMidCreate", func(t *testing.T) { c.on(t).testDatabaseRestartedMidCreate() })
 	t.Run("NodeKilled", func(t *testing.T) { snapped = c.on(t).testNodeLoss(snapped, false) })
 	t.Run("NodePartitioned", func(t *testing.T) { c.on(t).testNodeLoss(snapped, true) })
 }
@@ -248,6 +249,91 @@ func (c *cluster) replicaKilledMidCreate() bool {
 		}
 	}
 	return true
+}
+
+// testDatabaseRestartedMidCreate restarts PostgreSQL (immediate shutdown,
+// as a crash or a fail-over: every connection cut, open transactions lost)
+// while a create with an Idempotency-Key is under way. The client retries
+// with its key: exactly one sandbox results, it runs, only one execution of
+// it exists on the nodes, and the sandboxes that ran before still run.
+func (c *cluster) testDatabaseRestartedMidCreate() {
+	existing := c.mustCreate(256)
+	defer c.delete(existing.ID)
+	before := c.sandboxIDs()
+	key := randomKey()
+	hdr := http.Header{"Idempotency-Key": {key}}
+	// The nodes freeze for a moment so that the create is recorded but
+	// cannot finish before the restart. (Under a second.)
+	c.freezeNodes(true)
+	defer c.freezeNodes(false)
+	first := make(chan int, 1)
+	go func() {
+		_, code, _ := c.create(256, hdr)
+		first <- code
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	recorded := ""
+	for recorded == "" && time.Now().Before(deadline) {
+		for id := range c.sandboxIDs() {
+			if !before[id] {
+				recorded = id
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	restartAt := time.Now()
+	if err := c.pg.Restart(); err != nil {
+		c.tb.Fatal(err)
+	}
+	c.freezeNodes(false)
+	c.tb.Logf("PostgreSQL restarted in %v, with the create's sandbox %q recorded", time.Since(restartAt).Round(time.Millisecond), recorded)
+	code := <-first
+	c.tb.Logf("the create's first answer: HTTP %d", code)
+
+	var sb sandbox
+	for deadline := time.Now().Add(time.Minute); code != http.StatusCreated && time.Now().Before(deadline); {
+		var msg string
+		sb, code, msg = c.create(256, hdr)
+		if code != http.StatusCreated {
+			c.tb.Logf("retry: HTTP %d %s", code, msg)
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if code != http.StatusCreated {
+		c.tb.Fatalf("create retried with its Idempotency-Key after the database restarted: HTTP %d after a minute\n%s", code, c.api.logs())
+	}
+	if sb.ID == "" { // the first attempt answered 201
+		sb, _, _ = c.create(256, hdr)
+	}
+	c.tb.Logf("the create converged %v after the restart: %s", time.Since(restartAt).Round(time.Millisecond), sb.ID)
+	defer c.delete(sb.ID)
+	var made []string
+	for id := range c.sandboxIDs() {
+		if !before[id] {
+			made = append(made, id)
+		}
+	}
+	if len(made) != 1 || made[0] != sb.ID {
+		c.tb.Errorf("one create with one Idempotency-Key across a database restart made sandboxes %v, want exactly [%s]", made, sb.ID)
+	}
+	// A restart longer than the nodes' heartbeat lease fences them: their
+	// executions are frozen until a replica, with the database back,
+	// thaws them (503 meanwhile).
+	if res := c.execEventually(sb.ID, 15*time.Second, "echo", "created"); res.Stdout != "created\n" {
+		c.tb.Errorf("exec in the created sandbox: %+v", res)
+	}
+	if res := c.execEventually(existing.ID, 15*time.Second, "echo", "still here"); res.Stdout != "still here\n" {
+		c.tb.Errorf("exec in a sandbox created before the restart: %+v", res)
+	}
+	// One execution of the sandbox on all the nodes together.
+	var execs []string
+	for _, n := range c.nodes {
+		found, _ := filepath.Glob(filepath.Join(n.dir, "node", "execs", sb.ID+"-g*"))
+		execs = append(execs, found...)
+	}
+	if len(execs) != 1 {
+		c.tb.Errorf("executions of %s on the nodes: %v, want exactly one", sb.ID, execs)
+	}
 }
 
 // testReplicaKilledMidHibernate kills the replica serving a hibernation
@@ -532,6 +618,24 @@ func (c *cluster) mustExec(id string, cmd ...string) execResult {
 		c.tb.Fatalf("exec %v in %s: HTTP %d %+v\n%s", cmd, id, code, res, c.api.logs())
 	}
 	return res
+}
+
+// execEventually runs cmd in id, retrying while the API answers 503 (a
+// node fenced and not yet thawed), for up to within.
+func (c *cluster) execEventually(id string, within time.Duration, cmd ...string) execResult {
+	c.tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		res, code := c.execVia(c.api.url, id, cmd...)
+		if code == http.StatusOK {
+			return res
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			c.tb.Fatalf("exec %v in %s: HTTP %d %+v\n%s", cmd, id, code, res, c.api.logs())
+		}
+		c.tb.Logf("exec %v in %s: HTTP 503, again", cmd, id)
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (c *cluster) lifecycle(id, op string) (sandbox, int) {

@@ -14,10 +14,14 @@
 //
 // A test that must stop or break its server starts its own with Start.
 //
-// Servers run on a fresh directory under os.TempDir() with fsync off and small
-// buffers, listen on a Unix socket in that directory and on 127.0.0.1 at a free
-// port, trust every local connection, and are stopped (immediate shutdown,
-// then SIGKILL of their process group) and their directory removed at cleanup.
+// Servers run on a fresh directory under os.TempDir() with fsync off (the
+// operating system's cache survives the server: only a host crash would lose
+// data) but commits written to the WAL before they are acknowledged, as in
+// production, so a server killed and restarted (Restart) keeps every
+// committed transaction; and with small buffers. They listen on a Unix
+// socket in that directory and on 127.0.0.1 at a free port, trust every local
+// connection, and are stopped (immediate shutdown, then SIGKILL of their
+// process group) and their directory removed at cleanup.
 // PostgreSQL refuses to run as root, so under root the server runs as the
 // `postgres` user the Debian package creates (or `nobody`).
 package pgtest
@@ -65,6 +69,12 @@ type Server struct {
 	// Port is the TCP port on 127.0.0.1 (also the Unix socket's number).
 	Port int
 
+	// bin, cred and logPath start the server again (Restart).
+	bin     string
+	cred    *syscall.Credential
+	logPath string
+
+	mu     sync.Mutex // guards cmd and exited across a Restart
 	cmd    *exec.Cmd
 	exited <-chan struct{} // closed when cmd has been waited for
 
@@ -175,7 +185,7 @@ func startPostgres(bin, dir, data string, port int, cred *syscall.Credential, lo
 	defer logf.Close()
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "shared_buffers=16MB", "-c", "max_connections=200", "-c", "max_wal_size=256MB",
 		"-c", "log_min_messages=warning", "-c", "log_min_error_statement=panic",
 		"-c", "unix_socket_permissions=0777")
@@ -185,7 +195,7 @@ func startPostgres(bin, dir, data string, port int, cred *syscall.Credential, lo
 	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	s := &Server{Dir: dir, Port: port, cmd: cmd, exited: exited}
+	s := &Server{Dir: dir, Port: port, cmd: cmd, exited: exited, bin: bin, cred: cred, logPath: logPath}
 	if err := s.waitReady(); err != nil {
 		s.kill()
 		return nil, fmt.Errorf("%w%s", err, logTail(logPath))
@@ -216,6 +226,8 @@ func (s *Server) waitReady() error {
 // away) and removes its directory. It may be called more than once.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.cmd.Process.Signal(syscall.SIGQUIT) // immediate shutdown
 		select {
 		case <-s.exited:
