@@ -150,10 +150,14 @@ func (m *Manager) RunFence(ctx context.Context) {
 }
 
 // fenceAll freezes the running executions that serve a sandbox and marks
-// them fenced; it returns how many it froze. A freeze that fails is retried
-// at the next check.
+// them fenced; it returns how many it froze. Each is frozen on its own
+// goroutine: one whose lock a long operation holds (a VM's start or
+// snapshot) must not hold up the others. A freeze that fails is retried at
+// the next check.
 func (m *Manager) fenceAll(ctx context.Context) int {
 	recs, _ := m.records.all()
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards n
 	n := 0
 	for _, rec := range recs {
 		if rec.Pool || rec.Paused || rec.Retired {
@@ -161,15 +165,22 @@ func (m *Manager) fenceAll(ctx context.Context) int {
 			// frozen already; a retired one is being stopped.
 			continue
 		}
-		err := m.fenceOne(ctx, rec.ExecID)
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, errSkipFence):
-		default:
-			m.log.Warn("fence: freeze failed; retrying", "exec", rec.ExecID, "err", err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := m.fenceOne(ctx, rec.ExecID)
+			switch {
+			case err == nil:
+				mu.Lock()
+				n++
+				mu.Unlock()
+			case errors.Is(err, errSkipFence):
+			default:
+				m.log.Warn("fence: freeze failed; retrying", "exec", rec.ExecID, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 	if n > 0 {
 		m.notifyChanged()
 	}
