@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,62 @@ func (cp *controlPlane) count() int {
 		cp.t.Fatal(err)
 	}
 	return len(all)
+}
+
+// TestConcurrentRequestsWithOneIdempotencyKey: the same create, and the
+// same fork, sent many times at once with one Idempotency-Key (no answer is
+// remembered yet when they arrive) have exactly one effect, and every
+// request that succeeds answers with that one sandbox.
+func TestConcurrentRequestsWithOneIdempotencyKey(t *testing.T) {
+	cp := newControlPlane(t, Config{})
+	parent := cp.storeStopped(sandbox.StateStopped)
+	const racers = 8
+	for _, tc := range []struct {
+		what, path, body string
+	}{
+		{"create", "/v1/sandboxes", `{"template": "minimal", "memory_mib": 256}`},
+		{"fork", "/v1/sandboxes/" + parent.ID + "/fork", `{"snapshot": "` + parent.StartFrom + `"}`},
+	} {
+		before := cp.count()
+		key := "race-" + tc.what
+		ids := make(chan string, racers)
+		var wg sync.WaitGroup
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest(http.MethodPost, cp.url+tc.path, strings.NewReader(tc.body))
+				req.Header.Set("Authorization", "Bearer "+cp.key)
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer resp.Body.Close()
+				var out sandboxv1.Sandbox
+				b, _ := io.ReadAll(resp.Body)
+				switch {
+				case resp.StatusCode == http.StatusCreated && json.Unmarshal(b, &out) == nil:
+					ids <- out.ID
+				case resp.StatusCode == http.StatusConflict:
+					// Refused as the same key's request under way: allowed.
+				default:
+					t.Errorf("%s: HTTP %d %s", tc.what, resp.StatusCode, b)
+				}
+			}()
+		}
+		wg.Wait()
+		close(ids)
+		seen := map[string]bool{}
+		for id := range ids {
+			seen[id] = true
+		}
+		if len(seen) != 1 {
+			t.Errorf("%d concurrent %ss with one key answered sandboxes %v, want exactly one", racers, tc.what, seen)
+		}
+		if made := cp.count() - before; made != 1 {
+			t.Errorf("%d concurrent %ss with one key made %d sandboxes, want 1", racers, tc.what, made)
+		}
+	}
 }
