@@ -32,13 +32,14 @@ import (
 // runs are the server configurations and the scripts run against each:
 // every script on namespace sandboxes, and on microVMs the ones whose
 // behaviour depends on the runtime (pause keeps memory, a fork carries the
-// parent's processes).
+// parent's processes, guest ports are reached over the VM's network).
+// One script alone: go test ./compat/e2b/ -run 'TestE2BSDK/ns/ports' -v.
 var runs = []struct {
 	runtime string
 	scripts []string
 }{
-	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs"}},
-	{"vm", []string{"commands.mjs", "lifecycle.mjs"}},
+	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs"}},
+	{"vm", []string{"commands.mjs", "lifecycle.mjs", "ports.mjs"}},
 }
 
 func TestE2BSDK(t *testing.T) {
@@ -52,7 +53,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	modules := installSDK(t)
 	work := t.TempDir()
-	for _, name := range []string{"lib.mjs", "package.json", "commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs"} {
+	for _, name := range []string{"lib.mjs", "package.json", "commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs"} {
 		copyFile(t, name, filepath.Join(work, name))
 	}
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {

@@ -79,11 +79,19 @@ func portList(ctx context.Context, e *env, args []string) error {
 	}
 	rows := make([][]string, 0, len(list))
 	for _, p := range list {
-		access := "private"
+		port, access := strconv.Itoa(p.Port), "private"
 		if p.Public {
 			access = "public"
 		}
-		rows = append(rows, []string{strconv.Itoa(p.Port), p.Protocol, access, p.URL})
+		if p.Port == 0 {
+			// The rule of a sandbox made through the E2B API for every HTTP
+			// port not exposed otherwise (docs/e2b.md).
+			port = "*"
+			if !p.Public {
+				access = "private (E2B traffic token)"
+			}
+		}
+		rows = append(rows, []string{port, p.Protocol, access, p.URL})
 	}
 	return writeTable(e.stdout, []string{"PORT", "PROTOCOL", "ACCESS", "URL"}, rows)
 }

@@ -190,3 +190,26 @@ func TestPortForward(t *testing.T) {
 		t.Error("the local listener is still open")
 	}
 }
+
+// TestPortListE2BRule: the rule of a sandbox made through the E2B API, port
+// 0 on the wire, is listed as "*". Sandbox sb1's rule is private, sb2's
+// public.
+func TestPortListE2BRule(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/ports", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		writeJSONResp(w, 200, sandboxv1.ServicePortList{Ports: []sandboxv1.ServicePort{
+			{Port: 0, Protocol: "http", Public: id == "sb2", URL: "http://{port}-" + id + ".localhost:7070/", CreatedAt: created},
+			{Port: 8080, Protocol: "http", Public: true, URL: "http://8080-" + id + ".localhost:7070/", CreatedAt: created},
+		}})
+	})
+	fakeServer(t, mux)
+	code, out, errOut := run(t, nil, "port", "list", "sb1")
+	if code != 0 || !strings.Contains(out, "\n*     http      private (E2B traffic token)  http://{port}-sb1.localhost:7070/\n") ||
+		!strings.Contains(out, "\n8080  http      public") {
+		t.Errorf("port list: exit %d, stdout %q, stderr %q; want the E2B rule as port *", code, out, errOut)
+	}
+	if code, out, _ := run(t, nil, "port", "list", "sb2"); code != 0 || !strings.Contains(out, "\n*     http      public  ") {
+		t.Errorf("port list of a public E2B rule: exit %d, stdout %q", code, out)
+	}
+}

@@ -12,7 +12,9 @@ package server
 //   - the data plane at the listener's root (E2B_SANDBOX_URL=http://HOST:PORT):
 //     requests carrying E2b-Sandbox-Id / E2b-Sandbox-Port, or sent to the
 //     host name 49983-{id}.{ingress domain}, go to the sandbox's guest daemon,
-//     which speaks envd's protocol (e2b_proxy.go).
+//     which speaks envd's protocol (e2b_proxy.go); other ports go to the
+//     sandbox's HTTP services, public by default as on E2B
+//     (e2b_traffic.go).
 //
 // Authentication: the REST API takes SPACE's own API keys in E2B's
 // X-API-Key header (or SPACE's Authorization: Bearer), so the admin key
@@ -30,6 +32,8 @@ package server
 // execution generation: the SDK keeps the token of its create for the
 // sandbox's life (a paused and resumed sandbox keeps its token in E2B too),
 // and ids are never reused, so a token opens exactly one sandbox, ever.
+// The trafficAccessToken of a sandbox with private ports is made the same
+// way under another label.
 
 import (
 	"bytes"
@@ -267,16 +271,26 @@ func (s *Server) e2bTokenKey() []byte {
 	return s.e2b.key
 }
 
-// e2bAccessToken is the envdAccessToken of sandbox id.
-func (s *Server) e2bAccessToken(id string) string {
+// e2bMAC is the token of sandbox id for purpose label: hex
+// HMAC-SHA256(key, label || id). The labels end with a NUL, which no
+// sandbox id contains, so no label-and-id pair reads as another.
+func (s *Server) e2bMAC(label, id string) string {
 	m := hmac.New(sha256.New, s.e2bTokenKey())
-	m.Write([]byte(e2bTokenLabel))
+	m.Write([]byte(label))
 	m.Write([]byte(id))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// e2bTokenValid reports, in constant time, whether token is sandbox id's.
+// e2bAccessToken is the envdAccessToken of sandbox id.
+func (s *Server) e2bAccessToken(id string) string { return s.e2bMAC(e2bTokenLabel, id) }
+
+// e2bTokenValid reports, in constant time, whether token is sandbox id's
+// envd access token.
 func (s *Server) e2bTokenValid(id, token string) bool {
-	want := s.e2bAccessToken(id)
-	return len(token) == len(want) && subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
+	return macEqual(token, s.e2bAccessToken(id))
+}
+
+// macEqual compares a token sent with the one derived, in constant time.
+func macEqual(got, want string) bool {
+	return len(got) == len(want) && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }

@@ -30,8 +30,10 @@ import (
 // when it is an ingress name, and then headers naming another sandbox or
 // port are refused (400): a request cannot be routed by one and
 // authorised for the other. Port 49983 is the guest daemon; other ports
-// go through SPACE's ServicePort ingress (exposed ports, its own
-// credentials; docs/ports.md).
+// go through SPACE's ServicePort ingress: an exposed port with its own
+// credentials (docs/ports.md), else, on a sandbox made through the E2B
+// API, its rule for every HTTP port, public or behind E2B's traffic
+// access token (e2b_traffic.go).
 //
 // Authorisation. Every request needs the sandbox's X-Access-Token (the
 // envdAccessToken of create/connect), checked before the sandbox is looked
@@ -231,7 +233,7 @@ func (s *Server) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: "guest", Path: pr.In.URL.Path, RawQuery: withoutSignature(pr.In.URL.RawQuery)}
 			pr.Out.Host = "guest"
-			for _, h := range []string{e2bTokenHeader, e2bSandboxHeader, e2bPortHeader, capability.Header, "Cookie"} {
+			for _, h := range []string{e2bTokenHeader, e2bTrafficHeader, e2bSandboxHeader, e2bPortHeader, capability.Header, "Cookie"} {
 				pr.Out.Header.Del(h)
 			}
 		},
@@ -243,7 +245,7 @@ func (s *Server) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 				return // the client went away
 			}
 			s.log.Warn("e2b envd proxy", "sandbox", id, "path", r.URL.Path, "err", err)
-			writeJSON(w, http.StatusBadGateway, e2bNotFound{Message: "The sandbox is not reachable: " + err.Error(), SandboxID: id, Code: http.StatusBadGateway})
+			writeJSON(w, http.StatusBadGateway, e2bProxyError{Message: "The sandbox is not reachable: " + err.Error(), SandboxID: id, Code: http.StatusBadGateway})
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -252,15 +254,8 @@ func (s *Server) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 	})
 }
 
-// e2bNotFound is the 502 body of E2B's proxy for a sandbox it cannot reach.
-type e2bNotFound struct {
-	Message   string `json:"message"`
-	SandboxID string `json:"sandboxId"`
-	Code      int    `json:"code"`
-}
-
 func writeE2BNotFound(w http.ResponseWriter, id string) {
-	writeJSON(w, http.StatusBadGateway, e2bNotFound{Message: "The sandbox was not found", SandboxID: id, Code: http.StatusBadGateway})
+	writeJSON(w, http.StatusBadGateway, e2bProxyError{Message: "The sandbox was not found", SandboxID: id, Code: http.StatusBadGateway})
 }
 
 // writeE2BEnvdError answers an envd request with an error its client

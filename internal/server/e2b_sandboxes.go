@@ -69,8 +69,6 @@ func e2bUnsupported(req *e2bNewSandbox) error {
 		return fmt.Errorf("%w: volumeMounts are not supported by SPACE yet", errdefs.ErrInvalidArgument)
 	case len(req.MCP) > 0:
 		return fmt.Errorf("%w: mcp is not supported by SPACE yet", errdefs.ErrInvalidArgument)
-	case len(req.Network) > 0:
-		return fmt.Errorf("%w: network rules are not supported through the E2B API yet; set allow_internet_access, or use SPACE's egress policies (docs/network.md)", errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -85,6 +83,11 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := e2bUnsupported(&req); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	public, err := parseE2BNetwork(req.Network, req.Secure)
+	if err != nil {
 		s.writeE2BErr(w, r, err)
 		return
 	}
@@ -103,7 +106,7 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := callerOf(r.Context()).Tenant
 	if sandbox.ValidSnapshotID(req.TemplateID) {
-		s.e2bCreateFromSnapshot(w, r, tenant, req.TemplateID, ttl)
+		s.e2bCreateFromSnapshot(w, r, tenant, req.TemplateID, ttl, public)
 		return
 	}
 	start := time.Now()
@@ -119,13 +122,18 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
 		return
 	}
+	if err := s.e2bOpenPorts(r, sb.ID, public); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
 	s.metrics.observeCreate(time.Since(start))
-	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(sb))
+	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(sb, s.e2bTrafficOf(sb.ID, public)))
 }
 
 // e2bCreateFromSnapshot starts a sandbox from snapshot id: SPACE's fork of
-// the snapshot's sandbox from that snapshot.
-func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, tenant, id, ttl string) {
+// the snapshot's sandbox from that snapshot, its ports public or not as
+// this create asks (not as the snapshot's sandbox had them).
+func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, tenant, id, ttl string, public bool) {
 	snap, err := s.store.GetSnapshot(r.Context(), tenant, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		err = fmt.Errorf("%w: snapshot %q", errdefs.ErrNotFound, clip(id))
@@ -139,7 +147,11 @@ func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, t
 		rec.replayE2B(w)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(child))
+	if err := s.e2bOpenPorts(r, child.ID, public); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(child, s.e2bTrafficOf(child.ID, public)))
 }
 
 // e2bForkOne runs SPACE's fork of sandbox parent from snapshot snapID and
@@ -208,7 +220,14 @@ func (s *Server) handleE2BGet(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.e2bDetailOf(sb))
+	out := s.e2bDetailOf(sb)
+	if public, ok, err := s.e2bPortRule(r.Context(), sb.ID); err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	} else if ok {
+		out.Network = &e2bNetworkInfo{AllowPublicTraffic: public}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleE2BKill is DELETE /sandboxes/{id}: 204, or 404.
@@ -366,6 +385,11 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly b
 		s.writeE2BErr(w, r, err)
 		return
 	}
+	traffic, err := s.e2bTrafficFor(r.Context(), sb.ID)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
 	if req.Timeout != nil && *req.Timeout > 0 {
 		end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 		if !sb.ExpiresAt.IsZero() && end.After(sb.ExpiresAt) {
@@ -380,7 +404,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly b
 			}
 		}
 	}
-	writeJSON(w, status, s.e2bSandboxOf(sb))
+	writeJSON(w, status, s.e2bSandboxOf(sb, traffic))
 }
 
 // e2bMetric is one sample of E2B's SandboxMetric: only what SPACE
@@ -671,7 +695,10 @@ const maxE2BForks = 100
 // handleE2BFork is POST /sandboxes/{id}/fork {timeout, count}: one
 // snapshot of the sandbox (full on vm, disk on ns), then count sandboxes
 // started from it; each result is a sandbox or an error (partial success).
-// The source keeps running, its id and its timeout.
+// The source keeps running, its id and its timeout. Each child's ports are
+// reachable as its parent's are (its own traffic token when private); ports
+// exposed with `space port expose` are not carried over, as with SPACE's
+// fork.
 func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
@@ -703,6 +730,11 @@ func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, err)
 		return
 	}
+	public, hasRule, err := s.e2bPortRule(r.Context(), parent.ID)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
+		return
+	}
 	snap, err := s.snapshot(r.Context(), parent, e2bSnapshotKind(parent), "fork")
 	if errors.Is(err, errStillWorking) {
 		err = fmt.Errorf("%w: the fork's snapshot %s is still being taken; retry", errdefs.ErrUnavailable, snap.ID)
@@ -714,12 +746,21 @@ func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 	results := make([]e2bForkResult, 0, count)
 	for range count {
 		child, rec := s.e2bForkOne(r, parent.ID, snap.ID, ttl)
+		if rec == nil && hasRule {
+			if err := s.e2bOpenPorts(r, child.ID, public); err != nil {
+				rec = errorRecorder(s, r, err)
+			}
+		}
 		if rec != nil {
 			e := e2bErrorBody(rec.status, rec.body.Bytes())
 			results = append(results, e2bForkResult{Error: &e})
 			continue
 		}
-		sb := s.e2bSandboxOf(child)
+		var traffic *string
+		if hasRule {
+			traffic = s.e2bTrafficOf(child.ID, public)
+		}
+		sb := s.e2bSandboxOf(child, traffic)
 		results = append(results, e2bForkResult{Sandbox: &sb})
 	}
 	writeJSON(w, http.StatusCreated, results)

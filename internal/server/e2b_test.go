@@ -229,6 +229,11 @@ func TestE2BEnvdProxy(t *testing.T) {
 		if got.Path != "/files" || got.Query != "path=%2Ftmp%2Fa&username=user" {
 			t.Errorf("files: guest saw %s?%s", got.Path, got.Query)
 		}
+		got = guestSaw(t, p.send(http.MethodGet, "/health", "", "",
+			map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA, "e2b-traffic-access-token": p.srv.e2bTrafficToken(a.ID)}))
+		if got.Header.Get(e2bTrafficHeader) != "" {
+			t.Errorf("health: the guest daemon saw the traffic token: %v", got.Header)
+		}
 	})
 	t.Run("over HTTP/2 without TLS (h2c), as Connect clients speak it", func(t *testing.T) {
 		protos := new(http.Protocols)
@@ -326,7 +331,7 @@ func TestE2BEnvdProxy(t *testing.T) {
 		unknown := sandbox.NewID()
 		for _, id := range []string{unknown, paused.ID} {
 			got := p.envd(http.MethodGet, "/health", id, p.srv.e2bAccessToken(id))
-			var body e2bNotFound
+			var body e2bProxyError
 			_ = json.Unmarshal([]byte(got.body), &body)
 			if got.status != http.StatusBadGateway || body.Code != 502 || body.SandboxID != id || body.Message != "The sandbox was not found" {
 				t.Errorf("%s: HTTP %d %s, want E2B's 502", id, got.status, got.body)
@@ -637,11 +642,15 @@ func TestE2BREST(t *testing.T) {
 	})
 	t.Run("refused before any work", func(t *testing.T) {
 		for body, why := range map[string]string{
-			`{"templateID":"minimal","timeout":300,"autoPause":true}`:                  "autoPause",
-			`{"templateID":"minimal","timeout":300,"network":{"denyOut":["1.1.1.1"]}}`: "network",
-			`{"templateID":"minimal","timeout":0}`:                                     "zero timeout",
-			`{"timeout":300}`:                                                          "no template",
-			`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/v"}]}`:       "volumes",
+			`{"templateID":"minimal","timeout":300,"autoPause":true}`:                        "autoPause",
+			`{"templateID":"minimal","timeout":300,"network":{"denyOut":["1.1.1.1"]}}`:       "network",
+			`{"templateID":"minimal","network":{"allowPublicTraffic":false},"secure":false}`: "private ports without secure",
+			`{"templateID":"minimal","network":{"maskRequestHost":"localhost:${PORT}"}}`:     "maskRequestHost",
+			`{"templateID":"minimal","network":{"allowPublicTraffic":"no"}}`:                 "allowPublicTraffic not a bool",
+			`{"templateID":"minimal","network":[]}`:                                          "network not an object",
+			`{"templateID":"minimal","timeout":0}`:                                           "zero timeout",
+			`{"timeout":300}`:                                                                "no template",
+			`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/v"}]}`:             "volumes",
 			`{"templateID":`: "malformed",
 		} {
 			wantE2BError(t, why, p.e2bCall("POST", "/v2/sandboxes", p.key, body), 400)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"maps"
 	"time"
 
@@ -24,9 +25,9 @@ type e2bNewSandbox struct {
 	AutoResume          *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
-	Network      map[string]any `json:"network"`
-	VolumeMounts []any          `json:"volumeMounts"`
-	MCP          map[string]any `json:"mcp"`
+	Network      json.RawMessage `json:"network"`
+	VolumeMounts []any           `json:"volumeMounts"`
+	MCP          map[string]any  `json:"mcp"`
 }
 
 // e2bSandbox is E2B's Sandbox: the answer of create, connect, resume and
@@ -65,8 +66,16 @@ type e2bSandboxDetail struct {
 	Metadata            map[string]string `json:"metadata"`
 	State               string            `json:"state"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess"`
+	Network             *e2bNetworkInfo   `json:"network,omitempty"`
 	Lifecycle           e2bLifecycle      `json:"lifecycle"`
 	VolumeMounts        []any             `json:"volumeMounts"`
+}
+
+// e2bNetworkInfo is SandboxDetail.network: what SPACE keeps of it, whether
+// the sandbox's ports are public (absent for a sandbox made through SPACE's
+// own API, which has no E2B port rule).
+type e2bNetworkInfo struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 // e2bListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).
@@ -131,12 +140,13 @@ func e2bEndAt(sb *sandbox.Sandbox) time.Time {
 	return sb.ExpiresAt
 }
 
-// e2bSandboxOf is sb as E2B's Sandbox.
-func (s *Server) e2bSandboxOf(sb *sandbox.Sandbox) e2bSandbox {
+// e2bSandboxOf is sb as E2B's Sandbox, with traffic its trafficAccessToken
+// (nil when its ports are public or it has no E2B port rule).
+func (s *Server) e2bSandboxOf(sb *sandbox.Sandbox, traffic *string) e2bSandbox {
 	domain := s.ingressDomain()
 	return e2bSandbox{
 		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
-		EnvdVersion: e2bEnvdVersion, EnvdAccessToken: s.e2bAccessToken(sb.ID), Domain: &domain,
+		EnvdVersion: e2bEnvdVersion, EnvdAccessToken: s.e2bAccessToken(sb.ID), TrafficAccessToken: traffic, Domain: &domain,
 	}
 }
 

@@ -35,6 +35,12 @@ import (
 // reaches the guest; an Authorization header that is not a SPACE API key
 // is the application's and passes through.
 //
+// A sandbox made through the E2B API also has a rule for every HTTP port
+// (port 0, e2b_traffic.go), used when the port itself is not exposed:
+// public, or needing E2B's e2b-traffic-access-token (or the tenant's API
+// key). That header never reaches the guest either, and a wrong one is
+// refused before anything is looked up.
+//
 // Every request to the node carries a capability minted for the sandbox's
 // current execution, naming OpServicePort, the port and the protocol; the
 // node checks it against the execution it runs before it opens a
@@ -136,22 +142,24 @@ type ingressGrant struct {
 	sentAPIKey bool
 }
 
-// authorizeIngress finds the exposed port and checks the request's
-// credentials for it. An unknown sandbox, a port not exposed and another
-// tenant's sandbox all answer the same 404.
-func (s *Server) authorizeIngress(r *http.Request, id string, port int) (*ingressGrant, error) {
+// authorizeIngress finds the rule for port of sandbox id and checks the
+// request's credentials for it. protocol is what the request speaks to the
+// port: an "http" request falls back to the sandbox's E2B rule for every
+// port when the port itself is not exposed; a "tcp" tunnel never does. An
+// unknown sandbox, a port not exposed and another tenant's sandbox all
+// answer the same 404.
+func (s *Server) authorizeIngress(r *http.Request, id string, port int, protocol string) (*ingressGrant, error) {
 	notFound := fmt.Errorf("%w: no exposed port %d on sandbox %q", errdefs.ErrNotFound, port, clip(id))
 	if !sandbox.ValidID(id) {
 		return nil, notFound
 	}
-	ctx := r.Context()
-	sb, err := s.store.GetSandboxByID(ctx, id)
-	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && (sb.State == sandbox.StateDeleted || sb.State == sandbox.StateDeleting)) {
-		return nil, notFound
-	} else if err != nil {
-		return nil, err
+	// E2B's traffic token is checked before anything is looked up, so a
+	// wrong one learns nothing about which sandboxes exist.
+	traffic := protocol == "http" && r.Header.Get(e2bTrafficHeader) != ""
+	if traffic && !s.e2bTrafficTokenValid(id, r.Header.Get(e2bTrafficHeader)) {
+		return nil, errTrafficInvalid(id)
 	}
-	sp, err := s.store.GetServicePort(ctx, id, port)
+	sb, sp, err := s.ingressRule(r.Context(), id, port, protocol)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, notFound
 	} else if err != nil {
@@ -159,32 +167,62 @@ func (s *Server) authorizeIngress(r *http.Request, id string, port int) (*ingres
 	}
 	key, isKey := bearerAPIKey(r)
 	g := &ingressGrant{sb: sb, port: sp, sentAPIKey: isKey}
-	if sp.Public {
+	anyPort := sp.Port == e2bAnyPort
+	switch {
+	case sp.Public, anyPort && traffic:
 		return g, nil
-	}
-	if token := portToken(r); token != "" {
-		if !portTokenMatches(token, sp.TokenHash) {
+	case anyPort && !isKey:
+		return nil, errTrafficMissing(id)
+	case !anyPort && portToken(r) != "":
+		if !portTokenMatches(portToken(r), sp.TokenHash) {
 			return nil, fmt.Errorf("%w: wrong token for port %d of sandbox %s", errdefs.ErrUnauthenticated, port, id)
 		}
 		return g, nil
-	}
-	if !isKey {
+	case !isKey:
 		return nil, fmt.Errorf("%w: port %d of sandbox %s is private: send the tenant's API key (Authorization: Bearer) or the port's token (%s)",
 			errdefs.ErrUnauthenticated, port, id, sandboxv1.PortTokenHeader)
 	}
-	stored, err := s.store.GetAPIKey(ctx, key.ID)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errBadKey
-	} else if err != nil {
+	tenant, err := s.ingressKeyTenant(r.Context(), key)
+	if err != nil {
 		return nil, err
 	}
-	if stored.Revoked() || !key.Matches(stored.Hash) {
-		return nil, errBadKey
-	}
-	if stored.Tenant != sb.Tenant {
+	if tenant != sb.Tenant {
 		return nil, notFound
 	}
 	return g, nil
+}
+
+// ingressKeyTenant returns the tenant of a valid, unrevoked API key; errBadKey
+// for any other.
+func (s *Server) ingressKeyTenant(ctx context.Context, key apikey.Key) (string, error) {
+	stored, err := s.store.GetAPIKey(ctx, key.ID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", errBadKey
+	} else if err != nil {
+		return "", err
+	}
+	if stored.Revoked() || !key.Matches(stored.Hash) {
+		return "", errBadKey
+	}
+	return stored.Tenant, nil
+}
+
+// ingressRule returns sandbox id and the rule for its port: the exposed
+// port, else, for http, the E2B rule for every port. ErrNotFound when the
+// sandbox is gone or neither exists.
+func (s *Server) ingressRule(ctx context.Context, id string, port int, protocol string) (*sandbox.Sandbox, store.ServicePort, error) {
+	sb, err := s.store.GetSandboxByID(ctx, id)
+	if err == nil && (sb.State == sandbox.StateDeleted || sb.State == sandbox.StateDeleting) {
+		err = errdefs.ErrNotFound
+	}
+	if err != nil {
+		return nil, store.ServicePort{}, err
+	}
+	sp, err := s.store.GetServicePort(ctx, id, port)
+	if errors.Is(err, errdefs.ErrNotFound) && protocol == "http" {
+		sp, err = s.store.GetServicePort(ctx, id, e2bAnyPort)
+	}
+	return sb, sp, err
 }
 
 // bearerAPIKey returns the request's Authorization bearer value when it has
@@ -249,9 +287,9 @@ func (s *Server) readyForIngress(ctx context.Context, sb *sandbox.Sandbox) (*san
 // serveIngressHTTP proxies one HTTP request (WebSocket and other upgrades
 // included) to port of sandbox id; rest is the escaped path the guest gets.
 func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, rest string) {
-	g, err := s.authorizeIngress(r, id, port)
+	g, err := s.authorizeIngress(r, id, port, "http")
 	if err != nil {
-		s.writeError(w, r, err)
+		s.writeIngressError(w, r, err)
 		return
 	}
 	if g.port.Protocol != "http" {
@@ -285,6 +323,7 @@ func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id str
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 			pr.Out.Header.Del(sandboxv1.PortTokenHeader)
+			pr.Out.Header.Del(e2bTrafficHeader)
 			pr.Out.Header.Del(capability.Header)
 			if stripAuth {
 				pr.Out.Header.Del("Authorization")

@@ -32,7 +32,7 @@ func (s *Server) handleIngressTCP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	g, err := s.authorizeIngress(r, id, port)
+	g, err := s.authorizeIngress(r, id, port, "tcp")
 	if err != nil {
 		s.writeError(w, r, err)
 		return

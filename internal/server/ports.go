@@ -138,7 +138,9 @@ func parsePort(s string) (int, error) {
 }
 
 // apiPort is what the API reports of an exposed port, with the URLs that
-// reach it from the client that asked (whose Host names the API).
+// reach it from the client that asked (whose Host names the API). The E2B
+// rule for every HTTP port is reported as port 0, its URLs with "{port}"
+// where the port goes.
 func (s *Server) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.ServicePort {
 	scheme := "http"
 	if r.TLS != nil {
@@ -149,12 +151,16 @@ func (s *Server) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.Servic
 		apiHost = s.cfg.Listen
 	}
 	out := sandboxv1.ServicePort{Port: sp.Port, Protocol: sp.Protocol, Public: sp.Public, CreatedAt: sp.CreatedAt}
-	portPath := "/v1/sandboxes/" + sp.Sandbox + "/ports/" + strconv.Itoa(sp.Port)
+	port := strconv.Itoa(sp.Port)
+	if sp.Port == e2bAnyPort {
+		port = "{port}"
+	}
+	portPath := "/v1/sandboxes/" + sp.Sandbox + "/ports/" + port
 	if sp.Protocol == "tcp" {
 		out.URL = scheme + "://" + apiHost + portPath + "/tcp"
 		return out
 	}
-	host := strconv.Itoa(sp.Port) + "-" + sp.Sandbox + "." + s.ingressDomain()
+	host := port + "-" + sp.Sandbox + "." + s.ingressDomain()
 	if _, apiPort, err := net.SplitHostPort(apiHost); err == nil && apiPort != "" {
 		host = net.JoinHostPort(host, apiPort)
 	}

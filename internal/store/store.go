@@ -434,7 +434,9 @@ type Credentials interface {
 // ServicePort is one exposed port of a sandbox (ServicePort ingress).
 type ServicePort struct {
 	Sandbox string
-	// Port is the guest port, 1-65535.
+	// Port is the guest port, 1-65535, or 0 for the rule of a sandbox made
+	// through the E2B API that covers every HTTP port not exposed itself
+	// (internal/server/e2b_traffic.go).
 	Port int
 	// Protocol is what the ingress speaks to the port: "http" or "tcp".
 	Protocol string

@@ -22,7 +22,7 @@ func scanServicePort(sc interface{ Scan(...any) error }) (store.ServicePort, err
 
 // PutServicePort implements store.ServicePorts.
 func (s *Store) PutServicePort(ctx context.Context, p store.ServicePort) error {
-	if p.Sandbox == "" || p.Port < 1 || p.Port > 65535 || p.Protocol == "" {
+	if p.Sandbox == "" || p.Port < 0 || p.Port > 65535 || p.Protocol == "" {
 		return fmt.Errorf("put port %d of sandbox %q: empty sandbox or protocol, or port out of range: %w", p.Port, p.Sandbox, errdefs.ErrInvalidArgument)
 	}
 	return s.write(ctx, func(tx pgx.Tx) error {

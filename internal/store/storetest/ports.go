@@ -28,7 +28,14 @@ func testServicePorts(t *testing.T, s store.Store) {
 	}
 	wantClass(t, "PutServicePort of an unknown sandbox",
 		s.PutServicePort(ctx(t), store.ServicePort{Sandbox: "nosuchsandbox0000000", Port: 1, Protocol: "http", CreatedAt: at(1)}), errdefs.ErrNotFound)
-	wantClass(t, "PutServicePort port 0", s.PutServicePort(ctx(t), store.ServicePort{Sandbox: sb1.ID, Port: 0, Protocol: "http"}), errdefs.ErrInvalidArgument)
+	wantClass(t, "PutServicePort port -1", s.PutServicePort(ctx(t), store.ServicePort{Sandbox: sb1.ID, Port: -1, Protocol: "http"}), errdefs.ErrInvalidArgument)
+	// Port 0 is the E2B rule for every HTTP port of a sandbox.
+	any0 := store.ServicePort{Sandbox: sb2.ID, Port: 0, Protocol: "http", CreatedAt: at(7)}
+	must(t, "PutServicePort port 0", s.PutServicePort(ctx(t), any0))
+	if got, err := s.GetServicePort(ctx(t), sb2.ID, 0); err != nil || got != any0 {
+		t.Errorf("GetServicePort port 0 = %+v, %v; want %+v", got, err, any0)
+	}
+	must(t, "DeleteServicePort port 0", s.DeleteServicePort(ctx(t), sb2.ID, 0))
 	wantClass(t, "PutServicePort port 65536", s.PutServicePort(ctx(t), store.ServicePort{Sandbox: sb1.ID, Port: 65536, Protocol: "http"}), errdefs.ErrInvalidArgument)
 
 	got, err := s.GetServicePort(ctx(t), sb1.ID, 8080)

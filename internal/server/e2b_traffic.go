@@ -1,0 +1,213 @@
+package server
+
+// E2B's port semantics, for sandboxes made through the E2B API.
+//
+// On E2B every HTTP port of a sandbox is reachable through the proxy
+// ({port}-{id}.{domain}, or E2b-Sandbox-Id and E2b-Sandbox-Port) by anyone
+// with the URL, unless the sandbox was created with
+// network.allowPublicTraffic false: then every request needs the header
+// e2b-traffic-access-token carrying the trafficAccessToken that create and
+// connect answer. Port 49983 (envd) is not one of these ports: it keeps its
+// X-Access-Token (e2b_proxy.go).
+//
+// SPACE records this as one ServicePort row of the sandbox for port 0,
+// "any HTTP port" (e2bAnyPort): protocol http, public as asked. The ingress
+// looks for the exact port first, so a port exposed with `space port
+// expose` keeps its own rules, and falls back to that row for HTTP only (a
+// TCP tunnel needs an exposed tcp port). A sandbox made through SPACE's own
+// API has no such row, and its unexposed ports answer 404 as before. SPACE's
+// own API takes ports 1-65535 only, so it can neither make nor remove the
+// row.
+//
+// The traffic token is a MAC of the sandbox id, like the envd token
+// (e2bMAC, under its own label), not a random token kept hashed in the row:
+// connect must hand it out again, and a stored hash would be a second truth
+// that can disagree with the derivation (a server without a sealing key
+// derives a new key at each start, and then connect's token would be
+// refused). The row's token hash stays empty, so SPACE's X-Space-Port-Token
+// never opens it; the owning tenant's API key does, as for any private port.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// e2bAnyPort is the port of the ServicePort row that stands for every HTTP
+// port of a sandbox made through the E2B API.
+const e2bAnyPort = 0
+
+// e2bTrafficHeader carries the traffic access token (E2B's
+// e2b-traffic-access-token, in canonical form).
+const e2bTrafficHeader = "E2b-Traffic-Access-Token"
+
+// e2bTrafficLabel separates the traffic token from the envd token and any
+// other MAC under the same key.
+const e2bTrafficLabel = "space e2b traffic access token v1\x00"
+
+// e2bTrafficToken is the trafficAccessToken of sandbox id.
+func (s *Server) e2bTrafficToken(id string) string { return s.e2bMAC(e2bTrafficLabel, id) }
+
+// e2bTrafficTokenValid reports, in constant time, whether token is sandbox
+// id's traffic access token.
+func (s *Server) e2bTrafficTokenValid(id, token string) bool {
+	return macEqual(token, s.e2bTrafficToken(id))
+}
+
+// e2bTrafficOf is the trafficAccessToken an answer carries for sandbox id:
+// nil (JSON null) when its ports are public.
+func (s *Server) e2bTrafficOf(id string, public bool) *string {
+	if public {
+		return nil
+	}
+	tok := s.e2bTrafficToken(id)
+	return &tok
+}
+
+// parseE2BNetwork reads the network field of an E2B create and returns
+// whether the sandbox's ports are public (E2B's allowPublicTraffic, true
+// when absent). Only allowPublicTraffic is implemented; another field with
+// a value is refused rather than dropped (egress rules are SPACE's egress
+// policies, docs/network.md), and so is a private sandbox with secure false,
+// as E2B refuses it. Field names match in any case, as E2B's server (Go's
+// encoding/json) reads them, and any spelling saying false makes the ports
+// private.
+func parseE2BNetwork(raw json.RawMessage, secure *bool) (public bool, err error) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
+		return true, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return false, fmt.Errorf("%w: network: want an object: %v", errdefs.ErrInvalidArgument, err)
+	}
+	public = true
+	// In order, so that the unsupported field named is always the same.
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		v := fields[name]
+		switch {
+		case strings.EqualFold(name, "allowPublicTraffic"):
+			var p *bool
+			if err := json.Unmarshal(v, &p); err != nil {
+				return false, fmt.Errorf("%w: network.allowPublicTraffic: want true or false", errdefs.ErrInvalidArgument)
+			}
+			if p != nil && !*p {
+				public = false
+			}
+		case isJSONEmpty(v):
+			// An empty allowOut, rules or maskRequestHost asks for nothing.
+		default:
+			return false, fmt.Errorf("%w: network.%s is not supported by SPACE yet (only allowPublicTraffic is; for egress, allow_internet_access or SPACE's egress policies: docs/network.md)",
+				errdefs.ErrInvalidArgument, clip(name))
+		}
+	}
+	if !public && secure != nil && !*secure {
+		return false, fmt.Errorf("%w: a sandbox without public traffic (network.allowPublicTraffic false) needs secure access: do not set secure to false", errdefs.ErrInvalidArgument)
+	}
+	return public, nil
+}
+
+// isJSONEmpty reports whether a JSON value asks for nothing: null, "", []
+// or {}.
+func isJSONEmpty(v json.RawMessage) bool {
+	switch string(bytes.Join(bytes.Fields(v), nil)) {
+	case "null", `""`, "[]", "{}":
+		return true
+	}
+	return false
+}
+
+// e2bOpenPorts records the any-port rule of sandbox id, made through the
+// E2B API: its HTTP ports public or behind the traffic token. When the rule
+// cannot be recorded the sandbox is deleted, and the caller answers the
+// error: a sandbox whose ports are not what was asked for is worse than
+// none. Until the rule is there its ports answer 404, so nothing is open
+// that should not be.
+func (s *Server) e2bOpenPorts(r *http.Request, id string, public bool) error {
+	ctx := r.Context()
+	err := s.store.PutServicePort(ctx, store.ServicePort{Sandbox: id, Port: e2bAnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()})
+	if err != nil {
+		rec := newRecorder()
+		s.handleDelete(rec, withBody(r, nil, map[string]string{"id": id}))
+		if rec.failed() {
+			s.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "status", rec.status, "answer", clip(rec.body.String()))
+		}
+		return fmt.Errorf("sandbox %s: record its E2B port rule (deleted the sandbox): %w", id, err)
+	}
+	if public {
+		s.event(ctx, id, "port", "every HTTP port public (E2B allowPublicTraffic)")
+	} else {
+		s.event(ctx, id, "port", "every HTTP port behind the E2B traffic access token")
+	}
+	return nil
+}
+
+// e2bPortRule returns sandbox id's any-port rule: ok false when it has
+// none (a sandbox made through SPACE's own API).
+func (s *Server) e2bPortRule(ctx context.Context, id string) (public, ok bool, err error) {
+	sp, err := s.store.GetServicePort(ctx, id, e2bAnyPort)
+	if errdefs.IsNotFound(err) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("sandbox %s: read its E2B port rule: %w", id, err)
+	}
+	return sp.Public, true, nil
+}
+
+// e2bTrafficFor is the trafficAccessToken of sandbox id as recorded: nil
+// unless its ports are private.
+func (s *Server) e2bTrafficFor(ctx context.Context, id string) (*string, error) {
+	public, ok, err := s.e2bPortRule(ctx, id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return s.e2bTrafficOf(id, public), nil
+}
+
+// e2bTrafficError refuses a request to a port of a sandbox whose ports are
+// private: E2B's proxy answers it 403 with its own body.
+type e2bTrafficError struct {
+	sandbox string
+	msg     string
+}
+
+func (e *e2bTrafficError) Error() string { return e.msg }
+
+func (e *e2bTrafficError) Unwrap() error { return errdefs.ErrPermissionDenied }
+
+func errTrafficMissing(id string) error {
+	return &e2bTrafficError{sandbox: id, msg: "sandbox " + id + " is secured with a traffic access token: send it in the e2b-traffic-access-token header (the trafficAccessToken of Sandbox.create or Sandbox.connect)"}
+}
+
+func errTrafficInvalid(id string) error {
+	return &e2bTrafficError{sandbox: id, msg: "invalid e2b-traffic-access-token for sandbox " + clip(id)}
+}
+
+// e2bProxyError is the JSON body of E2B's proxy errors: 502 for a sandbox
+// it cannot reach, 403 for a missing or wrong traffic token.
+type e2bProxyError struct {
+	Message   string `json:"message"`
+	SandboxID string `json:"sandboxId"`
+	Code      int    `json:"code"`
+}
+
+// writeIngressError answers an ingress error: E2B's body for a traffic
+// token refusal, SPACE's {code, message} for the rest.
+func (s *Server) writeIngressError(w http.ResponseWriter, r *http.Request, err error) {
+	var te *e2bTrafficError
+	if errors.As(err, &te) {
+		writeJSON(w, http.StatusForbidden, e2bProxyError{Message: te.msg, SandboxID: te.sandbox, Code: http.StatusForbidden})
+		return
+	}
+	s.writeError(w, r, err)
+}
