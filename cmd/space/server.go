@@ -339,6 +339,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	ready := make(chan string, 1)
 	g.Go(func() error { return srv.Run(ctx, func(addr string) { ready <- addr }) })
 	g.Go(func() error { return rec.Run(ctx) })
+	g.Go(func() error { return rec.FollowChanges(ctx) }) // PostgreSQL: other replicas' writes
 	g.Go(func() error { return srv.RunTemplateBuilds(ctx) })
 	var addr string
 	select {

@@ -87,7 +87,7 @@ func open(ctx context.Context, dbURL string, migs []migrations.Migration) (*Stor
 		s.p.close()
 		return nil, fmt.Errorf("postgres: database %s on %s: %w", cfg.Database, cfg.Host, err)
 	}
-	return s, nil
+	return withChangeTrigger(ctx, s) // notify.go
 }
 
 // parseConfig checks dbURL and turns it into a connection configuration and a
