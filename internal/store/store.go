@@ -3,8 +3,10 @@
 // records and sandbox events. The control plane is stateless; everything it
 // must remember across a crash goes through a Store.
 //
-// Implementations live in subpackages (sqlite/, postgres/) and share
-// one schema (migrations/) and one conformance suite (storetest/). Errors are
+// Implementations live in subpackages (sqlite/, postgres/) and share one
+// schema (migrations/), one implementation of the tables over a small SQL
+// executor (sqlstore/: each backend brings its connections, transactions
+// and dialect) and one conformance suite (storetest/). Errors are
 // classed with internal/errdefs: a missing row is ErrNotFound, a duplicate or a
 // stale Version is ErrConflict.
 //
@@ -233,6 +235,13 @@ type Nodes interface {
 	Heartbeat(ctx context.Context, id string, at time.Time) error
 	// DeleteNode removes a node; a missing one is ErrNotFound.
 	DeleteNode(ctx context.Context, id string) error
+	// RecordHeartbeat registers node n or refreshes its record (address,
+	// runtimes, capacity, heartbeat time n.LastHeartbeat) in one atomic
+	// step, and returns the state the node was in just before ("" when it
+	// was not registered). A draining node stays draining; a down or new
+	// node becomes ready; a ready one stays ready. n.State is ignored;
+	// RegisteredAt is kept from the first registration.
+	RecordHeartbeat(ctx context.Context, n Node) (previous NodeState, err error)
 }
 
 // MaxNodeReportBytes bounds what one NodeReport stores (its sealed token and

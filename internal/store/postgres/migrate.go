@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/store/migrations"
+	"github.com/spacesandbox/space/internal/store/sqlstore"
 )
 
 // migrationLock is the key of the session advisory lock held while the schema
@@ -16,12 +16,6 @@ import (
 // database, so two SPACE installations in two databases of one server do not
 // wait on each other.
 const migrationLock int64 = 0x53504143456d6967
-
-const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    INTEGER NOT NULL PRIMARY KEY,
-    name       TEXT    NOT NULL,
-    applied_at BIGINT  NOT NULL
-)`
 
 // migrate brings the database up to the last of migs. The whole check runs
 // under an advisory lock, so replicas starting at once take turns: the first
@@ -48,27 +42,20 @@ func migrate(ctx context.Context, p *pool, migs []migrations.Migration) (err err
 			err = errors.Join(err, closeConn(c))
 		}
 	}()
-	if _, err := c.Exec(ctx, createMigrationsTable); err != nil {
+	if _, err := c.Exec(ctx, sqlstore.CreateMigrationsTable); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	latest := 0
-	if len(migs) > 0 {
-		latest = migs[len(migs)-1].Version
 	}
 	current, err := schemaVersion(ctx, c)
 	if err != nil {
 		return err
 	}
-	if current > latest {
-		return fmt.Errorf("database schema is version %d but this binary knows only up to %d; run a newer space: %w",
-			current, latest, errdefs.ErrFailedPrecondition)
+	pending, err := sqlstore.Pending(current, migs)
+	if err != nil {
+		return err
 	}
-	for _, m := range migs {
-		if m.Version <= current {
-			continue
-		}
-		if m.Version != current+1 {
-			return fmt.Errorf("migration %s: database is at version %d, want %d: %w", m.Name, current, m.Version-1, errdefs.ErrFailedPrecondition)
+	for _, m := range pending {
+		if err := sqlstore.CheckNext(current, m); err != nil {
+			return err
 		}
 		if err := applyOne(ctx, c, m); err != nil {
 			return err
@@ -76,19 +63,6 @@ func migrate(ctx context.Context, p *pool, migs []migrations.Migration) (err err
 		current = m.Version
 	}
 	return nil
-}
-
-// SchemaVersion returns the schema version recorded in the database.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var v *int64
-	err := s.queryRow(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v)
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	if v == nil {
-		return 0, nil
-	}
-	return int(*v), nil
 }
 
 func schemaVersion(ctx context.Context, c *pgx.Conn) (int, error) {
@@ -118,8 +92,8 @@ func applyOne(ctx context.Context, c *pgx.Conn, m migrations.Migration) (err err
 	if _, err := tx.Exec(ctx, m.SQL); err != nil {
 		return fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-		m.Version, m.Name, ts(now())); err != nil {
+	if _, err := tx.Exec(ctx, sqlstore.Rebind(sqlstore.RecordMigration),
+		m.Version, m.Name, time.Now().UnixNano()); err != nil {
 		return fmt.Errorf("migration %s: record version: %w", m.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -1,7 +1,8 @@
 // Package postgres is the Store backend for several control-plane replicas: a
 // PostgreSQL database (version 13 or newer) reached through
-// github.com/jackc/pgx/v5, with the schema and migrations shared with the
-// SQLite backend (../migrations).
+// github.com/jackc/pgx/v5, with the schema and migrations (../migrations) and
+// the table logic (../sqlstore, its ? placeholders rebound to $n) shared with
+// the SQLite backend.
 //
 // Transactions: the SQLite backend gets serial execution for free (one writer
 // at a time), and its read-then-write transactions rely on it: an event's
@@ -38,6 +39,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/migrations"
+	"github.com/spacesandbox/space/internal/store/sqlstore"
 )
 
 const (
@@ -54,10 +56,17 @@ const (
 	writeAttempts = 10
 )
 
-// Store is a store.Store on a PostgreSQL database.
+// Store is a store.Store on a PostgreSQL database. Its methods but Close are
+// those of sqlstore.Store, the table logic it shares with the SQLite backend;
+// this package gives that its connections.
 type Store struct {
+	*tables
 	p *pool
 }
+
+// tables is embedded under an unexported name, so that Store's fields stay
+// private while the table methods are promoted.
+type tables = sqlstore.Store
 
 var _ store.Store = (*Store)(nil)
 
@@ -83,6 +92,7 @@ func open(ctx context.Context, dbURL string, migs []migrations.Migration) (*Stor
 		return nil, err
 	}
 	s := &Store{p: newPool(cfg, maxConns)}
+	s.tables = sqlstore.New((*conns)(s), dialect{})
 	if err := migrate(ctx, s.p, migs); err != nil {
 		s.p.close()
 		return nil, fmt.Errorf("postgres: database %s on %s: %w", cfg.Database, cfg.Host, err)
@@ -268,13 +278,15 @@ func (r *rows) Next() bool {
 	return r.Rows.Next()
 }
 
-// Close implements pgx.Rows.
-func (r *rows) Close() {
+// Close closes the rows and hands their connection back. It implements
+// sqlstore.Rows; a failure is reported by Err.
+func (r *rows) Close() error {
 	r.Rows.Close()
 	if r.release != nil {
 		r.release()
 		r.release = nil
 	}
+	return nil
 }
 
 // query runs q outside a transaction; the caller must Close the rows. Like
@@ -326,12 +338,6 @@ const (
 	codeDeadlockDetected     = "40P01"
 )
 
-// isUnique reports a duplicate key: the row already exists.
-func isUnique(err error) bool { return pgCode(err) == codeUniqueViolation }
-
-// isForeignKey reports a reference to a row that does not exist.
-func isForeignKey(err error) bool { return pgCode(err) == codeForeignKeyViolation }
-
 // retryable reports an error after which the whole transaction may simply
 // run again: PostgreSQL aborted it for a concurrent one, or a pooled
 // connection turned out broken before anything was sent. A server that cannot
@@ -350,38 +356,5 @@ func retryable(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// ts encodes a time for a NOT NULL column.
-func ts(t time.Time) int64 { return t.UnixNano() }
-
-// nullTS encodes a time for a nullable column: the zero time is NULL.
-func nullTS(t time.Time) *int64 {
-	if t.IsZero() {
-		return nil
-	}
-	n := t.UnixNano()
-	return &n
-}
-
-// fromTS decodes a NOT NULL time column.
-func fromTS(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-// fromNullTS decodes a nullable time column.
-func fromNullTS(n *int64) time.Time {
-	if n == nil {
-		return time.Time{}
-	}
-	return fromTS(*n)
-}
-
 // now returns the current time at the precision the store keeps.
 func now() time.Time { return time.Now().UTC().Round(0) }
-
-// exists reports whether query (a SELECT 1 …) returns a row.
-func exists(ctx context.Context, tx pgx.Tx, query string, args ...any) (bool, error) {
-	var one int
-	err := tx.QueryRow(ctx, query, args...).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}

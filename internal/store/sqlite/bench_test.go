@@ -4,59 +4,22 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/spacesandbox/space/internal/sandbox"
-	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/store/storetest"
 )
 
-func benchStore(b *testing.B) (*Store, string) {
+func benchStore(b *testing.B) *Store {
 	b.Helper()
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(b.TempDir(), "space.db"))
+	s, err := Open(context.Background(), filepath.Join(b.TempDir(), "space.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	tn := store.Tenant{ID: sandbox.NewTenantID(), Name: "bench", CreatedAt: time.Now().UTC()}
-	if err := s.CreateTenant(ctx, tn); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.CreateTemplate(ctx, store.Template{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady}); err != nil {
-		b.Fatal(err)
-	}
-	return s, tn.ID
+	return s
 }
 
-// BenchmarkCreateSandbox: one durable sandbox insert (every create does one).
-func BenchmarkCreateSandbox(b *testing.B) {
-	s, tenant := benchStore(b)
-	ctx := context.Background()
-	for b.Loop() {
-		sb := sandbox.New(tenant, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256}, time.Now())
-		if err := s.CreateSandbox(ctx, sb); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkUpdateSandbox: one optimistic-concurrency update of a sandbox
-// (every lifecycle step writes one or more).
-func BenchmarkUpdateSandbox(b *testing.B) {
-	s, tenant := benchStore(b)
-	ctx := context.Background()
-	sb := sandbox.New(tenant, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256}, time.Now())
-	if err := s.CreateSandbox(ctx, sb); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		cur, err := s.GetSandboxByID(ctx, sb.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cur.Reason = time.Now().String()
-		if err := s.UpdateSandbox(ctx, cur); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkCreateSandbox(b *testing.B)   { storetest.BenchCreateSandbox(b, benchStore(b)) }
+func BenchmarkGetSandbox(b *testing.B)      { storetest.BenchGetSandbox(b, benchStore(b)) }
+func BenchmarkListSandboxes(b *testing.B)   { storetest.BenchListSandboxes(b, benchStore(b)) }
+func BenchmarkUpdateSandbox(b *testing.B)   { storetest.BenchUpdateSandbox(b, benchStore(b)) }
+func BenchmarkRecordHeartbeat(b *testing.B) { storetest.BenchRecordHeartbeat(b, benchStore(b)) }

@@ -6,15 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/store/migrations"
+	"github.com/spacesandbox/space/internal/store/sqlstore"
 )
-
-const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    INTEGER NOT NULL PRIMARY KEY,
-    name       TEXT    NOT NULL,
-    applied_at BIGINT  NOT NULL
-)`
 
 // migrate brings db up to the last of migs. Each migration runs in its own
 // transaction together with its schema_migrations row, so a failed step leaves
@@ -22,32 +16,23 @@ const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 // database already past the last known version is refused: this binary would
 // not understand its schema.
 func migrate(ctx context.Context, db *sql.DB, migs []migrations.Migration) error {
-	if _, err := db.ExecContext(ctx, createMigrationsTable); err != nil {
+	if _, err := db.ExecContext(ctx, sqlstore.CreateMigrationsTable); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	latest := 0
-	if len(migs) > 0 {
-		latest = migs[len(migs)-1].Version
 	}
 	current, err := schemaVersion(ctx, db)
 	if err != nil {
 		return err
 	}
-	if current > latest {
-		return fmt.Errorf("database schema is version %d but this binary knows only up to %d; run a newer space: %w",
-			current, latest, errdefs.ErrFailedPrecondition)
+	pending, err := sqlstore.Pending(current, migs)
+	if err != nil {
+		return err
 	}
-	for _, m := range migs {
+	for _, m := range pending {
 		if err := applyOne(ctx, db, m); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// SchemaVersion returns the schema version recorded in the database.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	return schemaVersion(ctx, s.r)
 }
 
 type queryer interface {
@@ -82,14 +67,14 @@ func applyOne(ctx context.Context, db *sql.DB, m migrations.Migration) (err erro
 	if current >= m.Version {
 		return tx.Rollback()
 	}
-	if current != m.Version-1 {
-		return fmt.Errorf("migration %s: database is at version %d, want %d: %w", m.Name, current, m.Version-1, errdefs.ErrFailedPrecondition)
+	if err := sqlstore.CheckNext(current, m); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.Version, m.Name, ts(now())); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlstore.RecordMigration,
+		m.Version, m.Name, now().UnixNano()); err != nil {
 		return fmt.Errorf("migration %s: record version: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {

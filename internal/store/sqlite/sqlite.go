@@ -11,8 +11,11 @@
 // reading the same file, a backup), and a write that still meets
 // SQLITE_BUSY is retried a few times with backoff.
 //
-// Foreign keys are on for every connection; the schema and its migrations are
-// shared with the PostgreSQL backend (../migrations).
+// Foreign keys are on for every connection. The schema and its migrations
+// (../migrations) and the table logic — queries, row scanning, error classes
+// (../sqlstore) — are shared with the PostgreSQL backend; this package gives
+// them its connections (db.go) and answers the few questions whose answer
+// is SQLite's own.
 package sqlite
 
 import (
@@ -27,6 +30,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/migrations"
+	"github.com/spacesandbox/space/internal/store/sqlstore"
 	sqlitedrv "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -37,11 +41,18 @@ const (
 	writeAttempts = 5
 )
 
-// Store is a store.Store on one SQLite file.
+// Store is a store.Store on one SQLite file. Its methods but Close are those of
+// sqlstore.Store, the table logic it shares with the PostgreSQL backend; this
+// package gives that its connections.
 type Store struct {
+	*tables
 	w *sql.DB // exactly one connection: the only writer
 	r *sql.DB // query-only connections for reads
 }
+
+// tables is embedded under an unexported name, so that Store's fields stay
+// private while the table methods are promoted.
+type tables = sqlstore.Store
 
 var _ store.Store = (*Store)(nil)
 
@@ -82,7 +93,9 @@ func open(ctx context.Context, path string, migs []migrations.Migration) (*Store
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(readPoolSize)
-	return &Store{w: w, r: r}, nil
+	s := &Store{w: w, r: r}
+	s.tables = sqlstore.New((*conns)(s), dialect{})
+	return s, nil
 }
 
 // dsn returns the modernc.org/sqlite data source name for path.
@@ -148,62 +161,20 @@ func ignoreDone(err error) error {
 	return err
 }
 
-// sqliteCode returns the primary SQLite result code of err, or 0.
+// sqliteCode returns the extended SQLite result code of err, or 0; its low
+// byte is the primary code.
 func sqliteCode(err error) int {
 	var se *sqlitedrv.Error
 	if errors.As(err, &se) {
-		return se.Code() & 0xff
+		return se.Code()
 	}
 	return 0
 }
 
 func isBusy(err error) bool {
-	c := sqliteCode(err)
+	c := sqliteCode(err) & 0xff
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
-}
-
-func isConstraint(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT }
-
-// ts encodes a time for a NOT NULL column.
-func ts(t time.Time) int64 { return t.UnixNano() }
-
-// nullTS encodes a time for a nullable column: the zero time is NULL.
-func nullTS(t time.Time) sql.NullInt64 {
-	if t.IsZero() {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}
-}
-
-// fromTS decodes a NOT NULL time column.
-func fromTS(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-// fromNullTS decodes a nullable time column.
-func fromNullTS(n sql.NullInt64) time.Time {
-	if !n.Valid {
-		return time.Time{}
-	}
-	return fromTS(n.Int64)
 }
 
 // now returns the current time at the precision the store keeps.
 func now() time.Time { return time.Now().UTC().Round(0) }
-
-// exists reports whether query (a SELECT 1 …) returns a row.
-func exists(ctx context.Context, tx *sql.Tx, query string, args ...any) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, query, args...).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// affected returns how many rows res changed.
-func affected(res sql.Result) (int64, error) {
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("rows affected: %w", err)
-	}
-	return n, nil
-}

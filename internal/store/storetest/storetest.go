@@ -38,6 +38,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Nodes", testNodes},
 		{"NodeReports", testNodeReports},
 		{"MarkNodeDown", testMarkNodeDown},
+		{"RecordHeartbeat", testRecordHeartbeat},
+		{"RecordHeartbeatDrainRace", testRecordHeartbeatDrainRace},
 		{"Idempotency", testIdempotency},
 		{"Events", testEvents},
 		{"Snapshots", testSnapshots},

@@ -1,10 +1,10 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -25,13 +25,13 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) error {
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = now()
 	}
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.db.Write(ctx, func(tx Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at, max_sandboxes, max_memory_mib, max_cpus)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
+			VALUES (?, ?, ?, ?, ?, ?)`,
 			t.ID, t.Name, ts(t.CreatedAt), t.Quota.MaxSandboxes, t.Quota.MaxMemoryMiB, t.Quota.MaxCPUs)
 		return err
 	})
-	if isUnique(err) {
+	if s.d.IsUnique(err) {
 		return fmt.Errorf("tenant %s: already exists: %w", t.ID, errdefs.ErrConflict)
 	}
 	if err != nil {
@@ -40,40 +40,30 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) error {
 	return nil
 }
 
-// GetTenant implements store.Tenants.
-func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+func scanTenant(sc Row) (store.Tenant, error) {
 	var t store.Tenant
 	var created int64
-	err := s.queryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id).
-		Scan(&t.ID, &t.Name, &created, &t.Quota.MaxSandboxes, &t.Quota.MaxMemoryMiB, &t.Quota.MaxCPUs)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := sc.Scan(&t.ID, &t.Name, &created, &t.Quota.MaxSandboxes, &t.Quota.MaxMemoryMiB, &t.Quota.MaxCPUs)
+	t.CreatedAt = fromTS(created)
+	return t, err
+}
+
+// GetTenant implements store.Tenants.
+func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+	t, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
 		return store.Tenant{}, fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("tenant %s: get: %w", id, err)
 	}
-	t.CreatedAt = fromTS(created)
 	return t, nil
 }
 
 // ListTenants implements store.Tenants.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	rows, err := s.query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY created_at, id`)
+	out, err := queryAll(ctx, s.db, scanTenant, `SELECT `+tenantColumns+` FROM tenants ORDER BY created_at, id`)
 	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Tenant{}
-	for rows.Next() {
-		var t store.Tenant
-		var created int64
-		if err := rows.Scan(&t.ID, &t.Name, &created, &t.Quota.MaxSandboxes, &t.Quota.MaxMemoryMiB, &t.Quota.MaxCPUs); err != nil {
-			return nil, fmt.Errorf("list tenants: %w", err)
-		}
-		t.CreatedAt = fromTS(created)
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
 	return out, nil
@@ -83,8 +73,8 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 // the tenant (ON DELETE CASCADE); sandboxes and snapshots must be deleted
 // first (ErrConflict).
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx pgx.Tx) error {
-		busy, err := exists(ctx, tx, `SELECT 1 FROM sandboxes WHERE tenant_id = $1 LIMIT 1`, id)
+	return s.db.Write(ctx, func(tx Tx) error {
+		busy, err := exists(ctx, tx, `SELECT 1 FROM sandboxes WHERE tenant_id = ? LIMIT 1`, id)
 		if err != nil {
 			return fmt.Errorf("tenant %s: delete: %w", id, err)
 		}
@@ -93,18 +83,18 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		}
 		// Snapshot rows outlive their sandbox, and their files must be removed
 		// before the row goes; a tenant with rows left would orphan them.
-		busy, err = exists(ctx, tx, `SELECT 1 FROM snapshots WHERE tenant_id = $1 LIMIT 1`, id)
+		busy, err = exists(ctx, tx, `SELECT 1 FROM snapshots WHERE tenant_id = ? LIMIT 1`, id)
 		if err != nil {
 			return fmt.Errorf("tenant %s: delete: %w", id, err)
 		}
 		if busy {
 			return fmt.Errorf("tenant %s: still has snapshots; delete them first: %w", id, errdefs.ErrConflict)
 		}
-		res, err := tx.Exec(ctx, `DELETE FROM tenants WHERE id = $1`, id)
+		n, err := tx.Exec(ctx, `DELETE FROM tenants WHERE id = ?`, id)
 		if err != nil {
 			return fmt.Errorf("tenant %s: delete: %w", id, err)
 		}
-		if res.RowsAffected() == 0 {
+		if n == 0 {
 			return fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
 		}
 		return nil
@@ -119,8 +109,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = now()
 	}
-	return s.write(ctx, func(tx pgx.Tx) error {
-		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = $1`, k.Tenant)
+	return s.db.Write(ctx, func(tx Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = ?`, k.Tenant)
 		if err != nil {
 			return fmt.Errorf("api key %s: create: %w", k.ID, err)
 		}
@@ -128,11 +118,11 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 			return fmt.Errorf("api key %s: tenant %s: %w", k.ID, k.Tenant, errdefs.ErrNotFound)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, hash, admin, created_at, revoked_at)
-			VALUES ($1, $2, $3, $4, $5, $6)`, k.ID, k.Tenant, k.Hash, k.Admin, ts(k.CreatedAt), nullTS(k.RevokedAt))
-		if isUnique(err) {
+			VALUES (?, ?, ?, ?, ?, ?)`, k.ID, k.Tenant, k.Hash, k.Admin, ts(k.CreatedAt), nullTS(k.RevokedAt))
+		if s.d.IsUnique(err) {
 			return fmt.Errorf("api key %s: already exists: %w", k.ID, errdefs.ErrConflict)
 		}
-		if isForeignKey(err) { // the tenant went in the meantime
+		if s.d.IsForeignKey(err) { // the tenant went in the meantime
 			return fmt.Errorf("api key %s: tenant %s: %w", k.ID, k.Tenant, errdefs.ErrNotFound)
 		}
 		if err != nil {
@@ -144,7 +134,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 
 const apiKeyColumns = `id, tenant_id, hash, admin, created_at, revoked_at`
 
-func scanAPIKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
+func scanAPIKey(sc Row) (store.APIKey, error) {
 	var k store.APIKey
 	var created int64
 	var revoked *int64
@@ -158,8 +148,8 @@ func scanAPIKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
 // GetAPIKey implements store.APIKeys. Every read runs outside a transaction,
 // so a revocation committed by any replica is seen by the next lookup.
 func (s *Store) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) {
-	k, err := scanAPIKey(s.queryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
+	k, err := scanAPIKey(s.db.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
 		return store.APIKey{}, fmt.Errorf("api key %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
@@ -170,20 +160,8 @@ func (s *Store) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) 
 
 // ListAPIKeys implements store.APIKeys.
 func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	rows, err := s.query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenant)
+	out, err := queryAll(ctx, s.db, scanAPIKey, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id`, tenant)
 	if err != nil {
-		return nil, fmt.Errorf("tenant %s: list api keys: %w", tenant, err)
-	}
-	defer rows.Close()
-	out := []store.APIKey{}
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("tenant %s: list api keys: %w", tenant, err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("tenant %s: list api keys: %w", tenant, err)
 	}
 	return out, nil
@@ -194,15 +172,15 @@ func (s *Store) RevokeAPIKey(ctx context.Context, id string, at time.Time) error
 	if at.IsZero() {
 		at = now()
 	}
-	return s.write(ctx, func(tx pgx.Tx) error {
-		ok, err := exists(ctx, tx, `SELECT 1 FROM api_keys WHERE id = $1`, id)
+	return s.db.Write(ctx, func(tx Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM api_keys WHERE id = ?`, id)
 		if err != nil {
 			return fmt.Errorf("api key %s: revoke: %w", id, err)
 		}
 		if !ok {
 			return fmt.Errorf("api key %s: %w", id, errdefs.ErrNotFound)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, ts(at), id); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, ts(at), id); err != nil {
 			return fmt.Errorf("api key %s: revoke: %w", id, err)
 		}
 		return nil

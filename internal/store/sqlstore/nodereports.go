@@ -1,10 +1,10 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -26,16 +26,16 @@ func (s *Store) PutNodeReport(ctx context.Context, r store.NodeReport) error {
 	if err := checkNodeReport(r); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx pgx.Tx) error {
+	return s.db.Write(ctx, func(tx Tx) error {
 		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = $1`, r.Node).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
+		err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = ?`, r.Node).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("node %s: report: %w (it must register first)", r.Node, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("node %s: report: %w", r.Node, err)
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO node_reports (node_id, sealed_token, executions, reported_at) VALUES ($1, $2, $3, $4)
+		_, err = tx.Exec(ctx, `INSERT INTO node_reports (node_id, sealed_token, executions, reported_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (node_id) DO UPDATE SET sealed_token = excluded.sealed_token, executions = excluded.executions,
 			reported_at = excluded.reported_at WHERE node_reports.reported_at <= excluded.reported_at`,
 			r.Node, r.SealedToken, r.Executions, ts(r.ReportedAt))
@@ -48,7 +48,7 @@ func (s *Store) PutNodeReport(ctx context.Context, r store.NodeReport) error {
 
 const nodeReportColumns = `node_id, sealed_token, executions, reported_at`
 
-func scanNodeReport(sc interface{ Scan(...any) error }) (store.NodeReport, error) {
+func scanNodeReport(sc Row) (store.NodeReport, error) {
 	var r store.NodeReport
 	var at int64
 	if err := sc.Scan(&r.Node, &r.SealedToken, &r.Executions, &at); err != nil {
@@ -60,8 +60,8 @@ func scanNodeReport(sc interface{ Scan(...any) error }) (store.NodeReport, error
 
 // GetNodeReport implements store.NodeReports.
 func (s *Store) GetNodeReport(ctx context.Context, node string) (store.NodeReport, error) {
-	r, err := scanNodeReport(s.queryRow(ctx, `SELECT `+nodeReportColumns+` FROM node_reports WHERE node_id = $1`, node))
-	if errors.Is(err, pgx.ErrNoRows) {
+	r, err := scanNodeReport(s.db.QueryRow(ctx, `SELECT `+nodeReportColumns+` FROM node_reports WHERE node_id = ?`, node))
+	if errors.Is(err, sql.ErrNoRows) {
 		return store.NodeReport{}, fmt.Errorf("node %s: no report: %w", node, errdefs.ErrNotFound)
 	}
 	if err != nil {
@@ -72,20 +72,8 @@ func (s *Store) GetNodeReport(ctx context.Context, node string) (store.NodeRepor
 
 // ListNodeReports implements store.NodeReports.
 func (s *Store) ListNodeReports(ctx context.Context) ([]store.NodeReport, error) {
-	rows, err := s.query(ctx, `SELECT `+nodeReportColumns+` FROM node_reports ORDER BY node_id`)
+	out, err := queryAll(ctx, s.db, scanNodeReport, `SELECT `+nodeReportColumns+` FROM node_reports ORDER BY node_id`)
 	if err != nil {
-		return nil, fmt.Errorf("list node reports: %w", err)
-	}
-	defer rows.Close()
-	out := []store.NodeReport{}
-	for rows.Next() {
-		r, err := scanNodeReport(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list node reports: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list node reports: %w", err)
 	}
 	return out, nil
@@ -94,17 +82,17 @@ func (s *Store) ListNodeReports(ctx context.Context) ([]store.NodeReport, error)
 // MarkNodeDown implements store.NodeReports.
 func (s *Store) MarkNodeDown(ctx context.Context, id string, silentSince time.Time) (bool, error) {
 	var marked bool
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.db.Write(ctx, func(tx Tx) error {
 		marked = false // a retried transaction starts over
-		res, err := tx.Exec(ctx, `UPDATE nodes SET state = $1 WHERE id = $2 AND state <> $3 AND last_heartbeat < $4`,
+		n, err := tx.Exec(ctx, `UPDATE nodes SET state = ? WHERE id = ? AND state <> ? AND last_heartbeat < ?`,
 			string(store.NodeDown), id, string(store.NodeDown), ts(silentSince))
 		if err != nil {
 			return fmt.Errorf("node %s: mark down: %w", id, err)
 		}
-		if res.RowsAffected() == 0 {
+		if n == 0 {
 			var one int
-			err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = $1`, id).Scan(&one)
-			if errors.Is(err, pgx.ErrNoRows) {
+			err := tx.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = ?`, id).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("node %s: %w", id, errdefs.ErrNotFound)
 			}
 			return err

@@ -1,12 +1,12 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"strings"
 	"time"
 
@@ -57,6 +57,17 @@ func encodeMap(m map[string]string) (string, error) {
 	return string(b), err
 }
 
+// encodeMaps returns the column forms of sb's environment and metadata.
+func encodeMaps(sb *sandbox.Sandbox) (env, md string, err error) {
+	if env, err = encodeMap(sb.Env); err != nil {
+		return "", "", fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
+	}
+	if md, err = encodeMap(sb.Metadata); err != nil {
+		return "", "", fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+	}
+	return env, md, nil
+}
+
 func decodeMap(s string) (map[string]string, error) {
 	var m map[string]string
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
@@ -68,7 +79,7 @@ func decodeMap(s string) (map[string]string, error) {
 	return m, nil
 }
 
-func scanSandbox(sc interface{ Scan(...any) error }) (*sandbox.Sandbox, error) {
+func scanSandbox(sc Row) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var r sandboxRow
 	err := sc.Scan(&sb.ID, &sb.Tenant, &sb.Name, &sb.Template, &sb.Runtime, &sb.CPUs, &sb.MemoryMiB, &sb.DiskMiB,
@@ -114,21 +125,17 @@ func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 	if sb.ID == "" || sb.Tenant == "" {
 		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
 	}
-	env, err := encodeMap(sb.Env)
+	env, md, err := encodeMaps(sb)
 	if err != nil {
-		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
-	}
-	md, err := encodeMap(sb.Metadata)
-	if err != nil {
-		return fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+		return err
 	}
 	at := now()
 	created := sb.CreatedAt
 	if created.IsZero() {
 		created = at
 	}
-	err = s.write(ctx, func(tx pgx.Tx) error {
-		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = $1`, sb.Tenant)
+	err = s.db.Write(ctx, func(tx Tx) error {
+		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = ?`, sb.Tenant)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: create: %w", sb.ID, err)
 		}
@@ -141,15 +148,15 @@ func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Tenant, sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md,
 			ts(created), nullTS(sb.ExpiresAt), string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation),
 			sb.Node, sb.ExecID, sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress),
 			sb.Project, sb.CACert, base64.StdEncoding.EncodeToString(sb.CAKey), 1, ts(at))
-		if isUnique(err) {
+		if s.d.IsUnique(err) {
 			return fmt.Errorf("sandbox %s: already exists: %w", sb.ID, errdefs.ErrConflict)
 		}
-		if isForeignKey(err) { // the tenant went in the meantime
+		if s.d.IsForeignKey(err) { // the tenant went in the meantime
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
 		}
 		if err != nil {
@@ -166,14 +173,14 @@ func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 
 // GetSandbox implements store.Sandboxes.
 func (s *Store) GetSandbox(ctx context.Context, tenant, id string) (*sandbox.Sandbox, error) {
-	sb, err := scanSandbox(s.queryRow(ctx,
-		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1 AND tenant_id = $2`, id, tenant))
+	sb, err := scanSandbox(s.db.QueryRow(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ? AND tenant_id = ?`, id, tenant))
 	return sb, sandboxErr(id, "get", err)
 }
 
 // GetSandboxByID implements store.Sandboxes.
 func (s *Store) GetSandboxByID(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1`, id))
+	sb, err := scanSandbox(s.db.QueryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
 	return sb, sandboxErr(id, "get", err)
 }
 
@@ -181,7 +188,7 @@ func sandboxErr(id, op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	default:
 		return fmt.Errorf("sandbox %s: %s: %w", id, op, err)
@@ -193,29 +200,17 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sa
 	var where []string
 	var args []any
 	if f.Tenant != "" {
-		where, args = append(where, fmt.Sprintf("tenant_id = $%d", len(args)+1)), append(args, f.Tenant)
+		where, args = append(where, "tenant_id = ?"), append(args, f.Tenant)
 	}
 	if f.Node != "" {
-		where, args = append(where, fmt.Sprintf("node_id = $%d", len(args)+1)), append(args, f.Node)
+		where, args = append(where, "node_id = ?"), append(args, f.Node)
 	}
 	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	rows, err := s.query(ctx, q+` ORDER BY created_at, id`, args...)
+	out, err := queryAll(ctx, s.db, scanSandbox, q+` ORDER BY created_at, id`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	defer rows.Close()
-	out := []*sandbox.Sandbox{}
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list sandboxes: %w", err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	return out, nil
@@ -234,26 +229,22 @@ func (s *Store) UpdateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbo
 // updateSandbox writes sb, first admitting it under its tenant's quota if
 // withinQuota and the update makes it hold resources.
 func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
-	env, err := encodeMap(sb.Env)
+	env, md, err := encodeMaps(sb)
 	if err != nil {
-		return fmt.Errorf("sandbox %s: encode env: %w", sb.ID, err)
-	}
-	md, err := encodeMap(sb.Metadata)
-	if err != nil {
-		return fmt.Errorf("sandbox %s: encode metadata: %w", sb.ID, err)
+		return err
 	}
 	at := now()
-	err = s.write(ctx, func(tx pgx.Tx) error {
+	err = s.db.Write(ctx, func(tx Tx) error {
 		if withinQuota {
 			if err := admitUpdate(ctx, tx, sb); err != nil {
 				return err
 			}
 		}
-		res, err := tx.Exec(ctx, `UPDATE sandboxes SET name = $1, template = $2, runtime = $3, cpus = $4,
-			memory_mib = $5, disk_mib = $6, env = $7, metadata = $8, expires_at = $9, desired_state = $10, state = $11,
-			reason = $12, generation = $13, node_id = $14, exec_id = $15, activation_id = $16, start_from = $17,
-			idle_timeout = $18, idle_action = $19, egress = $20, project = $21, ca_cert = $22, ca_key = $23,
-			version = version + 1, updated_at = $24 WHERE id = $25 AND version = $26`,
+		n, err := tx.Exec(ctx, `UPDATE sandboxes SET name = ?, template = ?, runtime = ?, cpus = ?,
+			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, expires_at = ?, desired_state = ?, state = ?,
+			reason = ?, generation = ?, node_id = ?, exec_id = ?, activation_id = ?, start_from = ?,
+			idle_timeout = ?, idle_action = ?, egress = ?, project = ?, ca_cert = ?, ca_key = ?,
+			version = version + 1, updated_at = ? WHERE id = ? AND version = ?`,
 			sb.Name, sb.Template, sb.Runtime, sb.CPUs, sb.MemoryMiB, sb.DiskMiB, env, md, nullTS(sb.ExpiresAt),
 			string(sb.Desired), string(sb.State), sb.Reason, int64(sb.Generation), sb.Node, sb.ExecID,
 			sb.ActivationID, sb.StartFrom, int64(sb.IdleTimeout), sb.IdleAction, encodeEgress(sb.Egress),
@@ -261,11 +252,11 @@ func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 		if err != nil {
 			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
 		}
-		if res.RowsAffected() == 1 {
+		if n == 1 {
 			return nil
 		}
 		var stored int64
-		err = tx.QueryRow(ctx, `SELECT version FROM sandboxes WHERE id = $1`, sb.ID).Scan(&stored)
+		err = tx.QueryRow(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)
 		if err != nil {
 			return sandboxErr(sb.ID, "update", err)
 		}
@@ -282,14 +273,5 @@ func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 
 // DeleteSandbox implements store.Sandboxes.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx pgx.Tx) error {
-		res, err := tx.Exec(ctx, `DELETE FROM sandboxes WHERE id = $1`, id)
-		if err != nil {
-			return fmt.Errorf("sandbox %s: delete: %w", id, err)
-		}
-		if res.RowsAffected() == 0 {
-			return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-		}
-		return nil
-	})
+	return s.writeOne(ctx, "sandbox "+id, "delete", `DELETE FROM sandboxes WHERE id = ?`, id)
 }

@@ -1,28 +1,15 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/store"
 )
-
-// leaseNow is the database server's clock, read in the writing transaction,
-// so that replicas whose clocks drift apart still agree on when a lease
-// expires. clock_timestamp, not now(): a retried transaction must not reuse
-// an old reading.
-func leaseNow(ctx context.Context, tx pgx.Tx) (time.Time, error) {
-	var us int64
-	err := tx.QueryRow(ctx, `SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT`).Scan(&us)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-	}
-	return time.UnixMicro(us).UTC(), nil
-}
 
 // leaseRow is a lease's stored state.
 type leaseRow struct {
@@ -32,10 +19,10 @@ type leaseRow struct {
 }
 
 // getLease reads the lease name in tx; found is false when no row exists.
-func getLease(ctx context.Context, tx pgx.Tx, name string) (r leaseRow, found bool, err error) {
+func getLease(ctx context.Context, tx Tx, name string) (r leaseRow, found bool, err error) {
 	var expires int64
-	err = tx.QueryRow(ctx, `SELECT holder, token, expires_at FROM leases WHERE name = $1`, name).Scan(&r.holder, &r.token, &expires)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err = tx.QueryRow(ctx, `SELECT holder, token, expires_at FROM leases WHERE name = ?`, name).Scan(&r.holder, &r.token, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
 		return leaseRow{}, false, nil
 	}
 	if err != nil {
@@ -58,8 +45,8 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 		return store.Lease{}, err
 	}
 	var l store.Lease
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		at, err := leaseNow(ctx, tx)
+	err := s.db.Write(ctx, func(tx Tx) error {
+		at, err := s.d.LeaseNow(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -70,20 +57,20 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 		l = store.Lease{Name: name, Holder: holder, Token: 1, Expires: at.Add(ttl)}
 		switch {
 		case !found:
-			_, err = tx.Exec(ctx, `INSERT INTO leases (name, holder, token, expires_at, acquired_at) VALUES ($1, $2, $3, $4, $5)`,
+			_, err = tx.Exec(ctx, `INSERT INTO leases (name, holder, token, expires_at, acquired_at) VALUES (?, ?, ?, ?, ?)`,
 				name, holder, l.Token, ts(l.Expires), ts(at))
 		case cur.holder == holder && cur.expires.After(at):
 			// Already ours: renew, keeping the token.
 			l.Token = cur.token
-			_, err = tx.Exec(ctx, `UPDATE leases SET expires_at = $1 WHERE name = $2`, ts(l.Expires), name)
+			_, err = tx.Exec(ctx, `UPDATE leases SET expires_at = ? WHERE name = ?`, ts(l.Expires), name)
 		case cur.holder != "" && cur.expires.After(at):
 			return fmt.Errorf("lease %s: held by %s until %s: %w", name, cur.holder, cur.expires.Format(time.RFC3339Nano), errdefs.ErrConflict)
 		default:
 			l.Token = cur.token + 1
-			_, err = tx.Exec(ctx, `UPDATE leases SET holder = $1, token = $2, expires_at = $3, acquired_at = $4 WHERE name = $5`,
+			_, err = tx.Exec(ctx, `UPDATE leases SET holder = ?, token = ?, expires_at = ?, acquired_at = ? WHERE name = ?`,
 				holder, l.Token, ts(l.Expires), ts(at), name)
 		}
-		if isUnique(err) { // inserted by a concurrent acquirer
+		if s.d.IsUnique(err) { // inserted by a concurrent acquirer
 			return fmt.Errorf("lease %s: acquired concurrently by another holder: %w", name, errdefs.ErrConflict)
 		}
 		if err != nil {
@@ -98,7 +85,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 }
 
 // currentLease reads l's row and checks that l is still its current lease.
-func currentLease(ctx context.Context, tx pgx.Tx, l store.Lease) (leaseRow, error) {
+func currentLease(ctx context.Context, tx Tx, l store.Lease) (leaseRow, error) {
 	cur, found, err := getLease(ctx, tx, l.Name)
 	switch {
 	case err != nil:
@@ -117,8 +104,8 @@ func (s *Store) RenewLease(ctx context.Context, l store.Lease, ttl time.Duration
 	if err := checkLeaseArgs(l.Name, l.Holder, ttl); err != nil {
 		return store.Lease{}, err
 	}
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		at, err := leaseNow(ctx, tx)
+	err := s.db.Write(ctx, func(tx Tx) error {
+		at, err := s.d.LeaseNow(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -130,7 +117,7 @@ func (s *Store) RenewLease(ctx context.Context, l store.Lease, ttl time.Duration
 			return fmt.Errorf("lease %s: token %d was released: %w", l.Name, l.Token, errdefs.ErrConflict)
 		}
 		l.Expires = at.Add(ttl)
-		if _, err := tx.Exec(ctx, `UPDATE leases SET expires_at = $1 WHERE name = $2 AND token = $3`, ts(l.Expires), l.Name, l.Token); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND token = ?`, ts(l.Expires), l.Name, l.Token); err != nil {
 			return fmt.Errorf("lease %s: renew: %w", l.Name, err)
 		}
 		return nil
@@ -147,12 +134,12 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	if l.Name == "" {
 		return fmt.Errorf("release lease: empty name: %w", errdefs.ErrInvalidArgument)
 	}
-	return s.write(ctx, func(tx pgx.Tx) error {
+	return s.db.Write(ctx, func(tx Tx) error {
 		cur, err := currentLease(ctx, tx, l)
 		if err != nil || cur.holder == "" {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = '', expires_at = 0 WHERE name = $1 AND token = $2`, l.Name, l.Token); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = '', expires_at = 0 WHERE name = ? AND token = ?`, l.Name, l.Token); err != nil {
 			return fmt.Errorf("lease %s: release: %w", l.Name, err)
 		}
 		return nil

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 const snapshotColumns = `id, sandbox_id, tenant_id, kind, tier, state, reason, node_id, runtime, template,
 	cpus, memory_mib, generation, size_bytes, artifacts, created_at, updated_at`
 
-func scanSnapshot(sc interface{ Scan(...any) error }) (store.Snapshot, error) {
+func scanSnapshot(sc Row) (store.Snapshot, error) {
 	var sn store.Snapshot
 	var generation, created, updated int64
 	err := sc.Scan(&sn.ID, &sn.SandboxID, &sn.Tenant, &sn.Kind, &sn.Tier, &sn.State, &sn.Reason, &sn.Node,
@@ -62,7 +62,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn store.Snapshot) error {
 	if sn.CreatedAt.IsZero() {
 		sn.CreatedAt = at
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.db.Write(ctx, func(tx Tx) error {
 		ok, err := exists(ctx, tx, `SELECT 1 FROM tenants WHERE id = ?`, sn.Tenant)
 		if err != nil {
 			return fmt.Errorf("snapshot %s: create: %w", sn.ID, err)
@@ -70,13 +70,16 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn store.Snapshot) error {
 		if !ok {
 			return fmt.Errorf("snapshot %s: tenant %s: %w", sn.ID, sn.Tenant, errdefs.ErrNotFound)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
+		_, err = tx.Exec(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sn.ID, sn.SandboxID, sn.Tenant, string(sn.Kind), sn.Tier, string(sn.State), sn.Reason, sn.Node,
 			sn.Runtime, sn.Template, sn.CPUs, sn.MemoryMiB, int64(sn.Generation), sn.SizeBytes, sn.Artifacts,
 			ts(sn.CreatedAt), ts(at))
-		if isConstraint(err) {
+		if s.d.IsUnique(err) {
 			return fmt.Errorf("snapshot %s: already exists: %w", sn.ID, errdefs.ErrConflict)
+		}
+		if s.d.IsForeignKey(err) { // the tenant went in the meantime
+			return fmt.Errorf("snapshot %s: tenant %s: %w", sn.ID, sn.Tenant, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("snapshot %s: create: %w", sn.ID, err)
@@ -91,7 +94,7 @@ func (s *Store) GetSnapshot(ctx context.Context, tenant, id string) (store.Snaps
 	if tenant != "" {
 		q, args = q+` AND tenant_id = ?`, append(args, tenant)
 	}
-	sn, err := scanSnapshot(s.r.QueryRowContext(ctx, q, args...))
+	sn, err := scanSnapshot(s.db.QueryRow(ctx, q, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
 	}
@@ -118,20 +121,8 @@ func (s *Store) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]st
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	out, err := queryAll(ctx, s.db, scanSnapshot, q+` ORDER BY created_at, id`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Snapshot{}
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list snapshots: %w", err)
-		}
-		out = append(out, sn)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	return out, nil
@@ -146,30 +137,12 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn store.Snapshot) error {
 	if err := checkSnapshotState(sn.ID, sn.State); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE snapshots SET state = ?, reason = ?, node_id = ?, size_bytes = ?,
+	return s.writeOne(ctx, "snapshot "+sn.ID, "update", `UPDATE snapshots SET state = ?, reason = ?, node_id = ?, size_bytes = ?,
 			artifacts = ?, updated_at = ? WHERE id = ?`,
-			string(sn.State), sn.Reason, sn.Node, sn.SizeBytes, sn.Artifacts, ts(now()), sn.ID)
-		if err != nil {
-			return fmt.Errorf("snapshot %s: update: %w", sn.ID, err)
-		}
-		if n, err := affected(res); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("snapshot %s: %w", sn.ID, errdefs.ErrNotFound))
-		}
-		return nil
-	})
+		string(sn.State), sn.Reason, sn.Node, sn.SizeBytes, sn.Artifacts, ts(now()), sn.ID)
 }
 
 // DeleteSnapshot implements store.Snapshots.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
-		if err != nil {
-			return fmt.Errorf("snapshot %s: delete: %w", id, err)
-		}
-		if n, err := affected(res); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound))
-		}
-		return nil
-	})
+	return s.writeOne(ctx, "snapshot "+id, "delete", `DELETE FROM snapshots WHERE id = ?`, id)
 }

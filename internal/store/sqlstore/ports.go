@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 const portColumns = `sandbox_id, port, protocol, public, token_hash, created_at`
 
-func scanServicePort(sc interface{ Scan(...any) error }) (store.ServicePort, error) {
+func scanServicePort(sc Row) (store.ServicePort, error) {
 	var p store.ServicePort
 	var created int64
 	err := sc.Scan(&p.Sandbox, &p.Port, &p.Protocol, &p.Public, &p.TokenHash, &created)
@@ -25,7 +25,7 @@ func (s *Store) PutServicePort(ctx context.Context, p store.ServicePort) error {
 	if p.Sandbox == "" || p.Port < 0 || p.Port > 65535 || p.Protocol == "" {
 		return fmt.Errorf("put port %d of sandbox %q: empty sandbox or protocol, or port out of range: %w", p.Port, p.Sandbox, errdefs.ErrInvalidArgument)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.db.Write(ctx, func(tx Tx) error {
 		ok, err := exists(ctx, tx, `SELECT 1 FROM sandboxes WHERE id = ?`, p.Sandbox)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: put port %d: %w", p.Sandbox, p.Port, err)
@@ -33,10 +33,13 @@ func (s *Store) PutServicePort(ctx context.Context, p store.ServicePort) error {
 		if !ok {
 			return fmt.Errorf("sandbox %s: %w", p.Sandbox, errdefs.ErrNotFound)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO sandbox_ports (`+portColumns+`) VALUES (?, ?, ?, ?, ?, ?)
+		_, err = tx.Exec(ctx, `INSERT INTO sandbox_ports (`+portColumns+`) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (sandbox_id, port) DO UPDATE SET protocol = excluded.protocol, public = excluded.public,
 			token_hash = excluded.token_hash, created_at = excluded.created_at`,
 			p.Sandbox, p.Port, p.Protocol, p.Public, p.TokenHash, ts(p.CreatedAt))
+		if s.d.IsForeignKey(err) { // the sandbox went in the meantime
+			return fmt.Errorf("sandbox %s: %w", p.Sandbox, errdefs.ErrNotFound)
+		}
 		if err != nil {
 			return fmt.Errorf("sandbox %s: put port %d: %w", p.Sandbox, p.Port, err)
 		}
@@ -46,7 +49,7 @@ func (s *Store) PutServicePort(ctx context.Context, p store.ServicePort) error {
 
 // GetServicePort implements store.ServicePorts.
 func (s *Store) GetServicePort(ctx context.Context, sandbox string, port int) (store.ServicePort, error) {
-	p, err := scanServicePort(s.r.QueryRowContext(ctx,
+	p, err := scanServicePort(s.db.QueryRow(ctx,
 		`SELECT `+portColumns+` FROM sandbox_ports WHERE sandbox_id = ? AND port = ?`, sandbox, port))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -59,21 +62,8 @@ func (s *Store) GetServicePort(ctx context.Context, sandbox string, port int) (s
 
 // ListServicePorts implements store.ServicePorts.
 func (s *Store) ListServicePorts(ctx context.Context, sandbox string) ([]store.ServicePort, error) {
-	rows, err := s.r.QueryContext(ctx,
-		`SELECT `+portColumns+` FROM sandbox_ports WHERE sandbox_id = ? ORDER BY port`, sandbox)
+	out, err := queryAll(ctx, s.db, scanServicePort, `SELECT `+portColumns+` FROM sandbox_ports WHERE sandbox_id = ? ORDER BY port`, sandbox)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: list ports: %w", sandbox, err)
-	}
-	defer rows.Close()
-	out := []store.ServicePort{}
-	for rows.Next() {
-		p, err := scanServicePort(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox %s: list ports: %w", sandbox, err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %s: list ports: %w", sandbox, err)
 	}
 	return out, nil
@@ -81,13 +71,13 @@ func (s *Store) ListServicePorts(ctx context.Context, sandbox string) ([]store.S
 
 // DeleteServicePort implements store.ServicePorts.
 func (s *Store) DeleteServicePort(ctx context.Context, sandbox string, port int) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM sandbox_ports WHERE sandbox_id = ? AND port = ?`, sandbox, port)
+	return s.db.Write(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `DELETE FROM sandbox_ports WHERE sandbox_id = ? AND port = ?`, sandbox, port)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: delete port %d: %w", sandbox, port, err)
 		}
-		if n, err := affected(res); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("sandbox %s: port %d: %w", sandbox, port, errdefs.ErrNotFound))
+		if n == 0 {
+			return fmt.Errorf("sandbox %s: port %d: %w", sandbox, port, errdefs.ErrNotFound)
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 const credentialColumns = `id, tenant_id, project, sandbox_id, name, metadata, created_at`
 
-func scanCredential(sc interface{ Scan(...any) error }) (store.Credential, error) {
+func scanCredential(sc Row) (store.Credential, error) {
 	var c store.Credential
 	var created int64
 	err := sc.Scan(&c.ID, &c.Tenant, &c.Project, &c.Sandbox, &c.Name, &c.Metadata, &created)
@@ -25,10 +25,10 @@ func (s *Store) CreateCredential(ctx context.Context, c store.Credential) error 
 	if c.ID == "" || c.Tenant == "" {
 		return fmt.Errorf("create credential: empty id or tenant: %w", errdefs.ErrInvalidArgument)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO credentials (`+credentialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	return s.db.Write(ctx, func(tx Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO credentials (`+credentialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			c.ID, c.Tenant, c.Project, c.Sandbox, c.Name, c.Metadata, ts(c.CreatedAt))
-		if isConstraint(err) {
+		if s.d.IsUnique(err) {
 			return fmt.Errorf("credential %s: already exists: %w", c.ID, errdefs.ErrConflict)
 		}
 		if err != nil {
@@ -40,7 +40,7 @@ func (s *Store) CreateCredential(ctx context.Context, c store.Credential) error 
 
 // GetCredential implements store.Credentials.
 func (s *Store) GetCredential(ctx context.Context, tenant, id string) (store.Credential, error) {
-	c, err := scanCredential(s.r.QueryRowContext(ctx,
+	c, err := scanCredential(s.db.QueryRow(ctx,
 		`SELECT `+credentialColumns+` FROM credentials WHERE id = ? AND tenant_id = ?`, id, tenant))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -53,21 +53,8 @@ func (s *Store) GetCredential(ctx context.Context, tenant, id string) (store.Cre
 
 // ListCredentials implements store.Credentials.
 func (s *Store) ListCredentials(ctx context.Context, tenant string) ([]store.Credential, error) {
-	rows, err := s.r.QueryContext(ctx,
-		`SELECT `+credentialColumns+` FROM credentials WHERE tenant_id = ? ORDER BY created_at, id`, tenant)
+	out, err := queryAll(ctx, s.db, scanCredential, `SELECT `+credentialColumns+` FROM credentials WHERE tenant_id = ? ORDER BY created_at, id`, tenant)
 	if err != nil {
-		return nil, fmt.Errorf("list credentials: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Credential{}
-	for rows.Next() {
-		c, err := scanCredential(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list credentials: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list credentials: %w", err)
 	}
 	return out, nil
@@ -75,14 +62,5 @@ func (s *Store) ListCredentials(ctx context.Context, tenant string) ([]store.Cre
 
 // DeleteCredential implements store.Credentials.
 func (s *Store) DeleteCredential(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM credentials WHERE id = ?`, id)
-		if err != nil {
-			return fmt.Errorf("credential %s: delete: %w", id, err)
-		}
-		if n, err := affected(res); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("credential %s: %w", id, errdefs.ErrNotFound))
-		}
-		return nil
-	})
+	return s.writeOne(ctx, "credential "+id, "delete", `DELETE FROM credentials WHERE id = ?`, id)
 }

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-func scanIdempotency(sc interface{ Scan(...any) error }) (store.IdempotencyRecord, error) {
+func scanIdempotency(sc Row) (store.IdempotencyRecord, error) {
 	var rec store.IdempotencyRecord
 	var body string
 	var created int64
@@ -38,8 +38,8 @@ func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord)
 		rec.CreatedAt = now()
 	}
 	out := rec
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		prev, err := scanIdempotency(tx.QueryRowContext(ctx,
+	err := s.db.Write(ctx, func(tx Tx) error {
+		prev, err := scanIdempotency(tx.QueryRow(ctx,
 			`SELECT `+idempotencyColumns+` FROM idempotency WHERE tenant_id = ? AND idem_key = ?`, rec.Tenant, rec.Key))
 		switch {
 		case err == nil && prev.Fingerprint == rec.Fingerprint:
@@ -50,9 +50,9 @@ func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord)
 		case !errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("idempotency key %q: %w", rec.Key, err)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO idempotency (`+idempotencyColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		_, err = tx.Exec(ctx, `INSERT INTO idempotency (`+idempotencyColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
 			rec.Tenant, rec.Key, rec.Fingerprint, rec.Status, base64.StdEncoding.EncodeToString(rec.Body), ts(rec.CreatedAt))
-		if isConstraint(err) {
+		if s.d.IsForeignKey(err) {
 			return fmt.Errorf("idempotency key %q: tenant %s: %w", rec.Key, rec.Tenant, errdefs.ErrNotFound)
 		}
 		if err != nil {
@@ -68,7 +68,7 @@ func (s *Store) PutIdempotency(ctx context.Context, rec store.IdempotencyRecord)
 
 // GetIdempotency implements store.Idempotency.
 func (s *Store) GetIdempotency(ctx context.Context, tenant, key string) (store.IdempotencyRecord, error) {
-	rec, err := scanIdempotency(s.r.QueryRowContext(ctx,
+	rec, err := scanIdempotency(s.db.QueryRow(ctx,
 		`SELECT `+idempotencyColumns+` FROM idempotency WHERE tenant_id = ? AND idem_key = ?`, tenant, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.IdempotencyRecord{}, fmt.Errorf("idempotency key %q: %w", key, errdefs.ErrNotFound)
@@ -82,13 +82,13 @@ func (s *Store) GetIdempotency(ctx context.Context, tenant, key string) (store.I
 // DeleteIdempotencyBefore implements store.Idempotency.
 func (s *Store) DeleteIdempotencyBefore(ctx context.Context, t time.Time) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < ?`, ts(t))
+	err := s.db.Write(ctx, func(tx Tx) error {
+		deleted, err := tx.Exec(ctx, `DELETE FROM idempotency WHERE created_at < ?`, ts(t))
 		if err != nil {
 			return fmt.Errorf("expire idempotency records: %w", err)
 		}
-		n, err = affected(res)
-		return err
+		n = deleted
+		return nil
 	})
 	return int(n), err
 }
@@ -102,13 +102,16 @@ func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, er
 	if e.Time.IsZero() {
 		e.Time = now()
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		var last sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT MAX(seq) FROM sandbox_events WHERE sandbox_id = ?`, e.SandboxID).Scan(&last); err != nil {
+	err := s.db.Write(ctx, func(tx Tx) error {
+		var last *int64
+		if err := tx.QueryRow(ctx, `SELECT MAX(seq) FROM sandbox_events WHERE sandbox_id = ?`, e.SandboxID).Scan(&last); err != nil {
 			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
 		}
-		e.Seq = last.Int64 + 1
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message) VALUES (?, ?, ?, ?, ?)`,
+		e.Seq = 1
+		if last != nil {
+			e.Seq = *last + 1
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message) VALUES (?, ?, ?, ?, ?)`,
 			e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
@@ -121,25 +124,19 @@ func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, er
 	return e, nil
 }
 
+func scanEvent(sc Row) (store.Event, error) {
+	var e store.Event
+	var at int64
+	err := sc.Scan(&e.Seq, &e.SandboxID, &at, &e.Type, &e.Message)
+	e.Time = fromTS(at)
+	return e, err
+}
+
 // ListEvents implements store.Events.
 func (s *Store) ListEvents(ctx context.Context, sandboxID string) ([]store.Event, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, sandbox_id, at, type, message FROM sandbox_events
+	out, err := queryAll(ctx, s.db, scanEvent, `SELECT seq, sandbox_id, at, type, message FROM sandbox_events
 		WHERE sandbox_id = ? ORDER BY seq`, sandboxID)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
-	}
-	defer rows.Close()
-	out := []store.Event{}
-	for rows.Next() {
-		var e store.Event
-		var at int64
-		if err := rows.Scan(&e.Seq, &e.SandboxID, &at, &e.Type, &e.Message); err != nil {
-			return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
-		}
-		e.Time = fromTS(at)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)
 	}
 	return out, nil

@@ -1,0 +1,69 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/spacesandbox/space/internal/store/sqlstore"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// conns is the Store's connections as the shared table logic runs
+// statements on them (sqlstore.DB): writes in an IMMEDIATE transaction on the
+// single writer, reads on the query-only pool.
+type conns Store
+
+// Write implements sqlstore.DB.
+func (c *conns) Write(ctx context.Context, fn func(sqlstore.Tx) error) error {
+	return (*Store)(c).write(ctx, func(t *sql.Tx) error { return fn(tx{t}) })
+}
+
+// QueryRow implements sqlstore.DB.
+func (c *conns) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return c.r.QueryRowContext(ctx, query, args...)
+}
+
+// Query implements sqlstore.DB.
+func (c *conns) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := c.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// tx is a write transaction as sqlstore.Tx.
+type tx struct{ t *sql.Tx }
+
+// Exec implements sqlstore.Tx.
+func (t tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.t.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// QueryRow implements sqlstore.Tx.
+func (t tx) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return t.t.QueryRowContext(ctx, query, args...)
+}
+
+// dialect answers the table logic's questions about SQLite.
+type dialect struct{}
+
+// IsUnique implements sqlstore.Dialect.
+func (dialect) IsUnique(err error) bool {
+	c := sqliteCode(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// IsForeignKey implements sqlstore.Dialect.
+func (dialect) IsForeignKey(err error) bool {
+	return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// LeaseNow implements sqlstore.Dialect: this machine's clock, which every
+// process writing the file runs on.
+func (dialect) LeaseNow(context.Context, sqlstore.Tx) (time.Time, error) { return now(), nil }
