@@ -24,29 +24,35 @@ import (
 
 // recordHeartbeat records node id's heartbeat. A known node whose record
 // is unchanged gets only its heartbeat time written, which leaves its state
-// alone: a drain (or undrain) that lands between the read here and that
-// write stands. A new node, one whose address, runtimes or capacity
-// changed, and one declared down (it came back) get their record written:
-// ready, or still draining when it was draining.
+// alone. A new node, one whose address, runtimes or capacity changed, and
+// one declared down (it came back) get their record written by
+// RecordHeartbeat, which keeps a draining node draining in the same atomic
+// step: a drain that lands while a heartbeat re-registers the node is
+// never lost.
 func (s *Server) recordHeartbeat(ctx context.Context, id string, hb Heartbeat, now time.Time) error {
 	n, err := s.store.GetNode(ctx, id)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("node %s: heartbeat: %w", id, err)
 	}
 	capacity := store.Resources{CPUs: hb.CPUs, MemoryMiB: hb.MemoryMiB, DiskMiB: hb.DiskMiB}
-	known := err == nil
-	if known && n.State != store.NodeDown && n.Address == hb.Address && n.Capacity == capacity && slices.Equal(n.Runtimes, hb.Runtimes) {
+	if err == nil && n.State != store.NodeDown && n.Address == hb.Address && n.Capacity == capacity && slices.Equal(n.Runtimes, hb.Runtimes) {
 		err := s.store.Heartbeat(ctx, id, now)
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		known = false // deleted meanwhile: register it again
+		// Deleted meanwhile: register it again.
 	}
-	state := store.NodeReady
-	if known && n.State == store.NodeDraining {
-		state = store.NodeDraining
+	prev, err := s.store.RecordHeartbeat(ctx, store.Node{ID: id, Address: hb.Address, Runtimes: hb.Runtimes, Capacity: capacity, LastHeartbeat: now})
+	if err != nil {
+		return fmt.Errorf("node %s: heartbeat: %w", id, err)
 	}
-	return s.store.PutNode(ctx, store.Node{ID: id, Address: hb.Address, Runtimes: hb.Runtimes, State: state, Capacity: capacity, LastHeartbeat: now})
+	switch prev {
+	case "":
+		s.log.Info("node registered", "node", id, "address", hb.Address, "runtimes", hb.Runtimes)
+	case store.NodeDown:
+		s.log.Info("node back after it was declared lost", "node", id, "address", hb.Address)
+	}
+	return nil
 }
 
 func (s *Server) handleDrainNode(w http.ResponseWriter, r *http.Request) {

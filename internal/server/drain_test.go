@@ -180,3 +180,43 @@ func TestDrainWithoutObjectStoreKeepsTheSandbox(t *testing.T) {
 		t.Fatalf("create with the only node draining: HTTP %d, want an error", code)
 	}
 }
+
+// TestDrainRacingReRegistration: a drain is never lost to a heartbeat that
+// re-registers the node at the same moment (new capacity: the whole record
+// is written), whichever lands first.
+func TestDrainRacingReRegistration(t *testing.T) {
+	t.Parallel()
+	cp := newControlPlane(t, Config{})
+	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.heartbeatAs("n2")
+	for round := range 30 {
+		if code, e := cp.do(admin, http.MethodPost, "/v1/nodes/n2/undrain", "", nil); code != http.StatusOK {
+			t.Fatalf("undrain: HTTP %d %+v", code, e)
+		}
+		hbDone := make(chan int, 1)
+		go func() {
+			hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-n2", Runtimes: []string{"ns"}, CPUs: 100 + round, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
+			req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath("n2"), bytes.NewReader(hb))
+			req.Header.Set("Authorization", "Bearer "+testJoinToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				hbDone <- 0
+				return
+			}
+			resp.Body.Close()
+			hbDone <- resp.StatusCode
+		}()
+		if code, e := cp.do(admin, http.MethodPost, "/v1/nodes/n2/drain", "", nil); code != http.StatusOK {
+			t.Fatalf("drain: HTTP %d %+v", code, e)
+		}
+		if code := <-hbDone; code != http.StatusOK {
+			t.Fatalf("heartbeat: HTTP %d", code)
+		}
+		if got := cp.nodeState("n2"); got != store.NodeDraining {
+			t.Fatalf("round %d: after a drain and a re-registering heartbeat at once the node is %s, want draining", round, got)
+		}
+	}
+}
