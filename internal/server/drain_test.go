@@ -18,17 +18,23 @@ func (cp *controlPlane) heartbeatAs(id string) { cp.heartbeatWith(id, 64) }
 // heartbeatWith sends node id's heartbeat offering cpus to cp.
 func (cp *controlPlane) heartbeatWith(id string, cpus int) {
 	cp.t.Helper()
+	if code, err := cp.sendHeartbeat(id, cpus); err != nil || code != http.StatusOK {
+		cp.t.Fatalf("heartbeat of %s: HTTP %d %v", id, code, err)
+	}
+}
+
+// sendHeartbeat sends node id's heartbeat offering cpus to cp and returns
+// the answer's status; safe on any goroutine.
+func (cp *controlPlane) sendHeartbeat(id string, cpus int) (int, error) {
 	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"ns"}, CPUs: cpus, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
 	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath(id), bytes.NewReader(hb))
 	req.Header.Set("Authorization", "Bearer "+testJoinToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		cp.t.Fatal(err)
+		return 0, err
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		cp.t.Fatalf("heartbeat of %s: HTTP %d", id, resp.StatusCode)
-	}
+	return resp.StatusCode, nil
 }
 
 // nodeState returns node id's state in the store.
@@ -198,16 +204,8 @@ func TestDrainRacingReRegistration(t *testing.T) {
 		}
 		hbDone := make(chan int, 1)
 		go func() {
-			hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-n2", Runtimes: []string{"ns"}, CPUs: 100 + round, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
-			req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath("n2"), bytes.NewReader(hb))
-			req.Header.Set("Authorization", "Bearer "+testJoinToken)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				hbDone <- 0
-				return
-			}
-			resp.Body.Close()
-			hbDone <- resp.StatusCode
+			code, _ := cp.sendHeartbeat("n2", 100+round)
+			hbDone <- code
 		}()
 		if code, e := cp.do(admin, http.MethodPost, "/v1/nodes/n2/drain", "", nil); code != http.StatusOK {
 			t.Fatalf("drain: HTTP %d %+v", code, e)
