@@ -38,9 +38,10 @@ import (
 // It needs root (TestMain skips the package otherwise), iproute2 and
 // nsenter, PostgreSQL's server binaries and the versitygw binary (`make
 // test` installs and builds them; the test fails, not skips, without them).
-// About 90 s on a 2-core machine, most of it waiting for the lease of a
-// killed replica (15 s, twice) and for the orphan sweep (30 s after an
-// execution started).
+// About 90 s on a 2-core machine, much of it waiting for the orphan sweep
+// (30 s after an execution started); a killed replica's leases are taken
+// over within seconds (its presence ends with its database session), not
+// when they expire (15 s).
 func TestScaleOut(t *testing.T) {
 	c := startCluster(t, 3, 3)
 	var snapped *snappedSandbox // prepared by 2, used by 4 and 5

@@ -25,6 +25,10 @@ import (
 // paused or partitioned past its lease cannot start, stop or write what
 // the new holder now drives. The sandbox row's version check refuses a
 // write made from a stale read in any case.
+//
+// A holder that died is not waited for until its lease expires where the
+// store can tell that it is gone (presence.go): its lease is taken over at
+// once, with a new token, as if it had expired.
 
 // DefaultLeaseTTL is how long a pass's lease lasts without renewal.
 const DefaultLeaseTTL = 15 * time.Second
@@ -64,11 +68,16 @@ func claimOf(ctx context.Context) *claim {
 }
 
 // claimed runs one pass over sandbox id under its lease. When another
-// replica holds the lease the pass is skipped and requeued.
+// replica holds the lease the pass is skipped and requeued, unless that
+// replica is gone and the lease is taken over from it.
 func (r *Reconciler) claimed(ctx context.Context, id string) (time.Duration, error) {
 	l, err := r.store.AcquireLease(ctx, leaseName(id), r.cfg.Replica, r.cfg.LeaseTTL)
 	if errors.Is(err, errdefs.ErrConflict) {
-		return time.Second, nil // another replica is on it
+		var ok bool
+		if l, ok = r.takeOver(ctx, id, err); !ok {
+			return time.Second, nil // another replica is on it
+		}
+		err = nil
 	}
 	if err != nil {
 		return time.Second, fmt.Errorf("sandbox %s: claim: %w", id, err)

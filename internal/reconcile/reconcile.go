@@ -68,7 +68,7 @@ type Config struct {
 	Replica string
 	// LeaseTTL is how long a pass's lease lasts without renewal (0:
 	// DefaultLeaseTTL): how long other replicas wait for a replica that
-	// died mid-pass.
+	// died mid-pass, unless the store tells them it is gone (presence.go).
 	LeaseTTL time.Duration
 	// SingleReplica says no other replica shares the store (SQLite: one
 	// server owns the file), so passes run without leases — each lease is
@@ -119,6 +119,9 @@ type Reconciler struct {
 	// nanoseconds; 0: never): nodes are not declared lost before the
 	// store has worked for NodeLostAfter since (nodeloss.go).
 	storeFailed atomic.Int64
+	// presentSince is since when this replica has held its presence
+	// without a break (Unix nanoseconds; 0: not present); presence.go.
+	presentSince atomic.Int64
 }
 
 type observation struct {
@@ -249,6 +252,7 @@ func (r *Reconciler) Observe(nodeID string, execs []nodev1.Execution) {
 
 // Run reconciles until ctx is done.
 func (r *Reconciler) Run(ctx context.Context) error {
+	defer r.holdPresence(ctx)() // presence.go: held until the workers are done
 	var wg sync.WaitGroup
 	for range r.cfg.Workers {
 		wg.Add(1)

@@ -496,7 +496,7 @@ type Leases interface {
 	// succeeds when nobody holds the lease, when its holder let it expire or
 	// released it (then with a greater Token than any before), or when
 	// holder already holds it (then it is renewed, Token unchanged). While
-	// another holder's lease is live it is ErrConflict.
+	// another holder's lease is live it is ErrConflict, a *LeaseHeldError.
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error)
 	// RenewLease extends l until ttl from now and returns it with the new
 	// Expires. It is ErrConflict when l is no longer the current lease of its
@@ -510,4 +510,12 @@ type Leases interface {
 	// holder has acquired the name since, and ErrNotFound for an unknown
 	// name.
 	ReleaseLease(ctx context.Context, l Lease) error
+	// TakeOverLease moves the lease name from holder from (its lease live
+	// or expired) to holder to, until ttl from now: the caller found from
+	// gone (Presence) and need not wait for the lease to expire. It
+	// is refused with ErrConflict unless from still holds the lease; the
+	// new lease has a greater Token, exactly as one acquired after expiry,
+	// so from's renewals and fenced writes are refused from then on. An
+	// unknown name is ErrNotFound.
+	TakeOverLease(ctx context.Context, name, from, to string, ttl time.Duration) (Lease, error)
 }

@@ -64,7 +64,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 			l.Token = cur.token
 			_, err = tx.Exec(ctx, `UPDATE leases SET expires_at = ? WHERE name = ?`, ts(l.Expires), name)
 		case cur.holder != "" && cur.expires.After(at):
-			return fmt.Errorf("lease %s: held by %s until %s: %w", name, cur.holder, cur.expires.Format(time.RFC3339Nano), errdefs.ErrConflict)
+			return &store.LeaseHeldError{Name: name, Holder: cur.holder, Token: cur.token, Expires: cur.expires}
 		default:
 			l.Token = cur.token + 1
 			_, err = tx.Exec(ctx, `UPDATE leases SET holder = ?, token = ?, expires_at = ?, acquired_at = ? WHERE name = ?`,
@@ -144,4 +144,48 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 		}
 		return nil
 	})
+}
+
+// TakeOverLease implements store.Leases.
+func (s *Store) TakeOverLease(ctx context.Context, name, from, to string, ttl time.Duration) (store.Lease, error) {
+	if err := checkLeaseArgs(name, to, ttl); err != nil {
+		return store.Lease{}, err
+	}
+	if from == "" || from == to {
+		return store.Lease{}, fmt.Errorf("lease %s: take over from %q to %q: want another, non-empty former holder: %w", name, from, to, errdefs.ErrInvalidArgument)
+	}
+	var l store.Lease
+	err := s.db.Write(ctx, func(tx Tx) error {
+		at, err := s.d.LeaseNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		cur, found, err := getLease(ctx, tx, name)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return fmt.Errorf("lease %s: take over from %s: %w", name, from, errdefs.ErrNotFound)
+		case cur.holder != from:
+			// Released, or taken by another since the caller looked.
+			return fmt.Errorf("lease %s: take over from %s: held by %q (token %d) now: %w", name, from, cur.holder, cur.token, errdefs.ErrConflict)
+		}
+		l = store.Lease{Name: name, Holder: to, Token: cur.token + 1, Expires: at.Add(ttl)}
+		// The token in the condition makes the write lose to any other
+		// that changed the row since it was read (SQLite runs one writer at
+		// a time anyway; PostgreSQL's SERIALIZABLE would abort one of two).
+		n, err := tx.Exec(ctx, `UPDATE leases SET holder = ?, token = ?, expires_at = ?, acquired_at = ? WHERE name = ? AND holder = ? AND token = ?`,
+			to, l.Token, ts(l.Expires), ts(at), name, from, cur.token)
+		if err != nil {
+			return fmt.Errorf("lease %s: take over from %s: %w", name, from, err)
+		}
+		if n != 1 {
+			return fmt.Errorf("lease %s: take over from %s: changed concurrently: %w", name, from, errdefs.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return l, nil
 }

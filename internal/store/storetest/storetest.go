@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Credentials", testCredentials},
 		{"ServicePorts", testServicePorts},
 		{"Leases", testLeases},
+		{"LeaseTakeover", testLeaseTakeover}, // takeover.go
 		{"TenantQuota", testTenantQuota},
 		{"TenantUsage", testTenantUsage},
 		{"CreateWithinQuota", testCreateWithinQuota},
