@@ -221,19 +221,7 @@ func (c *cluster) replicaKilledMidCreate() bool {
 		return false
 	}
 	// The client retries with its key until a replica answers.
-	var sb sandbox
-	code := 0
-	for deadline := time.Now().Add(time.Minute); code != http.StatusCreated && time.Now().Before(deadline); {
-		var msg string
-		sb, code, msg = c.create(256, hdr)
-		if code != http.StatusCreated {
-			c.tb.Logf("retry: HTTP %d %s", code, msg)
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
-	if code != http.StatusCreated {
-		c.tb.Fatalf("create retried with its Idempotency-Key: HTTP %d after a minute\n%s", code, c.api.logs())
-	}
+	sb := c.retryCreate(hdr, "after the kill")
 	c.tb.Logf("the retry answered %v after the kill", time.Since(killedAt).Round(time.Millisecond))
 	if res := c.mustExec(sb.ID, "echo", "created"); res.Stdout != "created\n" {
 		c.tb.Errorf("exec in the sandbox the retry created: %+v", res)
@@ -291,21 +279,9 @@ func (c *cluster) testDatabaseRestartedMidCreate() {
 	code := <-first
 	c.tb.Logf("the create's first answer: HTTP %d", code)
 
-	var sb sandbox
-	for deadline := time.Now().Add(time.Minute); code != http.StatusCreated && time.Now().Before(deadline); {
-		var msg string
-		sb, code, msg = c.create(256, hdr)
-		if code != http.StatusCreated {
-			c.tb.Logf("retry: HTTP %d %s", code, msg)
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
-	if code != http.StatusCreated {
-		c.tb.Fatalf("create retried with its Idempotency-Key after the database restarted: HTTP %d after a minute\n%s", code, c.api.logs())
-	}
-	if sb.ID == "" { // the first attempt answered 201
-		sb, _, _ = c.create(256, hdr)
-	}
+	// Asked again with its key, the create answers the same sandbox
+	// (replayed when the first attempt answered).
+	sb := c.retryCreate(hdr, "after the database restarted")
 	c.tb.Logf("the create converged %v after the restart: %s", time.Since(restartAt).Round(time.Millisecond), sb.ID)
 	defer c.delete(sb.ID)
 	var made []string
@@ -619,6 +595,24 @@ func (c *cluster) mustExec(id string, cmd ...string) execResult {
 		c.tb.Fatalf("exec %v in %s: HTTP %d %+v\n%s", cmd, id, code, res, c.api.logs())
 	}
 	return res
+}
+
+// retryCreate sends the create with hdr's Idempotency-Key until a replica
+// answers 201 (for up to a minute) and returns the sandbox; when says when
+// the retries happen, for the failure message.
+func (c *cluster) retryCreate(hdr http.Header, when string) sandbox {
+	c.tb.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		sb, code, msg := c.create(256, hdr)
+		if code == http.StatusCreated {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("create retried with its Idempotency-Key %s: HTTP %d after a minute\n%s", when, code, c.api.logs())
+		}
+		c.tb.Logf("retry: HTTP %d %s", code, msg)
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // execEventually runs cmd in id, retrying while the API answers 503 (a
