@@ -120,6 +120,7 @@ func New(cfg Config, log *slog.Logger) (*Bridge, error) {
 		}
 		log.Debug("guest channel verified", "vmm_pid", cfg.Guest.Pid, "vmm_start_time", cfg.Guest.StartTime)
 	}
+	SetSocketBuffers(cfg.Channel)
 	c, err := guest.NewClient(cfg.Channel)
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: guest channel: %w", cfg.ExecID, err)
@@ -140,7 +141,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: b.handler(cancel), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(BufferedListener{ln}) }()
 
 	go b.waitReady(ctx)
 
@@ -228,6 +229,7 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 		},
 		Transport:     b.client.HTTPClient().Transport,
 		FlushInterval: -1,
+		BufferPool:    ProxyBuffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeJSONError(w, http.StatusBadGateway, "guest unreachable: "+err.Error())
 		},

@@ -63,7 +63,7 @@ func FuzzIsPublicGuestPath(f *testing.F) {
 
 // startBridge runs a real guest daemon and a bridge over a socketpair and
 // returns an HTTP client of the bridge's socket.
-func startBridge(t *testing.T) (*http.Client, <-chan struct{}, net.Conn) {
+func startBridge(t testing.TB) (*http.Client, <-chan struct{}, net.Conn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -140,7 +140,7 @@ func (c capTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // admitted installs keys and an identity in the bridge (as the node does)
 // and returns a client whose requests carry a capability for it.
-func admitted(t *testing.T, hc *http.Client) (*http.Client, *capability.Signer, capability.Identity) {
+func admitted(t testing.TB, hc *http.Client) (*http.Client, *capability.Signer, capability.Identity) {
 	t.Helper()
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := capability.NewSigner("k1", priv)
@@ -160,7 +160,7 @@ func admitted(t *testing.T, hc *http.Client) (*http.Client, *capability.Signer, 
 	return withCapability(t, hc, signer, id, capability.OpExec|capability.OpFiles), signer, id
 }
 
-func withCapability(t *testing.T, hc *http.Client, signer *capability.Signer, id capability.Identity, ops capability.Op) *http.Client {
+func withCapability(t testing.TB, hc *http.Client, signer *capability.Signer, id capability.Identity, ops capability.Op) *http.Client {
 	t.Helper()
 	tok, err := signer.Mint(id, ops, 0, "")
 	if err != nil {

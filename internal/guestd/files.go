@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,12 +58,13 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+	bw := &bigWriter{ResponseWriter: w}
 	if fi.Size() == 0 {
 		// Files such as /proc/* report size 0 but have content: stream them.
-		_, _ = io.Copy(w, f)
+		_, _ = bw.ReadFrom(f)
 		return
 	}
-	http.ServeContent(w, r, "", fi.ModTime(), f)
+	http.ServeContent(bw, r, "", fi.ModTime(), f)
 }
 
 // postFile writes files: POST /files?path=&username= with an
@@ -173,7 +175,7 @@ func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 	if err != nil {
 		return uploadedEntry{}, fmt.Errorf("open %s for writing: %w", p, err)
 	}
-	_, copyErr := io.Copy(f, src)
+	_, copyErr := copyLarge(f, src)
 	closeErr := f.Close()
 	if copyErr != nil {
 		return uploadedEntry{}, fmt.Errorf("write %s: %w", p, copyErr)
@@ -193,4 +195,28 @@ func writeHTTPError(w http.ResponseWriter, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"code": status, "message": err.Error()})
+}
+
+// copyBufferSize is the buffer files are streamed with. HTTP/2 hands every
+// Write of a handler to the connection's writer goroutine and reads come
+// out of the stream's flow-control window: io.Copy's 32 KiB makes a
+// 100 MiB file 3,200 hand-offs and file system calls, 256 KiB makes it 400.
+const copyBufferSize = 256 << 10
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// copyLarge is io.Copy with a copyBufferSize buffer, whatever dst and src
+// implement.
+func copyLarge(dst io.Writer, src io.Reader) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+}
+
+// bigWriter is a ResponseWriter that copies what is read into it with a
+// copyBufferSize buffer (http.ServeContent copies with io.Copy).
+type bigWriter struct{ http.ResponseWriter }
+
+func (w *bigWriter) ReadFrom(r io.Reader) (int64, error) {
+	return copyLarge(w.ResponseWriter, r)
 }

@@ -130,13 +130,14 @@ func Serve(ctx context.Context, conn net.Conn, cfg Config, log *slog.Logger) err
 func (d *Daemon) ServeConn(ctx context.Context, conn net.Conn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	setSocketBuffers(conn)
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	srv := &http2.Server{
 		MaxConcurrentStreams:         d.cfg.MaxConcurrentStreams,
 		MaxReadFrameSize:             1 << 20,
-		MaxUploadBufferPerConnection: 8 << 20,
-		MaxUploadBufferPerStream:     1 << 20,
+		MaxUploadBufferPerConnection: 16 << 20,
+		MaxUploadBufferPerStream:     4 << 20,
 	}
 	d.log.Info("serving guest channel", "version", Version)
 	srv.ServeConn(conn, &http2.ServeConnOpts{
@@ -220,4 +221,21 @@ func (id *identity) defaults() (user, workdir string) {
 	id.mu.RLock()
 	defer id.mu.RUnlock()
 	return id.defaultUser, id.defaultWorkdir
+}
+
+// socketBufferSize is the kernel buffer asked for on the channel when it is
+// a socket (ns: a socketpair). With the default (~208 KiB) a file's 256 KiB
+// writes block halfway and the daemon and the host bridge hand the CPU back
+// and forth for every chunk. The kernel caps it at net.core.wmem_max.
+const socketBufferSize = 1 << 20
+
+func setSocketBuffers(c net.Conn) {
+	type buffered interface {
+		SetReadBuffer(int) error
+		SetWriteBuffer(int) error
+	}
+	if s, ok := c.(buffered); ok {
+		_ = s.SetReadBuffer(socketBufferSize)
+		_ = s.SetWriteBuffer(socketBufferSize)
+	}
 }

@@ -246,9 +246,13 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", "bridge", "bridge"
 			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+				pr.Out.Body = bridge.LargeCopyBody(pr.Out.Body)
+			}
 		},
 		Transport:     bc.transport,
 		FlushInterval: -1,
+		BufferPool:    bridge.ProxyBuffers,
 		ErrorLog:      slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			m.log.Warn("forward to host bridge failed", "exec", execID, "path", path, "err", err)
@@ -317,7 +321,7 @@ func (m *Manager) Serve(ctx context.Context, addr string) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	m.log.Info("node-api listening", "addr", addr, "node", m.cfg.NodeID, "cpus", runtime.NumCPU())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(bridge.BufferedListener{Listener: ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -77,6 +77,7 @@ func dialBridge(rec *Record, socket string, log *slog.Logger) *bridgeConn {
 				c.Close()
 				return nil, err
 			}
+			bridge.SetSocketBuffers(c)
 			return c, nil
 		},
 		MaxIdleConnsPerHost: 16,

@@ -41,7 +41,14 @@ func New(addr, token string) (*Client, error) {
 	base := "http://node"
 	var dial func(ctx context.Context) (net.Conn, error)
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		dial = func(ctx context.Context) (net.Conn, error) { return unixsock.Dial(ctx, path) }
+		dial = func(ctx context.Context) (net.Conn, error) {
+			c, err := unixsock.Dial(ctx, path)
+			if uc, ok := c.(*net.UnixConn); ok && err == nil {
+				// File uploads: a 256 KiB write fits (see bridge.SocketBufferSize).
+				_ = uc.SetWriteBuffer(1 << 20)
+			}
+			return c, err
+		}
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }
 	} else {
 		if _, _, err := net.SplitHostPort(addr); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -89,7 +90,7 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", cl)
 	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, resp.Body)
+	_, _ = copyLarge(w, resp.Body)
 }
 
 // handleWriteFile streams the request body into a file in the sandbox.
@@ -98,7 +99,7 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)
+	body := largeCopyReader{http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, guestFilesURL(g, path, r.URL.Query().Get("user")), body)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = r.ContentLength
@@ -118,6 +119,27 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// fileCopyBuffer is the buffer file bodies are copied with on their way to
+// and from the node: io.Copy's 32 KiB makes a 100 MiB file 3,200 socket
+// writes (and, through the node's proxy, as many flushes); 256 KiB, 400.
+const fileCopyBuffer = 256 << 10
+
+var fileCopyBuffers = sync.Pool{New: func() any { b := make([]byte, fileCopyBuffer); return &b }}
+
+// copyLarge is io.Copy with a fileCopyBuffer buffer, whatever dst and src
+// implement.
+func copyLarge(dst io.Writer, src io.Reader) (int64, error) {
+	bp := fileCopyBuffers.Get().(*[]byte)
+	defer fileCopyBuffers.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+}
+
+// largeCopyReader makes the HTTP client (which io.Copies a request body into
+// its connection) send the body in fileCopyBuffer writes.
+type largeCopyReader struct{ io.Reader }
+
+func (r largeCopyReader) WriteTo(w io.Writer) (int64, error) { return copyLarge(w, r.Reader) }
 
 // guestHTTPError turns a non-200 answer of the guest's /files into an error.
 func guestHTTPError(op string, resp *http.Response) error {

@@ -28,6 +28,17 @@ import (
 // maxGuestMessage bounds one message read from the guest protocol.
 const maxGuestMessage = 32 << 20
 
+// guestClientOptions configure the Connect clients of the guest protocol.
+// They do not offer gzip: Connect clients offer it by default, and the guest
+// then compresses every stream message (an exec's start, output and end)
+// and the control plane inflates it, a fresh inflater per request, for
+// bytes that only cross local sockets. Raw requests of E2B SDKs that
+// e2bProxy forwards keep their own Accept-Encoding.
+var guestClientOptions = []connect.ClientOption{
+	connect.WithReadMaxBytes(maxGuestMessage),
+	connect.WithAcceptCompression("gzip", nil, nil),
+}
+
 // guestConn reaches the guest daemon of a sandbox's current execution, through
 // the node that runs it and that execution's host bridge.
 type guestConn struct {
@@ -66,12 +77,11 @@ func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capabilit
 	t := &routeTransport{s: s, sandbox: sb.ID, op: op}
 	t.route.Store(rt)
 	hc := &http.Client{Transport: t}
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxGuestMessage)}
 	return &guestConn{
 		http:    hc,
 		base:    guestBase,
-		process: processv1connect.NewProcessClient(hc, guestBase, opts...),
-		fs:      filesystemv1connect.NewFilesystemClient(hc, guestBase, opts...),
+		process: processv1connect.NewProcessClient(hc, guestBase, guestClientOptions...),
+		fs:      filesystemv1connect.NewFilesystemClient(hc, guestBase, guestClientOptions...),
 	}, nil
 }
 
