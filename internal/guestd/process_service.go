@@ -75,6 +75,12 @@ func follow(ctx context.Context, h http.Header, p *process, sub *subscriber, sen
 	for {
 		select {
 		case ev, ok := <-sub.ch:
+			if ctx.Err() != nil {
+				// The deadline (or the client) ended the call: a Start's
+				// process was killed by it and its end is that, not an
+				// exit; when both are ready, select would pick either.
+				return contextError(ctx)
+			}
 			if !ok {
 				return nil
 			}
