@@ -192,7 +192,7 @@ var errSkipFence = errors.New("nothing to fence")
 // fenceOne freezes one execution under its lock (after a start under way
 // finished), unless a pause or a stop got there first.
 func (m *Manager) fenceOne(ctx context.Context, execID string) error {
-	unlock := m.locks.lock(execID)
+	unlock := m.locks.Lock(execID)
 	defer unlock()
 	rec, err := m.records.load(execID)
 	if err != nil || rec.Pool || rec.Paused || rec.Retired {

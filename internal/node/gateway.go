@@ -126,7 +126,7 @@ func (m *Manager) SetEgress(execID string, raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	unlock := m.locks.lock(execID)
+	unlock := m.locks.Lock(execID)
 	defer unlock()
 	rec, err := m.records.load(execID)
 	if err != nil {
@@ -184,7 +184,7 @@ func (m *Manager) ReattachGateways(ctx context.Context) {
 		if rec.Pool {
 			continue // prepared by an earlier run: recoverPool removes it
 		}
-		unlock := m.locks.lock(rec.ExecID)
+		unlock := m.locks.Lock(rec.ExecID)
 		m.gateways.mu.Lock()
 		_, attached := m.gateways.byExec[rec.ExecID]
 		m.gateways.mu.Unlock()

@@ -82,7 +82,7 @@ func (m *Manager) Retire(rs []nodev1.Retirement) {
 }
 
 func (m *Manager) retire(execID, sandboxID string, by uint64) {
-	unlock := m.locks.lock(execID)
+	unlock := m.locks.Lock(execID)
 	rec, err := m.records.load(execID)
 	if err != nil || rec.SandboxID != sandboxID || rec.Retired {
 		// Unknown, another sandbox's, or retired already (the control

@@ -23,6 +23,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
@@ -58,7 +59,7 @@ type Manager struct {
 	cfg     Config
 	log     *slog.Logger
 	records records
-	locks   keyedMutex
+	locks   keylock.Map
 
 	mu      sync.Mutex // guards bridges and starting
 	bridges map[string]*bridgeConn
@@ -119,7 +120,7 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 	if err := validSandboxExecID(req.ExecID); err != nil {
 		return nil, err
 	}
-	unlock := m.locks.lock(req.ExecID)
+	unlock := m.locks.Lock(req.ExecID)
 	defer unlock()
 	if rec, err := m.records.load(req.ExecID); err == nil {
 		if rec.SandboxID != req.SandboxID {
@@ -378,7 +379,7 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 	if err := validSandboxExecID(execID); err != nil {
 		return err
 	}
-	unlock := m.locks.lock(execID)
+	unlock := m.locks.Lock(execID)
 	defer unlock()
 	rec, err := m.records.load(execID)
 	if err != nil {
@@ -424,7 +425,7 @@ func (m *Manager) Stop(ctx context.Context, execID string) error {
 	if err := validSandboxExecID(execID); err != nil {
 		return err
 	}
-	unlock := m.locks.lock(execID)
+	unlock := m.locks.Lock(execID)
 	defer unlock()
 	return m.teardown(ctx, execID, "")
 }
@@ -598,37 +599,3 @@ func (m *Manager) bridge(rec *Record) (*bridgeConn, error) {
 	return bc, nil
 }
 
-// keyedMutex serialises operations per key.
-type keyedMutex struct {
-	mu    sync.Mutex // guards locks
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}

@@ -2,8 +2,6 @@ package node
 
 import (
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,29 +31,6 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	if err := r.remove("sb1-g1-x"); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestKeyedMutexSerialisesPerKey(t *testing.T) {
-	var k keyedMutex
-	var inside atomic.Int32
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			unlock := k.lock("a")
-			if inside.Add(1) != 1 {
-				t.Error("two holders of one key")
-			}
-			time.Sleep(time.Microsecond)
-			inside.Add(-1)
-			unlock()
-		}()
-	}
-	wg.Wait()
-	if len(k.locks) != 0 {
-		t.Errorf("%d lock entries left", len(k.locks))
 	}
 }
 

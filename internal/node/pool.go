@@ -346,7 +346,7 @@ func (m *Manager) fillOne(ctx context.Context, key nodev1.PoolKey, version strin
 // prepare starts one execution of key that serves nobody yet.
 func (m *Manager) prepare(ctx context.Context, key nodev1.PoolKey, version string) (*pooled, error) {
 	id := poolIDPrefix + randomSuffix()
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	if err := os.MkdirAll(m.records.execDir(id), 0o700); err != nil {
 		return nil, fmt.Errorf("prepared execution %s: state dir: %w", id, err)
@@ -434,7 +434,7 @@ func (m *Manager) claimWarm(ctx context.Context, req nodev1.StartExecution) (*Re
 // environment. On failure everything of e is removed.
 func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *pooled) (_ *Record, err error) {
 	poolID := e.rec.ExecID
-	unlock := m.locks.lock(poolID)
+	unlock := m.locks.Lock(poolID)
 	defer unlock()
 	t0 := time.Now()
 	rec := *e.rec
@@ -532,7 +532,7 @@ func (m *Manager) drainPooled(list []*pooled, why string) {
 	for _, e := range list {
 		e.link.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		unlock := m.locks.lock(e.rec.ExecID)
+		unlock := m.locks.Lock(e.rec.ExecID)
 		err := m.teardown(ctx, e.rec.ExecID, e.rec.Runtime)
 		unlock()
 		cancel()

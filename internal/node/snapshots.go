@@ -18,7 +18,7 @@ func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSn
 	if err := validSandboxExecID(execID); err != nil {
 		return nil, err
 	}
-	unlock := m.locks.lock(execID)
+	unlock := m.locks.Lock(execID)
 	defer unlock()
 	rec, err := m.records.load(execID)
 	if err != nil {

@@ -104,11 +104,22 @@ func (m *memStorage) DeleteSnapshot(_ context.Context, snap string) error {
 type pipeDriver struct {
 	mu    sync.Mutex
 	peers map[string]*os.File
+	// gate, when set, holds every Start until it is closed; entered
+	// receives one value per Start that began waiting on it.
+	gate    chan struct{}
+	entered chan string
 }
 
 func (d *pipeDriver) Name() string              { return "ns" }
 func (d *pipeDriver) Features() driver.Features { return driver.Features{} }
 func (d *pipeDriver) Start(_ context.Context, s driver.Spec) (*driver.Instance, error) {
+	d.mu.Lock()
+	gate, entered := d.gate, d.entered
+	d.mu.Unlock()
+	if gate != nil {
+		entered <- s.ExecID
+		<-gate
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -336,4 +347,68 @@ func TestRuntimeNotReadyIsUnavailable(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Cleanup with the vm driver not ready = %v, want unavailable", err)
 	}
+}
+
+// TestCleanupWaitsForAStartTheCallerGaveUpOn: a caller that stops waiting
+// for a start (its context ends; the node's request was cut) does not stop
+// it in the node-manager, and the cleanup the caller sends next waits for
+// that start to finish and then undoes all of it: nothing is left for a
+// later start of the same execution to trip over.
+func TestCleanupWaitsForAStartTheCallerGaveUpOn(t *testing.T) {
+	c, st, drv := startServer(t)
+	ctx := context.Background()
+	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // a failure below must not leave the server's start waiting
+	drv.mu.Lock()
+	drv.gate, drv.entered = gate, make(chan string, 1)
+	drv.mu.Unlock()
+	args := StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
+	sctx, cancel := context.WithCancel(ctx)
+	startErr := make(chan error, 1)
+	go func() {
+		_, ch, _, err := c.Start(sctx, args)
+		if ch != nil {
+			ch.Close()
+		}
+		startErr <- err
+	}()
+	<-drv.entered // the start is under way in the node-manager
+	cancel()
+	if err := <-startErr; err == nil {
+		t.Fatal("a start whose caller gave up reported success")
+	}
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- c.Cleanup(ctx, args.ExecID, "ns") }()
+	select {
+	case err := <-cleaned:
+		t.Fatalf("cleanup returned (%v) while the start it must undo was still under way", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	open()
+	if err := <-cleaned; err != nil {
+		t.Fatal(err)
+	}
+	drv.mu.Lock()
+	left := len(drv.peers)
+	drv.mu.Unlock()
+	st.mu.Lock()
+	clone := st.clones[args.ExecID]
+	st.mu.Unlock()
+	if left != 0 || clone {
+		t.Fatalf("after the cleanup: %d executions and clone %v left by the abandoned start", left, clone)
+	}
+	// The same execution starts cleanly again.
+	drv.mu.Lock()
+	drv.gate = nil
+	drv.mu.Unlock()
+	_, ch, _, err := c.Start(ctx, args)
+	if err != nil {
+		t.Fatalf("start again: %v", err)
+	}
+	ch.Close()
 }

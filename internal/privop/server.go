@@ -18,6 +18,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -71,6 +72,12 @@ type Server struct {
 	log     *slog.Logger
 	builds  singleflight.Group
 	allowed map[uint32]bool
+
+	// execs serialises the operations that change one execution (start,
+	// cleanup, pause, resume, snapshot, reopening its link): a caller that
+	// gives up on a start does not stop it here, and the cleanup it sends
+	// next must find the execution whole, not half made (execLock).
+	execs keylock.Map
 
 	mu      sync.Mutex        // guards owner and drivers
 	owner   map[string]string // exec id -> runtime, for executions started by this process
@@ -192,6 +199,9 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 }
 
 func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response, []*os.File) {
+	if id := execOf(req); id != "" {
+		defer s.execs.Lock(id)()
+	}
 	var resp Response
 	var file *os.File
 	var err error
@@ -251,6 +261,25 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 		return resp, []*os.File{file}
 	}
 	return resp, nil
+}
+
+// execOf is the execution an operation changes, "" for the others (reads
+// such as stats and alive, and operations on templates and snapshots by
+// id, need no order against them).
+func execOf(req *Request) string {
+	switch req.Op {
+	case OpStart:
+		if req.Start != nil {
+			return req.Start.ExecID
+		}
+	case OpCleanup, OpPause, OpResume, OpReopenLink:
+		return req.ExecID
+	case OpSnapshot:
+		if req.Snapshot != nil {
+			return req.Snapshot.ExecID
+		}
+	}
+	return ""
 }
 
 func (s *Server) hello() *Hello {
