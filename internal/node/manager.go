@@ -598,4 +598,3 @@ func (m *Manager) bridge(rec *Record) (*bridgeConn, error) {
 	m.bridges[rec.ExecID] = bc
 	return bc, nil
 }
-
