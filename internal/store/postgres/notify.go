@@ -151,7 +151,7 @@ func watch(ctx context.Context, cfg *pgx.ConnConfig, idle time.Duration, changed
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(listenBackoff(attempt)):
+			case <-time.After(reconnectBackoff(attempt, listenBackoffMax)):
 			}
 		}
 		c, err := listen(ctx, cfg)
@@ -171,21 +171,26 @@ func watch(ctx context.Context, cfg *pgx.ConnConfig, idle time.Duration, changed
 	}
 }
 
-// listenerConfig is cfg for the listening connection, named so that an
-// administrator can tell it in pg_stat_activity.
-func listenerConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
+// sideConnConfig is cfg for a connection of the store's own outside the
+// pool (the listener, presence), its application_name given suffix so that
+// an administrator can tell it in pg_stat_activity.
+func sideConnConfig(cfg *pgx.ConnConfig, suffix string) *pgx.ConnConfig {
 	c := cfg.Copy()
-	c.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + "/changes"
+	c.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + suffix
 	return c
 }
 
-// listenBackoff is the wait before attempt (1, 2, …) to listen again:
-// exponential from 100ms, capped at listenBackoffMax, with jitter so that the
-// replicas of a restarted server do not all come back at the same instant.
-func listenBackoff(attempt int) time.Duration {
-	d := listenBackoffMax
-	if attempt < 8 {
-		d = min(100*time.Millisecond<<(attempt-1), listenBackoffMax)
+// listenerConfig is cfg for the listening connection.
+func listenerConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig { return sideConnConfig(cfg, "/changes") }
+
+// reconnectBackoff is the wait before attempt (1, 2, …) to connect a side
+// connection again: exponential from 100ms, capped at limit, with jitter
+// so that the replicas of a restarted server do not all come back at the
+// same instant.
+func reconnectBackoff(attempt int, limit time.Duration) time.Duration {
+	d := limit
+	if attempt < 16 {
+		d = min(100*time.Millisecond<<(attempt-1), limit)
 	}
 	return d/2 + rand.N(d/2+1)
 }

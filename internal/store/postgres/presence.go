@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,7 +74,7 @@ func holdPresence(ctx context.Context, cfg *pgx.ConnConfig, key int64, ping time
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(presenceBackoff(attempt)):
+			case <-time.After(reconnectBackoff(attempt, presenceBackoffMax)):
 			}
 		}
 		c, err := lockPresence(ctx, cfg, key)
@@ -97,23 +96,8 @@ func holdPresence(ctx context.Context, cfg *pgx.ConnConfig, key int64, ping time
 	}
 }
 
-// presenceConfig is cfg for the presence connection, named so that an
-// administrator can tell it in pg_stat_activity.
-func presenceConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
-	c := cfg.Copy()
-	c.RuntimeParams["application_name"] = cfg.RuntimeParams["application_name"] + "/presence"
-	return c
-}
-
-// presenceBackoff is the wait before attempt (1, 2, …) to become present
-// again: from 100ms doubling to presenceBackoffMax, with jitter.
-func presenceBackoff(attempt int) time.Duration {
-	d := presenceBackoffMax
-	if attempt < 6 {
-		d = min(100*time.Millisecond<<(attempt-1), presenceBackoffMax)
-	}
-	return d/2 + rand.N(d/2+1)
-}
+// presenceConfig is cfg for the presence connection.
+func presenceConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig { return sideConnConfig(cfg, "/presence") }
 
 // lockPresence connects with cfg and takes the advisory lock key for the
 // session. It does not wait for the lock: held by another session, it is

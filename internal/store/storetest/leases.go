@@ -153,15 +153,22 @@ func testLeaseTokenGrows(t *testing.T, s store.Store) {
 // testLeaseAcquireRace: of holders racing for a free lease exactly one wins;
 // the others get ErrConflict.
 func testLeaseAcquireRace(t *testing.T, s store.Store) {
+	exactlyOneWins(t, "acquired the lease", func(i int) error {
+		_, err := s.AcquireLease(ctx(t), "contested", fmt.Sprintf("replica-%d", i), leaseTTL)
+		return err
+	})
+}
+
+// exactlyOneWins runs race on 8 goroutines at once and fails t unless
+// exactly one returns nil and the others ErrConflict; what says what the
+// winner did.
+func exactlyOneWins(t *testing.T, what string, race func(i int) error) {
+	t.Helper()
 	const racers = 8
 	var wg sync.WaitGroup
 	errs := make([]error, racers)
 	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = s.AcquireLease(ctx(t), "contested", fmt.Sprintf("replica-%d", i), leaseTTL)
-		}()
+		wg.Go(func() { errs[i] = race(i) })
 	}
 	wg.Wait()
 	won := 0
@@ -174,6 +181,6 @@ func testLeaseAcquireRace(t *testing.T, s store.Store) {
 		}
 	}
 	if won != 1 {
-		t.Errorf("%d racers acquired the lease, want exactly 1", won)
+		t.Errorf("%d racers %s, want exactly 1", won, what)
 	}
 }

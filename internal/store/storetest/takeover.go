@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -143,25 +142,8 @@ func testLeaseTakeoverInvalid(t *testing.T, s store.Store) {
 // holder exactly one wins; the others get ErrConflict.
 func testLeaseTakeoverRace(t *testing.T, s store.Store) {
 	acquire(t, s, "contested", "gone", leaseTTL)
-	const racers = 8
-	var wg sync.WaitGroup
-	errs := make([]error, racers)
-	for i := range racers {
-		wg.Go(func() {
-			_, errs[i] = s.TakeOverLease(ctx(t), "contested", "gone", fmt.Sprintf("replica-%d", i), leaseTTL)
-		})
-	}
-	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errdefs.IsConflict(err):
-			t.Errorf("racer %d: %v, want success or ErrConflict", i, err)
-		}
-	}
-	if won != 1 {
-		t.Errorf("%d racers took the lease over, want exactly 1", won)
-	}
+	exactlyOneWins(t, "took the lease over", func(i int) error {
+		_, err := s.TakeOverLease(ctx(t), "contested", "gone", fmt.Sprintf("replica-%d", i), leaseTTL)
+		return err
+	})
 }
