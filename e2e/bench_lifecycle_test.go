@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -354,25 +353,7 @@ func benchStartNode(b *testing.B, in *instance, id string) {
 		pm.Wait()
 		b.Fatalf("start node: %v", err)
 	}
-	b.Cleanup(func() {
-		var list struct{ Sandboxes []sandbox }
-		in.do("GET", "/v1/sandboxes", nil, &list)
-		for _, sb := range list.Sandboxes {
-			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
-		}
-		for _, p := range []*exec.Cmd{node, pm} {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				b.Errorf("%s did not stop within 30s of SIGTERM", p.Args[1])
-				p.Process.Kill()
-				<-done
-			}
-		}
-	})
+	b.Cleanup(func() { stopNodeProcesses(b, in, node, pm) })
 	benchWaitRuntime(b, in, "ns", "local", id)
 	benchWaitRuntime(b, in, benchRuntime(), "local", id)
 }

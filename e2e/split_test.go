@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestSplitProcessesUnprivilegedNode runs the control plane, the root
@@ -78,22 +77,7 @@ func TestSplitProcessesUnprivilegedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopAll := func() {
-		var list struct{ Sandboxes []sandbox }
-		in.do("GET", "/v1/sandboxes", nil, &list)
-		for _, sb := range list.Sandboxes {
-			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
-		}
-		for _, p := range []*exec.Cmd{node, pm} {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Errorf("%s did not stop", p.Args[1])
-				p.Process.Kill()
-			}
-		}
+		stopNodeProcesses(t, in, node, pm)
 		in.stop()
 	}
 	defer stopAll()

@@ -283,22 +283,29 @@ func startNodeB(t *testing.T, in *instance, dirA, dirB string) func() {
 		pm.Wait()
 		t.Fatal(err)
 	}
-	return func() {
-		var list struct{ Sandboxes []sandbox }
-		in.do("GET", "/v1/sandboxes", nil, &list)
-		for _, sb := range list.Sandboxes {
-			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
-		}
-		for _, p := range []*exec.Cmd{node, pm} {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Errorf("%s did not stop", p.Args[1])
-				p.Process.Kill()
-			}
+	return func() { stopNodeProcesses(t, in, node, pm) }
+}
+
+// stopNodeProcesses deletes every sandbox through in, then stops the given
+// processes (a node and its node-manager) with SIGTERM, killing one that
+// has not stopped within 30 s.
+func stopNodeProcesses(tb testing.TB, in *instance, procs ...*exec.Cmd) {
+	tb.Helper()
+	var list struct{ Sandboxes []sandbox }
+	in.do("GET", "/v1/sandboxes", nil, &list)
+	for _, sb := range list.Sandboxes {
+		in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+	}
+	for _, p := range procs {
+		p.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			tb.Errorf("%s did not stop within 30s of SIGTERM", p.Args[1])
+			p.Process.Kill()
+			<-done
 		}
 	}
 }

@@ -444,13 +444,8 @@ func tenantRevokeEncryptionKey(ctx context.Context, e *env, args []string) error
 }
 
 func signingKeyList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("signing-key list")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	out, err := listFlags("signing-key list", args)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 0); err != nil {
 		return err
 	}
 	list, err := e.c.ListSigningKeys(ctx)
@@ -477,13 +472,8 @@ func signingKeyList(ctx context.Context, e *env, args []string) error {
 }
 
 func signingKeyRotate(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("signing-key rotate")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	out, err := listFlags("signing-key rotate", args)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 0); err != nil {
 		return err
 	}
 	k, err := e.c.RotateSigningKey(ctx)

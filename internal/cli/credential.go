@@ -161,13 +161,8 @@ func readSecret(e *env) (string, error) {
 }
 
 func credentialList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("credential list")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	out, err := listFlags("credential list", args)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 0); err != nil {
 		return err
 	}
 	list, err := e.c.ListCredentials(ctx)

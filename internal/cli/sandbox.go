@@ -104,13 +104,8 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 }
 
 func sandboxList(ctx context.Context, e *env, args []string) error {
-	fs := newFlags("sandbox list")
-	out := outputFlag(fs)
-	pos, err := parseArgs(fs, args)
+	out, err := listFlags("sandbox list", args)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 0); err != nil {
 		return err
 	}
 	list, err := e.c.ListSandboxes(ctx)

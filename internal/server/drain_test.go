@@ -66,10 +66,7 @@ func (cp *controlPlane) listedNode(admin, id string) sandboxv1.Node {
 func TestDrainAndUndrainANode(t *testing.T) {
 	t.Parallel()
 	cp := newControlPlane(t, Config{})
-	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.adminKey()
 	cp.heartbeatAs("n2")
 
 	var n sandboxv1.Node
@@ -122,10 +119,7 @@ func TestDrainAndUndrainANode(t *testing.T) {
 func TestDrainNeedsAnAdminAndAKnownNode(t *testing.T) {
 	t.Parallel()
 	cp := newControlPlane(t, Config{})
-	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.adminKey()
 	for _, verb := range []string{"drain", "undrain"} {
 		if code, e := cp.do(cp.key, http.MethodPost, "/v1/nodes/n1/"+verb, "", nil); code != http.StatusForbidden {
 			t.Errorf("%s with a tenant key: HTTP %d %+v, want 403", verb, code, e)
@@ -148,10 +142,7 @@ func TestDrainNeedsAnAdminAndAKnownNode(t *testing.T) {
 func TestDrainWithoutObjectStoreKeepsTheSandbox(t *testing.T) {
 	t.Parallel()
 	cp := newControlPlane(t, Config{})
-	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.adminKey()
 	sb := cp.create(`{"template":"minimal"}`)
 	var n sandboxv1.Node
 	if code, e := cp.do(admin, http.MethodPost, "/v1/nodes/n1/drain", "", &n); code != http.StatusOK {
@@ -193,10 +184,7 @@ func TestDrainWithoutObjectStoreKeepsTheSandbox(t *testing.T) {
 func TestDrainRacingReRegistration(t *testing.T) {
 	t.Parallel()
 	cp := newControlPlane(t, Config{})
-	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.adminKey()
 	cp.heartbeatAs("n2")
 	for round := range 30 {
 		if code, e := cp.do(admin, http.MethodPost, "/v1/nodes/n2/undrain", "", nil); code != http.StatusOK {
