@@ -39,6 +39,11 @@ import (
 // after the lease ends.
 const fenceCheckEvery = 100 * time.Millisecond
 
+// fenceSweepEvery paces the sweeps of a node that is fenced already: they
+// freeze what a start under way at the fence, or a failed freeze, left
+// running, and each reads every runtime record.
+const fenceSweepEvery = time.Second
+
 // maxFenceAfter bounds the lease a heartbeat answer may ask for.
 const maxFenceAfter = 24 * time.Hour
 
@@ -130,6 +135,7 @@ func (m *Manager) heartbeatEvery(every time.Duration) time.Duration {
 func (m *Manager) RunFence(ctx context.Context) {
 	t := time.NewTicker(fenceCheckEvery)
 	defer t.Stop()
+	var swept time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -143,6 +149,10 @@ func (m *Manager) RunFence(ctx context.Context) {
 		first := !m.fence.fenced
 		m.fence.fenced = true
 		m.fence.mu.Unlock()
+		if !first && time.Since(swept) < fenceSweepEvery {
+			continue // fenced already: only stragglers are left to freeze
+		}
+		swept = time.Now()
 		if n := m.fenceAll(ctx); n > 0 || first {
 			m.log.Warn("heartbeat lease ended: executions frozen until the control plane answers", "frozen", n)
 		}
