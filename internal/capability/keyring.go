@@ -30,12 +30,19 @@ import (
 // Every change increments the key set's version: receivers install a newer
 // version and ignore older ones. The keyring lives in one file (mode 0600),
 // written atomically.
+//
+// The keyring's own clock never goes back (see steadyClock): a wall clock
+// set back must not stall a rotation, bring a retired key back to signing,
+// or leave no key to sign with because the newest one seems not yet active.
+// Capabilities are still minted with the wall clock, which receivers compare
+// with theirs.
 type Keyring struct {
 	path string
-	now  func() time.Time
+	wall func() time.Time
 
-	mu   sync.Mutex
-	file keyringFile
+	mu    sync.Mutex
+	clock steadyClock
+	file  keyringFile
 }
 
 // ActivationDelay is how long a new signing key is published before it
@@ -45,6 +52,9 @@ const ActivationDelay = 10 * time.Second
 type keyringFile struct {
 	Version uint64       `json:"version"`
 	Keys    []keyringKey `json:"keys"`
+	// Clock is the latest time of the keyring's clock when the file was
+	// written: a restart with the wall clock behind resumes from it.
+	Clock time.Time `json:"clock,omitzero"`
 }
 
 type keyringKey struct {
@@ -81,7 +91,14 @@ type KeyInfo struct {
 // becomes its first key, so capabilities and node key sets stay valid
 // across the upgrade.
 func OpenKeyring(path, legacySeedPath string) (*Keyring, error) {
-	k := &Keyring{path: path, now: time.Now}
+	start := time.Now()
+	return openKeyring(path, legacySeedPath, time.Now, func() time.Duration { return time.Since(start) })
+}
+
+// openKeyring is OpenKeyring with the wall clock and a monotonic clock
+// (elapsed time since any fixed origin) given.
+func openKeyring(path, legacySeedPath string, wall func() time.Time, elapsed func() time.Duration) (*Keyring, error) {
+	k := &Keyring{path: path, wall: wall, clock: steadyClock{wall: wall, elapsed: elapsed}}
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -94,6 +111,7 @@ func OpenKeyring(path, legacySeedPath string) (*Keyring, error) {
 		if err := k.file.validate(); err != nil {
 			return nil, fmt.Errorf("capability: keyring %s: %w", path, err)
 		}
+		k.clock.start(k.file.latest())
 		return k, nil
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("capability: read keyring %s: %w", path, err)
@@ -110,7 +128,7 @@ func OpenKeyring(path, legacySeedPath string) (*Keyring, error) {
 		seed = make([]byte, ed25519.SeedSize)
 		rand.Read(seed)
 	}
-	now := k.now().UTC()
+	now := k.clock.now()
 	k.file = keyringFile{Version: 1, Keys: []keyringKey{newKeyringKey(seed, now, now)}}
 	if err := k.save(); err != nil {
 		return nil, err
@@ -151,8 +169,23 @@ func (f *keyringFile) validate() error {
 	return nil
 }
 
+// latest is the latest time the file records: its clock, and every time a
+// key was created, retired or dropped at (a key's Active may lie ahead).
+func (f *keyringFile) latest() time.Time {
+	t := f.Clock
+	for _, key := range f.Keys {
+		for _, at := range []time.Time{key.Created, key.Retired, key.Dropped} {
+			if at.After(t) {
+				t = at
+			}
+		}
+	}
+	return t
+}
+
 // save writes the keyring atomically; the caller holds mu (or owns k).
 func (k *Keyring) save() error {
+	k.file.Clock = k.clock.last
 	b, err := json.MarshalIndent(k.file, "", "  ")
 	if err != nil {
 		return err
@@ -216,7 +249,7 @@ func (k *Keyring) signingIndex(now time.Time) int {
 
 // refresh applies the passage of time and persists what changed.
 func (k *Keyring) refresh() {
-	if k.advance(k.now()) {
+	if k.advance(k.clock.now()) {
 		_ = k.save() // the next call retries; memory is current
 	}
 }
@@ -226,7 +259,7 @@ func (k *Keyring) Signer() (*Signer, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refresh()
-	key := k.file.Keys[k.signingIndex(k.now())]
+	key := k.file.Keys[k.signingIndex(k.clock.now())]
 	seed, err := hex.DecodeString(key.Seed)
 	if err != nil || len(seed) != ed25519.SeedSize {
 		return nil, fmt.Errorf("capability: signing key %s has no private half", key.ID)
@@ -235,7 +268,7 @@ func (k *Keyring) Signer() (*Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.now = k.now
+	s.now = k.wall
 	return s, nil
 }
 
@@ -262,7 +295,7 @@ func (k *Keyring) Rotate() (KeyInfo, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refresh()
-	now := k.now().UTC()
+	now := k.clock.now()
 	last := k.file.Keys[len(k.file.Keys)-1]
 	if now.Before(last.Active) {
 		return k.info(len(k.file.Keys)-1, now), nil
@@ -299,7 +332,7 @@ func (k *Keyring) Keys() []KeyInfo {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refresh()
-	now := k.now()
+	now := k.clock.now()
 	out := make([]KeyInfo, len(k.file.Keys))
 	for i := range k.file.Keys {
 		out[i] = k.info(i, now)
