@@ -38,9 +38,10 @@ const ChannelPort = "space.0"
 // template boot: the caller's Control.Init sets the sandbox's hostname,
 // environment, clock and entropy, as after every start.
 //
-// Start returns once QEMU runs and the driver is connected to the guest
-// channel; the guest daemon answers on it after the boot (seconds under TCG)
-// or at once after a restore, which the caller waits for.
+// Start returns once QEMU runs, its QMP socket accepts connections and the
+// driver is connected to the guest channel; the guest daemon answers on it
+// after the boot (seconds under TCG) or at once after a restore, which the
+// caller waits for.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -151,11 +152,29 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	if err := d.startQEMU(ctx, cmd, st); err != nil {
 		return nil, err
 	}
+	if err := d.awaitQMP(ctx, st); err != nil {
+		return nil, err
+	}
 	link, err := d.connectNetwork(ctx, st)
 	if err != nil {
 		return nil, err
 	}
 	return d.connectChannel(ctx, st, link)
+}
+
+// awaitQMP returns once st's QMP socket accepts connections, so that a
+// pause, snapshot or stop right after Start finds it. An unconfined QEMU
+// binds its sockets one after another, QMP's after the console and the guest
+// channel, so those being there says nothing about QMP (a QMP command right
+// after Start failed under load: "connect qmp.sock: no such file"). The jail
+// helper binds every socket before it execs QEMU; then this returns at once.
+// (A restore talks to QMP before it returns, through openQMP.)
+func (d *Driver) awaitQMP(ctx context.Context, st *state) error {
+	c, err := d.dialRetry(ctx, st, qmpSock)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // startQEMU runs cmd, records QEMU's pid and start time in the state file

@@ -1,0 +1,138 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/vmimage"
+)
+
+// fakeQEMUName is argv[0] under which this test binary plays QEMU: see
+// TestStartWaitsForQMP.
+const fakeQEMUName = "fake-qemu-system-x86_64"
+
+// fakeQMPDelay is how long the fake QEMU waits between binding its
+// chardev sockets and binding its QMP socket.
+const fakeQMPDelay = 1500 * time.Millisecond
+
+func init() {
+	if filepath.Base(os.Args[0]) == fakeQEMUName {
+		runFakeQEMU(os.Args[1:])
+		os.Exit(0)
+	}
+}
+
+// runFakeQEMU binds the chardev sockets QEMU's arguments name, in their
+// order, then — as a real QEMU does, only slower — the QMP socket, and
+// answers QMP until "quit". Connections to the chardevs are held open.
+func runFakeQEMU(args []string) {
+	var chardevs []string
+	var qmp string
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "-chardev":
+			for _, kv := range strings.Split(args[i+1], ",") {
+				if p, ok := strings.CutPrefix(kv, "path="); ok {
+					chardevs = append(chardevs, p)
+				}
+			}
+		case "-qmp":
+			qmp, _, _ = strings.Cut(strings.TrimPrefix(args[i+1], "unix:"), ",")
+		}
+	}
+	for _, p := range chardevs {
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			os.Exit(1)
+		}
+		go func() {
+			var held []net.Conn
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c)
+			}
+		}()
+	}
+	time.Sleep(fakeQMPDelay)
+	l, err := net.Listen("unix", qmp)
+	if err != nil {
+		os.Exit(1)
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			os.Exit(1)
+		}
+		c.Write([]byte(`{"QMP": {"version": {}, "capabilities": []}}` + "\n"))
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			c.Write([]byte(`{"return": {}}` + "\n"))
+			if strings.Contains(sc.Text(), `"quit"`) {
+				os.Exit(0)
+			}
+		}
+		c.Close()
+	}
+}
+
+// TestStartWaitsForQMP: Start of an unconfined VM returns only once QMP
+// answers, even when QEMU binds its QMP socket well after the console and
+// the guest channel (as QEMU does, by microseconds; TestConfinement/
+// Unconfined once found no QMP socket right after Start under load). The
+// fake QEMU here takes fakeQMPDelay between them; without the wait in
+// Start, the QMP command right after it fails.
+func TestStartWaitsForQMP(t *testing.T) {
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemu := filepath.Join(dir, fakeQEMUName)
+	if err := os.Symlink(self, qemu); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, name := range []string{"vmlinuz", "space-guest", "root.img"} {
+		files[name] = filepath.Join(dir, name)
+		if err := os.WriteFile(files[name], []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := New(Config{
+		StateDir: filepath.Join(dir, "state"), QEMU: qemu, Accel: AccelTCG, ColdBoot: true, Unconfined: true, Log: testLogger(t),
+		Kernel: &vmimage.Kernel{Vmlinuz: files["vmlinuz"], SHA256: "fake", Minimal: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := d.Start(ctx, driver.Spec{ExecID: "qmp-order", SandboxID: "sbx-qmp-order", RootFS: files["root.img"], GuestBinary: files["space-guest"], MemoryMiB: 256})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer func() {
+		inst.Channel.Close()
+		if err := d.Cleanup(context.Background(), "qmp-order"); err != nil {
+			t.Errorf("Cleanup: %v", err)
+		}
+		d.Wait()
+	}()
+	st, err := d.loadState("qmp-order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.qmpExecute(ctx, st, "query-status"); err != nil {
+		t.Errorf("a QMP command right after Start: %v", err)
+	}
+}
