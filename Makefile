@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 
-.PHONY: all build run test deps-run deps-test kernel s3server vet fmt-check proto clean
+.PHONY: all build run test fuzz deps-run deps-test kernel s3server vet fmt-check proto clean
 
 # The vm runtime's minimal guest kernel (microvm) is compiled once from
 # Debian's linux-source and cached by content hash; later runs reuse it.
@@ -51,6 +51,12 @@ vet:
 
 test: deps-test build fmt-check vet kernel s3server
 	SPACE_TEST_CACHE_DIR=$(KERNEL_CACHE) SPACE_TEST_S3_SERVER=$(S3SERVER) $(GO) test -count=1 -timeout 25m ./...
+
+# Every fuzz target for real (coverage-guided), FUZZTIME each (30s by
+# default); FUZZ=PATTERN picks targets by package or name. Not part of
+# `make test`, which runs only the seed corpora.
+fuzz:
+	FUZZTIME=$(or $(FUZZTIME),30s) scripts/fuzz.sh '$(or $(FUZZ),.)'
 
 proto:
 	api/guest/v1/generate.sh
