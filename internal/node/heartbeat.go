@@ -105,6 +105,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// FenceAfterMS is the heartbeat lease (fence.go); 0 or absent:
 		// the node does not fence itself.
 		FenceAfterMS int64 `json:"fence_after_ms"`
+		// Internal is the deployment's internal-service list; absent (an
+		// older control plane) leaves the list as it is.
+		Internal *InternalServices `json:"internal"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
@@ -118,6 +121,11 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
+	}
+	if reply.Internal != nil {
+		if err := m.SetInternalServices(*reply.Internal); err != nil {
+			return fmt.Errorf("heartbeat answer: %w", err)
+		}
 	}
 	if reply.Keys != nil {
 		return m.SetKeys(reply.Keys)
