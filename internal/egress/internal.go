@@ -26,6 +26,10 @@ const MaxInternalPrefixes = 4096
 type InternalSet struct {
 	version  uint64
 	prefixes []netip.Prefix // masked, IPv4 as IPv4, sorted, no duplicates
+	// byLen indexes prefixes by length, so that a lookup costs one map
+	// probe per distinct length (a few), not a scan of the list.
+	byLen map[int]map[netip.Prefix]struct{}
+	lens4, lens6 []int // the distinct lengths of IPv4 and IPv6 prefixes
 }
 
 // NewInternalSet builds version of the list from prefixes. IPv4-mapped
@@ -49,7 +53,25 @@ func NewInternalSet(version uint64, prefixes []netip.Prefix) (*InternalSet, erro
 		}
 		return a.Bits() - b.Bits()
 	})
-	return &InternalSet{version: version, prefixes: slices.Compact(out)}, nil
+	set := &InternalSet{version: version, prefixes: slices.Compact(out), byLen: map[int]map[netip.Prefix]struct{}{}}
+	for _, p := range set.prefixes {
+		key := p.Bits()
+		if p.Addr().Is6() {
+			key += 1000 // IPv6 lengths apart from IPv4's
+		}
+		m := set.byLen[key]
+		if m == nil {
+			m = map[netip.Prefix]struct{}{}
+			set.byLen[key] = m
+			if p.Addr().Is4() {
+				set.lens4 = append(set.lens4, p.Bits())
+			} else {
+				set.lens6 = append(set.lens6, p.Bits())
+			}
+		}
+		m[p] = struct{}{}
+	}
+	return set, nil
 }
 
 func normalizeInternal(p netip.Prefix) (netip.Prefix, error) {
@@ -149,12 +171,24 @@ func (s *InternalSet) Check(dst netip.Addr) Decision {
 			return deny("%s is %s embedding %s, a service of this deployment (%s, always denied)", u, how, v4, p)
 		}
 	}
-	return allow("not an internal service")
+	return notInternal
 }
 
+// notInternal is Check's answer for an address off the list, made once:
+// the common case costs no formatting.
+var notInternal = Decision{Allow: true, Reason: "not an internal service"}
+
 func (s *InternalSet) match(a netip.Addr) (netip.Prefix, bool) {
-	for _, p := range s.prefixes {
-		if p.Contains(a) {
+	lens, off := s.lens4, 0
+	if a.Is6() {
+		lens, off = s.lens6, 1000
+	}
+	for _, bits := range lens {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			continue
+		}
+		if _, ok := s.byLen[bits+off][p]; ok {
 			return p, true
 		}
 	}

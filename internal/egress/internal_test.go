@@ -129,7 +129,10 @@ func FuzzInternalSet(f *testing.F) {
 			return
 		}
 		if a, ok := netip.AddrFromSlice(ip); ok {
-			_ = set.Check(a)
+			// The indexed lookup agrees with a scan of the list.
+			if got, want := !set.Check(a).Allow, naiveDenied(set.Prefixes(), a); got != want {
+				t.Fatalf("list %q: Check(%s) denied %v, a scan says %v", cidr, a, got, want)
+			}
 		}
 		for _, p := range set.Prefixes() {
 			a := p.Addr()
@@ -146,4 +149,22 @@ func FuzzInternalSet(f *testing.F) {
 			}
 		}
 	})
+}
+
+// naiveDenied is the reference of InternalSet.Check: a scan of every prefix
+// for the address, its IPv4 form and the IPv4 address it embeds.
+func naiveDenied(ps []netip.Prefix, a netip.Addr) bool {
+	u := a.Unmap()
+	cands := []netip.Addr{u}
+	if v4, _, ok := embedded(u); ok {
+		cands = append(cands, v4)
+	}
+	for _, c := range cands {
+		for _, p := range ps {
+			if p.Contains(c) {
+				return true
+			}
+		}
+	}
+	return false
 }
