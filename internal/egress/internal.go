@@ -28,7 +28,7 @@ type InternalSet struct {
 	prefixes []netip.Prefix // masked, IPv4 as IPv4, sorted, no duplicates
 	// byLen indexes prefixes by length, so that a lookup costs one map
 	// probe per distinct length (a few), not a scan of the list.
-	byLen map[int]map[netip.Prefix]struct{}
+	byLen        map[int]map[netip.Prefix]struct{}
 	lens4, lens6 []int // the distinct lengths of IPv4 and IPv6 prefixes
 }
 
