@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/store"
 )
 
 // A sandbox must never reach the deployment's own services, whatever its
@@ -25,6 +27,8 @@ import (
 //   - the address each node's heartbeat connection reached (the listener as
 //     nodes see it), the host name it dialled (resolved), and this replica's
 //     listener address (every interface address when it listens on all);
+//   - the other replicas' own addresses of those kinds, which every replica
+//     publishes in the shared store (store.ReplicaAddresses);
 //   - every registered node's address (its advertised host, resolved) and
 //     the address its heartbeats come from;
 //   - InternalConfig.Hosts: the database and object-store hosts, resolved;
@@ -80,6 +84,11 @@ type internalServices struct {
 	// nodeAddrs lists the advertised addresses of every registered node
 	// (the store's registry, shared by the replicas); nil: none.
 	nodeAddrs func(ctx context.Context) ([]string, error)
+	// replicas shares the replicas' own addresses (a store with several
+	// replicas on it); nil: this replica learns no other's. replica is
+	// this process's name there.
+	replicas store.ReplicaAddresses
+	replica  string
 
 	mu sync.Mutex // guards the fields below
 	// seen is when each learnt address was last seen.
@@ -88,7 +97,11 @@ type internalServices struct {
 	// names nodes dialled this replica by.
 	names map[string]bool
 	// listen are this replica's listener addresses.
-	listen  []netip.Addr
+	listen []netip.Addr
+	// own is when each of this replica's own addresses (listener, and the
+	// addresses nodes reached it at) was last seen: published to the other
+	// replicas through replicas.
+	own     map[netip.Addr]time.Time
 	version uint64
 	list    *InternalServices // nil: to be rebuilt
 }
@@ -103,7 +116,8 @@ func newInternalServices(cfg InternalConfig) *internalServices {
 	if cfg.Resolver == nil {
 		cfg.Resolver = net.DefaultResolver
 	}
-	s := &internalServices{cfg: cfg, kick: make(chan struct{}, 1), seen: map[netip.Addr]time.Time{}, names: map[string]bool{}}
+	s := &internalServices{cfg: cfg, kick: make(chan struct{}, 1), seen: map[netip.Addr]time.Time{}, names: map[string]bool{},
+		own: map[netip.Addr]time.Time{}}
 	for _, h := range cfg.Hosts {
 		s.addHost(h, time.Now())
 	}
@@ -148,6 +162,50 @@ func (s *internalServices) note(now time.Time, addrs ...netip.Addr) {
 	}
 }
 
+// noteOwn records addrs as this replica's own, seen now.
+func (s *internalServices) noteOwn(now time.Time, addrs ...netip.Addr) {
+	s.note(now, addrs...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range addrs {
+		if a.IsValid() {
+			s.own[a.Unmap().WithZone("")] = now
+		}
+	}
+}
+
+// shareOwn publishes this replica's own addresses to the other replicas
+// (valid for three resolutions) and learns theirs.
+func (s *internalServices) shareOwn(ctx context.Context, now time.Time) {
+	if s.replicas == nil {
+		return
+	}
+	s.mu.Lock()
+	var mine []string
+	for a, at := range s.own {
+		if now.Sub(at) > s.cfg.Keep {
+			delete(s.own, a)
+			continue
+		}
+		if len(mine) < store.MaxReplicaAddresses {
+			mine = append(mine, a.String())
+		}
+	}
+	s.mu.Unlock()
+	if err := s.replicas.PutReplicaAddresses(ctx, s.replica, mine, now.Add(3*s.cfg.ResolveEvery), now); err != nil {
+		return // the next resolution tries again
+	}
+	others, err := s.replicas.ListReplicaAddresses(ctx, now)
+	if err != nil {
+		return
+	}
+	for _, o := range others {
+		if a, err := netip.ParseAddr(o); err == nil {
+			s.note(now, a)
+		}
+	}
+}
+
 // setListener records this replica's listener address; an unspecified one
 // (all interfaces) stands for every address of the host.
 func (s *internalServices) setListener(addr net.Addr) {
@@ -162,7 +220,7 @@ func (s *internalServices) setListener(addr net.Addr) {
 	s.mu.Lock()
 	s.listen = as
 	s.mu.Unlock()
-	s.note(time.Now(), as...)
+	s.noteOwn(time.Now(), as...)
 }
 
 func interfaceAddrs() []netip.Addr {
@@ -186,7 +244,7 @@ func (s *internalServices) heartbeat(r *http.Request, advertised string) {
 	now := time.Now()
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		if ap, err := netip.ParseAddrPort(la.String()); err == nil {
-			s.note(now, ap.Addr())
+			s.noteOwn(now, ap.Addr())
 		}
 	}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
@@ -234,7 +292,8 @@ func (s *internalServices) resolve(ctx context.Context) {
 	listen := slices.Clone(s.listen)
 	s.mu.Unlock()
 	now := time.Now()
-	s.note(now, listen...)
+	s.noteOwn(now, listen...)
+	s.shareOwn(ctx, now)
 	for _, n := range names {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		as, err := s.cfg.Resolver.LookupNetIP(rctx, "ip", n)
@@ -329,6 +388,15 @@ func hostOf(hp string) string {
 		return h
 	}
 	return strings.Trim(hp, "[]")
+}
+
+// shareReplicaAddresses makes the list carry the other replicas' own
+// addresses when st is shared by several (it implements
+// store.ReplicaAddresses).
+func (s *internalServices) shareReplicaAddresses(st store.Store) {
+	if ra, ok := st.(store.ReplicaAddresses); ok {
+		s.replicas, s.replica = ra, reconcile.NewReplicaID()
+	}
 }
 
 // registeredNodeAddrs returns the advertised address of every node in the

@@ -47,7 +47,8 @@ func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 // TestHeartbeatInternalServices: with a real PostgreSQL database and an S3
 // object store, the heartbeat answer lists the listener address the node
 // reached, the node's own addresses (advertised and source), every
-// registered node, the database and object-store hosts and --deny-cidr; a
+// registered node, the other replicas' addresses from the shared store, the
+// database and object-store hosts and --deny-cidr; a
 // rebound name keeps its old address listed until Keep has passed.
 func TestHeartbeatInternalServices(t *testing.T) {
 	pg := pgtest.Start(t)
@@ -70,6 +71,10 @@ func TestHeartbeatInternalServices(t *testing.T) {
 		t.Fatalf("ServiceHosts = %q, want %q", got, want)
 	}
 	if err := st.PutNode(t.Context(), store.Node{ID: "n2", Address: "http://node2.deploy.test:7071", State: store.NodeReady}); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica on the same database published its own address.
+	if err := st.PutReplicaAddresses(t.Context(), "replica-b", []string{"45.5.5.5"}, time.Now().Add(time.Hour), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -117,6 +122,7 @@ func TestHeartbeatInternalServices(t *testing.T) {
 		"127.0.0.1/32": "the PostgreSQL host",
 		"45.9.9.9/32":  "the S3 endpoint (objects.deploy.test)",
 		"45.1.2.0/24":  "--deny-cidr",
+		"45.5.5.5/32":  "another replica's own address",
 	}
 	for c, what := range want {
 		if !slices.Contains(first.CIDRs, c) {
@@ -126,6 +132,11 @@ func TestHeartbeatInternalServices(t *testing.T) {
 	// The name the node dialled is resolved in the background; once it
 	// is, the next answer has it, with a newer version.
 	srv.internal.resolve(t.Context())
+	// This replica published the address the node reached it at, for the
+	// other replicas.
+	if shared, err := st.ListReplicaAddresses(t.Context(), time.Now()); err != nil || !slices.Contains(shared, "127.0.0.2") {
+		t.Errorf("replica addresses in the store: %q, %v; want this replica's 127.0.0.2", shared, err)
+	}
 	second := heartbeat("cp.deploy.test:7070")
 	if !slices.Contains(second.CIDRs, "45.3.3.3/32") || second.Version <= first.Version {
 		t.Errorf("after resolving cp.deploy.test: version %d -> %d, %q", first.Version, second.Version, second.CIDRs)

@@ -109,6 +109,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	}
 	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
 	s.internal.nodeAddrs = s.registeredNodeAddrs
+	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
 		rec.SetDefaultEgress(cfg.DefaultEgress)
 		if cfg.CASealer != nil {
