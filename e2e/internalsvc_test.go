@@ -33,7 +33,17 @@ const (
 // naming them, a sandbox reaches neither the object store the control plane
 // really uses (its S3 port nor another port of that host) nor an address of
 // --deny-cidr, while an equivalent listener off the list answers.
-func TestInternalServicesUnreachable(t *testing.T) {
+func TestInternalServicesUnreachable(t *testing.T) { testInternalServices(t, "ns") }
+
+// TestInternalServicesUnreachableVM: the same from a microVM.
+func TestInternalServicesUnreachableVM(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	testInternalServices(t, "vm")
+}
+
+func testInternalServices(t *testing.T, runtime string) {
 	e := newEgressNet(t)
 	e.linkToHost()
 	for _, a := range []string{upObjects, upDenyDst} {
@@ -47,7 +57,7 @@ func TestInternalServicesUnreachable(t *testing.T) {
 		"--object-store", "s3://"+s3test.Bucket+"?endpoint="+s3.Endpoint+"&insecure=1",
 		"--deny-cidr", upDenyDst+"/32")
 	in := startServerWith(t, t.TempDir(), flags...)
-	sb := in.createWithEgress("ns", map[string]any{"allow_internet": true,
+	sb := in.createWithEgress(runtime, map[string]any{"allow_internet": true,
 		"allow": map[string]any{"cidrs": []string{upObjects + "/32", upDenyDst + "/32"}}})
 
 	// The control: an address off the list is reached.

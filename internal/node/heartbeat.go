@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -122,13 +123,16 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}
+	var keysErr error
+	if reply.Keys != nil {
+		keysErr = m.SetKeys(reply.Keys)
+	}
 	if reply.Internal != nil {
+		// A list that does not parse leaves the one held (or none: every
+		// connection refused); the keys were still taken.
 		if err := m.SetInternalServices(*reply.Internal); err != nil {
-			return fmt.Errorf("heartbeat answer: %w", err)
+			return errors.Join(keysErr, fmt.Errorf("heartbeat answer: %w", err))
 		}
 	}
-	if reply.Keys != nil {
-		return m.SetKeys(reply.Keys)
-	}
-	return nil
+	return keysErr
 }
