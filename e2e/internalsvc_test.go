@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,7 +34,8 @@ const (
 // TestInternalServicesUnreachable: under allow_internet, with an allow CIDR
 // naming them, a sandbox reaches neither the object store the control plane
 // really uses (its S3 port nor another port of that host) nor an address of
-// --deny-cidr, while an equivalent listener off the list answers.
+// --deny-cidr, and a scan of common service ports finds none of them open,
+// while equivalent listeners off the list answer.
 func TestInternalServicesUnreachable(t *testing.T) { testInternalServices(t, "ns") }
 
 // TestInternalServicesUnreachableVM: the same from a microVM.
@@ -49,6 +52,14 @@ func testInternalServices(t *testing.T, runtime string) {
 	for _, a := range []string{upObjects, upDenyDst} {
 		e.ip("-n", e.name, "addr", "add", a+"/32", "dev", "lo")
 		e.serveHTTP(a)
+	}
+	// Common service ports on the internal addresses and, as the
+	// control, on an address off the list.
+	accepts := map[string]*atomic.Int64{}
+	for _, a := range []string{upObjects, upDenyDst, upRaw} {
+		for _, p := range scanPorts {
+			accepts[a+":"+p] = e.acceptAndClose(a + ":" + p)
+		}
 	}
 	s3 := e.startS3(upObjects)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
@@ -75,9 +86,68 @@ func testInternalServices(t *testing.T, runtime string) {
 			t.Errorf("the internal service %s got %d requests from the sandbox", a, n)
 		}
 	}
+	e.scanFromSandbox(in, sb.ID)
+	for dst, n := range accepts {
+		if !strings.HasPrefix(dst, upRaw+":") && n.Load() != 0 {
+			t.Errorf("the internal service %s accepted %d connections from the sandbox", dst, n.Load())
+		}
+	}
 	if !strings.Contains(in.logs(), "internal_service") {
 		t.Errorf("no internal_service refusal in the node's log:\n%s", in.logs())
 	}
+}
+
+// scanPorts are the ports scanFromSandbox tries: SSH, HTTPS, etcd,
+// PostgreSQL, Redis, SPACE's API and node API, HTTP alternates, MinIO.
+var scanPorts = []string{"22", "443", "2379", "5432", "6379", "7070", "7071", "8080", "9000"}
+
+// scanFromSandbox connects from the sandbox to every scanPorts port of the
+// internal addresses and of upRaw (the control): only upRaw's must answer.
+func (e *egressNet) scanFromSandbox(in *instance, id string) {
+	t := e.t
+	var line strings.Builder
+	for _, a := range []string{upObjects, upDenyDst, upRaw} {
+		for _, p := range scanPorts {
+			fmt.Fprintf(&line, "(nc -w 2 %s %s </dev/null >/dev/null 2>&1 && echo open %s:%s) & ", a, p, a, p)
+		}
+	}
+	line.WriteString("wait")
+	r := in.sh(id, line.String())
+	var open []string
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if dst, ok := strings.CutPrefix(strings.TrimSpace(l), "open "); ok {
+			open = append(open, dst)
+		}
+	}
+	for _, p := range scanPorts {
+		if !slices.Contains(open, upRaw+":"+p) {
+			t.Errorf("control: the scan did not find %s:%s open (open: %q)", upRaw, p, open)
+		}
+	}
+	for _, dst := range open {
+		if !strings.HasPrefix(dst, upRaw+":") {
+			t.Errorf("the scan from the sandbox found the internal service %s open", dst)
+		}
+	}
+}
+
+// acceptAndClose listens on addr in the namespace and counts the
+// connections it accepts, closing each.
+func (e *egressNet) acceptAndClose(addr string) *atomic.Int64 {
+	ln := e.listen(func() (any, error) { return net.Listen("tcp", addr) }).(net.Listener)
+	e.t.Cleanup(func() { ln.Close() })
+	n := &atomic.Int64{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return n
 }
 
 // linkToHost joins the egress namespace to the host with a veth pair, and
