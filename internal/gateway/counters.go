@@ -7,22 +7,19 @@ import (
 
 // Reasons a flow is refused or how it was let through, as counted and logged.
 const (
-	ReasonAllowed     = "allowed"
-	ReasonIntercepted = "intercepted"
-	ReasonPolicy      = "policy"
-	ReasonSNI         = "sni_mismatch"
-	ReasonHost        = "host_mismatch"
-	ReasonGatewayAddr = "gateway_address"
-	ReasonHostAddr    = "host_address"
-	// ReasonInternalService: an address of the deployment's own services
-	// (egress.InternalSet), or any address before the node has the list.
-	ReasonInternalService = "internal_service"
-	ReasonDNSOverTCP      = "dns_over_tcp"
-	ReasonUDP             = "udp"
-	ReasonICMP            = "icmp"
-	ReasonFlowLimit       = "flow_limit"
-	ReasonUnreachable     = "upstream_unreachable"
-	ReasonSniffFailure    = "bad_first_bytes"
+	ReasonAllowed      = "allowed"
+	ReasonIntercepted  = "intercepted"
+	ReasonPolicy       = "policy"
+	ReasonSNI          = "sni_mismatch"
+	ReasonHost         = "host_mismatch"
+	ReasonGatewayAddr  = "gateway_address"
+	ReasonHostAddr     = "host_address"
+	ReasonDNSOverTCP   = "dns_over_tcp"
+	ReasonUDP          = "udp"
+	ReasonICMP         = "icmp"
+	ReasonFlowLimit    = "flow_limit"
+	ReasonUnreachable  = "upstream_unreachable"
+	ReasonSniffFailure = "bad_first_bytes"
 )
 
 // Counters counts the gateway's decisions by reason, for every sandbox of a

@@ -5,6 +5,11 @@ import (
 	"slices"
 )
 
+// ReasonInternalService counts a flow refused because its destination is
+// one of the deployment's own services (egress.InternalSet), or any flow
+// before the node has the list.
+const ReasonInternalService = "internal_service"
+
 // deploymentAddr decides, before the policy and before any dial, whether dst
 // belongs to the node itself (Config.HostAddrs) or to the deployment's own
 // services (Config.Internal): both are refused whatever the policy allows,

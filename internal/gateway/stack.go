@@ -333,7 +333,7 @@ func (g *Sandbox) refuseUDP(r *udp.ForwarderRequest) {
 		g.refused(ReasonInternalService, dst, "", why)
 		return
 	}
-	g.refused(ReasonUDP, netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort), "", "UDP egress is not offered (only DNS to the gateway)")
+	g.refused(ReasonUDP, dst, "", "UDP egress is not offered (only DNS to the gateway)")
 }
 
 // DNSStats returns the sandbox's DNS counters.

@@ -228,12 +228,15 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 		MaxHeaderBytes:    64 << 10,
 		Protocols:         apiProtocols(),
 	}
+	// The internal-service list re-resolves its names while the API
+	// serves, and stops with it.
 	s.internal.setListener(ln.Addr())
+	rctx, stopResolving := context.WithCancel(ctx)
 	resolved := make(chan struct{})
-	defer func() { <-resolved }()
+	defer func() { stopResolving(); <-resolved }()
 	go func() {
 		defer close(resolved)
-		s.internal.run(ctx)
+		s.internal.run(rctx)
 	}()
 	go func() {
 		<-ctx.Done()
