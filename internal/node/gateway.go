@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/driver"
@@ -45,6 +46,9 @@ type gateways struct {
 	// internal is the deployment's internal-service list from the last
 	// heartbeat answer, shared by every gateway (internalnet.go).
 	internal egress.InternalHolder
+	// warnedNoList is set once the log said that the control plane sends
+	// no list.
+	warnedNoList atomic.Bool
 }
 
 type execGateway struct {

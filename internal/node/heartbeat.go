@@ -127,6 +127,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	if reply.Keys != nil {
 		keysErr = m.SetKeys(reply.Keys)
 	}
+	if reply.Internal == nil && m.cfg.Gateway != nil && m.InternalServicesVersion() == 0 && m.gateways.warnedNoList.CompareAndSwap(false, true) {
+		m.log.Warn("the control plane sends no internal-service list (it is older than this node): sandbox connections are refused until it is upgraded (docs/network.md)")
+	}
 	if reply.Internal != nil {
 		// A list that does not parse leaves the one held (or none: every
 		// connection refused); the keys were still taken.
