@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -65,6 +66,14 @@ func runServer(args []string) int {
 	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
 	nodeLostAfter := fs.Duration("node-lost-after", reconcile.DefaultNodeLostAfter, "how long a node may miss heartbeats before it is declared lost and its sandboxes recovered on other nodes from their snapshots in object storage, or failed (see docs/scale-out.md)")
 	gwFlags := addGatewayFlags(fs)
+	var denyCIDRs []netip.Prefix
+	fs.Func("deny-cidr", "an address or CIDR of this deployment's own services that no sandbox may reach, whatever its policy, on any port (repeatable; the listeners, database, object store and nodes are denied already; see docs/network.md)", func(v string) error {
+		p, err := egress.ParseInternalCIDR(v)
+		if err == nil {
+			denyCIDRs = append(denyCIDRs, p)
+		}
+		return err
+	})
 	var warmPools []server.WarmPool
 	fs.Func("warm-pool", "keep prepared sandboxes on every node: TEMPLATE:RUNTIME[:CPUSxMEMORY_MIB]=SIZE, e.g. minimal:ns=8 (repeatable; see docs/PERFORMANCE.md)", func(v string) error {
 		p, err := server.ParseWarmPool(v)
@@ -104,7 +113,7 @@ func runServer(args []string) int {
 	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
-		nodeLostAfter: *nodeLostAfter}
+		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
 	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
 		return 2
@@ -148,6 +157,9 @@ type serverOptions struct {
 	ingressDomain string
 	// warmPools are the prepared executions nodes keep ready.
 	warmPools []server.WarmPool
+	// denyCIDRs are the --deny-cidr prefixes: internal services no
+	// sandbox reaches.
+	denyCIDRs []netip.Prefix
 }
 
 // validDomain checks a DNS domain name: dot-separated labels of letters,
@@ -333,6 +345,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools,
+		Internal: server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -89,6 +89,12 @@ type Config struct {
 	// HostAddrs are the node's own addresses: refused whatever the policy
 	// says (a public address of the host is still the host).
 	HostAddrs []netip.Addr
+	// Internal is the deployment's internal-service list (control-plane
+	// replicas, database, object store, nodes), shared by the node's
+	// gateways and replaced live: those addresses are refused whatever the
+	// policy says, and while the holder has no list yet every connection
+	// is. nil: no list is checked (a gateway outside a node).
+	Internal *egress.InternalHolder
 	// Counters receives every decision; nil counts nowhere.
 	Counters *Counters
 	// Log receives refusals (rate limited) and errors.
@@ -322,7 +328,12 @@ func (g *Sandbox) serveDNS() error {
 // egress (QUIC, other DNS servers, anything) is not offered.
 func (g *Sandbox) refuseUDP(r *udp.ForwarderRequest) {
 	id := r.ID()
-	g.refused(ReasonUDP, netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort), "", "UDP egress is not offered (only DNS to the gateway)")
+	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+	if why, ok := g.internalService(dst.Addr()); ok {
+		g.refused(ReasonInternalService, dst, "", why)
+		return
+	}
+	g.refused(ReasonUDP, dst, "", "UDP egress is not offered (only DNS to the gateway)")
 }
 
 // DNSStats returns the sandbox's DNS counters.

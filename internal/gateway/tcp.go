@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -42,9 +41,9 @@ func (g *Sandbox) forwardTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	release := func() { <-g.flows }
-	if slices.Contains(g.cfg.HostAddrs, dst.Addr().Unmap()) {
+	if reason, why, ok := g.deploymentAddr(dst.Addr()); ok {
 		release()
-		g.refused(ReasonHostAddr, dst, "", "the node's own address")
+		g.refused(reason, dst, "", why)
 		r.Complete(true)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/driver"
@@ -42,6 +43,12 @@ type gateways struct {
 	mu       sync.Mutex
 	byExec   map[string]*execGateway
 	counters gateway.Counters
+	// internal is the deployment's internal-service list from the last
+	// heartbeat answer, shared by every gateway (internalnet.go).
+	internal egress.InternalHolder
+	// warnedNoList is set once the log said that the control plane sends
+	// no list.
+	warnedNoList atomic.Bool
 }
 
 type execGateway struct {
@@ -77,6 +84,7 @@ func (m *Manager) attachGateway(rec *Record, link *driver.Link) error {
 		Sandbox: rec.SandboxID, Execution: rec.ExecID,
 		Policy: holder, Upstream: m.cfg.Gateway.Upstream, Dialer: m.cfg.Gateway.Dialer,
 		Counters: &m.gateways.counters, Log: m.log, HostAddrs: m.cfg.Gateway.HostAddrs,
+		Internal: &m.gateways.internal,
 	}
 	if rec.CA != nil && m.cfg.Gateway.Credentials != nil {
 		ca, err := intercept.LoadCA([]byte(rec.CA.CertPEM), []byte(rec.CA.KeyPEM))
@@ -166,7 +174,7 @@ func (m *Manager) handleSetEgress(w http.ResponseWriter, r *http.Request) {
 func (m *Manager) writeGatewayMetrics(w io.Writer) {
 	writeCounter(w, "space_gateway_flows_total",
 		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
-		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy}, m.gateways.counters.Snapshot())
+		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy, gateway.ReasonInternalService}, m.gateways.counters.Snapshot())
 }
 
 // ReattachGateways gives every execution this node holds a gateway again

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,6 +106,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// FenceAfterMS is the heartbeat lease (fence.go); 0 or absent:
 		// the node does not fence itself.
 		FenceAfterMS int64 `json:"fence_after_ms"`
+		// Internal is the deployment's internal-service list; absent (an
+		// older control plane) leaves the list as it is.
+		Internal *InternalServices `json:"internal"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
@@ -119,8 +123,19 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}
+	var keysErr error
 	if reply.Keys != nil {
-		return m.SetKeys(reply.Keys)
+		keysErr = m.SetKeys(reply.Keys)
 	}
-	return nil
+	if reply.Internal == nil && m.cfg.Gateway != nil && m.InternalServicesVersion() == 0 && m.gateways.warnedNoList.CompareAndSwap(false, true) {
+		m.log.Warn("the control plane sends no internal-service list (it is older than this node): sandbox connections are refused until it is upgraded (docs/network.md)")
+	}
+	if reply.Internal != nil {
+		// A list that does not parse leaves the one held (or none: every
+		// connection refused); the keys were still taken.
+		if err := m.SetInternalServices(*reply.Internal); err != nil {
+			return errors.Join(keysErr, fmt.Errorf("heartbeat answer: %w", err))
+		}
+	}
+	return keysErr
 }

@@ -211,6 +211,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.internal.heartbeat(r, hb.Address)
 	s.nodes.observe(id, hb.Executions, hb.Pools)
 	s.rec.Observe(id, hb.Executions)
 	// The answer pushes the keys the node verifies capabilities with,
@@ -220,6 +221,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
 		Pools:        s.poolTargets(r.Context(), hb.Runtimes),
 		FenceAfterMS: s.rec.FenceAfter().Milliseconds(),
+		Internal:     s.internal.current(),
 	})
 }
 
@@ -233,6 +235,9 @@ type HeartbeatReply struct {
 	// FenceAfterMS is the node's heartbeat lease: with no answer for this
 	// long it freezes its executions (internal/node/fence.go). 0: never.
 	FenceAfterMS int64 `json:"fence_after_ms,omitempty"`
+	// Internal is the deployment's internal-service list, which every
+	// gateway of the node refuses (internalnet.go).
+	Internal InternalServices `json:"internal"`
 }
 
 // retirements lists the executions a node reports that are not their

@@ -69,6 +69,10 @@ type Config struct {
 	// WarmPools are the prepared executions every node keeps ready per
 	// template, runtime and size (warmpool.go).
 	WarmPools []WarmPool
+	// Internal names the deployment's own services besides those the
+	// control plane learns by itself; no sandbox reaches any of them
+	// (internalnet.go).
+	Internal InternalConfig
 }
 
 // Server serves the REST API.
@@ -88,6 +92,8 @@ type Server struct {
 	templateJobs chan templateJob
 	// e2b holds the key of the E2B data plane's tokens (e2b.go).
 	e2b e2bTokens
+	// internal is the internal-service list sent to nodes (internalnet.go).
+	internal *internalServices
 }
 
 // New returns a server over st. The reconciler drives what the API records.
@@ -101,7 +107,9 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64)}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	s.internal.nodeAddrs = s.registeredNodeAddrs
+	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
 		rec.SetDefaultEgress(cfg.DefaultEgress)
 		if cfg.CASealer != nil {
@@ -220,6 +228,16 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 		MaxHeaderBytes:    64 << 10,
 		Protocols:         apiProtocols(),
 	}
+	// The internal-service list re-resolves its names while the API
+	// serves, and stops with it.
+	s.internal.setListener(ln.Addr())
+	rctx, stopResolving := context.WithCancel(ctx)
+	resolved := make(chan struct{})
+	defer func() { stopResolving(); <-resolved }()
+	go func() {
+		defer close(resolved)
+		s.internal.run(rctx)
+	}()
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

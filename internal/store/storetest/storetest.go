@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateWithinQuota", testCreateWithinQuota},
 		{"UpdateWithinQuota", testUpdateWithinQuota},
 		{"ConcurrentAdmissions", testConcurrentAdmissions},
+		{"ReplicaAddresses", testReplicaAddresses}, // replicas.go
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
