@@ -28,7 +28,8 @@ import (
 //     bytes (no options: source routes and record-route have no use here),
 //     never fragmented (the guest's MTU is the link's, so it has no reason
 //     to fragment, and reassembly with overlaps is where stacks go wrong),
-//     carrying TCP, UDP, or ICMP to the gateway's own addresses. GRE, SCTP,
+//     to anything but loopback (127/8) or 0/8, carrying TCP, UDP, or ICMP
+//     to the gateway's own addresses. GRE, SCTP,
 //     IGMP and every other protocol are refused.
 //
 // The sandbox's identity comes from the link the frame arrived on, never
@@ -98,6 +99,11 @@ func admitIPv4(ip header.IPv4) string {
 	}
 	if netip.AddrFrom4(ip.SourceAddress().As4()) != guestAddr {
 		return ReasonSpoofed
+	}
+	if dst := netip.AddrFrom4(ip.DestinationAddress().As4()); dst.IsLoopback() || dst.As4()[0] == 0 {
+		// No kernel sends these on a link; gVisor would drop them too, but
+		// uncounted.
+		return ReasonMartian
 	}
 	if ip.HeaderLength() != header.IPv4MinimumSize {
 		return ReasonIPOptions

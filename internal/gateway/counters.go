@@ -26,15 +26,16 @@ const (
 // Reasons a frame from the sandbox is dropped before the stack sees it
 // (admitFrame).
 const (
-	ReasonRunt      = "runt_frame"     // shorter than an Ethernet header
-	ReasonOversize  = "oversize_frame" // longer than the MTU and an untagged Ethernet header
-	ReasonEthertype = "ethertype"      // neither ARP, IPv4 nor IPv6: VLAN tags, anything else
-	ReasonSpoofed   = "spoofed_source" // a source MAC or address that is not the sandbox's
-	ReasonMalformed = "malformed"      // an ARP or IPv4 header that does not parse
-	ReasonIPOptions = "ip_options"     // an IPv4 header with options
-	ReasonFragment  = "ip_fragment"    // any IPv4 fragment, first or not
-	ReasonProtocol  = "ip_protocol"    // neither TCP, UDP nor ICMP: GRE, SCTP, IGMP...
-	ReasonIPv6      = "ipv6"           // every IPv6 frame: the gateway has no IPv6
+	ReasonRunt      = "runt_frame"          // shorter than an Ethernet header
+	ReasonOversize  = "oversize_frame"      // longer than the MTU and an untagged Ethernet header
+	ReasonEthertype = "ethertype"           // neither ARP, IPv4 nor IPv6: VLAN tags, anything else
+	ReasonSpoofed   = "spoofed_source"      // a source MAC or address that is not the sandbox's
+	ReasonMalformed = "malformed"           // an ARP or IPv4 header that does not parse
+	ReasonIPOptions = "ip_options"          // an IPv4 header with options
+	ReasonFragment  = "ip_fragment"         // any IPv4 fragment, first or not
+	ReasonProtocol  = "ip_protocol"         // neither TCP, UDP nor ICMP: GRE, SCTP, IGMP...
+	ReasonMartian   = "martian_destination" // an IPv4 destination in 127/8 or 0/8
+	ReasonIPv6      = "ipv6"                // every IPv6 frame: the gateway has no IPv6
 )
 
 // Counters counts the gateway's decisions by reason, for every sandbox of a
