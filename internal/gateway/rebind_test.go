@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
@@ -217,4 +219,53 @@ func TestLoopbackDestinationRefused(t *testing.T) {
 		h.expectCounted(t, before, map[string]uint64{ReasonMartian: 1})
 	}
 	h.expectUntouched(t, names...)
+}
+
+// TestRedirectToMetadata (D-5): an allowed upstream answers with a 302 to
+// the metadata address; the sandbox follows it and is refused by the
+// policy, and the gateway never dials the metadata address, though a live
+// upstream stands behind it.
+func TestRedirectToMetadata(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false, "allow": {"cidrs": ["20.0.0.13/32"]}}`)
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/iam/security-credentials/", http.StatusFound)
+	}))
+	t.Cleanup(redirect.Close)
+	h.dialer.mu.Lock()
+	h.dialer.to["20.0.0.13:80"] = redirect.Listener.Addr().String()
+	h.dialer.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := h.g.dial(ctx, netip.MustParseAddrPort("20.0.0.13:80"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 20.0.0.13\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	c.Close()
+	if err != nil || resp.StatusCode != http.StatusFound {
+		t.Fatalf("the allowed upstream: %v %v", resp, err)
+	}
+	loc, err := resp.Location()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(loc.Hostname(), "80")
+	for _, host := range []string{loc.Host, "20.0.0.13"} {
+		if body, err := h.get(t, target, host); err == nil {
+			t.Errorf("followed the redirect to %s (Host %s): %q", target, host, body)
+		}
+	}
+	if h.dialer.dialled(target) {
+		t.Errorf("the gateway dialled %s", target)
+	}
+	select {
+	case r := <-h.requests:
+		t.Errorf("the metadata upstream got a request: %s %s", r.Host, r.URL)
+	default:
+	}
+	if got := h.counters.Snapshot()[ReasonPolicy]; got != 2 {
+		t.Errorf("policy refusals %d, want 2: %v", got, h.counters.Snapshot())
+	}
 }
