@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -292,9 +296,13 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 	}
 	// Raw sockets do not bypass the gateway: an ICMP echo (busybox ping
 	// opens a raw socket) to an allowed address gets no answer.
-	if r := in.sh(sb.ID, "ping -c 1 -W 2 "+upAllowed); r.ExitCode == 0 {
+	// (An ns sandbox has no raw sockets at all: busybox ping says
+	// "permission denied" and sends nothing.)
+	r = in.sh(sb.ID, "ping -c 1 -W 2 "+upAllowed)
+	if r.ExitCode == 0 {
 		t.Errorf("ping through the gateway answered: %+v", r)
 	}
+	rawSockets := !strings.Contains(r.Stderr, "permission denied")
 
 	// A sandbox open to the internet: what the policy would let through is
 	// still refused on the paths around it.
@@ -331,6 +339,22 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 	for hp, n := range e.canaries {
 		if n.Load() != 0 {
 			t.Errorf("the canary at %s accepted %d connections", hp, n.Load())
+		}
+	}
+	// Each refusal was counted under its reason, in the node's metrics.
+	counts := in.gatewayCounters(t)
+	reasons := []string{"policy", "host_mismatch", "gateway_address", "dns_over_tcp", "dns_other_resolver", "host_address"}
+	if rawSockets {
+		reasons = append(reasons, "icmp")
+	}
+	// A guest kernel with IPv6 on eth0 (a link-local address) sent IPv6
+	// frames for the fe80:: attempts: each dropped at the link, counted.
+	if r := in.sh(open.ID, "cat /proc/net/if_inet6"); strings.Contains(r.Stdout, "eth0") {
+		reasons = append(reasons, "ipv6")
+	}
+	for _, reason := range reasons {
+		if counts[reason] == 0 {
+			t.Errorf("no %s refusal counted in the node's metrics: %v", reason, counts)
 		}
 	}
 
@@ -393,6 +417,44 @@ func testPathsAroundGateway(t *testing.T, e *egressNet, in *instance, id string)
 			t.Errorf("reached the host at %s: %+v", a, r)
 		}
 	}
+}
+
+// gatewayCounters reads the gateway's decision counters from the node's
+// metrics (the node-api's unix socket, with the node token).
+func (in *instance) gatewayCounters(t *testing.T) map[string]uint64 {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(in.dataDir, "node.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(in.dataDir, "run", "node.sock"))
+	}}}
+	req, _ := http.NewRequest("GET", "http://node/node/v1/metrics", nil)
+	req.Header.Set("X-Space-Node-Token", strings.TrimSpace(string(token)))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("node metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("node metrics: HTTP %d %s", resp.StatusCode, body)
+	}
+	out := map[string]uint64{}
+	const prefix = `space_gateway_flows_total{decision="`
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		reason, value, ok := strings.Cut(rest, `"} `)
+		if n, err := strconv.ParseUint(value, 10, 64); ok && err == nil {
+			out[reason] = n
+		}
+	}
+	return out
 }
 
 // listenPorts returns the TCP ports the server process listens on (the
