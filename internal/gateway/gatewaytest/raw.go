@@ -103,7 +103,7 @@ func (g *RawGuest) read() {
 		}
 		select {
 		case g.frames <- frame:
-		default: // a test that does not read loses the oldest news
+		default: // a test that does not read loses what comes after 1024 frames
 		}
 	}
 }
