@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,6 +35,9 @@ type egressNet struct {
 	path string
 	dns  *dnstest.Server
 	hits map[string]*atomic.Int64 // requests per upstream address
+	// canaries counts connections accepted per HOST:PORT by listeners that
+	// must never see one (serveCanary).
+	canaries map[string]*atomic.Int64
 }
 
 // Addresses inside the egress namespace.
@@ -40,26 +47,40 @@ const (
 	upRaw      = "20.0.0.12" // reached by address only
 	upDNS      = "20.0.0.53"
 	upInternal = "10.99.0.1" // internal.test: private, always denied
+	upMetadata = "169.254.169.254"
+	// upV6 is a public IPv6 address with a server behind it: the gateway
+	// has no IPv6, so nothing may reach it, under any policy.
+	upV6 = "2001:4860:4860::8888"
 )
+
+// canaryPorts are the ports tried on each of the host's addresses, besides
+// the ports the server itself listens on (the control plane and the
+// node-api).
+var canaryPorts = []string{"22", "80", "443", "2375", "5432", "6443", "8080", "9000", "10250"}
 
 func newEgressNet(t *testing.T) *egressNet {
 	t.Helper()
 	var b [4]byte
 	rand.Read(b[:])
 	os.MkdirAll("/run/netns", 0o755)
-	e := &egressNet{t: t, name: "spc-egress-" + hex.EncodeToString(b[:]), hits: map[string]*atomic.Int64{}}
+	e := &egressNet{t: t, name: "spc-egress-" + hex.EncodeToString(b[:]), hits: map[string]*atomic.Int64{}, canaries: map[string]*atomic.Int64{}}
 	e.path = "/run/netns/" + e.name
 	e.ip("netns", "add", e.name)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", e.name).Run() })
 	// The "public" addresses live on the namespace's loopback (no dummy
 	// interfaces in this kernel): they are local there and nowhere else.
 	e.ip("-n", e.name, "link", "set", "lo", "up")
-	for _, a := range []string{upAllowed, upDenied, upRaw, upDNS, upInternal, upSecret, upOther} {
+	for _, a := range []string{upAllowed, upDenied, upRaw, upDNS, upInternal, upSecret, upOther, upMetadata} {
 		e.ip("-n", e.name, "addr", "add", a+"/32", "dev", "lo")
 	}
-	for _, a := range []string{upAllowed, upDenied, upRaw, upInternal} {
+	e.ip("-n", e.name, "addr", "add", upV6+"/128", "dev", "lo", "nodad")
+	for _, a := range []string{upAllowed, upDenied, upRaw, upInternal, upMetadata, upV6} {
 		e.serveHTTP(a)
 	}
+	// Other resolvers, over TCP (53) and DoT (853): the gateway's DNS is
+	// the only one a sandbox may use.
+	e.serveCanary(upDNS, "53")
+	e.serveCanary(upDNS, "853")
 	pc := e.listen(func() (any, error) { return net.ListenPacket("udp", upDNS+":53") }).(net.PacketConn)
 	e.dns = dnstest.Start(pc, map[string][]netip.Addr{
 		"allowed.test":    {netip.MustParseAddr(upAllowed)},
@@ -119,16 +140,56 @@ func (e *egressNet) listen(open func() (any, error)) any {
 	return r.v
 }
 
+// serveHTTP serves on addr:80 in the namespace, counting requests in
+// e.hits. GET /redirect answers a 302 to the metadata address.
 func (e *egressNet) serveHTTP(addr string) {
-	ln := e.listen(func() (any, error) { return net.Listen("tcp", addr+":80") }).(net.Listener)
+	ln := e.listen(func() (any, error) { return net.Listen("tcp", net.JoinHostPort(addr, "80")) }).(net.Listener)
 	n := &atomic.Int64{}
 	e.hits[addr] = n
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "http://"+upMetadata+"/latest/meta-data/", http.StatusFound)
+			return
+		}
 		fmt.Fprintf(w, "upstream %s host %s", addr, r.Host)
 	})}
 	go srv.Serve(ln)
 	e.t.Cleanup(func() { srv.Close() })
+}
+
+// serveCanary listens on addr:port in the namespace and says "canary" to
+// whoever connects; e.canaries counts them. None may.
+func (e *egressNet) serveCanary(addr, port string) {
+	hp := net.JoinHostPort(addr, port)
+	ln := e.listen(func() (any, error) { return net.Listen("tcp", hp) }).(net.Listener)
+	n := &atomic.Int64{}
+	e.canaries[hp] = n
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			fmt.Fprintf(c, "canary %s\n", hp)
+			c.Close()
+		}
+	}()
+	e.t.Cleanup(func() { ln.Close() })
+}
+
+// addHostCanaries gives the namespace each of the host's addresses, with a
+// canary on each port: the gateway dials through this namespace, so a
+// connection to a host address that the gateway let through would land
+// here.
+func (e *egressNet) addHostCanaries(addrs, ports []string) {
+	for _, a := range addrs {
+		e.ip("-n", e.name, "addr", "add", a+"/32", "dev", "lo")
+		for _, p := range ports {
+			e.serveCanary(a, p)
+		}
+	}
 }
 
 func (e *egressNet) serverFlags() []string {
@@ -222,36 +283,43 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 	if r := in.httpGet(sb.ID, upAllowed+":80", "denied.test"); strings.Contains(r.Stdout, "upstream") {
 		t.Errorf("Host denied.test on the allowed address: reached: %+v", r)
 	}
-	// Raw sockets do not bypass the gateway: an ICMP echo (busybox ping
-	// opens a raw socket) to an allowed address gets no answer, and there is
-	// no IPv6 route at all.
-	if r := in.sh(sb.ID, "ping -c 1 -W 2 "+upAllowed); r.ExitCode == 0 {
-		t.Errorf("ping through the gateway answered: %+v", r)
+	// The allowed upstream redirects to the metadata address; the sandbox
+	// follows: refused (the metadata server counts in e.hits).
+	r = in.sh(sb.ID, `printf 'GET /redirect HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n' | nc -w 10 `+upAllowed+` 80`)
+	if !strings.Contains(r.Stdout, "302 Found") || !strings.Contains(r.Stdout, "Location: http://"+upMetadata+"/") {
+		t.Fatalf("GET /redirect on allowed.test: %+v", r)
 	}
-	if r := in.sh(sb.ID, "nc -w 3 2001:db8::1 80 </dev/null"); r.ExitCode == 0 {
-		t.Errorf("an IPv6 connection succeeded: %+v", r)
-	}
-	// The host: every address of the node (here the test machine's) is
-	// refused, whatever the policy.
-	for _, a := range hostAddrs(t) {
-		if r := in.httpGet(sb.ID, net.JoinHostPort(a, "80"), a); strings.Contains(r.Stdout, "HTTP/") {
-			t.Errorf("reached the host at %s: %+v", a, r)
+	for _, host := range []string{upMetadata, "allowed.test"} {
+		if r := in.sh(sb.ID, `printf 'GET /latest/meta-data/ HTTP/1.1\r\nHost: `+host+`\r\nConnection: close\r\n\r\n' | nc -w 10 `+upMetadata+` 80`); strings.Contains(r.Stdout, "upstream") {
+			t.Errorf("followed the redirect to the metadata address (Host %s): %+v", host, r)
 		}
 	}
+	// Raw sockets do not bypass the gateway: an ICMP echo (busybox ping
+	// opens a raw socket) to an allowed address gets no answer.
+	// (An ns sandbox has no raw sockets at all: busybox ping says
+	// "permission denied" and sends nothing.)
+	r = in.sh(sb.ID, "ping -c 1 -W 2 "+upAllowed)
+	if r.ExitCode == 0 {
+		t.Errorf("ping through the gateway answered: %+v", r)
+	}
+	rawSockets := !strings.Contains(r.Stderr, "permission denied")
+
+	// A sandbox open to the internet: what the policy would let through is
+	// still refused on the paths around it.
+	open := in.createWithEgress(runtime, map[string]any{"allow_internet": true})
+	testPathsAroundGateway(t, e, in, open.ID)
+
 	// Another sandbox: every sandbox has the same address on a link of its
 	// own, so there is no address that leads to a neighbour. One listens;
 	// the other, at that address, reaches only itself.
-	if runtime == "ns" {
-		other := in.createWithEgress(runtime, map[string]any{"allow_internet": true})
-		in.sh(other.ID, "(nc -ll -p 9000 -e echo neighbour </dev/null >/dev/null 2>&1 &)")
-		// The listener works: its own sandbox reaches it.
-		if r := in.sh(other.ID, "for i in 1 2 3 4 5 6 7 8 9 10; do nc -w 2 127.0.0.1 9000 </dev/null && exit 0; sleep 0.2; done; exit 1"); !strings.Contains(r.Stdout, "neighbour") {
-			t.Fatalf("the neighbour's listener does not answer locally: %+v", r)
-		}
-		for _, target := range []string{"10.0.2.15:9000", "10.0.2.2:9000"} {
-			if r := in.sh(sb.ID, "nc -w 3 "+strings.Replace(target, ":", " ", 1)+" </dev/null"); strings.Contains(r.Stdout, "neighbour") {
-				t.Errorf("reached another sandbox at %s: %+v", target, r)
-			}
+	in.sh(open.ID, "(nc -ll -p 9000 -e echo neighbour </dev/null >/dev/null 2>&1 &)")
+	// The listener works: its own sandbox reaches it.
+	if r := in.sh(open.ID, "for i in 1 2 3 4 5 6 7 8 9 10; do nc -w 2 127.0.0.1 9000 </dev/null && exit 0; sleep 0.2; done; exit 1"); !strings.Contains(r.Stdout, "neighbour") {
+		t.Fatalf("the neighbour's listener does not answer locally: %+v", r)
+	}
+	for _, target := range []string{"10.0.2.15:9000", "10.0.2.2:9000"} {
+		if r := in.sh(sb.ID, "nc -w 3 "+strings.Replace(target, ":", " ", 1)+" </dev/null"); strings.Contains(r.Stdout, "neighbour") {
+			t.Errorf("reached another sandbox at %s: %+v", target, r)
 		}
 	}
 	// Long, tunnel-shaped names are refused before they reach upstream.
@@ -265,8 +333,29 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 			t.Errorf("upstream %s got %d requests; the policy refuses it", addr, n.Load())
 		}
 	}
-	if got := e.hits[upAllowed].Load(); got != 1 {
-		t.Errorf("allowed upstream got %d requests, want 1 (the mismatched Host must not reach it)", got)
+	if got := e.hits[upAllowed].Load(); got != 2 {
+		t.Errorf("allowed upstream got %d requests, want 2, GET / and GET /redirect (the mismatched Host must not reach it)", got)
+	}
+	for hp, n := range e.canaries {
+		if n.Load() != 0 {
+			t.Errorf("the canary at %s accepted %d connections", hp, n.Load())
+		}
+	}
+	// Each refusal was counted under its reason, in the node's metrics.
+	counts := in.gatewayCounters(t)
+	reasons := []string{"policy", "host_mismatch", "gateway_address", "dns_over_tcp", "dns_other_resolver", "host_address"}
+	if rawSockets {
+		reasons = append(reasons, "icmp")
+	}
+	// A guest kernel with IPv6 on eth0 (a link-local address) sent IPv6
+	// frames for the fe80:: attempts: each dropped at the link, counted.
+	if r := in.sh(open.ID, "cat /proc/net/if_inet6"); strings.Contains(r.Stdout, "eth0") {
+		reasons = append(reasons, "ipv6")
+	}
+	for _, reason := range reasons {
+		if counts[reason] == 0 {
+			t.Errorf("no %s refusal counted in the node's metrics: %v", reason, counts)
+		}
 	}
 
 	// A live update opens the raw address without a restart.
@@ -277,6 +366,120 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 	if r := in.httpGet(sb.ID, upRaw+":80", upRaw); !strings.Contains(r.Stdout, "upstream "+upRaw) {
 		t.Errorf("after the update, GET %s: %+v", upRaw, r)
 	}
+}
+
+// testPathsAroundGateway runs, in sandbox id whose policy allows the
+// internet, the connections the gateway refuses whatever the policy: IPv6
+// of every kind (a server listens at upV6), the metadata address, other
+// resolvers, and the host's addresses on a sample of ports that includes
+// the server's own (a canary listens on each, in the egress namespace the
+// gateway dials through).
+func testPathsAroundGateway(t *testing.T, e *egressNet, in *instance, id string) {
+	t.Helper()
+	// A guest root configures IPv6 itself: a global address and a default
+	// route on the link. The gateway has no IPv6, so nothing answers.
+	// (An IPv4-mapped destination, ::ffff:169.254.169.254, leaves the
+	// guest's kernel as IPv4 and meets the IPv4 policy.)
+	// An ns sandbox's root cannot (its network namespace is not its own:
+	// EPERM) and reaches IPv6 link-local only; a VM's root can.
+	if r := in.sh(id, "ip -6 addr add 2001:db8:5::15/64 dev eth0 && ip -6 route add default dev eth0"); r.ExitCode != 0 {
+		if !strings.Contains(r.Stderr, "not permitted") {
+			t.Errorf("configure IPv6 in the sandbox: %+v", r)
+		}
+		t.Logf("the sandbox cannot configure IPv6 (%s): only link-local IPv6 is tried on the link", strings.TrimSpace(r.Stderr))
+	}
+	for _, a := range []string{upV6, "::ffff:" + upMetadata, "64:ff9b::1400:a", "2002:1400:a::1", "fe80::1%eth0", "fd00:ec2::254"} {
+		if r := in.httpGet(id, net.JoinHostPort(a, "80"), "allowed.test"); strings.Contains(r.Stdout, "upstream") {
+			t.Errorf("reached %s over IPv6: %+v", a, r)
+		}
+	}
+	if r := in.httpGet(id, upMetadata+":80", upMetadata); strings.Contains(r.Stdout, "upstream") {
+		t.Errorf("reached the metadata address under allow_internet: %+v", r)
+	}
+	// Other resolvers: UDP to one (a real DNS server listens there), DNS
+	// over TCP and DoT.
+	in.sh(id, "nslookup direct.allowed.test "+upDNS)
+	if n := e.dns.Queries("direct.allowed.test"); n != 0 {
+		t.Errorf("a query sent to another resolver reached it (%d)", n)
+	}
+	for _, p := range []string{"53", "853"} {
+		if r := in.sh(id, "nc -w 3 "+upDNS+" "+p+" </dev/null"); strings.Contains(r.Stdout, "canary") {
+			t.Errorf("reached another resolver on TCP %s: %+v", p, r)
+		}
+	}
+	// The host, on every sampled port.
+	ports := append(append([]string(nil), canaryPorts...), in.listenPorts(t)...)
+	addrs := hostAddrs(t)
+	e.addHostCanaries(addrs, ports)
+	for _, a := range addrs {
+		script := "for p in " + strings.Join(ports, " ") + "; do printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 " + a + " $p; done"
+		if r := in.sh(id, script); strings.Contains(r.Stdout, "canary") || strings.Contains(r.Stdout, "HTTP/") {
+			t.Errorf("reached the host at %s: %+v", a, r)
+		}
+	}
+}
+
+// gatewayCounters reads the gateway's decision counters from the node's
+// metrics (the node-api's unix socket, with the node token).
+func (in *instance) gatewayCounters(t *testing.T) map[string]uint64 {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(in.dataDir, "node.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(in.dataDir, "run", "node.sock"))
+	}}}
+	req, _ := http.NewRequest("GET", "http://node/node/v1/metrics", nil)
+	req.Header.Set("X-Space-Node-Token", strings.TrimSpace(string(token)))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("node metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("node metrics: HTTP %d %s", resp.StatusCode, body)
+	}
+	out := map[string]uint64{}
+	const prefix = `space_gateway_flows_total{decision="`
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		reason, value, ok := strings.Cut(rest, `"} `)
+		if n, err := strconv.ParseUint(value, 10, 64); ok && err == nil {
+			out[reason] = n
+		}
+	}
+	return out
+}
+
+// listenPorts returns the TCP ports the server process listens on (the
+// control plane's and the node-api's, when it has TCP ones).
+func (in *instance) listenPorts(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("ss", "-Htlnp").Output()
+	if err != nil {
+		t.Fatalf("ss: %v", err)
+	}
+	var ports []string
+	tag := fmt.Sprintf("pid=%d,", in.cmd.Process.Pid)
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.Contains(line, tag) {
+			continue
+		}
+		if i := strings.LastIndexByte(f[3], ':'); i >= 0 {
+			ports = append(ports, f[3][i+1:])
+		}
+	}
+	if len(ports) == 0 {
+		t.Fatalf("the server listens on no TCP port?\n%s", out)
+	}
+	return ports
 }
 
 // hostAddrs returns this machine's IPv4 addresses outside loopback.

@@ -15,11 +15,27 @@ const (
 	ReasonGatewayAddr  = "gateway_address"
 	ReasonHostAddr     = "host_address"
 	ReasonDNSOverTCP   = "dns_over_tcp"
+	ReasonDNSResolver  = "dns_other_resolver" // TCP or UDP to port 53 or 853 of anything but the gateway
 	ReasonUDP          = "udp"
 	ReasonICMP         = "icmp"
 	ReasonFlowLimit    = "flow_limit"
 	ReasonUnreachable  = "upstream_unreachable"
 	ReasonSniffFailure = "bad_first_bytes"
+)
+
+// Reasons a frame from the sandbox is dropped before the stack sees it
+// (admitFrame).
+const (
+	ReasonRunt      = "runt_frame"          // shorter than an Ethernet header
+	ReasonOversize  = "oversize_frame"      // longer than the MTU and an untagged Ethernet header
+	ReasonEthertype = "ethertype"           // neither ARP, IPv4 nor IPv6: VLAN tags, anything else
+	ReasonSpoofed   = "spoofed_source"      // a source MAC or address that is not the sandbox's
+	ReasonMalformed = "malformed"           // an ARP or IPv4 header that does not parse
+	ReasonIPOptions = "ip_options"          // an IPv4 header with options
+	ReasonFragment  = "ip_fragment"         // any IPv4 fragment, first or not
+	ReasonProtocol  = "ip_protocol"         // neither TCP, UDP nor ICMP: GRE, SCTP, IGMP...
+	ReasonMartian   = "martian_destination" // an IPv4 destination in 127/8 or 0/8
+	ReasonIPv6      = "ipv6"                // every IPv6 frame: the gateway has no IPv6
 )
 
 // Counters counts the gateway's decisions by reason, for every sandbox of a

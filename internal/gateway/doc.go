@@ -11,9 +11,14 @@
 //   - the link (driver.Link: a tap fd for ns, QEMU's stream socket for vm)
 //     carries Ethernet frames; the stack owns sandboxnet.Gateway (ARP, the
 //     default route's next hop) and sandboxnet.DNS;
+//   - every frame is admitted or dropped before the stack sees it
+//     (admitFrame): only ARP and plain IPv4 from the sandbox's own MAC and
+//     address, at most the MTU; no IPv6 at all, no IP options, fragments,
+//     VLAN tags or protocols but TCP, UDP and ICMP to the gateway;
 //   - UDP to DNS:53 is answered by dnsgw (the policy's domain rules, tunnel
 //     bounds, rate limit); any other UDP, ICMP to anything but the gateway,
-//     and DNS over TCP are dropped or refused and counted;
+//     DNS over TCP, and TCP or UDP to port 53 or 853 of another resolver
+//     are dropped or refused and counted;
 //   - a TCP connection is decided by destination address and port, with the
 //     domains the sandbox resolved to that address through the gateway's own
 //     DNS (dnsgw.NameTable); refused ones get a RST before any handshake;

@@ -14,9 +14,11 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 )
 
-// maxFrame bounds a frame on the link: the MTU, an Ethernet header and a
-// VLAN tag, with room to spare. A bigger frame from the guest is dropped (tap)
-// or ends the link (stream: its framing can no longer be trusted).
+// maxFrame bounds a frame on a stream link: the MTU, an Ethernet header and
+// a VLAN tag, with room to spare. A bigger length prefix ends the link (its
+// framing can no longer be trusted). A frame of up to maxFrame bytes, or any
+// frame on a tap, reaches admitFrame, which refuses and counts one longer
+// than the MTU allows.
 const maxFrame = 1500 + 14 + 4 + 64
 
 // frameIO reads and writes whole Ethernet frames on a link.
@@ -85,16 +87,11 @@ func pollable(f *os.File) (*os.File, error) {
 type tapIO struct{ f *os.File }
 
 func (t *tapIO) ReadFrame(buf []byte) ([]byte, error) {
-	for {
-		n, err := t.f.Read(buf)
-		if err != nil {
-			return nil, err
-		}
-		if n > maxFrame {
-			continue
-		}
-		return buf[:n], nil
+	n, err := t.f.Read(buf)
+	if err != nil {
+		return nil, err
 	}
+	return buf[:n], nil
 }
 
 func (t *tapIO) WriteFrame(frame []byte) error {

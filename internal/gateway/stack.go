@@ -18,7 +18,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
@@ -166,7 +165,9 @@ func Attach(link *driver.Link, cfg Config) (*Sandbox, error) {
 
 func (g *Sandbox) buildStack() error {
 	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+		// No IPv6: the gateway has no IPv6 egress, and admitFrame refuses
+		// every IPv6 frame before it could reach a stack that knew it.
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 		HandleLocal:        false,
 	})
@@ -202,9 +203,8 @@ func (g *Sandbox) buildStack() error {
 	}
 	s.SetRouteTable([]tcpip.Route{
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
-		{Destination: header.IPv6EmptySubnet, NIC: nicID},
 	})
-	tf := tcp.NewForwarder(s, 0, maxPendingSYN, g.forwardTCP)
+	tf := tcp.NewForwarder(s, 0, maxPendingSYN, g.admitTCP)
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
 	uf := udp.NewForwarder(s, g.refuseUDP)
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
@@ -249,50 +249,6 @@ func (g *Sandbox) outbound() {
 	}
 }
 
-// admitFrame drops what the stack must not see: frames too short to parse,
-// and ICMP echo requests to anything but the gateway's own addresses (in
-// promiscuous mode the stack would answer them in the name of any address,
-// telling the sandbox a host is up that it can never reach).
-func (g *Sandbox) admitFrame(f []byte) bool {
-	if len(f) < header.EthernetMinimumSize {
-		return false
-	}
-	eth := header.Ethernet(f)
-	switch eth.Type() {
-	case header.ARPProtocolNumber:
-		return true
-	case header.IPv4ProtocolNumber:
-		ip := header.IPv4(f[header.EthernetMinimumSize:])
-		if !ip.IsValid(len(ip)) {
-			return false
-		}
-		if ip.TransportProtocol() == header.ICMPv4ProtocolNumber {
-			dst := netip.AddrFrom4(ip.DestinationAddress().As4())
-			if dst != sandboxnet.Gateway && dst != sandboxnet.DNS {
-				g.cfg.Counters.add(g.cfg.Sandbox, ReasonICMP)
-				return false
-			}
-		}
-		return true
-	case header.IPv6ProtocolNumber:
-		ip := header.IPv6(f[header.EthernetMinimumSize:])
-		if !ip.IsValid(len(ip)) {
-			return false
-		}
-		if ip.TransportProtocol() == header.ICMPv6ProtocolNumber {
-			// Neighbour discovery is allowed; echo requests are not: the
-			// gateway has no IPv6 address of its own.
-			icmp := header.ICMPv6(ip.Payload())
-			if len(icmp) < header.ICMPv6MinimumSize || icmp.Type() == header.ICMPv6EchoRequest {
-				g.cfg.Counters.add(g.cfg.Sandbox, ReasonICMP)
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
 // serveDNS answers UDP queries to sandboxnet.DNS:53.
 func (g *Sandbox) serveDNS() error {
 	addr := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(sandboxnet.DNS.As4()), Port: 53}
@@ -325,12 +281,18 @@ func (g *Sandbox) serveDNS() error {
 }
 
 // refuseUDP drops every UDP datagram not addressed to the DNS socket: UDP
-// egress (QUIC, other DNS servers, anything) is not offered.
+// egress (QUIC, other DNS servers, anything) is not offered. A query to
+// another resolver is counted apart (ReasonDNSResolver), as an attempt to
+// go around the gateway's DNS.
 func (g *Sandbox) refuseUDP(r *udp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	if why, ok := g.internalService(dst.Addr()); ok {
 		g.refused(ReasonInternalService, dst, "", why)
+		return
+	}
+	if isDNSPort(dst.Port()) {
+		g.refused(ReasonDNSResolver, dst, "", "DNS is answered by the gateway only ("+sandboxnet.DNS.String()+":53)")
 		return
 	}
 	g.refused(ReasonUDP, dst, "", "UDP egress is not offered (only DNS to the gateway)")
