@@ -61,7 +61,8 @@ func (ks KeySet) MarshalJSON() ([]byte, error) {
 	}{ks.Version, keys})
 }
 
-// UnmarshalJSON decodes and checks a key set.
+// UnmarshalJSON decodes and checks a key set: every key is 32 bytes, the
+// canonical encoding of a curve point not of small order.
 func (ks *KeySet) UnmarshalJSON(b []byte) error {
 	var w struct {
 		Version uint64            `json:"version"`
@@ -78,6 +79,9 @@ func (ks *KeySet) UnmarshalJSON(b []byte) error {
 		k, err := hex.DecodeString(h)
 		if err != nil || len(k) != ed25519.PublicKeySize || id == "" || len(id) > MaxFieldBytes {
 			return fmt.Errorf("capability: bad key %q in key set", id)
+		}
+		if !validPublicKey(k) {
+			return fmt.Errorf("capability: key %q in key set is not a usable Ed25519 public key (off the curve, non-canonical or of small order)", id)
 		}
 		ks.Keys[id] = ed25519.PublicKey(k)
 	}
