@@ -87,10 +87,12 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	// The lease an answer renews runs from now: before the control plane
 	// saw the heartbeat, so the node's lease ends before its count does.
 	sent := time.Now()
+	clockSent := m.readClock()
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
+	clockReceived := m.readClock()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -105,6 +107,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// FenceAfterMS is the heartbeat lease (fence.go); 0 or absent:
 		// the node does not fence itself.
 		FenceAfterMS int64 `json:"fence_after_ms"`
+		// ServerTime is the control plane's clock as it wrote the
+		// answer: the node measures its own against it (clock.go).
+		ServerTime time.Time `json:"server_time"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
@@ -116,6 +121,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	// must not be thawed by anything that follows.
 	m.Retire(reply.Retire)
 	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
+	m.measureClock(clockSent, clockReceived, reply.ServerTime)
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}
@@ -123,4 +129,12 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		return m.SetKeys(reply.Keys)
 	}
 	return nil
+}
+
+// measureClock takes the clock measure of one answered heartbeat; a change
+// of verdict is logged and told to the host bridges (clockVerdict).
+func (m *Manager) measureClock(sent, received clockReading, server time.Time) {
+	if m.clock.observe(sent, received, server) {
+		m.clockVerdict()
+	}
 }

@@ -220,6 +220,8 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
 		Pools:        s.poolTargets(r.Context(), hb.Runtimes),
 		FenceAfterMS: s.rec.FenceAfter().Milliseconds(),
+		// Last: as close to the write as can be.
+		ServerTime: time.Now().UTC(),
 	})
 }
 
@@ -233,6 +235,11 @@ type HeartbeatReply struct {
 	// FenceAfterMS is the node's heartbeat lease: with no answer for this
 	// long it freezes its executions (internal/node/fence.go). 0: never.
 	FenceAfterMS int64 `json:"fence_after_ms,omitempty"`
+	// ServerTime is the control plane's clock when it wrote the answer:
+	// the node measures its own clock against it and refuses every
+	// capability while the two differ by more than capability.Skew
+	// (internal/node/clock.go).
+	ServerTime time.Time `json:"server_time"`
 }
 
 // retirements lists the executions a node reports that are not their
