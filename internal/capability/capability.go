@@ -122,6 +122,15 @@ func NewSigner(keyID string, key ed25519.PrivateKey) (*Signer, error) {
 	return &Signer{keyID: keyID, key: key, now: time.Now}, nil
 }
 
+// WithClock returns a signer with s's key that mints by the clock now.
+// Tests use it to mint at a chosen time (a receiver's window boundaries, a
+// signer running ahead); the control plane mints by its wall clock.
+func (s *Signer) WithClock(now func() time.Time) *Signer {
+	c := *s
+	c.now = now
+	return &c
+}
+
 // KeyID is the id of the signer's key, as verifiers find it in a KeySet.
 func (s *Signer) KeyID() string { return s.keyID }
 

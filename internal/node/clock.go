@@ -178,7 +178,12 @@ func (m *Manager) clockVerdict() clockVerdict {
 
 // now is this node's wall clock (with its monotonic reading), moved by the
 // test-only offset of SPACE_TEST_CLOCK_OFFSET_FILE.
-func (m *Manager) now() time.Time { return time.Now().Add(m.testOffset.get()) }
+func (m *Manager) now() time.Time {
+	if m.clockSource != nil {
+		return m.clockSource().wall
+	}
+	return time.Now().Add(m.testOffset.get())
+}
 
 // clockOrigin is the origin of clockReading.mono.
 var clockOrigin = time.Now()
