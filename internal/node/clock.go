@@ -257,7 +257,6 @@ func (m *Manager) writeClockMetrics(w io.Writer) {
 	fmt.Fprintf(w, "# HELP space_node_clock_agreed 1 while this node's clock agrees with the control plane's within the capability skew; 0 while it refuses every capability for it.\n# TYPE space_node_clock_agreed gauge\nspace_node_clock_agreed %d\n", agreed)
 }
 
-
 // bridgeClock is the verdict a host bridge is told (bridge.ClockRequest).
 func (v clockVerdict) bridgeClock() bridge.ClockRequest {
 	r := bridge.ClockRequest{Agreed: v.agreed, OffsetMS: v.offset.Milliseconds(), BoundMS: v.bound.Milliseconds()}
