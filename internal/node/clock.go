@@ -269,6 +269,10 @@ func (v clockVerdict) bridgeClock() bridge.ClockRequest {
 // pushClockToBridges tells every execution's host bridge the node's clock
 // verdict: a bridge admits nothing while its node's clock disagrees.
 func (m *Manager) pushClockToBridges() {
+	// One push at a time, each reading the verdict as it sends: two
+	// changes in quick succession cannot leave a bridge with the older.
+	m.clockPushMu.Lock()
+	defer m.clockPushMu.Unlock()
 	recs, _ := m.records.all()
 	for _, rec := range recs {
 		bc, err := m.bridge(rec)

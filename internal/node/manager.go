@@ -101,6 +101,8 @@ type Manager struct {
 	testOffset testClockOffset
 	// clockSource replaces readClock in tests; nil: the real clocks.
 	clockSource func() clockReading
+	// clockPushMu serialises pushes of the clock verdict to the bridges.
+	clockPushMu sync.Mutex
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
