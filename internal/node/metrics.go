@@ -123,7 +123,7 @@ func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	refusals.write(&b)
 	writeCounter(&b, "space_bridge_capability_refusals_total",
 		"Requests the host bridges of this node's executions refused at their own capability check, by reason.",
-		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute}, m.bridgeRefusals(r.Context()))
+		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute, bridge.RefusedClock, bridge.RefusedNotYetValid}, m.bridgeRefusals(r.Context()))
 	m.writeGatewayMetrics(&b)
 	m.writeClockMetrics(&b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
