@@ -343,3 +343,17 @@ func TestCanonicalEncoding(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedKeySetChangesNothing: a key set that fails to parse leaves the
+// one it was decoded into as it was.
+func TestRefusedKeySetChangesNothing(t *testing.T) {
+	s, keys := testSigner(t, "k1")
+	before := len(keys.Keys)
+	js := fmt.Sprintf(`{"version":9,"keys":{"k0":%q,"k1":"%s"}}`, hex.EncodeToString(s.PublicKey()), hex.EncodeToString(identityKey))
+	if err := keys.UnmarshalJSON([]byte(js)); err == nil {
+		t.Fatal("a key set with the identity key parsed")
+	}
+	if keys.Version != 1 || len(keys.Keys) != before || !bytes.Equal(keys.Keys["k1"], s.PublicKey()) {
+		t.Fatalf("a refused key set changed the one it was decoded into: %+v", keys)
+	}
+}
