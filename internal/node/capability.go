@@ -117,6 +117,7 @@ func (m *Manager) checkCapabilityFor(header string, rec *Record, req capability.
 		m.capabilityRefused(rec, nil, refusedMissing, "capability required")
 		return fmt.Errorf("%w: capability required", errdefs.ErrPermissionDenied)
 	}
+	m.clock.waitFirst(firstMeasureWait)
 	if v := m.clockVerdict(); !v.agreed {
 		// Every capability, whatever it says: this node cannot tell
 		// whether it is inside its window.

@@ -40,9 +40,16 @@ import (
 // Before the first answer after a start, the node has measured nothing and
 // refuses every capability (fail closed). That lasts one heartbeat round
 // trip when the control plane is reachable (the first heartbeat is sent as
-// the node starts), and as long as it is unreachable otherwise. An answer
+// the node starts; a request that arrives meanwhile waits for it, up to
+// firstMeasureWait), and as long as it is unreachable otherwise. An answer
 // without the control plane's time (an older control plane) counts as no
 // measure.
+
+// firstMeasureWait is how long a capability check waits for the first
+// measure once the heartbeat loop runs: a request that reaches a node just
+// restarted (its API serves before its first heartbeat is answered) waits
+// for that answer instead of failing at once. It is refused if none comes.
+const firstMeasureWait = 3 * time.Second
 
 // maxClockRTT bounds the round trip of a heartbeat whose answer is used to
 // measure the clock: past it, rtt/2 alone would be most of the skew.
@@ -75,6 +82,43 @@ type clockAgreement struct {
 	agreed bool
 	// logged is set once a verdict was logged (the first is always).
 	logged bool
+	// heartbeating is set when the heartbeat loop starts; first is
+	// closed by the first measure.
+	heartbeating bool
+	first        chan struct{}
+}
+
+// firstMeasure returns the channel the first measure closes.
+func (c *clockAgreement) firstMeasure() chan struct{} {
+	if c.first == nil {
+		c.first = make(chan struct{})
+	}
+	return c.first
+}
+
+// waitFirst waits up to d for the first measure if the heartbeat loop runs
+// and none was taken yet.
+func (c *clockAgreement) waitFirst(d time.Duration) {
+	c.mu.Lock()
+	if c.measured || !c.heartbeating {
+		c.mu.Unlock()
+		return
+	}
+	first := c.firstMeasure()
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-first:
+	case <-t.C:
+	}
+}
+
+// startHeartbeats marks the heartbeat loop as running.
+func (c *clockAgreement) startHeartbeats() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heartbeating = true
 }
 
 // clockVerdict is the state of the node's clock at one moment.
@@ -115,6 +159,9 @@ func (c *clockAgreement) observe(sent, received clockReading, server time.Time) 
 	mid := sent.wall.Add(rtt / 2)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.measured {
+		close(c.firstMeasure())
+	}
 	c.measured = true
 	c.offset = server.Sub(mid)
 	c.bound = rtt / 2

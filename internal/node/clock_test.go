@@ -341,3 +341,33 @@ func TestServicePortRefusesOtherPurposes(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstRequestWaitsForTheFirstMeasure: on a node whose heartbeat loop
+// runs, a request that arrives before the first answer waits for it (and is
+// then judged by it) rather than failing at once; with no answer it is
+// refused, never admitted.
+func TestFirstRequestWaitsForTheFirstMeasure(t *testing.T) {
+	m, clk, signer, rec := clockTestNode(t, io.Discard)
+	tok, _ := signer.WithClock(func() time.Time { return clk.read().wall }).Mint(clockTestID, capability.OpExec, 0, "")
+	header := capability.Encode(tok)
+	m.clock.startHeartbeats()
+	done := make(chan error, 1)
+	go func() { done <- m.checkCapability(header, rec, capability.OpExec, m.now()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("answered before any measure: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	r := clk.read()
+	m.measureClock(r, r, r.wall)
+	if err := <-done; err != nil {
+		t.Fatalf("after the first measure: %v", err)
+	}
+
+	// No answer at all: refused once the wait is over.
+	m2, _, _, rec2 := clockTestNode(t, io.Discard)
+	m2.clock.startHeartbeats()
+	if err := m2.checkCapability(header, rec2, capability.OpExec, m2.now()); !errors.Is(err, errClock) {
+		t.Fatalf("with no heartbeat answered: %v, want the clock refusal", err)
+	}
+}

@@ -44,6 +44,7 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 	if cfg.Every == 0 {
 		cfg.Every = 2 * time.Second
 	}
+	m.clock.startHeartbeats()
 	client := &http.Client{Timeout: 10 * time.Second}
 	url := strings.TrimRight(cfg.Server, "/") + "/internal/v1/nodes/" + m.cfg.NodeID + "/heartbeat"
 	failures := 0
