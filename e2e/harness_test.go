@@ -88,6 +88,12 @@ func startServer(t testing.TB, dataDir string) *instance {
 // startServerWith starts `space server --dev` with extra flags.
 func startServerWith(t testing.TB, dataDir string, extra ...string) *instance {
 	t.Helper()
+	return startServerEnv(t, dataDir, nil, extra...)
+}
+
+// startServerEnv is startServerWith with extra environment variables.
+func startServerEnv(t testing.TB, dataDir string, env []string, extra ...string) *instance {
+	t.Helper()
 	if bin.err != nil {
 		t.Fatalf("build: %v", bin.err)
 	}
@@ -98,7 +104,7 @@ func startServerWith(t testing.TB, dataDir string, extra ...string) *instance {
 		args = append(args, "--no-base-template")
 	}
 	cmd := exec.Command(bin.space, args...)
-	cmd.Env = append(os.Environ(), "SPACE_DATA_DIR="+dataDir)
+	cmd.Env = append(append(os.Environ(), "SPACE_DATA_DIR="+dataDir), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,15 @@ type admission struct {
 	keys      *capability.KeySet
 	installed *capability.Identity
 	retired   bool
-	now       func() time.Time
+	// clock is the node's last clock verdict and clockAt when it came
+	// (this bridge's clock, wall and monotonic); nil: none yet.
+	clock       *ClockRequest
+	clockAtWall time.Time
+	clockAtMono time.Duration
+	now         func() time.Time
+	// clocks reads the wall and monotonic clocks for the jump check;
+	// nil: the real ones (tests set it).
+	clocks func() (time.Time, time.Duration)
 	// refusals counts refused requests by reason.
 	refusals map[string]uint64
 }
@@ -43,6 +51,63 @@ func (a *admission) setKeys(ks *capability.KeySet) {
 	if a.keys == nil || ks.Version >= a.keys.Version {
 		a.keys = ks
 	}
+}
+
+// ClockRequest is the body of POST /bridge/v1/clock: the node's verdict on
+// its clock against the control plane's (internal/node/clock.go). The bridge
+// admits nothing before the first verdict or while it disagrees, and watches
+// its own wall clock against its monotonic clock in between: a wall clock
+// set by more than what the verdict leaves of capability.Skew refuses too.
+type ClockRequest struct {
+	// Agreed is the node's verdict.
+	Agreed bool `json:"agreed"`
+	// OffsetMS is the control plane's clock minus the node's, BoundMS the
+	// measure's error, both in milliseconds.
+	OffsetMS int64 `json:"offset_ms"`
+	BoundMS  int64 `json:"bound_ms"`
+	// Reason is the node's refusal text while it disagrees.
+	Reason string `json:"reason,omitempty"`
+}
+
+// bridgeOrigin is the origin of the monotonic readings.
+var bridgeOrigin = time.Now()
+
+func (a *admission) readClocks() (time.Time, time.Duration) {
+	if a.clocks != nil {
+		return a.clocks()
+	}
+	t := time.Now()
+	return t.Round(0), t.Sub(bridgeOrigin)
+}
+
+func (a *admission) setClock(v ClockRequest) {
+	wall, mono := a.readClocks()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.clock, a.clockAtWall, a.clockAtMono = &v, wall, mono
+}
+
+// clockErr is the refusal while the node's clock verdict, moved by any jump
+// of this bridge's wall clock since (wall minus monotonic time elapsed since
+// the verdict came), does not agree; nil when it does.
+func clockErr(v *ClockRequest, drift time.Duration) error {
+	if v == nil {
+		return errors.New("the node has not told the host bridge whether its clock agrees with the control plane's yet; capabilities refused until it has")
+	}
+	if !v.Agreed {
+		if v.Reason != "" {
+			return errors.New(v.Reason)
+		}
+		return errors.New("node clock differs from the control plane's; capabilities refused until it agrees")
+	}
+	offset := time.Duration(v.OffsetMS)*time.Millisecond - drift
+	if offset < 0 {
+		offset = -offset
+	}
+	if offset+time.Duration(v.BoundMS)*time.Millisecond > capability.Skew {
+		return fmt.Errorf("the host's wall clock was set by %s since the node measured it; capabilities refused until the node measures it again", drift.Round(time.Second))
+	}
+	return nil
 }
 
 func (a *admission) install(id capability.Identity) {
@@ -61,6 +126,12 @@ func (a *admission) retire() {
 // errRefresh marks a refusal the caller may repair by refreshing its route.
 var errRefresh = errors.New("refresh route")
 
+// clockRefusal marks a refusal because the node's clock does not agree with
+// the control plane's: 503, code "clock_disagrees", as the node answers.
+type clockRefusal struct{ error }
+
+func (c clockRefusal) Unwrap() error { return c.error }
+
 // Refusal reasons the bridge counts (GET /bridge/v1/metrics).
 const (
 	RefusedNoKeys       = "no_keys"
@@ -69,6 +140,8 @@ const (
 	RefusedVerify       = "signature_or_expiry"
 	RefusedRefreshRoute = "refresh_route"
 	RefusedDeny         = "deny"
+	RefusedClock        = "clock" // the node's clock does not agree with the control plane's
+	RefusedNotYetValid  = "not_yet_valid"
 )
 
 // refusal is a check's refusal: why, the reason counted, and the
@@ -82,7 +155,8 @@ type refusal struct {
 // check admits a request for op carrying header; nil admits it.
 func (a *admission) check(header string, op capability.Op) *refusal {
 	a.mu.Lock()
-	keys, installed, retired := a.keys, a.installed, a.retired
+	keys, installed, retired, clock := a.keys, a.installed, a.retired, a.clock
+	atWall, atMono := a.clockAtWall, a.clockAtMono
 	a.mu.Unlock()
 	if keys == nil || installed == nil {
 		return &refusal{errors.New("the bridge has no verification keys or identity yet"), RefusedNoKeys, nil}
@@ -90,11 +164,18 @@ func (a *admission) check(header string, op capability.Op) *refusal {
 	if header == "" {
 		return &refusal{errors.New("capability required"), RefusedMissing, nil}
 	}
+	wall, mono := a.readClocks()
+	if err := clockErr(clock, wall.Sub(atWall)-(mono-atMono)); err != nil {
+		return &refusal{clockRefusal{err}, RefusedClock, nil}
+	}
 	tok, err := capability.Decode(header)
 	if err != nil {
 		return &refusal{err, RefusedMalformed, nil}
 	}
 	c, err := capability.Verify(tok, keys, a.now())
+	if errors.Is(err, capability.ErrNotYetValid) {
+		return &refusal{err, RefusedNotYetValid, nil}
+	}
 	if err != nil {
 		return &refusal{err, RefusedVerify, nil}
 	}
@@ -156,8 +237,11 @@ func (b *Bridge) admit(w http.ResponseWriter, r *http.Request) bool {
 	b.log.Warn("request refused by the host bridge", "path", r.URL.Path, "reason", ref.reason, "err", err,
 		"installed", identityString(installed), "capability", identityString(ref.got))
 	status, code := http.StatusForbidden, "permission_denied"
-	if errors.Is(err, errRefresh) {
+	switch {
+	case errors.Is(err, errRefresh):
 		status, code = http.StatusConflict, "refresh_route"
+	case errors.As(err, new(clockRefusal)):
+		status, code = http.StatusServiceUnavailable, "clock_disagrees"
 	}
 	writeJSON(w, status, map[string]string{"code": code, "message": "host bridge: " + err.Error()})
 	return false
@@ -170,6 +254,16 @@ func (b *Bridge) handleKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.adm.setKeys(req.Keys)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (b *Bridge) handleClock(w http.ResponseWriter, r *http.Request) {
+	var req ClockRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<12)).Decode(&req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("clock: bad body: %v", err))
+		return
+	}
+	b.adm.setClock(req)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -20,6 +20,7 @@ func BenchmarkAdmission(b *testing.B) {
 	a := admission{now: time.Now}
 	a.setKeys(capability.KeySetFor(1, signer))
 	a.install(id)
+	a.setClock(ClockRequest{Agreed: true})
 	for b.Loop() {
 		if err := a.check(header, capability.OpExec); err != nil {
 			b.Fatal(err)

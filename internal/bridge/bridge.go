@@ -242,6 +242,7 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	mux.HandleFunc("GET /bridge/v1/activity", b.handleActivity)
 	mux.HandleFunc("POST /bridge/v1/freeze", b.handleFreeze)
 	mux.HandleFunc("POST /bridge/v1/keys", b.handleKeys)
+	mux.HandleFunc("POST /bridge/v1/clock", b.handleClock)
 	mux.HandleFunc("POST /bridge/v1/retire", b.handleRetire)
 	mux.HandleFunc("POST /bridge/v1/thaw", b.handleThaw)
 	mux.HandleFunc("POST /bridge/v1/trust", b.handleTrust)

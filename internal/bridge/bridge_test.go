@@ -150,6 +150,7 @@ func admitted(t testing.TB, hc *http.Client) (*http.Client, *capability.Signer, 
 		t.Fatalf("push keys: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	pushClock(t, hc, ClockRequest{Agreed: true})
 	id := capability.Identity{Sandbox: "sb1", Generation: 3, Node: "n1", Substrate: "ns", Activation: "a-1"}
 	body, _ = json.Marshal(InitRequest{SandboxID: id.Sandbox, Generation: id.Generation, ActivationID: id.Activation, Node: id.Node, Substrate: id.Substrate, Hostname: "sb1", Env: map[string]string{"FROM_INIT": "yes"}})
 	resp, err = hc.Post("http://bridge/bridge/v1/init", "application/json", bytes.NewReader(body))
@@ -158,6 +159,17 @@ func admitted(t testing.TB, hc *http.Client) (*http.Client, *capability.Signer, 
 	}
 	resp.Body.Close()
 	return withCapability(t, hc, signer, id, capability.OpExec|capability.OpFiles), signer, id
+}
+
+// pushClock tells the bridge its node's clock verdict, as the node does.
+func pushClock(t testing.TB, hc *http.Client, v ClockRequest) {
+	t.Helper()
+	body, _ := json.Marshal(v)
+	resp, err := hc.Post("http://bridge/bridge/v1/clock", "application/json", bytes.NewReader(body))
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("push clock: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }
 
 func withCapability(t testing.TB, hc *http.Client, signer *capability.Signer, id capability.Identity, ops capability.Op) *http.Client {

@@ -23,6 +23,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,7 +34,10 @@ const Version = 1
 const Header = "X-Space-Capability"
 
 // Lifetime is how long a capability is valid; Skew is the clock difference
-// tolerated at expiry (and only there).
+// tolerated at both ends of its window: a receiver accepts a capability from
+// IssuedAt-Skew to ExpiresAt+Skew by its own wall clock, and a receiver whose
+// clock differs from the control plane's by more than Skew refuses all of
+// them (internal/node/clock.go).
 const (
 	Lifetime = 120 * time.Second
 	Skew     = 15 * time.Second
@@ -95,6 +99,9 @@ var (
 	ErrUnknownKey   = errors.New("capability: unknown signing key")
 	ErrBadSignature = errors.New("capability: bad signature")
 	ErrExpired      = errors.New("capability: expired")
+	// ErrNotYetValid refuses a capability issued later than now+Skew: a
+	// signer whose clock runs ahead, or a receiver whose clock runs behind.
+	ErrNotYetValid = errors.New("capability: not yet valid (issued in the future)")
 )
 
 // Signer mints capabilities. Only the control plane holds one.
@@ -113,6 +120,15 @@ func NewSigner(keyID string, key ed25519.PrivateKey) (*Signer, error) {
 		return nil, errors.New("capability: not an Ed25519 private key")
 	}
 	return &Signer{keyID: keyID, key: key, now: time.Now}, nil
+}
+
+// WithClock returns a signer with s's key that mints by the clock now.
+// Tests use it to mint at a chosen time (a receiver's window boundaries, a
+// signer running ahead); the control plane mints by its wall clock.
+func (s *Signer) WithClock(now func() time.Time) *Signer {
+	c := *s
+	c.now = now
+	return &c
 }
 
 // KeyID is the id of the signer's key, as verifiers find it in a KeySet.
@@ -163,8 +179,11 @@ type KeySet struct {
 	Keys    map[string]ed25519.PublicKey
 }
 
-// Verify checks a token's format, signature and expiry at now and returns its
-// content. It does not compare the identity: see Compare.
+// Verify checks a token's format, signature and validity window at now and
+// returns its content. The window is [IssuedAt-Skew, ExpiresAt+Skew], and
+// ExpiresAt-IssuedAt is positive and at most Lifetime. A key that is not a
+// usable Ed25519 key (wrong length, small order) verifies nothing. It does
+// not compare the identity: see Compare.
 func Verify(token []byte, keys *KeySet, now time.Time) (*Capability, error) {
 	if len(token) > MaxTokenBytes || len(token) < 1+ed25519.SignatureSize {
 		return nil, ErrMalformed
@@ -178,11 +197,20 @@ func Verify(token []byte, keys *KeySet, now time.Time) (*Capability, error) {
 	if !ok || len(pub) != ed25519.PublicKeySize {
 		return nil, ErrUnknownKey
 	}
+	if smallOrder(pub) {
+		// A key set made in code rather than parsed (UnmarshalJSON refuses
+		// these): the identity point verifies any message.
+		return nil, ErrUnknownKey
+	}
 	if !ed25519.Verify(pub, msg, sig) {
 		return nil, ErrBadSignature
 	}
 	if c.ExpiresAt.Sub(c.IssuedAt) > Lifetime || !c.ExpiresAt.After(c.IssuedAt) {
 		return nil, fmt.Errorf("%w: lifetime %s", ErrMalformed, c.ExpiresAt.Sub(c.IssuedAt))
+	}
+	if now.Before(c.IssuedAt.Add(-Skew)) {
+		return nil, fmt.Errorf("%w: issued at %s, %s after now", ErrNotYetValid,
+			c.IssuedAt.UTC().Format(time.RFC3339), c.IssuedAt.Sub(now).Round(time.Second))
 	}
 	if now.After(c.ExpiresAt.Add(Skew)) {
 		return nil, ErrExpired
@@ -193,12 +221,15 @@ func Verify(token []byte, keys *KeySet, now time.Time) (*Capability, error) {
 // Encode returns a token as text for an HTTP header.
 func Encode(token []byte) string { return base64.RawURLEncoding.EncodeToString(token) }
 
-// Decode parses the text form of a token.
+// Decode parses the text form of a token: unpadded base64url, strictly (the
+// unused bits of the last character must be zero, and no line breaks), so
+// one token has exactly one text form.
 func Decode(s string) ([]byte, error) {
-	if len(s) > base64.RawURLEncoding.EncodedLen(MaxTokenBytes) {
+	if len(s) > base64.RawURLEncoding.EncodedLen(MaxTokenBytes) || strings.ContainsAny(s, "\r\n") {
+		// The decoder skips CR and LF even when strict.
 		return nil, ErrMalformed
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return nil, ErrMalformed
 	}

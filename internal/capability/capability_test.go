@@ -157,23 +157,57 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+// FuzzVerify feeds Verify hostile tokens. The fuzzer's bytes are used twice:
+// as a whole token (a forgery: it must never verify), and as a message the
+// test key signs, so that accepted tokens exist and the differential
+// properties run on every input decode accepts: the accepted token
+// re-encodes to exactly the received bytes, and decode∘encode is the
+// identity (catalogue E-7).
 func FuzzVerify(f *testing.F) {
 	s, keys := testSigner(f, "k1")
+	now := time.Unix(1_800_000_000, 0)
+	s.now = func() time.Time { return now }
 	tok, _ := s.Mint(exec8, OpExec, 0, "")
+	sp, _ := s.Mint(exec8, OpServicePort, 8080, "http")
+	msg := tok[:len(tok)-ed25519.SignatureSize]
 	f.Add(tok)
+	f.Add(msg)
+	f.Add(sp[:len(sp)-ed25519.SignatureSize])
 	f.Add([]byte{Version})
 	f.Add(bytes.Repeat([]byte{0xff}, 100))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := Verify(b, keys, time.Now())
-		if err == nil {
-			// Only what the signer made verifies; it re-encodes identically.
-			msg, _ := encode(c)
-			if !bytes.Equal(append(msg, b[len(b)-ed25519.SignatureSize:]...), b) {
-				t.Fatalf("verified token does not re-encode to itself")
-			}
+		if _, err := Verify(b, keys, now); err == nil && !bytes.Equal(b, tok) {
+			t.Fatalf("unsigned bytes %x verified", b)
 		}
-		_, _ = decode(b)
+		c, err := decode(b)
+		if err != nil {
+			return
+		}
+		again, err := encode(c)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("decode accepted %x but it re-encodes to %x (%v)", b, again, err)
+		}
+		if c2, err := decode(again); err != nil || !equalCapability(c, c2) {
+			t.Fatalf("decode(encode(c)) = %+v, %v; want %+v", c2, err, c)
+		}
+		signed := append(bytes.Clone(b), ed25519.Sign(s.key, b)...)
+		v, err := Verify(signed, keys, c.IssuedAt)
+		if err != nil {
+			if c.KeyID == "k1" && c.ExpiresAt.After(c.IssuedAt) && c.ExpiresAt.Sub(c.IssuedAt) <= Lifetime {
+				t.Fatalf("a well-formed signed token was refused: %v", err)
+			}
+			return
+		}
+		msg, _ := encode(v)
+		if !bytes.Equal(append(msg, signed[len(b):]...), signed) {
+			t.Fatalf("verified token does not re-encode to the received bytes")
+		}
 	})
+}
+
+func equalCapability(a, b *Capability) bool {
+	return a.KeyID == b.KeyID && a.Identity == b.Identity && a.Ops == b.Ops && a.Port == b.Port &&
+		a.Protocol == b.Protocol && a.IssuedAt.Equal(b.IssuedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
 }
 
 func BenchmarkMint(b *testing.B) {

@@ -61,7 +61,8 @@ func (ks KeySet) MarshalJSON() ([]byte, error) {
 	}{ks.Version, keys})
 }
 
-// UnmarshalJSON decodes and checks a key set.
+// UnmarshalJSON decodes and checks a key set: every key is 32 bytes, the
+// canonical encoding of a curve point not of small order.
 func (ks *KeySet) UnmarshalJSON(b []byte) error {
 	var w struct {
 		Version uint64            `json:"version"`
@@ -73,13 +74,19 @@ func (ks *KeySet) UnmarshalJSON(b []byte) error {
 	if len(w.Keys) > 16 {
 		return errors.New("capability: key set of more than 16 keys")
 	}
-	ks.Version, ks.Keys = w.Version, map[string]ed25519.PublicKey{}
+	// Nothing of a refused key set is kept: a receiver holding the
+	// previous set goes on with it.
+	keys := map[string]ed25519.PublicKey{}
 	for id, h := range w.Keys {
 		k, err := hex.DecodeString(h)
 		if err != nil || len(k) != ed25519.PublicKeySize || id == "" || len(id) > MaxFieldBytes {
 			return fmt.Errorf("capability: bad key %q in key set", id)
 		}
-		ks.Keys[id] = ed25519.PublicKey(k)
+		if !validPublicKey(k) {
+			return fmt.Errorf("capability: key %q in key set is not a usable Ed25519 public key (off the curve, non-canonical or of small order)", id)
+		}
+		keys[id] = ed25519.PublicKey(k)
 	}
+	ks.Version, ks.Keys = w.Version, keys
 	return nil
 }

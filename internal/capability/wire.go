@@ -39,7 +39,9 @@ func (r *reader) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
+	// Only the minimal encoding: 0x80 0x00 is also 0 to binary.Uvarint,
+	// and a token must have one byte form (catalogue E-7).
+	if n <= 0 || n != uvarintLen(v) {
 		r.err = ErrMalformed
 		return 0
 	}
@@ -85,4 +87,13 @@ func decode(msg []byte) (*Capability, error) {
 		return nil, ErrMalformed
 	}
 	return c, nil
+}
+
+// uvarintLen is the length of v's minimal uvarint encoding.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }

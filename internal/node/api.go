@@ -221,7 +221,7 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
 		return
 	}
-	if err := m.checkCapability(r.Header.Get(capability.Header), rec, bridge.GuestOp(path), time.Now()); err != nil {
+	if err := m.checkCapability(r.Header.Get(capability.Header), rec, bridge.GuestOp(path), m.now()); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -291,6 +291,9 @@ func writeError(w http.ResponseWriter, err error) {
 func StatusOf(err error) (int, string) {
 	if errors.Is(err, errRefreshRoute) {
 		return http.StatusConflict, "refresh_route"
+	}
+	if errors.Is(err, errClock) {
+		return http.StatusServiceUnavailable, "clock_disagrees"
 	}
 	return apierr.Status(err)
 }

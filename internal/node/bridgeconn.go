@@ -363,6 +363,28 @@ func (b *bridgeConn) pushKeys(ctx context.Context, ks *capability.KeySet) error 
 	return nil
 }
 
+// pushClock tells the bridge its node's clock verdict (clock.go).
+func (b *bridgeConn) pushClock(ctx context.Context, v bridge.ClockRequest) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://bridge/bridge/v1/clock", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("push the clock verdict to the host bridge: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("push the clock verdict to the host bridge: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
 // refusals reads the bridge's refusal counts.
 func (b *bridgeConn) refusals(ctx context.Context) (map[string]uint64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://bridge/bridge/v1/metrics", nil)

@@ -108,6 +108,7 @@ func bridgeTestManager(t *testing.T) (*Manager, *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	agreeClock(t, m)
 	return m, logs
 }
 

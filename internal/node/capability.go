@@ -101,7 +101,10 @@ func (m *Manager) checkCapability(header string, rec *Record, op capability.Op, 
 }
 
 // checkCapabilityFor is checkCapability for a full request: ServicePort
-// traffic names its port and protocol.
+// traffic names its port and protocol. now is this node's clock (m.now in
+// production): the capability's window is judged by it. Nothing is accepted
+// while the node's clocks, read then, do not agree with the control plane's
+// (clock.go).
 func (m *Manager) checkCapabilityFor(header string, rec *Record, req capability.Request, now time.Time) error {
 	m.keysMu.Lock()
 	keys := m.keys
@@ -113,6 +116,13 @@ func (m *Manager) checkCapabilityFor(header string, rec *Record, req capability.
 	if header == "" {
 		m.capabilityRefused(rec, nil, refusedMissing, "capability required")
 		return fmt.Errorf("%w: capability required", errdefs.ErrPermissionDenied)
+	}
+	m.clock.waitFirst(firstMeasureWait)
+	if v := m.clockVerdict(); !v.agreed {
+		// Every capability, whatever it says: this node cannot tell
+		// whether it is inside its window.
+		m.capabilityRefused(rec, nil, refusedClock, "node clock does not agree with the control plane's")
+		return v.err()
 	}
 	token, err := capability.Decode(header)
 	if err == nil {

@@ -21,6 +21,7 @@ func BenchmarkCheckCapability(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	agreeClock(b, m)
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := capability.NewSigner("k1", priv)
 	if err := m.SetKeys(capability.KeySetFor(1, signer)); err != nil {

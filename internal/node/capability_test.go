@@ -21,6 +21,7 @@ func TestCheckCapability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	agreeClock(t, m)
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := capability.NewSigner("k1", priv)
 	rec := &Record{StartExecution: nodev1.StartExecution{ExecID: "sb1-g8-x", SandboxID: "sb1", Generation: 8, ActivationID: "a-1", Runtime: "ns"}}
@@ -72,6 +73,11 @@ func TestCheckCapability(t *testing.T) {
 	}
 	// The keys survive a restart of the node.
 	m2, _ := NewManager(Config{NodeID: "node-a", DataDir: m.cfg.DataDir, Privileged: m.cfg.Privileged, Executable: "/bin/true"}, m.log)
+	// Fail closed until the first heartbeat answer measures the clock.
+	if err := m2.checkCapability(mint(id, capability.OpExec), rec, capability.OpExec, now); !errors.Is(err, errClock) {
+		t.Errorf("after restart, before a clock measure: %v, want the clock refusal", err)
+	}
+	agreeClock(t, m2)
 	if err := m2.checkCapability(mint(id, capability.OpExec), rec, capability.OpExec, now); err != nil {
 		t.Errorf("after restart: %v", err)
 	}

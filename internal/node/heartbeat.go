@@ -45,6 +45,7 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 	if cfg.Every == 0 {
 		cfg.Every = 2 * time.Second
 	}
+	m.clock.startHeartbeats()
 	client := &http.Client{Timeout: 10 * time.Second}
 	url := strings.TrimRight(cfg.Server, "/") + "/internal/v1/nodes/" + m.cfg.NodeID + "/heartbeat"
 	failures := 0
@@ -88,10 +89,12 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	// The lease an answer renews runs from now: before the control plane
 	// saw the heartbeat, so the node's lease ends before its count does.
 	sent := time.Now()
+	clockSent := m.readClock()
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
+	clockReceived := m.readClock()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -109,6 +112,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// Internal is the deployment's internal-service list; absent (an
 		// older control plane) leaves the list as it is.
 		Internal *InternalServices `json:"internal"`
+		// ServerTime is the control plane's clock as it wrote the
+		// answer: the node measures its own against it (clock.go).
+		ServerTime time.Time `json:"server_time"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
@@ -120,6 +126,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	// must not be thawed by anything that follows.
 	m.Retire(reply.Retire)
 	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
+	m.measureClock(clockSent, clockReceived, reply.ServerTime)
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}
@@ -138,4 +145,12 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		}
 	}
 	return keysErr
+}
+
+// measureClock takes the clock measure of one answered heartbeat; a change
+// of verdict is logged and told to the host bridges (clockVerdict).
+func (m *Manager) measureClock(sent, received clockReading, server time.Time) {
+	if m.clock.observe(sent, received, server) {
+		m.clockVerdict()
+	}
 }

@@ -93,6 +93,16 @@ type Manager struct {
 	// keys verify the capabilities requests carry; pushed by the control
 	// plane with every heartbeat answer and kept across restarts.
 	keys *capability.KeySet
+
+	// clock is the latest measure of this node's clock against the
+	// control plane's (clock.go); testOffset shifts the node's clock in
+	// tests only.
+	clock      clockAgreement
+	testOffset testClockOffset
+	// clockSource replaces readClock in tests; nil: the real clocks.
+	clockSource func() clockReading
+	// clockPushMu serialises pushes of the clock verdict to the bridges.
+	clockPushMu sync.Mutex
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
@@ -109,6 +119,8 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged}
 	m.pool.init()
+	m.testOffset.path = os.Getenv(TestClockOffsetEnv)
+	logTestClockOffset(log, m.testOffset.path)
 	m.loadKeys()
 	m.loadFence()
 	return m, nil
@@ -194,12 +206,10 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		return nil, fmt.Errorf("exec %s: %w%s", req.ExecID, err, m.bridgeLogTail(req.ExecID))
 	}
 	tReady := time.Now()
-	// The bridge admits requests itself: it needs the keys, then the
-	// identity Init installs.
-	if keys := m.currentKeys(); keys != nil {
-		if err := bc.pushKeys(ctx, keys); err != nil {
-			return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
-		}
+	// The bridge admits requests itself: it needs the keys and the clock
+	// verdict, then the identity Init installs.
+	if err := m.pushAdmission(ctx, bc); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
 	if err := m.installIdentity(ctx, bc, req); err != nil {
 		return nil, err

@@ -28,13 +28,15 @@ const (
 	refusedRefreshRoute = "refresh-route"
 	refusedNoKeys       = "no-keys" // the node has no verification keys yet
 	refusedMissing      = "missing" // no capability on the request
+	refusedNotYetValid  = "deny-not-yet-valid"
+	refusedClock        = "clock" // the node's clock does not agree with the control plane's
 )
 
 // capabilityReasons are the reasons always exposed, zero or not, so a rate
 // over them is defined from the first scrape.
 var capabilityReasons = []string{
 	refusedSignature, refusedExpired, refusedSandbox, refusedOp, refusedPort,
-	refusedRefreshRoute, refusedNoKeys, refusedMissing,
+	refusedRefreshRoute, refusedNoKeys, refusedMissing, refusedNotYetValid, refusedClock,
 }
 
 // Checks of a host bridge peer (bridgeconn.go): the check label of
@@ -121,8 +123,9 @@ func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	refusals.write(&b)
 	writeCounter(&b, "space_bridge_capability_refusals_total",
 		"Requests the host bridges of this node's executions refused at their own capability check, by reason.",
-		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute}, m.bridgeRefusals(r.Context()))
+		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute, bridge.RefusedClock, bridge.RefusedNotYetValid}, m.bridgeRefusals(r.Context()))
 	m.writeGatewayMetrics(&b)
+	m.writeClockMetrics(&b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	_, _ = io.WriteString(w, b.String())
 }
@@ -165,6 +168,9 @@ var refusalLogs = loglimit.New(10)
 func verifyRefusal(err error) string {
 	if errors.Is(err, capability.ErrExpired) {
 		return refusedExpired
+	}
+	if errors.Is(err, capability.ErrNotYetValid) {
+		return refusedNotYetValid
 	}
 	return refusedSignature
 }

@@ -28,6 +28,7 @@ func TestCapabilityRefusalsCountedAndLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	agreeClock(t, m)
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := capability.NewSigner("k1", priv)
 	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)

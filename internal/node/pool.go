@@ -399,10 +399,8 @@ func (m *Manager) prepare(ctx context.Context, key nodev1.PoolKey, version strin
 	if err := bc.waitReady(ctx, m.cfg.BridgeReadyTimeout); err != nil {
 		return fail(fmt.Errorf("prepared execution %s: %w%s", id, err, m.bridgeLogTail(id)))
 	}
-	if keys := m.currentKeys(); keys != nil {
-		if err := bc.pushKeys(ctx, keys); err != nil {
-			return fail(fmt.Errorf("prepared execution %s: %w", id, err))
-		}
+	if err := m.pushAdmission(ctx, bc); err != nil {
+		return fail(fmt.Errorf("prepared execution %s: %w", id, err))
 	}
 	m.log.Debug("warm pool: execution prepared", "exec", id, "template", key.Template, "runtime", key.Runtime, "took", time.Since(t0))
 	return &pooled{rec: rec, link: l}, nil

@@ -76,7 +76,7 @@ func (m *Manager) admitPort(r *http.Request, protocol string) (string, uint16, *
 		return "", 0, nil, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
 	}
 	req := capability.Request{Op: capability.OpServicePort, Port: uint16(port), Protocol: protocol}
-	if err := m.checkCapabilityFor(r.Header.Get(capability.Header), rec, req, time.Now()); err != nil {
+	if err := m.checkCapabilityFor(r.Header.Get(capability.Header), rec, req, m.now()); err != nil {
 		return "", 0, nil, err
 	}
 	m.gateways.mu.Lock()

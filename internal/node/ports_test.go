@@ -53,6 +53,7 @@ func TestServicePortIngress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	agreeClock(t, m)
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := capability.NewSigner("k1", priv)
 	if err := m.SetKeys(capability.KeySetFor(1, signer)); err != nil {

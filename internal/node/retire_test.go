@@ -24,6 +24,7 @@ func newTestManager(t *testing.T, dir string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	agreeClock(t, m)
 	return m
 }
 

@@ -222,6 +222,8 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		Pools:        s.poolTargets(r.Context(), hb.Runtimes),
 		FenceAfterMS: s.rec.FenceAfter().Milliseconds(),
 		Internal:     s.internal.current(),
+		// Last: as close to the write as can be.
+		ServerTime: time.Now().UTC(),
 	})
 }
 
@@ -238,6 +240,11 @@ type HeartbeatReply struct {
 	// Internal is the deployment's internal-service list, which every
 	// gateway of the node refuses (internalnet.go).
 	Internal InternalServices `json:"internal"`
+	// ServerTime is the control plane's clock when it wrote the answer:
+	// the node measures its own clock against it and refuses every
+	// capability while the two differ by more than capability.Skew
+	// (internal/node/clock.go).
+	ServerTime time.Time `json:"server_time"`
 }
 
 // retirements lists the executions a node reports that are not their
