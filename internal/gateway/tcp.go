@@ -119,18 +119,11 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 		up = &replayConn{Conn: up, head: upHead}
 	}
 	pol := g.cfg.Policy.Load()
-	switch first.kind {
-	case kindTLS:
+	if first.kind == kindTLS {
 		f.SNI = first.name
 		if d := pol.CheckSNI(f.Domain, first.name); !d.Allow {
 			up.Close()
 			g.refused(ReasonSNI, f.Dst, f.Domain, d.Reason)
-			return
-		}
-	case kindHTTP:
-		if d := pol.CheckHost(f.Domain, first.name); !d.Allow {
-			up.Close()
-			g.refused(ReasonHost, f.Dst, f.Domain, d.Reason)
 			return
 		}
 	}
@@ -157,7 +150,53 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 		return
 	}
 	g.cfg.Counters.add(g.cfg.Sandbox, ReasonAllowed)
-	splice(replay, up)
+	refuse := func(r *flowRefusal) { g.refused(r.reason, f.Dst, f.Domain, r.why) }
+	switch first.kind {
+	case kindHTTP:
+		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
+			return copyRequests(dst, src, func(host string) error {
+				if d := g.cfg.Policy.Load().CheckHost(f.Domain, host); !d.Allow {
+					return &flowRefusal{ReasonHost, d.Reason}
+				}
+				return nil
+			})
+		})
+	case kindTLS:
+		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
+			return copyTLSRecords(dst, src, first.name)
+		})
+	default:
+		splice(replay, up)
+	}
+}
+
+// spliceGuarded is splice with the client→upstream direction copied by
+// guard, which decides what of the client's stream is forwarded. A guard's
+// refusal (*flowRefusal) is given to refuse, then closes both ends at once.
+func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard func(dst io.Writer, src io.Reader) error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(client, up)
+		if cw, ok := client.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			client.Close()
+		}
+	}()
+	err := guard(up, client)
+	if r := (*flowRefusal)(nil); errors.As(err, &r) {
+		refuse(r)
+		up.Close()
+		client.Close()
+	} else if cw, ok := up.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		up.Close()
+	}
+	<-done
+	client.Close()
+	up.Close()
 }
 
 // sniffOrServerFirst sniffs the client's first bytes (sniff), unless the
