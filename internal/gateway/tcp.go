@@ -172,7 +172,10 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 
 // spliceGuarded is splice with the client→upstream direction copied by
 // guard, which decides what of the client's stream is forwarded. A guard's
-// refusal (*flowRefusal) is given to refuse, then closes both ends at once.
+// refusal (*flowRefusal) is given to refuse and ends the flow: nothing more
+// of the client's is forwarded, the upstream's write side is closed so that
+// it answers what was forwarded before (pipelined requests that were
+// allowed) and closes, within refusalDrain, and then both ends are closed.
 func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard func(dst io.Writer, src io.Reader) error) {
 	done := make(chan struct{})
 	go func() {
@@ -187,9 +190,9 @@ func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard func(ds
 	err := guard(up, client)
 	if r := (*flowRefusal)(nil); errors.As(err, &r) {
 		refuse(r)
-		up.Close()
-		client.Close()
-	} else if cw, ok := up.(interface{ CloseWrite() error }); ok {
+		up.SetReadDeadline(time.Now().Add(refusalDrain))
+	}
+	if cw, ok := up.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	} else {
 		up.Close()
@@ -198,6 +201,10 @@ func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard func(ds
 	client.Close()
 	up.Close()
 }
+
+// refusalDrain bounds how long a refused flow's upstream may take to answer
+// the requests forwarded before the refusal.
+const refusalDrain = 5 * time.Second
 
 // sniffOrServerFirst sniffs the client's first bytes (sniff), unless the
 // upstream speaks first: then the client, waiting for it, will send nothing
