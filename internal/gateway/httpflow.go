@@ -222,7 +222,7 @@ func (s *requestStream) head(h []byte) error {
 		return syntaxErr("HTTP/1.1 request without Host")
 	}
 	if len(hosts) == 1 {
-		if err := s.check(string(hosts[0])); err != nil {
+		if err := s.checkAuthority(hosts[0]); err != nil {
 			return err
 		}
 	} else if req.authority == nil {
@@ -233,11 +233,51 @@ func (s *requestStream) head(h []byte) error {
 		}
 	}
 	if req.authority != nil {
-		if err := s.check(string(req.authority)); err != nil {
+		if err := s.checkAuthority(req.authority); err != nil {
 			return err
 		}
 	}
 	return s.framing(req, lengths, te)
+}
+
+// checkAuthority checks a Host or an absolute-form authority: its syntax
+// first, strictly (host[:port], the host a name of letters, digits, '-',
+// '_' and '.', or a bracketed IPv6 literal; the port digits), so that the
+// name the policy decides is the name any upstream reads; then the name.
+func (s *requestStream) checkAuthority(a []byte) error {
+	host, port := a, []byte(nil)
+	if len(a) > 0 && a[0] == '[' {
+		end := bytes.IndexByte(a, ']')
+		if end < 0 {
+			return syntaxErr("Host %.80q", a)
+		}
+		for _, c := range a[1:end] {
+			if !(c == ':' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return syntaxErr("Host %.80q", a)
+			}
+		}
+		host, port = a[:end+1], a[end+1:]
+	} else {
+		if i := bytes.IndexByte(a, ':'); i >= 0 {
+			host, port = a[:i], a[i:]
+		}
+		for _, c := range host {
+			if !(c == '-' || c == '.' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+				return syntaxErr("Host %.80q", a)
+			}
+		}
+	}
+	if len(port) > 0 {
+		if port[0] != ':' || len(port) > 6 {
+			return syntaxErr("Host %.80q: bad port", a)
+		}
+		for _, c := range port[1:] {
+			if c < '0' || c > '9' {
+				return syntaxErr("Host %.80q: bad port", a)
+			}
+		}
+	}
+	return s.check(string(a))
 }
 
 // framing sets the body state from Content-Length and Transfer-Encoding,

@@ -60,6 +60,10 @@ func TestCopyRequests(t *testing.T) {
 
 		{"second keep-alive request with another Host", ok + get("other.test"), ok, ReasonHost, "other.test"},
 		{"pipelined: the third request", ok + post + get("other.test") + ok, ok + post, ReasonHost, "other.test"},
+		{"a Host with userinfo", "GET / HTTP/1.1\r\nHost: " + allowedHost + ":80@other.test\r\n\r\n", "", ReasonHTTPSyntax, "bad port"},
+		{"a Host with a bad port", "GET / HTTP/1.1\r\nHost: " + allowedHost + ":]\r\n\r\n", "", ReasonHTTPSyntax, "bad port"},
+		{"a Host with a path", "GET / HTTP/1.1\r\nHost: other.test/" + allowedHost + "\r\n\r\n", "", ReasonHTTPSyntax, "Host"},
+		{"an IPv6 Host on a domain flow", "GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n", "", ReasonHost, "2001:db8::1"},
 		{"first request with another Host", get("other.test"), "", ReasonHost, "other.test"},
 		{"absolute form naming another host", ok + "GET http://other.test/ HTTP/1.1\r\nHost: " + allowedHost + "\r\n\r\n", ok, ReasonHost, "other.test"},
 		{"absolute form with userinfo", "GET http://" + allowedHost + "@other.test/ HTTP/1.1\r\nHost: " + allowedHost + "\r\n\r\n", "", ReasonHTTPSyntax, "userinfo"},
