@@ -186,17 +186,19 @@ func (s *requestStream) head(h []byte) error {
 	if err := checkLineBytes(h); err != nil {
 		return err
 	}
-	lines := bytes.Split(h[:len(h)-4], []byte("\r\n"))
-	req, err := requestLine(lines[0])
+	first, rest, _ := bytes.Cut(h[:len(h)-2], []byte("\r\n"))
+	req, err := requestLine(first)
 	if err != nil {
 		return err
 	}
-	if len(lines)-1 > maxHeaderRows {
-		return syntaxErr("more than %d header fields", maxHeaderRows)
-	}
 	var hosts, lengths [][]byte
 	var te []byte
-	for _, l := range lines[1:] {
+	for rows := 0; len(rest) > 0; rows++ {
+		if rows == maxHeaderRows {
+			return syntaxErr("more than %d header fields", maxHeaderRows)
+		}
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, value, err := field(l)
 		if err != nil {
 			return err

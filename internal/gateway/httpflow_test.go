@@ -206,3 +206,29 @@ func canonicalHost(host string) string {
 	}
 	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
+
+// TestHostCheckerFollowsThePolicy: the gateway's per-flow check remembers
+// the last allowed Host only under the same policy: on a flow allowed by
+// address, a live update that denies a domain refuses the next request
+// naming it.
+func TestHostCheckerFollowsThePolicy(t *testing.T) {
+	open, _ := egress.ParsePolicy([]byte(`{"allow_internet": true}`))
+	deny, _ := egress.ParsePolicy([]byte(`{"allow_internet": true, "deny": {"domains": ["x.test"]}}`))
+	h := egress.NewHolder(open)
+	check := hostChecker(h, "")
+	for i := 0; i < 2; i++ {
+		if err := check("x.test"); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	h.Store(deny)
+	if err := check("x.test"); err == nil {
+		t.Fatal("x.test was still allowed after the policy denied it")
+	}
+	if err := check("y.test"); err != nil {
+		t.Fatalf("y.test: %v", err)
+	}
+	if err := check("x.test"); err == nil {
+		t.Fatal("x.test allowed after another name")
+	}
+}

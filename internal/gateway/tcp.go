@@ -154,12 +154,7 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	switch first.kind {
 	case kindHTTP:
 		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
-			return copyRequests(dst, src, func(host string) error {
-				if d := g.cfg.Policy.Load().CheckHost(f.Domain, host); !d.Allow {
-					return &flowRefusal{ReasonHost, d.Reason}
-				}
-				return nil
-			})
+			return copyRequests(dst, src, hostChecker(g.cfg.Policy, f.Domain))
 		})
 	case kindTLS:
 		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
@@ -167,6 +162,29 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 		})
 	default:
 		splice(replay, up)
+	}
+}
+
+// hostChecker decides each request's Host on a flow allowed for domain with
+// the current policy. The last name allowed, under the same policy, is not
+// decided again: a keep-alive flow repeats one Host.
+func hostChecker(h *egress.Holder, domain string) func(string) error {
+	var (
+		allowed    bool
+		lastPolicy *egress.Policy
+		lastHost   string
+	)
+	return func(host string) error {
+		p := h.Load()
+		if allowed && p == lastPolicy && host == lastHost {
+			return nil
+		}
+		allowed = false
+		if d := p.CheckHost(domain, host); !d.Allow {
+			return &flowRefusal{ReasonHost, d.Reason}
+		}
+		allowed, lastPolicy, lastHost = true, p, host
+		return nil
 	}
 }
 
