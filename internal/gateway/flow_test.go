@@ -294,3 +294,50 @@ func TestTLSFlowSecondClientHello(t *testing.T) {
 		}
 	})
 }
+
+// TestLateFirstBytesAreDecided: a client that waits out the sniff deadline
+// (the upstream silent too) is decided on its first bytes when they come,
+// not spliced unchecked: a late request with another Host and a late
+// ClientHello with another SNI are refused; a late allowed request works.
+func TestLateFirstBytesAreDecided(t *testing.T) {
+	old := sniffTimeout
+	sniffTimeout = 50 * time.Millisecond
+	t.Cleanup(func() { sniffTimeout = old })
+	h := startHarness(t, `{"allow_internet": false, "allow": {"domains": ["api.allowed.test"]}}`)
+	up := startHostLog(t, h, "20.0.0.10:80")
+	raw := startRawLog(t, h, "20.0.0.10:443")
+	h.g.resolve(t, allowedHost)
+	// late waits well past the deadline: what is tested is the order of
+	// events, not a duration.
+	late := func() { time.Sleep(20 * sniffTimeout) }
+
+	conn := dialFlow(t, h, "20.0.0.10:80")
+	late()
+	io.WriteString(conn, get("other.test"))
+	readResponses(bufio.NewReader(conn))
+	if got := up.requests(); len(got) != 0 {
+		t.Errorf("a late request with Host other.test reached the upstream: %q", got)
+	}
+
+	conn = dialFlow(t, h, "20.0.0.10:443")
+	late()
+	conn.Write(clientHello(t, "other.test"))
+	io.Copy(io.Discard, conn)
+	if n := h.counters.Snapshot()[ReasonSNI]; n != 1 {
+		t.Errorf("a late ClientHello for other.test: sni_mismatch count %d, want 1", n)
+	}
+	select {
+	case b := <-raw.conns:
+		if bytes.Contains(b, []byte("other.test")) {
+			t.Errorf("the late ClientHello for other.test reached the upstream")
+		}
+	default:
+	}
+
+	conn = dialFlow(t, h, "20.0.0.10:80")
+	late()
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: "+allowedHost+"\r\nConnection: close\r\n\r\n")
+	if got := readResponses(bufio.NewReader(conn)); len(got) != 1 || got[0] != "host "+allowedHost+" len 0" {
+		t.Errorf("a late allowed request: %q", got)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 )
 
@@ -23,9 +22,12 @@ const (
 // span records: post-quantum key shares are large) or an HTTP request head.
 const maxSniff = 64 << 10
 
-// errNothingSent: the client sent nothing before the sniff deadline (a
-// protocol where the server speaks first).
+// errNothingSent: the client sent nothing first: it closed, or the sniff
+// deadline passed (errSilent).
 var errNothingSent = errors.New("client sent nothing first")
+
+// errSilent: the sniff deadline passed before the client's first byte.
+var errSilent = fmt.Errorf("%w before the sniff deadline", errNothingSent)
 
 type firstBytes struct {
 	kind int
@@ -43,8 +45,10 @@ func sniff(c net.Conn) (firstBytes, error) {
 	rec := &recorder{r: c, limit: maxSniff}
 	var one [1]byte
 	if _, err := io.ReadFull(rec, one[:]); err != nil {
-		var ne net.Error
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) {
+		if isTimeout(err) {
+			return firstBytes{raw: rec.buf}, errSilent
+		}
+		if errors.Is(err, io.EOF) {
 			return firstBytes{raw: rec.buf}, errNothingSent
 		}
 		return firstBytes{raw: rec.buf}, err

@@ -104,12 +104,22 @@ func decide(p *egress.Policy, dst netip.AddrPort, domains []string) (egress.Deci
 }
 
 // serveFlow sniffs the client's first bytes, checks them against the domain
-// the flow was allowed for, and splices (or intercepts) it.
+// the flow was allowed for, and splices (or intercepts) it: a plaintext
+// HTTP flow request by request, a TLS flow record by record. A flow is
+// counted allowed when it is opened; a refusal later in it is counted too.
 func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	defer client.Close()
 	stop := context.AfterFunc(g.ctx, func() { client.Close(); up.Close() })
 	defer stop()
 	first, upHead, err := sniffOrServerFirst(client, up)
+	// Neither side spoke within the sniff deadline: the flow is not one
+	// where the server speaks first, so the client's first bytes, whenever
+	// they come, decide it as usual. A client waiting out the deadline must
+	// not get an unchecked splice (a late request with another Host, a late
+	// ClientHello with another SNI).
+	for errors.Is(err, errSilent) && len(upHead) == 0 {
+		first, upHead, err = sniffOrServerFirst(client, up)
+	}
 	if err != nil && !errors.Is(err, errNothingSent) {
 		up.Close()
 		g.refused(ReasonSniffFailure, f.Dst, f.Domain, err.Error())
