@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // A spliced plaintext HTTP flow is checked request by request, not only by
@@ -51,6 +53,10 @@ type flowRefusal struct {
 }
 
 func (r *flowRefusal) Error() string { return r.reason + ": " + r.why }
+
+// Is makes a refusal an errdefs.ErrPermissionDenied: the policy refused
+// what the client sent.
+func (r *flowRefusal) Is(target error) bool { return target == errdefs.ErrPermissionDenied }
 
 func syntaxErr(format string, args ...any) error {
 	return &flowRefusal{ReasonHTTPSyntax, fmt.Sprintf(format, args...)}

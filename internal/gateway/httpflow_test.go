@@ -13,6 +13,7 @@ import (
 	"testing/iotest"
 
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 const allowedHost = "api.allowed.test"
@@ -124,6 +125,9 @@ func TestCopyRequests(t *testing.T) {
 					t.Errorf("%s: err %v, want a %s refusal", r.name, err, c.reason)
 				case c.reason != "" && (fr.reason != c.reason || !strings.Contains(fr.why, c.contains)):
 					t.Errorf("%s: refusal %s %q, want %s containing %q", r.name, fr.reason, fr.why, c.reason, c.contains)
+				}
+				if c.reason != "" && !errdefs.IsPermissionDenied(err) {
+					t.Errorf("%s: refusal %v is not PermissionDenied", r.name, err)
 				}
 			}
 		})

@@ -118,8 +118,9 @@ func TestCopyTLSRecords(t *testing.T) {
 // forwarded are a prefix of the input made of whole records.
 func FuzzCopyTLSRecords(f *testing.F) {
 	first := clientHello(f, allowedHost)
-	f.Add(record(recordHandshake, helloMessage(f, "other.test")))
-	f.Add(cat(record(recordCCS, []byte{1}), record(recordHandshake, helloMessage(f, "other.test"))))
+	other := helloMessage(f, "other.test")
+	f.Add(record(recordHandshake, other))
+	f.Add(cat(record(recordCCS, []byte{1}), record(recordHandshake, other)))
 	f.Add(record(recordAppData, []byte("x")))
 	f.Fuzz(func(t *testing.T, tail []byte) {
 		in := cat(first, tail)
