@@ -158,7 +158,7 @@ func BenchmarkCopyRequests(b *testing.B) {
 	check := benchChecker(b)
 	b.SetBytes(int64(len(in)))
 	for i := 0; i < b.N; i++ {
-		if err := copyRequests(io.Discard, bytes.NewReader(in), check); err != io.EOF {
+		if err := copyRequests(io.Discard, bytes.NewReader(in), check, nil); err != io.EOF {
 			b.Fatal(err)
 		}
 	}
@@ -171,7 +171,7 @@ func BenchmarkCopyRequestsLargeBody(b *testing.B) {
 	check := benchChecker(b)
 	b.SetBytes(int64(len(in)))
 	for i := 0; i < b.N; i++ {
-		if err := copyRequests(io.Discard, bytes.NewReader(in), check); err != io.EOF {
+		if err := copyRequests(io.Discard, bytes.NewReader(in), check, nil); err != io.EOF {
 			b.Fatal(err)
 		}
 	}

@@ -83,6 +83,7 @@ func TestHTTPFlowEveryRequestDecided(t *testing.T) {
 	up := startHostLog(t, h, "20.0.0.10:80")
 	h.g.resolve(t, allowedHost)
 	ok := get(allowedHost)
+	wsUpgrade := "GET /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
 	chunked := "POST /c HTTP/1.1\r\nHost: " + allowedHost + "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
 	cases := []struct {
 		name   string
@@ -98,7 +99,7 @@ func TestHTTPFlowEveryRequestDecided(t *testing.T) {
 		{"h2 prior-knowledge preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", ReasonHTTPUpgrade, nil},
 		{"h2 preface after a request", ok + "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", ReasonHTTPUpgrade, []string{allowedHost + " 0"}},
 		{"CONNECT", "CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n", ReasonHTTPConnect, nil},
-		{"WebSocket upgrade", "GET /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", ReasonHTTPUpgrade, nil},
+		{"WebSocket upgrade on a second request", ok + wsUpgrade, ReasonHTTPUpgrade, []string{allowedHost + " 0"}},
 		{"a request line longer than the sniff", "GET /" + strings.Repeat("a", maxSniff) + " HTTP/1.1\r\nHost: other.test\r\n\r\n", ReasonSniffFailure, nil},
 	}
 	for _, c := range cases {
@@ -340,4 +341,69 @@ func TestLateFirstBytesAreDecided(t *testing.T) {
 	if got := readResponses(bufio.NewReader(conn)); len(got) != 1 || got[0] != "host "+allowedHost+" len 0" {
 		t.Errorf("a late allowed request: %q", got)
 	}
+}
+
+// TestWebSocketUpgrade: a WebSocket upgrade as a flow's first request
+// passes; the flow turns opaque only when the upstream answers 101. An
+// upstream that ignores the upgrade leaves an HTTP flow, whose next request
+// with another Host is refused.
+func TestWebSocketUpgrade(t *testing.T) {
+	h := startHarness(t, `{"allow_internet": false, "allow": {"domains": ["api.allowed.test"]}}`)
+	up := startHostLog(t, h, "20.0.0.10:80")
+	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		io.Copy(c, brw) // an echo of the "frames"
+	}))
+	t.Cleanup(ws.Close)
+	h.dialer.mu.Lock()
+	h.dialer.to["20.0.0.10:8080"] = ws.Listener.Addr().String()
+	h.dialer.mu.Unlock()
+	h.g.resolve(t, allowedHost)
+	upgrade := "GET /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+
+	t.Run("answered 101: opaque", func(t *testing.T) {
+		conn := dialFlow(t, h, "20.0.0.10:8080")
+		br := bufio.NewReader(conn)
+		io.WriteString(conn, upgrade)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade answer %v, %v", resp, err)
+		}
+		// After the switch the bytes are WebSocket data to the allowed
+		// host, whatever they look like.
+		frame := get("other.test")
+		io.WriteString(conn, frame)
+		echo := make([]byte, len(frame))
+		if _, err := io.ReadFull(br, echo); err != nil || string(echo) != frame {
+			t.Fatalf("echo %q, %v", echo, err)
+		}
+	})
+
+	t.Run("ignored: still HTTP", func(t *testing.T) {
+		before := h.counters.Snapshot()[ReasonHost]
+		conn := dialFlow(t, h, "20.0.0.10:80")
+		br := bufio.NewReader(conn)
+		io.WriteString(conn, upgrade)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("answer to an ignored upgrade %v, %v", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		io.WriteString(conn, get("other.test"))
+		if resp, err := http.ReadResponse(br, nil); err == nil {
+			t.Errorf("a request with Host other.test after an ignored upgrade was answered: %s", resp.Status)
+		}
+		if got := up.requests(); len(got) != 1 || got[0] != allowedHost+" 0" {
+			t.Errorf("the upstream got %q, want only the upgrade request", got)
+		}
+		if n := h.counters.Snapshot()[ReasonHost]; n != before+1 {
+			t.Errorf("host_mismatch count %d, want %d", n, before+1)
+		}
+	})
 }

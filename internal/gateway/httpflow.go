@@ -23,10 +23,8 @@ import (
 // Refused outright, since after them the gateway could no longer tell which
 // host a request names:
 //   - CONNECT (a tunnel to anywhere);
-//   - any Upgrade (h2c carries an :authority per stream; a WebSocket upgrade
-//     turns the flow opaque only once the upstream answers 101, and the
-//     gateway does not parse responses, so an unanswered Upgrade would be
-//     a tunnel: plaintext ws:// is refused, wss:// is decided by its SNI);
+//   - any Upgrade but a WebSocket one on the flow's first request (h2c
+//     carries an :authority per stream; see upgradeGate for WebSocket);
 //   - the HTTP/2 prior-knowledge preface ("PRI * HTTP/2.0") and any version
 //     but HTTP/1.0 and HTTP/1.1.
 
@@ -68,10 +66,14 @@ type requestStream struct {
 	// error closes the flow.
 	check func(authority string) error
 
-	state   int
-	remain  uint64 // body or chunk bytes still to forward
-	scanned int    // bytes of the current head or line already searched for its end
-	rows    int    // trailer rows so far
+	// gate, when set, lets the first request upgrade to WebSocket.
+	gate *upgradeGate
+
+	requests int // request heads decided so far
+	state    int
+	remain   uint64 // body or chunk bytes still to forward
+	scanned  int    // bytes of the current head or line already searched for its end
+	rows     int    // trailer rows so far
 }
 
 const (
@@ -106,8 +108,13 @@ func (s *requestStream) step(p []byte) (int, error) {
 		if end < 0 || err != nil {
 			return 0, err
 		}
-		if err := s.head(p[:end]); err != nil {
+		upgrade, err := s.head(p[:end])
+		if err != nil {
 			return 0, err
+		}
+		s.requests++
+		if upgrade {
+			return end, errAwaitUpgrade
 		}
 		return end, nil
 	case stBody, stChunkData:
@@ -187,27 +194,31 @@ func (s *requestStream) findEnd(p, sep []byte, limit int, what string) (int, err
 }
 
 // head checks one whole request head (ending in the empty line) and sets
-// the framing of its body.
-func (s *requestStream) head(h []byte) error {
+// the framing of its body. upgrade reports an allowed WebSocket upgrade:
+// nothing more may be forwarded before the upstream's answer.
+func (s *requestStream) head(h []byte) (upgrade bool, err error) {
+	if s.requests == 0 && s.gate != nil {
+		defer func() { s.gate.decide(upgrade) }()
+	}
 	if err := checkLineBytes(h); err != nil {
-		return err
+		return false, err
 	}
 	first, rest, _ := bytes.Cut(h[:len(h)-2], []byte("\r\n"))
 	req, err := requestLine(first)
 	if err != nil {
-		return err
+		return false, err
 	}
-	var hosts, lengths [][]byte
+	var hosts, lengths, upgrades [][]byte
 	var te []byte
 	for rows := 0; len(rest) > 0; rows++ {
 		if rows == maxHeaderRows {
-			return syntaxErr("more than %d header fields", maxHeaderRows)
+			return false, syntaxErr("more than %d header fields", maxHeaderRows)
 		}
 		var l []byte
 		l, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, value, err := field(l)
 		if err != nil {
-			return err
+			return false, err
 		}
 		switch {
 		case asciiEqualFold(name, "host"):
@@ -220,32 +231,41 @@ func (s *requestStream) head(h []byte) error {
 			}
 			te = append(te, value...)
 		case asciiEqualFold(name, "upgrade"):
-			return &flowRefusal{ReasonHTTPUpgrade, fmt.Sprintf("Upgrade: %.40q on a plaintext flow (h2c and ws:// are not offered; use TLS)", value)}
+			upgrades = append(upgrades, value)
 		}
 	}
 	if len(hosts) > 1 {
-		return syntaxErr("%d Host fields", len(hosts))
+		return false, syntaxErr("%d Host fields", len(hosts))
 	}
 	if len(hosts) == 0 && req.http11 {
-		return syntaxErr("HTTP/1.1 request without Host")
+		return false, syntaxErr("HTTP/1.1 request without Host")
 	}
 	if len(hosts) == 1 {
 		if err := s.checkAuthority(hosts[0]); err != nil {
-			return err
+			return false, err
 		}
 	} else if req.authority == nil {
 		// HTTP/1.0 without Host: the check decides whether no name is
 		// acceptable (it is only on a flow allowed by address).
 		if err := s.check(""); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if req.authority != nil {
 		if err := s.checkAuthority(req.authority); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return s.framing(req, lengths, te)
+	if err := s.framing(req, lengths, te); err != nil {
+		return false, err
+	}
+	if len(upgrades) == 0 {
+		return false, nil
+	}
+	if len(upgrades) > 1 || !asciiEqualFold(upgrades[0], "websocket") || s.gate == nil || s.requests > 0 || !req.get || s.state != stHead {
+		return false, &flowRefusal{ReasonHTTPUpgrade, fmt.Sprintf("Upgrade: %.40q on a plaintext flow (only a WebSocket upgrade as the first request, a GET without a body; h2c is not offered)", bytes.Join(upgrades, []byte(", ")))}
+	}
+	return true, nil
 }
 
 // checkAuthority checks a Host or an absolute-form authority: its syntax
@@ -349,6 +369,7 @@ func chunkedLast(te []byte) error {
 // requestHead is what the gateway needs of a request line.
 type requestHead struct {
 	http11 bool
+	get    bool
 	// authority is an absolute-form target's host[:port], nil for origin-
 	// and asterisk-form.
 	authority []byte
@@ -364,7 +385,7 @@ func requestLine(l []byte) (requestHead, error) {
 	if !ok1 || !ok2 || !isTchars(method) || len(target) == 0 {
 		return requestHead{}, syntaxErr("request line %.80q", l)
 	}
-	var r requestHead
+	r := requestHead{get: string(method) == "GET"}
 	switch string(version) {
 	case "HTTP/1.1":
 		r.http11 = true
@@ -514,9 +535,28 @@ func asciiEqualFold(b []byte, s string) bool {
 // copyRequests copies src to dst, deciding every request (requestStream):
 // only decided bytes are written, exactly as read, and the first refusal
 // ends the copy with its *flowRefusal.
-func copyRequests(dst io.Writer, src io.Reader, check func(string) error) error {
-	s := &requestStream{check: check}
-	return copyDecided(dst, src, s.advance)
+//
+// With a gate, the first request may be a WebSocket upgrade: its head is
+// forwarded, then nothing until the upstream's answer: after a 101 the rest
+// is copied as is (WebSocket frames, to the host the upgrade named), after
+// any other answer every request is decided again as before.
+func copyRequests(dst io.Writer, src io.Reader, check func(string) error, gate *upgradeGate) error {
+	if gate != nil {
+		defer gate.decide(false)
+	}
+	br := bufio.NewReaderSize(src, maxHead)
+	s := &requestStream{check: check, gate: gate}
+	err := copyDecided(dst, br, s.advance)
+	if !errors.Is(err, errAwaitUpgrade) {
+		return err
+	}
+	if gate.switched() {
+		if _, err := br.WriteTo(dst); err != nil {
+			return err
+		}
+		return io.EOF
+	}
+	return copyDecided(dst, br, s.advance)
 }
 
 // copyDecided copies src to dst as advance decides: advance is given the
@@ -524,8 +564,7 @@ func copyRequests(dst io.Writer, src io.Reader, check func(string) error) error 
 // forward; the rest waits for more bytes. The reader's buffer is the copy
 // buffer, so memory is constant whatever the stream carries, and an
 // element advance must see whole (a head, a record) is at most maxHead.
-func copyDecided(dst io.Writer, src io.Reader, advance func([]byte) (int, error)) error {
-	br := bufio.NewReaderSize(src, maxHead)
+func copyDecided(dst io.Writer, br *bufio.Reader, advance func([]byte) (int, error)) error {
 	need := 1
 	for {
 		_, err := br.Peek(need) // blocks until need bytes, an error, or a full buffer

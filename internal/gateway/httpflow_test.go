@@ -113,7 +113,7 @@ func TestCopyRequests(t *testing.T) {
 				r    io.Reader
 			}{{"whole", strings.NewReader(c.in)}, {"byte by byte", iotest.OneByteReader(strings.NewReader(c.in))}} {
 				var out bytes.Buffer
-				err := copyRequests(&out, r.r, check)
+				err := copyRequests(&out, r.r, check, nil)
 				if out.String() != want {
 					t.Errorf("%s: forwarded %.200q, want %.200q", r.name, out.String(), want)
 				}
@@ -147,7 +147,7 @@ func TestCopyRequestsLargeBodies(t *testing.T) {
 	allowed := in.Len()
 	in.WriteString(get("other.test"))
 	var out bytes.Buffer
-	err := copyRequests(&out, bytes.NewReader(in.Bytes()), hostCheck(t))
+	err := copyRequests(&out, bytes.NewReader(in.Bytes()), hostCheck(t), nil)
 	var fr *flowRefusal
 	if !errors.As(err, &fr) || fr.reason != ReasonHost {
 		t.Fatalf("err %v, want the request after the bodies refused", err)
@@ -170,13 +170,21 @@ func FuzzCopyRequests(f *testing.F) {
 		"GET / HTTP/1.1\nHost: " + allowedHost + "\n\n",
 		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 		"POST / HTTP/1.1\r\nHost: " + allowedHost + "\r\nTransfer-Encoding: chunked\r\n\r\n3;a=b\r\nabc\r\n0\r\nT: 1\r\n\r\n",
+		"GET /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nUpgrade: websocket\r\n\r\n" + get("other.test"),
 	} {
 		f.Add([]byte(s))
 	}
 	check := hostCheck(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// With a gate that never switches: a first-request upgrade is let
+		// through and every request after it is still decided.
+		gate := newUpgradeGate()
+		go func() {
+			<-gate.decided
+			gate.verdict <- false
+		}()
 		var out bytes.Buffer
-		err := copyRequests(&out, bytes.NewReader(in), check)
+		err := copyRequests(&out, bytes.NewReader(in), check, gate)
 		if !bytes.HasPrefix(in, out.Bytes()) {
 			t.Fatalf("forwarded bytes are not a prefix of the input:\nin  %q\nout %q", in, out.Bytes())
 		}
@@ -234,5 +242,79 @@ func TestHostCheckerFollowsThePolicy(t *testing.T) {
 	}
 	if err := check("x.test"); err == nil {
 		t.Fatal("x.test allowed after another name")
+	}
+}
+
+// TestCopyRequestsUpgradeGate: with a gate, a WebSocket upgrade on the
+// first request is forwarded and the copy waits for the upstream's answer:
+// after a 101 the rest passes as is, after anything else every request is
+// decided again; an upgrade anywhere else, or with a body, is refused.
+func TestCopyRequestsUpgradeGate(t *testing.T) {
+	up := "GET /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+	cases := []struct {
+		name     string
+		in       string
+		switched bool
+		forward  string
+		reason   string
+	}{
+		{"101: the rest is opaque", up + get("other.test"), true, up + get("other.test"), ""},
+		{"not switched: the next request is decided", up + get("other.test"), false, up, ReasonHost},
+		{"not switched: allowed requests go on", up + get(allowedHost), false, up + get(allowedHost), ""},
+		{"upgrade on a second request", get(allowedHost) + up, true, get(allowedHost), ReasonHTTPUpgrade},
+		{"upgrade with a body", "GET /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nUpgrade: websocket\r\nContent-Length: 3\r\n\r\nabc", true, "", ReasonHTTPUpgrade},
+		{"upgrade of a POST", "POST /ws HTTP/1.1\r\nHost: " + allowedHost + "\r\nUpgrade: websocket\r\n\r\n", true, "", ReasonHTTPUpgrade},
+		{"h2c on the first request", "GET / HTTP/1.1\r\nHost: " + allowedHost + "\r\nUpgrade: h2c\r\n\r\n", true, "", ReasonHTTPUpgrade},
+		{"two Upgrade fields", "GET / HTTP/1.1\r\nHost: " + allowedHost + "\r\nUpgrade: websocket\r\nUpgrade: h2c\r\n\r\n", true, "", ReasonHTTPUpgrade},
+		{"upgrade to another host", "GET /ws HTTP/1.1\r\nHost: other.test\r\nUpgrade: websocket\r\n\r\n", true, "", ReasonHost},
+	}
+	check := hostCheck(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gate := newUpgradeGate()
+			gate.verdict <- c.switched // buffered: taken only if an upgrade is let through
+			var out bytes.Buffer
+			err := copyRequests(&out, strings.NewReader(c.in), check, gate)
+			if out.String() != c.forward {
+				t.Errorf("forwarded %q, want %q", out.String(), c.forward)
+			}
+			var fr *flowRefusal
+			switch {
+			case c.reason == "" && !errors.Is(err, io.EOF):
+				t.Errorf("err %v, want the stream accepted to its end", err)
+			case c.reason != "" && (!errors.As(err, &fr) || fr.reason != c.reason):
+				t.Errorf("err %v, want a %s refusal", err, c.reason)
+			}
+		})
+	}
+}
+
+// TestUpgradeVerdict: the response side reads the first final response
+// head for its verdict, past 1xx interim ones, forwarding every byte.
+func TestUpgradeVerdict(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   string
+		want bool
+	}{
+		{"101", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\nframes", true},
+		{"100 then 101", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\n\r\n", true},
+		{"200", "HTTP/1.1 200 OK\r\nContent-Length: 26\r\n\r\nHTTP/1.1 101 Switching ...", false},
+		{"426", "HTTP/1.1 426 Upgrade Required\r\n\r\n", false},
+		{"closed before an answer", "HTTP/1.1 101 Swi", false},
+		{"not HTTP", "SSH-2.0-x\r\n\r\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gate := newUpgradeGate()
+			gate.decide(true)
+			var out bytes.Buffer
+			gate.copyResponses(&out, strings.NewReader(c.in))
+			if got := gate.switched(); got != c.want {
+				t.Errorf("switched %v, want %v", got, c.want)
+			}
+			if out.String() != c.in {
+				t.Errorf("forwarded %q, want %q", out.String(), c.in)
+			}
+		})
 	}
 }

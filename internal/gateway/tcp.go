@@ -163,13 +163,14 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	refuse := func(r *flowRefusal) { g.refused(r.reason, f.Dst, f.Domain, r.why) }
 	switch first.kind {
 	case kindHTTP:
+		gate := newUpgradeGate()
 		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
-			return copyRequests(dst, src, hostChecker(g.cfg.Policy, f.Domain))
-		})
+			return copyRequests(dst, src, hostChecker(g.cfg.Policy, f.Domain), gate)
+		}, gate.copyResponses)
 	case kindTLS:
 		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
 			return copyTLSRecords(dst, src, first.name)
-		})
+		}, nil)
 	default:
 		splice(replay, up)
 	}
@@ -199,16 +200,20 @@ func hostChecker(h *egress.Holder, domain string) func(string) error {
 }
 
 // spliceGuarded is splice with the client→upstream direction copied by
-// guard, which decides what of the client's stream is forwarded. A guard's
+// guard, which decides what of the client's stream is forwarded, and the
+// other by answers (nil: a plain copy). A guard's
 // refusal (*flowRefusal) is given to refuse and ends the flow: nothing more
 // of the client's is forwarded, the upstream's write side is closed so that
 // it answers what was forwarded before (pipelined requests that were
 // allowed) and closes, within refusalDrain, and then both ends are closed.
-func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard func(dst io.Writer, src io.Reader) error) {
+func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard, answers func(dst io.Writer, src io.Reader) error) {
+	if answers == nil {
+		answers = func(dst io.Writer, src io.Reader) error { _, err := io.Copy(dst, src); return err }
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(client, up)
+		_ = answers(client, up)
 		if cw, ok := client.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -166,7 +167,7 @@ func helloSNI(msg []byte) (string, error) {
 // *flowRefusal.
 func copyTLSRecords(dst io.Writer, src io.Reader, sni string) error {
 	s := &tlsStream{sni: sni}
-	return copyDecided(dst, src, s.advance)
+	return copyDecided(dst, bufio.NewReaderSize(src, maxHead), s.advance)
 }
 
 // advance decides the whole records at p's start.
