@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +40,16 @@ type egressNet struct {
 	// canaries counts connections accepted per HOST:PORT by listeners that
 	// must never see one (serveCanary).
 	canaries map[string]*atomic.Int64
+
+	mu    sync.Mutex
+	hosts map[string][]string // the Host of every request per upstream address, in order
+}
+
+// hostsAt returns the Host headers of the requests that reached addr.
+func (e *egressNet) hostsAt(addr string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.hosts[addr]...)
 }
 
 // Addresses inside the egress namespace.
@@ -63,7 +75,7 @@ func newEgressNet(t *testing.T) *egressNet {
 	var b [4]byte
 	rand.Read(b[:])
 	os.MkdirAll("/run/netns", 0o755)
-	e := &egressNet{t: t, name: "spc-egress-" + hex.EncodeToString(b[:]), hits: map[string]*atomic.Int64{}, canaries: map[string]*atomic.Int64{}}
+	e := &egressNet{t: t, name: "spc-egress-" + hex.EncodeToString(b[:]), hits: map[string]*atomic.Int64{}, canaries: map[string]*atomic.Int64{}, hosts: map[string][]string{}}
 	e.path = "/run/netns/" + e.name
 	e.ip("netns", "add", e.name)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", e.name).Run() })
@@ -148,6 +160,9 @@ func (e *egressNet) serveHTTP(addr string) {
 	e.hits[addr] = n
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
+		e.mu.Lock()
+		e.hosts[addr] = append(e.hosts[addr], r.Host)
+		e.mu.Unlock()
 		if r.URL.Path == "/redirect" {
 			http.Redirect(w, r, "http://"+upMetadata+"/latest/meta-data/", http.StatusFound)
 			return
@@ -356,6 +371,30 @@ func testEgressPolicy(t *testing.T, e *egressNet, in *instance, runtime string) 
 		if counts[reason] == 0 {
 			t.Errorf("no %s refusal counted in the node's metrics: %v", reason, counts)
 		}
+	}
+
+	// Every request on a keep-alive flow is decided, not only the first: a
+	// second request naming another host on the connection allowed for
+	// allowed.test closes it before it reaches the upstream (domain
+	// fronting on a shared address), whether it waits for the first
+	// answer or is pipelined behind it; a flow of allowed requests works.
+	before := len(e.hostsAt(upAllowed))
+	for name, line := range map[string]string{
+		"keep-alive": `(printf 'GET /1 HTTP/1.1\r\nHost: allowed.test\r\n\r\n'; sleep 1; printf 'GET /2 HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n'; sleep 2) | nc -w 10 ` + upAllowed + ` 80`,
+		"pipelined":  `printf 'GET /1 HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET http://denied.test/ HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n' | nc -w 10 ` + upAllowed + ` 80`,
+		"allowed":    `printf 'GET /1 HTTP/1.1\r\nHost: allowed.test\r\n\r\nPOST /2 HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /3 HTTP/1.1\r\nHost: allowed.test:80\r\nConnection: close\r\n\r\n' | nc -w 10 ` + upAllowed + ` 80`,
+	} {
+		r := in.sh(sb.ID, line)
+		want := 1
+		if name == "allowed" {
+			want = 3
+		}
+		if got := strings.Count(r.Stdout, "upstream "+upAllowed+" host allowed.test"); got != want || strings.Contains(r.Stdout, "denied.test") {
+			t.Errorf("%s: %d answers from allowed.test, want %d (and none for denied.test): %+v", name, got, want, r)
+		}
+	}
+	if got := e.hostsAt(upAllowed)[before:]; len(got) != 5 || slices.Contains(got, "denied.test") {
+		t.Errorf("Hosts that reached %s on the keep-alive flows: %q, want 5 requests for allowed.test", upAllowed, got)
 	}
 
 	// A live update opens the raw address without a restart.

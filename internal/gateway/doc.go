@@ -24,8 +24,11 @@
 //     DNS (dnsgw.NameTable); refused ones get a RST before any handshake;
 //   - an allowed one is dialled upstream first (so an unreachable
 //     destination looks unreachable), then accepted; its first bytes are
-//     read: a TLS ClientHello's SNI or an HTTP request's Host must name the
-//     domain the connection was allowed for, else the flow is closed;
+//     read: a TLS ClientHello's SNI must name the domain the connection was
+//     allowed for, else the flow is closed; a plaintext HTTP flow has every
+//     request's Host decided (copyRequests, httpflow.go), and a TLS flow's
+//     later records are followed (copyTLSRecords, tlsflow.go), for as long
+//     as the flow lasts;
 //   - a TLS flow to a host with a credential rule is handed to the
 //     interceptor (internal/gateway/intercept), which adds the credential to
 //     each request on the way out; every other flow is spliced byte for

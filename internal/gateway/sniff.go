@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"os"
 	"time"
 )
 
@@ -24,27 +22,33 @@ const (
 // span records: post-quantum key shares are large) or an HTTP request head.
 const maxSniff = 64 << 10
 
-// errNothingSent: the client sent nothing before the sniff deadline (a
-// protocol where the server speaks first).
+// errNothingSent: the client sent nothing first: it closed, or the sniff
+// deadline passed (errSilent).
 var errNothingSent = errors.New("client sent nothing first")
+
+// errSilent: the sniff deadline passed before the client's first byte.
+var errSilent = fmt.Errorf("%w before the sniff deadline", errNothingSent)
 
 type firstBytes struct {
 	kind int
-	// name is the TLS SNI or the HTTP Host ("" when absent).
+	// name is the TLS SNI ("" when absent); an HTTP flow's Hosts are
+	// decided by copyRequests.
 	name string
 	// raw is every byte read, to be replayed.
 	raw []byte
 }
 
 // sniff reads the start of a client's stream: a TLS ClientHello gives its
-// SNI, an HTTP/1 request its Host; anything else is left alone. The
-// connection's read deadline bounds it.
+// SNI, an HTTP request line marks the flow as HTTP; anything else is left
+// alone. The connection's read deadline bounds it.
 func sniff(c net.Conn) (firstBytes, error) {
 	rec := &recorder{r: c, limit: maxSniff}
 	var one [1]byte
 	if _, err := io.ReadFull(rec, one[:]); err != nil {
-		var ne net.Error
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) {
+		if isTimeout(err) {
+			return firstBytes{raw: rec.buf}, errSilent
+		}
+		if errors.Is(err, io.EOF) {
 			return firstBytes{raw: rec.buf}, errNothingSent
 		}
 		return firstBytes{raw: rec.buf}, err
@@ -56,13 +60,13 @@ func sniff(c net.Conn) (firstBytes, error) {
 			return firstBytes{raw: rec.buf}, fmt.Errorf("TLS ClientHello: %w", err)
 		}
 		return firstBytes{kind: kindTLS, name: name, raw: rec.buf}, nil
-	case one[0] >= 'A' && one[0] <= 'Z':
-		host, isHTTP, err := httpHost(rec)
+	case isTchars(one[:]):
+		isHTTP, err := httpRequestLine(rec)
 		if err != nil {
 			return firstBytes{raw: rec.buf}, fmt.Errorf("HTTP request: %w", err)
 		}
 		if isHTTP {
-			return firstBytes{kind: kindHTTP, name: host, raw: rec.buf}, nil
+			return firstBytes{kind: kindHTTP, raw: rec.buf}, nil
 		}
 	}
 	return firstBytes{raw: rec.buf}, nil
@@ -122,40 +126,25 @@ func clientHelloSNI(rec *recorder) (string, error) {
 	return "", err
 }
 
-// httpHost reads an HTTP/1 request head and returns its Host. isHTTP is
-// false when the bytes are not an HTTP request line.
-func httpHost(rec *recorder) (host string, isHTTP bool, err error) {
+// httpRequestLine reads the first line of what may be an HTTP request: it
+// is one when it starts with a token and a space and names a version
+// ("HTTP/"), whatever the version (the h2 preface is one too, so that it is
+// refused rather than spliced). The request itself, this one and every
+// other on the flow, is parsed and decided by copyRequests. A first line
+// that starts like a request but does not end within maxSniff fails: a long
+// request line must not pass as "not HTTP".
+func httpRequestLine(rec *recorder) (isHTTP bool, err error) {
 	rec.rewind()
-	br := bufio.NewReaderSize(rec, 4096)
+	br := bufio.NewReaderSize(rec, maxSniff)
 	line, err := br.ReadSlice('\n')
+	method, _, spaced := bytes.Cut(line, []byte(" "))
+	if !spaced || !isTchars(method) {
+		return false, nil
+	}
 	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return "", false, nil
-		}
-		return "", false, err
+		return false, fmt.Errorf("request line not ended within %d bytes: %w", maxSniff, err)
 	}
-	method, rest, ok := bytes.Cut(line, []byte(" "))
-	if !ok || !isToken(method) || !bytes.Contains(rest, []byte(" HTTP/1.")) {
-		return "", false, nil
-	}
-	rec.rewind()
-	req, err := http.ReadRequest(bufio.NewReaderSize(rec, 4096))
-	if err != nil {
-		return "", true, err
-	}
-	return req.Host, true, nil
-}
-
-func isToken(b []byte) bool {
-	if len(b) == 0 || len(b) > 16 {
-		return false
-	}
-	for _, c := range b {
-		if c < 'A' || c > 'Z' {
-			return false
-		}
-	}
-	return true
+	return bytes.Contains(line, []byte(" HTTP/")), nil
 }
 
 // sniffConn is a read-only net.Conn over a recorder: what crypto/tls writes

@@ -103,12 +103,22 @@ func decide(p *egress.Policy, dst netip.AddrPort, domains []string) (egress.Deci
 }
 
 // serveFlow sniffs the client's first bytes, checks them against the domain
-// the flow was allowed for, and splices (or intercepts) it.
+// the flow was allowed for, and splices (or intercepts) it: a plaintext
+// HTTP flow request by request, a TLS flow record by record. A flow is
+// counted allowed when it is opened; a refusal later in it is counted too.
 func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	defer client.Close()
 	stop := context.AfterFunc(g.ctx, func() { client.Close(); up.Close() })
 	defer stop()
 	first, upHead, err := sniffOrServerFirst(client, up)
+	// Neither side spoke within the sniff deadline: the flow is not one
+	// where the server speaks first, so the client's first bytes, whenever
+	// they come, decide it as usual. A client waiting out the deadline must
+	// not get an unchecked splice (a late request with another Host, a late
+	// ClientHello with another SNI).
+	for errors.Is(err, errSilent) && len(upHead) == 0 {
+		first, upHead, err = sniffOrServerFirst(client, up)
+	}
 	if err != nil && !errors.Is(err, errNothingSent) {
 		up.Close()
 		g.refused(ReasonSniffFailure, f.Dst, f.Domain, err.Error())
@@ -118,18 +128,11 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 		up = &replayConn{Conn: up, head: upHead}
 	}
 	pol := g.cfg.Policy.Load()
-	switch first.kind {
-	case kindTLS:
+	if first.kind == kindTLS {
 		f.SNI = first.name
 		if d := pol.CheckSNI(f.Domain, first.name); !d.Allow {
 			up.Close()
 			g.refused(ReasonSNI, f.Dst, f.Domain, d.Reason)
-			return
-		}
-	case kindHTTP:
-		if d := pol.CheckHost(f.Domain, first.name); !d.Allow {
-			up.Close()
-			g.refused(ReasonHost, f.Dst, f.Domain, d.Reason)
 			return
 		}
 	}
@@ -156,8 +159,84 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 		return
 	}
 	g.cfg.Counters.add(g.cfg.Sandbox, ReasonAllowed)
-	splice(replay, up)
+	refuse := func(r *flowRefusal) { g.refused(r.reason, f.Dst, f.Domain, r.why) }
+	switch first.kind {
+	case kindHTTP:
+		gate := newUpgradeGate()
+		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
+			return copyRequests(dst, src, hostChecker(g.cfg.Policy, f.Domain), gate)
+		}, gate.copyResponses)
+	case kindTLS:
+		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
+			return copyTLSRecords(dst, src, first.name)
+		}, nil)
+	default:
+		splice(replay, up)
+	}
 }
+
+// hostChecker decides each request's Host on a flow allowed for domain with
+// the current policy. The last name allowed, under the same policy, is not
+// decided again: a keep-alive flow repeats one Host.
+func hostChecker(h *egress.Holder, domain string) func(string) error {
+	var (
+		allowed    bool
+		lastPolicy *egress.Policy
+		lastHost   string
+	)
+	return func(host string) error {
+		p := h.Load()
+		if allowed && p == lastPolicy && host == lastHost {
+			return nil
+		}
+		allowed = false
+		if d := p.CheckHost(domain, host); !d.Allow {
+			return &flowRefusal{ReasonHost, d.Reason}
+		}
+		allowed, lastPolicy, lastHost = true, p, host
+		return nil
+	}
+}
+
+// spliceGuarded is splice with the client→upstream direction copied by
+// guard, which decides what of the client's stream is forwarded, and the
+// other by answers (nil: a plain copy). A guard's
+// refusal (*flowRefusal) is given to refuse and ends the flow: nothing more
+// of the client's is forwarded, the upstream's write side is closed so that
+// it answers what was forwarded before (pipelined requests that were
+// allowed) and closes, within refusalDrain, and then both ends are closed.
+func spliceGuarded(client, up net.Conn, refuse func(*flowRefusal), guard, answers func(dst io.Writer, src io.Reader) error) {
+	if answers == nil {
+		answers = func(dst io.Writer, src io.Reader) error { _, err := io.Copy(dst, src); return err }
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = answers(client, up)
+		if cw, ok := client.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			client.Close()
+		}
+	}()
+	err := guard(up, client)
+	if r := (*flowRefusal)(nil); errors.As(err, &r) {
+		refuse(r)
+		up.SetReadDeadline(time.Now().Add(refusalDrain))
+	}
+	if cw, ok := up.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		up.Close()
+	}
+	<-done
+	client.Close()
+	up.Close()
+}
+
+// refusalDrain bounds how long a refused flow's upstream may take to answer
+// the requests forwarded before the refusal.
+const refusalDrain = 5 * time.Second
 
 // sniffOrServerFirst sniffs the client's first bytes (sniff), unless the
 // upstream speaks first: then the client, waiting for it, will send nothing
