@@ -183,5 +183,5 @@ func benchChecker(b *testing.B) func(string) error {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return hostChecker(egress.NewHolder(p), allowedHost)
+	return hostChecker(egress.NewHolder(p), candidates{names: []string{allowedHost}})
 }

@@ -120,6 +120,13 @@ type harness struct {
 
 func startHarness(t testing.TB, policy string) *harness {
 	t.Helper()
+	return startHarnessResolving(t, policy, fakeResolver{"api.allowed.test": {netip.MustParseAddr("20.0.0.10")}, "other.test": {netip.MustParseAddr("20.0.0.11")}, "internal.test": {netip.MustParseAddr("10.1.2.3")}})
+}
+
+// startHarnessResolving is startHarness with the names the gateway's DNS
+// upstream knows.
+func startHarnessResolving(t testing.TB, policy string, names fakeResolver) *harness {
+	t.Helper()
 	link, g := gatewaytest.NewLink(t)
 	p, err := egress.ParsePolicy([]byte(policy))
 	if err != nil {
@@ -138,7 +145,7 @@ func startHarness(t testing.TB, policy string) *harness {
 	gw, err := Attach(link, Config{
 		Sandbox: "sb1", Execution: "ex1",
 		Policy:   egress.NewHolder(p),
-		Upstream: fakeResolver{"api.allowed.test": {netip.MustParseAddr("20.0.0.10")}, "other.test": {netip.MustParseAddr("20.0.0.11")}, "internal.test": {netip.MustParseAddr("10.1.2.3")}},
+		Upstream: names,
 		Dialer:   h.dialer, Counters: h.counters,
 	})
 	if err != nil {

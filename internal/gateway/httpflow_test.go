@@ -227,7 +227,7 @@ func TestHostCheckerFollowsThePolicy(t *testing.T) {
 	open, _ := egress.ParsePolicy([]byte(`{"allow_internet": true}`))
 	deny, _ := egress.ParsePolicy([]byte(`{"allow_internet": true, "deny": {"domains": ["x.test"]}}`))
 	h := egress.NewHolder(open)
-	check := hostChecker(h, "")
+	check := hostChecker(h, candidates{raw: true})
 	for i := 0; i < 2; i++ {
 		if err := check("x.test"); err != nil {
 			t.Fatalf("request %d: %v", i, err)

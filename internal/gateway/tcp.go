@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +48,8 @@ func (g *Sandbox) forwardTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	d, domain := decide(g.cfg.Policy.Load(), dst, g.names.Domains(dst.Addr()))
+	d, c := decide(g.cfg.Policy.Load(), dst, g.names.Domains(dst.Addr()))
+	domain := c.initial()
 	if !d.Allow {
 		release()
 		g.refused(ReasonPolicy, dst, domain, d.Reason)
@@ -77,36 +79,91 @@ func (g *Sandbox) forwardTCP(r *tcp.ForwarderRequest) {
 	go func() {
 		defer g.wg.Done()
 		defer release()
-		g.serveFlow(client, up, Flow{Dst: dst, Domain: domain})
+		g.serveFlow(client, up, Flow{Dst: dst, Domain: domain}, c)
 	}()
 }
 
-// decide picks the domain a connection to dst is made for: of the names the
-// sandbox resolved to dst through the gateway, the first the policy allows
-// for this connection; else the raw-address decision.
-func decide(p *egress.Policy, dst netip.AddrPort, domains []string) (egress.Decision, string) {
-	var first egress.Decision
+// candidates is what a connection the policy allowed may be for: the names
+// the sandbox resolved to its address through the gateway that the policy
+// allows on its port, and whether the raw address is allowed as well. The
+// client's first bytes (SNI, Host) pick one of them (forName).
+type candidates struct {
+	names []string
+	raw   bool
+}
+
+// initial is the domain a flow is logged with before its first bytes: the
+// first allowed name, else none.
+func (c candidates) initial() string {
+	if len(c.names) > 0 {
+		return c.names[0]
+	}
+	return ""
+}
+
+// forName is the domain a flow whose client presented name (an SNI or a
+// Host, "" for none) is for: that name when it is one of the allowed names
+// (several names share an address on a CDN), else the raw address when it
+// is allowed (the name is then checked against the deny domains only, as on
+// any raw-address flow), else the first allowed name, whose check refuses
+// the flow and says why.
+func (c candidates) forName(name string) string {
+	n := strings.ToLower(strings.TrimSuffix(hostOnly(name), "."))
+	for _, d := range c.names {
+		if d == n {
+			return d
+		}
+	}
+	if c.raw {
+		return ""
+	}
+	return c.initial()
+}
+
+// hostOnly strips a port from an HTTP Host ("a.test:8080", "[::1]:80").
+func hostOnly(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return host
+}
+
+// decide decides a connection to dst by the policy, for each of the names
+// the sandbox resolved to dst through the gateway and for the raw address:
+// it is allowed when any of them is, and the allowed ones are its
+// candidates. A refusal gives the reason of the first name (or of the raw
+// address when there is none).
+func decide(p *egress.Policy, dst netip.AddrPort, domains []string) (egress.Decision, candidates) {
+	var c candidates
+	var first, allowed egress.Decision
 	for i, name := range domains {
 		d := p.AllowConnection(dst.Addr(), dst.Port(), name)
 		if d.Allow {
-			return d, name
+			if len(c.names) == 0 {
+				allowed = d
+			}
+			c.names = append(c.names, name)
 		}
 		if i == 0 {
 			first = d
 		}
 	}
-	d := p.AllowConnection(dst.Addr(), dst.Port(), "")
-	if !d.Allow && len(domains) > 0 {
-		return first, domains[0]
+	raw := p.AllowConnection(dst.Addr(), dst.Port(), "")
+	c.raw = raw.Allow
+	switch {
+	case len(c.names) > 0:
+		return allowed, c
+	case raw.Allow || len(domains) == 0:
+		return raw, c
 	}
-	return d, ""
+	return first, candidates{names: domains[:1]}
 }
 
 // serveFlow sniffs the client's first bytes, checks them against the domain
 // the flow was allowed for, and splices (or intercepts) it: a plaintext
 // HTTP flow request by request, a TLS flow record by record. A flow is
 // counted allowed when it is opened; a refusal later in it is counted too.
-func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
+func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow, c candidates) {
 	defer client.Close()
 	stop := context.AfterFunc(g.ctx, func() { client.Close(); up.Close() })
 	defer stop()
@@ -126,6 +183,9 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	}
 	if len(upHead) > 0 {
 		up = &replayConn{Conn: up, head: upHead}
+	}
+	if first.kind == kindTLS {
+		f.Domain = c.forName(first.name)
 	}
 	pol := g.cfg.Policy.Load()
 	if first.kind == kindTLS {
@@ -164,7 +224,7 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	case kindHTTP:
 		gate := newUpgradeGate()
 		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
-			return copyRequests(dst, src, hostChecker(g.cfg.Policy, f.Domain), gate)
+			return copyRequests(dst, src, hostChecker(g.cfg.Policy, c), gate)
 		}, gate.copyResponses)
 	case kindTLS:
 		spliceGuarded(replay, up, refuse, func(dst io.Writer, src io.Reader) error {
@@ -175,16 +235,23 @@ func (g *Sandbox) serveFlow(client net.Conn, up net.Conn, f Flow) {
 	}
 }
 
-// hostChecker decides each request's Host on a flow allowed for domain with
-// the current policy. The last name allowed, under the same policy, is not
-// decided again: a keep-alive flow repeats one Host.
-func hostChecker(h *egress.Holder, domain string) func(string) error {
+// hostChecker decides each request's Host on a flow with the current
+// policy. The first request's Host picks the domain the flow is for among
+// its candidates (forName); every later one must name the same. The last
+// name allowed, under the same policy, is not decided again: a keep-alive
+// flow repeats one Host.
+func hostChecker(h *egress.Holder, c candidates) func(string) error {
 	var (
+		chosen     bool
+		domain     string
 		allowed    bool
 		lastPolicy *egress.Policy
 		lastHost   string
 	)
 	return func(host string) error {
+		if !chosen {
+			domain, chosen = c.forName(host), true
+		}
 		p := h.Load()
 		if allowed && p == lastPolicy && host == lastHost {
 			return nil
