@@ -449,7 +449,7 @@ func TestResolveStoreDown(t *testing.T) {
 	cp := newCredPlane(t)
 	sb := cp.with(t).create(`{"template":"minimal"}`)
 	cur, _ := cp.st.GetSandboxByID(t.Context(), sb.ID)
-	cp.createCred(t, cp.key, `{"name":"n","secret":"s3","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
+	cp.createCred(t, cp.key, `{"name":"n","secret":"s3-long-enough","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
 	cp.audit.Close()
 	code, out, e := cp.resolve(t, testJoinToken, "n1", nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "a.example.com"})
 	if code != http.StatusServiceUnavailable || len(out.Secret) != 0 {
@@ -469,7 +469,7 @@ func TestDeleteTenantPurgesCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cp.createCred(t, cp.other, `{"name":"n","secret":"s3","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
+	c := cp.createCred(t, cp.other, `{"name":"n","secret":"s3-long-enough","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
 	otherTenant := c.Scope.Tenant
 	if code, b := cp.call(t, adminKey, http.MethodDelete, "/v1/tenants/"+otherTenant, ""); code != http.StatusNoContent {
 		t.Fatalf("delete tenant: HTTP %d %s", code, b)

@@ -115,6 +115,8 @@ type Interceptor struct {
 	Log *slog.Logger
 	// Timeouts bounds every wait; zero fields take defaults.
 	Timeouts Timeouts
+	// Counters, if set, counts redactions and unscannable responses.
+	Counters *Counters
 }
 
 func (ic *Interceptor) validate() error {
