@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -29,7 +30,11 @@ type injected struct {
 // form: an occurrence in it cannot include a marker, so it would be in the
 // input untouched, where it was found and overwritten.
 type redactor struct {
-	m      *matcher
+	m *matcher
+	// fold finds the forms in any ASCII case, for header names: net/http
+	// canonicalises their case as it reads them, and a secret with its
+	// case changed is most of the secret.
+	fold   *matcher
 	marker byte
 	creds  []string // credential id per pattern id
 	forms  int      // number of patterns, for tests and the log
@@ -80,7 +85,21 @@ func newRedactor(secrets []injected) (*redactor, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.m, r.forms = m, len(patterns)
+	var folded [][]byte
+	var foldIDs []int
+	seen := map[string]bool{}
+	for i, p := range patterns {
+		l := bytes.ToLower(p)
+		if !seen[string(l)] {
+			seen[string(l)] = true
+			folded, foldIDs = append(folded, l), append(foldIDs, ids[i])
+		}
+	}
+	fold, err := newMatcher(folded, foldIDs)
+	if err != nil {
+		return nil, err
+	}
+	r.m, r.fold, r.forms = m, fold, len(patterns)
 	return r, nil
 }
 
@@ -101,13 +120,14 @@ func (t tally) total() int {
 // count once.
 type scanner struct {
 	r       *redactor
+	m       *matcher // r.m, or r.fold
 	state   int32
 	markEnd int64 // absolute offset one past the last overwritten byte
 	counts  tally
 }
 
 func (r *redactor) scanner() *scanner {
-	return &scanner{r: r, counts: make(tally, len(r.creds))}
+	return &scanner{r: r, m: r.m, counts: make(tally, len(r.creds))}
 }
 
 // scan feeds buf[from:] to the automaton and overwrites every occurrence
@@ -115,7 +135,7 @@ func (r *redactor) scanner() *scanner {
 // occurrence that began before from must still be in buf[:from] (the
 // caller holds back held() bytes).
 func (sc *scanner) scan(buf []byte, from int, base int64) {
-	m := sc.r.m
+	m := sc.m
 	s := sc.state
 	if d := m.dense; d != nil {
 		n := m.nclass
@@ -137,7 +157,7 @@ func (sc *scanner) scan(buf []byte, from int, base int64) {
 }
 
 func (sc *scanner) mark(buf []byte, i int, s int32, base int64) {
-	m := sc.r.m
+	m := sc.m
 	end := base + int64(i) + 1
 	start := end - int64(m.outLen[s])
 	if start >= sc.markEnd {
@@ -152,7 +172,7 @@ func (sc *scanner) mark(buf []byte, i int, s int32, base int64) {
 
 // held is how many trailing bytes of what was scanned must wait for more
 // input before they can be released.
-func (sc *scanner) held() int { return sc.r.m.held(sc.state) }
+func (sc *scanner) held() int { return sc.m.held(sc.state) }
 
 // redactString returns s with every occurrence overwritten, counting them
 // into t.
@@ -169,11 +189,35 @@ func (r *redactor) redactString(s string, t tally) string {
 	return string(buf)
 }
 
+// redactName returns the header name k with every form overwritten in any
+// ASCII case, counting them into t.
+func (r *redactor) redactName(k string, t tally) string {
+	sc := &scanner{r: r, m: r.fold, counts: make(tally, len(r.creds))}
+	lower := []byte(strings.ToLower(k))
+	if len(lower) != len(k) {
+		return r.redactString(k, t) // not ASCII: ToLower changed lengths
+	}
+	sc.scan(lower, 0, 0)
+	if sc.counts.total() == 0 {
+		return k
+	}
+	out := []byte(k)
+	for i := range out {
+		if lower[i] == r.marker && k[i] != r.marker {
+			out[i] = r.marker
+		}
+	}
+	for i, c := range sc.counts {
+		t[i] += c
+	}
+	return string(out)
+}
+
 // redactHeader redacts every name and value of h in place, counting the
-// occurrences into t.
+// occurrences into t. Names are matched in any case.
 func (r *redactor) redactHeader(h http.Header, t tally) {
 	for k, vs := range h {
-		nk := r.redactString(k, t)
+		nk := r.redactName(k, t)
 		for i, v := range vs {
 			vs[i] = r.redactString(v, t)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -344,5 +345,36 @@ func FuzzRedactingBody(f *testing.F) {
 		if s := r.redactString(string(data), make(tally, len(r.creds))); s != string(want) {
 			t.Fatalf("redactString differs from the reference:\n got %q\nwant %q", s, want)
 		}
+		name := r.redactName(string(data), make(tally, len(r.creds)))
+		if len(name) != len(data) {
+			t.Fatalf("redactName changed the length of %q to %q", data, name)
+		}
+		if lower := strings.ToLower(name); len(lower) == len(name) {
+			for _, f := range forms {
+				if strings.Contains(lower, strings.ToLower(string(f))) {
+					t.Fatalf("redacted name %q still holds form %q in some case", name, f)
+				}
+			}
+		}
 	})
+}
+
+func TestRedactHeaderNamesInAnyCase(t *testing.T) {
+	secret := "sk-SECRET-header-7f3a"
+	r := mustRedactor(t, secret)
+	h := http.Header{
+		// What net/http makes of "X-sk-SECRET-header-7f3a" as it reads it.
+		http.CanonicalHeaderKey("X-" + secret): {"v"},
+		"X-Plain": {"sk-secret-header-7f3a"}, // a value keeps its case: not this secret
+	}
+	counts := make(tally, 1)
+	r.redactHeader(h, counts)
+	for k := range h {
+		if strings.Contains(strings.ToLower(k), strings.ToLower(secret)) {
+			t.Errorf("header name %q still holds the secret", k)
+		}
+	}
+	if counts.total() != 1 {
+		t.Errorf("%d redactions counted, want 1 (the name)", counts.total())
+	}
 }
