@@ -365,7 +365,7 @@ func TestRedactHeaderNamesInAnyCase(t *testing.T) {
 	h := http.Header{
 		// What net/http makes of "X-sk-SECRET-header-7f3a" as it reads it.
 		http.CanonicalHeaderKey("X-" + secret): {"v"},
-		"X-Plain": {"sk-secret-header-7f3a"}, // a value keeps its case: not this secret
+		"X-Plain":                              {"sk-secret-header-7f3a"}, // a value keeps its case: not this secret
 	}
 	counts := make(tally, 1)
 	r.redactHeader(h, counts)
