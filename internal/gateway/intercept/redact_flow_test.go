@@ -42,11 +42,14 @@ func checkNoForms(t *testing.T, where, text string) {
 }
 
 // echoValues are what the echoing upstream reflects: every request header
-// value and the raw query.
+// value, the raw query, and the password of a basic Authorization alone.
 func echoValues(r *http.Request) []string {
 	var vs []string
 	for _, v := range r.Header {
 		vs = append(vs, v...)
+	}
+	if _, pw, ok := r.BasicAuth(); ok {
+		vs = append(vs, "password="+pw)
 	}
 	return append(vs, r.URL.RawQuery)
 }
