@@ -29,7 +29,11 @@ type matcher struct {
 	outLen []int32
 	outID  []int32
 	edges  [][]edge // trie children, sorted by class
-	dense  []int32  // states*nclass transitions; nil for a sparse automaton
+	// dense holds states*nclass transitions, nil for a sparse automaton.
+	// An entry is the next state's row offset (state*nclass), bit-inverted
+	// when that state has an output, so the scan loop does one load, one
+	// add and one sign test per byte.
+	dense []int32
 }
 
 type edge struct {
@@ -122,6 +126,17 @@ func (m *matcher) link() {
 			m.dense[int(e.class)] = e.next
 		}
 	}
+	defer func() {
+		if dense {
+			for i, next := range m.dense {
+				v := next * int32(m.nclass)
+				if m.outLen[next] > 0 {
+					v = ^v
+				}
+				m.dense[i] = v
+			}
+		}
+	}()
 	for len(queue) > 0 {
 		s := queue[0]
 		queue = queue[1:]
@@ -161,12 +176,9 @@ func (m *matcher) step(s int32, c uint16) int32 {
 	}
 }
 
-// next is the transition from s on input byte b.
+// next is the transition from s on input byte b, for a sparse automaton.
 func (m *matcher) next(s int32, b byte) int32 {
 	c := m.class[b]
-	if m.dense != nil {
-		return m.dense[int(s)*m.nclass+int(c)]
-	}
 	if c == 0 {
 		return 0
 	}

@@ -138,13 +138,17 @@ func (sc *scanner) scan(buf []byte, from int, base int64) {
 	m := sc.m
 	s := sc.state
 	if d := m.dense; d != nil {
-		n := m.nclass
+		n := int32(m.nclass)
+		cls := &m.class
+		off := s * n
 		for i := from; i < len(buf); i++ {
-			s = d[int(s)*n+int(m.class[buf[i]])]
-			if m.outLen[s] > 0 {
-				sc.mark(buf, i, s, base)
+			off = d[off+int32(cls[buf[i]])]
+			if off < 0 {
+				off = ^off
+				sc.mark(buf, i, off/n, base)
 			}
 		}
+		s = off / n
 	} else {
 		for i := from; i < len(buf); i++ {
 			s = m.next(s, buf[i])
