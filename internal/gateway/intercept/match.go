@@ -20,6 +20,9 @@ import (
 type matcher struct {
 	class  [256]uint16
 	nclass int
+	// starts marks the bytes that begin some pattern: from the root
+	// state, the scan skips every other byte without a table lookup.
+	starts [256]bool
 	maxLen int
 
 	depth []int32 // length of the string a state stands for
@@ -72,6 +75,9 @@ func newMatcher(patterns [][]byte, ids []int) (*matcher, error) {
 		}
 	}
 	m.addState(0)
+	for _, p := range patterns {
+		m.starts[p[0]] = true
+	}
 	for i, p := range patterns {
 		s := int32(0)
 		for _, b := range p {

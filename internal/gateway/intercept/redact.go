@@ -141,7 +141,18 @@ func (sc *scanner) scan(buf []byte, from int, base int64) {
 		n := int32(m.nclass)
 		cls := &m.class
 		off := s * n
+		starts := &m.starts
 		for i := from; i < len(buf); i++ {
+			if off == 0 {
+				// At the root most bytes start nothing: skip them
+				// without the dependent table load.
+				for i < len(buf) && !starts[buf[i]] {
+					i++
+				}
+				if i == len(buf) {
+					break
+				}
+			}
 			off = d[off+int32(cls[buf[i]])]
 			if off < 0 {
 				off = ^off
@@ -151,6 +162,14 @@ func (sc *scanner) scan(buf []byte, from int, base int64) {
 		s = off / n
 	} else {
 		for i := from; i < len(buf); i++ {
+			if s == 0 {
+				for i < len(buf) && !m.starts[buf[i]] {
+					i++
+				}
+				if i == len(buf) {
+					break
+				}
+			}
 			s = m.next(s, buf[i])
 			if m.outLen[s] > 0 {
 				sc.mark(buf, i, s, base)
