@@ -120,11 +120,14 @@ func TestRedactEveryEncoding(t *testing.T) {
 func referenceRedact(data []byte, patterns [][]byte, marker byte) []byte {
 	out := bytes.Clone(data)
 	for _, p := range patterns {
-		for i := 0; i+len(p) <= len(data); i++ {
-			if bytes.Equal(data[i:i+len(p)], p) {
-				for j := i; j < i+len(p); j++ {
-					out[j] = marker
-				}
+		for i := 0; ; i++ {
+			j := bytes.Index(data[i:], p)
+			if j < 0 {
+				break
+			}
+			i += j
+			for k := i; k < i+len(p); k++ {
+				out[k] = marker
 			}
 		}
 	}
