@@ -413,3 +413,26 @@ func tokenOnly(s string) string {
 		return -1
 	}, s)
 }
+
+// shortSource hands out a credential too short to redact, as a source
+// that does not validate (the node's, which trusts the control plane)
+// might.
+type shortSource struct{}
+
+func (shortSource) Resolve(context.Context, credentials.Request) (*credentials.Credential, error) {
+	return &credentials.Credential{ID: "c-short", Secret: []byte("abc"),
+		Injection: credentials.Injection{Method: credentials.MethodHeader, Name: "X-Api-Key"}}, nil
+}
+
+func TestUnredactableSecretIsNotSent(t *testing.T) {
+	h := newHarness(t)
+	h.ic.Credentials = shortSource{}
+	c, _ := h.client(flowFor("api.example.com"))
+	resp, body := h.do(c, guestRequest(t, "api.example.com", "x"))
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "cannot be redacted") {
+		t.Errorf("got %d %q, want 502 saying the credential cannot be redacted", resp.StatusCode, body)
+	}
+	if n := len(h.seen()); n != 0 {
+		t.Errorf("upstream saw %d requests, want none", n)
+	}
+}

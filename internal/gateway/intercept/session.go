@@ -50,8 +50,9 @@ type session struct {
 
 	// secrets are the secrets injected so far on this connection, and red
 	// redacts them from every response from then on (nil before the
-	// first). Only the request loop's goroutine uses them; shutdown
-	// zeroes the copies.
+	// first). Only the request loop's goroutine uses them; forgetSecrets
+	// zeroes the copies when the connection ends (the automaton, which
+	// encodes the forms, is left to the garbage collector).
 	secrets []injected
 	red     *redactor
 }
