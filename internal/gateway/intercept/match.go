@@ -47,8 +47,12 @@ type edge struct {
 // maxDenseEntries bounds the dense transition table (4 bytes an entry).
 const maxDenseEntries = 1 << 18
 
-// maxMatcherStates bounds the automaton: the sum of the patterns' lengths.
-const maxMatcherStates = 16 << 20
+// maxMatcherStates bounds the automaton, the sum of the patterns' lengths,
+// and so the memory of one connection's redactor (about 50 bytes a state):
+// a secret of some 100 KiB of letters and digits, or 10 KiB of
+// punctuation (which every escaping writes differently), far more than API
+// keys, tokens and JWTs need. A secret past it is not used (502).
+const maxMatcherStates = 1 << 20
 
 // newMatcher builds a matcher for patterns; ids[i] is reported for
 // patterns[i]. Empty patterns are refused: they would match everywhere.

@@ -381,3 +381,11 @@ func TestRedactHeaderNamesInAnyCase(t *testing.T) {
 		t.Errorf("%d redactions counted, want 1 (the name)", counts.total())
 	}
 }
+
+func TestRedactorBoundsItsSize(t *testing.T) {
+	huge := strings.Repeat(`/"<&`, credentials.MaxSecretLen/4)
+	_, err := newRedactor([]injected{{credID: "c", secret: []byte(huge)}})
+	if !errdefs.IsResourceExhausted(err) {
+		t.Errorf("a 64 KiB punctuation secret: %v, want ErrResourceExhausted", err)
+	}
+}
