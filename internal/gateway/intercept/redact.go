@@ -119,11 +119,12 @@ func (t tally) total() int {
 // and where the last overwritten run ended, so overlapping occurrences
 // count once.
 type scanner struct {
-	r       *redactor
-	m       *matcher // r.m, or r.fold
-	state   int32
-	markEnd int64 // absolute offset one past the last overwritten byte
-	counts  tally
+	r        *redactor
+	m        *matcher // r.m, or r.fold
+	state    int32
+	markEnd  int64 // absolute offset one past the last overwritten byte
+	runStart int64 // where the run of overwritten bytes ending at markEnd starts
+	counts   tally
 }
 
 func (r *redactor) scanner() *scanner {
@@ -179,16 +180,27 @@ func (sc *scanner) scan(buf []byte, from int, base int64) {
 	sc.state = s
 }
 
+// mark overwrites the occurrence of the state s's output that ends at
+// buf[i]. Occurrences end in increasing order but may start in any order
+// (a longer one ending later can start before a shorter one), so what is
+// overwritten is tracked as the last contiguous run [runStart, markEnd):
+// bytes already in it are not written again.
 func (sc *scanner) mark(buf []byte, i int, s int32, base int64) {
 	m := sc.m
 	end := base + int64(i) + 1
 	start := end - int64(m.outLen[s])
 	if start >= sc.markEnd {
 		sc.counts[m.outID[s]]++
+		sc.runStart = start
 	}
-	from := max(start, sc.markEnd) - base
-	for j := from; j <= int64(i); j++ {
-		buf[j] = sc.r.marker
+	if start < sc.runStart {
+		for j := start; j < sc.runStart; j++ {
+			buf[j-base] = sc.r.marker
+		}
+		sc.runStart = start
+	}
+	for j := max(start, sc.markEnd); j < end; j++ {
+		buf[j-base] = sc.r.marker
 	}
 	sc.markEnd = end
 }

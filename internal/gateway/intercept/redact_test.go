@@ -231,6 +231,16 @@ func TestRedactOverlappingAndPrefixSecrets(t *testing.T) {
 			}
 		}
 	}
+	// A longer occurrence that ends after a shorter one but starts before
+	// it (found by FuzzRedactingBody): the whole of both is overwritten.
+	r2 := mustRedactor(t, "3000000000", "00000000")
+	in := []byte("x3000000000y")
+	want := referenceRedact(in, allForms("3000000000", "00000000"), r2.marker)
+	for cut := 0; cut <= len(in); cut++ {
+		if got, _ := streamRedact(t, r2, in, []int{cut, 1}); !bytes.Equal(got, want) {
+			t.Errorf("%q split at %d: got %q, want %q", in, cut, got, want)
+		}
+	}
 	counts := make(tally, len(r.creds))
 	r.redactString("abcdefgh1234-tail-5", counts)
 	if counts.total() != 1 {
