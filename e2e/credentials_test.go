@@ -7,11 +7,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +86,18 @@ func (e *egressNet) serveHTTPS(t *testing.T, pki *testPKI, addr, host string) *s
 	seen := &seenHeaders{}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			seen.add(r.Header.Get("Authorization"))
+			auth := r.Header.Get("Authorization")
+			seen.add(auth)
+			if r.URL.Path == "/echo" {
+				// An upstream that reflects the credential back, in a
+				// header and in the body raw, base64'd, URL-encoded and
+				// JSON-escaped.
+				w.Header().Set("X-Echo-Authorization", auth)
+				w.Header().Set("Location", "https://elsewhere.test/?token="+url.QueryEscape(auth))
+				js, _ := json.Marshal(map[string]string{"authorization": auth})
+				fmt.Fprintf(w, "echo %s\n%s\n%s\n%s\n", auth, base64.StdEncoding.EncodeToString([]byte(auth)), url.QueryEscape(auth), js)
+				return
+			}
 			fmt.Fprintf(w, "hello from %s", host)
 		}),
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pki.leaf(t, host)}},
@@ -182,11 +196,21 @@ func testCredentialInjection(t *testing.T, runtime string) {
 		t.Errorf("the secret is visible inside the sandbox: %q", r.Stdout)
 	}
 
-	// Rate limit (3 per minute, one used): the fourth request is refused
-	// by the gateway with 429 and never reaches the upstream.
-	for i := 0; i < 2; i++ {
-		in.sh(sb.ID, "httpsget https://api.secret.test/")
+	// An upstream that echoes the credential: the sandbox reads the answer
+	// with every form of the secret removed, and the audit log says so.
+	r = in.sh(sb.ID, "httpsget -i -H 'Authorization: placeholder' https://api.secret.test/echo")
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "200\n") || !strings.Contains(r.Stdout, "echo ***") {
+		t.Fatalf("GET api.secret.test/echo: %+v", r)
 	}
+	js, _ := json.Marshal(secret)
+	for _, form := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret))[:36], url.QueryEscape(secret), string(js[1 : len(js)-1])} {
+		if strings.Contains(r.Stdout, form) || strings.Contains(r.Stderr, form) {
+			t.Errorf("the sandbox read the secret as %q from an echoing upstream:\n%s", form, r.Stdout)
+		}
+	}
+	// Rate limit (3 per minute, two used): the fourth request is refused
+	// by the gateway with 429 and never reaches the upstream.
+	in.sh(sb.ID, "httpsget https://api.secret.test/")
 	r = in.sh(sb.ID, "httpsget https://api.secret.test/")
 	if !strings.HasPrefix(r.Stdout, "429") {
 		t.Errorf("over the rate limit: %+v, want 429", r)
@@ -202,8 +226,15 @@ func testCredentialInjection(t *testing.T, runtime string) {
 	if code := in.do("GET", "/v1/credentials/audit?sandbox="+sb.ID, nil, &audit); code != http.StatusOK {
 		t.Fatalf("audit: HTTP %d", code)
 	}
-	allowed, refused := 0, 0
+	allowed, refused, redacted := 0, 0, 0
 	for _, e := range audit.Entries {
+		if e["kind"] == "redaction" {
+			if e["host"] != "api.secret.test" || e["credential_id"] != cred["id"] || e["count"] == nil {
+				t.Errorf("redaction entry %v, want the credential on api.secret.test", e)
+			}
+			redacted++
+			continue
+		}
 		if e["allowed"] == true {
 			allowed++
 		} else {
@@ -212,6 +243,9 @@ func testCredentialInjection(t *testing.T, runtime string) {
 	}
 	if allowed != 3 || refused < 1 {
 		t.Errorf("audit: %d allowed, %d refused (%v); want 3 and at least 1", allowed, refused, audit.Entries)
+	}
+	if redacted < 2 { // the header and the body of the echo
+		t.Errorf("audit: %d redaction entries (%v); want the echo's header and body", redacted, audit.Entries)
 	}
 	if strings.Contains(in.logs(), secret) {
 		t.Error("the secret appears in the server's log")

@@ -235,11 +235,14 @@ func credentialAudit(ctx context.Context, e *env, args []string) error {
 	}
 	rows := make([][]string, 0, len(entries))
 	for _, a := range entries {
-		verdict := "denied"
-		if a.Allowed {
+		verdict, reason := "denied", a.Reason
+		switch {
+		case a.Kind == "redaction":
+			verdict, reason = "redacted", fmt.Sprintf("%s (%s, %d×)", a.Reason, a.Where, a.Count)
+		case a.Allowed:
 			verdict = "allowed"
 		}
-		rows = append(rows, []string{formatTime(a.Time), a.Sandbox, a.ExecutionID, a.Host, a.CredentialID, verdict, a.Reason})
+		rows = append(rows, []string{formatTime(a.Time), a.Sandbox, a.ExecutionID, a.Host, a.CredentialID, verdict, reason})
 	}
 	return writeTable(e.stdout, []string{"TIME", "SANDBOX", "EXECUTION", "HOST", "CREDENTIAL", "RESULT", "REASON"}, rows)
 }

@@ -54,6 +54,8 @@ func (c *credentialMux) mux() *http.ServeMux {
 		c.mu.Unlock()
 		writeJSONResp(w, 200, sandboxv1.CredentialAuditList{Entries: []sandboxv1.CredentialAuditEntry{
 			{Time: created, Tenant: "t-1", Sandbox: "sbx1", ExecutionID: "sbx1-g1-x", Host: "api.github.com", CredentialID: "cr-0001", Allowed: false, Reason: "rate limited"},
+			{Time: created, Tenant: "t-1", Sandbox: "sbx1", ExecutionID: "sbx1-g1-x", Host: "api.github.com", CredentialID: "cr-0001", Kind: "redaction",
+				Reason: "secret removed from the response", Where: "body", Count: 2},
 		}})
 	})
 	return mux
@@ -155,7 +157,8 @@ func TestCredentialListDeleteAudit(t *testing.T) {
 	}
 
 	code, out, errOut = run(t, nil, "credential", "audit", "--sandbox", "sbx1", "--credential", "cr-0001", "--limit", "5")
-	if code != 0 || !strings.Contains(out, "rate limited") || !strings.Contains(out, "denied") || !strings.Contains(out, "api.github.com") {
+	if code != 0 || !strings.Contains(out, "rate limited") || !strings.Contains(out, "denied") || !strings.Contains(out, "api.github.com") ||
+		!strings.Contains(out, "redacted") || !strings.Contains(out, "secret removed from the response (body, 2×)") {
 		t.Errorf("audit: exit %d (%s):\n%s", code, errOut, out)
 	}
 	if len(cm.audit) != 1 || cm.audit[0] != "credential=cr-0001&limit=5&sandbox=sbx1" {

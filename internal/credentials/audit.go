@@ -15,9 +15,21 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
-// AuditEntry records one resolution attempt. It names the credential, never
-// its secret.
+// Audit entry kinds (AuditEntry.Kind).
+const (
+	// KindResolve records one resolution attempt; it is the kind of an
+	// entry whose Kind is empty.
+	KindResolve = ""
+	// KindRedaction records that the gateway removed a credential's secret
+	// from a response before the sandbox could read it.
+	KindRedaction = "redaction"
+)
+
+// AuditEntry records one resolution attempt, or one response a secret was
+// removed from (Kind). It names the credential, never its secret.
 type AuditEntry struct {
+	// Kind is KindResolve (empty) or KindRedaction.
+	Kind string `json:"kind,omitempty"`
 	// Time is when the attempt was decided (the Manager's clock).
 	Time time.Time `json:"time"`
 	// Tenant, Project, Sandbox and ExecutionID say who asked.
@@ -34,6 +46,12 @@ type AuditEntry struct {
 	Allowed bool `json:"allowed"`
 	// Reason says why, in a few words ("resolved", "rate limited", ...).
 	Reason string `json:"reason"`
+	// Where says, for a redaction, which parts of the response held the
+	// secret: "header", "body", or "header,body" (the status line and
+	// trailers count as header).
+	Where string `json:"where,omitempty"`
+	// Count is, for a redaction, how many occurrences were removed.
+	Count int `json:"count,omitempty"`
 }
 
 // AuditLog keeps AuditEntry records, append-only. Record returns only once

@@ -21,8 +21,12 @@ import (
 
 // Limits every credential is validated against.
 const (
-	MaxIDLen           = 128
-	MaxSecretLen       = 64 << 10
+	MaxIDLen     = 128
+	MaxSecretLen = 64 << 10
+	// MinSecretLen is the shortest secret accepted: the gateway removes
+	// the secret from every response on a flow it was injected into, and
+	// a shorter one would match ordinary text.
+	MinSecretLen       = 8
 	MaxAllowedHosts    = 64
 	MaxRateLimit       = 1_000_000
 	maxInjectionName   = 128

@@ -20,6 +20,8 @@ func TestCredentialValidate(t *testing.T) {
 		"bad project":         func(c *Credential) { c.Scope.Project = "p 1" },
 		"empty name":          func(c *Credential) { c.Name = "" },
 		"empty secret":        func(c *Credential) { c.Secret = nil },
+		"1-byte secret":       func(c *Credential) { c.Secret = []byte("Q") },
+		"short secret":        func(c *Credential) { c.Secret = []byte("1234567") },
 		"huge secret":         func(c *Credential) { c.Secret = make([]byte, MaxSecretLen+1) },
 		"CRLF in header":      func(c *Credential) { c.Secret = []byte("tok\r\nX-Evil: 1") },
 		"bad header name":     func(c *Credential) { c.Injection.Name = "X Token" },

@@ -244,3 +244,50 @@ func bound(s string) string {
 	}
 	return s
 }
+
+// Redaction reports that the gateway removed a credential's secret from a
+// response on its way to the sandbox.
+type Redaction struct {
+	// Request names the sandbox and the host the response came from.
+	Request
+	// CredentialID is the credential whose secret was found.
+	CredentialID string
+	// Where is "header", "body" or "header,body" (AuditEntry.Where).
+	Where string
+	// Count is how many occurrences were removed; at least 1.
+	Count int
+}
+
+// ReasonRedacted is the Reason of a KindRedaction entry.
+const ReasonRedacted = "secret removed from the response"
+
+// RecordRedaction writes a KindRedaction entry for r. Like Resolve it fails
+// closed: the error is ErrUnavailable when the audit log cannot record the
+// entry, and the gateway then cuts the response it was redacting.
+// ErrInvalidArgument for a malformed report.
+func (m *Manager) RecordRedaction(ctx context.Context, r Redaction) error {
+	host, err := r.Request.validate()
+	if err != nil {
+		return fmt.Errorf("record redaction: %w", err)
+	}
+	if err := validID("credential id", r.CredentialID); err != nil {
+		return fmt.Errorf("record redaction: %w", err)
+	}
+	switch r.Where {
+	case "header", "body", "header,body":
+	default:
+		return fmt.Errorf("record redaction: where %.32q, want header, body or header,body: %w", r.Where, errdefs.ErrInvalidArgument)
+	}
+	if r.Count < 1 {
+		return fmt.Errorf("record redaction: count %d, want at least 1: %w", r.Count, errdefs.ErrInvalidArgument)
+	}
+	entry := AuditEntry{
+		Kind: KindRedaction, Time: m.now(),
+		Tenant: r.Tenant, Project: r.Project, Sandbox: r.Sandbox, ExecutionID: r.ExecutionID,
+		Host: host, CredentialID: r.CredentialID, Reason: ReasonRedacted, Where: r.Where, Count: r.Count,
+	}
+	if err := m.audit.Record(ctx, entry); err != nil {
+		return fmt.Errorf("credential %s: redaction from %s: audit log: %w", r.CredentialID, host, errors.Join(err, errdefs.ErrUnavailable))
+	}
+	return nil
+}

@@ -46,8 +46,9 @@ var forbiddenHeaders = map[string]bool{
 // validSecret checks the secret against the injection method. Errors never
 // contain the secret.
 func (c Credential) validSecret() error {
-	if len(c.Secret) == 0 || len(c.Secret) > MaxSecretLen {
-		return fmt.Errorf("secret of %d bytes, want 1 to %d: %w", len(c.Secret), MaxSecretLen, errdefs.ErrInvalidArgument)
+	if len(c.Secret) < MinSecretLen || len(c.Secret) > MaxSecretLen {
+		return fmt.Errorf("secret of %d bytes, want %d to %d (the gateway redacts it from responses, and a shorter one would match ordinary text): %w",
+			len(c.Secret), MinSecretLen, MaxSecretLen, errdefs.ErrInvalidArgument)
 	}
 	inj := c.Injection
 	switch inj.Method {

@@ -96,6 +96,16 @@ func (e execCredentials) Resolve(ctx context.Context, req credentials.Request) (
 	}, nil
 }
 
+// RecordRedaction implements intercept.RedactionRecorder: the control
+// plane, which keeps the credential audit log, records the redaction.
+func (e execCredentials) RecordRedaction(ctx context.Context, r credentials.Redaction) error {
+	_, err := e.c.resolve(ctx, nodev1.ResolveCredential{
+		SandboxID: e.sandbox, ExecID: e.execID, Host: r.Host,
+		Redaction: &nodev1.CredentialRedaction{CredentialID: r.CredentialID, Where: r.Where, Count: r.Count},
+	})
+	return err
+}
+
 // credentialInterceptor is the gateway.Interceptor of one execution.
 type credentialInterceptor struct {
 	base  intercept.Interceptor

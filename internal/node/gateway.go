@@ -49,6 +49,8 @@ type gateways struct {
 	// warnedNoList is set once the log said that the control plane sends
 	// no list.
 	warnedNoList atomic.Bool
+	// intercept counts what the credential interceptors redacted.
+	intercept intercept.Counters
 }
 
 type execGateway struct {
@@ -97,6 +99,7 @@ func (m *Manager) attachGateway(rec *Record, link *driver.Link) error {
 			CA: ca, Policy: holder, Credentials: creds, UpstreamRoots: m.cfg.Gateway.UpstreamRoots,
 			Identity: credentials.Request{Tenant: rec.TenantID, Sandbox: rec.SandboxID, ExecutionID: rec.ExecID},
 			Log:      m.log.With("component", "intercept", "sandbox", rec.SandboxID, "exec", rec.ExecID),
+			Counters: &m.gateways.intercept,
 		}}
 	}
 	gw, err := gateway.Attach(link, cfg)
@@ -175,6 +178,12 @@ func (m *Manager) writeGatewayMetrics(w io.Writer) {
 	writeCounter(w, "space_gateway_flows_total",
 		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
 		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy, gateway.ReasonInternalService}, m.gateways.counters.Snapshot())
+	writeCounter(w, "space_gateway_credential_redactions_total",
+		"Occurrences of an injected credential's secret removed from responses before the sandbox read them, and responses refused because their content coding could not be scanned.",
+		"what", nil, map[string]uint64{
+			"redacted":    m.gateways.intercept.Redactions.Load(),
+			"unscannable": m.gateways.intercept.Unscannable.Load(),
+		})
 }
 
 // ReattachGateways gives every execution this node holds a gateway again

@@ -292,6 +292,7 @@ func (s *Server) handleCredentialAudit(w http.ResponseWriter, r *http.Request) {
 		out.Entries = append(out.Entries, sandboxv1.CredentialAuditEntry{
 			Time: e.Time.UTC(), Tenant: e.Tenant, Project: e.Project, Sandbox: e.Sandbox, ExecutionID: e.ExecutionID,
 			Host: e.Host, CredentialID: e.CredentialID, Allowed: e.Allowed, Reason: e.Reason,
+			Kind: e.Kind, Where: e.Where, Count: e.Count,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

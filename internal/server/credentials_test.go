@@ -377,6 +377,27 @@ func TestResolveCredential(t *testing.T) {
 			t.Errorf("newest audit entry = %+v, want the rate-limited refusal", entries)
 		}
 	})
+	t.Run("redaction report", func(t *testing.T) {
+		rep := ask
+		rep.Redaction = &nodev1.CredentialRedaction{CredentialID: cred.ID, Where: "body", Count: 2}
+		code, out, e := cp.resolve(t, testJoinToken, "n1", rep)
+		if code != http.StatusOK || len(out.Secret) != 0 {
+			t.Fatalf("redaction report: HTTP %d %+v %+v, want 200 without a secret", code, out, e)
+		}
+		entries := cp.auditEntries(t, cp.key, "?sandbox="+sb.ID+"&limit=1")
+		if len(entries) != 1 || entries[0].Kind != credentials.KindRedaction || entries[0].CredentialID != cred.ID ||
+			entries[0].Where != "body" || entries[0].Count != 2 || entries[0].Host != "api.github.com" || entries[0].ExecutionID != cur.ExecID {
+			t.Errorf("newest audit entry = %+v, want the redaction", entries)
+		}
+		rep.Redaction.Where = "elsewhere"
+		if code, _, _ := cp.resolve(t, testJoinToken, "n1", rep); code != http.StatusBadRequest {
+			t.Errorf("malformed redaction report: HTTP %d, want 400", code)
+		}
+		rep.Redaction.Where = "body"
+		if code, _, _ := cp.resolve(t, testJoinToken, "n2", rep); code != http.StatusForbidden {
+			t.Errorf("a redaction report from another node: HTTP %d, want 403", code)
+		}
+	})
 	t.Run("host not allowed", func(t *testing.T) {
 		other := ask
 		other.Host = "evil.example.com"
@@ -449,7 +470,7 @@ func TestResolveStoreDown(t *testing.T) {
 	cp := newCredPlane(t)
 	sb := cp.with(t).create(`{"template":"minimal"}`)
 	cur, _ := cp.st.GetSandboxByID(t.Context(), sb.ID)
-	cp.createCred(t, cp.key, `{"name":"n","secret":"s3","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
+	cp.createCred(t, cp.key, `{"name":"n","secret":"s3-long-enough","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
 	cp.audit.Close()
 	code, out, e := cp.resolve(t, testJoinToken, "n1", nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "a.example.com"})
 	if code != http.StatusServiceUnavailable || len(out.Secret) != 0 {
@@ -469,7 +490,7 @@ func TestDeleteTenantPurgesCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cp.createCred(t, cp.other, `{"name":"n","secret":"s3","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
+	c := cp.createCred(t, cp.other, `{"name":"n","secret":"s3-long-enough","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
 	otherTenant := c.Scope.Tenant
 	if code, b := cp.call(t, adminKey, http.MethodDelete, "/v1/tenants/"+otherTenant, ""); code != http.StatusNoContent {
 		t.Fatalf("delete tenant: HTTP %d %s", code, b)

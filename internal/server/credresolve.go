@@ -61,6 +61,17 @@ func (s *Server) handleResolveCredential(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	creq := credentials.Request{Tenant: sb.Tenant, Project: sb.Project, Sandbox: sb.ID, ExecutionID: sb.ExecID, Host: req.Host}
+	if rd := req.Redaction; rd != nil {
+		err := s.cfg.Credentials.RecordRedaction(r.Context(), credentials.Redaction{
+			Request: creq, CredentialID: rd.CredentialID, Where: rd.Where, Count: rd.Count,
+		})
+		if err != nil {
+			s.writeResolveError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, nodev1.ResolvedCredential{})
+		return
+	}
 	if req.CheckOnly {
 		ok, err := s.cfg.Credentials.Applies(r.Context(), creq)
 		if err != nil {

@@ -64,6 +64,20 @@ type ResolveCredential struct {
 	// decides whether to intercept): no secret is returned, no rate limit
 	// charged and no audit entry written.
 	CheckOnly bool `json:"check_only,omitempty"`
+	// Redaction, when set, reports instead that the gateway removed a
+	// credential's secret from a response to the execution: the control
+	// plane records it in the credential audit log and answers an empty
+	// ResolvedCredential (503 when the audit log cannot record it; the
+	// gateway then cuts the response).
+	Redaction *CredentialRedaction `json:"redaction,omitempty"`
+}
+
+// CredentialRedaction is one credential's secret found in a response from
+// Host: which credential, where ("header", "body") and how many times.
+type CredentialRedaction struct {
+	CredentialID string `json:"credential_id"`
+	Where        string `json:"where"`
+	Count        int    `json:"count"`
 }
 
 // ResolvedCredential answers ResolveCredential. Errors are the usual

@@ -63,8 +63,11 @@ type CredentialList struct {
 
 // CredentialAuditEntry is one attempt by a sandbox's gateway to use a
 // credential: who (tenant, project, sandbox, execution), which host, when,
-// and whether it was handed out and why.
+// and whether it was handed out and why. An entry of Kind "redaction"
+// records instead that the gateway removed the credential's secret from a
+// response from Host: Where ("header" or "body") and Count times.
 type CredentialAuditEntry struct {
+	Kind         string    `json:"kind,omitempty"`
 	Time         time.Time `json:"time"`
 	Tenant       string    `json:"tenant"`
 	Project      string    `json:"project,omitempty"`
@@ -74,6 +77,8 @@ type CredentialAuditEntry struct {
 	CredentialID string    `json:"credential_id,omitempty"`
 	Allowed      bool      `json:"allowed"`
 	Reason       string    `json:"reason"`
+	Where        string    `json:"where,omitempty"`
+	Count        int       `json:"count,omitempty"`
 }
 
 // CredentialAuditList is the body of GET /v1/credentials/audit, newest

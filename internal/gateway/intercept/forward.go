@@ -132,28 +132,28 @@ func (s *session) forwardNoBody(ctx context.Context, req, out *http.Request, cre
 	if err != nil {
 		return s.refuse(req, http.StatusBadGateway, upstreamMessage(err), err)
 	}
-	resp, err := s.roundTrip(up, out)
+	resp, err := s.roundTrip(ctx, up, out)
 	if err != nil && up.served > 0 && idempotent(out.Method) && staleConn(err) {
 		s.dropUpstream()
 		if up, err = s.upstream(ctx); err == nil {
-			resp, err = s.roundTrip(up, out)
+			resp, err = s.roundTrip(ctx, up, out)
 		}
 	}
 	if err != nil {
 		s.dropUpstream()
 		return s.refuse(req, http.StatusBadGateway, upstreamMessage(err), err)
 	}
-	return s.relay(req, resp, up, true, credID)
+	return s.relay(ctx, req, resp, up, true, credID)
 }
 
-func (s *session) roundTrip(up *upstream, out *http.Request) (*http.Response, error) {
+func (s *session) roundTrip(ctx context.Context, up *upstream, out *http.Request) (*http.Response, error) {
 	if err := out.Write(up.w); err != nil {
 		return nil, fmt.Errorf("upstream %s: write request: %w", s.host, errors.Join(err, errdefs.ErrUnavailable))
 	}
 	if err := up.w.Flush(); err != nil {
 		return nil, fmt.Errorf("upstream %s: write request: %w", s.host, errors.Join(err, errdefs.ErrUnavailable))
 	}
-	return s.readResponse(up, out)
+	return s.readResponse(ctx, up, out)
 }
 
 // forwardBody forwards a request with a body. The body streams from the
@@ -187,7 +187,7 @@ func (s *session) forwardBody(ctx context.Context, req, out *http.Request, credI
 		}
 		wrote <- err
 	}()
-	resp, err := s.readResponse(up, out)
+	resp, err := s.readResponse(ctx, up, out)
 	if err != nil {
 		s.dropUpstream()
 		s.guest.interruptReads()
@@ -200,7 +200,7 @@ func (s *session) forwardBody(ctx context.Context, req, out *http.Request, credI
 	}
 	if eof, _ := body.state(); eof {
 		werr := <-wrote // only the final flush can still be under way
-		keep, rerr := s.relay(req, resp, up, true, credID)
+		keep, rerr := s.relay(ctx, req, resp, up, true, credID)
 		if werr != nil {
 			s.dropUpstream() // it answered, but the connection is broken
 		}
@@ -208,7 +208,7 @@ func (s *session) forwardBody(ctx context.Context, req, out *http.Request, credI
 	}
 	// The upstream answered before it had the whole body: relay the answer,
 	// then close, since the rest of the body is still on the connection.
-	_, rerr := s.relay(req, resp, up, false, credID)
+	_, rerr := s.relay(ctx, req, resp, up, false, credID)
 	s.dropUpstream()
 	s.guest.interruptReads()
 	<-wrote
@@ -220,7 +220,7 @@ func (s *session) forwardBody(ctx context.Context, req, out *http.Request, credI
 
 // readResponse reads the upstream's final response to out, relaying any
 // informational (1xx) responses before it to the guest.
-func (s *session) readResponse(up *upstream, out *http.Request) (*http.Response, error) {
+func (s *session) readResponse(ctx context.Context, up *upstream, out *http.Request) (*http.Response, error) {
 	for range max1xx {
 		up.limit.set(MaxResponseHeaderBytes)
 		// Peek first: ReadResponse reports a connection closed before any
@@ -245,6 +245,11 @@ func (s *session) readResponse(up *upstream, out *http.Request) (*http.Response,
 			return resp, nil
 		}
 		removeHopByHop(resp.Header)
+		if s.red != nil {
+			if err := s.redactHead(ctx, resp); err != nil {
+				return nil, err
+			}
+		}
 		if err := write1xx(s.gw, resp); err != nil {
 			return nil, fmt.Errorf("intercept %s: relay %d: %w", s.host, resp.StatusCode, errors.Join(err, errdefs.ErrUnavailable))
 		}
@@ -269,10 +274,20 @@ func write1xx(w *bufio.Writer, resp *http.Response) error {
 // carry another request: not when the guest asked to close, nor when the
 // request body was not read to its end (complete false), nor when the
 // guest can only learn the end of the body from the close.
-func (s *session) relay(req *http.Request, resp *http.Response, up *upstream, complete bool, credID string) (bool, error) {
+func (s *session) relay(ctx context.Context, req *http.Request, resp *http.Response, up *upstream, complete bool, credID string) (bool, error) {
 	defer resp.Body.Close()
 	upstreamClose := resp.Close
 	removeHopByHop(resp.Header)
+	if s.red != nil {
+		if err := s.redactResponse(ctx, req, resp); err != nil {
+			s.dropUpstream()
+			msg := "the response carried the credential's secret and its removal could not be recorded in the audit log; it was not relayed"
+			if errors.Is(err, errUnscannable) {
+				msg = "the upstream sent a response compressed in a way the gateway cannot scan for the credential; it was not relayed"
+			}
+			return s.refuse(req, http.StatusBadGateway, msg, err)
+		}
+	}
 	framed := frameForGuest(req, resp)
 	keep := complete && !req.Close && framed
 	resp.Close = !keep

@@ -111,10 +111,13 @@ type Interceptor struct {
 	// for each request.
 	Identity credentials.Request
 	// Log receives one record per request: the method, status and
-	// credential id, never a header, a URL or a secret. Nil discards.
+	// credential id, never a header, a URL or a secret; and a warning per
+	// redaction (credential id, where, count). Nil discards.
 	Log *slog.Logger
 	// Timeouts bounds every wait; zero fields take defaults.
 	Timeouts Timeouts
+	// Counters, if set, counts redactions and unscannable responses.
+	Counters *Counters
 }
 
 func (ic *Interceptor) validate() error {

@@ -79,7 +79,47 @@ func outgoing(req *http.Request, cred *credentials.Credential) (*http.Request, e
 	if err := inject(out, cred); err != nil {
 		return nil, err
 	}
+	// The response is scanned for the secret (see redact.go): ask for it
+	// uncompressed, and whole, since a secret cut across the parts of
+	// range requests would be found in none of them.
+	setHeader(out.Header, "Accept-Encoding", "identity")
+	deleteHeader(out.Header, "Range")
+	deleteHeader(out.Header, "If-Range")
 	return out, nil
+}
+
+// credentialHeaders are headers that carry a credential of their own: the
+// Authorization schemes and the API-key headers in common use. A request
+// to a host the gateway adds a credential for may not carry one of these
+// besides the one the credential sets: the upstream could prefer it, and
+// the sandbox would reach the host under an account of its choosing
+// (data sent to an allowed API under an attacker's key is carried out).
+var credentialHeaders = []string{
+	"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "X-Auth-Token",
+	"X-Access-Token", "Private-Token", "X-Amz-Security-Token",
+}
+
+// ownCredential returns the name of a header of h that carries a
+// credential other than the one inj sets, or "".
+func ownCredential(h http.Header, inj credentials.Injection) string {
+	set := ""
+	switch inj.Method {
+	case credentials.MethodHeader:
+		set = inj.Name
+	case credentials.MethodBasic:
+		set = "Authorization"
+	}
+	for k := range h {
+		if set != "" && strings.EqualFold(k, set) {
+			continue
+		}
+		for _, c := range credentialHeaders {
+			if strings.EqualFold(k, c) {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // inject adds cred's secret to out as its Injection says, replacing
@@ -132,6 +172,15 @@ func setHeader(h http.Header, name, v string) {
 		}
 	}
 	h.Set(name, v)
+}
+
+// deleteHeader deletes every key of h equal to name but for case.
+func deleteHeader(h http.Header, name string) {
+	for k := range h {
+		if strings.EqualFold(k, name) {
+			delete(h, k)
+		}
+	}
 }
 
 // setQueryParam returns rawQuery with every name parameter removed and

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,14 @@ type session struct {
 	mu     sync.Mutex // guards up and closed
 	up     *upstream
 	closed bool
+
+	// secrets are the secrets injected so far on this connection, and red
+	// redacts them from every response from then on (nil before the
+	// first). Only the request loop's goroutine uses them; forgetSecrets
+	// zeroes the copies when the connection ends (the automaton, which
+	// encodes the forms, is left to the garbage collector).
+	secrets []injected
+	red     *redactor
 }
 
 // serveHTTP runs the request loop over conn, the decrypted stream from the
@@ -65,6 +74,7 @@ func (ic *Interceptor) serveHTTP(ctx context.Context, conn net.Conn, flow Flow, 
 	stop := context.AfterFunc(ctx, s.shutdown)
 	defer stop()
 	defer s.shutdown()
+	defer s.forgetSecrets()
 	for {
 		req, err := s.readRequest()
 		if err != nil {
@@ -135,12 +145,65 @@ func (s *session) handle(ctx context.Context, req *http.Request) (bool, error) {
 	credID := ""
 	if cred != nil {
 		credID = cred.ID
+		if status, msg, err := s.guard(req, cred); status != 0 {
+			cred.Zero()
+			return s.refuse(req, status, msg, err)
+		}
 	}
 	out, err := outgoing(req, cred) // zeroes cred
 	if err != nil {
 		return s.refuse(req, http.StatusBadGateway, "the credential for this host cannot be added to the request", err)
 	}
 	return s.forward(ctx, req, out, credID)
+}
+
+// guard runs before cred is added to req: it refuses a request that
+// carries a credential of the guest's own, and makes sure every response
+// on the connection from now on is redacted of cred's secret. A non-zero
+// status is the refusal.
+func (s *session) guard(req *http.Request, cred *credentials.Credential) (int, string, error) {
+	if name := ownCredential(req.Header, cred.Injection); name != "" {
+		return http.StatusForbidden, fmt.Sprintf("the request carries its own credential in %s, and the gateway adds the credential for %s; remove that header", name, s.host),
+			fmt.Errorf("credential %s: guest sent %s: %w", cred.ID, name, errdefs.ErrPermissionDenied)
+	}
+	if err := s.addSecrets(cred); err != nil {
+		return http.StatusBadGateway, "the credential for " + s.host + " cannot be redacted from responses, so it is not used", err
+	}
+	return 0, "", nil
+}
+
+// addSecrets adds cred's secrets to the ones redacted on this connection,
+// rebuilding the redactor when one is new.
+func (s *session) addSecrets(cred *credentials.Credential) error {
+	secrets := injectedSecrets(cred)
+	next := slices.Clone(s.secrets)
+	for _, sec := range secrets {
+		if sameSecret(next, cred.ID, sec) {
+			clear(sec)
+			continue
+		}
+		next = append(next, injected{credID: cred.ID, secret: sec})
+	}
+	if len(next) == len(s.secrets) {
+		return nil
+	}
+	red, err := newRedactor(next)
+	if err != nil {
+		for _, in := range next[len(s.secrets):] {
+			clear(in.secret)
+		}
+		return err
+	}
+	s.secrets, s.red = next, red
+	return nil
+}
+
+// forgetSecrets zeroes the session's copies of the injected secrets.
+func (s *session) forgetSecrets() {
+	for _, in := range s.secrets {
+		clear(in.secret)
+	}
+	s.secrets, s.red = nil, nil
 }
 
 // check decides whether the request may be forwarded at all; a non-zero
@@ -151,6 +214,11 @@ func (s *session) check(req *http.Request) (status int, msg string, class error)
 	}
 	if req.Method == http.MethodConnect {
 		return http.StatusNotImplemented, "CONNECT is not supported on an intercepted connection", errdefs.ErrInvalidArgument
+	}
+	if req.Method == http.MethodTrace {
+		// TRACE echoes the request, credential included; redaction would
+		// catch it, but there is no reason to ask.
+		return http.StatusNotImplemented, "TRACE is not supported on a connection that carries a credential", errdefs.ErrInvalidArgument
 	}
 	if len(req.Header["Upgrade"]) > 0 || httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") {
 		return http.StatusNotImplemented, "protocol upgrades (WebSocket, h2c) are not supported on a connection that carries a credential", errdefs.ErrInvalidArgument
