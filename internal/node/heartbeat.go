@@ -105,6 +105,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// FenceAfterMS is the heartbeat lease (fence.go); 0 or absent:
 		// the node does not fence itself.
 		FenceAfterMS int64 `json:"fence_after_ms"`
+		// NodeCredential is this node's own credential (nodecred.go);
+		// absent (an older control plane): the one held is kept.
+		NodeCredential string `json:"node_credential"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
@@ -116,6 +119,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	// must not be thawed by anything that follows.
 	m.Retire(reply.Retire)
 	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
+	m.setCredential(reply.NodeCredential)
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}

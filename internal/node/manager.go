@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -93,6 +94,10 @@ type Manager struct {
 	// keys verify the capabilities requests carry; pushed by the control
 	// plane with every heartbeat answer and kept across restarts.
 	keys *capability.KeySet
+
+	// credential is this node's own credential, from the control plane's
+	// heartbeat answers (nodecred.go).
+	credential atomic.Pointer[string]
 }
 
 // NewManager returns a manager over cfg.DataDir/node.

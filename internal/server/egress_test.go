@@ -101,6 +101,8 @@ type controlPlane struct {
 	node       *egressNode
 	tenant     string
 	key, other string
+	// nodeCred is node n1's own credential, from its heartbeat answer.
+	nodeCred string
 }
 
 const testJoinToken = "join-token-for-egress-tests-0123456789"
@@ -175,10 +177,12 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	defer resp.Body.Close()
+	var reply HeartbeatReply
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&reply) != nil {
 		t.Fatalf("heartbeat: HTTP %d", resp.StatusCode)
 	}
+	cp.nodeCred = reply.NodeCredential
 	return cp
 }
 

@@ -218,8 +218,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	// what the node's warm pool should hold.
 	writeJSON(w, http.StatusOK, HeartbeatReply{
 		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
-		Pools:        s.poolTargets(r.Context(), hb.Runtimes),
-		FenceAfterMS: s.rec.FenceAfter().Milliseconds(),
+		Pools:          s.poolTargets(r.Context(), hb.Runtimes),
+		FenceAfterMS:   s.rec.FenceAfter().Milliseconds(),
+		NodeCredential: s.nodeCredential(id),
 	})
 }
 
@@ -233,6 +234,9 @@ type HeartbeatReply struct {
 	// FenceAfterMS is the node's heartbeat lease: with no answer for this
 	// long it freezes its executions (internal/node/fence.go). 0: never.
 	FenceAfterMS int64 `json:"fence_after_ms,omitempty"`
+	// NodeCredential is this node's own credential (nodecred.go): its
+	// gateway resolves credentials with it, not with the join token.
+	NodeCredential string `json:"node_credential,omitempty"`
 }
 
 // retirements lists the executions a node reports that are not their
