@@ -79,8 +79,10 @@ func (c pageCursor) open(tok string) (it *pageItem, ok bool) {
 	if len(tok) > base64.RawURLEncoding.EncodedLen(9+maxPageTokenID+pageTokenMAC) {
 		return nil, false
 	}
+	// The decoder skips newlines: a token must be exactly the encoding of
+	// its bytes, so that one position has one token.
 	b, err := base64.RawURLEncoding.Strict().DecodeString(tok)
-	if err != nil || len(b) < 9+1+pageTokenMAC || b[0] != pageTokenVersion {
+	if err != nil || base64.RawURLEncoding.EncodeToString(b) != tok || len(b) < 9+1+pageTokenMAC || b[0] != pageTokenVersion {
 		return nil, false
 	}
 	body, sum := b[:len(b)-pageTokenMAC], b[len(b)-pageTokenMAC:]
