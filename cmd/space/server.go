@@ -64,7 +64,7 @@ func runServer(args []string) int {
 	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
 	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
 	nodeLostAfter := fs.Duration("node-lost-after", reconcile.DefaultNodeLostAfter, "how long a node may miss heartbeats before it is declared lost and its sandboxes recovered on other nodes from their snapshots in object storage, or failed (see docs/scale-out.md)")
-	metricsTokenFile := fs.String("metrics-token-file", "", "file holding a bearer token that may read GET /metrics (a Prometheus scraper's); admin keys always may (see docs/observability.md)")
+	metricsTokenFile := fs.String("metrics-token-file", "", "file holding a bearer token that may read GET /metrics (a Prometheus scraper's); admin keys always may (see docs/authorization.md)")
 	gwFlags := addGatewayFlags(fs)
 	var warmPools []server.WarmPool
 	fs.Func("warm-pool", "keep prepared sandboxes on every node: TEMPLATE:RUNTIME[:CPUSxMEMORY_MIB]=SIZE, e.g. minimal:ns=8 (repeatable; see docs/PERFORMANCE.md)", func(v string) error {

@@ -37,11 +37,13 @@ func (cp *controlPlane) sendHeartbeat(id string, cpus int) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// credentialOf registers node id (at an address nothing serves) and
+// credentialOf registers node id (at an address nothing serves, offering
+// only the vm runtime) and
 // returns the credential its heartbeat answer gives it.
 func (cp *controlPlane) credentialOf(id string) string {
 	cp.t.Helper()
-	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"ns"}, CPUs: 1, MemoryMiB: 1024, DiskMiB: 1024})
+	// A vm runtime only: no ns sandbox is placed on it.
+	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"vm"}, CPUs: 1, MemoryMiB: 1024, DiskMiB: 1024})
 	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath(id), bytes.NewReader(hb))
 	req.Header.Set("Authorization", "Bearer "+testJoinToken)
 	resp, err := http.DefaultClient.Do(req)
