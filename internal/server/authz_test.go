@@ -623,17 +623,10 @@ func TestMetricsAccess(t *testing.T) {
 			t.Errorf("scrape with %q: HTTP %d %.200s, want %d without metrics", who, a.status, a.body, want)
 		}
 	}
-	// With no token configured, an empty bearer is no token.
-	cp := newControlPlane(t, Config{})
-	req, _ := http.NewRequest(http.MethodGet, cp.url+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer ")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("empty bearer without a configured token: HTTP %d, want 401", resp.StatusCode)
+	// With no token configured, an empty bearer is no token (HTTP trims
+	// "Bearer " to "Bearer", so this is checked below the handler).
+	if (&Server{}).metricsTokenValid("") {
+		t.Error("an empty token opens /metrics on a server with no token configured")
 	}
 	if err := ValidMetricsToken("short"); err == nil {
 		t.Error("a 5-byte metrics token was accepted")
