@@ -87,7 +87,18 @@ func TestServiceEndpoints(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// /metrics counts every tenant's sandboxes: not for anonymous callers.
 	resp, err = http.Get(in.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/metrics without a key: HTTP %d, want 401", resp.StatusCode)
+	}
+	req, _ = http.NewRequest(http.MethodGet, in.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+in.key) // the admin key
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

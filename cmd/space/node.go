@@ -107,11 +107,13 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	if unix.Sysinfo(&si) == nil {
 		memMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
 	}
+	var m *node.Manager
 	if o.gateway != nil {
-		// The gateway asks the control plane for the credentials it injects.
-		o.gateway.Credentials = &node.CredentialClient{Server: o.server, JoinToken: o.joinToken, NodeID: o.nodeID}
+		// The gateway asks the control plane for the credentials it
+		// injects, with the node's own credential from its heartbeats.
+		o.gateway.Credentials = &node.CredentialClient{Server: o.server, NodeID: o.nodeID, Credential: func() string { return m.Credential() }}
 	}
-	m, err := node.NewManager(node.Config{
+	m, err = node.NewManager(node.Config{
 		BridgeReadyTimeout: 20 * time.Second,
 		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,

@@ -65,6 +65,7 @@ func runServer(args []string) int {
 	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
 	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
 	nodeLostAfter := fs.Duration("node-lost-after", reconcile.DefaultNodeLostAfter, "how long a node may miss heartbeats before it is declared lost and its sandboxes recovered on other nodes from their snapshots in object storage, or failed (see docs/scale-out.md)")
+	metricsTokenFile := fs.String("metrics-token-file", "", "file holding a bearer token that may read GET /metrics (a Prometheus scraper's); admin keys always may (see docs/authorization.md)")
 	gwFlags := addGatewayFlags(fs)
 	var denyCIDRs []netip.Prefix
 	fs.Func("deny-cidr", "an address or CIDR of this deployment's own services that no sandbox may reach, whatever its policy, on any port (repeatable; the listeners, database, object store and nodes are denied already; see docs/network.md)", func(v string) error {
@@ -114,6 +115,12 @@ func runServer(args []string) int {
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
+	if *metricsTokenFile != "" {
+		if opts.metricsToken, err = readMetricsToken(*metricsTokenFile); err != nil {
+			fmt.Fprintf(os.Stderr, "space server: --metrics-token-file: %v\n", err)
+			return 2
+		}
+	}
 	if opts.retention, err = retention.ParsePolicy(*retain); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: --snapshot-retention: %v\n", err)
 		return 2
@@ -132,6 +139,8 @@ func runServer(args []string) int {
 }
 
 type serverOptions struct {
+	// metricsToken, when set, reads GET /metrics without an API key.
+	metricsToken string
 	// nodeLostAfter is how long a node may be silent before it is lost.
 	nodeLostAfter  time.Duration
 	dev            bool
@@ -344,7 +353,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
-		IngressDomain: o.ingressDomain, WarmPools: o.warmPools,
+		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,
 		Internal: server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
 	}, st, nodes, rec, log.With("component", "server"))
 
@@ -418,6 +427,19 @@ func openCredentials(dataDir string) (*credentialStore, error) {
 }
 
 // secretFile returns the secret stored in path, creating it on first use.
+// readMetricsToken reads the scrape token of GET /metrics from path.
+func readMetricsToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if err := server.ValidMetricsToken(tok); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, nil
+}
+
 func secretFile(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
 		return strings.TrimSpace(string(b)), nil

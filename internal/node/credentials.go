@@ -25,15 +25,24 @@ import (
 // injects: the node holds no secret at rest, and every use is audited where
 // the credentials live.
 type CredentialClient struct {
-	Server    string // the control plane's base URL
-	JoinToken string // authenticates this node
-	NodeID    string
-	HTTP      *http.Client
+	Server string // the control plane's base URL
+	// Credential returns this node's own credential (Manager.Credential):
+	// the control plane refuses the join token on this route.
+	Credential func() string
+	NodeID     string
+	HTTP       *http.Client
 }
 
 // resolve asks for the credential of one request (or only whether one
 // applies, when checkOnly).
 func (c *CredentialClient) resolve(ctx context.Context, req nodev1.ResolveCredential) (*nodev1.ResolvedCredential, error) {
+	var cred string
+	if c.Credential != nil {
+		cred = c.Credential()
+	}
+	if cred == "" {
+		return nil, fmt.Errorf("credential for %s: node %s has no credential from the control plane yet (it comes with the first heartbeat answer): %w", req.Host, c.NodeID, errdefs.ErrUnavailable)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -45,7 +54,7 @@ func (c *CredentialClient) resolve(ctx context.Context, req nodev1.ResolveCreden
 		return nil, err
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Authorization", "Bearer "+c.JoinToken)
+	hr.Header.Set("Authorization", "Bearer "+cred)
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient

@@ -17,18 +17,18 @@ import (
 // TestCredentialClientErrors: the control plane's refusals come back as
 // error classes the interceptor acts on (429 → rate limited, 403 → no rule
 // for the host, anything unreadable → unavailable); a success carries the
-// secret and the join token was sent.
+// secret and the node's own credential was sent.
 func TestCredentialClientErrors(t *testing.T) {
 	var answer func(w http.ResponseWriter)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer join" || r.URL.Path != nodev1.ResolveCredentialPath("n1") {
+		if r.Header.Get("Authorization") != "Bearer node-credential" || r.URL.Path != nodev1.ResolveCredentialPath("n1") {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
 		answer(w)
 	}))
 	defer srv.Close()
-	c := &CredentialClient{Server: srv.URL, JoinToken: "join", NodeID: "n1"}
+	c := &CredentialClient{Server: srv.URL, Credential: func() string { return "node-credential" }, NodeID: "n1"}
 	fail := func(status int, code string) func(w http.ResponseWriter) {
 		return func(w http.ResponseWriter) {
 			w.WriteHeader(status)
@@ -76,7 +76,7 @@ func TestAppliesCached(t *testing.T) {
 	}))
 	defer srv.Close()
 	now := time.Unix(1000, 0)
-	ci := &credentialInterceptor{creds: execCredentials{c: &CredentialClient{Server: srv.URL, NodeID: "n1"}, sandbox: "s", execID: "e"},
+	ci := &credentialInterceptor{creds: execCredentials{c: &CredentialClient{Server: srv.URL, NodeID: "n1", Credential: func() string { return "c" }}, sandbox: "s", execID: "e"},
 		now: func() time.Time { return now }}
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {

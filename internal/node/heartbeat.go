@@ -115,6 +115,9 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		// ServerTime is the control plane's clock as it wrote the
 		// answer: the node measures its own against it (clock.go).
 		ServerTime time.Time `json:"server_time"`
+		// NodeCredential is this node's own credential (nodecred.go);
+		// absent (an older control plane): the one held is kept.
+		NodeCredential string `json:"node_credential"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
 		return fmt.Errorf("heartbeat answer: %w", err)
@@ -127,6 +130,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	m.Retire(reply.Retire)
 	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
 	m.measureClock(clockSent, clockReceived, reply.ServerTime)
+	m.setCredential(reply.NodeCredential)
 	if reply.Pools != nil {
 		m.SetPoolTargets(*reply.Pools)
 	}

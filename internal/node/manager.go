@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -103,6 +104,9 @@ type Manager struct {
 	clockSource func() clockReading
 	// clockPushMu serialises pushes of the clock verdict to the bridges.
 	clockPushMu sync.Mutex
+	// credential is this node's own credential, from the control plane's
+	// heartbeat answers (nodecred.go).
+	credential atomic.Pointer[string]
 }
 
 // NewManager returns a manager over cfg.DataDir/node.

@@ -174,6 +174,8 @@ func ValidateEnv(env map[string]string) error {
 			return invalid("env %q: name longer than %d bytes", clip(k), MaxEnvKeyLen)
 		case strings.ContainsAny(k, "=\x00"):
 			return invalid("env %q: name must not contain '=' or NUL", clip(k))
+		case ReservedEnv(k):
+			return invalid("env %q: reserved for the platform; use another name", clip(k))
 		case len(v) > MaxEnvValueLen:
 			return invalid("env %q: value longer than %d bytes", clip(k), MaxEnvValueLen)
 		case strings.IndexByte(v, 0) >= 0:
@@ -197,6 +199,8 @@ func validateMetadata(md map[string]string) error {
 			return invalid("metadata key %q: must be 1 to %d bytes", clip(k), MaxMetaKeyLen)
 		case !printable(k):
 			return invalid("metadata key %q: must be printable UTF-8", clip(k))
+		case ReservedMetadataKey(k):
+			return invalid("metadata key %q: the space. and e2b. prefixes are reserved for the platform; use another key", clip(k))
 		case len(v) > MaxMetaValueLen:
 			return invalid("metadata %q: value longer than %d bytes", clip(k), MaxMetaValueLen)
 		case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:

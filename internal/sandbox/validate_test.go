@@ -37,6 +37,13 @@ func TestValidateCreate(t *testing.T) {
 		wantErr string // substring; empty means valid
 	}{
 		{"ok full", sandboxv1.CreateSandboxRequest{Template: "my-tpl.v2_x", Runtime: "ns", Name: "agent 1", CPUs: 16, MemoryMiB: 65536, DiskMiB: 256, Env: map[string]string{"PATH": "/bin", "EMPTY": ""}, Timeout: "30m", Metadata: map[string]string{"owner": "ünï"}}, ""},
+		{"metadata space.", sandboxv1.CreateSandboxRequest{Metadata: map[string]string{"space.tenant": "t"}}, "reserved for the platform"},
+		{"metadata E2B/ any case", sandboxv1.CreateSandboxRequest{Metadata: map[string]string{"E2B/sandboxID": "x"}}, "reserved for the platform"},
+		{"metadata padded", sandboxv1.CreateSandboxRequest{Metadata: map[string]string{" space:node": "n1"}}, "reserved for the platform"},
+		{"metadata spacecraft is free", sandboxv1.CreateSandboxRequest{Metadata: map[string]string{"spacecraft": "x", "e2bish": "y"}}, ""},
+		{"env E2B_SANDBOX_ID", sandboxv1.CreateSandboxRequest{Env: map[string]string{"E2B_SANDBOX_ID": "x"}}, "reserved for the platform"},
+		{"env SPACE_TENANT_ID", sandboxv1.CreateSandboxRequest{Env: map[string]string{"SPACE_TENANT_ID": "x"}}, "reserved for the platform"},
+		{"env own API keys are free", sandboxv1.CreateSandboxRequest{Env: map[string]string{"E2B_API_KEY": "k", "SPACE_API_KEY": "k", "SPACE_API_URL": "u"}}, ""},
 		{"template upper", sandboxv1.CreateSandboxRequest{Template: "Base"}, "template name"},
 		{"template slash", sandboxv1.CreateSandboxRequest{Template: "../etc"}, "template name"},
 		{"template leading dot", sandboxv1.CreateSandboxRequest{Template: ".hidden"}, "template name"},

@@ -312,9 +312,31 @@ func TestResolveCredential(t *testing.T) {
 				t.Errorf("token %q: HTTP %d, want 401", tok, code)
 			}
 		}
-		// An API key is not a node's credential.
+		// An API key is not a node's credential, and the join token
+		// only registers nodes.
 		if code, _, _ := cp.resolve(t, cp.key, "n1", ask); code != http.StatusUnauthorized {
 			t.Errorf("API key: HTTP %d, want 401", code)
+		}
+		if code, out, e := cp.resolve(t, testJoinToken, "n1", ask); code != http.StatusUnauthorized || len(out.Secret) != 0 {
+			t.Errorf("join token: HTTP %d %+v, want 401", code, e)
+		}
+	})
+	t.Run("a node is who its credential names", func(t *testing.T) {
+		// Node n2, enrolled, runs none of n1's executions: its own
+		// credential is refused for them (403), and n1's credential does
+		// not authenticate it as n1's path or n1 as n2 (401).
+		n2 := cp.with(t).credentialOf("n2")
+		if n2 == cp.nodeCred {
+			t.Fatalf("n1 and n2 have the same credential %q", n2)
+		}
+		if code, out, e := cp.resolve(t, n2, "n2", ask); code != http.StatusForbidden || len(out.Secret) != 0 || !strings.Contains(e.Message, "not placed on this node") {
+			t.Errorf("n2 for n1's execution: HTTP %d %+v, want 403", code, e)
+		}
+		if code, out, e := cp.resolve(t, n2, "n1", ask); code != http.StatusUnauthorized || len(out.Secret) != 0 {
+			t.Errorf("n2's credential on n1's path: HTTP %d %+v, want 401", code, e)
+		}
+		if code, out, e := cp.resolve(t, cp.nodeCred, "n2", ask); code != http.StatusUnauthorized || len(out.Secret) != 0 {
+			t.Errorf("n1's credential on n2's path: HTTP %d %+v, want 401", code, e)
 		}
 	})
 	t.Run("only the execution's own node", func(t *testing.T) {
@@ -324,12 +346,11 @@ func TestResolveCredential(t *testing.T) {
 			node string
 			req  nodev1.ResolveCredential
 		}{
-			"wrong node":      {"n2", ask},
 			"stale execution": {"n1", stale},
 			"unknown sandbox": {"n1", nodev1.ResolveCredential{SandboxID: "zzzzzzzzzzzzzzzzzzzz", ExecID: cur.ExecID, Host: "api.github.com"}},
 			"garbage ids":     {"n1", nodev1.ResolveCredential{SandboxID: "../../x", ExecID: "y", Host: "api.github.com"}},
 		} {
-			code, out, e := cp.resolve(t, testJoinToken, tc.node, tc.req)
+			code, out, e := cp.resolve(t, cp.nodeCred, tc.node, tc.req)
 			if code != http.StatusForbidden || len(out.Secret) != 0 || !strings.Contains(e.Message, "executions it runs") {
 				t.Errorf("%s: HTTP %d %+v, want 403", name, code, e)
 			}
@@ -339,12 +360,12 @@ func TestResolveCredential(t *testing.T) {
 		before := len(cp.auditEntries(t, cp.key, ""))
 		check := ask
 		check.CheckOnly = true
-		code, out, e := cp.resolve(t, testJoinToken, "n1", check)
+		code, out, e := cp.resolve(t, cp.nodeCred, "n1", check)
 		if code != http.StatusOK || !out.Applies || len(out.Secret) != 0 {
 			t.Errorf("check: HTTP %d %+v %+v; want applies without secret", code, out, e)
 		}
 		check.Host = "example.org"
-		if code, out, _ := cp.resolve(t, testJoinToken, "n1", check); code != http.StatusOK || out.Applies {
+		if code, out, _ := cp.resolve(t, cp.nodeCred, "n1", check); code != http.StatusOK || out.Applies {
 			t.Errorf("check other host: HTTP %d applies=%t, want false", code, out.Applies)
 		}
 		if after := len(cp.auditEntries(t, cp.key, "")); after != before {
@@ -352,7 +373,7 @@ func TestResolveCredential(t *testing.T) {
 		}
 	})
 	t.Run("resolve, audit, rate limit", func(t *testing.T) {
-		code, out, e := cp.resolve(t, testJoinToken, "n1", ask)
+		code, out, e := cp.resolve(t, cp.nodeCred, "n1", ask)
 		if code != http.StatusOK || string(out.Secret) != testSecret || out.ID != cred.ID || out.Method != "header" || out.Name != "Authorization" || !out.Applies {
 			t.Fatalf("resolve: HTTP %d %+v %+v", code, out.ID, e)
 		}
@@ -365,10 +386,10 @@ func TestResolveCredential(t *testing.T) {
 			t.Errorf("audit entry = %+v", a)
 		}
 		// The second of two per minute still passes; the third is refused.
-		if code, _, _ := cp.resolve(t, testJoinToken, "n1", ask); code != http.StatusOK {
+		if code, _, _ := cp.resolve(t, cp.nodeCred, "n1", ask); code != http.StatusOK {
 			t.Fatalf("second resolve: HTTP %d", code)
 		}
-		code, out, e = cp.resolve(t, testJoinToken, "n1", ask)
+		code, out, e = cp.resolve(t, cp.nodeCred, "n1", ask)
 		if code != http.StatusTooManyRequests || e.Code != sandboxv1.CodeRateLimited || len(out.Secret) != 0 {
 			t.Errorf("third resolve: HTTP %d %+v, want 429 rate_limited", code, e)
 		}
@@ -401,7 +422,7 @@ func TestResolveCredential(t *testing.T) {
 	t.Run("host not allowed", func(t *testing.T) {
 		other := ask
 		other.Host = "evil.example.com"
-		if code, _, e := cp.resolve(t, testJoinToken, "n1", other); code != http.StatusForbidden || !strings.Contains(e.Message, "allows host") {
+		if code, _, e := cp.resolve(t, cp.nodeCred, "n1", other); code != http.StatusForbidden || !strings.Contains(e.Message, "allows host") {
 			t.Errorf("other host: HTTP %d %+v, want 403", code, e)
 		}
 	})
@@ -411,7 +432,7 @@ func TestResolveCredential(t *testing.T) {
 			t.Fatalf("create: %d %+v", code, e)
 		}
 		o, _ := cp.st.GetSandboxByID(t.Context(), osb.ID)
-		code, _, _ := cp.resolve(t, testJoinToken, "n1", nodev1.ResolveCredential{SandboxID: o.ID, ExecID: o.ExecID, Host: "api.github.com"})
+		code, _, _ := cp.resolve(t, cp.nodeCred, "n1", nodev1.ResolveCredential{SandboxID: o.ID, ExecID: o.ExecID, Host: "api.github.com"})
 		if code != http.StatusNotFound {
 			t.Errorf("other tenant's sandbox: HTTP %d, want 404", code)
 		}
@@ -430,12 +451,12 @@ func TestResolveCredential(t *testing.T) {
 			time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
 		cp.skew.Store(int64(2 * time.Hour))
 		defer cp.skew.Store(0)
-		code, _, e := cp.resolve(t, testJoinToken, "n1", nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "maps.example.com"})
+		code, _, e := cp.resolve(t, cp.nodeCred, "n1", nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "maps.example.com"})
 		if code != http.StatusPreconditionFailed || e.Code != sandboxv1.CodeFailedPrecondition {
 			t.Errorf("expired: HTTP %d %+v, want 412", code, e)
 		}
 		check := nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "maps.example.com", CheckOnly: true}
-		if code, out, _ := cp.resolve(t, testJoinToken, "n1", check); code != http.StatusOK || out.Applies {
+		if code, out, _ := cp.resolve(t, cp.nodeCred, "n1", check); code != http.StatusOK || out.Applies {
 			t.Errorf("check of an expired credential: HTTP %d applies=%t, want false", code, out.Applies)
 		}
 		// The refusal names no credential (none applied), but says why.
@@ -472,7 +493,7 @@ func TestResolveStoreDown(t *testing.T) {
 	cur, _ := cp.st.GetSandboxByID(t.Context(), sb.ID)
 	cp.createCred(t, cp.key, `{"name":"n","secret":"s3-long-enough","injection":{"method":"header","name":"X-K"},"allowed_hosts":["a.example.com"]}`)
 	cp.audit.Close()
-	code, out, e := cp.resolve(t, testJoinToken, "n1", nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "a.example.com"})
+	code, out, e := cp.resolve(t, cp.nodeCred, "n1", nodev1.ResolveCredential{SandboxID: sb.ID, ExecID: cur.ExecID, Host: "a.example.com"})
 	if code != http.StatusServiceUnavailable || len(out.Secret) != 0 {
 		t.Errorf("audit log closed: HTTP %d %+v, want 503 without a secret", code, e)
 	}

@@ -30,19 +30,21 @@ func (s *Server) nodeAuthenticated(r *http.Request) error {
 }
 
 // handleResolveCredential answers a node's gateway asking for the
-// credential to inject into one request (nodev1.ResolveCredential). A node
-// may only obtain credentials for an execution it runs: the sandbox must
+// credential to inject into one request (nodev1.ResolveCredential). The
+// request carries the node's own credential (nodecred.go), never the join
+// token, and the node it authenticates is the one the execution must be
+// placed on. A node may only obtain credentials for an execution it runs: the sandbox must
 // exist, be live, have ExecID as its current execution, and be placed on
 // the asking node; anything else is 403. The credential's scope is the
 // sandbox's as the control plane records it, never what the node says.
 func (s *Server) handleResolveCredential(w http.ResponseWriter, r *http.Request) {
-	if err := s.nodeAuthenticated(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	nodeID := r.PathValue("node")
 	if !validNodeID(nodeID) {
 		s.writeError(w, r, fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(nodeID)))
+		return
+	}
+	if err := s.nodeCredentialAuthenticated(r, nodeID); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if s.cfg.Credentials == nil {

@@ -37,6 +37,27 @@ func (cp *controlPlane) sendHeartbeat(id string, cpus int) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// credentialOf registers node id (at an address nothing serves, offering
+// only the vm runtime) and
+// returns the credential its heartbeat answer gives it.
+func (cp *controlPlane) credentialOf(id string) string {
+	cp.t.Helper()
+	// A vm runtime only: no ns sandbox is placed on it.
+	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"vm"}, CPUs: 1, MemoryMiB: 1024, DiskMiB: 1024})
+	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath(id), bytes.NewReader(hb))
+	req.Header.Set("Authorization", "Bearer "+testJoinToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cp.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reply HeartbeatReply
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&reply) != nil || reply.NodeCredential == "" {
+		cp.t.Fatalf("heartbeat of %s: HTTP %d, credential %q", id, resp.StatusCode, reply.NodeCredential)
+	}
+	return reply.NodeCredential
+}
+
 // nodeState returns node id's state in the store.
 func (cp *controlPlane) nodeState(id string) store.NodeState {
 	cp.t.Helper()

@@ -62,7 +62,7 @@ const e2bEnvdPort = 49983
 const e2bEnvdVersion = "0.7.0"
 
 // registerE2B adds the E2B REST API to mux, under E2BPathPrefix.
-func (s *Server) registerE2B(mux *http.ServeMux) {
+func (s *Server) registerE2B(mux *routeMux) {
 	route := func(pattern string, h http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")
 		full := method + " " + E2BPathPrefix + path

@@ -24,9 +24,10 @@ const e2bMaxLimit = 100
 // e2bPage is a page request: its size, where it starts (after the item a
 // token names; none: the first page), and the order by start time.
 type e2bPage struct {
-	limit int
-	after *pageItem
-	desc  bool
+	limit  int
+	after  *pageItem
+	desc   bool
+	cursor pageCursor // seals the next page's token (e2b_cursor.go)
 }
 
 // pageItem is one listed item: an id and when it started.
@@ -36,27 +37,10 @@ type pageItem struct {
 	sb *sandbox.Sandbox
 }
 
-// token is the page token that starts the page after it: its start time in
-// Unix nanoseconds and its id, so that a page starts at the right place
-// even when the item was deleted in between.
-func (it pageItem) token() string { return strconv.FormatInt(it.at.UnixNano(), 10) + "." + it.id }
-
-// parsePageToken reads a token that token made.
-func parsePageToken(t string) (*pageItem, bool) {
-	ns, id, ok := strings.Cut(t, ".")
-	if !ok || !(sandbox.ValidID(id) || sandbox.ValidSnapshotID(id)) {
-		return nil, false
-	}
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if err != nil || n < 0 || strconv.FormatInt(n, 10) != ns {
-		return nil, false
-	}
-	return &pageItem{id: id, at: time.Unix(0, n)}, true
-}
-
-// parseE2BPage reads limit, nextToken and order from a query.
-func parseE2BPage(q url.Values) (e2bPage, error) {
-	p := e2bPage{limit: e2bMaxLimit}
+// parseE2BPage reads limit, nextToken and order from a query; the token
+// must be one cur sealed.
+func parseE2BPage(q url.Values, cur pageCursor) (e2bPage, error) {
+	p := e2bPage{limit: e2bMaxLimit, cursor: cur}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bMaxLimit {
@@ -65,9 +49,9 @@ func parseE2BPage(q url.Values) (e2bPage, error) {
 		p.limit = n
 	}
 	if v := q.Get("nextToken"); v != "" {
-		after, ok := parsePageToken(v)
+		after, ok := cur.open(v)
 		if !ok {
-			return p, fmt.Errorf("%w: nextToken %q is not one this server gave", errdefs.ErrInvalidArgument, clip(v))
+			return p, fmt.Errorf("%w: nextToken %q is not one this server gave this caller for this listing; start again without it", errdefs.ErrInvalidArgument, clip(v))
 		}
 		p.after = after
 	}
@@ -105,7 +89,7 @@ func (p e2bPage) apply(items []pageItem) ([]pageItem, string) {
 		items = items[i:]
 	}
 	if len(items) > p.limit {
-		return items[:p.limit], items[p.limit-1].token()
+		return items[:p.limit], p.cursor.seal(items[p.limit-1])
 	}
 	return items, ""
 }
@@ -213,7 +197,7 @@ func (s *Server) handleE2BList(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	page, err := parseE2BPage(q)
+	page, err := parseE2BPage(q, s.pageCursorFor(r, pageSandboxes))
 	if err != nil {
 		s.writeE2BErr(w, r, err)
 		return

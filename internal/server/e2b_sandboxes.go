@@ -633,7 +633,7 @@ func (s *Server) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) 
 		s.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet", errdefs.ErrInvalidArgument))
 		return
 	}
-	page, err := parseE2BPage(q)
+	page, err := parseE2BPage(q, s.pageCursorFor(r, pageSnapshots))
 	if err != nil {
 		s.writeE2BErr(w, r, err)
 		return

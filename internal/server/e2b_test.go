@@ -158,7 +158,14 @@ func newE2BPlane(t *testing.T) *e2bPlane {
 func (p *e2bPlane) sandbox(tenant string, state sandbox.State, md map[string]string) *sandbox.Sandbox {
 	p.t.Helper()
 	sb := sandbox.New(tenant, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256, Metadata: md}, time.Now())
-	sb.State, sb.Node, sb.Generation, sb.ActivationID = state, "node-a", 1, sandbox.NewActivationID()
+	sb.State = state
+	return p.installed(sb)
+}
+
+// installed records sb on node-a, in its first generation, installed there.
+func (p *e2bPlane) installed(sb *sandbox.Sandbox) *sandbox.Sandbox {
+	p.t.Helper()
+	sb.Node, sb.Generation, sb.ActivationID = "node-a", 1, sandbox.NewActivationID()
 	sb.ExecID = sandbox.NewExecID(sb.ID, 1)
 	if err := p.st.CreateSandbox(p.t.Context(), sb); err != nil {
 		p.t.Fatal(err)
@@ -733,7 +740,8 @@ func FuzzParseE2BMetadata(f *testing.F) {
 }
 
 func FuzzParseE2BPage(f *testing.F) {
-	f.Add("limit=5&nextToken=1700000000000000000.abcdefghij0123456789&order=desc")
+	cur := pageCursor{key: []byte("fuzz-key"), tenant: "acme", kind: pageSandboxes}
+	f.Add("limit=5&nextToken=" + cur.seal(pageItem{id: "abcdefghij0123456789", at: time.Unix(1700000000, 0)}) + "&order=desc")
 	f.Add("nextToken=-1.sn-abc")
 	f.Add("limit=1e3")
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -741,7 +749,7 @@ func FuzzParseE2BPage(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p, err := parseE2BPage(q)
+		p, err := parseE2BPage(q, cur)
 		if err != nil {
 			if st, _ := statusOf(err); st != 400 {
 				t.Fatalf("error maps to %d", st)
@@ -752,8 +760,8 @@ func FuzzParseE2BPage(f *testing.F) {
 			t.Fatalf("limit %d", p.limit)
 		}
 		if p.after != nil {
-			if back, ok := parsePageToken(p.after.token()); !ok || back.id != p.after.id || !back.at.Equal(p.after.at) {
-				t.Fatalf("token %q does not round-trip", p.after.token())
+			if back, ok := cur.open(cur.seal(*p.after)); !ok || back.id != p.after.id || !back.at.Equal(p.after.at) {
+				t.Fatalf("token of %+v does not round-trip", p.after)
 			}
 		}
 	})

@@ -29,10 +29,30 @@ import (
 // what it was asked: the StartExecution bodies and the egress pushes.
 type egressNode struct {
 	failPush atomic.Bool // answer PUT .../egress with 503
+	// guest, when set, answers every guest request with 200 {} (the
+	// authorization matrix only needs the request to get through).
+	guest atomic.Bool
 
-	mu     sync.Mutex // guards starts and pushes
+	mu     sync.Mutex // guards starts, pushes and stopped
 	starts []nodev1.StartExecution
 	pushes []pushed
+	// stopped are the executions deleted (exec id -> true).
+	stopped map[string]bool
+}
+
+// running lists the executions started and not deleted, as a node's
+// heartbeat reports them.
+func (n *egressNode) running() []nodev1.Execution {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []nodev1.Execution
+	for _, req := range n.starts {
+		if !n.stopped[req.ExecID] {
+			out = append(out, nodev1.Execution{ExecID: req.ExecID, SandboxID: req.SandboxID, Generation: req.Generation,
+				ActivationID: req.ActivationID, Runtime: req.Runtime, Template: req.Template, State: nodev1.ExecRunning})
+		}
+	}
+	return out
 }
 
 type pushed struct {
@@ -69,7 +89,31 @@ func (n *egressNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("DELETE /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("DELETE /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) {
+		n.mu.Lock()
+		if n.stopped == nil {
+			n.stopped = map[string]bool{}
+		}
+		n.stopped[r.PathValue("exec")] = true
+		n.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	if n.guest.Load() {
+		mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{})
+		})
+		mux.HandleFunc("DELETE /node/v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+		mux.HandleFunc("POST /node/v1/executions/{exec}/pause", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+		mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+		mux.HandleFunc("POST /node/v1/executions/{exec}/snapshots", func(w http.ResponseWriter, r *http.Request) {
+			var req nodev1.TakeSnapshot
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+				writeJSON(w, http.StatusBadRequest, nodev1.Error{Code: sandboxv1.CodeInvalidArgument, Message: err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, nodev1.Snapshot{ID: req.SnapshotID, Kind: req.Kind, Runtime: "ns", CreatedAt: time.Now(), SizeBytes: 1})
+		})
+	}
 	mux.ServeHTTP(w, r)
 }
 
@@ -101,6 +145,10 @@ type controlPlane struct {
 	node       *egressNode
 	tenant     string
 	key, other string
+	// nodeCred is node n1's own credential, from its heartbeat answer.
+	nodeCred string
+	// nodeAddr is where n1 (node) listens.
+	nodeAddr string
 }
 
 const testJoinToken = "join-token-for-egress-tests-0123456789"
@@ -167,7 +215,8 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 		st.Close()
 	})
 	cp.url = api.URL
-	hb, _ := json.Marshal(Heartbeat{Address: strings.TrimPrefix(nodeSrv.URL, "http://"), Token: "node-token",
+	cp.nodeAddr = strings.TrimPrefix(nodeSrv.URL, "http://")
+	hb, _ := json.Marshal(Heartbeat{Address: cp.nodeAddr, Token: "node-token",
 		Runtimes: []string{"ns"}, CPUs: 64, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
 	req, _ := http.NewRequest(http.MethodPost, api.URL+HeartbeatPath("n1"), bytes.NewReader(hb))
 	req.Header.Set("Authorization", "Bearer "+testJoinToken)
@@ -175,10 +224,12 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	defer resp.Body.Close()
+	var reply HeartbeatReply
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&reply) != nil {
 		t.Fatalf("heartbeat: HTTP %d", resp.StatusCode)
 	}
+	cp.nodeCred = reply.NodeCredential
 	return cp
 }
 

@@ -219,9 +219,10 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	// what the node's warm pool should hold.
 	writeJSON(w, http.StatusOK, HeartbeatReply{
 		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
-		Pools:        s.poolTargets(r.Context(), hb.Runtimes),
-		FenceAfterMS: s.rec.FenceAfter().Milliseconds(),
-		Internal:     s.internal.current(),
+		Pools:          s.poolTargets(r.Context(), hb.Runtimes),
+		FenceAfterMS:   s.rec.FenceAfter().Milliseconds(),
+		Internal:       s.internal.current(),
+		NodeCredential: s.nodeCredential(id),
 		// Last: as close to the write as can be.
 		ServerTime: time.Now().UTC(),
 	})
@@ -245,6 +246,9 @@ type HeartbeatReply struct {
 	// capability while the two differ by more than capability.Skew
 	// (internal/node/clock.go).
 	ServerTime time.Time `json:"server_time"`
+	// NodeCredential is this node's own credential (nodecred.go): its
+	// gateway resolves credentials with it, not with the join token.
+	NodeCredential string `json:"node_credential,omitempty"`
 }
 
 // retirements lists the executions a node reports that are not their

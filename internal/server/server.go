@@ -73,6 +73,10 @@ type Config struct {
 	// control plane learns by itself; no sandbox reaches any of them
 	// (internalnet.go).
 	Internal InternalConfig
+	// MetricsToken, when set, is a bearer token that reads GET /metrics
+	// without an API key (a Prometheus scraper's). Admin keys always may;
+	// tenant keys and anonymous requests never (metricsauth.go).
+	MetricsToken string
 }
 
 // Server serves the REST API.
@@ -121,13 +125,39 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 
 // Handler returns the API's HTTP handler.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+	h, _ := s.handler()
+	return h
+}
+
+// routeMux is the API's mux, remembering every pattern registered on it, so
+// that the authorization matrix (authz_test.go) can hold each route the
+// server serves against its row: a route without one fails the test.
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+// Handle registers h for pattern and records the pattern.
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+// HandleFunc registers f for pattern and records the pattern.
+func (m *routeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(f))
+}
+
+// handler builds the API's handler and returns it with every pattern its
+// mux serves.
+func (s *Server) handler() (http.Handler, []string) {
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	route := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.instrument(pattern, h)) }
 	authed := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
 	admin := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(s.requireAdmin(h))) }
 
 	route("GET /healthz", s.handleHealth)
-	route("GET /metrics", s.handleMetrics)
+	route("GET /metrics", s.metricsAuth(s.handleMetrics))
 	route("GET /openapi.json", handleOpenAPI)
 	route("POST /internal/v1/nodes/{id}/heartbeat", s.handleHeartbeat)
 	route("POST /internal/v1/nodes/{node}/credentials/resolve", s.handleResolveCredential)
@@ -201,7 +231,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return s.withE2BData(s.withIngress(mux))
+	return s.withE2BData(s.withIngress(mux)), mux.patterns
 }
 
 // apiProtocols are what the API listener speaks: HTTP/1.1, and HTTP/2
