@@ -218,6 +218,28 @@ func describePeer(cred unix.Ucred) peerProcess {
 	return p
 }
 
+// bridgeIdentity returns what identifies the bridge process pid, which
+// this process started and has not reaped: its start time and the device
+// and inode of the file it runs. A bridge that has already exited (it
+// refused its guest channel at once, say) has no executable in /proc any
+// more: it gets an inode no file has (exitedBridgeIno), so no process can
+// ever pass as it, and its exit file and log say why it went, which the
+// node's wait for it reports.
+func bridgeIdentity(pid int) (start, dev, ino uint64, err error) {
+	if start, err = driver.ProcStartTime(pid); err != nil {
+		return 0, 0, 0, err
+	}
+	dev, ino, err = exeIdentity(pid)
+	if err != nil && !driver.ProcAlive(pid, start) {
+		return start, 0, exitedBridgeIno, nil
+	}
+	return start, dev, ino, err
+}
+
+// exitedBridgeIno is the executable inode recorded for a bridge that exited
+// before the node could read it: no file has it.
+const exitedBridgeIno = ^uint64(0)
+
 // exeIdentity returns the device and inode of the file process pid runs.
 func exeIdentity(pid int) (dev, ino uint64, err error) {
 	var st unix.Stat_t

@@ -463,3 +463,44 @@ func testenvSkipWithoutProc(t *testing.T) {
 		t.Skipf("needs /proc: %v", err)
 	}
 }
+
+// TestBridgeIdentityOfAnExitedBridge: a bridge that exits before the node
+// reads its identity (it refused its guest channel at once) is not an error
+// of its own — the node's wait for it reports why it went — and gets an
+// executable identity no process has; a live one gets its real one.
+// (TestBridgeRefusesGuestChannelOfAnotherProcess failed once under load
+// with "executable of pid …: no such file or directory".)
+func TestBridgeIdentityOfAnExitedBridge(t *testing.T) {
+	testenvSkipWithoutProc(t)
+	gone := exec.Command("true")
+	if err := gone.Start(); err != nil {
+		t.Skipf("no true binary: %v", err)
+	}
+	defer gone.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", gone.Process.Pid))
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process never exited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start, _, ino, err := bridgeIdentity(gone.Process.Pid)
+	if err != nil || start == 0 || ino != exitedBridgeIno {
+		t.Errorf("identity of an exited bridge: start %d, inode %d, %v; want its start time and exitedBridgeIno", start, ino, err)
+	}
+
+	live := exec.Command("sleep", "30")
+	if err := live.Start(); err != nil {
+		t.Skipf("no sleep binary: %v", err)
+	}
+	defer func() { live.Process.Kill(); live.Wait() }()
+	_, dev, ino, err := bridgeIdentity(live.Process.Pid)
+	wantDev, wantIno, werr := exeIdentity(live.Process.Pid)
+	if err != nil || werr != nil || dev != wantDev || ino != wantIno || ino == exitedBridgeIno {
+		t.Errorf("identity of a live bridge: %d/%d, %v; want its executable %d/%d (%v)", dev, ino, err, wantDev, wantIno, werr)
+	}
+}

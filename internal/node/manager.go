@@ -348,10 +348,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	// Start returned after the exec: /proc/<pid>/exe is the file the bridge
 	// runs, whatever happens to m.cfg.Executable's path from now on.
 	rec.BridgePid = cmd.Process.Pid
-	rec.BridgeStartTime, err = driver.ProcStartTime(cmd.Process.Pid)
-	if err == nil {
-		rec.BridgeExeDev, rec.BridgeExeIno, err = exeIdentity(cmd.Process.Pid)
-	}
+	rec.BridgeStartTime, rec.BridgeExeDev, rec.BridgeExeIno, err = bridgeIdentity(cmd.Process.Pid)
 	if err != nil {
 		// Most likely the bridge exited at once; its log says why.
 		_ = cmd.Process.Kill()
