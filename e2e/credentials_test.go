@@ -208,15 +208,18 @@ func testCredentialInjection(t *testing.T, runtime string) {
 			t.Errorf("the sandbox read the secret as %q from an echoing upstream:\n%s", form, r.Stdout)
 		}
 	}
-	// Rate limit (3 per minute, two used): the fourth request is refused
-	// by the gateway with 429 and never reaches the upstream.
-	in.sh(sb.ID, "httpsget https://api.secret.test/")
-	r = in.sh(sb.ID, "httpsget https://api.secret.test/")
-	if !strings.HasPrefix(r.Stdout, "429") {
-		t.Errorf("over the rate limit: %+v, want 429", r)
+	// Rate limit (a bucket of 3, refilled at 3 a minute, two used): of
+	// six quick requests at least one is refused by the gateway with 429,
+	// and a refused one never reaches the upstream. (The bucket refills a
+	// use every 20 s, which a slow emulated VM may take to get here, so the
+	// count of answered requests is not fixed.)
+	r = in.sh(sb.ID, "for i in 1 2 3 4 5 6; do httpsget https://api.secret.test/ | head -n 1; done")
+	answered := 2 + strings.Count(r.Stdout, "200\n")
+	if strings.Count(r.Stdout, "429\n") == 0 || answered+strings.Count(r.Stdout, "429\n") != 8 {
+		t.Errorf("six requests over the rate limit answered %q, want 200 or 429 each and at least one 429", r.Stdout)
 	}
-	if n := len(secretSeen.all()); n != 3 {
-		t.Errorf("api.secret.test got %d requests, want 3", n)
+	if n := len(secretSeen.all()); n != answered {
+		t.Errorf("api.secret.test got %d requests, want the %d answered ones (a refused request reached it)", n, answered)
 	}
 
 	// Every resolution is audited, the refused one too.
@@ -241,8 +244,8 @@ func testCredentialInjection(t *testing.T, runtime string) {
 			refused++
 		}
 	}
-	if allowed != 3 || refused < 1 {
-		t.Errorf("audit: %d allowed, %d refused (%v); want 3 and at least 1", allowed, refused, audit.Entries)
+	if allowed != answered || refused < 1 {
+		t.Errorf("audit: %d allowed, %d refused (%v); want %d and at least 1", allowed, refused, audit.Entries, answered)
 	}
 	if redacted < 2 { // the header and the body of the echo
 		t.Errorf("audit: %d redaction entries (%v); want the echo's header and body", redacted, audit.Entries)

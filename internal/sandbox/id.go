@@ -8,15 +8,26 @@ import (
 	"strings"
 )
 
-// Identifier shapes. Sandbox ids follow E2B: 20 lowercase alphanumerics, so
-// they can appear in host names and in E2B clients unchanged. Tenant and key
-// ids carry a prefix so that a log line says what kind of id it holds.
+// Identifier shapes. Sandbox ids are lowercase alphanumerics, like E2B's, so
+// they can appear in host names and in E2B clients unchanged; tenant, key,
+// activation and snapshot ids carry a prefix so that a log line says what
+// kind of id it holds.
+//
+// New sandbox and snapshot ids have 24 random characters: 124 bits, past
+// the 122 a guessed id must be unable to reach (catalogue G-3; ids are not
+// secrets — every route checks the caller's tenant — but they must not be
+// guessable either). Ids made before had 20 (sandboxes, about 103 bits) and
+// 16 (snapshots, about 83 bits); they stay valid. Tenant, key and activation
+// ids keep 16: they name no tenant resource (an API key's secret is its
+// 256-bit second half).
 const (
-	sandboxIDLen = 20
-	tenantPrefix = "t-"
-	keyPrefix    = "k-"
+	sandboxIDLen       = 24
+	legacySandboxIDLen = 20
+	tenantPrefix       = "t-"
+	keyPrefix          = "k-"
 	// snapshotPrefix starts every snapshot id.
 	snapshotPrefix = "sn-"
+	snapshotIDLen  = 24
 	prefixedIDLen  = 16
 	execSuffixLen  = 8
 	alphabet       = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -42,7 +53,7 @@ func randomString(n int) string {
 	return string(out)
 }
 
-// NewID returns a fresh sandbox id: 20 characters of [a-z0-9].
+// NewID returns a fresh sandbox id: 24 characters of [a-z0-9].
 func NewID() string { return randomString(sandboxIDLen) }
 
 // DerivedID returns the sandbox id that parts name, always the same for the
@@ -92,9 +103,9 @@ func NewExecID(id string, gen uint64) string {
 	return id + "-g" + strconv.FormatUint(gen, 10) + "-" + randomString(execSuffixLen)
 }
 
-// NewSnapshotID returns a fresh snapshot id, "sn-" and 16 characters of
+// NewSnapshotID returns a fresh snapshot id, "sn-" and 24 characters of
 // [a-z0-9].
-func NewSnapshotID() string { return snapshotPrefix + randomString(prefixedIDLen) }
+func NewSnapshotID() string { return snapshotPrefix + randomString(snapshotIDLen) }
 
 // LifecycleSnapshotID is the id of the snapshot an operation (op: "stop",
 // "hibernate", "fork") takes of generation gen of sandbox id. It is derived,
@@ -120,9 +131,10 @@ func ValidSnapshotID(s string) bool {
 	return true
 }
 
-// ValidID reports whether s has the shape of a sandbox id.
+// ValidID reports whether s has the shape of a sandbox id (new, or made
+// before ids grew).
 func ValidID(s string) bool {
-	return len(s) == sandboxIDLen && inAlphabet(s)
+	return (len(s) == sandboxIDLen || len(s) == legacySandboxIDLen) && inAlphabet(s)
 }
 
 // ValidTenantID reports whether s has the shape of a tenant id.

@@ -401,7 +401,7 @@ func TestResolveCredential(t *testing.T) {
 	t.Run("redaction report", func(t *testing.T) {
 		rep := ask
 		rep.Redaction = &nodev1.CredentialRedaction{CredentialID: cred.ID, Where: "body", Count: 2}
-		code, out, e := cp.resolve(t, testJoinToken, "n1", rep)
+		code, out, e := cp.resolve(t, cp.nodeCred, "n1", rep)
 		if code != http.StatusOK || len(out.Secret) != 0 {
 			t.Fatalf("redaction report: HTTP %d %+v %+v, want 200 without a secret", code, out, e)
 		}
@@ -411,11 +411,11 @@ func TestResolveCredential(t *testing.T) {
 			t.Errorf("newest audit entry = %+v, want the redaction", entries)
 		}
 		rep.Redaction.Where = "elsewhere"
-		if code, _, _ := cp.resolve(t, testJoinToken, "n1", rep); code != http.StatusBadRequest {
+		if code, _, _ := cp.resolve(t, cp.nodeCred, "n1", rep); code != http.StatusBadRequest {
 			t.Errorf("malformed redaction report: HTTP %d, want 400", code)
 		}
 		rep.Redaction.Where = "body"
-		if code, _, _ := cp.resolve(t, testJoinToken, "n2", rep); code != http.StatusForbidden {
+		if code, _, _ := cp.resolve(t, cp.with(t).credentialOf("n2"), "n2", rep); code != http.StatusForbidden {
 			t.Errorf("a redaction report from another node: HTTP %d, want 403", code)
 		}
 	})
