@@ -17,7 +17,6 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/credentials"
-	"github.com/spacesandbox/space/internal/credentials/localstore"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -271,23 +270,7 @@ type authzPlane struct {
 func newAuthzPlane(t *testing.T) *authzPlane {
 	t.Helper()
 	dir := t.TempDir()
-	keyPath := filepath.Join(dir, "credentials.key")
-	if err := localstore.GenerateKeyFile(keyPath); err != nil {
-		t.Fatal(err)
-	}
-	backend, err := localstore.Open(filepath.Join(dir, "credentials"), keyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	audit, err := credentials.OpenFileAuditLog(filepath.Join(dir, "audit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { audit.Close() })
-	sealer, err := OpenCASealer(filepath.Join(dir, "ca-seal.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	backend, audit, sealer := credentialStores(t, dir)
 	keys, err := localkms.Open(filepath.Join(dir, "kms"))
 	if err != nil {
 		t.Fatal(err)

@@ -55,9 +55,10 @@ type credPlane struct {
 	bodies *syncBuffer
 }
 
-func newCredPlane(t *testing.T) *credPlane {
+// credentialStores opens, in dir, what a control plane with credentials
+// needs: the encrypted credential store, its audit log and the CA sealer.
+func credentialStores(t *testing.T, dir string) (*localstore.Store, *credentials.FileAuditLog, *CASealer) {
 	t.Helper()
-	dir := t.TempDir()
 	keyPath := filepath.Join(dir, "credentials.key")
 	if err := localstore.GenerateKeyFile(keyPath); err != nil {
 		t.Fatal(err)
@@ -75,6 +76,12 @@ func newCredPlane(t *testing.T) *credPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return backend, audit, sealer
+}
+
+func newCredPlane(t *testing.T) *credPlane {
+	t.Helper()
+	backend, audit, sealer := credentialStores(t, t.TempDir())
 	skew := &atomic.Int64{}
 	mgr := credentials.NewManager(backend, audit, credentials.WithClock(func() time.Time {
 		return time.Now().Add(time.Duration(skew.Load()))
