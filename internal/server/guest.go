@@ -124,6 +124,23 @@ func (s *Server) mintRoute(sb *sandbox.Sandbox, op capability.Op, until time.Tim
 	return &route.Route{Identity: id, ExecID: sb.ExecID, Op: op, Token: capability.Encode(tok), Expires: c.ExpiresAt}, nil
 }
 
+// nodeUnavailable passes on a 503 answer, unless the node itself refused
+// every capability because its clock disagrees with the control plane's
+// (code clock_disagrees): then the caller gets the node's reason as an
+// Unavailable error, not a bare "HTTP status 503" from the guest protocol's
+// client.
+func nodeUnavailable(resp *http.Response) (*http.Response, error) {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var e struct{ Code, Message string }
+	if json.Unmarshal(body, &e) != nil || e.Code != "clock_disagrees" || e.Message == "" {
+		return resp, nil
+	}
+	resp.Body.Close()
+	return nil, fmt.Errorf("%w: %.300s", errdefs.ErrUnavailable, e.Message)
+}
+
 // routeTransport sends guest requests along the sandbox's current route and
 // repairs it once when the node answers RefreshRoute: the sandbox is read
 // again, the cached route replaced by compare-and-swap (a late rejection
@@ -140,6 +157,9 @@ type routeTransport struct {
 func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt := t.route.Load()
 	resp, err := t.send(req, rt)
+	if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+		return nodeUnavailable(resp)
+	}
 	if err != nil || resp.StatusCode != http.StatusConflict || rt.Repaired {
 		return resp, err
 	}
