@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDynamicGuestRefusedAtStart starts the real `space` binary with a
@@ -42,7 +44,12 @@ func TestDynamicGuestRefusedAtStart(t *testing.T) {
 		t.Run(args[0], func(t *testing.T) {
 			data := t.TempDir()
 			var stderr bytes.Buffer
-			cmd := exec.Command(space, append(args, "--data-dir", data)...)
+			// A refusal is immediate; the bound only turns a server that
+			// started anyway into a failure instead of a hang.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, space, append(args, "--data-dir", data)...)
+			cmd.WaitDelay = 5 * time.Second
 			cmd.Stderr = &stderr
 			err := cmd.Run()
 			var exit *exec.ExitError
