@@ -15,6 +15,15 @@ import (
 // sandbox's processes end with it.
 func TestExecutionWithRemovedDirectoryStopsItself(t *testing.T) {
 	dataDir := t.TempDir()
+	var execID string
+	// Registered first, run last: after the second server deleted the
+	// sandbox and stopped, nothing of the execution is left.
+	t.Cleanup(func() {
+		if left := leftovers(dataDir, []string{execID}); len(left) > 0 {
+			t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
+			forceClean(dataDir)
+		}
+	})
 	in := startServer(t, dataDir)
 	sb := in.create("minimal")
 	if res := in.exec(sb.ID, "sleep", "0"); res.ExitCode != 0 {
@@ -30,6 +39,7 @@ func TestExecutionWithRemovedDirectoryStopsItself(t *testing.T) {
 	if execDir == "" {
 		t.Fatalf("no execution directory under %s (%v)", dataDir, dirs)
 	}
+	execID = filepath.Base(execDir)
 	bridge := pidWithCwd(execDir)
 	sandboxPids := cgroupPids(filepath.Base(execDir))
 	if bridge == 0 || len(sandboxPids) == 0 {
@@ -46,7 +56,8 @@ func TestExecutionWithRemovedDirectoryStopsItself(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The server, started again, deletes the sandbox the harness leaves.
+	// The server, started again, deletes the sandbox the harness leaves
+	// and with it the mounts and cgroups the ended execution still has.
 	startServer(t, dataDir)
 }
 
