@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spacesandbox/space/internal/guestbin"
 )
 
 const module = "github.com/spacesandbox/space/"
@@ -66,6 +68,38 @@ func buildStatic(t *testing.T) string {
 		t.Fatalf("build space-guest with CGO_ENABLED=0: %v: %s", buildErr, builtPath)
 	}
 	return builtPath
+}
+
+// buildDefault builds space-guest with `go build` and this environment's
+// defaults: cgo on where a C compiler is (static_cgo.go).
+func buildDefault(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "space-guest")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "CGO_ENABLED=") && !strings.HasPrefix(e, "GOFLAGS=") {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build space-guest: %v\n%s", err, b)
+	}
+	return out
+}
+
+// TestDefaultBuildIsStatic: a plain `go build ./cmd/space-guest` yields a
+// guest the node-manager accepts and that serves as a sandbox's PID 1.
+func TestDefaultBuildIsStatic(t *testing.T) {
+	bin := buildDefault(t)
+	if err := guestbin.Check(bin); err != nil {
+		t.Fatalf("the default build: %v", err)
+	}
+	c := startBinInNamespace(t, bin)
+	if out, end := shell(t, c, "echo served"); strings.TrimSpace(out) != "served" || end.GetExitCode() != 0 {
+		t.Errorf("echo in the default build's sandbox: %q, %v; want served, exit 0", out, end)
+	}
 }
 
 func TestMain(m *testing.M) {

@@ -24,13 +24,22 @@ import (
 // the test ends (--kill-child, and PID 1's death empties the namespace).
 func startInNamespace(t *testing.T, flags ...string) *guest.Client {
 	t.Helper()
+	return startBinInNamespace(t, "", flags...)
+}
+
+// startBinInNamespace is startInNamespace with the daemon binary bin ("":
+// buildStatic's).
+func startBinInNamespace(t *testing.T, bin string, flags ...string) *guest.Client {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs the daemon as PID 1 of a new PID namespace")
 	}
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("needs unshare (util-linux)")
 	}
-	bin := buildStatic(t)
+	if bin == "" {
+		bin = buildStatic(t)
+	}
 	sock := filepath.Join(t.TempDir(), "guest.sock")
 	args := append(append([]string{"--fork", "--kill-child", "--pid", "--mount-proc"}, flags...), bin, "--channel", "unix:"+sock)
 	cmd := exec.Command("unshare", args...)

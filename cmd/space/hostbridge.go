@@ -34,7 +34,9 @@ func runHostBridge(args []string) int {
 		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
 		return 1
 	}
-	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile}
+	// The bridge runs in the execution's directory (the sandbox manager
+	// starts it there): it stops when that directory is removed.
+	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile, Dir: "."}
 	if *guestPid != 0 {
 		cfg.Guest = &bridge.Process{Pid: *guestPid, StartTime: *guestStart}
 	}

@@ -51,12 +51,14 @@ func runNodeManager(args []string) int {
 		*socket = filepath.Join(dir, "run", "node-manager.sock")
 	}
 	if *guestBin == "" {
-		self, err := os.Executable()
-		if err != nil {
+		if *guestBin, err = defaultGuestBinary(); err != nil {
 			fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
 			return 1
 		}
-		*guestBin = filepath.Join(filepath.Dir(self), "space-guest")
+	}
+	if err := checkGuestBinary(*guestBin); err != nil {
+		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		return 1
 	}
 	var uids []uint32
 	for _, s := range strings.Split(*allow, ",") {

@@ -96,6 +96,18 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 1
 	}
+	if *dev {
+		// The node-manager --dev starts uses the space-guest beside this
+		// binary: refuse one no sandbox can run before serving anything.
+		guest, err := defaultGuestBinary()
+		if err == nil {
+			err = checkGuestBinary(guest)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "space server: %v\n", err)
+			return 1
+		}
+	}
 	if *nodeLostAfter < time.Second {
 		fmt.Fprintf(os.Stderr, "space server: --node-lost-after %s: want at least 1s\n", *nodeLostAfter)
 		return 2

@@ -51,6 +51,12 @@ type Config struct {
 	// peer credentials name its creator and which no other process can
 	// reach (peer.go).
 	Guest *Process
+	// Dir is the execution's directory ("" is not watched). When it is
+	// removed (the node's data directory was deleted) the bridge stops and
+	// closes the guest channel, which ends an ns sandbox's PID 1.
+	Dir string
+	// DirCheckEvery is how often Dir is checked (DefaultDirCheckEvery).
+	DirCheckEvery time.Duration
 }
 
 // publicPrefixes are the guest routes forwarded to the manager. The control
@@ -86,6 +92,7 @@ type Bridge struct {
 	cfg    Config
 	log    *slog.Logger
 	client *guest.Client
+	dir    *os.File // cfg.Dir, open; nil when not watched
 
 	mu      sync.Mutex // guards ready, version, reason, thawTimer
 	ready   bool
@@ -120,12 +127,25 @@ func New(cfg Config, log *slog.Logger) (*Bridge, error) {
 		}
 		log.Debug("guest channel verified", "vmm_pid", cfg.Guest.Pid, "vmm_start_time", cfg.Guest.StartTime)
 	}
+	if cfg.DirCheckEvery <= 0 {
+		cfg.DirCheckEvery = DefaultDirCheckEvery
+	}
+	var dir *os.File
+	if cfg.Dir != "" {
+		var err error
+		if dir, err = openDir(cfg.Dir); err != nil {
+			return nil, fmt.Errorf("bridge %s: %w", cfg.ExecID, err)
+		}
+	}
 	SetSocketBuffers(cfg.Channel)
 	c, err := guest.NewClient(cfg.Channel)
 	if err != nil {
+		if dir != nil {
+			dir.Close()
+		}
 		return nil, fmt.Errorf("bridge %s: guest channel: %w", cfg.ExecID, err)
 	}
-	return &Bridge{cfg: cfg, log: log, client: c, adm: admission{now: time.Now}}, nil
+	return &Bridge{cfg: cfg, log: log, client: c, dir: dir, adm: admission{now: time.Now}}, nil
 }
 
 // Run waits for the guest, serves the manager until ctx is done, the guest
@@ -144,9 +164,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	go func() { serveErr <- srv.Serve(BufferedListener{ln}) }()
 
 	go b.waitReady(ctx)
+	dirGone := watchDir(ctx, b.dir, b.cfg.DirCheckEvery)
+	if b.dir != nil {
+		defer b.dir.Close()
+	}
 
 	var reason string
 	select {
+	case <-dirGone:
+		reason = "execution directory removed: its data is gone, the execution stops"
 	case <-ctx.Done():
 		reason = "stopped: " + context.Cause(ctx).Error()
 	case <-b.client.Done():
