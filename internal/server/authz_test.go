@@ -137,6 +137,7 @@ const credentialBody = `{"name":"gh","secret":"matrix-secret-0123456789","inject
 // authzRows is the matrix.
 var authzRows = []authzRow{
 	{pattern: "GET /healthz", req: get("/healthz"), want: public},
+	{pattern: "GET /readyz", req: get("/readyz"), want: public},
 	{pattern: "GET /openapi.json", req: get("/openapi.json"), want: public},
 	{pattern: "GET /metrics", req: get("/metrics"), want: metricsCells},
 	{pattern: "POST /internal/v1/nodes/{id}/heartbeat", req: call("POST", "/internal/v1/nodes/{node}/heartbeat", `{"address":"127.0.0.1:9","token":"t"}`), want: nodeOnly},
