@@ -108,6 +108,9 @@ type Server struct {
 	e2b e2bTokens
 	// internal is the internal-service list sent to nodes (internalnet.go).
 	internal *internalServices
+	// started is when New made the server: creates wait for a first node
+	// only while it warms up (warmup.go).
+	started time.Time
 }
 
 // New returns a server over st. The reconciler drives what the API records.
@@ -124,7 +127,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal), started: time.Now()}
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)
 	if rec != nil {

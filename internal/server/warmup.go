@@ -74,7 +74,7 @@ func (w *warmup) wait(ctx context.Context, what string) error {
 	}
 }
 
-// record appends the collected events to sandbox id's.
+// recordWarmup appends the collected events to sandbox id's.
 func (s *Server) recordWarmup(ctx context.Context, id string, w *warmup) {
 	for _, e := range w.events {
 		e.SandboxID = id
@@ -135,7 +135,7 @@ func (s *Server) autoRuntime(ctx context.Context, w *warmup) (runtime, note stri
 			return "", "", err
 		}
 		rt, note, err := s.resolveAuto(stateOf(live, "vm"))
-		if !errors.Is(err, errNoNodeYet) {
+		if !errors.Is(err, errNoNodeYet) || !s.warmingUp() {
 			return rt, note, err
 		}
 		if err := w.wait(ctx, "a node to register"); err != nil {
@@ -145,7 +145,14 @@ func (s *Server) autoRuntime(ctx context.Context, w *warmup) (runtime, note stri
 }
 
 // errNoNodeYet is resolveAuto's answer while no node is live.
-var errNoNodeYet = fmt.Errorf("%w: no node is live yet", errdefs.ErrUnavailable)
+var errNoNodeYet = fmt.Errorf("%w: no node is live; `space node` registers one", errdefs.ErrUnavailable)
+
+// warmingUp reports whether the server started less than WarmupWait ago:
+// only then does a create wait for a first node to register (later, no
+// live node at all is an outage, answered at once).
+func (s *Server) warmingUp() bool {
+	return time.Since(s.started) < s.cfg.WarmupWait
+}
 
 // resolveAuto is autoRuntime's decision over what the live nodes say of vm.
 func (s *Server) resolveAuto(vm runtimeState) (runtime, note string, err error) {
@@ -196,7 +203,7 @@ func (s *Server) awaitPlace(ctx context.Context, w *warmup, sbRuntime string, pl
 		st := stateOf(live, sbRuntime)
 		var what string
 		switch {
-		case st.live == 0:
+		case st.live == 0 && s.warmingUp():
 			what = "a node to register"
 		case st.bringing != "":
 			what = fmt.Sprintf("node %s to bring up the %s runtime", st.bringing, sbRuntime)

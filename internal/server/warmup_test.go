@@ -34,13 +34,14 @@ func (cp *controlPlane) beat(runtimes, pending []string) {
 	}
 }
 
-// createAsync issues a create and returns a channel with its answer.
+// createAnswer is the answer to a create.
 type createAnswer struct {
 	code int
 	sb   sandboxv1.Sandbox
 	err  sandboxv1.Error
 }
 
+// createAsync issues a create and returns a channel with its answer.
 func (cp *controlPlane) createAsync(body string) <-chan createAnswer {
 	out := make(chan createAnswer, 1)
 	go func() {
@@ -304,6 +305,28 @@ func TestResolveAutoNoNode(t *testing.T) {
 	}
 	if _, _, err := (&Server{}).resolveAuto(runtimeState{live: 1}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("resolveAuto with no vm and no fallback: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestNoNodeAfterWarmup: once the server has warmed up, a create with no
+// live node at all is answered at once (an outage), not held for a node.
+func TestNoNodeAfterWarmup(t *testing.T) {
+	for _, rt := range []string{"ns", "auto"} {
+		cp := newControlPlane(t, Config{DefaultRuntime: rt, WarmupWait: 3 * warmupPoll})
+		time.Sleep(4 * warmupPoll) // warmed up
+		if err := cp.st.DeleteNode(t.Context(), "n1"); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		a := <-cp.createAsync(`{"template":"minimal"}`)
+		if a.code != http.StatusServiceUnavailable {
+			t.Errorf("%s: create with no node: HTTP %d %+v, want 503", rt, a.code, a.err)
+		}
+		for _, e := range []string{"waiting for"} {
+			if strings.Contains(a.err.Message, e) {
+				t.Errorf("%s: create with no node after warm-up waited: %s (after %s)", rt, a.err.Message, time.Since(start))
+			}
+		}
 	}
 }
 
