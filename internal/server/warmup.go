@@ -135,7 +135,7 @@ func (s *Server) autoRuntime(ctx context.Context, w *warmup) (runtime, note stri
 			return "", "", err
 		}
 		rt, note, err := s.resolveAuto(stateOf(live, "vm"))
-		if !errors.Is(err, errNoNodeYet) || !s.warmingUp() {
+		if !errors.Is(err, errNoNodeYet) || !s.awaitsFirstNode(ctx) {
 			return rt, note, err
 		}
 		if err := w.wait(ctx, "a node to register"); err != nil {
@@ -147,11 +147,19 @@ func (s *Server) autoRuntime(ctx context.Context, w *warmup) (runtime, note stri
 // errNoNodeYet is resolveAuto's answer while no node is live.
 var errNoNodeYet = fmt.Errorf("%w: no node is live; `space node` registers one", errdefs.ErrUnavailable)
 
-// warmingUp reports whether the server started less than WarmupWait ago:
-// only then does a create wait for a first node to register (later, no
-// live node at all is an outage, answered at once).
-func (s *Server) warmingUp() bool {
-	return time.Since(s.started) < s.cfg.WarmupWait
+// awaitsFirstNode reports whether a create with no live node at all waits
+// for one: only while the server warms up (it started less than WarmupWait
+// ago) and no node is draining. Later, or when the operator drains the
+// nodes, no live node is an outage, answered at once.
+func (s *Server) awaitsFirstNode(ctx context.Context) bool {
+	if time.Since(s.started) >= s.cfg.WarmupWait {
+		return false
+	}
+	nodes, err := s.store.ListNodes(ctx)
+	if err != nil {
+		return false
+	}
+	return !slices.ContainsFunc(nodes, func(n store.Node) bool { return n.State == store.NodeDraining })
 }
 
 // resolveAuto is autoRuntime's decision over what the live nodes say of vm.
@@ -203,7 +211,7 @@ func (s *Server) awaitPlace(ctx context.Context, w *warmup, sbRuntime string, pl
 		st := stateOf(live, sbRuntime)
 		var what string
 		switch {
-		case st.live == 0 && s.warmingUp():
+		case st.live == 0 && s.awaitsFirstNode(ctx):
 			what = "a node to register"
 		case st.bringing != "":
 			what = fmt.Sprintf("node %s to bring up the %s runtime", st.bringing, sbRuntime)
