@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -347,4 +348,27 @@ func TestPendingRuntimesFromHeartbeat(t *testing.T) {
 	if got := n.pendingRuntimes("n1"); len(got) != 0 {
 		t.Errorf("pending %q from a stale heartbeat, want none", got)
 	}
+}
+
+// FuzzHeartbeatPending: whatever a node's heartbeat says it is bringing up,
+// the server keeps at most the runtime names it knows, once each.
+func FuzzHeartbeatPending(f *testing.F) {
+	f.Add([]byte(`{"address":"a","token":"t","runtimes":["ns"],"runtimes_pending":["vm"]}`))
+	f.Add([]byte(`{"runtimes_pending":["vm","vm","ns","bogus",""]}`))
+	f.Add([]byte(`{"runtimes_pending":null}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var hb Heartbeat
+		if json.Unmarshal(body, &hb) != nil {
+			return
+		}
+		got := knownRuntimes(hb.RuntimesPending)
+		if len(got) > 2 {
+			t.Fatalf("kept %q from %q: more than the two runtimes", got, hb.RuntimesPending)
+		}
+		for i, r := range got {
+			if r != "vm" && r != "ns" || slices.Contains(got[:i], r) {
+				t.Fatalf("kept %q from %q", got, hb.RuntimesPending)
+			}
+		}
+	})
 }
