@@ -94,6 +94,15 @@ func startServerWith(t testing.TB, dataDir string, extra ...string) *instance {
 // startServerEnv is startServerWith with extra environment variables.
 func startServerEnv(t testing.TB, dataDir string, env []string, extra ...string) *instance {
 	t.Helper()
+	in := launchServer(t, dataDir, env, extra...)
+	in.waitTemplate("minimal")
+	return in
+}
+
+// launchServer starts `space server --dev` and returns as soon as it
+// serves, its templates possibly still building.
+func launchServer(t testing.TB, dataDir string, env []string, extra ...string) *instance {
+	t.Helper()
 	if bin.err != nil {
 		t.Fatalf("build: %v", bin.err)
 	}
@@ -158,7 +167,6 @@ func startServerEnv(t testing.TB, dataDir string, env []string, extra ...string)
 		}
 		in.stop()
 	})
-	in.waitTemplate("minimal")
 	return in
 }
 

@@ -138,10 +138,16 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin s
 	// The vm runtime may first download a kernel: serve the ns runtime
 	// meanwhile, and offer vm once it is ready.
 	vmReady := make(chan struct{})
+	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
+		// Reported to the control plane as coming, so that creates
+		// wait for it instead of running elsewhere (or on ns).
+		srv.ExpectDriver("vm")
+	}
 	go func() {
 		defer close(vmReady)
 		vmd, err := newVMDriver(ctx, vols.Dir, cacheDir, log)
 		if err != nil {
+			srv.DropDriver("vm")
 			if ctx.Err() == nil {
 				log.Warn("the vm runtime is not available on this node", "reason", err)
 			}

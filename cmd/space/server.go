@@ -56,7 +56,9 @@ func runServer(args []string) int {
 	dataDir := fs.String("data-dir", "", "data directory (default $SPACE_DATA_DIR, /var/lib/space for root, else ~/.local/share/space)")
 	database := fs.String("database", "", "database URL: sqlite://PATH, or postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=... to share one PostgreSQL database between replicas (default sqlite://DATA/space.db; see docs/scale-out.md)")
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
-	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm where a node offers it, else ns)")
+	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm wherever a node offers it or is bringing it up; see --runtime-fallback)")
+	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
+	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	snapEvery := fs.Duration("snapshot-every", 10*time.Minute, "period of the disk snapshots of every running sandbox (0: none)")
 	fullEvery := fs.Duration("full-snapshot-every", time.Hour, "period of the full (memory) snapshots of every running vm sandbox (0: none)")
@@ -116,6 +118,23 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: --default-runtime %q: want vm, ns or auto\n", *runtime)
 		return 2
 	}
+	if *fallback != "" && *fallback != "ns" {
+		fmt.Fprintf(os.Stderr, "space server: --runtime-fallback %q: want ns, or nothing to refuse\n", *fallback)
+		return 2
+	}
+	if *warmupWait <= 0 {
+		fmt.Fprintf(os.Stderr, "space server: --warmup-wait %s: want more than 0\n", *warmupWait)
+		return 2
+	}
+	if *dev && *runtime == "auto" {
+		// --dev is the whole deployment: on a host that cannot run vm,
+		// no node will ever offer it, and ns is the strongest isolation
+		// the deployment has (not a downgrade).
+		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+			log.Info("default runtime ns: this host has no QEMU, so the vm runtime is not available (apt-get install qemu-system-x86 for vm)")
+			*runtime = "ns"
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	gw, err := gwFlags.config()
@@ -123,7 +142,7 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
-	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, buildBase: !*noBase,
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, warmupWait: *warmupWait, buildBase: !*noBase,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
@@ -160,7 +179,11 @@ type serverOptions struct {
 	dataDir        string
 	database       string
 	defaultRuntime string
-	buildBase      bool
+	// runtimeFallback and warmupWait: server.Config's RuntimeFallback and
+	// WarmupWait.
+	runtimeFallback string
+	warmupWait      time.Duration
+	buildBase       bool
 	// objectStore is the object store URL and kmsDir the local KMS's
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
@@ -362,7 +385,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
-		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, Builtins: builtinTemplates,
+		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, WarmupWait: o.warmupWait, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,

@@ -29,14 +29,16 @@ type HeartbeatConfig struct {
 
 // heartbeat mirrors server.Heartbeat; the node does not import server code.
 type heartbeat struct {
-	Address    string              `json:"address"`
-	Token      string              `json:"token"`
-	Runtimes   []string            `json:"runtimes"`
-	CPUs       int                 `json:"cpus"`
-	MemoryMiB  int                 `json:"memory_mib"`
-	DiskMiB    int                 `json:"disk_mib"`
-	Executions []nodev1.Execution  `json:"executions"`
-	Pools      []nodev1.PoolStatus `json:"pools,omitempty"`
+	Address  string   `json:"address"`
+	Token    string   `json:"token"`
+	Runtimes []string `json:"runtimes"`
+	// RuntimesPending are being set up: the control plane waits for them.
+	RuntimesPending []string            `json:"runtimes_pending,omitempty"`
+	CPUs            int                 `json:"cpus"`
+	MemoryMiB       int                 `json:"memory_mib"`
+	DiskMiB         int                 `json:"disk_mib"`
+	Executions      []nodev1.Execution  `json:"executions"`
+	Pools           []nodev1.PoolStatus `json:"pools,omitempty"`
 }
 
 // RunHeartbeats registers the node and reports its capacity and executions
@@ -75,7 +77,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 		return fmt.Errorf("node-manager: %w", err)
 	}
 	hb := heartbeat{
-		Address: cfg.Advertise, Token: m.cfg.Token, Runtimes: hello.Runtimes,
+		Address: cfg.Advertise, Token: m.cfg.Token, Runtimes: hello.Runtimes, RuntimesPending: hello.Pending,
 		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB, Executions: m.List(ctx),
 		Pools: m.PoolStatus(ctx),
 	}

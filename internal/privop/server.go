@@ -79,9 +79,13 @@ type Server struct {
 	// next must find the execution whole, not half made (execLock).
 	execs keylock.Map
 
-	mu      sync.Mutex        // guards owner and drivers
+	mu      sync.Mutex        // guards owner, drivers and pending
 	owner   map[string]string // exec id -> runtime, for executions started by this process
 	drivers map[string]driver.Driver
+	// pending names the runtimes being set up (ExpectDriver) that have
+	// not joined or failed yet: Hello reports them, so the control plane
+	// waits for them rather than placing a create elsewhere.
+	pending map[string]bool
 }
 
 // NewServer checks cfg and returns a Server.
@@ -109,6 +113,28 @@ func (s *Server) AddDriver(name string, d driver.Driver) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.drivers[name] = d
+	delete(s.pending, name)
+}
+
+// ExpectDriver says that runtime name is being set up and will join with
+// AddDriver, or be dropped with DropDriver when its setup fails.
+func (s *Server) ExpectDriver(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		s.pending = map[string]bool{}
+	}
+	if s.drivers[name] == nil {
+		s.pending[name] = true
+	}
+}
+
+// DropDriver says that the setup of runtime name failed: it is no longer
+// expected.
+func (s *Server) DropDriver(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, name)
 }
 
 // driver returns the named runtime driver, or nil.
@@ -288,6 +314,12 @@ func (s *Server) hello() *Hello {
 		h.Runtimes = append(h.Runtimes, name)
 	}
 	sort.Strings(h.Runtimes)
+	s.mu.Lock()
+	for name := range s.pending {
+		h.Pending = append(h.Pending, name)
+	}
+	s.mu.Unlock()
+	sort.Strings(h.Pending)
 	return h
 }
 

@@ -109,7 +109,10 @@ type Response struct {
 type Hello struct {
 	Pid      int      `json:"pid"`
 	Runtimes []string `json:"runtimes"`
-	Storage  string   `json:"storage"`
+	// Pending lists the runtimes still being set up (the vm runtime
+	// fetching its kernel): offered soon, not yet.
+	Pending []string `json:"pending,omitempty"`
+	Storage string   `json:"storage"`
 }
 
 // Started reports a started execution; the guest channel travels as the

@@ -59,6 +59,9 @@ var (
 	tenantScope    = [principals]int{401, 401, 401, listed, allowed, listed}
 	adminOnly      = [principals]int{401, 401, 401, 403, 403, allowed}
 	public         = [principals]int{200, 200, 200, 200, 200, 200}
+	// publicNotReady: /readyz answers everyone alike, no key needed; the
+	// matrix's server has no base template, so it is not ready.
+	publicNotReady = [principals]int{503, 503, 503, 503, 503, 503}
 	nodeOnly       = [principals]int{401, 401, 401, 401, 401, 401}
 	noRoute        = [principals]int{404, 404, 404, 404, 404, 404}
 	metricsCells   = [principals]int{401, 401, 401, 403, 403, 200}
@@ -137,6 +140,7 @@ const credentialBody = `{"name":"gh","secret":"matrix-secret-0123456789","inject
 // authzRows is the matrix.
 var authzRows = []authzRow{
 	{pattern: "GET /healthz", req: get("/healthz"), want: public},
+	{pattern: "GET /readyz", req: get("/readyz"), want: publicNotReady},
 	{pattern: "GET /openapi.json", req: get("/openapi.json"), want: public},
 	{pattern: "GET /metrics", req: get("/metrics"), want: metricsCells},
 	{pattern: "POST /internal/v1/nodes/{id}/heartbeat", req: call("POST", "/internal/v1/nodes/{node}/heartbeat", `{"address":"127.0.0.1:9","token":"t"}`), want: nodeOnly},

@@ -127,6 +127,7 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.observeCreate(time.Since(start))
+	w.Header().Set(E2BRuntimeHeader, sb.Runtime)
 	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(sb, s.e2bTrafficOf(sb.ID, public)))
 }
 

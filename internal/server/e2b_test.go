@@ -597,6 +597,10 @@ func TestE2BREST(t *testing.T) {
 				t.Errorf("no %s in %s", k, a.body)
 			}
 		}
+		// E2B has no runtime field: getInfo says it in the metadata.
+		if md, _ := got["metadata"].(map[string]any); md[E2BRuntimeKey] != run1.Runtime || run1.Runtime == "" || md["team"] != "a b&c=d" {
+			t.Errorf("metadata %v, want %s=%q beside the caller's", got["metadata"], E2BRuntimeKey, run1.Runtime)
+		}
 		wantE2BError(t, "another tenant's sandbox", p.e2bCall("GET", "/sandboxes/"+theirs.ID, p.key, ""), 404)
 		wantE2BError(t, "unknown sandbox", p.e2bCall("GET", "/sandboxes/"+sandbox.NewID(), p.key, ""), 404)
 		wantE2BError(t, "failed sandbox", p.e2bCall("GET", "/sandboxes/"+failed.ID, p.key, ""), 404)

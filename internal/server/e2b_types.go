@@ -154,10 +154,7 @@ func (s *Server) e2bSandboxOf(sb *sandbox.Sandbox, traffic *string) e2bSandbox {
 func (s *Server) e2bDetailOf(sb *sandbox.Sandbox) e2bSandboxDetail {
 	domain := s.ingressDomain()
 	allow := sb.EgressOr(s.cfg.DefaultEgress).Spec().AllowInternet
-	md := maps.Clone(sb.Metadata)
-	if md == nil {
-		md = map[string]string{}
-	}
+	md := e2bMetadataOf(sb)
 	return e2bSandboxDetail{
 		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
 		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), EnvdVersion: e2bEnvdVersion,
@@ -171,14 +168,32 @@ func (s *Server) e2bDetailOf(sb *sandbox.Sandbox) e2bSandboxDetail {
 
 // e2bListedOf is sb as E2B's ListedSandbox.
 func e2bListedOf(sb *sandbox.Sandbox) e2bListedSandbox {
-	md := maps.Clone(sb.Metadata)
-	if md == nil {
-		md = map[string]string{}
-	}
+	md := e2bMetadataOf(sb)
 	return e2bListedSandbox{
 		TemplateID: sb.Template, Alias: sb.Name, SandboxID: sb.ID, ClientID: e2bClientID(sb),
 		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB,
 		DiskSizeMB: sb.DiskMiB, Metadata: md, State: e2bState(sb.State), EnvdVersion: e2bEnvdVersion,
 		VolumeMounts: []any{},
 	}
+}
+
+// E2BRuntimeKey is the metadata key under which E2B's getInfo and list
+// answers say which runtime a sandbox got ("vm": its own kernel; "ns":
+// namespaces on the host kernel): E2B's API has no field for it. The
+// "space." namespace is reserved, so no caller can set it.
+const E2BRuntimeKey = "space.runtime"
+
+// E2BRuntimeHeader says the runtime on E2B's create answer, whose body has
+// neither a runtime field nor the metadata.
+const E2BRuntimeHeader = "Space-Runtime"
+
+// e2bMetadataOf is sb's metadata as E2B answers show it: the caller's,
+// and the runtime under E2BRuntimeKey.
+func e2bMetadataOf(sb *sandbox.Sandbox) map[string]string {
+	md := maps.Clone(sb.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	md[E2BRuntimeKey] = sb.Runtime
+	return md
 }

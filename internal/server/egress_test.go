@@ -197,7 +197,10 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 	rec := reconcile.New(reconcile.Config{Resync: 50 * time.Millisecond}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log)
-	cfg.JoinToken, cfg.DefaultRuntime, cfg.CreateTimeout = testJoinToken, "ns", time.Minute
+	cfg.JoinToken, cfg.CreateTimeout = testJoinToken, time.Minute
+	if cfg.DefaultRuntime == "" {
+		cfg.DefaultRuntime = "ns"
+	}
 	srv := New(cfg, st, nodes, rec, log)
 	api := httptest.NewServer(srv.Handler())
 	nodeSrv := httptest.NewServer(cp.node)

@@ -47,6 +47,8 @@ type observation struct {
 	at         time.Time
 	executions []nodev1.Execution
 	pools      []nodev1.PoolStatus
+	// pending are the runtimes the node is bringing up (warmup.go).
+	pending []string
 }
 
 // NewNodes returns an empty registry.
@@ -157,10 +159,10 @@ func (n *Nodes) client(id string) (*nodeclient.Client, error) {
 	return nil, fmt.Errorf("%w: node %q has not reported since the control plane started; retry shortly", errdefs.ErrUnavailable, id)
 }
 
-func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus) {
+func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus, pending []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools}
+	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools, pending: knownRuntimes(pending)}
 }
 
 // Heartbeat is the body of POST /internal/v1/nodes/{id}/heartbeat.
@@ -174,6 +176,9 @@ type Heartbeat struct {
 	Executions []nodev1.Execution `json:"executions"`
 	// Pools is the node's warm pool (node/pool.go).
 	Pools []nodev1.PoolStatus `json:"pools,omitempty"`
+	// RuntimesPending are the runtimes the node is bringing up (the vm
+	// runtime fetching its kernel): creates for them wait (warmup.go).
+	RuntimesPending []string `json:"runtimes_pending,omitempty"`
 }
 
 // HeartbeatPath is where nodes report.
@@ -212,7 +217,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.internal.heartbeat(r, hb.Address)
-	s.nodes.observe(id, hb.Executions, hb.Pools)
+	s.nodes.observe(id, hb.Executions, hb.Pools, hb.RuntimesPending)
 	s.rec.Observe(id, hb.Executions)
 	// The answer pushes the keys the node verifies capabilities with,
 	// retires the executions that no longer serve their sandbox, and says

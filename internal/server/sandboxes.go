@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -55,22 +54,35 @@ func fingerprintOf(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// defaultTemplate is the template of a create that names none.
+const defaultTemplate = "base"
+
 // create records a sandbox, places it, and waits until it runs or fails.
 func (s *Server) create(ctx context.Context, tenant string, req createRequest) (*sandbox.Sandbox, error) {
 	if req.Template == "" {
-		req.Template = "base"
+		req.Template = defaultTemplate
 	}
+	w := s.newWarmup()
+	var runtimeNote string
 	if req.Runtime == "" {
-		req.Runtime = s.defaultRuntime(ctx)
+		rt, note, err := s.defaultRuntime(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		req.Runtime, runtimeNote = rt, note
 	}
 	spec, err := sandbox.ValidateCreate(req.CreateSandboxRequest)
 	if err != nil {
 		return nil, err
 	}
-	tpl, err := s.store.GetTemplate(ctx, spec.Template)
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.store.GetTemplate(ctx, spec.Template); errors.Is(err, errdefs.ErrNotFound) {
 		return nil, fmt.Errorf("%w: template %q does not exist; `space template list` shows the templates", errdefs.ErrInvalidArgument, spec.Template)
 	} else if err != nil {
+		return nil, err
+	}
+	// A template still building is waited for (warmup.go).
+	tpl, err := s.awaitTemplate(ctx, w, spec.Template)
+	if err != nil {
 		return nil, err
 	}
 	// The create's own policy, else the template's default, else the
@@ -83,9 +95,6 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 	}
 	if spec.Egress, err = sandbox.CreateEgress(req.Egress, req.AllowInternetAccess, def); err != nil {
 		return nil, err
-	}
-	if tpl.State != store.TemplateReady {
-		return nil, fmt.Errorf("%w: template %q is %s, not ready", errdefs.ErrFailedPrecondition, spec.Template, tpl.State)
 	}
 	sb := sandbox.New(tenant, spec, time.Now())
 	key := idempotencyKeyOf(ctx)
@@ -108,7 +117,7 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 	if err := s.quotaCheck(ctx, tenant, store.UsageOf(sb)); err != nil {
 		return nil, err
 	}
-	nodeID, why, err := s.place(ctx, sb)
+	nodeID, why, err := s.awaitPlace(ctx, w, sb.Runtime, func() (string, string, error) { return s.place(ctx, sb) })
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +133,10 @@ func (s *Server) create(ctx context.Context, tenant string, req createRequest) (
 			}
 		}
 		return nil, err
+	}
+	s.recordWarmup(ctx, sb.ID, w)
+	if runtimeNote != "" {
+		s.event(ctx, sb.ID, "runtime", runtimeNote)
 	}
 	s.event(ctx, sb.ID, "scheduled", why)
 	return s.waitCreated(ctx, sb)
@@ -167,21 +180,13 @@ func (s *Server) waitCreated(ctx context.Context, sb *sandbox.Sandbox) (*sandbox
 }
 
 // defaultRuntime is the runtime of a create that names none: the configured
-// one, or with "auto" the microVM runtime wherever a live node offers it (its
-// own kernel is the stronger isolation) and namespaces otherwise.
-func (s *Server) defaultRuntime(ctx context.Context) string {
+// one, or under "auto" the one autoRuntime decides (warmup.go), with the
+// event to record when it fell back to ns.
+func (s *Server) defaultRuntime(ctx context.Context, w *warmup) (runtime, note string, err error) {
 	if s.cfg.DefaultRuntime != "auto" {
-		return s.cfg.DefaultRuntime
+		return s.cfg.DefaultRuntime, "", nil
 	}
-	nodes, err := s.store.ListNodes(ctx)
-	if err == nil {
-		for _, n := range nodes {
-			if n.State == store.NodeReady && time.Since(n.LastHeartbeat) < scheduler.HeartbeatTimeout && slices.Contains(n.Runtimes, "vm") {
-				return "vm"
-			}
-		}
-	}
-	return "ns"
+	return s.autoRuntime(ctx, w)
 }
 
 // place picks a node for a new sandbox.

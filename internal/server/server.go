@@ -29,8 +29,18 @@ type Config struct {
 	Listen string
 	// JoinToken authenticates nodes registering and heartbeating.
 	JoinToken string
-	// DefaultRuntime is used when a create request names none.
+	// DefaultRuntime is used when a create request names none: "vm",
+	// "ns", or "auto" (vm wherever a node offers it or is bringing it up;
+	// see RuntimeFallback for when none does).
 	DefaultRuntime string
+	// RuntimeFallback is the runtime a create that names none gets under
+	// "auto" when no live node offers vm or is bringing it up: "" refuses
+	// such a create (never a silent downgrade), "ns" runs it on ns with an
+	// event saying so.
+	RuntimeFallback string
+	// WarmupWait bounds how long a create waits for its template to finish
+	// building and for its runtime to come up on a live node (0: 10m).
+	WarmupWait time.Duration
 	// MaxFileBytes bounds one file upload.
 	MaxFileBytes int64
 	// CreateTimeout bounds how long POST /v1/sandboxes waits for running.
@@ -98,6 +108,9 @@ type Server struct {
 	e2b e2bTokens
 	// internal is the internal-service list sent to nodes (internalnet.go).
 	internal *internalServices
+	// started is when New made the server: creates wait for a first node
+	// only while it warms up (warmup.go).
+	started time.Time
 }
 
 // New returns a server over st. The reconciler drives what the API records.
@@ -108,10 +121,13 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.CreateTimeout == 0 {
 		cfg.CreateTimeout = 5 * time.Minute
 	}
+	if cfg.WarmupWait == 0 {
+		cfg.WarmupWait = DefaultWarmupWait
+	}
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal), started: time.Now()}
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
@@ -157,6 +173,7 @@ func (s *Server) handler() (http.Handler, []string) {
 	admin := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(s.requireAdmin(h))) }
 
 	route("GET /healthz", s.handleHealth)
+	route("GET /readyz", s.handleReady)
 	route("GET /metrics", s.metricsAuth(s.handleMetrics))
 	route("GET /openapi.json", handleOpenAPI)
 	route("POST /internal/v1/nodes/{id}/heartbeat", s.handleHeartbeat)

@@ -57,7 +57,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"GET /v1/templates", "POST /v1/templates", "DELETE /v1/templates/{name}",
 		"GET /v1/tenants", "POST /v1/tenants", "DELETE /v1/tenants/{id}", "PUT /v1/tenants/{id}/quota",
 		"GET /v1/keys", "POST /v1/keys", "DELETE /v1/keys/{id}",
-		"GET /openapi.json", "GET /healthz", "GET /metrics",
+		"GET /openapi.json", "GET /healthz", "GET /readyz", "GET /metrics",
 		"POST /v1/credentials", "GET /v1/credentials", "GET /v1/credentials/{id}", "DELETE /v1/credentials/{id}",
 		"GET /v1/credentials/audit", "GET /v1/sandboxes/{id}/ca.pem",
 	}
@@ -143,6 +143,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CredentialInjection": CredentialInjection{}, "CreateCredentialRequest": CreateCredentialRequest{},
 		"CredentialScope": CredentialScope{}, "Credential": Credential{}, "CredentialList": CredentialList{},
 		"CredentialAuditEntry": CredentialAuditEntry{}, "CredentialAuditList": CredentialAuditList{},
+		"Readiness": Readiness{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

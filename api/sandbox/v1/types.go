@@ -404,3 +404,18 @@ type SigningKeyList struct {
 	Version uint64       `json:"version"`
 	Keys    []SigningKey `json:"keys"`
 }
+
+// Readiness is the body of GET /readyz: whether a create that names no
+// template and no runtime would be placed at once (200), and if not (503)
+// what it would wait for. GET /healthz answers 200 as soon as the server
+// serves; creates issued before it is ready wait (bounded) for it.
+type Readiness struct {
+	// Ready is true when the default template is ready and a live node
+	// offers the default runtime.
+	Ready bool `json:"ready"`
+	// Template and Runtime are the defaults judged ("auto" resolved).
+	Template string `json:"template"`
+	Runtime  string `json:"runtime,omitempty"`
+	// NotReady says, one line each, what is not ready.
+	NotReady []string `json:"not_ready,omitempty"`
+}
