@@ -61,19 +61,39 @@ func FuzzIsPublicGuestPath(f *testing.F) {
 	})
 }
 
-// startBridge runs a real guest daemon and a bridge over a socketpair and
-// returns an HTTP client of the bridge's socket.
-func startBridge(t testing.TB) (*http.Client, <-chan struct{}, net.Conn) {
+// channelPair returns the two ends of a guest channel: a unix socketpair.
+func channelPair(t testing.TB) (host, guest net.Conn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hostFile, guestFile := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
-	hostConn, _ := net.FileConn(hostFile)
-	guestConn, _ := net.FileConn(guestFile)
+	host, _ = net.FileConn(hostFile)
+	guest, _ = net.FileConn(guestFile)
 	hostFile.Close()
 	guestFile.Close()
+	return host, guest
+}
+
+// getEnvs asks the bridge for the guest's /envs with hc and returns the
+// status and body.
+func getEnvs(t testing.TB, hc *http.Client) (int, string) {
+	t.Helper()
+	resp, err := hc.Get("http://bridge/envs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startBridge runs a real guest daemon and a bridge over a socketpair and
+// returns an HTTP client of the bridge's socket.
+func startBridge(t testing.TB) (*http.Client, <-chan struct{}, net.Conn) {
+	t.Helper()
+	hostConn, guestConn := channelPair(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	guestDone := make(chan error, 1)
@@ -190,15 +210,7 @@ func TestBridgeAdmission(t *testing.T) {
 		t.Fatalf("before init: %v %v, want 403", resp, err)
 	}
 	ok, signer, id := admitted(t, raw)
-	get := func(hc *http.Client) (int, string) {
-		resp, err := hc.Get("http://bridge/envs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(hc *http.Client) (int, string) { return getEnvs(t, hc) }
 	if code, body := get(ok); code != http.StatusOK {
 		t.Fatalf("this execution's capability: HTTP %d %s", code, body)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -124,15 +123,7 @@ func TestBridgeClockAgreement(t *testing.T) {
 func TestRealBridgeClockAndFutureTokens(t *testing.T) {
 	raw, _, _ := startBridge(t)
 	ok, signer, id := admitted(t, raw)
-	get := func(hc *http.Client) (int, string) {
-		resp, err := hc.Get("http://bridge/envs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(hc *http.Client) (int, string) { return getEnvs(t, hc) }
 	if code, body := get(ok); code != http.StatusOK {
 		t.Fatalf("in agreement: HTTP %d %s", code, body)
 	}

@@ -4,14 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/guestd"
 )
@@ -21,15 +18,7 @@ import (
 // claimed); once the directory is removed it stops, and the guest daemon at
 // the other end of the channel sees it close and returns.
 func TestBridgeStopsWhenItsDirectoryIsRemoved(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostFile, guestFile := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
-	hostConn, _ := net.FileConn(hostFile)
-	guestConn, _ := net.FileConn(guestFile)
-	hostFile.Close()
-	guestFile.Close()
+	hostConn, guestConn := channelPair(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
