@@ -117,15 +117,7 @@ func TestCopyRequests(t *testing.T) {
 				if out.String() != want {
 					t.Errorf("%s: forwarded %.200q, want %.200q", r.name, out.String(), want)
 				}
-				var fr *flowRefusal
-				switch {
-				case c.reason == "" && !errors.Is(err, io.EOF):
-					t.Errorf("%s: err %v, want the stream accepted to its end", r.name, err)
-				case c.reason != "" && !errors.As(err, &fr):
-					t.Errorf("%s: err %v, want a %s refusal", r.name, err, c.reason)
-				case c.reason != "" && (fr.reason != c.reason || !strings.Contains(fr.why, c.contains)):
-					t.Errorf("%s: refusal %s %q, want %s containing %q", r.name, fr.reason, fr.why, c.reason, c.contains)
-				}
+				checkRefusal(t, r.name, err, c.reason, c.contains)
 				if c.reason != "" && !errdefs.IsPermissionDenied(err) {
 					t.Errorf("%s: refusal %v is not PermissionDenied", r.name, err)
 				}
@@ -316,5 +308,21 @@ func TestUpgradeVerdict(t *testing.T) {
 				t.Errorf("forwarded %q, want %q", out.String(), c.in)
 			}
 		})
+	}
+}
+
+// checkRefusal checks the error a guard ended a stream with: io.EOF (the
+// stream accepted to its end) when reason is "", else a *flowRefusal of that
+// reason whose text contains detail.
+func checkRefusal(t *testing.T, name string, err error, reason, detail string) {
+	t.Helper()
+	var fr *flowRefusal
+	switch {
+	case reason == "" && !errors.Is(err, io.EOF):
+		t.Errorf("%s: err %v, want the stream accepted to its end", name, err)
+	case reason != "" && !errors.As(err, &fr):
+		t.Errorf("%s: err %v, want a %s refusal", name, err, reason)
+	case reason != "" && (fr.reason != reason || !strings.Contains(fr.why, detail)):
+		t.Errorf("%s: refusal %s %q, want %s containing %q", name, fr.reason, fr.why, reason, detail)
 	}
 }

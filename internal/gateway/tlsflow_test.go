@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -100,15 +99,7 @@ func TestCopyTLSRecords(t *testing.T) {
 				if !bytes.Equal(out.Bytes(), want) {
 					t.Errorf("%s: forwarded %d bytes, want %d", r.name, out.Len(), len(want))
 				}
-				var fr *flowRefusal
-				switch {
-				case c.reason == "" && !errors.Is(err, io.EOF):
-					t.Errorf("%s: err %v, want the stream accepted to its end", r.name, err)
-				case c.reason != "" && !errors.As(err, &fr):
-					t.Errorf("%s: err %v, want a %s refusal", r.name, err, c.reason)
-				case c.reason != "" && (fr.reason != c.reason || !strings.Contains(fr.why, c.detail)):
-					t.Errorf("%s: refusal %s %q, want %s containing %q", r.name, fr.reason, fr.why, c.reason, c.detail)
-				}
+				checkRefusal(t, r.name, err, c.reason, c.detail)
 			}
 		})
 	}
