@@ -339,7 +339,7 @@ func benchStartNode(b *testing.B, in *instance, id string) {
 		b.Fatalf("join token of the first node: %v", err)
 	}
 	sock := filepath.Join(dir, "run", "node-manager.sock")
-	pm := exec.Command(bin.space, "node-manager", "--data-dir", dir, "--socket", sock)
+	pm := exec.Command(bin.space, "node-manager", "--data-dir", dir, "--socket", sock, "--kernel-build", "wait")
 	pm.Stderr = &lockedWriter{in: in}
 	if err := pm.Start(); err != nil {
 		b.Fatalf("start node-manager: %v", err)

@@ -107,7 +107,9 @@ func launchServer(t testing.TB, dataDir string, env []string, extra ...string) *
 		t.Fatalf("build: %v", bin.err)
 	}
 	in := &instance{t: t, dataDir: dataDir, exited: make(chan struct{})}
-	args := append([]string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir}, extra...)
+	// A test never starts a kernel build (minutes): its node moves to the
+	// minimal kernel if `make test` is building it (--kernel-build wait).
+	args := append([]string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--kernel-build", "wait"}, extra...)
 	if os.Getenv("SPACE_BENCH_TEMPLATE") != "base" {
 		// The Debian template takes minutes to build; tests use minimal.
 		args = append(args, "--no-base-template")

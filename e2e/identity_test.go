@@ -196,7 +196,7 @@ type secondNode struct {
 func startSecondNode(t *testing.T, in *instance, dirA, dir string) *secondNode {
 	t.Helper()
 	s := &secondNode{t: t, in: in, dirA: dirA, dir: dir}
-	s.pm = exec.Command(bin.space, "node-manager", "--data-dir", dir, "--socket", s.pmSocket())
+	s.pm = exec.Command(bin.space, "node-manager", "--data-dir", dir, "--socket", s.pmSocket(), "--kernel-build", "wait")
 	s.pm.Stderr = &lockedWriter{in: in}
 	if err := s.pm.Start(); err != nil {
 		t.Fatal(err)

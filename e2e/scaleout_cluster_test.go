@@ -209,7 +209,7 @@ func (c *cluster) inNetns(i int, argv ...string) []string {
 func (c *cluster) startNodeManager(i int) {
 	n := c.nodes[i]
 	n.pm = startProc(c.tb, n.id+"-manager", &lockedWriter{in: c.api}, nil, nil,
-		c.inNetns(i, bin.space, "node-manager", "--data-dir", n.dir, "--socket", filepath.Join(n.dir, "run", "node-manager.sock"))...)
+		c.inNetns(i, bin.space, "node-manager", "--data-dir", n.dir, "--socket", filepath.Join(n.dir, "run", "node-manager.sock"), "--kernel-build", "wait")...)
 }
 
 func (c *cluster) startNode(i int) {

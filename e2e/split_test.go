@@ -63,7 +63,7 @@ func TestSplitProcessesUnprivilegedNode(t *testing.T) {
 	join, _ := os.ReadFile(filepath.Join(serverDir, "join.token"))
 
 	pmSock := filepath.Join(pmDir, "run", "node-manager.sock")
-	pm := exec.Command(bin.space, "node-manager", "--data-dir", pmDir, "--socket", pmSock, "--allow-uid", "65534")
+	pm := exec.Command(bin.space, "node-manager", "--data-dir", pmDir, "--socket", pmSock, "--allow-uid", "65534", "--kernel-build", "wait")
 	pm.Stderr = &lockedWriter{in: in}
 	if err := pm.Start(); err != nil {
 		t.Fatal(err)

@@ -269,7 +269,7 @@ func startNodeB(t *testing.T, in *instance, dirA, dirB string) func() {
 		t.Fatal(err)
 	}
 	pmSock := filepath.Join(dirB, "run", "node-manager.sock")
-	pm := exec.Command(bin.space, "node-manager", "--data-dir", dirB, "--socket", pmSock)
+	pm := exec.Command(bin.space, "node-manager", "--data-dir", dirB, "--socket", pmSock, "--kernel-build", "wait")
 	pm.Stderr = &lockedWriter{in: in}
 	if err := pm.Start(); err != nil {
 		t.Fatal(err)

@@ -34,7 +34,12 @@ func runNodeManager(args []string) int {
 	guestBin := fs.String("guest-binary", "", "static space-guest binary (default: beside this binary)")
 	allow := fs.String("allow-uid", "", "comma-separated uids besides root that may call (the uid of `space node`)")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "downloads shared by every data dir: the guest kernel, initramfs builds")
+	kernelBuild := fs.String("kernel-build", kernelBuildBackground, "when the vm runtime's minimal kernel is not built: background (start on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (move to one another process builds into --cache-dir), or off")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := validKernelBuild(*kernelBuild); err != nil {
+		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
 		return 2
 	}
 	log := newLogger().With("component", "node-manager")
@@ -74,36 +79,32 @@ func runNodeManager(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := serveNodeManager(ctx, dir, *cacheDir, *socket, *guestBin, uids, log); err != nil {
+	if err := serveNodeManager(ctx, dir, *cacheDir, *kernelBuild, *socket, *guestBin, uids, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// newVMDriver sets up the vm runtime when QEMU is installed: the guest kernel
-// comes from the system's package manager and is cached in cacheDir.
-func newVMDriver(ctx context.Context, volumesDir, cacheDir string, log *slog.Logger) (*vm.Driver, error) {
+// newVMDriver sets up the vm runtime when QEMU is installed, on the kernel
+// kernels chooses; later says that kernels.follow may move it to the minimal
+// kernel.
+func newVMDriver(ctx context.Context, volumesDir string, kernels *vmKernels, log *slog.Logger) (d *vm.Driver, later bool, err error) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		return nil, fmt.Errorf("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+		return nil, false, fmt.Errorf("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
 	}
-	// The minimal kernel boots on the microvm machine, twice as fast as the
-	// cloud kernel on q35 (docs/PERFORMANCE.md); it is built once by `make
-	// run` or `go run ./internal/vmimage/buildkernel`.
-	k, err := vmimage.CachedMinimalKernel(ctx, cacheDir)
+	k, later, err := kernels.first(ctx)
 	if err != nil {
-		log.Warn("the minimal guest kernel is not built: using Debian's cloud kernel on q35 (slower boots); build it with `go run ./internal/vmimage/buildkernel`", "cache", cacheDir, "reason", err)
-		if k, err = vmimage.FetchKernel(ctx, cacheDir); err != nil {
-			return nil, err
-		}
+		return nil, false, err
 	}
 	// The kernel is shared by every data dir; template snapshots and their
 	// disks stay on the volume store, beside the executions' disks, so a
 	// restore clones them by reflink.
-	return vm.New(vm.Config{StateDir: filepath.Join(volumesDir, "vm"), Kernel: k, CacheDir: filepath.Join(volumesDir, "vm-cache"), Log: log})
+	d, err = vm.New(vm.Config{StateDir: filepath.Join(volumesDir, "vm"), Kernel: k, CacheDir: filepath.Join(volumesDir, "vm-cache"), Log: log})
+	return d, later, err
 }
 
-func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin string, uids []uint32, log *slog.Logger) error {
+func serveNodeManager(ctx context.Context, dataDir, cacheDir, kernelBuild, socket, guestBin string, uids []uint32, log *slog.Logger) error {
 	vols, err := localvol.Open(ctx, localvol.Config{DataDir: dataDir}, log)
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
@@ -143,18 +144,23 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, socket, guestBin s
 		// wait for it instead of running elsewhere (or on ns).
 		srv.ExpectDriver("vm")
 	}
+	kernels := newVMKernels(cacheDir, kernelBuild, func(line string) { srv.SetRuntimeStatus("vm", line) }, log)
 	go func() {
 		defer close(vmReady)
-		vmd, err := newVMDriver(ctx, vols.Dir, cacheDir, log)
+		vmd, later, err := newVMDriver(ctx, vols.Dir, kernels, log)
 		if err != nil {
 			srv.DropDriver("vm")
+			srv.SetRuntimeStatus("vm", "not available: "+err.Error())
 			if ctx.Err() == nil {
 				log.Warn("the vm runtime is not available on this node", "reason", err)
 			}
 			return
 		}
 		srv.AddDriver("vm", vmd)
-		log.Info("vm runtime ready")
+		log.Info("vm runtime ready", "machine", vmd.Machine())
+		if later {
+			kernels.follow(ctx, vmd.Kernel(), vmd.UseKernel)
+		}
 	}()
 	err = srv.Run(ctx)
 	<-vmReady

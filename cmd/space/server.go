@@ -60,6 +60,7 @@ func runServer(args []string) int {
 	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
+	kernelBuild := fs.String("kernel-build", kernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")
 	snapEvery := fs.Duration("snapshot-every", 10*time.Minute, "period of the disk snapshots of every running sandbox (0: none)")
 	fullEvery := fs.Duration("full-snapshot-every", time.Hour, "period of the full (memory) snapshots of every running vm sandbox (0: none)")
 	retain := fs.String("snapshot-retention", retention.DefaultPolicyString, "which scheduled snapshots to keep: EVERY:FOR tiers and max=N (newest of each EVERY bucket younger than FOR)")
@@ -110,6 +111,10 @@ func runServer(args []string) int {
 			return 1
 		}
 	}
+	if err := validKernelBuild(*kernelBuild); err != nil {
+		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
+		return 2
+	}
 	if *nodeLostAfter < time.Second {
 		fmt.Fprintf(os.Stderr, "space server: --node-lost-after %s: want at least 1s\n", *nodeLostAfter)
 		return 2
@@ -142,7 +147,7 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
-	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, warmupWait: *warmupWait, buildBase: !*noBase,
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
@@ -184,6 +189,7 @@ type serverOptions struct {
 	runtimeFallback string
 	warmupWait      time.Duration
 	buildBase       bool
+	kernelBuild     string // --dev: the node-manager's --kernel-build
 	// objectStore is the object store URL and kmsDir the local KMS's
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
@@ -406,7 +412,9 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}
 	apiURL := "http://" + addr
 	if o.dev {
-		g.Go(func() error { return runDevNode(ctx, o.dataDir, apiURL, joinToken, objs, keys, o.gateway, log) })
+		g.Go(func() error {
+			return runDevNode(ctx, o.dataDir, o.kernelBuild, apiURL, joinToken, objs, keys, o.gateway, log)
+		})
 	}
 	if err := srv.EnsureTemplate(ctx, "minimal", builtinTemplates["minimal"]); err != nil {
 		return err
@@ -491,7 +499,7 @@ func secretFile(path string) (string, error) {
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
 // sandboxes it started do not), and the sandbox manager in this process.
-func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, log *slog.Logger) error {
+func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, log *slog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -504,7 +512,7 @@ func runDevNode(ctx context.Context, dataDir, apiURL, joinToken string, objs obj
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("--dev starts the root node-manager itself: run as root, or start `sudo space node-manager --data-dir %s` and `space node` separately", dataDir)
 	}
-	cmd := exec.Command(self, "node-manager", "--data-dir", dataDir, "--socket", pmSocket)
+	cmd := exec.Command(self, "node-manager", "--data-dir", dataDir, "--socket", pmSocket, "--kernel-build", kernelBuild)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

@@ -215,7 +215,7 @@ func startServer(t *testing.T, bin, runtime string) *server {
 	data := t.TempDir()
 	srv := &server{}
 	cmd := exec.Command(filepath.Join(bin, "space"), "server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", data,
-		"--no-base-template", "--default-runtime", runtime, "--snapshot-every", "0", "--full-snapshot-every", "0")
+		"--no-base-template", "--kernel-build", "wait", "--default-runtime", runtime, "--snapshot-every", "0", "--full-snapshot-every", "0")
 	cmd.Env = append(os.Environ(), "SPACE_DATA_DIR="+data)
 	cmd.Stderr = srv
 	stdout, err := cmd.StdoutPipe()

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -37,7 +39,7 @@ func nodesList(ctx context.Context, e *env, args []string) error {
 	for _, n := range list {
 		rows = append(rows, nodeRow(n))
 	}
-	return writeTable(e.stdout, []string{"ID", "STATE", "LIVE", "RUNTIMES", "SANDBOXES", "STOPPED-HERE", "WARM-READY"}, rows)
+	return writeTable(e.stdout, []string{"ID", "STATE", "LIVE", "RUNTIMES", "SANDBOXES", "STOPPED-HERE", "WARM-READY", "STATUS"}, rows)
 }
 
 func nodeRow(n sandboxv1.Node) []string {
@@ -48,7 +50,21 @@ func nodeRow(n sandboxv1.Node) []string {
 	return []string{
 		printable(n.ID), printable(n.State), strconv.FormatBool(n.Live), printable(strings.Join(n.Runtimes, ",")),
 		strconv.Itoa(n.Sandboxes), strconv.Itoa(len(n.StoppedOnNode)), strconv.Itoa(ready),
+		printable(runtimeStatusText(n.RuntimeStatus)),
 	}
+}
+
+// runtimeStatusText is a node's runtime status lines in one cell, by
+// runtime name ("vm: q35 …; ns: …"), or "-".
+func runtimeStatusText(status map[string]string) string {
+	if len(status) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(status)) {
+		parts = append(parts, name+": "+status[name])
+	}
+	return strings.Join(parts, "; ")
 }
 
 func nodesDrain(ctx context.Context, e *env, args []string) error {

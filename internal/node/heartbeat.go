@@ -33,12 +33,14 @@ type heartbeat struct {
 	Token    string   `json:"token"`
 	Runtimes []string `json:"runtimes"`
 	// RuntimesPending are being set up: the control plane waits for them.
-	RuntimesPending []string            `json:"runtimes_pending,omitempty"`
-	CPUs            int                 `json:"cpus"`
-	MemoryMiB       int                 `json:"memory_mib"`
-	DiskMiB         int                 `json:"disk_mib"`
-	Executions      []nodev1.Execution  `json:"executions"`
-	Pools           []nodev1.PoolStatus `json:"pools,omitempty"`
+	RuntimesPending []string `json:"runtimes_pending,omitempty"`
+	// RuntimeStatus is the node-manager's line per runtime (privop.Hello).
+	RuntimeStatus map[string]string   `json:"runtime_status,omitempty"`
+	CPUs          int                 `json:"cpus"`
+	MemoryMiB     int                 `json:"memory_mib"`
+	DiskMiB       int                 `json:"disk_mib"`
+	Executions    []nodev1.Execution  `json:"executions"`
+	Pools         []nodev1.PoolStatus `json:"pools,omitempty"`
 }
 
 // RunHeartbeats registers the node and reports its capacity and executions
@@ -78,7 +80,8 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url st
 	}
 	hb := heartbeat{
 		Address: cfg.Advertise, Token: m.cfg.Token, Runtimes: hello.Runtimes, RuntimesPending: hello.Pending,
-		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB, Executions: m.List(ctx),
+		RuntimeStatus: hello.Status,
+		CPUs:          m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB, Executions: m.List(ctx),
 		Pools: m.PoolStatus(ctx),
 	}
 	body, _ := json.Marshal(hb)

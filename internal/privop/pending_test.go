@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spacesandbox/space/internal/driver"
@@ -47,4 +48,30 @@ func TestHelloPendingRuntimes(t *testing.T) {
 	srv.ExpectDriver("other")
 	srv.DropDriver("other")
 	check("setup failed", []string{"ns", "vm"}, nil)
+}
+
+// TestHelloRuntimeStatus: the status line of a runtime is reported until
+// removed, cut to its bound, and Hello's map is a copy.
+func TestHelloRuntimeStatus(t *testing.T) {
+	srv := &Server{drivers: map[string]driver.Driver{}, cfg: Config{Storage: &memStorage{}}}
+	if h := srv.hello(); h.Status != nil {
+		t.Errorf("no status set: %v", h.Status)
+	}
+	srv.SetRuntimeStatus("vm", "q35 (Debian's cloud kernel); minimal kernel: compile: 10 objects")
+	h := srv.hello()
+	if h.Status["vm"] != "q35 (Debian's cloud kernel); minimal kernel: compile: 10 objects" {
+		t.Errorf("status %v", h.Status)
+	}
+	h.Status["vm"] = "changed"
+	if srv.hello().Status["vm"] == "changed" {
+		t.Error("Hello's status map is the server's own")
+	}
+	srv.SetRuntimeStatus("vm", strings.Repeat("x", 1000))
+	if got := len(srv.hello().Status["vm"]); got != maxStatusLine {
+		t.Errorf("a 1000-byte line reported as %d bytes, want %d", got, maxStatusLine)
+	}
+	srv.SetRuntimeStatus("vm", "")
+	if h := srv.hello(); h.Status != nil {
+		t.Errorf("after removal: %v", h.Status)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -86,6 +87,8 @@ type Server struct {
 	// not joined or failed yet: Hello reports them, so the control plane
 	// waits for them rather than placing a create elsewhere.
 	pending map[string]bool
+	// status is the line Hello reports per runtime (SetRuntimeStatus).
+	status map[string]string
 }
 
 // NewServer checks cfg and returns a Server.
@@ -136,6 +139,27 @@ func (s *Server) DropDriver(name string) {
 	defer s.mu.Unlock()
 	delete(s.pending, name)
 }
+
+// SetRuntimeStatus sets the line Hello reports for runtime name (what it
+// runs on, what is under way); "" removes it. Lines are cut to 200 bytes.
+func (s *Server) SetRuntimeStatus(name, line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if line == "" {
+		delete(s.status, name)
+		return
+	}
+	if s.status == nil {
+		s.status = map[string]string{}
+	}
+	if len(line) > maxStatusLine {
+		line = line[:maxStatusLine]
+	}
+	s.status[name] = line
+}
+
+// maxStatusLine bounds a runtime's status line.
+const maxStatusLine = 200
 
 // driver returns the named runtime driver, or nil.
 func (s *Server) driver(name string) driver.Driver {
@@ -317,6 +341,9 @@ func (s *Server) hello() *Hello {
 	s.mu.Lock()
 	for name := range s.pending {
 		h.Pending = append(h.Pending, name)
+	}
+	if len(s.status) > 0 {
+		h.Status = maps.Clone(s.status)
 	}
 	s.mu.Unlock()
 	sort.Strings(h.Pending)

@@ -112,7 +112,11 @@ type Hello struct {
 	// Pending lists the runtimes still being set up (the vm runtime
 	// fetching its kernel): offered soon, not yet.
 	Pending []string `json:"pending,omitempty"`
-	Storage string   `json:"storage"`
+	// Status says, per runtime, what it runs on and what is under way
+	// (the vm runtime: its machine and kernel, a kernel build's progress),
+	// one human-readable line each; only runtimes with something to say.
+	Status  map[string]string `json:"status,omitempty"`
+	Storage string            `json:"storage"`
 }
 
 // Started reports a started execution; the guest channel travels as the

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +52,8 @@ type observation struct {
 	pools      []nodev1.PoolStatus
 	// pending are the runtimes the node is bringing up (warmup.go).
 	pending []string
+	// status is the node's line per runtime (runtimeStatus).
+	status map[string]string
 }
 
 // NewNodes returns an empty registry.
@@ -159,10 +164,51 @@ func (n *Nodes) client(id string) (*nodeclient.Client, error) {
 	return nil, fmt.Errorf("%w: node %q has not reported since the control plane started; retry shortly", errdefs.ErrUnavailable, id)
 }
 
-func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus, pending []string) {
+func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus, pending []string, status map[string]string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools, pending: knownRuntimes(pending)}
+	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools, pending: knownRuntimes(pending), status: runtimeStatus(status)}
+}
+
+// RuntimeStatus returns each node's line per runtime, as last reported.
+func (n *Nodes) RuntimeStatus() map[string]map[string]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]map[string]string, len(n.observed))
+	for id, obs := range n.observed {
+		out[id] = obs.status
+	}
+	return out
+}
+
+// maxRuntimeStatus bounds a runtime's status line from a node.
+const maxRuntimeStatus = 200
+
+// runtimeStatus keeps the lines of the runtimes this server knows, cut to
+// maxRuntimeStatus bytes of printable ASCII: a node's heartbeat is shown to
+// admins, and neither grows the server's memory nor writes control bytes
+// to their terminals.
+func runtimeStatus(in map[string]string) map[string]string {
+	var out map[string]string
+	for _, name := range knownRuntimes(slices.Sorted(maps.Keys(in))) {
+		line := strings.Map(func(r rune) rune {
+			if r < 0x20 || r > 0x7e {
+				return -1
+			}
+			return r
+		}, in[name])
+		if len(line) > maxRuntimeStatus {
+			line = line[:maxRuntimeStatus]
+		}
+		if line == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = line
+	}
+	return out
 }
 
 // Heartbeat is the body of POST /internal/v1/nodes/{id}/heartbeat.
@@ -179,6 +225,9 @@ type Heartbeat struct {
 	// RuntimesPending are the runtimes the node is bringing up (the vm
 	// runtime fetching its kernel): creates for them wait (warmup.go).
 	RuntimesPending []string `json:"runtimes_pending,omitempty"`
+	// RuntimeStatus is the node's line per runtime: what it runs on and
+	// what is under way (a kernel build), shown in GET /v1/nodes.
+	RuntimeStatus map[string]string `json:"runtime_status,omitempty"`
 }
 
 // HeartbeatPath is where nodes report.
@@ -217,7 +266,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.internal.heartbeat(r, hb.Address)
-	s.nodes.observe(id, hb.Executions, hb.Pools, hb.RuntimesPending)
+	s.nodes.observe(id, hb.Executions, hb.Pools, hb.RuntimesPending, hb.RuntimeStatus)
 	s.rec.Observe(id, hb.Executions)
 	// The answer pushes the keys the node verifies capabilities with,
 	// retires the executions that no longer serve their sandbox, and says
@@ -305,9 +354,11 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := sandboxv1.NodeList{Nodes: []sandboxv1.Node{}}
 	now := time.Now()
-	pools := s.nodes.Pools()
+	pools, status := s.nodes.Pools(), s.nodes.RuntimeStatus()
 	for _, n := range nodes {
-		out.Nodes = append(out.Nodes, apiNode(n, pools[n.ID], now, occ[n.ID]))
+		api := apiNode(n, pools[n.ID], now, occ[n.ID])
+		api.RuntimeStatus = status[n.ID]
+		out.Nodes = append(out.Nodes, api)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -336,7 +337,7 @@ func TestNoNodeAfterWarmup(t *testing.T) {
 // the heartbeat is recent.
 func TestPendingRuntimesFromHeartbeat(t *testing.T) {
 	n := NewNodes()
-	n.observe("n1", nil, nil, []string{"vm", "bogus", "vm", strings.Repeat("x", 1<<16), "ns"})
+	n.observe("n1", nil, nil, []string{"vm", "bogus", "vm", strings.Repeat("x", 1<<16), "ns"}, nil)
 	if got := n.pendingRuntimes("n1"); strings.Join(got, ",") != "vm,ns" {
 		t.Errorf("pending %q, want vm,ns", got)
 	}
@@ -371,4 +372,29 @@ func FuzzHeartbeatPending(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRuntimeStatusFromHeartbeat: a heartbeat's status lines are kept for
+// the runtimes the server knows, as printable ASCII of bounded length.
+func TestRuntimeStatusFromHeartbeat(t *testing.T) {
+	n := NewNodes()
+	n.observe("n1", nil, nil, nil, map[string]string{
+		"vm":     "q35 (Debian's cloud kernel); building the minimal kernel: compile: 3 objects\x1b[2J\r\n",
+		"ns":     strings.Repeat("y", 5000),
+		"bogus":  "not a runtime",
+		"krun":   "", // known or not, an empty line is nothing
+		"\x00vm": "x",
+	})
+	got := n.RuntimeStatus()["n1"]
+	want := map[string]string{
+		"vm": "q35 (Debian's cloud kernel); building the minimal kernel: compile: 3 objects[2J",
+		"ns": strings.Repeat("y", maxRuntimeStatus),
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("status %q, want %q", got, want)
+	}
+	n.observe("n1", nil, nil, nil, nil)
+	if got := n.RuntimeStatus()["n1"]; got != nil {
+		t.Errorf("after a heartbeat without status: %q", got)
+	}
 }

@@ -75,11 +75,76 @@ func CachedMinimalKernel(ctx context.Context, cacheDir string) (*Kernel, error) 
 // system package manager (apt-cache, apt-get download, dpkg-deb), tar with
 // xz, and the kernel's build tools (make, gcc, bc, flex, bison, libelf).
 func BuildMinimalKernel(ctx context.Context, cacheDir string, log *slog.Logger) (*Kernel, error) {
+	return BuildMinimalKernelWith(ctx, cacheDir, KernelBuildOptions{Log: log})
+}
+
+// KernelBuildOptions are the optional parts of a minimal kernel build.
+type KernelBuildOptions struct {
+	// Log receives the build's start and end; default slog.Default().
+	Log *slog.Logger
+	// Progress, when set, is called as the build goes: at each step and
+	// for every object the compiler finishes (callers throttle).
+	Progress func(KernelBuildProgress)
+	// Locked, when set, is called once the build holds the cache's build
+	// lock, or found the kernel built: from then on AwaitMinimalKernel in
+	// any process waits for this build.
+	Locked func()
+	// Nice is added to the compiler's scheduling niceness (0 to 19), so
+	// that a build in the background leaves the CPUs to sandboxes.
+	Nice int
+}
+
+// KernelBuildProgress is how far a minimal kernel build is.
+type KernelBuildProgress struct {
+	// Step is the build step: "fetch the source package", "configure",
+	// "compile", "collect the image".
+	Step string
+	// Objects is the number of files compiled so far in step "compile";
+	// Expected is about how many there are (the last build's count, or
+	// a figure measured for the current config), 0 when unknown.
+	Objects, Expected int
+}
+
+// Percent is the share of the compile done, 0 to 99 (100 only when the
+// build is done), or -1 when unknown.
+func (p KernelBuildProgress) Percent() int {
+	switch {
+	case p.Step != "compile":
+		return -1
+	case p.Expected <= 0:
+		return -1
+	}
+	return min(99, p.Objects*100/p.Expected)
+}
+
+// String is the progress as one line, e.g. "compile: 1234 of about 2100
+// objects (58%)".
+func (p KernelBuildProgress) String() string {
+	if p.Step != "compile" {
+		return p.Step
+	}
+	if pc := p.Percent(); pc >= 0 {
+		return fmt.Sprintf("compile: %d of about %d objects (%d%%)", p.Objects, p.Expected, pc)
+	}
+	return fmt.Sprintf("compile: %d objects", p.Objects)
+}
+
+// BuildMinimalKernelWith is BuildMinimalKernel with options.
+func BuildMinimalKernelWith(ctx context.Context, cacheDir string, opts KernelBuildOptions) (*Kernel, error) {
 	if runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("%w: minimal guest kernel: built for x86_64 hosts only, this is %s", errdefs.ErrFailedPrecondition, runtime.GOARCH)
 	}
+	log := opts.Log
 	if log == nil {
 		log = slog.Default()
+	}
+	if opts.Nice < 0 || opts.Nice > 19 {
+		return nil, fmt.Errorf("%w: minimal guest kernel: niceness %d, want 0 to 19", errdefs.ErrInvalidArgument, opts.Nice)
+	}
+	locked := func() {
+		if opts.Locked != nil {
+			opts.Locked()
+		}
 	}
 	version, sum, err := packageInfo(ctx, KernelSourcePackage)
 	if err != nil {
@@ -89,24 +154,27 @@ func BuildMinimalKernel(ctx context.Context, cacheDir string, log *slog.Logger) 
 	parent := filepath.Join(cacheDir, minimalKernelDir)
 	dir := filepath.Join(parent, key)
 	if k, err := loadMinimalKernel(key, dir); err == nil {
+		locked()
 		return k, nil
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("minimal guest kernel: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(parent, ".lock"))
+	unlock, err := lockFile(ctx, filepath.Join(parent, buildLock))
 	if err != nil {
 		return nil, fmt.Errorf("minimal guest kernel: %w", err)
 	}
 	defer unlock()
+	locked()
 	// Another builder may have finished while this one waited.
 	if k, err := loadMinimalKernel(key, dir); err == nil {
 		return k, nil
 	}
 	t0 := time.Now()
 	log.Info("building the minimal guest kernel (minutes, once per source version and config)",
-		"package", KernelSourcePackage, "version", version, "key", key[:16], "jobs", runtime.NumCPU())
-	b := &kernelBuild{pkg: KernelSourcePackage, sum: sum, parent: parent}
+		"package", KernelSourcePackage, "version", version, "key", key[:16], "jobs", runtime.NumCPU(), "nice", opts.Nice)
+	b := &kernelBuild{pkg: KernelSourcePackage, sum: sum, parent: parent, nice: opts.Nice, progress: opts.Progress,
+		expected: expectedObjects(parent)}
 	if err := b.run(ctx); err != nil {
 		return nil, fmt.Errorf("minimal guest kernel from %s %s: %w", KernelSourcePackage, version, err)
 	}
@@ -117,13 +185,47 @@ func BuildMinimalKernel(ctx context.Context, cacheDir string, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("minimal guest kernel: %w", err)
 	}
-	log.Info("minimal guest kernel built", "release", k.Release, "image", k.Vmlinuz, "took", time.Since(t0).Round(time.Second))
+	rememberObjects(parent, b.objects)
+	log.Info("minimal guest kernel built", "release", k.Release, "image", k.Vmlinuz, "objects", b.objects, "took", time.Since(t0).Round(time.Second))
 	return k, nil
 }
+
+// AwaitMinimalKernel returns the minimal guest kernel when cacheDir holds
+// it, or, while a build of it holds the cache's lock (BuildMinimalKernel in
+// any process), waits for that build and returns its kernel. With neither it
+// returns an ErrNotFound error at once: it never starts a build.
+func AwaitMinimalKernel(ctx context.Context, cacheDir string) (*Kernel, error) {
+	k, err := CachedMinimalKernel(ctx, cacheDir)
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return k, err
+	}
+	lock := filepath.Join(cacheDir, minimalKernelDir, buildLock)
+	f, oerr := os.Open(lock)
+	if oerr != nil {
+		return nil, err // no build has ever run here
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
+		return nil, err // nobody builds
+	}
+	unlock, lerr := lockShared(ctx, f, lock)
+	if lerr != nil {
+		return nil, fmt.Errorf("minimal guest kernel: %w", lerr)
+	}
+	unlock()
+	return CachedMinimalKernel(ctx, cacheDir)
+}
+
+// buildLock is the file below cacheDir/minimal-kernel a build holds locked.
+const buildLock = ".lock"
 
 // kernelBuild is one build in a scratch directory below parent.
 type kernelBuild struct {
 	pkg, sum, parent string
+	nice             int
+	progress         func(KernelBuildProgress)
+	expected         int // about how many objects the compile makes
+	objects          int // how many it made
 	work             string // scratch directory, removed at the end
 	src              string // the unpacked source tree
 	out              string // the finished cache entry, still in work
@@ -149,6 +251,7 @@ func (b *kernelBuild) run(ctx context.Context) (err error) {
 		{"collect the image", b.collect},
 	}
 	for _, s := range steps {
+		b.report(KernelBuildProgress{Step: s.name})
 		if err := s.fn(ctx); err != nil {
 			os.RemoveAll(b.work)
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -220,7 +323,20 @@ func (b *kernelBuild) configure(ctx context.Context) error {
 }
 
 func (b *kernelBuild) compile(ctx context.Context) error {
+	b.report(KernelBuildProgress{Step: "compile", Expected: b.expected})
 	return b.make(ctx, "-j"+strconv.Itoa(runtime.NumCPU()), "bzImage")
+}
+
+func (b *kernelBuild) report(p KernelBuildProgress) {
+	if b.progress != nil {
+		b.progress(p)
+	}
+}
+
+// objectDone counts one object the compiler finished.
+func (b *kernelBuild) objectDone() {
+	b.objects++
+	b.report(KernelBuildProgress{Step: "compile", Objects: b.objects, Expected: b.expected})
 }
 
 // collect puts the image, the release and the config into b.out.
@@ -263,7 +379,10 @@ func (b *kernelBuild) make(ctx context.Context, args ...string) error {
 	}
 	defer logf.Close()
 	cmd := b.makeCmd(ctx, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
+	// Kbuild prints one line per file it compiles ("  CC      kernel/fork.o"):
+	// counted, they are the compile's progress.
+	out := &buildOutput{w: logf, object: b.objectDone}
+	cmd.Stdout, cmd.Stderr = out, logf
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("make %s: %w: %s", strings.Join(args, " "), err, tailFile(logPath, 2048))
 	}
@@ -279,7 +398,11 @@ func (b *kernelBuild) makeOutput(ctx context.Context, args ...string) (string, e
 }
 
 func (b *kernelBuild) makeCmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "make", append([]string{"ARCH=x86_64"}, args...)...)
+	argv := append([]string{"make", "ARCH=x86_64"}, args...)
+	if b.nice > 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(b.nice)}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = b.src
 	cmd.Env = append(os.Environ(), "KBUILD_BUILD_USER=space", "KBUILD_BUILD_HOST=space",
 		"KBUILD_BUILD_TIMESTAMP=1970-01-01", "LC_ALL=C")
@@ -369,19 +492,35 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := flockWait(ctx, f, unix.LOCK_EX, path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// lockShared takes a shared flock on f (the file at path), waiting for an
+// exclusive holder until ctx ends; the returned function releases it.
+func lockShared(ctx context.Context, f *os.File, path string) (func(), error) {
+	if err := flockWait(ctx, f, unix.LOCK_SH, path); err != nil {
+		return nil, err
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN) }, nil
+}
+
+// flockWait takes flock how on f, polling until ctx ends.
+func flockWait(ctx context.Context, f *os.File, how int, path string) error {
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
-			return func() { f.Close() }, nil
+			return nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
+			return fmt.Errorf("lock %s: %w", path, err)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for another build holding %s: %w", path, ctx.Err())
+			return fmt.Errorf("wait for another build holding %s: %w", path, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

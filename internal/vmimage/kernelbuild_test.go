@@ -20,13 +20,21 @@ import (
 // cache: its configuration holds every option of the fragment, the image is
 // a bzImage, a second BuildMinimalKernel reuses it, and its initramfs carries
 // no modules. The test never builds the kernel (10 to 25 minutes here): it
-// skips, saying how to build it, when the cache has none.
+// waits for a build under way, and skips, saying how to build it, when the
+// cache has none and nobody builds it.
 func TestMinimalKernel(t *testing.T) {
 	requireApt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cache := sharedCacheDir(t)
-	k, err := CachedMinimalKernel(ctx, cache)
+	// A build under way (`make test` starts one in the background) is
+	// waited for, until five minutes before the test deadline.
+	wctx, wcancel := context.WithCancel(context.Background())
+	if dl, ok := t.Deadline(); ok {
+		wctx, wcancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Minute))
+	}
+	defer wcancel()
+	k, err := AwaitMinimalKernel(wctx, cache)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		t.Skipf("skipping: %v; build it once with: go run ./internal/vmimage/buildkernel -cache-dir %s", err, cache)
 	}

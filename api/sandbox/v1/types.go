@@ -359,6 +359,11 @@ type Node struct {
 	// WarmPool is the node's warm pool as it last reported it: per
 	// template, runtime and size, the prepared sandboxes ready to claim.
 	WarmPool []WarmPoolStatus `json:"warm_pool,omitempty"`
+	// RuntimeStatus says per runtime what it runs on and what is under
+	// way, as the node last reported it: e.g. for vm "q35 (Debian's
+	// cloud kernel); building the minimal kernel: compile: 812 of about
+	// 1750 objects (46%)". Only runtimes with something to say.
+	RuntimeStatus map[string]string `json:"runtime_status,omitempty"`
 }
 
 // WarmPoolStatus is one kind of prepared sandbox on a node.

@@ -29,7 +29,7 @@ type probeResult struct {
 // the probe's cached or fresh result. /dev/kvm opening is not enough: on a
 // host that is itself a guest (nested or PVM) KVM may hang a standard guest,
 // so the probe boots one.
-func (d *Driver) chooseAccel(ctx context.Context, initrd string) string {
+func (d *Driver) chooseAccel(ctx context.Context, kernel, initrd string) string {
 	d.accelMu.Lock()
 	defer d.accelMu.Unlock()
 	if d.accel != AccelAuto {
@@ -46,7 +46,7 @@ func (d *Driver) chooseAccel(ctx context.Context, initrd string) string {
 		return d.accel
 	}
 	res := probeResult{BootID: strings.TrimSpace(string(bootID)), QEMU: d.cfg.QEMU, Accel: AccelTCG}
-	if err := d.probeKVM(ctx, initrd); err != nil {
+	if err := d.probeKVM(ctx, kernel, initrd); err != nil {
 		res.Reason = err.Error()
 		d.log.Warn("KVM cannot boot a guest on this host: using TCG emulation (much slower)", "reason", res.Reason)
 	} else {
@@ -63,7 +63,7 @@ func (d *Driver) chooseAccel(ctx context.Context, initrd string) string {
 // probeKVM boots the guest kernel and initramfs under KVM with a probe
 // configuration (the guest init prints its marker and powers off) and
 // reports whether the marker arrived in time.
-func (d *Driver) probeKVM(ctx context.Context, initrd string) error {
+func (d *Driver) probeKVM(ctx context.Context, kernel, initrd string) error {
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("open /dev/kvm: %w", err)
@@ -82,7 +82,7 @@ func (d *Driver) probeKVM(ctx context.Context, initrd string) error {
 	cmd := exec.CommandContext(ctx, d.cfg.QEMU,
 		"-M", "q35", "-accel", "kvm", "-cpu", "host", "-m", "128", "-smp", "1",
 		"-display", "none", "-nodefaults", "-no-user-config", "-no-reboot",
-		"-kernel", d.cfg.Kernel.Vmlinuz, "-initrd", initrd,
+		"-kernel", kernel, "-initrd", initrd,
 		"-append", "console=ttyS0 quiet panic=-1 -- --init --channel virtio:space.0",
 		"-fw_cfg", "name="+guestinit.FWCfgName+",file="+guestConfig,
 		"-serial", "stdio")

@@ -13,16 +13,18 @@ import (
 // accelerator choices, the arguments that select them, and the QMP client.
 // Nothing here is on a sandbox's path.
 
-// Machine returns the QEMU machine type of the driver's VMs: Config.Machine
-// resolved against the kernel (MachineQ35 or MachineMicrovm).
-func (d *Driver) Machine() string { return d.machine }
+// Machine returns the QEMU machine type of the driver's new VMs:
+// Config.Machine resolved against the kernel (MachineQ35 or MachineMicrovm).
+func (d *Driver) Machine() string { return d.current().machine }
 
 // Accel returns the accelerator of the driver's VMs (AccelKVM or AccelTCG),
 // choosing it the way Start does: Config.Accel if set, else the probe's
 // result cached in Config.CacheDir for this host boot, else a probe boot of
-// Config.Kernel with initrd, whose /init must print guestinit.StartedMarker
-// on the serial console and power off.
-func (d *Driver) Accel(ctx context.Context, initrd string) string { return d.chooseAccel(ctx, initrd) }
+// the current kernel (Kernel) with initrd, whose /init must print
+// guestinit.StartedMarker on the serial console and power off.
+func (d *Driver) Accel(ctx context.Context, initrd string) string {
+	return d.chooseAccel(ctx, d.Kernel().Vmlinuz, initrd)
+}
 
 // MachineArgs returns the QEMU arguments that select the machine, the
 // accelerator and the CPU model of the driver's VMs (-M, -accel, -cpu), and

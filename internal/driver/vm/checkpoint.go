@@ -201,10 +201,13 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 	if v.meta.Accel != AccelKVM && v.meta.Accel != AccelTCG || driver.ValidHostPath("kernel", v.meta.Kernel) != nil || driver.ValidHostPath("initrd", v.meta.Initrd) != nil {
 		return nil, fmt.Errorf("%w: checkpoint %s: %s names accelerator %q, kernel %q, initrd %q", errdefs.ErrInvalidArgument, cp.Dir, cpMeta, v.meta.Accel, v.meta.Kernel, v.meta.Initrd)
 	}
+	// A VM restores on the machine it was saved on, with the kernel it
+	// booted: both are the checkpoint's, whatever new VMs boot now
+	// (UseKernel), and the kernel must still be on this host.
 	v.meta.Machine = orQ35(v.meta.Machine)
-	if v.meta.Machine != d.machine {
-		return nil, fmt.Errorf("%w: checkpoint %s was saved on QEMU machine %q; this driver runs %q (Config.Machine): a VM restores only on the machine it was saved on",
-			errdefs.ErrFailedPrecondition, cp.Dir, v.meta.Machine, d.machine)
+	if !knownMachine(v.meta.Machine) {
+		return nil, fmt.Errorf("%w: checkpoint %s was saved on QEMU machine %q; this driver runs q35 and microvm only",
+			errdefs.ErrFailedPrecondition, cp.Dir, v.meta.Machine)
 	}
 	for _, p := range []string{v.meta.Kernel, v.meta.Initrd} {
 		if _, err := os.Stat(p); err != nil {
@@ -283,11 +286,11 @@ func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Check
 	defer v.Close()
 	verifiedIn := time.Since(t0)
 	spec.MemoryMiB, spec.CPUs = cp.MemoryMiB, cp.CPUs
-	st, err := d.register(spec, v.meta.Initrd)
+	st, err := d.register(spec, v.meta.Kernel, v.meta.Machine, v.meta.Initrd)
 	if err != nil {
 		return nil, err
 	}
-	st.Kernel, st.Accel, st.Machine, st.Origin = v.meta.Kernel, v.meta.Accel, v.meta.Machine, origin
+	st.Accel, st.Origin = v.meta.Accel, origin
 	if spec.Network != v.meta.Network {
 		d.log.Warn("restore: the checkpoint's network setting wins over the spec's (a restored VM keeps its devices)",
 			"exec", spec.ExecID, "from", cp.Dir, "checkpoint_network", v.meta.Network, "spec_network", spec.Network)

@@ -147,8 +147,9 @@ type Driver struct {
 	// accelMu guards accel, the accelerator chosen once per Driver.
 	accelMu sync.Mutex
 	accel   string
-	// machine is the QEMU machine of new VMs (resolved Config.Machine).
-	machine string
+	// boot is the kernel new VMs boot and the machine they run on; UseKernel
+	// replaces it while VMs run (each execution keeps its own, in its state).
+	boot atomic.Pointer[guestKernel]
 	// bg tracks the goroutines of VMs started by this process (reaper and
 	// console reader); both end when QEMU exits.
 	bg sync.WaitGroup
@@ -209,7 +210,8 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
 		}
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, machine: machine}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel}
+	d.boot.Store(&guestKernel{kernel: cfg.Kernel, machine: machine})
 	d.log.Info("vm driver ready", "machine", machine, "kernel", cfg.Kernel.Vmlinuz, "kernel_release", cfg.Kernel.Release)
 	d.templates.init()
 	return d, nil

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -142,41 +143,35 @@ func TestTemplateKeyHasMachine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := d.templateKey(spec, fi, "/c/initrd.cpio", AccelTCG, 256, 1)
+		key, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys[d.machine] = key
+		keys[d.Machine()] = key
 	}
 	if len(keys) != 2 || keys[MachineQ35] == keys[MachineMicrovm] {
 		t.Errorf("template keys per machine %v: want two different keys", keys)
 	}
 }
 
-// TestRestoreRefusesOtherMachine: a checkpoint records its machine, and a
-// driver of another machine refuses it before starting anything.
-func TestRestoreRefusesOtherMachine(t *testing.T) {
+// TestRestoreRefusesUnknownMachine: a checkpoint records its machine and
+// restores on it whatever the driver's new VMs run (UseKernel); a machine the
+// driver does not know is refused before anything starts.
+func TestRestoreRefusesUnknownMachine(t *testing.T) {
 	kdir := t.TempDir()
 	for _, f := range []string{"k", "i"} {
 		if err := os.WriteFile(filepath.Join(kdir, f), []byte(f), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, tc := range []struct {
-		saved  string // the machine in vm.json, "" for an old checkpoint
-		kernel *vmimage.Kernel
-	}{
-		{MachineQ35, minimalKernel},
-		{"", minimalKernel},
-		{MachineMicrovm, cloudKernel},
-	} {
-		d, err := New(Config{StateDir: t.TempDir(), Kernel: tc.kernel, QEMU: "/bin/true"})
+	for _, saved := range []string{"pc", "microvm,pcie=on", "q35 -device x"} {
+		d, err := New(Config{StateDir: t.TempDir(), Kernel: cloudKernel, QEMU: "/bin/true"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		meta := `{"accel":"tcg","kernel":"` + filepath.Join(kdir, "k") + `","initrd":"` + filepath.Join(kdir, "i") + `","machine":"` + tc.saved + `"}`
-		if err := os.WriteFile(filepath.Join(dir, cpMeta), []byte(meta), 0o600); err != nil {
+		meta, _ := json.Marshal(map[string]string{"accel": "tcg", "kernel": filepath.Join(kdir, "k"), "initrd": filepath.Join(kdir, "i"), "machine": saved})
+		if err := os.WriteFile(filepath.Join(dir, cpMeta), meta, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		f, err := driver.DescribeFile(dir, cpMeta)
@@ -186,10 +181,32 @@ func TestRestoreRefusesOtherMachine(t *testing.T) {
 		cp := &driver.Checkpoint{Dir: dir, Runtime: "vm", MemoryMiB: 256, CPUs: 1, Files: []driver.CheckpointFile{f}}
 		_, err = d.Restore(context.Background(), driver.Spec{ExecID: "r1", SandboxID: "r1"}, cp)
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "machine") {
-			t.Errorf("restore of a %q checkpoint on a %s driver = %v; want FailedPrecondition naming the machine", tc.saved, d.machine, err)
+			t.Errorf("restore of a %q checkpoint = %v; want FailedPrecondition naming the machine", saved, err)
 		}
 		if _, err := os.Stat(d.execDir("r1")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a refused restore left state: %v", err)
 		}
+	}
+}
+
+// TestUseKernel: UseKernel moves new VMs to the machine of the new kernel,
+// and refuses a kernel the configured machine cannot boot.
+func TestUseKernel(t *testing.T) {
+	d, err := New(Config{StateDir: t.TempDir(), Kernel: cloudKernel, QEMU: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UseKernel(minimalKernel); err != nil || d.Machine() != MachineMicrovm || d.Kernel() != minimalKernel {
+		t.Errorf("UseKernel(minimal) = %v; machine %q kernel %v, want microvm and the minimal kernel", err, d.Machine(), d.Kernel())
+	}
+	if err := d.UseKernel(nil); !errors.Is(err, errdefs.ErrInvalidArgument) || d.Kernel() != minimalKernel {
+		t.Errorf("UseKernel(nil) = %v, kernel now %v; want InvalidArgument and no change", err, d.Kernel())
+	}
+	q35, err := New(Config{StateDir: t.TempDir(), Kernel: cloudKernel, QEMU: "/bin/true", Machine: MachineQ35})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q35.UseKernel(minimalKernel); !errors.Is(err, errdefs.ErrInvalidArgument) || q35.Machine() != MachineQ35 || q35.Kernel() != cloudKernel {
+		t.Errorf("UseKernel(minimal) on a driver configured for q35 = %v (machine %q); want InvalidArgument and no change", err, q35.Machine())
 	}
 }

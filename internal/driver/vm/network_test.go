@@ -92,7 +92,7 @@ func testNetwork(t *testing.T, f *fixture, d *Driver) {
 	}
 	gw := newTestGateway(t, inst.Link)
 	c, took := connectGuest(t, ctx, inst, t0)
-	t.Logf("%s with a network: Ready after %s", d.machine, took.Round(time.Millisecond))
+	t.Logf("%s with a network: Ready after %s", d.Machine(), took.Round(time.Millisecond))
 
 	t.Run("GuestConfigured", func(t *testing.T) {
 		out := shell(t, c, "cat /sys/class/net/eth0/address; ls /sys/class/net | tr '\\n' ' '; echo; ip -4 addr show eth0; ip route; cat /etc/resolv.conf; ls -l /etc/resolv.conf")

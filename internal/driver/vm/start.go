@@ -50,12 +50,14 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 	if err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: vm: rootfs %s must be a root disk image file (vmimage.RootImage; symlinks are refused): %v", errdefs.ErrInvalidArgument, spec.RootFS, err)
 	}
-	initrd, err := vmimage.BuildInitramfs(d.cfg.Kernel, spec.GuestBinary, d.cfg.CacheDir)
+	gk := d.current()
+	initrd, err := vmimage.BuildInitramfs(gk.kernel, spec.GuestBinary, d.cfg.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("vm: exec %s: %w", spec.ExecID, err)
 	}
+	boot := bootFiles{guestKernel: gk, initrd: initrd}
 	if !d.cfg.ColdBoot && !spec.OwnDisk {
-		inst, err := d.startFromTemplate(ctx, spec, fi, initrd)
+		inst, err := d.startFromTemplate(ctx, spec, fi, boot)
 		if err == nil {
 			d.templateRestores.Add(1)
 			return inst, nil
@@ -65,7 +67,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 		}
 		d.log.Warn("template snapshot not usable: cold boot", "exec", spec.ExecID, "reason", err)
 	}
-	inst, err := d.coldStart(ctx, spec, initrd)
+	inst, err := d.coldStart(ctx, spec, boot)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +76,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 }
 
 // coldStart boots a VM for spec.
-func (d *Driver) coldStart(ctx context.Context, spec driver.Spec, initrd string) (*driver.Instance, error) {
-	st, err := d.register(spec, initrd)
+func (d *Driver) coldStart(ctx context.Context, spec driver.Spec, boot bootFiles) (*driver.Instance, error) {
+	st, err := d.register(spec, boot.kernel.Vmlinuz, boot.machine, boot.initrd)
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +107,9 @@ func (d *Driver) failedStart(ctx context.Context, execID, what string, err error
 }
 
 // register creates the execution's state directory and state file, so that
-// Cleanup can undo a start that fails at any later point.
-func (d *Driver) register(spec driver.Spec, initrd string) (*state, error) {
+// Cleanup can undo a start that fails at any later point. The VM boots
+// kernel with initrd on machine.
+func (d *Driver) register(spec driver.Spec, kernel, machine, initrd string) (*state, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := os.Mkdir(d.execDir(spec.ExecID), 0o700); err != nil {
@@ -121,9 +124,9 @@ func (d *Driver) register(spec driver.Spec, initrd string) (*state, error) {
 		MemoryMiB: spec.MemoryMiB,
 		CPUs:      max(spec.CPUs, 1),
 		Source:    spec.RootFS,
-		Kernel:    d.cfg.Kernel.Vmlinuz,
+		Kernel:    kernel,
 		Initrd:    initrd,
-		Machine:   d.machine,
+		Machine:   machine,
 		Network:   spec.Network,
 	}
 	if st.MemoryMiB == 0 {
@@ -144,7 +147,7 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	if err := writeGuestConfig(filepath.Join(dir, guestConfig), spec); err != nil {
 		return nil, err
 	}
-	st.Accel = d.chooseAccel(ctx, st.Initrd)
+	st.Accel = d.chooseAccel(ctx, st.Kernel, st.Initrd)
 	cmd, err := d.qemuCommand(st, nil)
 	if err != nil {
 		return nil, err

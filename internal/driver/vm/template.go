@@ -61,7 +61,7 @@ func (t *templates) init() {
 // edited), the kernel's digest, the initramfs (named by its content hash),
 // the accelerator, the machine type, the network interface, the VM's size,
 // and the QEMU binary.
-func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel string, memMiB, cpus int) (string, error) {
+func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, boot bootFiles, accel string, memMiB, cpus int) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "space-vm-template-v1\n")
 	for _, fi := range []fs.FileInfo{image, nil} {
@@ -77,11 +77,11 @@ func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel 
 		}
 		fmt.Fprintf(h, "%d %d %d %d %d.%d\n", sys.Dev, sys.Ino, fi.Size(), fi.ModTime().UnixNano(), sys.Ctim.Sec, sys.Ctim.Nsec)
 	}
-	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%s\n%d %d\n", spec.RootFS, d.cfg.QEMU, d.cfg.Kernel.SHA256, filepath.Base(initrd), accel, memMiB, cpus)
+	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%s\n%d %d\n", spec.RootFS, d.cfg.QEMU, boot.kernel.SHA256, filepath.Base(boot.initrd), accel, memMiB, cpus)
 	// q35 keys stay what they were before machines were recorded, so the
 	// snapshots already saved stay valid.
-	if d.machine != MachineQ35 {
-		fmt.Fprintf(h, "machine %s\n", d.machine)
+	if boot.machine != MachineQ35 {
+		fmt.Fprintf(h, "machine %s\n", boot.machine)
 	}
 	// The network is part of the key (the NIC is a device of the saved
 	// machine, and the template's guest configured it at boot); keys of
@@ -94,15 +94,15 @@ func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, initrd, accel 
 
 // startFromTemplate restores spec from its template snapshot, building the
 // snapshot first if there is none. An error means the caller should boot.
-func (d *Driver) startFromTemplate(ctx context.Context, spec driver.Spec, image fs.FileInfo, initrd string) (*driver.Instance, error) {
-	accel := d.chooseAccel(ctx, initrd)
+func (d *Driver) startFromTemplate(ctx context.Context, spec driver.Spec, image fs.FileInfo, boot bootFiles) (*driver.Instance, error) {
+	accel := d.chooseAccel(ctx, boot.kernel.Vmlinuz, boot.initrd)
 	spec.MemoryMiB = orDefault(spec.MemoryMiB, d.cfg.DefaultMemoryMiB)
 	spec.CPUs = max(spec.CPUs, 1)
-	key, err := d.templateKey(spec, image, initrd, accel, spec.MemoryMiB, spec.CPUs)
+	key, err := d.templateKey(spec, image, boot, accel, spec.MemoryMiB, spec.CPUs)
 	if err != nil {
 		return nil, err
 	}
-	cp, err := d.templateSnapshot(ctx, key, spec, initrd)
+	cp, err := d.templateSnapshot(ctx, key, spec, boot)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.templateFailures.Add(1)
@@ -135,7 +135,7 @@ func orDefault(v, def int) int {
 // templateSnapshot returns the snapshot called key: remembered, on disk, or
 // built now (once for concurrent callers, each of whom may give up with its
 // ctx while the build goes on).
-func (d *Driver) templateSnapshot(ctx context.Context, key string, spec driver.Spec, initrd string) (*driver.Checkpoint, error) {
+func (d *Driver) templateSnapshot(ctx context.Context, key string, spec driver.Spec, boot bootFiles) (*driver.Checkpoint, error) {
 	t := &d.templates
 	t.mu.Lock()
 	cp, failed := t.ready[key], t.failed[key]
@@ -154,7 +154,7 @@ func (d *Driver) templateSnapshot(ctx context.Context, key string, spec driver.S
 	ch := t.sf.DoChan(key, func() (any, error) {
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), templateBuildTimeout)
 		defer cancel()
-		cp, err := d.buildTemplate(bctx, key, dir, spec, initrd)
+		cp, err := d.buildTemplate(bctx, key, dir, spec, boot)
 		t.remember(key, cp, err)
 		return cp, err
 	})
@@ -182,7 +182,7 @@ func (t *templates) remember(key string, cp *driver.Checkpoint, err error) {
 
 // buildTemplate boots a scratch VM for spec, waits for its guest, saves it
 // into dir and removes the scratch VM.
-func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver.Spec, initrd string) (*driver.Checkpoint, error) {
+func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver.Spec, boot bootFiles) (*driver.Checkpoint, error) {
 	t0 := time.Now()
 	d.templateBuilds.Add(1)
 	parent := filepath.Dir(dir)
@@ -201,7 +201,7 @@ func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver
 		SandboxID: "template", RootFS: spec.RootFS, GuestBinary: spec.GuestBinary,
 		MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs, Network: spec.Network,
 	}
-	inst, err := d.coldStart(ctx, scratch, initrd)
+	inst, err := d.coldStart(ctx, scratch, boot)
 	if err != nil {
 		return nil, fmt.Errorf("template snapshot: %w", err)
 	}

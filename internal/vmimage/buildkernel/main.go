@@ -1,8 +1,10 @@
 // Command buildkernel builds the vm runtime's minimal guest kernel into the
 // cache (vmimage.BuildMinimalKernel) and prints the image's path; a kernel
 // already in the cache is reused. The build takes minutes (about 10 on an
-// idle 2-core host), so `make run` (and a host that runs the tests) builds it
-// ahead of time:
+// idle 2-core host). A node does not need it to start (it boots Debian's
+// cloud kernel on q35 meanwhile and builds this one in the background, see
+// `space node-manager --kernel-build`); `make kernel` builds it ahead of
+// time, and `make test` runs it beside the tests:
 //
 //	go run ./internal/vmimage/buildkernel                     # $SPACE_CACHE_DIR or /var/cache/space
 //	go run ./internal/vmimage/buildkernel -cache-dir /tmp/space-vm-test-cache   # the tests' cache
@@ -16,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spacesandbox/space/internal/vmimage"
 )
@@ -26,10 +29,31 @@ func main() {
 		def = "/var/cache/space"
 	}
 	cacheDir := flag.String("cache-dir", def, "the cache the vm runtime reads kernels from")
+	nice := flag.Int("nice", 0, "niceness of the compiler (0 to 19): a build beside other work leaves them the CPUs")
+	lockedFile := flag.String("locked-file", "", "create this file once the build holds the cache's lock (or found the kernel built): from then on, tests and nodes waiting for the kernel wait for this build")
+	every := flag.Duration("progress-every", 30*time.Second, "how often to log the compile's progress")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	k, err := vmimage.BuildMinimalKernel(ctx, *cacheDir, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var lastStep string
+	var lastLog time.Time
+	k, err := vmimage.BuildMinimalKernelWith(ctx, *cacheDir, vmimage.KernelBuildOptions{
+		Log: log, Nice: *nice,
+		Locked: func() {
+			if *lockedFile != "" {
+				if err := os.WriteFile(*lockedFile, nil, 0o644); err != nil {
+					log.Warn("write the locked file", "err", err)
+				}
+			}
+		},
+		Progress: func(p vmimage.KernelBuildProgress) {
+			if p.Step != lastStep || time.Since(lastLog) >= *every {
+				lastStep, lastLog = p.Step, time.Now()
+				log.Info("minimal guest kernel build", "progress", p.String())
+			}
+		},
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "buildkernel: %v\n", err)
 		os.Exit(1)
