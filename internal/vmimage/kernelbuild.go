@@ -224,8 +224,8 @@ type kernelBuild struct {
 	pkg, sum, parent string
 	nice             int
 	progress         func(KernelBuildProgress)
-	expected         int // about how many objects the compile makes
-	objects          int // how many it made
+	expected         int    // about how many objects the compile makes
+	objects          int    // how many it made
 	work             string // scratch directory, removed at the end
 	src              string // the unpacked source tree
 	out              string // the finished cache entry, still in work
