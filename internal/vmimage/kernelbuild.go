@@ -323,11 +323,13 @@ func (b *kernelBuild) configure(ctx context.Context) error {
 }
 
 func (b *kernelBuild) compile(ctx context.Context) error {
-	b.report(KernelBuildProgress{Step: "compile", Expected: b.expected})
 	return b.make(ctx, "-j"+strconv.Itoa(runtime.NumCPU()), "bzImage")
 }
 
 func (b *kernelBuild) report(p KernelBuildProgress) {
+	if p.Step == "compile" {
+		p.Expected = b.expected
+	}
 	if b.progress != nil {
 		b.progress(p)
 	}
@@ -336,7 +338,7 @@ func (b *kernelBuild) report(p KernelBuildProgress) {
 // objectDone counts one object the compiler finished.
 func (b *kernelBuild) objectDone() {
 	b.objects++
-	b.report(KernelBuildProgress{Step: "compile", Objects: b.objects, Expected: b.expected})
+	b.report(KernelBuildProgress{Step: "compile", Objects: b.objects})
 }
 
 // collect puts the image, the release and the config into b.out.
