@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +95,45 @@ func TestCreateAtHealthzVM(t *testing.T) {
 	sb, _, evs := serveAndCreate(t, map[string]any{"template": "minimal", "memory_mib": 256})
 	if sb.Runtime != "vm" || sb.State != "running" {
 		t.Errorf("sandbox %+v (events %+v), want running on vm", sb, evs)
+	}
+}
+
+// TestDevServerExitsWhenNodeFails: a --dev server whose node-manager
+// cannot start exits with the reason, promptly, and never says it is
+// ready (it printed SPACE_API_URL and served before, and hung on SIGTERM
+// after the node-manager's exit had been consumed by the start-up wait).
+func TestDevServerExitsWhenNodeFails(t *testing.T) {
+	if bin.err != nil {
+		t.Fatalf("build: %v", bin.err)
+	}
+	dir := t.TempDir()
+	// The node-manager's socket path is taken by a directory it cannot
+	// remove: it exits at start.
+	if err := os.MkdirAll(filepath.Join(dir, "run", "node-manager.sock", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin.space, "server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dir, "--no-base-template", "--kernel-build", "off")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the server exited 0")
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the server still runs two minutes after its node-manager failed\nstdout: %s\nstderr: %s", &stdout, &stderr)
+	}
+	if strings.Contains(stdout.String(), "SPACE_API_URL") {
+		t.Errorf("the server said it was ready: %s", &stdout)
+	}
+	if !strings.Contains(stderr.String(), "node-manager exited at start") {
+		t.Errorf("stderr does not say the node-manager failed: %s", &stderr)
 	}
 }

@@ -412,9 +412,17 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	}
 	apiURL := "http://" + addr
 	if o.dev {
+		// Ready is said once the node-manager answers: a --dev server
+		// whose node cannot start exits with the reason instead.
+		nodeUp := make(chan struct{})
 		g.Go(func() error {
-			return runDevNode(ctx, o.dataDir, o.kernelBuild, apiURL, joinToken, objs, keys, o.gateway, log)
+			return runDevNode(ctx, o.dataDir, o.kernelBuild, apiURL, joinToken, objs, keys, o.gateway, nodeUp, log)
 		})
+		select {
+		case <-nodeUp:
+		case <-ctx.Done():
+			return g.Wait()
+		}
 	}
 	if err := srv.EnsureTemplate(ctx, "minimal", builtinTemplates["minimal"]); err != nil {
 		return err
@@ -499,7 +507,7 @@ func secretFile(path string) (string, error) {
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
 // sandboxes it started do not), and the sandbox manager in this process.
-func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, log *slog.Logger) error {
+func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, up chan<- struct{}, log *slog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -518,28 +526,34 @@ func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken str
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start node-manager: %w", err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	// exited is closed when the node-manager has exited, waitErr then
+	// says how; both the start-up wait and the stop below watch it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-waited:
+		case <-exited:
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-waited
+			<-exited
 		}
 	}()
 	pm := privop.NewClient(pmSocket)
-	if err := waitNodeManager(ctx, pm, waited); err != nil {
+	if err := waitNodeManager(ctx, pm, exited, func() error { return waitErr }); err != nil {
 		return err
 	}
+	close(up)
 	return runNodeWith(ctx, nodeOptions{
 		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
 		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys, gateway: gw,
 	}, log)
 }
 
-func waitNodeManager(ctx context.Context, pm *privop.Client, exited <-chan error) error {
+// waitNodeManager waits until the node-manager answers, has exited (closed
+// exited; why() then says how), or ctx ends.
+func waitNodeManager(ctx context.Context, pm *privop.Client, exited <-chan struct{}, why func() error) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -549,8 +563,8 @@ func waitNodeManager(ctx context.Context, pm *privop.Client, exited <-chan error
 			return nil
 		}
 		select {
-		case e := <-exited:
-			return fmt.Errorf("node-manager exited: %v", e)
+		case <-exited:
+			return fmt.Errorf("the node-manager exited at start (%v): its error is above", why())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
