@@ -146,23 +146,54 @@ type Throttle struct {
 	Step float64
 }
 
+// Limiter passes the readings of a stream of Reports that are due under
+// its Throttle: the first, each Final one, and those an interval or a step
+// after the last one passed. The zero Limiter (with a Throttle set) is
+// ready; it is not safe for concurrent use.
+type Limiter struct {
+	Throttle Throttle
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	passed   bool
+	last     time.Time
+	lastFrac float64
+}
+
+// Allow reports whether r is due, and if so counts it as passed.
+func (l *Limiter) Allow(r Report) bool {
+	now := time.Now
+	if l.Now != nil {
+		now = l.Now
+	}
+	t := now()
+	frac := 0.0
+	if r.Total > 0 {
+		frac = float64(r.Done) / float64(r.Total)
+	}
+	due := !l.passed || r.Final ||
+		(l.Throttle.Step > 0 && r.Total > 0 && frac-l.lastFrac >= l.Throttle.Step) ||
+		t.Sub(l.last) >= l.Throttle.Every
+	if due {
+		l.passed, l.last, l.lastFrac = true, t, frac
+	}
+	return due
+}
+
 // Tracker follows one phase of an operation and calls its report function
-// when a reading is due (see Throttle) and at Finish. It is safe for
+// when a reading is due (see Limiter) and at Finish. It is safe for
 // concurrent use; report is called with no lock held, never concurrently
 // with itself.
 type Tracker struct {
-	report   func(Report)
-	throttle Throttle
-	now      func() time.Time
+	report func(Report)
+	now    func() time.Time
 
 	sending sync.Mutex // serialises report calls, in order
 	// mu guards the fields below.
 	mu       sync.Mutex
 	cur      Report
 	start    time.Time
-	last     time.Time
-	lastFrac float64
-	reported bool
+	limit    Limiter
 	finished bool
 }
 
@@ -172,7 +203,7 @@ func NewTracker(phase, unit string, total int64, th Throttle, now func() time.Ti
 	if now == nil {
 		now = time.Now
 	}
-	t := &Tracker{report: report, throttle: th, now: now}
+	t := &Tracker{report: report, now: now, limit: Limiter{Throttle: th, Now: now}}
 	t.cur = Report{Phase: phase, Unit: unit, Total: total}
 	t.start = now()
 	return t
@@ -237,30 +268,21 @@ func (t *Tracker) update(f func(*Report)) {
 		return
 	}
 	f(&t.cur)
-	now := t.now()
-	if !t.due(now) {
+	r := t.reading(t.now())
+	if !t.limit.Allow(r) {
 		t.mu.Unlock()
 		return
-	}
-	r := t.reading(now)
-	t.last, t.reported = now, true
-	if r.Total > 0 {
-		t.lastFrac = float64(r.Done) / float64(r.Total)
 	}
 	t.mu.Unlock()
 	t.report(r)
 }
 
-// due reports whether a reading at now is to be sent.
-func (t *Tracker) due(now time.Time) bool {
-	if !t.reported {
-		return true // the first reading says the phase began
-	}
-	if t.throttle.Step > 0 && t.cur.Total > 0 &&
-		float64(t.cur.Done)/float64(t.cur.Total)-t.lastFrac >= t.throttle.Step {
-		return true
-	}
-	return now.Sub(t.last) >= t.throttle.Every
+// SetTotal changes the total: an operation that learns it late, or finds
+// more than it was told.
+func (t *Tracker) SetTotal(total int64) {
+	t.mu.Lock()
+	t.cur.Total = total
+	t.mu.Unlock()
 }
 
 // reading is the current report with its rate at now.

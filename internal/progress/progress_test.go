@@ -184,3 +184,24 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestLimiter(t *testing.T) {
+	clk := newClock()
+	l := Limiter{Throttle: Throttle{Every: 2 * time.Second}, Now: clk.now}
+	steps := []struct {
+		after time.Duration
+		r     Report
+		want  bool
+	}{
+		{0, Report{Done: 1}, true}, // the first
+		{time.Second, Report{Done: 2}, false},
+		{time.Second, Report{Done: 3}, true}, // 2 s after the first
+		{0, Report{Done: 3, Final: true}, true},
+	}
+	for i, s := range steps {
+		clk.advance(s.after)
+		if got := l.Allow(s.r); got != s.want {
+			t.Errorf("step %d: Allow(%+v) = %v, want %v", i, s.r, got, s.want)
+		}
+	}
+}

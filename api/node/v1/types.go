@@ -201,6 +201,9 @@ type EnsureTemplate struct {
 type TemplateReady struct {
 	Name      string `json:"name"`
 	SizeBytes int64  `json:"size_bytes"`
+	// Progress is the last reading of the build that made the template,
+	// nil when it was already present.
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // TemplateList is the body of GET /node/v1/templates.
