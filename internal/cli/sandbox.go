@@ -202,12 +202,22 @@ func (l lifecycleVerb) run(ctx context.Context, e *env, args []string) error {
 			return c.RestoreSandboxOn(ctx, id, node, opts...)
 		}
 	}
+	var moves *eventProgress
+	if l.verb == "hibernate" || l.verb == "restore" {
+		// These move a snapshot through object storage: show its bytes.
+		moves = newEventProgress(ctx, e, pos[0])
+	}
 	sb, err := call(e.c, ctx, pos[0])
 	if err != nil {
 		return err
 	}
 	if sb.State != l.target {
-		if sb, err = e.c.WaitForState(ctx, pos[0], l.target); err != nil {
+		if moves != nil {
+			sb, err = moves.waitShowingProgress(ctx, l.target)
+		} else {
+			sb, err = e.c.WaitForState(ctx, pos[0], l.target)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -44,6 +44,15 @@ func NewRenderer(f *os.File) *Renderer {
 	return &Renderer{w: f, tty: true, width: width}
 }
 
+// RendererFor draws on w: as NewRenderer when w is an *os.File, plain lines
+// otherwise.
+func RendererFor(w io.Writer) *Renderer {
+	if f, ok := w.(*os.File); ok {
+		return NewRenderer(f)
+	}
+	return NewPlainRenderer(w)
+}
+
 // NewPlainRenderer writes plain lines to w.
 func NewPlainRenderer(w io.Writer) *Renderer { return &Renderer{w: w} }
 
