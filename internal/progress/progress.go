@@ -67,8 +67,8 @@ func (r Report) String() string {
 
 // amount is "12.0 MiB of 40.0 MiB (30%), 3.1 MiB/s", "" when nothing is counted.
 func (r Report) amount() string {
-	if r.Done == 0 && r.Total == 0 {
-		return ""
+	if r.Total == 0 && (r.Done == 0 || r.Unit == UnitSteps) {
+		return "" // a count of steps without a total tells a person nothing
 	}
 	s := r.count(r.Done)
 	if r.Total > 0 {

@@ -105,7 +105,8 @@ func TestReportString(t *testing.T) {
 		want string
 	}{
 		{Report{Phase: "build", Message: "copying"}, "build: copying"},
-		{Report{Phase: "build", Unit: UnitSteps, Done: 3, Message: "x"}, "build: 3: x"},
+		{Report{Phase: "build", Unit: UnitSteps, Done: 3, Message: "x"}, "build: x"},
+		{Report{Phase: "build", Unit: UnitSteps, Done: 3, Total: 4, Message: "x"}, "build: 3 of 4 (75%): x"},
 		{Report{Phase: "upload", Unit: UnitBytes, Done: 1 << 20, Total: 4 << 20, Rate: 512 << 10},
 			"upload: 1.0 MiB of 4.0 MiB (25%), 512.0 KiB/s"},
 		{Report{Phase: "download", Unit: UnitBytes, Done: 100, Total: 100, Message: "disk"}, "download: 100 B of 100 B (100%): disk"},

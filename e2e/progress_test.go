@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// progressReading is the API's progress object as the tests read it.
+type progressReading struct {
+	Phase   string  `json:"phase"`
+	Message string  `json:"message"`
+	Done    int64   `json:"done"`
+	Total   int64   `json:"total"`
+	Unit    string  `json:"unit"`
+	Rate    float64 `json:"rate"`
+	Final   bool    `json:"final"`
+}
+
+// progressEvent is a sandbox event with its reading.
+type progressEvent struct {
+	Seq      int64            `json:"seq"`
+	Type     string           `json:"type"`
+	Message  string           `json:"message"`
+	Progress *progressReading `json:"progress"`
+}
+
+// TestTemplateBuildProgress builds a template from a directory with the CLI
+// on a pipe (plain lines) and on a pseudo-terminal (a bar redrawn with
+// carriage returns), and reads the build's progress on the record.
+func TestTemplateBuildProgress(t *testing.T) {
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for i := range 20 {
+		dir := filepath.Join(root, "d"+strconv.Itoa(i))
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "f"), bytes.Repeat([]byte("x"), 64<<10), 0o644)
+	}
+
+	_, stderr, code := in.cli("", "template", "build", "progplain", "--from", root)
+	if code != 0 {
+		t.Fatalf("template build: exit %d %s\n%s", code, stderr, in.logs())
+	}
+	if strings.ContainsAny(stderr, "\r\x1b") {
+		t.Errorf("template build on a pipe wrote a carriage return or an escape:\n%q", stderr)
+	}
+	if !strings.Contains(stderr, "build: built from dir:"+root+": ") {
+		t.Errorf("template build on a pipe: no plain line with the build's last reading:\n%s", stderr)
+	}
+
+	var list struct {
+		Templates []struct {
+			Name     string           `json:"name"`
+			State    string           `json:"state"`
+			Progress *progressReading `json:"progress"`
+		} `json:"templates"`
+	}
+	if code := in.do("GET", "/v1/templates", nil, &list); code != http.StatusOK {
+		t.Fatalf("list templates: HTTP %d", code)
+	}
+	var found bool
+	for _, tp := range list.Templates {
+		if tp.Name != "progplain" {
+			continue
+		}
+		found = true
+		p := tp.Progress
+		if p == nil || p.Phase != "build" || !p.Final || p.Unit != "steps" || !strings.HasPrefix(p.Message, "built from dir:"+root) {
+			t.Errorf("template record's progress = %+v, want the final build reading \"built from dir:%s…\"", p, root)
+		}
+	}
+	if !found {
+		t.Fatalf("template progplain not listed: %+v", list)
+	}
+
+	// On a terminal: the bar is redrawn in place.
+	cmd := exec.Command(bin.space, "template", "build", "progtty", "--from", root)
+	cmd.Env = append(os.Environ(), "SPACE_API_URL="+in.url, "SPACE_API_KEY="+in.key)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, ptmx); close(done) }()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("template build on a terminal: %v\n%s", err, in.logs())
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no end of the terminal's output")
+	}
+	got := out.String()
+	if !strings.Contains(got, "\rbuild: built from dir:"+root) {
+		t.Errorf("template build on a terminal: no bar redrawn with a carriage return:\n%q", got)
+	}
+	if !strings.Contains(got, "template progtty ready") {
+		t.Errorf("template build on a terminal: no ready line:\n%q", got)
+	}
+}
+
+// TestHibernateRestoreProgress hibernates and restores an ns sandbox with
+// the CLI and finds upload and download progress in its events, their last
+// readings adding up to the snapshot's artifact bytes.
+func TestHibernateRestoreProgress(t *testing.T) {
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	sb := in.createWith("minimal", "ns")
+	defer in.delete(sb.ID)
+	if res := in.exec(sb.ID, "sh", "-c", "head -c 3000000 /dev/urandom > /home/user/blob && sync"); res.ExitCode != 0 {
+		t.Fatalf("write the blob: %+v", res)
+	}
+
+	_, hibErr, code := in.cli("", "sandbox", "hibernate", sb.ID)
+	if code != 0 {
+		t.Fatalf("hibernate: exit %d %s\n%s", code, hibErr, in.logs())
+	}
+	_, resErr, code := in.cli("", "sandbox", "restore", sb.ID)
+	if code != 0 {
+		t.Fatalf("restore: exit %d %s\n%s", code, resErr, in.logs())
+	}
+	for name, s := range map[string]string{"hibernate": hibErr, "restore": resErr} {
+		if strings.ContainsAny(s, "\r\x1b") {
+			t.Errorf("%s on a pipe wrote a carriage return or an escape: %q", name, s)
+		}
+	}
+	if !strings.Contains(hibErr, "upload: ") || !strings.Contains(hibErr, "(100%)") {
+		t.Errorf("hibernate printed no upload progress:\n%s", hibErr)
+	}
+	if !strings.Contains(resErr, "download: ") || !strings.Contains(resErr, "(100%)") {
+		t.Errorf("restore printed no download progress:\n%s", resErr)
+	}
+
+	var list struct{ Events []progressEvent }
+	if code := in.do("GET", "/v1/sandboxes/"+sb.ID+"/events", nil, &list); code != http.StatusOK {
+		t.Fatalf("events: HTTP %d", code)
+	}
+	var artifactBytes int64 = -1
+	last := map[string]*progressReading{}
+	for _, ev := range list.Events {
+		if m := benchUploadRE.FindStringSubmatch(ev.Message); m != nil {
+			artifactBytes, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		if ev.Type != "progress" {
+			continue
+		}
+		p := ev.Progress
+		if p == nil || p.Unit != "bytes" || (p.Phase != "upload" && p.Phase != "download") {
+			t.Errorf("progress event %+v: want a byte reading of an upload or download", ev)
+			continue
+		}
+		if prev := last[p.Phase]; prev != nil && (prev.Final || p.Done < prev.Done) {
+			t.Errorf("%s readings out of order: %+v after %+v", p.Phase, p, prev)
+		}
+		last[p.Phase] = p
+	}
+	if artifactBytes <= 0 {
+		t.Fatalf("no upload event with the artifact bytes in %+v", list.Events)
+	}
+	for _, phase := range []string{"upload", "download"} {
+		p := last[phase]
+		if p == nil {
+			t.Errorf("no %s progress event in %+v", phase, list.Events)
+			continue
+		}
+		if !p.Final || p.Done != artifactBytes || p.Total != artifactBytes {
+			t.Errorf("last %s reading = %+v, want final with done = total = %d (the snapshot's artifact bytes)", phase, p, artifactBytes)
+		}
+	}
+	if res := in.exec(sb.ID, "sh", "-c", "wc -c < /home/user/blob"); strings.TrimSpace(res.Stdout) != "3000000" {
+		t.Errorf("after restore the blob holds %q bytes", res.Stdout)
+	}
+}
