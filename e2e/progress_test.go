@@ -147,6 +147,7 @@ func TestHibernateRestoreProgress(t *testing.T) {
 	if code := in.do("GET", "/v1/sandboxes/"+sb.ID+"/events", nil, &list); code != http.StatusOK {
 		t.Fatalf("events: HTTP %d", code)
 	}
+	t.Logf("hibernate:\n%s\nrestore:\n%s", hibErr, resErr)
 	var artifactBytes int64 = -1
 	last := map[string]*progressReading{}
 	for _, ev := range list.Events {

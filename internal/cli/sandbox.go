@@ -211,13 +211,14 @@ func (l lifecycleVerb) run(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if sb.State != l.target {
-		if moves != nil {
-			sb, err = moves.waitShowingProgress(ctx, l.target)
-		} else {
-			sb, err = e.c.WaitForState(ctx, pos[0], l.target)
+	switch {
+	case moves != nil:
+		// Also when the call waited itself: the readings are in the events.
+		if sb, err = moves.waitShowingProgress(ctx, l.target); err != nil {
+			return err
 		}
-		if err != nil {
+	case sb.State != l.target:
+		if sb, err = e.c.WaitForState(ctx, pos[0], l.target); err != nil {
 			return err
 		}
 	}
