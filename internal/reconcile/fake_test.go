@@ -48,7 +48,7 @@ type fakeNode struct {
 	upload    func(id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error)
 	// readings are sent to the caller of UploadProgress and
 	// DownloadProgress before the operation.
-	readings []nodev1.Progress
+	readings  []nodev1.Progress
 	snapSize  int64
 	snapshots map[string]bool // snapshot ids the node holds
 }
