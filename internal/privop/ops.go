@@ -362,13 +362,25 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 		if line != "" {
 			w.s.log.Info("template build", "name", w.name, "progress", line)
-			w.tr.Line(line)
+			w.tr.Line(clip(line, maxProgressLine))
 		}
 	}
 	return len(p), nil
 }
 
 var _ io.Writer = logWriter{}
+
+// maxProgressLine bounds the runes of a build's output line that its
+// readings carry (each is stored on the template's record).
+const maxProgressLine = 240
+
+// clip cuts s to at most n runes.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
 
 func dirSize(root string) int64 {
 	var n int64

@@ -172,7 +172,7 @@ func TestBarRenderer(t *testing.T) {
 func TestBarRendererCutsToWidth(t *testing.T) {
 	var out bytes.Buffer
 	d := NewBarRenderer(&out, 30)
-	d.Show(Report{Phase: "build", Message: strings.Repeat("x", 100) + "\x1b]0;title\a"})
+	d.Show(Report{Phase: "build", Message: "\x1b]0;title\a" + strings.Repeat("x", 100)})
 	if got := strings.TrimPrefix(out.String(), "\r"); len(got) != 29 || strings.ContainsAny(got, "\x1b\a") {
 		t.Errorf("bar = %q (%d), want 29 printable columns", got, len(got))
 	}
