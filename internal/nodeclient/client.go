@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/spacesandbox/space/internal/apierr"
 	"io"
@@ -247,6 +248,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
+// streamIdle is how long a streamed answer may go without a line: the
+// plain client's whole timeout (a variable for tests).
+var streamIdle = 10 * time.Minute
+
 // doProgress POSTs in and asks for a streamed answer
 // (nodev1.ProgressContentType): onProgress receives each reading, out the
 // result. A node that answers plain JSON is read as do reads it.
@@ -255,16 +260,26 @@ func (c *Client) doProgress(ctx context.Context, path string, in, out any, onPro
 	if err != nil {
 		return err
 	}
+	// The stream client: the operation may outlast the plain client's
+	// timeout while its readings show it alive; a node silent for as long
+	// as that timeout is given up.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(streamIdle, func() {
+		cancel(fmt.Errorf("%w: node POST %s: no answer or reading for %v", errdefs.ErrUnavailable, path, streamIdle))
+	})
+	defer idle.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", nodev1.ProgressContentType+", application/json")
-	// The stream client: the operation may outlast the plain client's
-	// timeout while readings show it is alive; ctx bounds it.
 	resp, err := c.stream.Do(req)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
 		return fmt.Errorf("%w: node POST %s: %v", errdefs.ErrUnavailable, path, err)
 	}
 	defer resp.Body.Close()
@@ -282,7 +297,7 @@ func (c *Client) doProgress(ctx context.Context, path string, in, out any, onPro
 		var line nodev1.ProgressLine
 		if err := dec.Decode(&line); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return context.Cause(ctx)
 			}
 			return fmt.Errorf("%w: node POST %s: the answer ended early: %v", errdefs.ErrUnavailable, path, err)
 		}
@@ -294,8 +309,11 @@ func (c *Client) doProgress(ctx context.Context, path string, in, out any, onPro
 				return fmt.Errorf("node POST %s: bad answer: %w", path, err)
 			}
 			return nil
-		case line.Progress != nil && onProgress != nil:
-			onProgress(*line.Progress)
+		case line.Progress != nil:
+			idle.Reset(streamIdle)
+			if onProgress != nil {
+				onProgress(*line.Progress)
+			}
 		}
 	}
 }

@@ -44,7 +44,8 @@ func (s *Server) buildReading(name string) (progress.Report, bool) {
 
 // serveBuild answers an OpEnsureTemplate that asked for progress: readings
 // while the build runs, then the answer. A caller that goes away does not
-// stop the build (ensureTemplate detaches it).
+// stop the build (ensureTemplate detaches it); the connection is served,
+// without readings, until the build ends, as one without progress is.
 func (s *Server) serveBuild(ctx context.Context, c *net.UnixConn, uid uint32, req *Request) {
 	done := make(chan Response, 1)
 	go func() {
@@ -54,22 +55,26 @@ func (s *Server) serveBuild(ctx context.Context, c *net.UnixConn, uid uint32, re
 	tick := time.NewTicker(s.progressEvery)
 	defer tick.Stop()
 	var sent progress.Report
+	gone := false
 	for {
 		select {
 		case resp := <-done:
+			if gone {
+				return
+			}
 			if err := writeMessage(c, resp); err != nil {
 				s.log.Warn("node-manager: write response", "op", req.Op, "err", err)
 			}
 			return
 		case <-tick.C:
 			r, ok := s.buildReading(req.Template.Name)
-			if !ok || (r.Done == sent.Done && r.Message == sent.Message) {
+			if gone || !ok || (r.Done == sent.Done && r.Message == sent.Message) {
 				continue
 			}
 			sent = r
 			if err := writeMessage(c, Response{Progress: &r}); err != nil {
 				s.log.Info("node-manager: build progress: the caller went away", "template", req.Template.Name, "err", err)
-				return
+				gone = true
 			}
 		}
 	}
