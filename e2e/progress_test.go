@@ -84,31 +84,38 @@ func TestTemplateBuildProgress(t *testing.T) {
 	}
 
 	// On a terminal: the bar is redrawn in place.
-	cmd := exec.Command(bin.space, "template", "build", "progtty", "--from", root)
-	cmd.Env = append(os.Environ(), "SPACE_API_URL="+in.url, "SPACE_API_KEY="+in.key)
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	var out bytes.Buffer
-	done := make(chan struct{})
-	go func() { io.Copy(&out, ptmx); close(done) }()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("template build on a terminal: %v\n%s", err, in.logs())
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no end of the terminal's output")
-	}
-	got := out.String()
+	got := in.cliOnTerminal("template", "build", "progtty", "--from", root)
 	if !strings.Contains(got, "\rbuild: built from dir:"+root) {
 		t.Errorf("template build on a terminal: no bar redrawn with a carriage return:\n%q", got)
 	}
 	if !strings.Contains(got, "template progtty ready") {
 		t.Errorf("template build on a terminal: no ready line:\n%q", got)
 	}
+}
+
+// cliOnTerminal runs the CLI with a pseudo-terminal as its stdin, stdout
+// and stderr, and returns what it wrote there.
+func (in *instance) cliOnTerminal(args ...string) string {
+	in.t.Helper()
+	cmd := exec.Command(bin.space, args...)
+	cmd.Env = append(os.Environ(), "SPACE_API_URL="+in.url, "SPACE_API_KEY="+in.key)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 120})
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, ptmx); close(done) }()
+	if err := cmd.Wait(); err != nil {
+		in.t.Fatalf("space %v on a terminal: %v\n%q\n%s", args, err, out.String(), in.logs())
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		in.t.Fatalf("space %v: no end of the terminal's output", args)
+	}
+	return out.String()
 }
 
 // TestHibernateRestoreProgress hibernates and restores an ns sandbox with
@@ -182,5 +189,17 @@ func TestHibernateRestoreProgress(t *testing.T) {
 	}
 	if res := in.exec(sb.ID, "sh", "-c", "wc -c < /home/user/blob"); strings.TrimSpace(res.Stdout) != "3000000" {
 		t.Errorf("after restore the blob holds %q bytes", res.Stdout)
+	}
+
+	// On a terminal: a byte bar redrawn in place, ended by a newline.
+	for _, step := range [][2]string{{"hibernate", "upload"}, {"restore", "download"}} {
+		verb, phase := step[0], step[1]
+		out := in.cliOnTerminal("sandbox", verb, sb.ID)
+		if !strings.Contains(out, "\r"+phase+" [") || !strings.Contains(out, "] 100% ") {
+			t.Errorf("%s on a terminal: no %s bar redrawn with a carriage return:\n%q", verb, phase, out)
+		}
+		if strings.Contains(out, "\x1b") {
+			t.Errorf("%s on a terminal wrote an escape sequence: %q", verb, out)
+		}
 	}
 }
