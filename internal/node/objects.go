@@ -128,7 +128,7 @@ func (m *Manager) uploadArtifact(ctx context.Context, snapshotID string, exp *pr
 			pw.CloseWithError(err)
 			return
 		}
-		_, err = io.Copy(io.MultiWriter(ew, plain), reportReader{src, tr})
+		_, err = io.Copy(io.MultiWriter(ew, plain), tr.Reader(src))
 		if err == nil {
 			err = ew.Close()
 		}
@@ -227,7 +227,7 @@ func (m *Manager) downloadArtifact(ctx context.Context, snapshotID string, obj n
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(dst, reportReader{er, tr})
+	_, err = io.Copy(dst, tr.Reader(er))
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}

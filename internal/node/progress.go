@@ -2,7 +2,6 @@ package node
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -88,18 +87,4 @@ func trackBytes(phase string, total int64, report Reporter) *progress.Tracker {
 		report = func(progress.Report) {}
 	}
 	return progress.NewTracker(phase, progress.UnitBytes, total, progress.Throttle{Every: progressEvery}, nil, report)
-}
-
-// reportReader counts what is read through it on a tracker.
-type reportReader struct {
-	r  io.Reader
-	tr *progress.Tracker
-}
-
-func (r reportReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if n > 0 {
-		r.tr.Add(int64(n))
-	}
-	return n, err
 }

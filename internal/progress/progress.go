@@ -1,7 +1,7 @@
 // Package progress measures long operations — a template build, a snapshot's
-// upload or download — and shows them. A Counter counts the bytes through a
-// reader or writer; a Tracker turns counts and lines into Reports, at most one
-// per interval or step of the total and always the last; a Renderer draws
+// upload or download — and shows them. A Tracker counts bytes through a
+// reader or writer, or lines, and turns them into Reports, at most one per
+// interval or step of the total and always the last; a Renderer draws
 // Reports for a person: one bar redrawn in place on a terminal, plain lines
 // elsewhere (a log, a pipe, CI).
 //
@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -101,38 +100,35 @@ func Bytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// Counter counts the bytes read or written through it; it is safe for
-// concurrent use.
-type Counter struct{ n atomic.Int64 }
+// Reader wraps r so that the bytes read through it count as done on t.
+func (t *Tracker) Reader(r io.Reader) io.Reader { return countingReader{r, t} }
 
-// Count is the number of bytes so far.
-func (c *Counter) Count() int64 { return c.n.Load() }
-
-// Reader wraps r so that what is read through it is counted.
-func (c *Counter) Reader(r io.Reader) io.Reader { return countingReader{r, c} }
-
-// Writer wraps w so that what is written through it is counted.
-func (c *Counter) Writer(w io.Writer) io.Writer { return countingWriter{w, c} }
+// Writer wraps w so that the bytes written through it count as done on t.
+func (t *Tracker) Writer(w io.Writer) io.Writer { return countingWriter{w, t} }
 
 type countingReader struct {
 	r io.Reader
-	c *Counter
+	t *Tracker
 }
 
 func (r countingReader) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
-	r.c.n.Add(int64(n))
+	if n > 0 {
+		r.t.Add(int64(n))
+	}
 	return n, err
 }
 
 type countingWriter struct {
 	w io.Writer
-	c *Counter
+	t *Tracker
 }
 
 func (w countingWriter) Write(p []byte) (int, error) {
 	n, err := w.w.Write(p)
-	w.c.n.Add(int64(n))
+	if n > 0 {
+		w.t.Add(int64(n))
+	}
 	return n, err
 }
 

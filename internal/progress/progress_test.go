@@ -16,16 +16,18 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_000_000, 0)} }
 
-func TestCounter(t *testing.T) {
-	var c Counter
+func TestTrackerCountsReadsAndWrites(t *testing.T) {
+	var last Report
+	tr := NewTracker("upload", UnitBytes, 24, Throttle{}, newClock().now, func(r Report) { last = r })
 	var out bytes.Buffer
-	n, err := io.Copy(c.Writer(&out), c.Reader(strings.NewReader("hello, world")))
-	if err != nil || n != 12 {
-		t.Fatalf("copy = %d, %v; want 12, nil", n, err)
+	n, err := io.Copy(tr.Writer(&out), tr.Reader(strings.NewReader("hello, world")))
+	if err != nil || n != 12 || out.String() != "hello, world" {
+		t.Fatalf("copy = %d, %v, %q; want 12 bytes through", n, err, out.String())
 	}
+	tr.Finish()
 	// Read and written: both count.
-	if got := c.Count(); got != 24 {
-		t.Errorf("Count = %d, want 24 (12 read + 12 written)", got)
+	if last.Done != 24 || !last.Final {
+		t.Errorf("last report = %+v, want final with 24 done (12 read + 12 written)", last)
 	}
 }
 
