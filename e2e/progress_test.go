@@ -51,6 +51,7 @@ func TestTemplateBuildProgress(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("template build: exit %d %s\n%s", code, stderr, in.logs())
 	}
+	t.Logf("template build on a pipe:\n%s", stderr)
 	if strings.ContainsAny(stderr, "\r\x1b") {
 		t.Errorf("template build on a pipe wrote a carriage return or an escape:\n%q", stderr)
 	}
@@ -85,6 +86,7 @@ func TestTemplateBuildProgress(t *testing.T) {
 
 	// On a terminal: the bar is redrawn in place.
 	got := in.cliOnTerminal("template", "build", "progtty", "--from", root)
+	t.Logf("template build on a terminal: %q", got)
 	if !strings.Contains(got, "\rbuild: built from dir:"+root) {
 		t.Errorf("template build on a terminal: no bar redrawn with a carriage return:\n%q", got)
 	}
