@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,6 +99,120 @@ func TestTemplateBuildProgress(t *testing.T) {
 	if !strings.Contains(got, "template progtty ready") {
 		t.Errorf("template build on a terminal: no ready line:\n%q", got)
 	}
+}
+
+// TestTemplateProgressWhileBuilding builds a template from a tar archive
+// that the test feeds through a named pipe, slowly, until the template's
+// record shows the extraction's progress: a reading made while the build
+// runs crosses the node-manager, the node and the server to the API and the
+// CLI waiting on it.
+func TestTemplateProgressWhileBuilding(t *testing.T) {
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	fifo := filepath.Join(t.TempDir(), "slow.tar")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write: opening does not wait for the reader, and the reader
+	// sees the end when this is closed.
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	// The CLI's stderr is read as it comes: the archive is fed slowly
+	// until the CLI has printed a reading of the extraction.
+	cmd := exec.Command(bin.space, "template", "build", "slow", "--from", "tar:"+fifo)
+	cmd.Env = append(os.Environ(), "SPACE_API_URL="+in.url, "SPACE_API_KEY="+in.key)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil { // a failure before the wait below
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	var mu sync.Mutex
+	var lines []string
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+		}
+	}()
+	cliShowed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "build: extracting: ") })
+	}
+
+	const size = 32 << 20
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Name: "big.bin", Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 16<<10)
+	written, onRecord := 0, false
+	for written+len(chunk) <= size && !(onRecord && cliShowed()) {
+		if _, err := tw.Write(chunk); err != nil {
+			t.Fatalf("write the archive: %v", err)
+		}
+		written += len(chunk)
+		onRecord = onRecord || strings.HasPrefix(templateProgress(in, "slow"), "extracting: ")
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !onRecord || !cliShowed() {
+		t.Fatalf("after %d bytes of the archive: extraction progress on the record %v, printed by the CLI %v\n%q\n%s", written, onRecord, cliShowed(), lines, in.logs())
+	}
+	// The rest at once, then the end of the archive.
+	if _, err := io.CopyN(tw, zeroReader{}, int64(size-written)); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(tw.Close(), w.Close()); err != nil {
+		t.Fatal(err)
+	}
+	<-scanned
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("template build: %v\n%q\n%s", err, lines, in.logs())
+	}
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "build: built from tar:"+fifo) }) {
+		t.Errorf("template build printed no last reading:\n%q", lines)
+	}
+}
+
+// templateProgress is the message of template name's progress, "" for none.
+func templateProgress(in *instance, name string) string {
+	var list struct {
+		Templates []struct {
+			Name     string           `json:"name"`
+			Progress *progressReading `json:"progress"`
+		} `json:"templates"`
+	}
+	in.do("GET", "/v1/templates", nil, &list)
+	for _, tp := range list.Templates {
+		if tp.Name == name && tp.Progress != nil {
+			return tp.Progress.Message
+		}
+	}
+	return ""
+}
+
+// zeroReader reads zeros.
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // cliOnTerminal runs the CLI with a pseudo-terminal as its stdin, stdout
