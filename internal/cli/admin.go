@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/progress"
 )
 
 func init() {
@@ -78,9 +79,11 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "building template %s from %s\n", printable(t.Name), printable(src))
-	p := &buildProgress{e: e, began: time.Now()}
+	p := &buildProgress{e: e, began: time.Now(), bar: progress.RendererFor(e.stderr)}
 	if t.State != "ready" {
-		if t, err = e.c.WaitForTemplate(ctx, pos[0], p.show); err != nil {
+		t, err = e.c.WaitForTemplate(ctx, pos[0], p.show)
+		p.bar.Done()
+		if err != nil {
 			return err
 		}
 	}
@@ -120,17 +123,24 @@ func templateEgress(ctx context.Context, e *env, args []string) error {
 	return writeJSON(e.stdout, t)
 }
 
-// buildProgress prints a template build's state on stderr: each change, and a
-// line every 15 s while it lasts.
+// buildProgress prints a template build's progress on stderr: the build's
+// readings (a bar on a terminal, a line per new reading elsewhere), and
+// for a server that records none each change of state and a line every
+// 15 s while it lasts.
 type buildProgress struct {
 	e         *env
 	began     time.Time
+	bar       *progress.Renderer
 	lastState string
 	lastShown time.Time
 }
 
 // show is WaitForTemplate's progress callback.
 func (p *buildProgress) show(t sandboxv1.Template) {
+	if t.Progress != nil {
+		p.bar.Show(progress.Report(*t.Progress))
+		return
+	}
 	if t.State == p.lastState && time.Since(p.lastShown) < 15*time.Second {
 		return
 	}

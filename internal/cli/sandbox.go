@@ -202,11 +202,22 @@ func (l lifecycleVerb) run(ctx context.Context, e *env, args []string) error {
 			return c.RestoreSandboxOn(ctx, id, node, opts...)
 		}
 	}
+	var moves *eventProgress
+	if l.verb == "hibernate" || l.verb == "restore" {
+		// These move a snapshot through object storage: show its bytes.
+		moves = newEventProgress(ctx, e, pos[0])
+	}
 	sb, err := call(e.c, ctx, pos[0])
 	if err != nil {
 		return err
 	}
-	if sb.State != l.target {
+	switch {
+	case moves != nil:
+		// Also when the call waited itself: the readings are in the events.
+		if sb, err = moves.waitShowingProgress(ctx, l.target); err != nil {
+			return err
+		}
+	case sb.State != l.target:
 		if sb, err = e.c.WaitForState(ctx, pos[0], l.target); err != nil {
 			return err
 		}

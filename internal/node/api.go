@@ -21,6 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -93,12 +94,9 @@ func (m *Manager) Handler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		arts, err := m.Upload(r.Context(), r.PathValue("id"), req)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, arts)
+		serveLong(w, r, func(report Reporter) (any, error) {
+			return m.Upload(r.Context(), r.PathValue("id"), req, report)
+		})
 	})
 	mux.HandleFunc("POST /node/v1/snapshots/{id}/download", func(w http.ResponseWriter, r *http.Request) {
 		var req nodev1.DownloadSnapshot
@@ -106,12 +104,9 @@ func (m *Manager) Handler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		snap, err := m.Download(r.Context(), r.PathValue("id"), req)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, snap)
+		serveLong(w, r, func(report Reporter) (any, error) {
+			return m.Download(r.Context(), r.PathValue("id"), req, report)
+		})
 	})
 	mux.HandleFunc("DELETE /node/v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if err := m.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
@@ -196,12 +191,24 @@ func (m *Manager) handleEnsureTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ok, err := m.cfg.Privileged.EnsureTemplate(r.Context(), req.Name, req.Source)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, nodev1.TemplateReady{Name: req.Name, SizeBytes: ok.SizeBytes})
+	serveLong(w, r, func(report Reporter) (any, error) {
+		var ok *privop.TemplateOK
+		var err error
+		if report == nil {
+			ok, err = m.cfg.Privileged.EnsureTemplate(r.Context(), req.Name, req.Source)
+		} else {
+			ok, err = m.cfg.Privileged.EnsureTemplateProgress(r.Context(), req.Name, req.Source, report)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := nodev1.TemplateReady{Name: req.Name, SizeBytes: ok.SizeBytes}
+		if ok.Progress != nil {
+			p := nodev1.Progress(*ok.Progress)
+			out.Progress = &p
+		}
+		return out, nil
+	})
 }
 
 // handleGuest forwards a public guest route to the execution's host bridge.

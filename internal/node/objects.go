@@ -16,6 +16,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/progress"
 )
 
 // Hibernation to object storage and restore from it. The node-manager turns a
@@ -46,7 +47,10 @@ func sharedArtifact(exp *privop.Export, name string) (string, bool) {
 }
 
 // Upload stores a snapshot's artifacts in object storage and describes them.
-func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error) {
+// report (nil: none) receives readings of the plaintext bytes sent, about
+// one a second and the last; an artifact already stored (a shared base)
+// counts as sent.
+func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.UploadSnapshot, report Reporter) (*nodev1.Artifacts, error) {
 	if m.cfg.Objects == nil || m.cfg.KMS == nil {
 		return nil, fmt.Errorf("%w: this node has no object store or KMS configured", errdefs.ErrFailedPrecondition)
 	}
@@ -72,10 +76,16 @@ func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.Uplo
 	if exp.InitrdName != "" {
 		files = append(files, privop.ArtifactFile{Name: privop.ArtifactInitrd, Size: -1})
 	}
+	tr := trackBytes("upload", artifactBytes(files), report)
 	for _, f := range files {
-		obj, stored, err := m.uploadArtifact(ctx, snapshotID, exp, f, req)
+		before := tr.Current().Done
+		tr.Set(before, f.Name)
+		obj, stored, err := m.uploadArtifact(ctx, snapshotID, exp, f, req, tr)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: upload %s: %w", snapshotID, f.Name, err)
+		}
+		if stored == 0 && f.Size > 0 {
+			tr.Set(before+f.Size, "") // already stored: nothing was read
 		}
 		out.Objects = append(out.Objects, obj)
 		if f.Size > 0 {
@@ -83,6 +93,7 @@ func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.Uplo
 		}
 		out.StoredBytes += stored
 	}
+	finishBytes(tr)
 	m.log.Info("snapshot uploaded", "snapshot", snapshotID, "objects", len(out.Objects),
 		"plain_bytes", out.PlainBytes, "stored_bytes", out.StoredBytes, "took", time.Since(t0).Round(time.Millisecond))
 	return out, nil
@@ -90,7 +101,7 @@ func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.Uplo
 
 // uploadArtifact stores one artifact, unless it is a shared one already
 // stored, and returns its object and the bytes written.
-func (m *Manager) uploadArtifact(ctx context.Context, snapshotID string, exp *privop.Export, f privop.ArtifactFile, req nodev1.UploadSnapshot) (nodev1.Object, int64, error) {
+func (m *Manager) uploadArtifact(ctx context.Context, snapshotID string, exp *privop.Export, f privop.ArtifactFile, req nodev1.UploadSnapshot, tr *progress.Tracker) (nodev1.Object, int64, error) {
 	key, scope := req.Prefix+f.Name, snapshotID
 	if suffix, ok := sharedArtifact(exp, f.Name); ok {
 		// Shared objects are sealed under one tenant key: a new key
@@ -117,7 +128,7 @@ func (m *Manager) uploadArtifact(ctx context.Context, snapshotID string, exp *pr
 			pw.CloseWithError(err)
 			return
 		}
-		_, err = io.Copy(io.MultiWriter(ew, plain), src)
+		_, err = io.Copy(io.MultiWriter(ew, plain), tr.Reader(src))
 		if err == nil {
 			err = ew.Close()
 		}
@@ -139,8 +150,9 @@ func (m *Manager) uploadArtifact(ctx context.Context, snapshotID string, exp *pr
 // Download rebuilds a snapshot on this node from its artifacts in object
 // storage. A revoked tenant key, a missing or tampered object is refused
 // with an error of class FailedPrecondition naming it; nothing of the
-// snapshot is left on the node then.
-func (m *Manager) Download(ctx context.Context, snapshotID string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error) {
+// snapshot is left on the node then. report (nil: none) receives readings
+// of the plaintext bytes written, about one a second and the last.
+func (m *Manager) Download(ctx context.Context, snapshotID string, req nodev1.DownloadSnapshot, report Reporter) (*nodev1.Snapshot, error) {
 	if m.cfg.Objects == nil || m.cfg.KMS == nil {
 		return nil, fmt.Errorf("%w: this node has no object store or KMS configured", errdefs.ErrFailedPrecondition)
 	}
@@ -155,11 +167,14 @@ func (m *Manager) Download(ctx context.Context, snapshotID string, req nodev1.Do
 		return nil, fmt.Errorf("%w: the artifacts describe snapshot %q, not %s", errdefs.ErrInvalidArgument, exp.Snapshot.ID, snapshotID)
 	}
 	t0 := time.Now()
+	tr := trackBytes("download", artifactBytes(append([]privop.ArtifactFile{exp.Base}, exp.Files...)), report)
 	for _, obj := range req.Artifacts.Objects {
-		if err := m.downloadArtifact(ctx, snapshotID, obj); err != nil {
+		tr.Set(tr.Current().Done, obj.Name)
+		if err := m.downloadArtifact(ctx, snapshotID, obj, tr); err != nil {
 			return nil, fmt.Errorf("snapshot %s: download %s: %w", snapshotID, obj.Name, err)
 		}
 	}
+	finishBytes(tr)
 	info, err := m.cfg.Privileged.SealImport(ctx, &exp)
 	if err != nil {
 		return nil, err
@@ -169,8 +184,27 @@ func (m *Manager) Download(ctx context.Context, snapshotID string, req nodev1.Do
 	return &out, nil
 }
 
+// artifactBytes is the plaintext size of the files whose size is known.
+func artifactBytes(files []privop.ArtifactFile) int64 {
+	var n int64
+	for _, f := range files {
+		n += max(f.Size, 0)
+	}
+	return n
+}
+
+// finishBytes sends a byte-counted phase's last reading; a file of unknown
+// size (an initrd) counts in the total it ends with.
+func finishBytes(tr *progress.Tracker) {
+	tr.Set(tr.Current().Done, "")
+	if r := tr.Current(); r.Done > r.Total {
+		tr.SetTotal(r.Done)
+	}
+	tr.Finish()
+}
+
 // downloadArtifact decrypts one object into the node-manager's staging.
-func (m *Manager) downloadArtifact(ctx context.Context, snapshotID string, obj nodev1.Object) error {
+func (m *Manager) downloadArtifact(ctx context.Context, snapshotID string, obj nodev1.Object, tr *progress.Tracker) error {
 	if err := objstore.ValidKey(obj.Key); err != nil {
 		return fmt.Errorf("%w: object key %q", errdefs.ErrInvalidArgument, obj.Key)
 	}
@@ -193,7 +227,7 @@ func (m *Manager) downloadArtifact(ctx context.Context, snapshotID string, obj n
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(dst, er)
+	_, err = io.Copy(dst, tr.Reader(er))
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/spacesandbox/space/internal/apierr"
 	"io"
@@ -147,6 +148,14 @@ func (c *Client) EnsureTemplate(ctx context.Context, name, source string) (*node
 	return &out, c.do(ctx, http.MethodPost, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, &out)
 }
 
+// EnsureTemplateProgress is EnsureTemplate with the build's readings:
+// onProgress receives them while it runs. A node that cannot stream them
+// answers without.
+func (c *Client) EnsureTemplateProgress(ctx context.Context, name, source string, onProgress func(nodev1.Progress)) (*nodev1.TemplateReady, error) {
+	var out nodev1.TemplateReady
+	return &out, c.doProgress(ctx, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, &out, onProgress)
+}
+
 // DeleteTemplate removes a template from the node.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/node/v1/templates/"+url.PathEscape(name), nil, nil)
@@ -182,6 +191,19 @@ func (c *Client) Upload(ctx context.Context, id string, req nodev1.UploadSnapsho
 func (c *Client) Download(ctx context.Context, id string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error) {
 	var out nodev1.Snapshot
 	return &out, c.do(ctx, http.MethodPost, "/node/v1/snapshots/"+url.PathEscape(id)+"/download", req, &out)
+}
+
+// UploadProgress is Upload with readings of the bytes sent while it runs.
+func (c *Client) UploadProgress(ctx context.Context, id string, req nodev1.UploadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Artifacts, error) {
+	var out nodev1.Artifacts
+	return &out, c.doProgress(ctx, "/node/v1/snapshots/"+url.PathEscape(id)+"/upload", req, &out, onProgress)
+}
+
+// DownloadProgress is Download with readings of the bytes received while
+// it runs.
+func (c *Client) DownloadProgress(ctx context.Context, id string, req nodev1.DownloadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Snapshot, error) {
+	var out nodev1.Snapshot
+	return &out, c.doProgress(ctx, "/node/v1/snapshots/"+url.PathEscape(id)+"/download", req, &out, onProgress)
 }
 
 // Snapshots lists the snapshots on the node.
@@ -224,6 +246,76 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("node %s %s: bad answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// streamIdle is how long a streamed answer may go without a line: the
+// plain client's whole timeout (a variable for tests).
+var streamIdle = 10 * time.Minute
+
+// doProgress POSTs in and asks for a streamed answer
+// (nodev1.ProgressContentType): onProgress receives each reading, out the
+// result. A node that answers plain JSON is read as do reads it.
+func (c *Client) doProgress(ctx context.Context, path string, in, out any, onProgress func(nodev1.Progress)) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	// The stream client: the operation may outlast the plain client's
+	// timeout while its readings show it alive; a node silent for as long
+	// as that timeout is given up.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(streamIdle, func() {
+		cancel(fmt.Errorf("%w: node POST %s: no answer or reading for %v", errdefs.ErrUnavailable, path, streamIdle))
+	})
+	defer idle.Stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", nodev1.ProgressContentType+", application/json")
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return fmt.Errorf("%w: node POST %s: %v", errdefs.ErrUnavailable, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<30))
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), nodev1.ProgressContentType) {
+		if err := dec.Decode(out); err != nil {
+			return fmt.Errorf("node POST %s: bad answer: %w", path, err)
+		}
+		return nil
+	}
+	for {
+		var line nodev1.ProgressLine
+		if err := dec.Decode(&line); err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("%w: node POST %s: the answer ended early: %v", errdefs.ErrUnavailable, path, err)
+		}
+		switch {
+		case line.Error != nil:
+			return &Error{Message: line.Error.Message, class: apierr.ClassOf(line.Error.Code)}
+		case line.Result != nil:
+			if err := json.Unmarshal(line.Result, out); err != nil {
+				return fmt.Errorf("node POST %s: bad answer: %w", path, err)
+			}
+			return nil
+		case line.Progress != nil:
+			idle.Reset(streamIdle)
+			if onProgress != nil {
+				onProgress(*line.Progress)
+			}
+		}
+	}
 }
 
 func decodeError(resp *http.Response) error {

@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"fmt"
+	"github.com/spacesandbox/space/internal/progress"
 	"github.com/spacesandbox/space/internal/unixsock"
 	"net"
 	"os"
@@ -22,6 +23,12 @@ func NewClient(socket string) *Client { return &Client{socket: socket} }
 // call sends req and returns the response and any file it carried. The context
 // bounds the whole exchange.
 func (c *Client) call(ctx context.Context, req Request) (*Response, []*os.File, error) {
+	return c.callProgress(ctx, req, nil)
+}
+
+// callProgress is call for a request that asked for progress: onProgress
+// receives each reading that precedes the answer.
+func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(progress.Report)) (*Response, []*os.File, error) {
 	conn, err := unixsock.Dial(ctx, c.socket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("node-manager %s: connect %s: %w (is `space node-manager` running?)", req.Op, c.socket, err)
@@ -37,12 +44,24 @@ func (c *Client) call(ctx context.Context, req Request) (*Response, []*os.File, 
 		return nil, nil, fmt.Errorf("node-manager %s: send: %w", req.Op, err)
 	}
 	var resp Response
-	files, err := readMessage(uc, &resp)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
+	var files []*os.File
+	for {
+		resp = Response{}
+		files, err = readMessage(uc, &resp)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, nil, fmt.Errorf("node-manager %s: receive: %w", req.Op, err)
 		}
-		return nil, nil, fmt.Errorf("node-manager %s: receive: %w", req.Op, err)
+		if resp.Progress == nil || resp.Error != "" {
+			break
+		}
+		// A reading before the answer (only sent when asked for).
+		closeFiles(files)
+		if onProgress != nil {
+			onProgress(*resp.Progress)
+		}
 	}
 	if resp.Error != "" {
 		closeFiles(files)
@@ -67,6 +86,19 @@ func (c *Client) Hello(ctx context.Context) (*Hello, error) {
 // source when it is not. Concurrent calls for one name share one build.
 func (c *Client) EnsureTemplate(ctx context.Context, name, source string) (*TemplateOK, error) {
 	r, _, err := c.call(ctx, Request{Op: OpEnsureTemplate, Template: &TemplateArgs{Name: name, Source: source}})
+	if err != nil {
+		return nil, err
+	}
+	if r.Template == nil {
+		return &TemplateOK{}, nil
+	}
+	return r.Template, nil
+}
+
+// EnsureTemplateProgress is EnsureTemplate with the build's readings:
+// onProgress receives them, about one a second, while the build runs.
+func (c *Client) EnsureTemplateProgress(ctx context.Context, name, source string, onProgress func(progress.Report)) (*TemplateOK, error) {
+	r, _, err := c.callProgress(ctx, Request{Op: OpEnsureTemplate, Template: &TemplateArgs{Name: name, Source: source, Progress: true}}, onProgress)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/progress"
 )
 
 func (s *Server) ensureTemplate(ctx context.Context, uid uint32, a *TemplateArgs) (*TemplateOK, error) {
@@ -68,16 +69,24 @@ func (s *Server) buildTemplate(ctx context.Context, a *TemplateArgs) (*TemplateO
 		return nil, fmt.Errorf("template %s: create volume: %w", a.Name, err)
 	}
 	s.log.Info("building template", "name", a.Name, "source", a.Source)
-	if err := s.cfg.Build(ctx, a.Source, dest, logWriter{s, a.Name}); err != nil {
+	tr := s.startBuild(a.Name)
+	defer s.endBuild(a.Name)
+	tr.Line("building from " + a.Source)
+	if err := s.cfg.Build(ctx, a.Source, dest, logWriter{s, a.Name, tr}); err != nil {
 		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 		return nil, fmt.Errorf("template %s: build from %s: %w", a.Name, a.Source, err)
 	}
+	tr.Line("sealing the template")
 	if err := s.cfg.Storage.SealTemplate(ctx, a.Name); err != nil {
 		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 		return nil, fmt.Errorf("template %s: seal: %w", a.Name, err)
 	}
+	size := dirSize(dest)
+	tr.Line(fmt.Sprintf("built from %s: %s of files", a.Source, progress.Bytes(size)))
 	s.log.Info("template ready", "name", a.Name)
-	return &TemplateOK{SizeBytes: dirSize(dest)}, nil
+	last := tr.Current()
+	last.Final = true
+	return &TemplateOK{SizeBytes: size, Progress: &last}, nil
 }
 
 // checkSourceOwner stops an unprivileged caller from having root copy files it
@@ -336,22 +345,42 @@ func (s *Server) alive(ctx context.Context, execID, runtime string) (bool, error
 	return false, nil
 }
 
-// logWriter turns template build progress into log lines.
+// logWriter turns template build progress into log lines and readings of
+// the build's tracker.
 type logWriter struct {
 	s    *Server
 	name string
+	tr   *progress.Tracker
 }
 
 func (w logWriter) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		// A tool that redraws its own line (\r) shows the latest part.
+		line = strings.TrimRight(line, "\r")
+		if i := strings.LastIndexByte(line, '\r'); i >= 0 {
+			line = line[i+1:]
+		}
 		if line != "" {
 			w.s.log.Info("template build", "name", w.name, "progress", line)
+			w.tr.Line(clip(line, maxProgressLine))
 		}
 	}
 	return len(p), nil
 }
 
 var _ io.Writer = logWriter{}
+
+// maxProgressLine bounds the runes of a build's output line that its
+// readings carry (each is stored on the template's record).
+const maxProgressLine = 240
+
+// clip cuts s to at most n runes.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
 
 func dirSize(root string) int64 {
 	var n int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spacesandbox/space/internal/progress"
 	"io"
 	"log/slog"
 	"net"
@@ -161,12 +162,19 @@ func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
 		Socket: filepath.Join(dir, "nm.sock"), GuestBinary: guest, Storage: st,
 		SnapshotDir: filepath.Join(dir, "snapshots"),
 		Drivers:     map[string]driver.Driver{"ns": drv},
-		Build: func(ctx context.Context, source, dest string, _ io.Writer) error {
+		Build: func(ctx context.Context, source, dest string, out io.Writer) error {
 			mu.Lock()
 			builds++
 			mu.Unlock()
 			if source == "builtin:broken" {
 				return errors.New("no such source")
+			}
+			if source == "builtin:progress" {
+				// Waits until the caller has seen the first line.
+				fmt.Fprint(out, "I: Retrieving Release\nI: Validating 12 of 40\r")
+				<-progressGate
+				fmt.Fprintln(out, "I: Validating 40 of 40")
+				return nil
 			}
 			time.Sleep(20 * time.Millisecond) // let concurrent callers pile up
 			return nil
@@ -175,6 +183,7 @@ func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.progressEvery = 5 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -297,6 +306,43 @@ func TestEnsureTemplateSharesOneBuildAndReportsFailure(t *testing.T) {
 	}
 	if _, err := c.EnsureTemplate(ctx, "absent", ""); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("absent without source = %v, want not found", err)
+	}
+}
+
+// progressGate holds the "builtin:progress" build until a test lets it go on.
+var progressGate = make(chan struct{})
+
+// TestEnsureTemplateReportsProgress: a caller that asks gets the build's
+// readings while it runs, and its last one with the answer; one that does not
+// ask gets the plain answer.
+func TestEnsureTemplateReportsProgress(t *testing.T) {
+	c, _, _ := startServer(t)
+	var got []progress.Report
+	released := false
+	ok, err := c.EnsureTemplateProgress(context.Background(), "withprogress", "builtin:progress", func(r progress.Report) {
+		got = append(got, r)
+		if !released && r.Message == "I: Validating 12 of 40" {
+			released = true
+			close(progressGate)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !released {
+		t.Fatalf("readings %+v: none showed the build's latest line (after its carriage return)", got)
+	}
+	for _, r := range got {
+		if r.Phase != "build" || r.Final || r.Unit != progress.UnitSteps {
+			t.Errorf("reading %+v: want phase build, steps, not final", r)
+		}
+	}
+	if ok.Progress == nil || !ok.Progress.Final || !strings.HasPrefix(ok.Progress.Message, "built from builtin:progress: ") || ok.Progress.Done != 6 {
+		t.Errorf("last reading = %+v, want final, \"built from …\", 6 steps (start, 3 lines, seal, end)", ok.Progress)
+	}
+	// A caller that does not ask gets no readings before the answer.
+	if ok, err := c.EnsureTemplate(context.Background(), "withprogress", "builtin:progress"); err != nil || ok.Progress != nil {
+		t.Errorf("EnsureTemplate of a present template = %+v, %v; want no progress", ok, err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/keylock"
+	"github.com/spacesandbox/space/internal/progress"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -74,6 +75,14 @@ type Server struct {
 	builds  singleflight.Group
 	allowed map[uint32]bool
 
+	// progressEvery is how often a build's caller that asked for progress
+	// gets a reading (a second; tests shorten it).
+	progressEvery time.Duration
+	// buildsMu guards building.
+	buildsMu sync.Mutex
+	// building holds the tracker of each running build by template name.
+	building map[string]*progress.Tracker
+
 	// execs serialises the operations that change one execution (start,
 	// cleanup, pause, resume, snapshot, reopening its link): a caller that
 	// gives up on a start does not stop it here, and the cleanup it sends
@@ -107,7 +116,8 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 	for name, d := range cfg.Drivers {
 		drivers[name] = d
 	}
-	return &Server{cfg: cfg, log: log, allowed: allowed, owner: map[string]string{}, drivers: drivers}, nil
+	return &Server{cfg: cfg, log: log, allowed: allowed, owner: map[string]string{}, drivers: drivers,
+		progressEvery: time.Second, building: map[string]*progress.Tracker{}}, nil
 }
 
 // AddDriver makes a runtime available, for drivers that take long to set up
@@ -237,6 +247,10 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	if req.Op == OpEnsureTemplate && req.Template != nil && req.Template.Progress {
+		s.serveBuild(ctx, c, uid, &req)
+		return
+	}
 	resp, files := s.handle(ctx, uid, &req)
 	defer closeFiles(files)
 	var fds []int

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/spacesandbox/space/internal/progress"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,6 +70,10 @@ type Request struct {
 type TemplateArgs struct {
 	Name   string `json:"name"`
 	Source string `json:"source,omitempty"`
+	// Progress asks for the build's readings: the answer to
+	// OpEnsureTemplate is then preceded by Responses that carry only
+	// Progress, about one a second while the build runs.
+	Progress bool `json:"progress,omitempty"`
 }
 
 // StartArgs describes a sandbox execution to start.
@@ -103,6 +108,10 @@ type Response struct {
 	Snapshot  *SnapshotInfo  `json:"snapshot,omitempty"`
 	Snapshots []SnapshotInfo `json:"snapshots,omitempty"`
 	Export    *Export        `json:"export,omitempty"`
+	// Progress, on a response that precedes the answer (see
+	// TemplateArgs.Progress), is a reading of the operation; the answer
+	// itself never carries it.
+	Progress *progress.Report `json:"progress,omitempty"`
 }
 
 // Hello describes the node-manager.
@@ -133,6 +142,9 @@ type Started struct {
 // TemplateOK reports a template present on the node.
 type TemplateOK struct {
 	SizeBytes int64 `json:"size_bytes"`
+	// Progress is the last reading of the build that made the template,
+	// nil when it was already present.
+	Progress *progress.Report `json:"progress,omitempty"`
 }
 
 // Stats is a point-in-time resource reading of one execution.

@@ -239,6 +239,30 @@ func (f fencedNode) Download(ctx context.Context, id string, req nodev1.Download
 	return f.api.Download(ctx, id, req)
 }
 
+// UploadProgress forwards to the node's streamed upload (progressNode),
+// or its plain one when it has none.
+func (f fencedNode) UploadProgress(ctx context.Context, id string, req nodev1.UploadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Artifacts, error) {
+	if err := f.r.fence(ctx); err != nil {
+		return nil, err
+	}
+	if p, ok := f.api.(progressNode); ok {
+		return p.UploadProgress(ctx, id, req, onProgress)
+	}
+	return f.api.Upload(ctx, id, req)
+}
+
+// DownloadProgress forwards to the node's streamed download
+// (progressNode), or its plain one when it has none.
+func (f fencedNode) DownloadProgress(ctx context.Context, id string, req nodev1.DownloadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Snapshot, error) {
+	if err := f.r.fence(ctx); err != nil {
+		return nil, err
+	}
+	if p, ok := f.api.(progressNode); ok {
+		return p.DownloadProgress(ctx, id, req, onProgress)
+	}
+	return f.api.Download(ctx, id, req)
+}
+
 func (f fencedNode) EnsureTemplate(ctx context.Context, name, source string) (*nodev1.TemplateReady, error) {
 	if err := f.r.fence(ctx); err != nil {
 		return nil, err

@@ -46,6 +46,9 @@ type fakeNode struct {
 	hooks     map[string]func()
 	startExec *nodev1.Execution // what Start answers; nil: running
 	upload    func(id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error)
+	// readings are sent to the caller of UploadProgress and
+	// DownloadProgress before the operation.
+	readings  []nodev1.Progress
 	snapSize  int64
 	snapshots map[string]bool // snapshot ids the node holds
 }
@@ -189,6 +192,28 @@ func (f *fakeNode) Upload(ctx context.Context, id string, req nodev1.UploadSnaps
 		return nil, fmt.Errorf("fake node %s: upload %s: no upload configured: %w", f.id, id, errdefs.ErrFailedPrecondition)
 	}
 	return upload(id, req)
+}
+
+// UploadProgress is Upload after the configured readings.
+func (f *fakeNode) UploadProgress(ctx context.Context, id string, req nodev1.UploadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Artifacts, error) {
+	f.sendReadings("upload", onProgress)
+	return f.Upload(ctx, id, req)
+}
+
+// DownloadProgress is Download after the configured readings.
+func (f *fakeNode) DownloadProgress(ctx context.Context, id string, req nodev1.DownloadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Snapshot, error) {
+	f.sendReadings("download", onProgress)
+	return f.Download(ctx, id, req)
+}
+
+func (f *fakeNode) sendReadings(phase string, onProgress func(nodev1.Progress)) {
+	f.mu.Lock()
+	rs := slices.Clone(f.readings)
+	f.mu.Unlock()
+	for _, r := range rs {
+		r.Phase = phase
+		onProgress(r)
+	}
 }
 
 func (f *fakeNode) Download(ctx context.Context, id string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error) {

@@ -56,7 +56,7 @@ func (r *Reconciler) hibernateSandbox(ctx context.Context, sb *sandbox.Sandbox) 
 		if err != nil {
 			return r.retryOrRefuse(ctx, sb, "tenant key", err)
 		}
-		arts, err := api.Upload(ctx, snap.ID, nodev1.UploadSnapshot{
+		arts, err := r.upload(ctx, api, sb.ID, snap.ID, nodev1.UploadSnapshot{
 			Tenant: sb.Tenant, Prefix: snapshotPrefix(sb.Tenant, snap.ID), SharedPrefix: sharedPrefix(sb.Tenant), KeyID: keyID,
 		})
 		if err != nil {
@@ -165,7 +165,7 @@ func (r *Reconciler) ensureLocal(ctx context.Context, sb *sandbox.Sandbox, api N
 			r.log.Warn("template on the restoring node", "sandbox", sb.ID, "node", sb.Node, "template", tpl.Name, "err", terr)
 		}
 	}
-	_, err = api.Download(dctx, snap.ID, nodev1.DownloadSnapshot{Tenant: sb.Tenant, Artifacts: arts})
+	_, err = r.download(dctx, api, sb.ID, snap.ID, nodev1.DownloadSnapshot{Tenant: sb.Tenant, Artifacts: arts})
 	cancel()
 	if err != nil {
 		if errdefs.IsUnavailable(err) && time.Since(sb.UpdatedAt) < r.cfg.StartTimeout && ctx.Err() == nil {

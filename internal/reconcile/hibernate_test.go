@@ -83,6 +83,39 @@ func (h *harness) nodeUpload(corrupt bool) func(id string, req nodev1.UploadSnap
 	}
 }
 
+// TestHibernateRecordsUploadProgress: a node's readings of the upload become
+// progress events, the first and the last (the ones between are within
+// ProgressEvery), each with its reading.
+func TestHibernateRecordsUploadProgress(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{ProgressEvery: time.Hour}, true)
+	sb := h.newSandbox(sandbox.StateHibernating, "ns", nil)
+	n := h.nodes["n1"]
+	n.upload = h.nodeUpload(false)
+	for _, done := range []int64{0, 100, 200, 300} {
+		n.readings = append(n.readings, nodev1.Progress{Unit: "bytes", Done: done, Total: 300, Final: done == 300})
+	}
+	h.mustPass(sb.ID)
+	h.wantState(sb.ID, sandbox.StateHibernated, sandbox.StateHibernated)
+	evs, err := h.st.ListEvents(h.ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		if e.Type == "progress" {
+			got = append(got, e.Message+" "+e.Progress)
+		}
+	}
+	want := []string{
+		`upload: 0 B of 300 B (0%) {"phase":"upload","done":0,"total":300,"unit":"bytes"}`,
+		`upload: 300 B of 300 B (100%) {"phase":"upload","done":300,"total":300,"unit":"bytes","final":true}`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("progress events =\n%q\nwant\n%q", got, want)
+	}
+}
+
 func TestHibernateMovesTheSandboxToObjectStorage(t *testing.T) {
 	t.Parallel()
 	for _, runtime := range []string{"vm", "ns"} {

@@ -62,6 +62,9 @@ type Config struct {
 	// UploadRetry is how long a hibernation retries an object store that
 	// does not answer before it gives up (the sandbox stays paused).
 	UploadRetry time.Duration
+	// ProgressEvery is the least time between two "progress" events of a
+	// snapshot's upload or download (0: 2 s); the last always comes.
+	ProgressEvery time.Duration
 	// Replica names this process in the leases its passes run under
 	// (claim.go); it must be unique per process incarnation. "":
 	// NewReplicaID().
@@ -145,6 +148,9 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	}
 	if cfg.UploadRetry == 0 {
 		cfg.UploadRetry = 20 * time.Second
+	}
+	if cfg.ProgressEvery == 0 {
+		cfg.ProgressEvery = 2 * time.Second
 	}
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = 30 * time.Second

@@ -252,7 +252,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	out := sandboxv1.EventList{Events: []sandboxv1.Event{}}
 	for _, e := range events {
-		out.Events = append(out.Events, sandboxv1.Event{Seq: e.Seq, Time: e.Time, Type: e.Type, Message: e.Message})
+		out.Events = append(out.Events, sandboxv1.Event{Seq: e.Seq, Time: e.Time, Type: e.Type, Message: e.Message, Progress: progressAPI(e.Progress)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/progress"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -41,6 +43,7 @@ func (s *Server) EnsureTemplate(ctx context.Context, name, source string) error 
 			return err
 		}
 	}
+	s.recordBuildProgress(ctx, name, progress.Report{Phase: "build", Message: "queued"})
 	select {
 	case s.templateJobs <- templateJob{name, source}:
 		return nil
@@ -102,10 +105,18 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 				continue
 			}
 			s.log.Info("building template", "name", job.name, "source", job.source, "node", n.ID)
-			ready, err := c.EnsureTemplate(ctx, job.name, job.source)
+			limit := progress.Limiter{Throttle: progress.Throttle{Every: templateProgressEvery}}
+			ready, err := c.EnsureTemplateProgress(ctx, job.name, job.source, func(p nodev1.Progress) {
+				if r := progress.Report(p); limit.Allow(r) {
+					s.recordBuildProgress(ctx, job.name, r)
+				}
+			})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
 				continue
+			}
+			if ready.Progress != nil {
+				s.recordBuildProgress(ctx, job.name, progress.Report(*ready.Progress))
 			}
 			built, size = built+1, ready.SizeBytes
 		}
@@ -124,6 +135,21 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 			return 0, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// templateProgressEvery is the least time between two writes of a
+// building template's progress to its record.
+const templateProgressEvery = time.Second
+
+// recordBuildProgress stores a reading of template name's build on its record.
+func (s *Server) recordBuildProgress(ctx context.Context, name string, r progress.Report) {
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = s.store.SetTemplateProgress(context.WithoutCancel(ctx), name, string(b))
+	}
+	if err != nil {
+		s.log.Warn("record template build progress", "name", name, "err", err)
 	}
 }
 
@@ -224,6 +250,7 @@ func templateAPI(t store.Template) sandboxv1.Template {
 	if p, err := templateEgress(t); err == nil && p != nil {
 		out.Egress = sandbox.EgressAPI(p)
 	}
+	out.Progress = progressAPI(t.Progress)
 	return out
 }
 
@@ -285,4 +312,18 @@ func (s *Server) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// progressAPI is a stored reading (JSON of a progress.Report) as the API
+// shows it; nil for none or one that does not decode.
+func progressAPI(stored string) *sandboxv1.Progress {
+	if stored == "" {
+		return nil
+	}
+	var r progress.Report
+	if err := json.Unmarshal([]byte(stored), &r); err != nil {
+		return nil
+	}
+	p := sandboxv1.Progress(r)
+	return &p
 }

@@ -167,7 +167,11 @@ type Template struct {
 	// Egress is the default egress policy (egress Spec JSON) of sandboxes
 	// made from the template; "" for none. UpdateTemplate leaves it alone:
 	// SetTemplateEgress changes it.
-	Egress    string
+	Egress string
+	// Progress is the build's latest reading (JSON of an internal/progress
+	// Report), "" before the first. UpdateTemplate leaves it alone:
+	// SetTemplateProgress changes it.
+	Progress  string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -179,6 +183,9 @@ type Templates interface {
 	// SetTemplateEgress replaces a template's default egress policy (""
 	// removes it); an unknown template is ErrNotFound.
 	SetTemplateEgress(ctx context.Context, name, egress string) error
+	// SetTemplateProgress replaces a template build's latest reading (JSON);
+	// an unknown template is ErrNotFound.
+	SetTemplateProgress(ctx context.Context, name, progress string) error
 	// GetTemplate returns a template or ErrNotFound.
 	GetTemplate(ctx context.Context, name string) (Template, error)
 	// ListTemplates returns every template by name.
@@ -319,6 +326,9 @@ type Event struct {
 	// Type is a short machine word ("state", "scheduled", "failed").
 	Type    string
 	Message string
+	// Progress is the reading of a "progress" event (JSON of an
+	// internal/progress Report), "" for other events.
+	Progress string
 }
 
 // Events stores sandbox events. Events outlive their sandbox's row.

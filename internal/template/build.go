@@ -18,8 +18,9 @@ import (
 const Hostname = "sandbox"
 
 // Build builds a template from src into dest, which must be an empty
-// directory or not exist yet. progress receives human-readable output of long
-// steps (debootstrap); nil discards it. On error dest may hold a partial tree:
+// directory or not exist yet. progress receives human-readable lines of long
+// steps (debootstrap's output, the files copied or the archive read so far);
+// nil discards it. On error dest may hold a partial tree:
 // the caller, who owns dest, removes it.
 func Build(ctx context.Context, src Source, dest string, progress io.Writer) error {
 	if progress == nil {
@@ -31,9 +32,9 @@ func Build(ctx context.Context, src Source, dest string, progress io.Writer) err
 	var err error
 	switch src.Kind {
 	case KindDir:
-		err = copyDir(ctx, src.Path, dest)
+		err = copyDir(ctx, src.Path, dest, progress)
 	case KindTar:
-		err = extractTar(ctx, src.Path, dest)
+		err = extractTar(ctx, src.Path, dest, progress)
 	case KindDebootstrap:
 		err = debootstrap(ctx, src.Suite, src.Packages, dest, progress)
 	default:

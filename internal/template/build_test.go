@@ -1,6 +1,7 @@
 package template
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,10 +50,15 @@ func TestBuildFromDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(t.TempDir(), "tpl")
-	if err := Build(t.Context(), source, dest, nil); err != nil {
+	var progress bytes.Buffer
+	if err := Build(t.Context(), source, dest, &progress); err != nil {
 		t.Fatalf("Build: %v", err)
 	}
 	checkFinished(t, dest)
+	// tool and its hard link tool2: the link is not a copy.
+	if got, want := progress.String(), "copied 1 files, 4 B\n"; !strings.HasSuffix(got, want) {
+		t.Errorf("progress = %q, want it to end with %q", got, want)
+	}
 	if got, _ := os.Readlink(filepath.Join(dest, "escape")); got != outsideFile {
 		t.Errorf("escape link = %q, want copied as a link to %q", got, outsideFile)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,8 +19,8 @@ import (
 // keeping owners (as root), modes, times, symlinks and hard links. Symlinks
 // are copied as links and never followed, so a link pointing out of src
 // copies as the same link and nothing outside src is read. Device nodes and
-// sockets are skipped; extended attributes are not copied.
-func copyDir(ctx context.Context, src, dest string) error {
+// sockets are skipped; extended attributes are not copied. progress receives a line about once a second, and one at the end.
+func copyDir(ctx context.Context, src, dest string, progress io.Writer) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("source directory: %w", err)
@@ -27,7 +28,7 @@ func copyDir(ctx context.Context, src, dest string) error {
 	if !fi.IsDir() {
 		return invalid("source %s is not a directory", src)
 	}
-	c := copier{t: tree{root: dest}, src: src, links: map[inode]string{}}
+	c := copier{t: tree{root: dest}, src: src, links: map[inode]string{}, shown: time.Now()}
 	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -42,11 +43,19 @@ func copyDir(ctx context.Context, src, dest string) error {
 		if rel == "." {
 			rel = ""
 		}
-		return c.copy(path, filepath.ToSlash(rel))
+		if err := c.copy(path, filepath.ToSlash(rel)); err != nil {
+			return err
+		}
+		if time.Since(c.shown) >= time.Second {
+			c.shown = time.Now()
+			fmt.Fprintf(progress, "copying: %d files, %s\n", c.files, progressBytes(c.bytes))
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
+	fmt.Fprintf(progress, "copied %d files, %s\n", c.files, progressBytes(c.bytes))
 	slices.Reverse(c.dirs)
 	for _, d := range c.dirs {
 		if err := errors.Join(os.Chmod(d.path, d.mode), lutimes(d.path, d.mtime)); err != nil {
@@ -64,6 +73,10 @@ type copier struct {
 	src   string
 	links map[inode]string // first destination path of each multiply-linked file
 	dirs  []dirMeta
+	// files and bytes count the regular files copied, for progress;
+	// shown is when the last progress line was written.
+	files, bytes int64
+	shown        time.Time
 }
 
 func (c *copier) copy(path, rel string) error {
@@ -108,6 +121,7 @@ func (c *copier) copy(path, rel string) error {
 		if err := copyFile(path, dst); err != nil {
 			return err
 		}
+		c.files, c.bytes = c.files+1, c.bytes+fi.Size()
 		if st.Nlink > 1 {
 			c.links[key] = dst
 		}

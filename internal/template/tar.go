@@ -14,10 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	progressfmt "github.com/spacesandbox/space/internal/progress"
 )
 
 // Limits bound what an archive may unpack to.
@@ -32,18 +34,62 @@ type Limits struct {
 var DefaultLimits = Limits{MaxBytes: 64 << 30, MaxEntries: 4 << 20}
 
 // extractTar builds a template from an archive file, compressed or not.
-func extractTar(ctx context.Context, path, dest string) error {
+// progress receives a line about once a second, and one at the end.
+func extractTar(ctx context.Context, path, dest string, progress io.Writer) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open archive: %w", err)
 	}
 	defer f.Close()
-	r, wait, err := decompress(ctx, f)
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	rr := &readProgress{r: f, total: size, out: progress, shown: time.Now()}
+	defer rr.line("read the archive")
+	r, wait, err := decompress(ctx, rr)
 	if err != nil {
 		return err
 	}
 	err = Extract(ctx, r, dest, DefaultLimits)
 	return errors.Join(err, wait())
+}
+
+// progressBytes formats a byte count for progress lines (the package's
+// functions name their progress writer "progress").
+var progressBytes = progressfmt.Bytes
+
+// readProgress writes a line about the bytes read of an archive every second.
+type readProgress struct {
+	r         io.Reader
+	out       io.Writer
+	done      int64
+	total     int64
+	shown     time.Time
+	lastShown int64
+}
+
+func (p *readProgress) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.done += int64(n)
+	if time.Since(p.shown) >= time.Second {
+		p.shown = time.Now()
+		p.line("extracting")
+	}
+	return n, err
+}
+
+// line writes "WHAT: 12.0 MiB of 40.0 MiB of the archive (30%)".
+func (p *readProgress) line(what string) {
+	if p.lastShown == p.done && what == "extracting" {
+		return
+	}
+	p.lastShown = p.done
+	s := what + ": " + progressBytes(p.done)
+	if p.total > 0 {
+		s += fmt.Sprintf(" of %s (%.0f%%)", progressBytes(p.total), 100*float64(p.done)/float64(p.total))
+	}
+	fmt.Fprintln(p.out, s)
 }
 
 // decompress recognises the compression of r by its magic bytes and returns

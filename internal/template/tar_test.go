@@ -242,8 +242,12 @@ func TestBuildFromCompressedTar(t *testing.T) {
 				t.Fatalf("ParseSource(%q) = %+v, %v; want a tar source", path, src, err)
 			}
 			dest := filepath.Join(t.TempDir(), "tpl")
-			if err := Build(t.Context(), src, dest, nil); err != nil {
+			var progress bytes.Buffer
+			if err := Build(t.Context(), src, dest, &progress); err != nil {
 				t.Fatalf("Build: %v", err)
+			}
+			if got := progress.String(); !strings.HasPrefix(got, "read the archive: ") || !strings.HasSuffix(got, " (100%)\n") {
+				t.Errorf("progress = %q, want \"read the archive: N B of N B (100%%)\"", got)
 			}
 			if b, _ := os.ReadFile(filepath.Join(dest, "etc/motd")); string(b) != "hello\n" {
 				t.Errorf("motd = %q", b)

@@ -201,6 +201,9 @@ type EnsureTemplate struct {
 type TemplateReady struct {
 	Name      string `json:"name"`
 	SizeBytes int64  `json:"size_bytes"`
+	// Progress is the last reading of the build that made the template,
+	// nil when it was already present.
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // TemplateList is the body of GET /node/v1/templates.
@@ -301,4 +304,33 @@ type Retirement struct {
 	SandboxID string `json:"sandbox_id"`
 	// Generation is the sandbox's current generation (0: deleted).
 	Generation uint64 `json:"generation"`
+}
+
+// ProgressContentType is the media type of a node answer that streams
+// progress. A request for a long operation (POST /node/v1/templates,
+// /node/v1/snapshots/{id}/upload and /download) that sends it in Accept is
+// answered 200 with one ProgressLine per line: readings while the
+// operation runs, then one line with its result or its error. Without it
+// the answer is the plain JSON body, as before.
+const ProgressContentType = "application/x-ndjson"
+
+// ProgressLine is one line of a streamed answer: exactly one field is set.
+type ProgressLine struct {
+	Progress *Progress       `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *Error          `json:"error,omitempty"`
+}
+
+// Progress is one reading of a long operation (internal/progress Report).
+type Progress struct {
+	// Phase is "build", "upload" or "download".
+	Phase   string `json:"phase"`
+	Message string `json:"message,omitempty"`
+	// Done and Total count Unit ("bytes" or "steps"); Total is 0 when unknown.
+	Done  int64  `json:"done"`
+	Total int64  `json:"total,omitempty"`
+	Unit  string `json:"unit,omitempty"`
+	// Rate is Done per second since the operation began.
+	Rate  float64 `json:"rate,omitempty"`
+	Final bool    `json:"final,omitempty"`
 }

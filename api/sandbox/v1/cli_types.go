@@ -113,8 +113,30 @@ type ServicePortList struct {
 type Event struct {
 	Seq     int64     `json:"seq"`
 	Time    time.Time `json:"time"`
-	Type    string    `json:"type"` // "state", "scheduled", "snapshot", "failed", ...
+	Type    string    `json:"type"` // "state", "scheduled", "snapshot", "progress", "failed", ...
 	Message string    `json:"message"`
+	// Progress is set on "progress" events: a reading of a snapshot's
+	// upload (hibernate) or download (restore).
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is one reading of a long operation: a template build, a
+// snapshot's upload or download.
+type Progress struct {
+	// Phase is "build", "upload" or "download".
+	Phase string `json:"phase"`
+	// Message is the latest human-readable line (a build's output, the
+	// artifact being sent).
+	Message string `json:"message,omitempty"`
+	// Done and Total count Unit ("bytes" or "steps"); Total is absent
+	// when it is not known.
+	Done  int64  `json:"done"`
+	Total int64  `json:"total,omitempty"`
+	Unit  string `json:"unit,omitempty"`
+	// Rate is Done per second since the operation began.
+	Rate float64 `json:"rate,omitempty"`
+	// Final marks the last reading of the phase.
+	Final bool `json:"final,omitempty"`
 }
 
 // EventList is the body of GET /v1/sandboxes/{id}/events.

@@ -136,7 +136,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Snapshot": Snapshot{}, "SnapshotList": SnapshotList{}, "CreateSnapshotRequest": CreateSnapshotRequest{},
 		"ForkRequest": ForkRequest{}, "RollbackRequest": RollbackRequest{}, "RestoreRequest": RestoreRequest{},
 		"ExposePortRequest": ExposePortRequest{}, "ServicePort": ServicePort{}, "ServicePortList": ServicePortList{},
-		"Event": Event{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
+		"Event": Event{}, "Progress": Progress{}, "EventList": EventList{}, "EncryptionKey": EncryptionKey{}, "EncryptionKeyList": EncryptionKeyList{},
 		"Node": Node{}, "NodeList": NodeList{}, "WarmPoolStatus": WarmPoolStatus{}, "SetTimeoutRequest": SetTimeoutRequest{},
 		"SigningKey": SigningKey{}, "SigningKeyList": SigningKeyList{},
 		"EgressPolicy": EgressPolicy{}, "EgressRules": EgressRules{},

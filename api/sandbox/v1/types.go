@@ -240,6 +240,10 @@ type Template struct {
 	// Egress is the default egress policy of sandboxes made from the
 	// template (absent: the server's default).
 	Egress *EgressPolicy `json:"egress,omitempty"`
+	// Progress is the build's latest reading while it is building, and
+	// its last one after (absent for a template built before the server
+	// recorded progress).
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // TemplateList is the body of GET /v1/templates.

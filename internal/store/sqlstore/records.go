@@ -111,8 +111,8 @@ func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, er
 		if last != nil {
 			e.Seq = *last + 1
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message) VALUES (?, ?, ?, ?, ?)`,
-			e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message)
+		_, err := tx.Exec(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message, progress) VALUES (?, ?, ?, ?, ?, ?)`,
+			e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message, e.Progress)
 		if err != nil {
 			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
 		}
@@ -127,14 +127,14 @@ func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, er
 func scanEvent(sc Row) (store.Event, error) {
 	var e store.Event
 	var at int64
-	err := sc.Scan(&e.Seq, &e.SandboxID, &at, &e.Type, &e.Message)
+	err := sc.Scan(&e.Seq, &e.SandboxID, &at, &e.Type, &e.Message, &e.Progress)
 	e.Time = fromTS(at)
 	return e, err
 }
 
 // ListEvents implements store.Events.
 func (s *Store) ListEvents(ctx context.Context, sandboxID string) ([]store.Event, error) {
-	out, err := queryAll(ctx, s.db, scanEvent, `SELECT seq, sandbox_id, at, type, message FROM sandbox_events
+	out, err := queryAll(ctx, s.db, scanEvent, `SELECT seq, sandbox_id, at, type, message, progress FROM sandbox_events
 		WHERE sandbox_id = ? ORDER BY seq`, sandboxID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: list events: %w", sandboxID, err)

@@ -10,12 +10,12 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-const templateColumns = `name, source, state, reason, size_bytes, created_at, updated_at, egress`
+const templateColumns = `name, source, state, reason, size_bytes, created_at, updated_at, egress, progress`
 
 func scanTemplate(sc Row) (store.Template, error) {
 	var t store.Template
 	var created, updated int64
-	if err := sc.Scan(&t.Name, &t.Source, &t.State, &t.Reason, &t.SizeBytes, &created, &updated, &t.Egress); err != nil {
+	if err := sc.Scan(&t.Name, &t.Source, &t.State, &t.Reason, &t.SizeBytes, &created, &updated, &t.Egress, &t.Progress); err != nil {
 		return store.Template{}, err
 	}
 	t.CreatedAt, t.UpdatedAt = fromTS(created), fromTS(updated)
@@ -32,8 +32,8 @@ func (s *Store) CreateTemplate(ctx context.Context, t store.Template) error {
 		t.CreatedAt = at
 	}
 	err := s.db.Write(ctx, func(tx Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.Name, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(t.CreatedAt), ts(at), t.Egress)
+		_, err := tx.Exec(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.Name, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(t.CreatedAt), ts(at), t.Egress, t.Progress)
 		return err
 	})
 	if s.d.IsUnique(err) {
@@ -75,6 +75,11 @@ func (s *Store) UpdateTemplate(ctx context.Context, t store.Template) error {
 // SetTemplateEgress implements store.Templates.
 func (s *Store) SetTemplateEgress(ctx context.Context, name, egress string) error {
 	return s.writeOne(ctx, "template "+name, "set egress", `UPDATE templates SET egress = ?, updated_at = ? WHERE name = ?`, egress, ts(now()), name)
+}
+
+// SetTemplateProgress implements store.Templates.
+func (s *Store) SetTemplateProgress(ctx context.Context, name, progress string) error {
+	return s.writeOne(ctx, "template "+name, "set progress", `UPDATE templates SET progress = ?, updated_at = ? WHERE name = ?`, progress, ts(now()), name)
 }
 
 // DeleteTemplate implements store.Templates.

@@ -48,6 +48,15 @@ func testTemplates(t *testing.T, s store.Store) {
 		t.Errorf("cleared template egress = %q", got.Egress)
 	}
 	wantClass(t, "SetTemplateEgress missing", s.SetTemplateEgress(ctx(t), "nope", policy), errdefs.ErrNotFound)
+
+	// The build's progress is set apart too and survives UpdateTemplate.
+	prog := `{"phase":"build","message":"I: Retrieving libc6","done":12}`
+	must(t, "SetTemplateProgress", s.SetTemplateProgress(ctx(t), "base", prog))
+	must(t, "UpdateTemplate", s.UpdateTemplate(ctx(t), base))
+	if got, _ = s.GetTemplate(ctx(t), "base"); got.Progress != prog {
+		t.Errorf("template progress = %q, want %q", got.Progress, prog)
+	}
+	wantClass(t, "SetTemplateProgress missing", s.SetTemplateProgress(ctx(t), "nope", prog), errdefs.ErrNotFound)
 	withPolicy := store.Template{Name: "locked", Source: "builtin:minimal", State: store.TemplateReady, Egress: policy, CreatedAt: at(3)}
 	must(t, "CreateTemplate with egress", s.CreateTemplate(ctx(t), withPolicy))
 	if got, _ = s.GetTemplate(ctx(t), "locked"); got.Egress != policy {
@@ -185,9 +194,16 @@ func testEvents(t *testing.T, s store.Store) {
 	_, err = s.AppendEvent(ctx(t), store.Event{SandboxID: "sb-one"})
 	wantClass(t, "AppendEvent without type", err, errdefs.ErrInvalidArgument)
 
+	prog := `{"phase":"upload","done":10,"total":20,"unit":"bytes"}`
+	_, err = s.AppendEvent(ctx(t), store.Event{SandboxID: "sb-one", Time: at(3), Type: "progress", Message: "upload", Progress: prog})
+	must(t, "AppendEvent with progress", err)
+
 	list, err = s.ListEvents(ctx(t), "sb-one")
 	must(t, "ListEvents", err)
-	if len(list) != 3 || list[0].Type != "state" || list[1].Type != "scheduled" || !list[2].Time.Equal(at(2)) || list[1].Message != "mscheduled" {
+	if len(list) != 4 || list[0].Type != "state" || list[1].Type != "scheduled" || !list[2].Time.Equal(at(2)) || list[1].Message != "mscheduled" {
 		t.Fatalf("ListEvents = %+v", list)
+	}
+	if list[3].Progress != prog || list[0].Progress != "" {
+		t.Errorf("event progress = %q and %q, want %q and none", list[3].Progress, list[0].Progress, prog)
 	}
 }
