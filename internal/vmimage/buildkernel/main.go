@@ -20,6 +20,9 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
+
+	"github.com/spacesandbox/space/internal/progress"
 	"github.com/spacesandbox/space/internal/vmimage"
 )
 
@@ -36,6 +39,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// On a terminal the compile is a bar redrawn in place; elsewhere (make
+	// test's log, CI) a line per step and every -progress-every.
+	tty := term.IsTerminal(int(os.Stderr.Fd()))
+	bar := progress.NewRenderer(os.Stderr)
+	defer bar.Done()
 	var lastStep string
 	var lastLog time.Time
 	k, err := vmimage.BuildMinimalKernelWith(ctx, *cacheDir, vmimage.KernelBuildOptions{
@@ -48,6 +56,10 @@ func main() {
 			}
 		},
 		Progress: func(p vmimage.KernelBuildProgress) {
+			if tty {
+				bar.Show(progress.Report{Phase: "minimal kernel: " + p.Step, Done: int64(p.Objects), Total: int64(p.Expected), Unit: progress.UnitSteps})
+				return
+			}
 			if p.Step != lastStep || time.Since(lastLog) >= *every {
 				lastStep, lastLog = p.Step, time.Now()
 				log.Info("minimal guest kernel build", "progress", p.String())
