@@ -42,7 +42,7 @@ func newFakeKernels(mode string, cachedErr, buildErr error) *fakeKernels {
 		fetch: func(context.Context, string) (*vmimage.Kernel, error) { return testCloud, nil },
 		build: func(_ context.Context, _ string, opts vmimage.KernelBuildOptions) (*vmimage.Kernel, error) {
 			f.built = append(f.built, opts)
-			for _, p := range []vmimage.KernelBuildProgress{{Step: "configure"}, {Step: "compile", Objects: 875, Expected: 1750}} {
+			for _, p := range []vmimage.KernelBuildProgress{{Step: "configure"}, {Step: "compile", Objects: 500, Expected: 995}} {
 				opts.Progress(p)
 			}
 			if buildErr != nil {
@@ -83,7 +83,7 @@ func TestVMKernelsBuildInBackground(t *testing.T) {
 	if len(f.built) != 1 || f.built[0].Nice != kernelBuildNice || f.awaited != 0 {
 		t.Fatalf("builds %+v, awaits %d; want one build at niceness %d", f.built, f.awaited, kernelBuildNice)
 	}
-	if !slices.Contains(f.statuses, "q35 (Debian's cloud kernel 6.1.0-28-cloud-amd64); building the minimal kernel: compile: 875 of about 1750 objects (50%)") {
+	if !slices.Contains(f.statuses, "q35 (Debian's cloud kernel 6.1.0-28-cloud-amd64); building the minimal kernel: compile: 500 of about 995 objects (50%)") {
 		t.Errorf("statuses %q lack the compile's progress", f.statuses)
 	}
 	if len(f.used) != 1 || f.used[0] != testMinimal || f.lastStatus() != "microvm (minimal kernel 6.1.119-space)" {

@@ -365,8 +365,8 @@ type Node struct {
 	WarmPool []WarmPoolStatus `json:"warm_pool,omitempty"`
 	// RuntimeStatus says per runtime what it runs on and what is under
 	// way, as the node last reported it: e.g. for vm "q35 (Debian's
-	// cloud kernel); building the minimal kernel: compile: 812 of about
-	// 1750 objects (46%)". Only runtimes with something to say.
+	// cloud kernel); building the minimal kernel: compile: 458 of about
+	// 995 objects (46%)". Only runtimes with something to say.
 	RuntimeStatus map[string]string `json:"runtime_status,omitempty"`
 }
 
