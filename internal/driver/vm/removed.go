@@ -293,13 +293,13 @@ func (d *Driver) releaseStaleClaims() error {
 
 // execDirWatch reports removals under one directory through inotify.
 type execDirWatch struct {
-	dir    string
-	f      *os.File
+	dir string
+	f   *os.File
 	// watched is false while the directory is not watched: it went away
 	// (the reader saw IN_IGNORED), or was not there yet.
 	watched atomic.Bool
-	events chan struct{}
-	done   chan struct{}
+	events  chan struct{}
+	done    chan struct{}
 }
 
 // newExecDirWatch watches dir; a dir that does not exist (yet) is watched
