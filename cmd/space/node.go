@@ -39,6 +39,11 @@ func runNode(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
 	gwFlags := addGatewayFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: space node --server URL --join-token T [flags]")
+		fmt.Fprintln(fs.Output(), "       space node gc [--dry-run] [--data-dir DIR] [-o json]   stop the executions no runtime record refers to")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
