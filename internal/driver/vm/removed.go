@@ -255,23 +255,27 @@ func (d *Driver) killRemoved(ctx context.Context, p removedVM) (bool, error) {
 }
 
 // releaseStaleClaims removes the uid claims whose execution has no
-// directory and whose uid no live process holds. It never creates the
-// claims directory: after the whole state directory was removed there is
-// nothing to release, and re-creating it would undo part of the removal.
+// directory and whose uid no live process holds. It creates nothing, not
+// even the lock file: it runs while a user removes the state directory
+// (rm -r fails on a directory that gains a file as it empties it), and
+// without the lock file, which the first claim made, there are no claims.
 func (d *Driver) releaseStaleClaims() error {
 	dir := filepath.Join(d.cfg.StateDir, uidClaimsDir)
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
 	base, n, err := d.uidRange()
 	if err != nil {
 		return err
 	}
-	unlock, err := lockDir(dir)
-	if err != nil {
-		return err
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	defer unlock()
+	if err != nil {
+		return fmt.Errorf("vm: open uid lock: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("vm: lock %s: %w", lock.Name(), err)
+	}
 	claims, err := readUIDClaims(dir, base, n)
 	if err != nil {
 		return err

@@ -189,6 +189,29 @@ func TestStopRemoved(t *testing.T) {
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || bytes.Contains(mi, []byte(stateDir)) {
 		t.Errorf("mounts under %s left in the host's namespace (%v)", stateDir, err)
 	}
+
+	t.Run("Unconfined", func(t *testing.T) {
+		// An unconfined QEMU runs as root: it is known by its executable.
+		du, err := New(Config{StateDir: filepath.Join(t.TempDir(), "vm"), Kernel: f.kernel, CacheDir: f.cacheDir, Log: testLogger(t), ColdBoot: true, Unconfined: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const id = "removed-unconfined"
+		inst, err := du.Start(ctx, driver.Spec{ExecID: id, SandboxID: "sbx-u", RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: 128, CPUs: 1})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		inst.Channel.Close()
+		defer du.Wait()
+		defer killProc(inst.Pid, inst.StartTime)
+		if err := os.RemoveAll(du.execDir(id)); err != nil {
+			t.Fatal(err)
+		}
+		stopped, err := du.StopRemoved(ctx)
+		if err != nil || !slices.Equal(stopped, []string{id}) || driver.ProcAlive(inst.Pid, inst.StartTime) {
+			t.Errorf("StopRemoved = %v, %v; QEMU alive %v; want %s stopped", stopped, err, driver.ProcAlive(inst.Pid, inst.StartTime), id)
+		}
+	})
 }
 
 // TestStopRemovedReleasesUID: once the QEMU of a removed directory is gone
@@ -201,9 +224,11 @@ func TestStopRemovedReleasesUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(stateDir, uidClaimsDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	unlock, err := lockDir(dir) // the first claim makes the lock file
+	if err != nil {
 		t.Fatal(err)
 	}
+	unlock()
 	for uid, owner := range map[uint32]string{940_000_000: "kept", 940_000_001: "removed"} {
 		if err := os.WriteFile(claimPath(dir, uid), []byte(owner), 0o600); err != nil {
 			t.Fatal(err)
@@ -218,6 +243,17 @@ func TestStopRemovedReleasesUID(t *testing.T) {
 	}
 	if len(claims) != 1 || claims[940_000_000] != "kept" {
 		t.Errorf("claims after release = %v; want only the kept execution's", claims)
+	}
+	// While the state directory is being removed: the lock file went
+	// first; nothing is created.
+	if err := os.Remove(filepath.Join(dir, ".lock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.releaseStaleClaims(); err != nil {
+		t.Errorf("release without the lock file: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".lock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("releasing claims re-created the lock file of a directory being removed: %v", err)
 	}
 	gone := filepath.Join(t.TempDir(), "gone")
 	d2 := &Driver{cfg: Config{StateDir: gone}}
