@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,63 @@ func execLeftovers(dataDir, execID string) []string {
 		out = append(out, "volume "+v)
 	}
 	return out
+}
+
+// TestVMWithRemovedDirectoryStops: a vm execution's QEMU outlives its
+// server, but not its state directory: one removed while the server is
+// down is stopped by the next node-manager, one removed while it runs is
+// stopped at once.
+func TestVMWithRemovedDirectoryStops(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	dataDir := newDataDir(t)
+	in := startServer(t, dataDir)
+	x, y := in.createWith("minimal", "vm"), in.createWith("minimal", "vm")
+	qemuX, dirX := vmOf(t, dataDir, x.ID)
+	qemuY, dirY := vmOf(t, dataDir, y.ID)
+
+	in.stop()
+	if err := os.RemoveAll(dirY); err != nil {
+		t.Fatal(err)
+	}
+	if !alive(qemuY) {
+		t.Fatal("QEMU ended with its server; the test shows nothing")
+	}
+	in = startServer(t, dataDir)
+	waitGone(t, qemuY, "its directory was removed while the server was down")
+	if !alive(qemuX) {
+		t.Fatal("the QEMU whose directory is there was stopped")
+	}
+	if err := os.RemoveAll(dirX); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, qemuX, "its directory was removed")
+}
+
+// vmOf returns the pid of the QEMU of sandbox id's execution and its state
+// directory (QEMU runs in it).
+func vmOf(t *testing.T, dataDir, id string) (int, string) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(dataDir, "volumes", "vm", "exec", "*"))
+	for _, d := range dirs {
+		if pid := pidWithCwd(d); pid != 0 {
+			if cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); strings.Contains(string(cmdline), "qemu") && strings.Contains(string(cmdline), id) {
+				return pid, d
+			}
+		}
+	}
+	t.Fatalf("no QEMU of sandbox %s in %v", id, dirs)
+	return 0, ""
+}
+
+func waitGone(t *testing.T, pid int, why string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMU %d still runs two minutes after %s", pid, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
