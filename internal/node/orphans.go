@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -56,7 +57,7 @@ func (m *Manager) CollectOrphans(ctx context.Context, dryRun bool) (*nodev1.Orph
 		if !dryRun {
 			still, cerr := m.cleanOrphan(ctx, h)
 			if !still {
-				continue // a record appeared meanwhile
+				continue // a record appeared, or it went, meanwhile
 			}
 			o.Cleaned = cerr == nil
 			if cerr != nil {
@@ -69,7 +70,8 @@ func (m *Manager) CollectOrphans(ctx context.Context, dryRun bool) (*nodev1.Orph
 }
 
 // cleanOrphan cleans h up if, under its execution lock, still no record
-// refers to it; false means one does.
+// refers to it and the runtime still holds it; false means a record
+// appeared or the execution went (a teardown that held the lock).
 func (m *Manager) cleanOrphan(ctx context.Context, h privop.HeldExecution) (bool, error) {
 	unlock := m.locks.Lock(h.ExecID)
 	defer unlock()
@@ -78,6 +80,13 @@ func (m *Manager) cleanOrphan(ctx context.Context, h privop.HeldExecution) (bool
 		return true, err
 	}
 	if known[h.ExecID] {
+		return false, nil
+	}
+	held, err := m.cfg.Privileged.ListExecutions(ctx)
+	if err != nil {
+		return true, fmt.Errorf("exec %s: list the runtimes' executions: %w", h.ExecID, err)
+	}
+	if !slices.Contains(held.Executions, h) {
 		return false, nil
 	}
 	m.log.Warn("stopping an execution no runtime record refers to", "exec", h.ExecID, "runtime", h.Runtime)
