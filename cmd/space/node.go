@@ -25,6 +25,9 @@ import (
 // runNode is `space node --server URL --join-token T`: the sandbox manager of
 // one node, talking to a node-manager already running on this machine.
 func runNode(args []string) int {
+	if len(args) > 0 && args[0] == "gc" {
+		return runNodeGC(args[1:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	serverURL := fs.String("server", "http://127.0.0.1:7070", "control plane URL")
 	joinToken := fs.String("join-token", os.Getenv("SPACE_JOIN_TOKEN"), "join token (DATA/join.token of the server)")
@@ -36,6 +39,11 @@ func runNode(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
 	gwFlags := addGatewayFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: space node --server URL --join-token T [flags]")
+		fmt.Fprintln(fs.Output(), "       space node gc [--dry-run] [--data-dir DIR] [-o json]   stop the executions no runtime record refers to")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -134,6 +142,10 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	})
 	g.Go(func() error {
 		m.RunFence(ctx)
+		return nil
+	})
+	g.Go(func() error {
+		m.LogOrphans(ctx)
 		return nil
 	})
 	g.Go(func() error {

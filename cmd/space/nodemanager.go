@@ -138,6 +138,8 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, kernelBuild, socke
 	}
 	// The vm runtime may first download a kernel: serve the ns runtime
 	// meanwhile, and offer vm once it is ready.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	vmReady := make(chan struct{})
 	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
 		// Reported to the control plane as coming, so that creates
@@ -159,10 +161,23 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, kernelBuild, socke
 		srv.AddDriver("vm", vmd)
 		log.Info("vm runtime ready", "machine", vmd.Machine())
 		if later {
-			kernels.follow(ctx, vmd.Kernel(), vmd.UseKernel)
+			// Both run until ctx ends: vmReady waits for the build too.
+			follow := make(chan struct{})
+			defer func() { <-follow }()
+			go func() {
+				defer close(follow)
+				kernels.follow(ctx, vmd.Kernel(), vmd.UseKernel)
+			}()
+		}
+		// QEMU outlives this process by design; a VM whose directory the
+		// user removed is stopped (the next node-manager finds those
+		// removed while none ran).
+		if err := vmd.WatchRemoved(ctx, vm.DefaultRemovedCheckEvery); err != nil {
+			log.Warn("VMs whose directory is removed are not stopped", "err", err)
 		}
 	}()
 	err = srv.Run(ctx)
+	cancel()
 	<-vmReady
 	return err
 }

@@ -147,6 +147,11 @@ type Driver interface {
 	Stats(ctx context.Context, execID string) (Stats, error)
 	// Alive reports whether the execution's init process still runs.
 	Alive(ctx context.Context, execID string) (bool, error)
+	// List returns the ids of the executions the driver holds state for,
+	// running or not, sorted: those Cleanup has something to release for.
+	// The node compares it with its runtime records to find executions no
+	// record refers to (`space node gc`).
+	List(ctx context.Context) ([]string, error)
 }
 
 // DiskSnapshotter is implemented by drivers that keep an execution's root

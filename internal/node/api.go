@@ -115,6 +115,19 @@ func (m *Manager) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /node/v1/orphans", func(w http.ResponseWriter, r *http.Request) {
+		var req nodev1.CollectOrphans
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		found, err := m.CollectOrphans(r.Context(), req.DryRun)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, found)
+	})
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", m.handleGuest)
 	mux.HandleFunc("/node/v1/executions/{exec}/ports/{port}/{rest...}", m.handlePort)
 	mux.HandleFunc("GET /node/v1/executions/{exec}/tcp/{port}", m.handlePortTCP)

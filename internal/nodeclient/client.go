@@ -206,6 +206,16 @@ func (c *Client) DownloadProgress(ctx context.Context, id string, req nodev1.Dow
 	return &out, c.doProgress(ctx, "/node/v1/snapshots/"+url.PathEscape(id)+"/download", req, &out, onProgress)
 }
 
+// CollectOrphans has the node find the executions its runtimes hold that
+// no runtime record refers to and, unless dryRun, stop and clean them.
+func (c *Client) CollectOrphans(ctx context.Context, dryRun bool) (*nodev1.Orphans, error) {
+	var out nodev1.Orphans
+	if err := c.do(ctx, http.MethodPost, "/node/v1/orphans", nodev1.CollectOrphans{DryRun: dryRun}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Snapshots lists the snapshots on the node.
 func (c *Client) Snapshots(ctx context.Context) ([]nodev1.Snapshot, error) {
 	var out nodev1.SnapshotList

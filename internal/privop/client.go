@@ -187,6 +187,19 @@ func (c *Client) Stats(ctx context.Context, execID string) (*Stats, error) {
 	return r.Stats, nil
 }
 
+// ListExecutions lists the executions every ready runtime holds state for,
+// whoever started them, and the runtimes not ready yet.
+func (c *Client) ListExecutions(ctx context.Context) (*Executions, error) {
+	r, _, err := c.call(ctx, Request{Op: OpListExecutions})
+	if err != nil {
+		return nil, err
+	}
+	if r.Executions == nil {
+		return nil, fmt.Errorf("node-manager list_executions: answer without executions")
+	}
+	return r.Executions, nil
+}
+
 // Alive reports whether any process of the execution still runs.
 func (c *Client) Alive(ctx context.Context, execID string) (bool, error) {
 	r, _, err := c.call(ctx, Request{Op: OpAlive, ExecID: execID})

@@ -345,6 +345,29 @@ func (s *Server) alive(ctx context.Context, execID, runtime string) (bool, error
 	return false, nil
 }
 
+// listExecutions asks every ready runtime which executions it holds state
+// for, sorted by runtime and id.
+func (s *Server) listExecutions(ctx context.Context) (*Executions, error) {
+	out := &Executions{Executions: []HeldExecution{}}
+	drivers := s.allDrivers()
+	names := make([]string, 0, len(drivers))
+	for name := range drivers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ids, err := drivers[name].List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list the executions of the %s runtime: %w", name, err)
+		}
+		for _, id := range ids {
+			out.Executions = append(out.Executions, HeldExecution{ExecID: id, Runtime: name})
+		}
+	}
+	out.Pending = s.hello().Pending
+	return out, nil
+}
+
 // logWriter turns template build progress into log lines and readings of
 // the build's tracker.
 type logWriter struct {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,16 @@ func (d *pipeDriver) Cleanup(_ context.Context, id string) error {
 }
 func (d *pipeDriver) Stats(context.Context, string) (driver.Stats, error) {
 	return driver.Stats{Pids: 1}, nil
+}
+func (d *pipeDriver) List(context.Context) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids := make([]string, 0, len(d.peers))
+	for id := range d.peers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 func (d *pipeDriver) Alive(_ context.Context, id string) (bool, error) {
 	d.mu.Lock()
@@ -457,4 +468,29 @@ func TestCleanupWaitsForAStartTheCallerGaveUpOn(t *testing.T) {
 		t.Fatalf("start again: %v", err)
 	}
 	ch.Close()
+}
+
+// TestListExecutions: the node-manager lists what its runtimes hold, with
+// the runtime of each, and the runtimes still being set up.
+func TestListExecutions(t *testing.T) {
+	c, _, _ := startServer(t)
+	ctx := context.Background()
+	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sb2-g1-b", "sb1-g1-a"} {
+		_, ch, _, err := c.Start(ctx, StartArgs{ExecID: id, SandboxID: strings.SplitN(id, "-", 2)[0], Template: "minimal", Runtime: "ns", Hostname: "h", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch.Close()
+	}
+	if err := c.Cleanup(ctx, "sb2-g1-b", "ns"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ListExecutions(ctx)
+	want := []HeldExecution{{ExecID: "sb1-g1-a", Runtime: "ns"}}
+	if err != nil || !slices.Equal(got.Executions, want) || len(got.Pending) != 0 {
+		t.Errorf("ListExecutions = %+v, %v; want %v and nothing pending", got, err, want)
+	}
 }

@@ -310,6 +310,8 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 			resp.Started = &Started{Link: string(link.Framing)}
 			file = link.File
 		}
+	case OpListExecutions:
+		resp.Executions, err = s.listExecutions(ctx)
 	case OpAlive:
 		var alive bool
 		alive, err = s.alive(ctx, req.ExecID, req.Runtime)

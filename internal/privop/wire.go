@@ -49,6 +49,7 @@ const (
 	OpCreateImport   Op = "create_import_file"
 	OpSealImport     Op = "seal_import"
 	OpReopenLink     Op = "reopen_link"
+	OpListExecutions Op = "list_executions"
 )
 
 // Request is one call to the node-manager. Only the field for Op is read.
@@ -97,21 +98,37 @@ type StartArgs struct {
 
 // Response answers a Request. Error is empty on success; ErrorKind classifies it.
 type Response struct {
-	Error     string         `json:"error,omitempty"`
-	ErrorKind string         `json:"error_kind,omitempty"`
-	Hello     *Hello         `json:"hello,omitempty"`
-	Started   *Started       `json:"started,omitempty"`
-	Templates []string       `json:"templates,omitempty"`
-	Stats     *Stats         `json:"stats,omitempty"`
-	Alive     *bool          `json:"alive,omitempty"`
-	Template  *TemplateOK    `json:"template_ok,omitempty"`
-	Snapshot  *SnapshotInfo  `json:"snapshot,omitempty"`
-	Snapshots []SnapshotInfo `json:"snapshots,omitempty"`
-	Export    *Export        `json:"export,omitempty"`
+	Error      string         `json:"error,omitempty"`
+	ErrorKind  string         `json:"error_kind,omitempty"`
+	Hello      *Hello         `json:"hello,omitempty"`
+	Started    *Started       `json:"started,omitempty"`
+	Templates  []string       `json:"templates,omitempty"`
+	Stats      *Stats         `json:"stats,omitempty"`
+	Alive      *bool          `json:"alive,omitempty"`
+	Template   *TemplateOK    `json:"template_ok,omitempty"`
+	Snapshot   *SnapshotInfo  `json:"snapshot,omitempty"`
+	Snapshots  []SnapshotInfo `json:"snapshots,omitempty"`
+	Export     *Export        `json:"export,omitempty"`
+	Executions *Executions    `json:"executions,omitempty"`
 	// Progress, on a response that precedes the answer (see
 	// TemplateArgs.Progress), is a reading of the operation; the answer
 	// itself never carries it.
 	Progress *progress.Report `json:"progress,omitempty"`
+}
+
+// Executions lists the executions the runtimes hold state for
+// (driver.Driver.List), whoever started them.
+type Executions struct {
+	Executions []HeldExecution `json:"executions"`
+	// Pending names the runtimes still being set up, whose executions
+	// are not listed yet.
+	Pending []string `json:"pending,omitempty"`
+}
+
+// HeldExecution is one execution a runtime holds state for.
+type HeldExecution struct {
+	ExecID  string `json:"exec_id"`
+	Runtime string `json:"runtime"`
 }
 
 // Hello describes the node-manager.

@@ -334,3 +334,27 @@ type Progress struct {
 	Rate  float64 `json:"rate,omitempty"`
 	Final bool    `json:"final,omitempty"`
 }
+
+// CollectOrphans is the body of POST /node/v1/orphans: find the executions
+// the node's runtimes hold that no runtime record of the node refers to
+// and, unless DryRun, stop them and release what they hold.
+type CollectOrphans struct {
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// Orphans answers CollectOrphans.
+type Orphans struct {
+	Orphans []Orphan `json:"orphans"`
+	// Pending names the runtimes still being set up on the node, whose
+	// executions were not looked at.
+	Pending []string `json:"pending,omitempty"`
+}
+
+// Orphan is an execution no runtime record refers to.
+type Orphan struct {
+	ExecID  string `json:"exec_id"`
+	Runtime string `json:"runtime"`
+	// Cleaned says it was stopped and cleaned up; Error why not.
+	Cleaned bool   `json:"cleaned"`
+	Error   string `json:"error,omitempty"`
+}

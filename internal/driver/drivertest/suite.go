@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -144,6 +145,9 @@ func (s *suite) start(t *testing.T, o options) *sandbox {
 	if inst.ExecID != id || inst.Pid <= 0 || inst.Channel == nil {
 		t.Fatalf("Start(%s) returned %+v: want the exec id, a pid and a channel", id, inst)
 	}
+	if ids, err := s.d.List(ctx); err != nil || !slices.Contains(ids, id) || !slices.IsSorted(ids) {
+		t.Errorf("List after Start(%s) = %v, %v; want the execution in a sorted list", id, ids, err)
+	}
 	conn, err := net.FileConn(inst.Channel)
 	inst.Channel.Close()
 	if err != nil {
@@ -211,6 +215,9 @@ func (sb *sandbox) cleanup(t *testing.T) {
 	}
 	if alive, err := sb.d.Alive(ctx, sb.spec.ExecID); alive || (err != nil && !errdefs.IsNotFound(err)) {
 		t.Errorf("Alive(%s) after Cleanup = %v, %v; want false or NotFound", sb.spec.ExecID, alive, err)
+	}
+	if ids, err := sb.d.List(ctx); err != nil || slices.Contains(ids, sb.spec.ExecID) {
+		t.Errorf("List after Cleanup(%s) = %v, %v; want it without the execution", sb.spec.ExecID, ids, err)
 	}
 }
 

@@ -145,6 +145,15 @@ func (d *Driver) group(st *state) (*cgroup.Group, error) {
 	return d.hier.Group(st.CgroupParent, st.ExecID)
 }
 
+// List returns the executions with a directory under StateDir/exec.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	ids, err := driver.ListStateDirs(filepath.Join(d.cfg.StateDir, "exec"))
+	if err != nil {
+		return nil, fmt.Errorf("ns: %w", err)
+	}
+	return ids, nil
+}
+
 // Alive reports whether the execution's init process still runs.
 func (d *Driver) Alive(ctx context.Context, execID string) (bool, error) {
 	st, err := d.loadState(execID)

@@ -58,6 +58,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,6 +251,22 @@ func (d *Driver) Alive(ctx context.Context, execID string) (bool, error) {
 		return false, err
 	}
 	return driver.ProcAlive(st.Pid, st.StartTime), nil
+}
+
+// scratchPrefix starts the ids of the scratch VMs the driver boots for
+// itself to save template snapshots (template.go).
+const scratchPrefix = "tpl-"
+
+// List returns the executions with a directory under StateDir/exec, but
+// for the driver's own scratch VMs of template snapshots, which no node
+// knows of: the driver removes them when the snapshot is saved. A VM whose
+// directory was removed is not listed; WatchRemoved stops it.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	ids, err := driver.ListStateDirs(filepath.Join(d.cfg.StateDir, "exec"))
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	return slices.DeleteFunc(ids, func(id string) bool { return strings.HasPrefix(id, scratchPrefix) }), nil
 }
 
 // Kill stops the VM: QMP quit, then SIGKILL of the QEMU process if it has not

@@ -197,7 +197,7 @@ func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	scratch := driver.Spec{
-		ExecID:    "tpl-" + key[:16] + "-" + hex.EncodeToString(rnd[:]),
+		ExecID:    scratchPrefix + key[:16] + "-" + hex.EncodeToString(rnd[:]),
 		SandboxID: "template", RootFS: spec.RootFS, GuestBinary: spec.GuestBinary,
 		MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs, Network: spec.Network,
 	}
