@@ -8,6 +8,8 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/minio/minio-go/v7 v7.4.1
+	github.com/spacesandbox/space/api v0.0.0
+	github.com/spacesandbox/space/sdk/go v0.0.0
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/net v0.62.0
 	golang.org/x/sync v0.25.0
@@ -63,4 +65,11 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
+)
+
+// api and sdk/go are modules of their own (older go line, small dependency
+// closure), built from this tree: nothing is published.
+replace (
+	github.com/spacesandbox/space/api => ./api
+	github.com/spacesandbox/space/sdk/go => ./sdk/go
 )
