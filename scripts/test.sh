@@ -3,9 +3,12 @@
 # beside them when the cache has none. The build (minutes) runs at low
 # priority from the start; the tests that need the kernel (microvm) wait for
 # it (vmimage.AwaitMinimalKernel) while the rest run, and a failed build
-# fails the run. Usage: test.sh CACHE_DIR S3_SERVER
+# fails the run. The nested modules (api, sdk/go: `./...` at the root does
+# not enter them) are tested from their own roots after the root's.
+# Usage: test.sh CACHE_DIR S3_SERVER [MODULE_DIR...]
 set -uo pipefail
 cache=$1 s3=$2
+shift 2
 mkdir -p "$cache" bin
 log=$cache/kernel-build.log
 locked=$(mktemp -u /tmp/space-kernel-locked.XXXXXX)
@@ -27,6 +30,9 @@ fi
 # (minutes) before its own tests.
 SPACE_TEST_CACHE_DIR=$cache SPACE_TEST_S3_SERVER=$s3 go test -count=1 -timeout 40m "${par[@]}" ./...
 rc=$?
+for m in "$@"; do
+  go test -C "$m" -count=1 ./... || rc=1
+done
 wait $bk
 krc=$?
 trap - EXIT

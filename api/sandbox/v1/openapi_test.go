@@ -171,7 +171,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 
 // jsonFields returns the sorted JSON names of t's fields and those without omitempty.
 func jsonFields(t reflect.Type) (fields, required []string) {
-	for f := range t.Fields() {
+	for i := range t.NumField() {
+		f := t.Field(i)
 		tag := f.Tag.Get("json")
 		name, opts, _ := strings.Cut(tag, ",")
 		if name == "-" || !f.IsExported() {
