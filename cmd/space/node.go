@@ -40,8 +40,10 @@ func runNode(args []string) int {
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
 	gwFlags := addGatewayFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: space node --server URL --join-token T [flags]")
-		fmt.Fprintln(fs.Output(), "       space node gc [--dry-run] [--data-dir DIR] [-o json]   stop the executions no runtime record refers to")
+		// The first line stays flag's own: deploy/kubernetes checks it.
+		fmt.Fprintln(fs.Output(), "Usage of node:")
+		fmt.Fprintln(fs.Output(), "  space node --server URL --join-token T [flags]")
+		fmt.Fprintln(fs.Output(), "  space node gc [--dry-run] [--data-dir DIR] [-o json]   stop the executions no runtime record refers to")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
