@@ -20,6 +20,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -90,4 +91,15 @@ func (s *Sealer) Open(sealed, aad []byte) ([]byte, error) {
 		return nil, ErrOpen
 	}
 	return plain, nil
+}
+
+// Derive returns a key derived from the Sealer's key for purpose label: the
+// SHA-256 of label sealed with label as additional data under the all-zero
+// nonce. That nonce is used for nothing else (Seal draws random 96-bit
+// nonces), and sealing the same label under it always gives the same bytes,
+// so the result is stable across restarts and processes sharing the key,
+// and tells nothing about the key.
+func (s *Sealer) Derive(label string) [sha256.Size]byte {
+	nonce := make([]byte, NonceLen)
+	return sha256.Sum256(s.aead.Seal(nil, nonce, []byte(label), []byte(label)))
 }
