@@ -4,10 +4,10 @@
 //
 // It is not github.com/prometheus/client_golang on purpose. The control
 // plane and the node expose a few dozen series of their own; the client
-// would add five modules to both binaries (the node's is meant to stay
-// small), a default registry that is a package global, and the go_* and
-// process_* series, which node_exporter or cAdvisor already give per host
-// and per container. Each component owns its metrics (no globals here) and
+// would add several modules to both binaries (client_model, common, procfs,
+// perks; the node's binary is meant to stay small), a default registry that
+// is a package global, and the go_* and process_* series, which
+// node_exporter or cAdvisor already give per host and per container. Each component owns its metrics (no globals here) and
 // writes them from its own handler; families are written in the order the
 // handler asks for, series sorted by label values.
 package metrics
