@@ -3,6 +3,8 @@ package credentials
 import (
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // maxBuckets bounds the limiter's memory; past it, buckets that have
@@ -20,13 +22,12 @@ type limiter struct {
 
 type bucket struct {
 	perMinute int
-	tokens    float64
-	last      time.Time
+	*rate.Limiter
 }
 
 // allow takes one token from id's bucket at now and reports whether there
 // was one. perMinute <= 0 always allows. A changed limit restarts the bucket
-// full at its new size.
+// full at its new size. A clock that goes backwards earns nothing.
 func (l *limiter) allow(id string, perMinute int, now time.Time) bool {
 	if perMinute <= 0 {
 		return true
@@ -41,32 +42,17 @@ func (l *limiter) allow(id string, perMinute int, now time.Time) bool {
 		if !ok && len(l.buckets) >= maxBuckets {
 			l.pruneLocked(now)
 		}
-		b = &bucket{perMinute: perMinute, tokens: float64(perMinute), last: now}
+		b = &bucket{perMinute, rate.NewLimiter(rate.Limit(float64(perMinute)/60), perMinute)}
 		l.buckets[id] = b
 	}
-	b.refill(now)
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// refill adds the tokens earned since last. A clock that goes backwards
-// earns nothing.
-func (b *bucket) refill(now time.Time) {
-	if elapsed := now.Sub(b.last); elapsed > 0 {
-		b.tokens = min(float64(b.perMinute), b.tokens+elapsed.Minutes()*float64(b.perMinute))
-		b.last = now
-	}
+	return b.AllowN(now, 1)
 }
 
 // pruneLocked drops the buckets that are full at now: forgetting them
 // changes nothing.
 func (l *limiter) pruneLocked(now time.Time) {
 	for id, b := range l.buckets {
-		b.refill(now)
-		if b.tokens >= float64(b.perMinute) {
+		if b.TokensAt(now) >= float64(b.perMinute) {
 			delete(l.buckets, id)
 		}
 	}

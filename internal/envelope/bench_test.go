@@ -37,7 +37,7 @@ func BenchmarkSeal(b *testing.B) {
 func BenchmarkOpen(b *testing.B) {
 	k, id := newLocalKMS(b)
 	for _, size := range benchSizes {
-		sealed := seal(b, k, id, nil, pattern(size), DefaultChunkSize)
+		sealed := sealArtifact(b, k, id, nil, pattern(size), DefaultChunkSize)
 		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {

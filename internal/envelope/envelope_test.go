@@ -19,7 +19,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, chunk := range []int{MinChunkSize, 1000, DefaultChunkSize} {
 		for _, n := range []int{0, 1, chunk - 1, chunk, chunk + 1, 3 * chunk, 3*chunk + 5} {
 			plain := pattern(n)
-			sealed := seal(t, k, id, aad, plain, chunk)
+			sealed := sealArtifact(t, k, id, aad, plain, chunk)
 			got, err := open(k, aad, sealed)
 			if err != nil || !bytes.Equal(got, plain) {
 				t.Errorf("chunk %d, %d bytes: got %d bytes, %v", chunk, n, len(got), err)
@@ -71,8 +71,8 @@ func TestOddReads(t *testing.T) {
 func TestFreshKeys(t *testing.T) {
 	k, id := newLocalKMS(t)
 	aad := artifactAAD("m")
-	a := seal(t, k, id, aad, pattern(300), MinChunkSize)
-	b := seal(t, k, id, aad, pattern(300), MinChunkSize)
+	a := sealArtifact(t, k, id, aad, pattern(300), MinChunkSize)
+	b := sealArtifact(t, k, id, aad, pattern(300), MinChunkSize)
 	if bytes.Equal(a[len(a)-100:], b[len(b)-100:]) {
 		t.Error("two seals of the same plaintext share ciphertext: data keys or nonces repeat")
 	}
@@ -132,7 +132,7 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 // such, not as corruption, so the caller retries instead of giving up.
 func TestSourceErrorKeepsClass(t *testing.T) {
 	k, id := newLocalKMS(t)
-	sealed := seal(t, k, id, nil, pattern(10*MinChunkSize), MinChunkSize)
+	sealed := sealArtifact(t, k, id, nil, pattern(10*MinChunkSize), MinChunkSize)
 	outage := errors.Join(errors.New("store went away"), errdefs.ErrUnavailable)
 	for _, cut := range []int{10, 200, len(sealed) - 1} {
 		src := io.MultiReader(bytes.NewReader(sealed[:cut]), iotest.ErrReader(outage))
@@ -148,7 +148,7 @@ func TestSourceErrorKeepsClass(t *testing.T) {
 
 func TestUnsupportedVersion(t *testing.T) {
 	k, id := newLocalKMS(t)
-	sealed := seal(t, k, id, nil, pattern(10), MinChunkSize)
+	sealed := sealArtifact(t, k, id, nil, pattern(10), MinChunkSize)
 	sealed[len(magic)] = 2
 	_, err := open(k, nil, sealed)
 	if !errdefs.IsFailedPrecondition(err) || errors.Is(err, ErrCorrupt) {

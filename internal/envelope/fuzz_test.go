@@ -13,7 +13,7 @@ import (
 func FuzzParseHeader(f *testing.F) {
 	k := newMemKMS()
 	for _, n := range []int{0, 100} {
-		f.Add(seal(f, k, memKeyID, nil, pattern(n), MinChunkSize))
+		f.Add(sealArtifact(f, k, memKeyID, nil, pattern(n), MinChunkSize))
 	}
 	f.Add([]byte(magic))
 	f.Add(append([]byte(magic), 1, 0, 0, 0, 64, 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff))
@@ -51,7 +51,7 @@ var fuzzAAD = []byte("fuzz artifact")
 func FuzzOpen(f *testing.F) {
 	k := newMemKMS()
 	for _, p := range fuzzPlaintexts {
-		sealed := seal(f, k, memKeyID, fuzzAAD, p, MinChunkSize)
+		sealed := sealArtifact(f, k, memKeyID, fuzzAAD, p, MinChunkSize)
 		f.Add(sealed)
 		f.Add(sealed[:len(sealed)-1])
 		f.Add(append(sealed, sealed[len(sealed)-TagSize:]...))

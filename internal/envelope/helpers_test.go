@@ -3,7 +3,6 @@ package envelope
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/kms/localkms"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // memKMS is an in-memory kms.KMS with one fixed key, "mem-1", for fuzzing
@@ -20,8 +20,7 @@ import (
 type memKMS struct{ aead cipher.AEAD }
 
 func newMemKMS() *memKMS {
-	block, _ := aes.NewCipher(bytes.Repeat([]byte{0x5a}, 32))
-	aead, _ := cipher.NewGCM(block)
+	aead, _ := seal.NewAEAD(bytes.Repeat([]byte{0x5a}, 32))
 	return &memKMS{aead}
 }
 
@@ -65,8 +64,8 @@ func newLocalKMS(t testing.TB) (*localkms.KMS, string) {
 	return k, id
 }
 
-// seal seals plain with the given chunk size and returns the artifact.
-func seal(t testing.TB, k kms.KMS, keyID string, aad, plain []byte, chunkSize int) []byte {
+// sealArtifact seals plain with the given chunk size and returns the artifact.
+func sealArtifact(t testing.TB, k kms.KMS, keyID string, aad, plain []byte, chunkSize int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := NewWriterSize(context.Background(), &buf, k, keyID, aad, chunkSize)

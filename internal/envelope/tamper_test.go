@@ -27,7 +27,7 @@ const tChunk = MinChunkSize
 func newTamperFixture(t *testing.T) *tamperFixture {
 	k, id := newLocalKMS(t)
 	f := &tamperFixture{k: k, keyID: id, aad: artifactAAD("memory"), plain: pattern(4*tChunk + 10)}
-	f.sealed = seal(t, k, id, f.aad, f.plain, tChunk)
+	f.sealed = sealArtifact(t, k, id, f.aad, f.plain, tChunk)
 	f.headerLen = len(f.sealed) - (4*(tChunk+TagSize) + 10 + TagSize)
 	return f
 }
@@ -150,7 +150,7 @@ func TestReorderDuplicateAppend(t *testing.T) {
 	}
 	// An artifact whose final chunk is full: appending after it is caught
 	// by the look-ahead, not by a short read.
-	full := seal(t, f.k, f.keyID, f.aad, pattern(2*tChunk), tChunk)
+	full := sealArtifact(t, f.k, f.keyID, f.aad, pattern(2*tChunk), tChunk)
 	_, err := open(f.k, f.aad, append(full, 1, 2, 3))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "after the final chunk") {
 		t.Errorf("data after a full final chunk: %v", err)
@@ -160,7 +160,7 @@ func TestReorderDuplicateAppend(t *testing.T) {
 func TestSplicingAndWrongName(t *testing.T) {
 	f := newTamperFixture(t)
 	otherAAD := artifactAAD("disk")
-	other := seal(t, f.k, f.keyID, otherAAD, f.plain, tChunk)
+	other := sealArtifact(t, f.k, f.keyID, otherAAD, f.plain, tChunk)
 	otherHeaderLen := len(other) - (len(f.sealed) - f.headerLen)
 
 	// The right bytes under the wrong name.
@@ -183,7 +183,7 @@ func TestSplicingAndWrongName(t *testing.T) {
 func TestRevokedKey(t *testing.T) {
 	f := newTamperFixture(t)
 	k, id := newLocalKMS(t)
-	sealed := seal(t, k, id, f.aad, f.plain, tChunk)
+	sealed := sealArtifact(t, k, id, f.aad, f.plain, tChunk)
 	if err := k.RevokeKey(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package envelope
 
 import (
 	"context"
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/binary"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // Writer seals a stream into the envelope format. Write buffers at most one
@@ -84,11 +84,11 @@ func NewWriterSize(ctx context.Context, w io.Writer, k kms.KMS, keyID string, aa
 }
 
 func newAEAD(key []byte) (cipher.AEAD, error) {
-	block, err := aes.NewCipher(key)
+	aead, err := seal.NewAEAD(key)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: data key: %w: %w", err, ErrCorrupt)
 	}
-	return cipher.NewGCM(block)
+	return aead, nil
 }
 
 // Write buffers p, sealing each chunk as soon as it is full and more data

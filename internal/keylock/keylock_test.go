@@ -1,6 +1,8 @@
 package keylock
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,5 +45,36 @@ func TestDifferentKeysDoNotWait(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("locking b waited for a")
+	}
+}
+
+func TestLockContextGivesUp(t *testing.T) {
+	var m Map
+	unlockA, err := m.LockContext(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same key waits; a waiter whose context ends gives up.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := m.LockContext(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second lock of a held key: err %v, want %v", err, context.DeadlineExceeded)
+	}
+	got := make(chan struct{})
+	go func() {
+		unlock, err := m.LockContext(context.Background(), "a")
+		if err == nil {
+			unlock()
+		}
+		close(got)
+	}()
+	unlockA()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter did not get the lock after unlock")
+	}
+	if n := m.Len(); n != 0 {
+		t.Errorf("entries left after every unlock: %d", n)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/metrics"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -39,25 +40,22 @@ type bridgeConn struct {
 	execID    string
 	socket    string
 	want      bridgeProcess
-	log       *slog.Logger // nil: refusals are counted, and reported only by the caller's error
+	log       *slog.Logger        // nil: refusals are counted, and reported only by the caller's error
+	refused   *metrics.CounterVec // refused peers by failed check
 	transport *http.Transport
 	client    *http.Client
-}
-
-// newBridgeConn returns the connection to rec's bridge for callers without a
-// Manager at hand. Prefer Manager.connectBridge, which also logs refusals.
-func newBridgeConn(rec *Record, socket string) *bridgeConn {
-	return dialBridge(rec, socket, nil)
 }
 
 // connectBridge returns the verified connection to rec's bridge; refused
 // peers are counted and logged with both identities.
 func (m *Manager) connectBridge(rec *Record) *bridgeConn {
-	return dialBridge(rec, m.records.socket(rec.ExecID), m.log)
+	return dialBridge(rec, m.records.socket(rec.ExecID), m.log, m.refusals.bridgePeer)
 }
 
-func dialBridge(rec *Record, socket string, log *slog.Logger) *bridgeConn {
-	b := &bridgeConn{execID: rec.ExecID, socket: socket, want: bridgeProcessOf(rec), log: log}
+// dialBridge returns the connection to rec's bridge at socket; refused
+// peers are counted in refused by check, and logged unless log is nil.
+func dialBridge(rec *Record, socket string, log *slog.Logger, refused *metrics.CounterVec) *bridgeConn {
+	b := &bridgeConn{execID: rec.ExecID, socket: socket, want: bridgeProcessOf(rec), log: log, refused: refused}
 	if b.want.exeIno == 0 && log != nil {
 		// Logged once per connection pool, i.e. once per execution and
 		// run of the node.
@@ -110,7 +108,7 @@ func (b *bridgeConn) verify(c *net.UnixConn) error {
 		return err
 	}
 	r.execID = b.name()
-	refusals.countBridgePeer(r.check)
+	b.refused.Inc(r.check)
 	if b.log != nil {
 		b.log.Warn("host bridge connection refused", "exec", r.execID, "check", r.check,
 			slog.Group("peer", "pid", r.got.pid, "uid", r.got.uid, "start_time", r.got.start, "exe", r.got.exe()),

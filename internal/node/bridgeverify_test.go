@@ -265,7 +265,7 @@ func TestImpostorOnBridgeSocketIsRefused(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
-	before := refusals.bridgePeerCount(peerCheckPid)
+	before := m.refusals.bridgePeer.Value(peerCheckPid)
 	_, err = bc.status(context.Background())
 	var r *peerRefusedError
 	if !errors.As(err, &r) || r.check != peerCheckPid || !errors.Is(err, errdefs.ErrPermissionDenied) {
@@ -274,7 +274,7 @@ func TestImpostorOnBridgeSocketIsRefused(t *testing.T) {
 	if r.got.pid != os.Getpid() || r.want.pid != rec.BridgePid {
 		t.Errorf("refusal names peer %d and bridge %d, want %d and %d", r.got.pid, r.want.pid, os.Getpid(), rec.BridgePid)
 	}
-	if got := refusals.bridgePeerCount(peerCheckPid) - before; got != 1 {
+	if got := m.refusals.bridgePeer.Value(peerCheckPid) - before; got != 1 {
 		t.Errorf("pid refusals counted: %d, want 1", got)
 	}
 	line := logLine(logs.String(), "host bridge connection refused")
@@ -302,15 +302,15 @@ func TestReusedBridgePidIsRefused(t *testing.T) {
 	// A record of an earlier bridge that had the same pid.
 	stale := *other
 	stale.BridgeStartTime--
-	bc := newBridgeConn(&stale, m.records.socket(other.ExecID))
+	bc := dialBridge(&stale, m.records.socket(other.ExecID), nil, m.refusals.bridgePeer)
 	defer bc.close()
-	before := refusals.bridgePeerCount(peerCheckStart)
+	before := m.refusals.bridgePeer.Value(peerCheckStart)
 	_, err := bc.status(context.Background())
 	var r *peerRefusedError
 	if !errors.As(err, &r) || r.check != peerCheckStart {
 		t.Fatalf("status with a reused pid = %v, want a start-time refusal", err)
 	}
-	if got := refusals.bridgePeerCount(peerCheckStart) - before; got != 1 {
+	if got := m.refusals.bridgePeer.Value(peerCheckStart) - before; got != 1 {
 		t.Errorf("start-time refusals counted: %d, want 1", got)
 	}
 }
@@ -328,15 +328,15 @@ func TestBridgeExecutableChecked(t *testing.T) {
 
 	wrong := *rec
 	wrong.BridgeExeIno++
-	bc := dialBridge(&wrong, sock, m.log)
+	bc := dialBridge(&wrong, sock, m.log, m.refusals.bridgePeer)
 	defer bc.close()
-	before := refusals.bridgePeerCount(peerCheckExe)
+	before := m.refusals.bridgePeer.Value(peerCheckExe)
 	_, err := bc.status(context.Background())
 	var r *peerRefusedError
 	if !errors.As(err, &r) || r.check != peerCheckExe {
 		t.Fatalf("status with another executable recorded = %v, want an exe refusal", err)
 	}
-	if got := refusals.bridgePeerCount(peerCheckExe) - before; got != 1 {
+	if got := m.refusals.bridgePeer.Value(peerCheckExe) - before; got != 1 {
 		t.Errorf("exe refusals counted: %d, want 1", got)
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("exe %d:%d", rec.BridgeExeDev, rec.BridgeExeIno)) {
@@ -348,7 +348,7 @@ func TestBridgeExecutableChecked(t *testing.T) {
 	if old.BridgeExeIno != 0 || old.BridgeExeDev != 0 {
 		t.Fatalf("old record has executable %d:%d", old.BridgeExeDev, old.BridgeExeIno)
 	}
-	bc = dialBridge(old, sock, m.log)
+	bc = dialBridge(old, sock, m.log, m.refusals.bridgePeer)
 	defer bc.close()
 	for range 2 {
 		bc.close() // a new connection each time

@@ -14,6 +14,7 @@ import (
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/metrics"
 )
 
 // Clock agreement (catalogue E-12). A receiver judges a capability's window
@@ -299,9 +300,9 @@ func (m *Manager) writeClockMetrics(w io.Writer) {
 	if v.agreed {
 		agreed = 1
 	}
-	fmt.Fprintf(w, "# HELP space_node_clock_offset_seconds This node's clock minus the control plane's, as last measured (and moved by any jump of the wall clock since); 0 before the first measure.\n# TYPE space_node_clock_offset_seconds gauge\nspace_node_clock_offset_seconds %g\n", (-v.offset).Seconds())
-	fmt.Fprintf(w, "# HELP space_node_clock_offset_error_seconds The error bound of the offset measure (half the heartbeat's round trip).\n# TYPE space_node_clock_offset_error_seconds gauge\nspace_node_clock_offset_error_seconds %g\n", v.bound.Seconds())
-	fmt.Fprintf(w, "# HELP space_node_clock_agreed 1 while this node's clock agrees with the control plane's within the capability skew; 0 while it refuses every capability for it.\n# TYPE space_node_clock_agreed gauge\nspace_node_clock_agreed %d\n", agreed)
+	metrics.WriteGauge(w, "space_node_clock_offset_seconds", "This node's clock minus the control plane's, as last measured (and moved by any jump of the wall clock since); 0 before the first measure.", (-v.offset).Seconds())
+	metrics.WriteGauge(w, "space_node_clock_offset_error_seconds", "The error bound of the offset measure (half the heartbeat's round trip).", v.bound.Seconds())
+	metrics.WriteGauge(w, "space_node_clock_agreed", "1 while this node's clock agrees with the control plane's within the capability skew; 0 while it refuses every capability for it.", agreed)
 }
 
 // bridgeClock is the verdict a host bridge is told (bridge.ClockRequest).

@@ -138,7 +138,7 @@ func TestNodeRefusesCapabilitiesWhileItsClockDisagrees(t *testing.T) {
 	}
 	wantClock := func(when, text string) {
 		t.Helper()
-		before := refusals.capabilityCount(refusedClock)
+		before := m.refusals.capability.Value(refusedClock)
 		err := check()
 		if !errors.Is(err, errClock) || !errors.Is(err, errdefs.ErrUnavailable) {
 			t.Fatalf("%s: %v, want the clock refusal", when, err)
@@ -149,7 +149,7 @@ func TestNodeRefusesCapabilitiesWhileItsClockDisagrees(t *testing.T) {
 		if !strings.Contains(err.Error(), text) {
 			t.Errorf("%s: %q does not say %q", when, err, text)
 		}
-		if got := refusals.capabilityCount(refusedClock); got != before+1 {
+		if got := m.refusals.capability.Value(refusedClock); got != before+1 {
 			t.Errorf("%s: clock refusals %d, want %d", when, got, before+1)
 		}
 	}
@@ -296,7 +296,7 @@ func TestNodeWindowBoundaries(t *testing.T) {
 			}
 		})
 	}
-	if refusals.capabilityCount(refusedNotYetValid) == 0 {
+	if m.refusals.capability.Value(refusedNotYetValid) == 0 {
 		t.Error("no refusal counted as not yet valid")
 	}
 }

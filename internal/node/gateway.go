@@ -18,6 +18,7 @@ import (
 	"github.com/spacesandbox/space/internal/gateway"
 	"github.com/spacesandbox/space/internal/gateway/dnsgw"
 	"github.com/spacesandbox/space/internal/gateway/intercept"
+	"github.com/spacesandbox/space/internal/metrics"
 )
 
 // GatewayConfig turns on sandbox networking on this node: every execution
@@ -175,10 +176,10 @@ func (m *Manager) handleSetEgress(w http.ResponseWriter, r *http.Request) {
 
 // writeGatewayMetrics adds the gateway's decision counters.
 func (m *Manager) writeGatewayMetrics(w io.Writer) {
-	writeCounter(w, "space_gateway_flows_total",
+	metrics.WriteCounter(w, "space_gateway_flows_total",
 		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
 		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy, gateway.ReasonInternalService}, m.gateways.counters.Snapshot())
-	writeCounter(w, "space_gateway_credential_redactions_total",
+	metrics.WriteCounter(w, "space_gateway_credential_redactions_total",
 		"Occurrences of an injected credential's secret removed from responses before the sandbox read them, and responses refused because their content coding could not be scanned.",
 		"what", nil, map[string]uint64{
 			"redacted":    m.gateways.intercept.Redactions.Load(),

@@ -61,6 +61,8 @@ type Manager struct {
 	log     *slog.Logger
 	records records
 	locks   keylock.Map
+	// refusals counts the requests and bridge peers this node refused.
+	refusals *refusalMetrics
 
 	mu      sync.Mutex // guards bridges and starting
 	bridges map[string]*bridgeConn
@@ -121,7 +123,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged}
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged}
 	m.pool.init()
 	m.testOffset.path = os.Getenv(TestClockOffsetEnv)
 	logTestClockOffset(log, m.testOffset.path)

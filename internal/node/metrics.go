@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spacesandbox/space/internal/bridge"
-	"github.com/spacesandbox/space/internal/loglimit"
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/loglimit"
+	"github.com/spacesandbox/space/internal/metrics"
 )
 
 // Reasons a capability check refuses a request: the reason label of
@@ -51,82 +50,39 @@ const (
 
 var peerChecks = []string{peerCheckCred, peerCheckUID, peerCheckPid, peerCheckStart, peerCheckExe}
 
-// refusalMetrics counts what the node refused.
-//
-// The counters are process-wide, like the default registry of the
-// Prometheus client: a node process runs one Manager, and the refusals a
-// bridge connection counts happen where no Manager is at hand (a connection
-// made after a restart of the node, newBridgeConn).
+// refusalMetrics counts what the node refused. The Manager owns them; the
+// bridge connections it makes count into bridgePeer.
 type refusalMetrics struct {
-	mu         sync.Mutex        // guards capability and bridgePeer
-	capability map[string]uint64 // reason -> refused requests
-	bridgePeer map[string]uint64 // failed check -> refused connections
+	capability *metrics.CounterVec // by reason
+	bridgePeer *metrics.CounterVec // by failed check
 }
 
-var refusals = &refusalMetrics{capability: map[string]uint64{}, bridgePeer: map[string]uint64{}}
-
-func (r *refusalMetrics) countCapability(reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.capability[reason]++
-}
-
-func (r *refusalMetrics) countBridgePeer(check string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.bridgePeer[check]++
-}
-
-// capabilityCount and bridgePeerCount read one counter.
-func (r *refusalMetrics) capabilityCount(reason string) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.capability[reason]
-}
-
-func (r *refusalMetrics) bridgePeerCount(check string) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.bridgePeer[check]
+func newRefusalMetrics() *refusalMetrics {
+	return &refusalMetrics{
+		capability: metrics.NewCounterVec("space_node_capability_refusals_total",
+			"Requests the node refused at its capability check, by reason.", "reason").Always(capabilityReasons...),
+		bridgePeer: metrics.NewCounterVec("space_node_bridge_peer_refusals_total",
+			"Connections to a host bridge socket refused because the peer was not the bridge the node started, by failed check.", "check").Always(peerChecks...),
+	}
 }
 
 // write writes the counters in the Prometheus text exposition format.
 func (r *refusalMetrics) write(w io.Writer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	writeCounter(w, "space_node_capability_refusals_total",
-		"Requests the node refused at its capability check, by reason.",
-		"reason", capabilityReasons, r.capability)
-	writeCounter(w, "space_node_bridge_peer_refusals_total",
-		"Connections to a host bridge socket refused because the peer was not the bridge the node started, by failed check.",
-		"check", peerChecks, r.bridgePeer)
-}
-
-func writeCounter(w io.Writer, name, help, label string, always []string, counts map[string]uint64) {
-	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
-	keys := slices.Clone(always)
-	for k := range counts {
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s{%s=%q} %d\n", name, label, k, counts[k])
-	}
+	r.capability.Write(w)
+	r.bridgePeer.Write(w)
 }
 
 // handleMetrics serves GET /node/v1/metrics: the refusal counters as
 // Prometheus text. Like every node-api route it needs the node token.
 func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
-	refusals.write(&b)
-	writeCounter(&b, "space_bridge_capability_refusals_total",
+	m.refusals.write(&b)
+	metrics.WriteCounter(&b, "space_bridge_capability_refusals_total",
 		"Requests the host bridges of this node's executions refused at their own capability check, by reason.",
 		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute, bridge.RefusedClock, bridge.RefusedNotYetValid}, m.bridgeRefusals(r.Context()))
 	m.writeGatewayMetrics(&b)
 	m.writeClockMetrics(&b)
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	w.Header().Set("Content-Type", metrics.ContentType)
 	_, _ = io.WriteString(w, b.String())
 }
 
@@ -134,7 +90,7 @@ func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 // identities: the capability's (c, nil when it did not verify) and the one
 // this node installed for rec. why is the refusal's detail.
 func (m *Manager) capabilityRefused(rec *Record, c *capability.Capability, reason, why string) {
-	refusals.countCapability(reason)
+	m.refusals.capability.Inc(reason)
 	level := slog.LevelWarn
 	switch reason {
 	case refusedRefreshRoute, refusedNoKeys:

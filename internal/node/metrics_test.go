@@ -165,7 +165,13 @@ func TestOpsString(t *testing.T) {
 // TestMetricsExposition checks the text format line by line: HELP and TYPE
 // before the samples, every label value quoted, counts as integers.
 func TestMetricsExposition(t *testing.T) {
-	r := &refusalMetrics{capability: map[string]uint64{refusedOp: 3, "deny-other": 1}, bridgePeer: map[string]uint64{peerCheckExe: 2}}
+	r := newRefusalMetrics()
+	for range 3 {
+		r.capability.Inc(refusedOp)
+	}
+	r.capability.Inc("deny-other")
+	r.bridgePeer.Inc(peerCheckExe)
+	r.bridgePeer.Inc(peerCheckExe)
 	var b strings.Builder
 	r.write(&b)
 	sample := regexp.MustCompile(`^(space_node_[a-z_]+)\{(reason|check)="([a-z-]+)"\} ([0-9]+)$`)
@@ -226,7 +232,7 @@ func parseCounters(t *testing.T, text, name, label string) map[string]uint64 {
 }
 
 func BenchmarkCapabilityRefusedLog(b *testing.B) {
-	m := &Manager{cfg: Config{NodeID: "node-a"}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &Manager{cfg: Config{NodeID: "node-a"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), refusals: newRefusalMetrics()}
 	rec := &Record{StartExecution: nodev1.StartExecution{ExecID: "sb1-g8-x", SandboxID: "sb1", Generation: 8, ActivationID: "a-1", Runtime: "vm"}}
 	c := &capability.Capability{Identity: capability.Identity{Sandbox: "sb2", Generation: 8, Node: "node-a", Substrate: "vm", Activation: "a-1"}, Ops: capability.OpExec}
 	for b.Loop() {

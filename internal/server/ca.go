@@ -1,26 +1,18 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/gateway/intercept"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/sandboxca"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // Every sandbox has its own interception CA (ARCHITECTURE.md §7): the guest
@@ -38,9 +30,6 @@ import (
 // access to the tenant's snapshots, not to stop its sandboxes from starting,
 // and because the reconciler, which builds StartExecution, holds no KMS.
 
-// caSealKeyLen is the length of the CA sealing key: AES-256.
-const caSealKeyLen = 32
-
 // caRenewBefore is how long before its expiry a sandbox's CA is replaced at
 // a start: a CA that expires while the execution runs cannot mint leaves.
 const caRenewBefore = 7 * 24 * time.Hour
@@ -50,115 +39,43 @@ const caSealVersion = 1
 
 // CASealer seals and opens sandboxes' CA keys. It is safe for concurrent use.
 type CASealer struct {
-	aead cipher.AEAD
+	s *seal.Sealer
 }
 
 // NewCASealer returns a sealer under key (32 bytes).
 func NewCASealer(key []byte) (*CASealer, error) {
-	if len(key) != caSealKeyLen {
-		return nil, fmt.Errorf("CA sealing key: %d bytes, want %d: %w", len(key), caSealKeyLen, errdefs.ErrInvalidArgument)
-	}
-	block, err := aes.NewCipher(key)
+	s, err := seal.New(key)
 	if err != nil {
 		return nil, fmt.Errorf("CA sealing key: %w", err)
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("CA sealing key: %w", err)
-	}
-	return &CASealer{aead: aead}, nil
+	return &CASealer{s: s}, nil
 }
 
 // OpenCASealer reads the sealing key at path (64 hex digits and a newline),
 // creating it with mode 0600 on first use. The file must be a regular file,
 // not a symbolic link, that only its owner can read.
 func OpenCASealer(path string) (*CASealer, error) {
-	key, err := readSealKey(path)
-	if errors.Is(err, os.ErrNotExist) {
-		if err = createSealKey(path); err == nil || errors.Is(err, os.ErrExist) {
-			key, err = readSealKey(path)
-		}
-	}
+	key, err := seal.OpenKeyFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CA sealing key: %w", err)
 	}
 	defer clear(key)
 	return NewCASealer(key)
-}
-
-func createSealKey(path string) error {
-	key := make([]byte, caSealKeyLen)
-	rand.Read(key)
-	text := []byte(hex.EncodeToString(key) + "\n")
-	defer clear(key)
-	defer clear(text)
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if errors.Is(err, unix.EEXIST) {
-		return os.ErrExist // another process made it first
-	}
-	if err != nil {
-		return fmt.Errorf("CA sealing key %s: create: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	_, err = f.Write(text)
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
-		os.Remove(path)
-		return fmt.Errorf("CA sealing key %s: write: %w", path, err)
-	}
-	return nil
-}
-
-func readSealKey(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, os.ErrNotExist
-	}
-	if err != nil {
-		return nil, fmt.Errorf("CA sealing key %s: open: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("CA sealing key %s: stat: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("CA sealing key %s: not a regular file: %w", path, errdefs.ErrFailedPrecondition)
-	}
-	if st.Mode&0o077 != 0 {
-		return nil, fmt.Errorf("CA sealing key %s: mode %#o lets others read it; run chmod 600 on it: %w", path, st.Mode&0o777, errdefs.ErrFailedPrecondition)
-	}
-	buf := make([]byte, 2*caSealKeyLen+2)
-	n, _ := f.Read(buf)
-	defer clear(buf)
-	text := bytes.TrimSuffix(buf[:n], []byte("\n"))
-	key := make([]byte, caSealKeyLen)
-	if len(text) != 2*caSealKeyLen {
-		return nil, fmt.Errorf("CA sealing key %s: want %d hex digits: %w", path, 2*caSealKeyLen, errdefs.ErrFailedPrecondition)
-	}
-	if _, err := hex.Decode(key, text); err != nil {
-		return nil, fmt.Errorf("CA sealing key %s: not hex: %w", path, errdefs.ErrFailedPrecondition)
-	}
-	return key, nil
 }
 
 func caAAD(sandboxID string) []byte { return []byte("space sandbox CA key\x00" + sandboxID) }
 
 // seal encrypts a sandbox's CA key: version, nonce, ciphertext and tag.
 func (c *CASealer) seal(sandboxID string, keyPEM []byte) []byte {
-	out := make([]byte, 1+c.aead.NonceSize(), 1+c.aead.NonceSize()+len(keyPEM)+c.aead.Overhead())
-	out[0] = caSealVersion
-	rand.Read(out[1:])
-	return c.aead.Seal(out, out[1:], keyPEM, caAAD(sandboxID))
+	return c.s.Seal([]byte{caSealVersion}, keyPEM, caAAD(sandboxID))
 }
 
 // open decrypts what seal made for the same sandbox.
 func (c *CASealer) open(sandboxID string, sealed []byte) ([]byte, error) {
-	ns := c.aead.NonceSize()
-	if len(sealed) < 1+ns+c.aead.Overhead() || sealed[0] != caSealVersion {
+	if len(sealed) < 1+c.s.Overhead() || sealed[0] != caSealVersion {
 		return nil, fmt.Errorf("sandbox %s: sealed CA key: malformed: %w", sandboxID, errdefs.ErrFailedPrecondition)
 	}
-	key, err := c.aead.Open(nil, sealed[1:1+ns], sealed[1+ns:], caAAD(sandboxID))
+	key, err := c.s.Open(sealed[1:], caAAD(sandboxID))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: sealed CA key does not open under this server's key (DATA/ca-seal.key replaced?): %w", sandboxID, errdefs.ErrFailedPrecondition)
 	}
@@ -172,7 +89,7 @@ func (s *Server) newCA(sb *sandbox.Sandbox) error {
 	if s.cfg.CASealer == nil {
 		return nil
 	}
-	certPEM, keyPEM, err := intercept.GenerateCA("SPACE sandbox " + sb.ID)
+	certPEM, keyPEM, err := sandboxca.Generate("SPACE sandbox " + sb.ID)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: interception CA: %w", sb.ID, err)
 	}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/gateway/intercept"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/sandboxca"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -144,7 +144,7 @@ func TestSandboxCA(t *testing.T) {
 	if start.CA == nil || start.CA.CertPEM != rec.CACert {
 		t.Fatalf("StartExecution CA = %+v, want the sandbox's", start.CA)
 	}
-	if _, err := intercept.LoadCA([]byte(start.CA.CertPEM), []byte(start.CA.KeyPEM)); err != nil {
+	if _, _, err := sandboxca.Parse([]byte(start.CA.CertPEM), []byte(start.CA.KeyPEM)); err != nil {
 		t.Errorf("the node cannot load the CA it was sent: %v", err)
 	}
 

@@ -250,17 +250,12 @@ const e2bKeyLabel = "space e2b token key derivation v1"
 // tokenKey returns the MAC key of the E2B tokens. It is derived from the
 // server's persistent secret, the CA sealing key (DATA/ca-seal.key), so
 // tokens survive restarts and agree across control planes sharing that
-// file: the AEAD seals a fixed label under an all-zero nonce, and the key is
-// the SHA-256 of the result. That nonce is used for nothing else (sealed CA
-// keys take random 96-bit nonces), and sealing the same label under it
-// always gives the same bytes, so nothing about the sealing key leaks. A
-// server without a sealer uses a random key: tokens then last until it
-// restarts.
+// file (seal.Sealer.Derive of a fixed label). A server without a sealer
+// uses a random key: tokens then last until it restarts.
 func (s *Server) e2bTokenKey() []byte {
 	s.e2b.once.Do(func() {
 		if c := s.cfg.CASealer; c != nil {
-			nonce := make([]byte, c.aead.NonceSize())
-			sum := sha256.Sum256(c.aead.Seal(nil, nonce, []byte(e2bKeyLabel), []byte(e2bKeyLabel)))
+			sum := c.s.Derive(e2bKeyLabel)
 			s.e2b.key = sum[:]
 			return
 		}

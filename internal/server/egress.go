@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -52,7 +51,7 @@ func (s *Server) handleSetEgress(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	unlock, err := s.egressLocks.lock(r.Context(), r.PathValue("id"))
+	unlock, err := s.egressLocks.LockContext(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -146,45 +145,4 @@ func (s *Server) pushEgress(ctx context.Context, id string, p *egress.Policy) er
 		return fmt.Errorf("node %s: execution %s: %w", sb.Node, sb.ExecID, err)
 	}
 	return nil
-}
-
-// keyedMutex is a set of mutexes by key; the zero value is ready.
-type keyedMutex struct {
-	mu sync.Mutex // guards m
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	sem  chan struct{} // holds a value while the key is locked
-	refs int           // holders and waiters; the entry goes at zero
-}
-
-// lock locks key, waiting at most until ctx is done, and returns the
-// function that unlocks it.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{sem: make(chan struct{}, 1)}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	release := func() {
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
-	select {
-	case e.sem <- struct{}{}:
-		return func() { <-e.sem; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
 }

@@ -579,45 +579,6 @@ func TestSandboxWithoutOwnPolicy(t *testing.T) {
 	}
 }
 
-func TestKeyedMutex(t *testing.T) {
-	var k keyedMutex
-	unlockA, err := k.lock(t.Context(), "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Another key is independent.
-	unlockB, err := k.lock(t.Context(), "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlockB()
-	// The same key waits; a waiter whose context ends gives up.
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := k.lock(ctx, "a"); err == nil {
-		t.Fatal("a second lock of a held key succeeded")
-	}
-	got := make(chan struct{})
-	go func() {
-		unlock, err := k.lock(context.Background(), "a")
-		if err == nil {
-			unlock()
-		}
-		close(got)
-	}()
-	unlockA()
-	select {
-	case <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a waiter did not get the lock after unlock")
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(k.m) != 0 {
-		t.Errorf("entries left after every unlock: %d", len(k.m))
-	}
-}
-
 // TestTemplateDefaultEgress: a template's default policy applies to the
 // sandboxes made from it that name none; a create's own policy wins; only an
 // admin sets it; a bad policy is refused.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"time"
@@ -63,20 +62,16 @@ func nodeTokenAAD(nodeID string) []byte { return []byte("space node token\x00" +
 // sealNodeToken encrypts node nodeID's token: base64 of version, nonce,
 // ciphertext and tag.
 func (c *CASealer) sealNodeToken(nodeID, token string) string {
-	out := make([]byte, 1+c.aead.NonceSize(), 1+c.aead.NonceSize()+len(token)+c.aead.Overhead())
-	out[0] = nodeTokenSealVersion
-	rand.Read(out[1:])
-	return base64.StdEncoding.EncodeToString(c.aead.Seal(out, out[1:], []byte(token), nodeTokenAAD(nodeID)))
+	return base64.StdEncoding.EncodeToString(c.s.Seal([]byte{nodeTokenSealVersion}, []byte(token), nodeTokenAAD(nodeID)))
 }
 
 // openNodeToken decrypts what sealNodeToken made for the same node.
 func (c *CASealer) openNodeToken(nodeID, sealed string) (string, error) {
 	b, err := base64.StdEncoding.DecodeString(sealed)
-	ns := c.aead.NonceSize()
-	if err != nil || len(b) < 1+ns+c.aead.Overhead() || b[0] != nodeTokenSealVersion {
+	if err != nil || len(b) < 1+c.s.Overhead() || b[0] != nodeTokenSealVersion {
 		return "", fmt.Errorf("node %s: sealed token: malformed: %w", nodeID, errdefs.ErrFailedPrecondition)
 	}
-	tok, err := c.aead.Open(nil, b[1:1+ns], b[1+ns:], nodeTokenAAD(nodeID))
+	tok, err := c.s.Open(b[1:], nodeTokenAAD(nodeID))
 	if err != nil {
 		return "", fmt.Errorf("node %s: sealed token does not open under this replica's key (replicas must share DATA/ca-seal.key): %w", nodeID, errdefs.ErrFailedPrecondition)
 	}

@@ -234,7 +234,7 @@ func TestANodeBackFromTheDeadCannotServeItsOldExecutions(t *testing.T) {
 }
 
 func FuzzOpenNodeToken(f *testing.F) {
-	sealer, err := NewCASealer(bytes.Repeat([]byte{7}, caSealKeyLen))
+	sealer, err := NewCASealer(bytes.Repeat([]byte{7}, 32))
 	if err != nil {
 		f.Fatal(err)
 	}

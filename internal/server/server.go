@@ -16,6 +16,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
@@ -101,7 +102,7 @@ type Server struct {
 	routes *route.Cache
 	// egressLocks serialises the egress updates of each sandbox, so that its
 	// running execution ends with the policy stored last.
-	egressLocks keyedMutex
+	egressLocks keylock.Map
 
 	templateJobs chan templateJob
 	// e2b holds the key of the E2B data plane's tokens (e2b.go).

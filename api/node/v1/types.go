@@ -44,7 +44,7 @@ type StartExecution struct {
 }
 
 // SandboxCA is a sandbox's interception CA, PEM encoded
-// (intercept.GenerateCA). The key travels only to the node that runs the
+// (sandboxca.Generate). The key travels only to the node that runs the
 // sandbox and is kept there in memory.
 type SandboxCA struct {
 	CertPEM string `json:"cert_pem"`

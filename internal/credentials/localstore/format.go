@@ -2,8 +2,6 @@ package localstore
 
 import (
 	"bytes"
-	"crypto/cipher"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // The store file: magic (8) | key fingerprint (8) | nonce (12) | AES-256-GCM
@@ -20,8 +19,7 @@ import (
 const (
 	magic        = "SPCRED01"
 	fpLen        = 8
-	nonceLen     = 12
-	headerLen    = len(magic) + fpLen + nonceLen
+	headerLen    = len(magic) + fpLen + seal.NonceLen
 	maxFileBytes = 64 << 20
 	docVersion   = 1
 )
@@ -66,29 +64,25 @@ func fingerprint(key []byte) []byte {
 	return h.Sum(nil)[:fpLen]
 }
 
-// seal encrypts the document's JSON under aead.
-func seal(aead cipher.AEAD, fp []byte, plain []byte) []byte {
-	out := make([]byte, 0, headerLen+len(plain)+aead.Overhead())
-	out = append(out, magic...)
-	out = append(out, fp...)
-	nonce := make([]byte, nonceLen)
-	rand.Read(nonce)
-	out = append(out, nonce...)
-	return aead.Seal(out, nonce, plain, out[:len(magic)+fpLen])
+// sealDoc encrypts the document's JSON.
+func sealDoc(s *seal.Sealer, fp []byte, plain []byte) []byte {
+	header := make([]byte, 0, headerLen+len(plain)+s.Overhead())
+	header = append(append(header, magic...), fp...)
+	return s.Seal(header, plain, header)
 }
 
-// open authenticates and decrypts a store file's bytes. Every failure is
+// openDoc authenticates and decrypts a store file's bytes. Every failure is
 // ErrFailedPrecondition: the store cannot be used as it is.
-func open(aead cipher.AEAD, fp []byte, data []byte) ([]byte, error) {
-	if len(data) < headerLen+aead.Overhead() || string(data[:len(magic)]) != magic {
+func openDoc(s *seal.Sealer, fp []byte, data []byte) ([]byte, error) {
+	if len(data) < len(magic)+fpLen+s.Overhead() || string(data[:len(magic)]) != magic {
 		return nil, fmt.Errorf("not a credential store (bad header): %w", errdefs.ErrFailedPrecondition)
 	}
 	if got := data[len(magic) : len(magic)+fpLen]; !bytes.Equal(got, fp) {
 		return nil, fmt.Errorf("encrypted under another key (fingerprint %x, key file's %x); use the key file it was created with: %w",
 			got, fp, errdefs.ErrFailedPrecondition)
 	}
-	nonce := data[len(magic)+fpLen : headerLen]
-	plain, err := aead.Open(nil, nonce, data[headerLen:], data[:len(magic)+fpLen])
+	header := data[:len(magic)+fpLen]
+	plain, err := s.Open(data[len(header):], header)
 	if err != nil {
 		return nil, fmt.Errorf("does not authenticate: the file was altered or damaged; restore it from a backup: %w", errdefs.ErrFailedPrecondition)
 	}

@@ -2,27 +2,10 @@ package localstore
 
 import (
 	"bytes"
-	"crypto/aes"
-	"crypto/cipher"
 	"testing"
-)
 
-// FuzzParseKey: arbitrary key file bytes never panic, and only exactly 64
-// hex digits (plus one newline) parse.
-func FuzzParseKey(f *testing.F) {
-	f.Add([]byte("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n"))
-	f.Add([]byte("zz"))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		key, err := parseKey(data)
-		if err != nil {
-			return
-		}
-		if len(key) != KeyLen || len(bytes.TrimSuffix(data, []byte("\n"))) != 2*KeyLen {
-			t.Fatalf("parsed %d-byte key from %q", len(key), data)
-		}
-	})
-}
+	"github.com/spacesandbox/space/internal/seal"
+)
 
 // FuzzDecodeDocument: arbitrary plaintext (as if the key leaked and an
 // attacker re-encrypted the store) never panics and only yields valid,
@@ -46,16 +29,15 @@ func FuzzDecodeDocument(f *testing.F) {
 	})
 }
 
-// FuzzOpen: arbitrary store file bytes never panic and never authenticate.
-func FuzzOpen(f *testing.F) {
+// FuzzOpenDoc: arbitrary store file bytes never panic and never authenticate.
+func FuzzOpenDoc(f *testing.F) {
 	key := bytes.Repeat([]byte{7}, KeyLen)
-	block, _ := aes.NewCipher(key)
-	aead, _ := cipher.NewGCM(block)
+	sealer, _ := seal.New(key)
 	fp := fingerprint(key)
-	f.Add(seal(aead, fp, []byte(`{"version":1}`)))
+	f.Add(sealDoc(sealer, fp, []byte(`{"version":1}`)))
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, err := open(aead, fp, data); err == nil {
+		if _, err := openDoc(sealer, fp, data); err == nil {
 			// Only a genuine seal authenticates; the seed corpus holds one.
 			if !bytes.HasPrefix(data, []byte(magic)) {
 				t.Fatalf("non-store bytes authenticated")

@@ -19,13 +19,8 @@ package localstore
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -34,15 +29,16 @@ import (
 
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // Store is a credentials.Backend over one encrypted file. It is safe for
 // concurrent use, also by several processes sharing the file.
 type Store struct {
-	path string
-	aead cipher.AEAD
-	fp   []byte
-	mu   sync.Mutex // serialises this process's calls; flock serialises processes
+	path   string
+	sealer *seal.Sealer
+	fp     []byte
+	mu     sync.Mutex // serialises this process's calls; flock serialises processes
 }
 
 var _ credentials.Backend = (*Store)(nil)
@@ -56,15 +52,11 @@ func Open(path, keyPath string) (*Store, error) {
 		return nil, err
 	}
 	defer clear(key)
-	block, err := aes.NewCipher(key)
+	sealer, err := seal.New(key)
 	if err != nil {
 		return nil, fmt.Errorf("credential store %s: %w", path, err)
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("credential store %s: %w", path, err)
-	}
-	s := &Store{path: path, aead: aead, fp: fingerprint(key)}
+	s := &Store{path: path, sealer: sealer, fp: fingerprint(key)}
 	if err := s.view(func(*document) {}); err != nil {
 		return nil, err
 	}
@@ -195,14 +187,14 @@ func (s *Store) lock(how int) (func(), error) {
 
 // load reads, authenticates and decodes the store; a missing file is empty.
 func (s *Store) load() (*document, error) {
-	data, err := readPrivateFile(s.path, maxFileBytes)
+	data, err := seal.ReadPrivateFile(s.path, maxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("credential store: %w", err)
 	}
 	if data == nil {
 		return &document{Version: docVersion}, nil
 	}
-	plain, err := open(s.aead, s.fp, data)
+	plain, err := openDoc(s.sealer, s.fp, data)
 	if err != nil {
 		return nil, fmt.Errorf("credential store %s: %w", s.path, err)
 	}
@@ -221,33 +213,8 @@ func (s *Store) save(doc *document) error {
 		return fmt.Errorf("credential store %s: encode: %w", s.path, err)
 	}
 	defer clear(plain)
-	data := seal(s.aead, s.fp, plain)
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("credential store %s: create temporary file: %w: %w", s.path, err, errdefs.ErrUnavailable)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	_, err = tmp.Write(data)
-	err = errors.Join(err, tmp.Chmod(0o600), tmp.Sync(), tmp.Close())
-	if err == nil {
-		// rename replaces a link at path rather than following it.
-		err = os.Rename(tmp.Name(), s.path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("credential store %s: write: %w: %w", s.path, err, errdefs.ErrUnavailable)
+	if err := seal.WritePrivateFile(s.path, sealDoc(s.sealer, s.fp, plain)); err != nil {
+		return fmt.Errorf("credential store: %w", err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -8,9 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
 	"sync"
@@ -20,17 +18,18 @@ import (
 
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandboxca"
 )
 
 // Lifetimes and bounds of the certificates a CA issues.
 const (
 	// CAValidity is how long a new CA is valid.
-	CAValidity = 365 * 24 * time.Hour
+	CAValidity = sandboxca.Validity
 	// LeafValidity is how long a leaf certificate is valid.
 	LeafValidity = 24 * time.Hour
 	// clockSkew backdates every certificate, so a guest whose clock runs a
 	// little behind the host's still accepts it.
-	clockSkew = 5 * time.Minute
+	clockSkew = sandboxca.ClockSkew
 	// leafRenewBefore is how close to its expiry a cached leaf is replaced.
 	leafRenewBefore = time.Hour
 	// leafCacheSize bounds the leaves a CA keeps; the least recently used
@@ -67,104 +66,33 @@ type leafEntry struct {
 // CAValidity from a few minutes ago, that may sign leaf certificates only
 // (MaxPathLen 0).
 func NewCA(commonName string) (*CA, error) {
-	ca, _, err := newCA(commonName)
-	return ca, err
+	cert, key, err := sandboxca.New(commonName)
+	if err != nil {
+		return nil, err
+	}
+	return newCA(cert, key), nil
 }
 
-// GenerateCA makes a new CA and returns its certificate and private key in
-// PEM form (the key as "EC PRIVATE KEY"), for the control plane to keep
-// sealed and hand to the node that runs the sandbox.
-func GenerateCA(commonName string) (certPEM, keyPEM []byte, err error) {
-	ca, key, err := newCA(commonName)
-	if err != nil {
-		return nil, nil, err
-	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("new interception CA %q: marshal key: %w", commonName, err)
-	}
-	return ca.CertPEM(), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
-}
-
-// LoadCA loads a CA made by GenerateCA. It checks that the certificate is a
-// CA certificate, that the key is its key, and that it has not expired.
+// LoadCA loads a CA made by sandboxca.Generate. It checks that the
+// certificate is a CA certificate, that the key is its key, and that it has
+// not expired.
 func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
-	cb, _ := pem.Decode(certPEM)
-	if cb == nil || cb.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("load interception CA: no PEM certificate: %w", errdefs.ErrInvalidArgument)
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
+	cert, key, err := sandboxca.Parse(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("load interception CA: %v: %w", err, errdefs.ErrInvalidArgument)
+		return nil, err
 	}
-	kb, _ := pem.Decode(keyPEM)
-	if kb == nil || kb.Type != "EC PRIVATE KEY" {
-		return nil, fmt.Errorf("load interception CA: no PEM EC private key: %w", errdefs.ErrInvalidArgument)
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("load interception CA: key: %v: %w", err, errdefs.ErrInvalidArgument)
-	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok || !pub.Equal(&key.PublicKey) {
-		return nil, fmt.Errorf("load interception CA: the key is not the certificate's: %w", errdefs.ErrInvalidArgument)
-	}
-	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return nil, fmt.Errorf("load interception CA: the certificate is not a CA: %w", errdefs.ErrInvalidArgument)
-	}
-	if time.Now().After(cert.NotAfter) {
-		return nil, fmt.Errorf("load interception CA: expired at %s: %w", cert.NotAfter.Format(time.RFC3339), errdefs.ErrFailedPrecondition)
-	}
-	return &CA{
-		cert:    cert,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
-		key:     key,
-		now:     time.Now,
-		lru:     list.New(),
-		leaves:  make(map[string]*list.Element),
-	}, nil
+	return newCA(cert, key), nil
 }
 
-func newCA(commonName string) (*CA, *ecdsa.PrivateKey, error) {
-	if commonName == "" {
-		return nil, nil, fmt.Errorf("new interception CA: empty common name: %w", errdefs.ErrInvalidArgument)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("new interception CA %q: generate key: %w", commonName, err)
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, nil, fmt.Errorf("new interception CA %q: %w", commonName, err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"SPACE sandbox gateway"}},
-		NotBefore:             now.Add(-clockSkew),
-		NotAfter:              now.Add(CAValidity),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLen:            0,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("new interception CA %q: sign: %w", commonName, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, fmt.Errorf("new interception CA %q: parse: %w", commonName, err)
-	}
+func newCA(cert *x509.Certificate, key *ecdsa.PrivateKey) *CA {
 	return &CA{
 		cert:    cert,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		certPEM: sandboxca.CertPEM(cert),
 		key:     key,
 		now:     time.Now,
 		lru:     list.New(),
 		leaves:  make(map[string]*list.Element),
-	}, key, nil
+	}
 }
 
 // CertPEM returns the CA certificate in PEM form: what the guest installs
@@ -262,7 +190,7 @@ func (ca *CA) mint(name string) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leaf certificate for %s: generate key: %w", name, err)
 	}
-	serial, err := randomSerial()
+	serial, err := sandboxca.RandomSerial()
 	if err != nil {
 		return nil, fmt.Errorf("leaf certificate for %s: %w", name, err)
 	}
@@ -289,13 +217,4 @@ func (ca *CA) mint(name string) (*tls.Certificate, error) {
 		return nil, fmt.Errorf("leaf certificate for %s: parse: %w", name, err)
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
-}
-
-// randomSerial returns a random positive 128-bit serial number.
-func randomSerial() (*big.Int, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, fmt.Errorf("serial number: %w", err)
-	}
-	return serial.Add(serial, big.NewInt(1)), nil
 }

@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandboxca"
 )
 
 func TestGenerateAndLoadCA(t *testing.T) {
-	certPEM, keyPEM, err := GenerateCA("sandbox abc")
+	certPEM, keyPEM, err := sandboxca.Generate("sandbox abc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func TestGenerateAndLoadCA(t *testing.T) {
 		t.Fatalf("a leaf of the loaded CA does not verify against the generated certificate: %v", err)
 	}
 	// Another CA's key with this certificate is refused.
-	_, otherKey, err := GenerateCA("other")
+	_, otherKey, err := sandboxca.Generate("other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestGenerateAndLoadCA(t *testing.T) {
 }
 
 func FuzzLoadCA(f *testing.F) {
-	c, k, err := GenerateCA("seed")
+	c, k, err := sandboxca.Generate("seed")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -4,17 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // The key file. One JSON document holds every key; it is replaced whole
@@ -102,35 +98,11 @@ func newKeyID() string {
 
 // readKeyFile reads the bytes of keys.json in dir; a missing file reads as
 // nil (an empty key ring). The file must be a regular file (never a link)
-// that only its owner can read.
+// that only its owner can read (seal.ReadPrivateFile).
 func readKeyFile(dir string) ([]byte, error) {
-	path := filepath.Join(dir, keyFileName)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
+	data, err := seal.ReadPrivateFile(filepath.Join(dir, keyFileName), maxKeyFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("key file %s: open: %w: %w", path, err, errdefs.ErrUnavailable)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("key file %s: stat: %w: %w", path, err, errdefs.ErrUnavailable)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("key file %s: not a regular file: %w", path, errdefs.ErrFailedPrecondition)
-	}
-	if perm := st.Mode & 0o777; perm&0o077 != 0 {
-		return nil, fmt.Errorf("key file %s: mode %#o lets others read tenant keys; run chmod 600 on it: %w",
-			path, perm, errdefs.ErrFailedPrecondition)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("key file %s: read: %w: %w", path, err, errdefs.ErrUnavailable)
-	}
-	if len(data) > maxKeyFileBytes {
-		return nil, fmt.Errorf("key file %s: larger than %d bytes: %w", path, maxKeyFileBytes, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("key file: %w", err)
 	}
 	return data, nil
 }
@@ -142,37 +114,8 @@ func writeKeyFile(dir string, kf *keyFile) error {
 		return fmt.Errorf("encode key file: %w", err)
 	}
 	defer clear(data)
-	tmp, err := os.CreateTemp(dir, keyFileName+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("key file in %s: create: %w: %w", dir, err, errdefs.ErrUnavailable)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	err = errors.Join(tmp.Chmod(0o600), write(tmp, data), tmp.Sync())
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, keyFileName))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("key file in %s: write: %w: %w", dir, err, errdefs.ErrUnavailable)
+	if err := seal.WritePrivateFile(filepath.Join(dir, keyFileName), data); err != nil {
+		return fmt.Errorf("key file: %w", err)
 	}
 	return nil
-}
-
-func write(f *os.File, data []byte) error {
-	_, err := f.Write(data)
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

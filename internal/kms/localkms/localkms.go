@@ -19,8 +19,6 @@ package localkms
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -36,12 +34,12 @@ import (
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/seal"
 )
 
 // wrapVersion is the first byte of every wrapped key.
 const (
 	wrapVersion = 1
-	nonceLen    = 12
 	wrapAADTag  = "space-localkms-v1"
 )
 
@@ -56,10 +54,10 @@ type KMS struct {
 	now      func() time.Time
 }
 
-// entry is a cached key: its AEAD while active.
+// entry is a cached key: its sealer while active.
 type entry struct {
 	fileEntry
-	aead cipher.AEAD // nil once revoked
+	sealer *seal.Sealer // nil once revoked
 }
 
 // Key describes a tenant key, never its material.
@@ -137,11 +135,8 @@ func (k *KMS) installLocked(kf *keyFile, sum [sha256.Size]byte) error {
 	for _, fe := range kf.Keys {
 		e := &entry{fileEntry: fe}
 		if fe.Revoked == nil {
-			block, err := aes.NewCipher(fe.Material)
-			if err != nil {
-				return fmt.Errorf("key %s: %w: %w", fe.ID, err, errdefs.ErrFailedPrecondition)
-			}
-			if e.aead, err = cipher.NewGCM(block); err != nil {
+			var err error
+			if e.sealer, err = seal.New(fe.Material); err != nil {
 				return fmt.Errorf("key %s: %w: %w", fe.ID, err, errdefs.ErrFailedPrecondition)
 			}
 		}
@@ -154,9 +149,9 @@ func (k *KMS) installLocked(kf *keyFile, sum [sha256.Size]byte) error {
 	return nil
 }
 
-// aead returns the AEAD of an active key, or the error that explains why
-// there is none.
-func (k *KMS) aead(keyID string) (cipher.AEAD, error) {
+// sealer returns the sealer of an active key, or the error that explains
+// why there is none.
+func (k *KMS) sealer(keyID string) (*seal.Sealer, error) {
 	if err := kms.ValidKeyID(keyID); err != nil {
 		return nil, err
 	}
@@ -169,10 +164,10 @@ func (k *KMS) aead(keyID string) (cipher.AEAD, error) {
 	switch {
 	case !ok:
 		return nil, &kms.KeyNotFoundError{KeyID: keyID}
-	case e.aead == nil:
+	case e.sealer == nil:
 		return nil, &kms.KeyRevokedError{KeyID: keyID}
 	}
-	return e.aead, nil
+	return e.sealer, nil
 }
 
 // wrapAAD binds the key id and the caller's aad; the key id is validated and
@@ -186,8 +181,8 @@ func wrapAAD(keyID string, aad []byte) []byte {
 	return append(out, aad...)
 }
 
-// WrapKey encrypts dataKey under keyID: version byte, 12-byte random nonce,
-// AES-256-GCM ciphertext and tag.
+// WrapKey encrypts dataKey under keyID: version byte, then seal.Sealer.Seal's
+// 12-byte random nonce, AES-256-GCM ciphertext and tag.
 func (k *KMS) WrapKey(ctx context.Context, keyID string, dataKey, aad []byte) ([]byte, error) {
 	if len(dataKey) == 0 || len(dataKey) > kms.MaxDataKeyLen {
 		return nil, fmt.Errorf("wrap with key %s: data key of %d bytes, want 1 to %d: %w", keyID, len(dataKey), kms.MaxDataKeyLen, errdefs.ErrInvalidArgument)
@@ -195,14 +190,13 @@ func (k *KMS) WrapKey(ctx context.Context, keyID string, dataKey, aad []byte) ([
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	aead, err := k.aead(keyID)
+	sealer, err := k.sealer(keyID)
 	if err != nil {
 		return nil, fmt.Errorf("wrap with key %s: %w", keyID, err)
 	}
-	out := make([]byte, 1+nonceLen, 1+nonceLen+len(dataKey)+aead.Overhead())
+	out := make([]byte, 1, 1+len(dataKey)+sealer.Overhead())
 	out[0] = wrapVersion
-	rand.Read(out[1 : 1+nonceLen])
-	return aead.Seal(out, out[1:1+nonceLen], dataKey, wrapAAD(keyID, aad)), nil
+	return sealer.Seal(out, dataKey, wrapAAD(keyID, aad)), nil
 }
 
 // UnwrapKey decrypts a key WrapKey made under keyID with the same aad.
@@ -210,14 +204,14 @@ func (k *KMS) UnwrapKey(ctx context.Context, keyID string, wrapped, aad []byte) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	aead, err := k.aead(keyID)
+	sealer, err := k.sealer(keyID)
 	if err != nil {
 		return nil, fmt.Errorf("unwrap with key %s: %w", keyID, err)
 	}
-	if len(wrapped) > kms.MaxWrappedLen || len(wrapped) < 1+nonceLen+aead.Overhead()+1 || wrapped[0] != wrapVersion {
+	if len(wrapped) > kms.MaxWrappedLen || len(wrapped) < 1+sealer.Overhead()+1 || wrapped[0] != wrapVersion {
 		return nil, fmt.Errorf("unwrap with key %s: malformed wrapped key (%d bytes): %w", keyID, len(wrapped), kms.ErrInvalidWrappedKey)
 	}
-	key, err := aead.Open(nil, wrapped[1:1+nonceLen], wrapped[1+nonceLen:], wrapAAD(keyID, aad))
+	key, err := sealer.Open(wrapped[1:], wrapAAD(keyID, aad))
 	if err != nil {
 		return nil, fmt.Errorf("unwrap with key %s: %w", keyID, kms.ErrInvalidWrappedKey)
 	}

@@ -53,7 +53,7 @@ func BenchmarkUpdateSandboxTwoReplicas(b *testing.B) {
 	a := benchStore(b)
 	tenant := storetest.BenchTenant(b, a)
 	ctx := context.Background()
-	other, err := Open(ctx, a.p.cfg.ConnString())
+	other, err := Open(ctx, a.cfg.ConnString())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,12 +24,13 @@ const migrationLock int64 = 0x53504143456d6967
 // transactional), so a failed step leaves the database at the previous
 // version. A database already past the last known version is refused: this
 // binary would not understand its schema.
-func migrate(ctx context.Context, p *pool, migs []migrations.Migration) (err error) {
-	c, err := p.acquire(ctx)
+func migrate(ctx context.Context, s *Store, migs []migrations.Migration) (err error) {
+	pc, err := s.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer p.release(c)
+	defer pc.Release() // a closed connection is dropped, not pooled
+	c := pc.Conn()
 	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
 		return fmt.Errorf("wait for the migration lock: %w", err)
 	}

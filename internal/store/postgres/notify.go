@@ -73,9 +73,9 @@ var _ store.SandboxChanges = (*Store)(nil)
 // withChangeTrigger installs the trigger that announces sandbox changes when
 // it is missing, and returns s; on failure it closes s.
 func withChangeTrigger(ctx context.Context, s *Store) (*Store, error) {
-	if err := installChangeTrigger(ctx, s.p.cfg); err != nil {
-		s.p.close()
-		return nil, fmt.Errorf("postgres: database %s on %s: install the sandbox change trigger: %w", s.p.cfg.Database, s.p.cfg.Host, err)
+	if err := installChangeTrigger(ctx, s.cfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("postgres: database %s on %s: install the sandbox change trigger: %w", s.cfg.Database, s.cfg.Host, err)
 	}
 	return s, nil
 }
@@ -139,7 +139,7 @@ func installChangeTrigger(ctx context.Context, cfg *pgx.ConnConfig) (err error) 
 // from 100ms doubling to 10s between attempts, and calls missed each time it
 // listens again.
 func (s *Store) WatchSandboxChanges(ctx context.Context, changed func(id string), missed func(cause error)) error {
-	return watch(ctx, listenerConfig(s.p.cfg), listenIdle, changed, missed)
+	return watch(ctx, listenerConfig(s.cfg), listenIdle, changed, missed)
 }
 
 // watch is WatchSandboxChanges with the connection configuration and the

@@ -29,7 +29,7 @@ func startWatching(t *testing.T, s *Store, idle time.Duration) *watcher {
 	w := &watcher{changed: make(chan string, 100), missed: make(chan error, 10), done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		w.done <- watch(ctx, listenerConfig(s.p.cfg), idle,
+		w.done <- watch(ctx, listenerConfig(s.cfg), idle,
 			func(id string) { w.changed <- id },
 			func(cause error) { w.missed <- cause })
 	}()

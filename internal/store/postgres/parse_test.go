@@ -30,7 +30,7 @@ func FuzzParseConfig(f *testing.F) {
 		if !raw {
 			s = "postgres://u:S3cr3tPW@" + s
 		}
-		cfg, n, err := parseConfig(s)
+		cfg, err := parseConfig(s)
 		if err != nil {
 			if !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("parseConfig(%q) = %v, want ErrInvalidArgument", s, err)
@@ -42,8 +42,8 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			return
 		}
-		if cfg == nil || n < 1 || n > maxMaxConns {
-			t.Fatalf("parseConfig(%q) = %v, pool size %d", s, cfg, n)
+		if cfg == nil || cfg.MaxConns < 1 || cfg.MaxConns > maxMaxConns {
+			t.Fatalf("parseConfig(%q) = %v", s, cfg)
 		}
 	})
 }

@@ -32,10 +32,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/migrations"
@@ -61,7 +63,9 @@ const (
 // this package gives that its connections.
 type Store struct {
 	*tables
-	p *pool
+	pool   *pgxpool.Pool
+	cfg    *pgx.ConnConfig // of the pool's connections, for the side connections
+	closed atomic.Bool
 }
 
 // tables is embedded under an unexported name, so that Store's fields stay
@@ -74,7 +78,8 @@ var _ store.Store = (*Store)(nil)
 // and returns the Store. dbURL is a postgres:// or postgresql:// URL
 // (postgres://user:password@host:5432/space?sslmode=require) or a libpq
 // key=value string ("host=/run/postgresql dbname=space"); both take libpq's
-// parameters, and a URL may also set pool_max_conns (default 8). A database
+// parameters, and a URL may also set pool_max_conns (default 8) and
+// pgxpool's other pool_* parameters (pool.go). A database
 // written by a newer SPACE (with migrations this binary does not know) is
 // refused with ErrFailedPrecondition; an unreachable server is ErrUnavailable.
 func Open(ctx context.Context, dbURL string) (*Store, error) {
@@ -87,66 +92,87 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 
 // open is Open with the migrations given, so tests can run upgrades.
 func open(ctx context.Context, dbURL string, migs []migrations.Migration) (*Store, error) {
-	cfg, maxConns, err := parseConfig(dbURL)
+	cfg, err := parseConfig(dbURL)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{p: newPool(cfg, maxConns)}
+	p, err := newPool(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: p, cfg: cfg.ConnConfig}
 	s.tables = sqlstore.New((*conns)(s), dialect{})
-	if err := migrate(ctx, s.p, migs); err != nil {
-		s.p.close()
-		return nil, fmt.Errorf("postgres: database %s on %s: %w", cfg.Database, cfg.Host, err)
+	if err := migrate(ctx, s, migs); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("postgres: database %s on %s: %w", s.cfg.Database, s.cfg.Host, err)
 	}
 	return withChangeTrigger(ctx, s) // notify.go
 }
 
-// parseConfig checks dbURL and turns it into a connection configuration and a
-// pool size. Errors never repeat a password.
-func parseConfig(dbURL string) (*pgx.ConnConfig, int, error) {
+// parseConfig checks dbURL and turns it into a pool configuration. Errors
+// never repeat a password.
+func parseConfig(dbURL string) (*pgxpool.Config, error) {
 	maxConns := defaultMaxConns
 	shown := "(key=value string)"
 	switch {
 	case strings.TrimSpace(dbURL) == "":
-		return nil, 0, fmt.Errorf("postgres: empty database URL; want postgres://USER@HOST/DATABASE: %w", errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("postgres: empty database URL; want postgres://USER@HOST/DATABASE: %w", errdefs.ErrInvalidArgument)
 	case strings.Contains(dbURL, "://"):
 		u, err := url.Parse(dbURL)
 		if err != nil {
-			return nil, 0, fmt.Errorf("postgres: database URL does not parse (%v); want postgres://USER@HOST/DATABASE: %w",
+			return nil, fmt.Errorf("postgres: database URL does not parse (%v); want postgres://USER@HOST/DATABASE: %w",
 				redactParseError(err), errdefs.ErrInvalidArgument)
 		}
 		shown = u.Redacted()
 		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-			return nil, 0, fmt.Errorf("postgres: database URL %s: scheme %q, want postgres:// or postgresql://: %w",
+			return nil, fmt.Errorf("postgres: database URL %s: scheme %q, want postgres:// or postgresql://: %w",
 				shown, u.Scheme, errdefs.ErrInvalidArgument)
 		}
-		q := u.Query()
-		if v := q.Get("pool_max_conns"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxMaxConns {
-				return nil, 0, fmt.Errorf("postgres: database URL %s: pool_max_conns %q: want 1 to %d: %w",
-					shown, v, maxMaxConns, errdefs.ErrInvalidArgument)
+		if v := u.Query().Get("pool_max_conns"); v != "" {
+			n, err := poolMaxConns(shown, v)
+			if err != nil {
+				return nil, err
 			}
 			maxConns = n
-			q.Del("pool_max_conns")
-			u.RawQuery = q.Encode()
-			dbURL = u.String()
 		}
 	case !strings.Contains(dbURL, "="):
-		return nil, 0, fmt.Errorf("postgres: database %q is neither a postgres:// URL nor a key=value string: %w",
+		return nil, fmt.Errorf("postgres: database %q is neither a postgres:// URL nor a key=value string: %w",
 			dbURL, errdefs.ErrInvalidArgument)
+	default: // a key=value string: pgx finds pool_max_conns among the rest
+		if cc, err := pgx.ParseConfig(dbURL); err == nil {
+			if v, ok := cc.RuntimeParams["pool_max_conns"]; ok {
+				n, err := poolMaxConns(shown, v)
+				if err != nil {
+					return nil, err
+				}
+				maxConns = n
+			}
+		}
 	}
-	cfg, err := pgx.ParseConfig(dbURL)
+	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		// pgconn redacts the password from its parse errors.
-		return nil, 0, fmt.Errorf("postgres: database %s: %w: %w", shown, errdefs.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("postgres: database %s: %w: %w", shown, errdefs.ErrInvalidArgument, err)
 	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = connectTimeout
+	cfg.MaxConns = int32(maxConns)
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = connectTimeout
 	}
-	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
-		cfg.RuntimeParams["application_name"] = "space"
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = "space"
 	}
-	return cfg, maxConns, nil
+	return cfg, nil
+}
+
+// poolMaxConns parses and bounds the pool_max_conns of the database shown.
+func poolMaxConns(shown, v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxMaxConns {
+		return 0, fmt.Errorf("postgres: database URL %s: pool_max_conns %q: want 1 to %d: %w",
+			shown, v, maxMaxConns, errdefs.ErrInvalidArgument)
+	}
+	return n, nil
 }
 
 // redactParseError returns the message of a url.Parse error without the URL,
@@ -159,9 +185,13 @@ func redactParseError(err error) string {
 	return "malformed URL"
 }
 
-// Close closes the Store's connections.
+// Close closes the Store's connections, waiting for those in use to be
+// handed back; later calls fail with ErrFailedPrecondition.
 func (s *Store) Close() error {
-	return s.p.close()
+	if !s.closed.Swap(true) {
+		s.pool.Close()
+	}
+	return nil
 }
 
 // write runs fn in a SERIALIZABLE transaction, retrying it from the start when
@@ -194,16 +224,16 @@ func backoff(attempt int) time.Duration {
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	c, err := s.p.acquire(ctx)
+	c, err := s.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.p.release(c)
+	defer c.Release()
 	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
-	if err != nil && c.IsClosed() {
+	if err != nil && c.Conn().IsClosed() {
 		// A pooled connection the server has closed (a restart, a
 		// fail-over, an idle timeout): nothing ran, so run again.
-		s.p.discardIdle()
+		s.discardIdle()
 		return fmt.Errorf("begin: %w: %w", errStaleConn, err)
 	}
 	if err != nil {
@@ -231,7 +261,7 @@ type scanner interface{ Scan(dest ...any) error }
 // lazyRow is a one-row query run when it is scanned, on a pooled connection.
 type lazyRow struct {
 	ctx  context.Context
-	p    *pool
+	s    *Store
 	q    string
 	args []any
 }
@@ -240,24 +270,24 @@ type lazyRow struct {
 // pooled connection runs once more on another: reads may repeat.
 func (r lazyRow) Scan(dest ...any) error {
 	for attempt := 0; ; attempt++ {
-		c, err := r.p.acquire(r.ctx)
+		c, err := r.s.acquire(r.ctx)
 		if err != nil {
 			return err
 		}
 		err = c.QueryRow(r.ctx, r.q, r.args...).Scan(dest...)
-		closed := c.IsClosed()
-		r.p.release(c)
+		closed := c.Conn().IsClosed()
+		c.Release()
 		if err == nil || !closed || attempt > 0 || r.ctx.Err() != nil {
 			return err
 		}
-		r.p.discardIdle()
+		r.s.discardIdle()
 	}
 }
 
 // queryRow returns a row of query q outside a transaction; no row is
 // pgx.ErrNoRows from its Scan.
 func (s *Store) queryRow(ctx context.Context, q string, args ...any) scanner {
-	return lazyRow{ctx, s.p, q, args}
+	return lazyRow{ctx, s, q, args}
 }
 
 // rows are the rows of a query; Close hands their connection back.
@@ -294,7 +324,7 @@ func (r *rows) Close() error {
 // the first.
 func (s *Store) query(ctx context.Context, q string, args ...any) (*rows, error) {
 	for attempt := 0; ; attempt++ {
-		c, err := s.p.acquire(ctx)
+		c, err := s.acquire(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -302,18 +332,18 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (*rows, error)
 		if err == nil {
 			// pgx reports most failures only once the rows are read.
 			has := rs.Next()
-			if has || rs.Err() == nil || !c.IsClosed() || attempt > 0 {
-				return &rows{Rows: rs, release: func() { s.p.release(c) }, peeked: true, has: has}, nil
+			if has || rs.Err() == nil || !c.Conn().IsClosed() || attempt > 0 {
+				return &rows{Rows: rs, release: c.Release, peeked: true, has: has}, nil
 			}
 			err = rs.Err()
 			rs.Close()
 		}
-		closed := c.IsClosed()
-		s.p.release(c)
+		closed := c.Conn().IsClosed()
+		c.Release()
 		if !closed || attempt > 0 || ctx.Err() != nil {
 			return nil, err
 		}
-		s.p.discardIdle()
+		s.discardIdle()
 	}
 }
 

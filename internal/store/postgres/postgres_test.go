@@ -306,8 +306,8 @@ func TestOpenTCPAndKeyValue(t *testing.T) {
 		t.Errorf("GetTenant by key=value DSN = %+v, %v", got, err)
 	}
 	small := mustOpen(t, srv.URL(name)+"&pool_max_conns=1")
-	if cap(small.p.sem) != 1 {
-		t.Errorf("pool size = %d, want 1 from pool_max_conns", cap(small.p.sem))
+	if n := small.pool.Stat().MaxConns(); n != 1 {
+		t.Errorf("pool size = %d, want 1 from pool_max_conns", n)
 	}
 	// One connection serves concurrent callers in turn.
 	var wg sync.WaitGroup
@@ -347,7 +347,7 @@ func TestServerClosedConnections(t *testing.T) {
 	}
 	// Fill the pool with idle connections.
 	var wg sync.WaitGroup
-	for range cap(s.p.sem) {
+	for range s.pool.Stat().MaxConns() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -355,10 +355,7 @@ func TestServerClosedConnections(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	s.p.mu.Lock()
-	idle := len(s.p.idle)
-	s.p.mu.Unlock()
-	if idle < 2 {
+	if idle := s.pool.Stat().IdleConns(); idle < 2 {
 		t.Fatalf("%d idle connections, want several", idle)
 	}
 	killer := mustOpen(t, url)

@@ -63,7 +63,7 @@ func (s *Store) HoldPresence(ctx context.Context, replica string, held func(pres
 	if replica == "" {
 		return fmt.Errorf("hold presence: empty replica id: %w", errdefs.ErrInvalidArgument)
 	}
-	return holdPresence(ctx, presenceConfig(s.p.cfg), presenceKey(replica), presencePing, held)
+	return holdPresence(ctx, presenceConfig(s.cfg), presenceKey(replica), presencePing, held)
 }
 
 // holdPresence is HoldPresence with the connection configuration, the key

@@ -29,7 +29,7 @@ func startHolding(t *testing.T, s *Store, replica string, ping time.Duration) *h
 	h := &holder{events: make(chan presenceEvent, 100)}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		err := holdPresence(ctx, presenceConfig(s.p.cfg), presenceKey(replica), ping, func(present bool, cause error) {
+		err := holdPresence(ctx, presenceConfig(s.cfg), presenceKey(replica), ping, func(present bool, cause error) {
 			h.events <- presenceEvent{present, cause}
 		})
 		if err != nil {
