@@ -21,7 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver/vm"
 	"github.com/spacesandbox/space/internal/guestbin"
 	"github.com/spacesandbox/space/internal/hostbin"
-	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/nodemanager"
 	"github.com/spacesandbox/space/internal/template"
 	"github.com/spacesandbox/space/internal/vmimage"
 	"github.com/spacesandbox/space/internal/volume"
@@ -121,7 +121,7 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, kernelBuild, socke
 	}
 	drivers := map[string]driver.Driver{"ns": nsd}
 	layout := volume.Layout{Root: vols.Dir}
-	srv, err := privop.NewServer(privop.Config{
+	srv, err := nodemanager.NewServer(nodemanager.Config{
 		Socket: socket, AllowedUIDs: uids, GuestBinary: guestBin, Storage: vols,
 		Drivers:       drivers,
 		Build:         buildTemplate,
