@@ -25,8 +25,13 @@ S3SERVER := $(KERNEL_CACHE)/versitygw-$(VERSITYGW_VERSION)/versitygw
 
 all: build
 
+# The host binaries, side by side: space (CLI, control plane, sandbox
+# manager) finds the node-manager and host bridge beside itself, the
+# node-manager the guest daemon.
 build:
 	$(GO) build -o $(BIN)/space ./cmd/space
+	$(GO) build -o $(BIN)/space-node-manager ./cmd/space-node-manager
+	$(GO) build -o $(BIN)/space-host-bridge ./cmd/space-host-bridge
 	CGO_ENABLED=0 $(GO) build -tags osusergo,netgo -trimpath -ldflags='-s -w' -o $(BIN)/space-guest ./cmd/space-guest
 
 deps-run:

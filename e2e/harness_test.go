@@ -54,6 +54,8 @@ func build(dir string) error {
 	}
 	steps := [][]string{
 		{"go", "build", "-o", filepath.Join(dir, "space"), "./cmd/space"},
+		{"go", "build", "-o", filepath.Join(dir, "space-node-manager"), "./cmd/space-node-manager"},
+		{"go", "build", "-o", filepath.Join(dir, "space-host-bridge"), "./cmd/space-host-bridge"},
 		{"go", "build", "-tags", "osusergo,netgo", "-o", filepath.Join(dir, "space-guest"), "./cmd/space-guest"},
 	}
 	for _, s := range steps {

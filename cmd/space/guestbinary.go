@@ -1,21 +1,13 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-
 	"github.com/spacesandbox/space/internal/guestbin"
+	"github.com/spacesandbox/space/internal/hostbin"
 )
 
 // defaultGuestBinary is the space-guest beside this binary, where `make
 // build` puts it and where the node-manager looks without --guest-binary.
-func defaultGuestBinary() (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(filepath.Dir(self), "space-guest"), nil
-}
+func defaultGuestBinary() (string, error) { return hostbin.Beside(hostbin.Guest) }
 
 // checkGuestBinary refuses a guest binary no sandbox could run (dynamically
 // linked, another architecture, not an executable): every create would fail

@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// TestDynamicGuestRefusedAtStart starts the real `space` binary with a
+// TestDynamicGuestRefusedAtStart starts the real `space` binary (and through
+// it space-node-manager, beside it) with a
 // dynamically linked space-guest (/bin/true) beside it: `space server
 // --dev` and `space node-manager` exit at once with the build command, and
 // nothing is started (the data directory gets no database, no socket).
@@ -22,8 +23,14 @@ func TestDynamicGuestRefusedAtStart(t *testing.T) {
 	}
 	bin := t.TempDir()
 	space := filepath.Join(bin, "space")
-	if out, err := exec.Command("go", "build", "-o", space, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build space: %v\n%s", err, out)
+	for _, pkg := range []string{".", "../space-node-manager", "../space-host-bridge"} {
+		out := filepath.Join(bin, filepath.Base(pkg))
+		if pkg == "." {
+			out = space
+		}
+		if out, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
 	}
 	dynamic, err := os.ReadFile("/bin/true")
 	if err != nil {

@@ -1,24 +1,34 @@
-// Command space is SPACE's one host binary: the CLI verbs (sandbox, exec, files,
-// …) and the long-running services (server, node, node-manager, host-bridge),
-// plus ns-init, the first process of an `ns` sandbox.
+// Command space is SPACE's host binary for users and the unprivileged
+// services: the CLI verbs (sandbox, exec, files, …), the control plane
+// (server) and the sandbox manager (node). The node's root process and the
+// per-execution bridge are their own binaries, space-node-manager and
+// space-host-bridge (beside this one); `space node-manager` and `space
+// host-bridge` run them.
 package main
 
 import (
 	"os"
 
 	"github.com/spacesandbox/space/internal/cli"
-	"github.com/spacesandbox/space/internal/driver/ns"
+	"github.com/spacesandbox/space/internal/hostbin"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == ns.InitVerb {
-		ns.InitMain() // never returns
-	}
 	extra := map[string]func([]string) int{
 		"server":       runServer,
 		"node":         runNode,
-		"node-manager": runNodeManager,
-		"host-bridge":  runHostBridge,
+		"node-manager": launcher(hostbin.NodeManager),
+		"host-bridge":  launcher(hostbin.HostBridge),
 	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, extra))
+}
+
+// launcher returns a verb that replaces this process with the host binary
+// name beside it, run with the verb's arguments.
+func launcher(name string) func([]string) int {
+	return func(args []string) int {
+		err := hostbin.Exec(name, args)
+		os.Stderr.WriteString("space: " + err.Error() + "\n")
+		return 1
+	}
 }

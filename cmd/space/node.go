@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
+	"github.com/spacesandbox/space/internal/hostbin"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/node"
 	"github.com/spacesandbox/space/internal/objstore"
@@ -38,6 +39,7 @@ func runNode(args []string) int {
 	pmSocket := fs.String("node-manager", "", "node-manager socket (default DATA/run/node-manager.sock)")
 	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
+	hostBridge := fs.String("host-bridge", "", "space-host-bridge binary, started once per execution (default: beside this binary)")
 	gwFlags := addGatewayFlags(fs)
 	fs.Usage = func() {
 		// The first line stays flag's own: deploy/kubernetes checks it.
@@ -74,6 +76,10 @@ func runNode(args []string) int {
 	if *pmSocket == "" {
 		*pmSocket = filepath.Join(dir, "run", "node-manager.sock")
 	}
+	if *hostBridge, err = hostBridgeBinary(*hostBridge); err != nil {
+		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := newLogger()
@@ -86,7 +92,7 @@ func runNode(args []string) int {
 	err = runNodeWith(ctx, nodeOptions{
 		dataDir: dir, nodeID: id, server: *serverURL, joinToken: *joinToken,
 		listen: *listen, advertise: *advertise, pm: privop.NewClient(*pmSocket),
-		objects: objs, kms: keys, gateway: gw,
+		objects: objs, kms: keys, gateway: gw, hostBridge: *hostBridge,
 	}, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
@@ -97,17 +103,27 @@ func runNode(args []string) int {
 
 type nodeOptions struct {
 	dataDir, nodeID, server, joinToken, listen, advertise string
+	hostBridge                                            string
 	pm                                                    *privop.Client
 	objects                                               objstore.Store
 	kms                                                   kms.KMS
 	gateway                                               *node.GatewayConfig
 }
 
-func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
+// hostBridgeBinary checks the space-host-bridge binary flagValue names, by
+// default the one beside this binary.
+func hostBridgeBinary(flagValue string) (string, error) {
+	if flagValue == "" {
+		return hostbin.Find(hostbin.HostBridge)
 	}
+	path, err := filepath.Abs(flagValue)
+	if err != nil {
+		return "", err
+	}
+	return path, hostbin.Check(path)
+}
+
+func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	token, err := secretFile(filepath.Join(o.dataDir, "node.token"))
 	if err != nil {
 		return err
@@ -125,7 +141,7 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	}
 	m, err = node.NewManager(node.Config{
 		BridgeReadyTimeout: 20 * time.Second,
-		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, Executable: self, Token: token,
+		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, HostBridge: o.hostBridge, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
 		Objects: o.objects, KMS: o.kms, Gateway: o.gateway,
 	}, log.With("component", "node"))

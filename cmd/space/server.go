@@ -22,11 +22,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/spacesandbox/space/internal/capability"
-	"github.com/spacesandbox/space/internal/cli"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/credentials/localstore"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/hostbin"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/node"
@@ -40,6 +40,7 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/postgres"
 	"github.com/spacesandbox/space/internal/store/sqlite"
+	"github.com/spacesandbox/space/internal/vmimage"
 )
 
 // builtinTemplates are the template sources the server knows by name.
@@ -60,7 +61,7 @@ func runServer(args []string) int {
 	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
-	kernelBuild := fs.String("kernel-build", kernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")
+	kernelBuild := fs.String("kernel-build", vmimage.KernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")
 	snapEvery := fs.Duration("snapshot-every", 10*time.Minute, "period of the disk snapshots of every running sandbox (0: none)")
 	fullEvery := fs.Duration("full-snapshot-every", time.Hour, "period of the full (memory) snapshots of every running vm sandbox (0: none)")
 	retain := fs.String("snapshot-retention", retention.DefaultPolicyString, "which scheduled snapshots to keep: EVERY:FOR tiers and max=N (newest of each EVERY bucket younger than FOR)")
@@ -100,18 +101,17 @@ func runServer(args []string) int {
 		return 1
 	}
 	if *dev {
-		// The node-manager --dev starts uses the space-guest beside this
-		// binary: refuse one no sandbox can run before serving anything.
-		guest, err := defaultGuestBinary()
-		if err == nil {
-			err = checkGuestBinary(guest)
-		}
+		// --dev starts the node-manager and host bridges beside this
+		// binary, and the node-manager uses the space-guest beside it:
+		// refuse a missing one, or a guest no sandbox can run, before
+		// serving anything.
+		err := devBinaries()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 			return 1
 		}
 	}
-	if err := validKernelBuild(*kernelBuild); err != nil {
+	if err := vmimage.ValidKernelBuild(*kernelBuild); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
@@ -290,24 +290,8 @@ func tenantKey(k *localkms.KMS) func(ctx context.Context, tenant string) (string
 	}
 }
 
-func resolveDataDir(flagValue string) (string, error) {
-	dir := flagValue
-	if dir == "" {
-		d, err := cli.DataDir()
-		if err != nil {
-			return "", err
-		}
-		dir = d
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("data dir %s: %w", dir, err)
-	}
-	return dir, nil
-}
+// resolveDataDir is the data directory --data-dir names (hostbin.DataDir).
+func resolveDataDir(flagValue string) (string, error) { return hostbin.DataDir(flagValue) }
 
 // openDatabase opens the store dbURL names: "" is the SQLite file
 // DATA/space.db, sqlite://PATH another SQLite file, and postgres:// or
@@ -504,11 +488,30 @@ func secretFile(path string) (string, error) {
 	return tok, nil
 }
 
+// devBinaries checks the binaries `space server --dev` runs beside this
+// one.
+func devBinaries() error {
+	for _, name := range []string{hostbin.NodeManager, hostbin.HostBridge} {
+		if _, err := hostbin.Find(name); err != nil {
+			return err
+		}
+	}
+	guest, err := defaultGuestBinary()
+	if err != nil {
+		return err
+	}
+	return checkGuestBinary(guest)
+}
+
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
 // sandboxes it started do not), and the sandbox manager in this process.
 func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, up chan<- struct{}, log *slog.Logger) error {
-	self, err := os.Executable()
+	nodeManager, err := hostbin.Find(hostbin.NodeManager)
+	if err != nil {
+		return err
+	}
+	hostBridge, err := hostbin.Find(hostbin.HostBridge)
 	if err != nil {
 		return err
 	}
@@ -520,7 +523,7 @@ func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken str
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("--dev starts the root node-manager itself: run as root, or start `sudo space node-manager --data-dir %s` and `space node` separately", dataDir)
 	}
-	cmd := exec.Command(self, "node-manager", "--data-dir", dataDir, "--socket", pmSocket, "--kernel-build", kernelBuild)
+	cmd := exec.Command(nodeManager, "--data-dir", dataDir, "--socket", pmSocket, "--kernel-build", kernelBuild)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
@@ -548,6 +551,7 @@ func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken str
 	return runNodeWith(ctx, nodeOptions{
 		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
 		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys, gateway: gw,
+		hostBridge: hostBridge,
 	}, log)
 }
 

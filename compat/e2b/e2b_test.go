@@ -195,6 +195,8 @@ func buildSpace(t *testing.T) string {
 	}
 	for _, step := range [][]string{
 		{"go", "build", "-o", filepath.Join(bin, "space"), "./cmd/space"},
+		{"go", "build", "-o", filepath.Join(bin, "space-node-manager"), "./cmd/space-node-manager"},
+		{"go", "build", "-o", filepath.Join(bin, "space-host-bridge"), "./cmd/space-host-bridge"},
 		{"go", "build", "-tags", "osusergo,netgo", "-o", filepath.Join(bin, "space-guest"), "./cmd/space-guest"},
 	} {
 		cmd := exec.Command(step[0], step[1:]...)

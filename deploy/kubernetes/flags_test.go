@@ -129,17 +129,19 @@ func containerEnv(objs []*object, c *corev1.Container) map[string]string {
 
 var flagArg = regexp.MustCompile(`^--[a-z0-9][a-z0-9-]*=`)
 
-// spaceBinary builds ./cmd/space into dir; `make test` has just built the
-// same package, so this is a link from the build cache.
+// spaceBinary builds ./cmd/space into dir, with the binaries its
+// node-manager and host-bridge verbs run beside it; `make test` has just
+// built the same packages, so these are links from the build cache.
 func spaceBinary(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "space")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/space")
-	cmd.Dir = repoRoot
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/space: %v\n%s", err, out)
+	for _, name := range []string{"space", "space-node-manager", "space-host-bridge"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
+		cmd.Dir = repoRoot
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+		}
 	}
-	return bin
+	return filepath.Join(dir, "space")
 }
 
 // checkFlags parses args with the real flag set of `space VERB`: it runs the

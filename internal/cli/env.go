@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/hostbin"
 	space "github.com/spacesandbox/space/sdk/go"
 )
 
@@ -61,19 +62,7 @@ func apiKey() (key, source string) {
 
 // DataDir returns SPACE's data directory: $SPACE_DATA_DIR, else /var/lib/space
 // for root, else ~/.local/share/space.
-func DataDir() (string, error) {
-	if d := os.Getenv("SPACE_DATA_DIR"); d != "" {
-		return d, nil
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/space", nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find the data directory: set SPACE_DATA_DIR: %w", err)
-	}
-	return filepath.Join(home, ".local", "share", "space"), nil
-}
+func DataDir() (string, error) { return hostbin.DefaultDataDir() }
 
 // message turns an error into the text after "space: ". API errors show the
 // server's message; a refused key adds where the CLI looked for one.

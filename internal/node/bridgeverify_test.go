@@ -31,17 +31,17 @@ import (
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
-// TestMain lets the test binary be the `space host-bridge` the manager
-// spawns (Config.Executable is the test binary itself), so the tests below
-// run real bridge processes.
+// TestMain lets the test binary be the space-host-bridge the manager
+// spawns (Config.HostBridge is the test binary itself; the manager passes
+// --exec-id first), so the tests below run real bridge processes.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "host-bridge" {
-		os.Exit(testHostBridge(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == "--exec-id" {
+		os.Exit(testHostBridge(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
 
-// testHostBridge is cmd/space/hostbridge.go's runHostBridge, flag for flag.
+// testHostBridge is cmd/space-host-bridge's runHostBridge, flag for flag.
 func testHostBridge(args []string) int {
 	fs := flag.NewFlagSet("host-bridge", flag.ContinueOnError)
 	execID := fs.String("exec-id", "", "")
@@ -103,7 +103,7 @@ func bridgeTestManager(t *testing.T) (*Manager, *syncBuffer) {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: exe},
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: exe},
 		slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -226,11 +226,11 @@ func TestSpawnedBridgeIsVerified(t *testing.T) {
 	readyBridge(t, m, rec)
 
 	var st unix.Stat_t
-	if err := unix.Stat(m.cfg.Executable, &st); err != nil {
+	if err := unix.Stat(m.cfg.HostBridge, &st); err != nil {
 		t.Fatal(err)
 	}
 	if rec.BridgeExeDev != st.Dev || rec.BridgeExeIno != st.Ino {
-		t.Errorf("recorded executable %d:%d, want %s = %d:%d", rec.BridgeExeDev, rec.BridgeExeIno, m.cfg.Executable, st.Dev, st.Ino)
+		t.Errorf("recorded executable %d:%d, want %s = %d:%d", rec.BridgeExeDev, rec.BridgeExeIno, m.cfg.HostBridge, st.Dev, st.Ino)
 	}
 	saved, err := m.records.load(rec.ExecID)
 	if err != nil || saved.BridgeExeIno != rec.BridgeExeIno || saved.BridgeExeDev != rec.BridgeExeDev {

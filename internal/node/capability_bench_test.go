@@ -16,7 +16,7 @@ import (
 // BenchmarkCheckCapability is the node's added work per guest request:
 // decode, verify and compare the capability with the runtime record.
 func BenchmarkCheckCapability(b *testing.B) {
-	m, err := NewManager(Config{NodeID: "n1", DataDir: b.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true"},
+	m, err := NewManager(Config{NodeID: "n1", DataDir: b.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)

@@ -16,7 +16,7 @@ import (
 )
 
 func TestCheckCapability(t *testing.T) {
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true"},
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestCheckCapability(t *testing.T) {
 		t.Errorf("expired capability: %v", err)
 	}
 	// The keys survive a restart of the node.
-	m2, _ := NewManager(Config{NodeID: "node-a", DataDir: m.cfg.DataDir, Privileged: m.cfg.Privileged, Executable: "/bin/true"}, m.log)
+	m2, _ := NewManager(Config{NodeID: "node-a", DataDir: m.cfg.DataDir, Privileged: m.cfg.Privileged, HostBridge: "/bin/true"}, m.log)
 	// Fail closed until the first heartbeat answer measures the clock.
 	if err := m2.checkCapability(mint(id, capability.OpExec), rec, capability.OpExec, now); !errors.Is(err, errClock) {
 		t.Errorf("after restart, before a clock measure: %v, want the clock refusal", err)

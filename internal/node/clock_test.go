@@ -92,7 +92,7 @@ func TestClockMeasure(t *testing.T) {
 // that agrees with the control plane's.
 func clockTestNode(t *testing.T, log io.Writer) (*Manager, *fakeClock, *capability.Signer, *Record) {
 	t.Helper()
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true", Token: "node-token"},
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true", Token: "node-token"},
 		slog.New(slog.NewTextHandler(log, nil)))
 	if err != nil {
 		t.Fatal(err)

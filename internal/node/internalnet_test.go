@@ -15,7 +15,7 @@ import (
 // (a delayed answer) does not, and a malformed one is refused with the held
 // list kept.
 func TestSetInternalServices(t *testing.T) {
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true"},
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -36,8 +36,9 @@ type Config struct {
 	DataDir string
 	// Privileged is the client of this node's node-manager.
 	Privileged *privop.Client
-	// Executable is the `space` binary started as `space host-bridge`.
-	Executable string
+	// HostBridge is the space-host-bridge binary, started once per
+	// execution.
+	HostBridge string
 	// Token is the bearer token the control plane presents.
 	Token string
 	// CPUs and MemoryMiB are the capacity the node offers.
@@ -113,8 +114,8 @@ type Manager struct {
 
 // NewManager returns a manager over cfg.DataDir/node.
 func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
-	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.Privileged == nil || cfg.Executable == "" {
-		return nil, errors.New("node: node id, data dir, node-manager client and executable are required")
+	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.Privileged == nil || cfg.HostBridge == "" {
+		return nil, errors.New("node: node id, data dir, node-manager client and host bridge binary are required")
 	}
 	if cfg.BridgeReadyTimeout == 0 {
 		cfg.BridgeReadyTimeout = 60 * time.Second
@@ -308,7 +309,7 @@ func pidsFor(memoryMiB int) int {
 	return min(max(n, 256), 16384)
 }
 
-// spawnBridge starts `space host-bridge` for rec with the guest channel as fd 3,
+// spawnBridge starts space-host-bridge for rec with the guest channel as fd 3,
 // in its own session so it outlives this process, and records the bridge's
 // identity in rec: pid, start time and the device and inode of the file it
 // runs, which every connection to it is checked against (bridgeconn.go).
@@ -328,8 +329,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	// The bridge runs in the execution's directory and names its files
 	// relative to it: a prepared execution's directory is renamed when a
 	// sandbox claims it, and the bridge's socket and exit file move along.
-	args := []string{"host-bridge",
-		"--exec-id", rec.ExecID,
+	args := []string{"--exec-id", rec.ExecID,
 		"--socket", filepath.Base(m.records.socket(rec.ExecID)),
 		"--exit-file", filepath.Base(m.records.exitFile(rec.ExecID)),
 		"--guest-fd", "3"}
@@ -338,7 +338,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 			"--guest-pid", strconv.Itoa(rec.SandboxPid),
 			"--guest-start-time", strconv.FormatUint(rec.SandboxStartTime, 10))
 	}
-	cmd := exec.Command(m.cfg.Executable, args...)
+	cmd := exec.Command(m.cfg.HostBridge, args...)
 	cmd.ExtraFiles = []*os.File{channel}
 	cmd.Dir = m.records.execDir(rec.ExecID)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -348,7 +348,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
 	}
 	// Start returned after the exec: /proc/<pid>/exe is the file the bridge
-	// runs, whatever happens to m.cfg.Executable's path from now on.
+	// runs, whatever happens to m.cfg.HostBridge's path from now on.
 	rec.BridgePid = cmd.Process.Pid
 	rec.BridgeStartTime, rec.BridgeExeDev, rec.BridgeExeIno, err = bridgeIdentity(cmd.Process.Pid)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 // with the capability's identity and the installed one.
 func TestCapabilityRefusalsCountedAndLogged(t *testing.T) {
 	logs := &syncBuffer{}
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true", Token: "tok"},
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true", Token: "tok"},
 		slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

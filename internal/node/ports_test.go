@@ -47,7 +47,7 @@ func (noResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, er
 // execution's gateway only with a capability naming this execution, this
 // port and protocol http; the guest never sees the capability.
 func TestServicePortIngress(t *testing.T) {
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true",
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true",
 		Token: "node-token", Gateway: &GatewayConfig{Dialer: refuseDialer{}, Upstream: noResolver{}}},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

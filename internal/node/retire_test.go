@@ -19,7 +19,7 @@ import (
 
 func newTestManager(t *testing.T, dir string) *Manager {
 	t.Helper()
-	m, err := NewManager(Config{NodeID: "node-a", DataDir: dir, Privileged: privop.NewClient("/nonexistent"), Executable: "/bin/true"},
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: dir, Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -5,11 +5,12 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/spacesandbox/space/internal/progress"
-	"github.com/spacesandbox/space/internal/unixsock"
 	"net"
 	"os"
 	"time"
+
+	"github.com/spacesandbox/space/internal/progress"
+	"github.com/spacesandbox/space/internal/unixsock"
 )
 
 // Client calls a node-manager.
@@ -19,6 +20,9 @@ type Client struct {
 
 // NewClient returns a client of the node-manager at socket.
 func NewClient(socket string) *Client { return &Client{socket: socket} }
+
+// Socket is the node-manager socket the client calls.
+func (c *Client) Socket() string { return c.socket }
 
 // call sends req and returns the response and any file it carried. The context
 // bounds the whole exchange.
@@ -40,14 +44,14 @@ func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(
 	}
 	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := writeMessage(uc, req); err != nil {
+	if err := WriteMessage(uc, req); err != nil {
 		return nil, nil, fmt.Errorf("node-manager %s: send: %w", req.Op, err)
 	}
 	var resp Response
 	var files []*os.File
 	for {
 		resp = Response{}
-		files, err = readMessage(uc, &resp)
+		files, err = ReadMessage(uc, &resp)
 		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
@@ -58,13 +62,13 @@ func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(
 			break
 		}
 		// A reading before the answer (only sent when asked for).
-		closeFiles(files)
+		CloseFiles(files)
 		if onProgress != nil {
 			onProgress(*resp.Progress)
 		}
 	}
 	if resp.Error != "" {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, nil, remoteError(req.Op, &resp)
 	}
 	return &resp, files, nil
@@ -134,7 +138,7 @@ func (c *Client) Start(ctx context.Context, a StartArgs) (*Started, *os.File, *d
 		want = 2
 	}
 	if r.Started == nil || len(files) != want || (a.Network && want != 2) {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, nil, nil, fmt.Errorf("node-manager start %s: answer without a guest channel or the network link it asked for", a.ExecID)
 	}
 	var link *driver.Link
@@ -152,7 +156,7 @@ func (c *Client) ReopenLink(ctx context.Context, execID, runtime string) (*drive
 		return nil, err
 	}
 	if r.Started == nil || r.Started.Link == "" || len(files) != 1 {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, fmt.Errorf("node-manager reopen_link %s: answer without a link", execID)
 	}
 	return &driver.Link{File: files[0], Framing: driver.LinkFraming(r.Started.Link)}, nil
@@ -278,7 +282,7 @@ func (c *Client) fileCall(ctx context.Context, req Request) (*os.File, error) {
 		return nil, err
 	}
 	if len(files) != 1 {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, fmt.Errorf("node-manager %s: answer without a file", req.Op)
 	}
 	return files[0], nil

@@ -22,7 +22,7 @@ var errorKinds = []struct {
 	{"unavailable", errdefs.ErrUnavailable},
 }
 
-func kindOf(err error) string {
+func KindOf(err error) string {
 	for _, k := range errorKinds {
 		if errors.Is(err, k.err) {
 			return k.name

@@ -33,7 +33,7 @@ func ValidTemplateName(name string) error {
 	return nil
 }
 
-func (a *StartArgs) validate(runtimes map[string]bool) error {
+func (a *StartArgs) Validate(runtimes map[string]bool) error {
 	if a == nil {
 		return invalid("start: missing arguments")
 	}

@@ -1,8 +1,9 @@
-// Package privop is the node-manager: the only root process on a node. It answers
-// a fixed list of operations over a unix socket — materialise a template, start,
-// kill and clean up a sandbox execution, pause and resume, stats — and checks
-// every field of every request, and the caller's uid with SO_PEERCRED, before it
-// acts. The unprivileged sandbox manager (internal/node) is its only client.
+// Package privop is the node-manager's protocol: the wire types of its fixed
+// list of operations (materialise a template, start, kill and clean up a
+// sandbox execution, pause and resume, stats, snapshots), their validation,
+// the error classes on the wire, and the client the unprivileged sandbox
+// manager (internal/node) calls it with. The server, run by the node's only
+// root process, is internal/nodemanager.
 //
 // Wire format: one request and one response per connection. Each message is a
 // 4-byte big-endian length and a JSON body. A response may carry one file
@@ -19,8 +20,9 @@ import (
 	"net"
 	"os"
 
-	"github.com/spacesandbox/space/internal/progress"
 	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/progress"
 )
 
 // maxMessage bounds a request or response body.
@@ -175,8 +177,8 @@ type Stats struct {
 // execution's guest channel and network link).
 const maxFiles = 2
 
-// writeMessage sends v with the given descriptors attached.
-func writeMessage(c *net.UnixConn, v any, fds ...int) error {
+// WriteMessage sends v with the given descriptors attached.
+func WriteMessage(c *net.UnixConn, v any, fds ...int) error {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -207,10 +209,10 @@ func writeMessage(c *net.UnixConn, v any, fds ...int) error {
 	return err
 }
 
-// readMessage reads one message into v and returns the files it carried, in
+// ReadMessage reads one message into v and returns the files it carried, in
 // order. Descriptors beyond maxFiles are closed: a peer cannot leak fds into
 // us.
-func readMessage(c *net.UnixConn, v any) ([]*os.File, error) {
+func ReadMessage(c *net.UnixConn, v any) ([]*os.File, error) {
 	head := make([]byte, 4)
 	oob := make([]byte, unix.CmsgSpace(4*(maxFiles+2)))
 	n, oobn, _, _, err := c.ReadMsgUnix(head, oob)
@@ -225,7 +227,7 @@ func readMessage(c *net.UnixConn, v any) ([]*os.File, error) {
 		}
 	}
 	fail := func(err error) ([]*os.File, error) {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, err
 	}
 	if n < 4 {
@@ -247,7 +249,7 @@ func readMessage(c *net.UnixConn, v any) ([]*os.File, error) {
 	return files, nil
 }
 
-func closeFiles(fs []*os.File) {
+func CloseFiles(fs []*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}

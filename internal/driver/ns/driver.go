@@ -30,10 +30,12 @@ import (
 	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/reexec"
 )
 
-// InitVerb is the first argument that makes the host binary run InitMain.
-const InitVerb = "ns-init"
+// InitHelper is argv[0] of the sandbox's first process: the name under
+// which the node-manager binary runs InitMain (reexec.Run).
+const InitHelper = "space-ns-init"
 
 // Config configures the driver.
 type Config struct {
@@ -48,8 +50,9 @@ type Config struct {
 	UIDBase uint32
 	// Slots is the number of uid ranges; default 1024.
 	Slots int
-	// InitPath and InitArgs run ns-init; default /proc/self/exe with
-	// ["ns-init"]. Tests point InitArgs at their own TestMain hook.
+	// InitPath and InitArgs run ns-init: InitPath with argv[0] InitHelper
+	// and the arguments InitArgs; default this binary (reexec.Self), whose
+	// main hands over to InitMain (reexec.Run), without arguments.
 	InitPath string
 	InitArgs []string
 	// DefaultMemoryMiB applies when Spec.MemoryMiB is 0; default 1024.
@@ -96,10 +99,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("%w: ns: uid base %d with %d slots does not fit the uid space above %d", errdefs.ErrInvalidArgument, cfg.UIDBase, cfg.Slots, RangeSize)
 	}
 	if cfg.InitPath == "" {
-		cfg.InitPath = "/proc/self/exe"
-	}
-	if cfg.InitArgs == nil {
-		cfg.InitArgs = []string{InitVerb}
+		cfg.InitPath = reexec.Self
 	}
 	if cfg.DefaultMemoryMiB == 0 {
 		cfg.DefaultMemoryMiB = 1024

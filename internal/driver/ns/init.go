@@ -33,11 +33,11 @@ const (
 	newRoot  = stageDir + "/root"
 )
 
-// InitMain is the sandbox's first process ("space ns-init"). It runs in the new
+// InitMain is the sandbox's first process (InitHelper; args are unused). It runs in the new
 // namespaces, as root of the sandbox's user namespace, with the guest channel
 // on fd 3 and the sync socket on fd 4. It never returns: it execs the guest
 // daemon, or reports the error to the parent and exits 1.
-func InitMain() {
+func InitMain(args []string) {
 	// Every step, up to and including exec, runs on this one OS thread: the
 	// cgroup namespace and the seccomp filter are per thread.
 	runtime.LockOSThread()

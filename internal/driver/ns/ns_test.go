@@ -16,6 +16,7 @@ import (
 	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/reexec"
 	"github.com/spacesandbox/space/internal/testenv"
 	"github.com/spacesandbox/space/internal/volume/btrfs"
 )
@@ -24,9 +25,7 @@ import (
 var guestBinary string
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == InitVerb {
-		InitMain()
-	}
+	reexec.Run(reexec.Helpers{InitHelper: InitMain})
 	os.Exit(runTests(m))
 }
 

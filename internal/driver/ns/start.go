@@ -168,7 +168,7 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 func (d *Driver) initCommand(st *state, chanChild, syncChild *os.File) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path:       d.cfg.InitPath,
-		Args:       append([]string{"space"}, d.cfg.InitArgs...),
+		Args:       append([]string{InitHelper}, d.cfg.InitArgs...),
 		Env:        []string{},
 		ExtraFiles: []*os.File{chanChild, syncChild}, // fd 3 and fd 4
 	}

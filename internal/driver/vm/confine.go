@@ -2,7 +2,7 @@ package vm
 
 // Confinement of QEMU. Unless Config.Unconfined is set, QEMU is not started
 // directly: qemuCommand returns a command that re-executes this binary as the
-// jail helper (argv[0] jailArg0) in new mount, network, IPC and UTS
+// jail helper (argv[0] JailHelper) in new mount, network, IPC and UTS
 // namespaces. The helper, still root:
 //
 //  1. binds QEMU's server sockets (the chardev, QMP and stream netdev sockets
@@ -66,11 +66,12 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/reexec"
 )
 
-// jailArg0 is argv[0] of the jail helper; the package's init function runs
-// the helper when a process starts with it.
-const jailArg0 = "space-vm-jail"
+// JailHelper is argv[0] of the jail helper: the name under which the
+// node-manager binary runs JailMain (reexec.Run).
+const JailHelper = "space-vm-jail"
 
 // Defaults of Config.UIDBase and Config.UIDs. The range lies far above the
 // ns runtime's default ranges (1000000 up, 65536 uids per sandbox) and the
@@ -116,19 +117,17 @@ type jailSpec struct {
 	Groups []uint32 `json:"groups"`
 }
 
-func init() {
-	if len(os.Args) == 2 && os.Args[0] == jailArg0 {
-		jailMain(os.Args[1])
-	}
-}
-
-// jailMain runs the jail helper; it returns only by exiting.
-func jailMain(arg string) {
+// JailMain runs the jail helper on its one argument, the JSON jail
+// specification; it returns only by exiting.
+func JailMain(args []string) {
 	// No_new_privs is a per-thread attribute: set it on the thread that
-	// execs QEMU. (The main goroutine is locked during init anyway.)
+	// execs QEMU.
 	runtime.LockOSThread()
-	err := runJail(arg)
-	fmt.Fprintf(os.Stderr, "%s: %v\n", jailArg0, err)
+	err := errors.New("want one argument, the jail specification")
+	if len(args) == 1 {
+		err = runJail(args[0])
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", JailHelper, err)
 	os.Exit(126)
 }
 
@@ -588,7 +587,8 @@ func (d *Driver) confinedCommand(st *state, args []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{jailArg0, string(spec)}, Dir: dir}
+	cmd := reexec.Command(JailHelper, string(spec))
+	cmd.Dir = dir
 	// Its own session: QEMU outlives the process that started it. No host
 	// network, IPC or hostname; the mount namespace is set up by the helper.
 	cmd.SysProcAttr = &unix.SysProcAttr{

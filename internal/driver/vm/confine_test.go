@@ -21,6 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/reexec"
 	"github.com/spacesandbox/space/internal/testenv"
 )
 
@@ -156,17 +157,20 @@ func FuzzParseStatusIDs(f *testing.F) {
 func TestJailHelperReportsErrors(t *testing.T) {
 	dir := t.TempDir()
 	spec := `{"root":"/nonexistent","dir":"` + dir + `","log":"qemu.log","qemu":"/bin/true","args":["-x"],"uid":0,"gid":0}`
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{jailArg0, spec}, Dir: dir}
+	cmd := reexec.Command(JailHelper, spec)
+	cmd.Dir = dir
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 126 {
 		t.Errorf("helper exit: %v, want status 126", err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "qemu.log"))
-	if !strings.Contains(string(b), jailArg0+": jail for uid 0") {
+	if !strings.Contains(string(b), JailHelper+": jail for uid 0") {
 		t.Errorf("helper log %q, want the refusal of uid 0", b)
 	}
-	if err := (&exec.Cmd{Path: "/proc/self/exe", Args: []string{jailArg0, "{not json"}, Dir: dir}).Run(); err == nil {
+	broken := reexec.Command(JailHelper, "{not json")
+	broken.Dir = dir
+	if err := broken.Run(); err == nil {
 		t.Error("the helper accepted a broken specification")
 	}
 }

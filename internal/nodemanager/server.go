@@ -1,4 +1,4 @@
-package privop
+package nodemanager
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/keylock"
+	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/progress"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -235,84 +236,84 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	uid, err := peerUID(c)
 	if err != nil || !s.allowed[uid] {
 		s.log.Warn("node-manager: refused caller", "uid", uid, "err", err)
-		_ = writeMessage(c, Response{Error: "caller not allowed", ErrorKind: kindOf(errdefs.ErrPermissionDenied)})
+		_ = privop.WriteMessage(c, privop.Response{Error: "caller not allowed", ErrorKind: privop.KindOf(errdefs.ErrPermissionDenied)})
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var req Request
-	fs, err := readMessage(c, &req)
-	closeFiles(fs) // requests carry no descriptors
+	var req privop.Request
+	fs, err := privop.ReadMessage(c, &req)
+	privop.CloseFiles(fs) // requests carry no descriptors
 	if err != nil {
-		_ = writeMessage(c, Response{Error: "bad request: " + err.Error(), ErrorKind: kindOf(errdefs.ErrInvalidArgument)})
+		_ = privop.WriteMessage(c, privop.Response{Error: "bad request: " + err.Error(), ErrorKind: privop.KindOf(errdefs.ErrInvalidArgument)})
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	if req.Op == OpEnsureTemplate && req.Template != nil && req.Template.Progress {
+	if req.Op == privop.OpEnsureTemplate && req.Template != nil && req.Template.Progress {
 		s.serveBuild(ctx, c, uid, &req)
 		return
 	}
 	resp, files := s.handle(ctx, uid, &req)
-	defer closeFiles(files)
+	defer privop.CloseFiles(files)
 	var fds []int
 	for _, f := range files {
 		fds = append(fds, int(f.Fd()))
 	}
-	if err := writeMessage(c, resp, fds...); err != nil {
+	if err := privop.WriteMessage(c, resp, fds...); err != nil {
 		s.log.Warn("node-manager: write response", "op", req.Op, "err", err)
 	}
 }
 
-func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response, []*os.File) {
+func (s *Server) handle(ctx context.Context, uid uint32, req *privop.Request) (privop.Response, []*os.File) {
 	if id := execOf(req); id != "" {
 		defer s.execs.Lock(id)()
 	}
-	var resp Response
+	var resp privop.Response
 	var file *os.File
 	var err error
 	switch req.Op {
-	case OpHello:
+	case privop.OpHello:
 		resp.Hello = s.hello()
-	case OpEnsureTemplate:
+	case privop.OpEnsureTemplate:
 		resp.Template, err = s.ensureTemplate(ctx, uid, req.Template)
-	case OpDeleteTemplate:
+	case privop.OpDeleteTemplate:
 		err = s.deleteTemplate(ctx, req.Template)
-	case OpListTemplates:
+	case privop.OpListTemplates:
 		resp.Templates, err = s.cfg.Storage.Templates(ctx)
-	case OpStart:
+	case privop.OpStart:
 		var files []*os.File
 		resp.Started, files, err = s.start(ctx, req.Start)
 		if err == nil {
 			return resp, files
 		}
-	case OpCleanup:
+	case privop.OpCleanup:
 		err = s.cleanup(ctx, req.ExecID, req.Runtime)
-	case OpPause, OpResume:
+	case privop.OpPause, privop.OpResume:
 		err = s.pauseResume(ctx, req.Op, req.ExecID, req.Runtime)
-	case OpStats:
+	case privop.OpStats:
 		resp.Stats, err = s.stats(ctx, req.ExecID, req.Runtime)
-	case OpSnapshot:
+	case privop.OpSnapshot:
 		resp.Snapshot, err = s.snapshot(ctx, req.Snapshot)
-	case OpDeleteSnapshot:
+	case privop.OpDeleteSnapshot:
 		err = s.deleteSnapshot(ctx, req.SnapshotID)
-	case OpListSnapshots:
+	case privop.OpListSnapshots:
 		resp.Snapshots, err = s.listSnapshots()
-	case OpExport:
+	case privop.OpExport:
 		resp.Export, err = s.exportSnapshot(ctx, req.Export)
-	case OpOpenExport:
+	case privop.OpOpenExport:
 		file, err = s.openExportFile(req.Export)
-	case OpCreateImport:
+	case privop.OpCreateImport:
 		file, err = s.createImportFile(req.Export)
-	case OpSealImport:
+	case privop.OpSealImport:
 		resp.Snapshot, err = s.sealImport(ctx, req.Export)
-	case OpReopenLink:
+	case privop.OpReopenLink:
 		var link *driver.Link
 		if link, err = s.reopenLink(ctx, req.ExecID, req.Runtime); err == nil {
-			resp.Started = &Started{Link: string(link.Framing)}
+			resp.Started = &privop.Started{Link: string(link.Framing)}
 			file = link.File
 		}
-	case OpListExecutions:
+	case privop.OpListExecutions:
 		resp.Executions, err = s.listExecutions(ctx)
-	case OpAlive:
+	case privop.OpAlive:
 		var alive bool
 		alive, err = s.alive(ctx, req.ExecID, req.Runtime)
 		resp.Alive = &alive
@@ -321,7 +322,7 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 	}
 	if err != nil {
 		s.log.Warn("node-manager: operation failed", "op", req.Op, "err", err)
-		return Response{Error: err.Error(), ErrorKind: kindOf(err)}, nil
+		return privop.Response{Error: err.Error(), ErrorKind: privop.KindOf(err)}, nil
 	}
 	if file != nil {
 		return resp, []*os.File{file}
@@ -332,15 +333,15 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *Request) (Response
 // execOf is the execution an operation changes, "" for the others (reads
 // such as stats and alive, and operations on templates and snapshots by
 // id, need no order against them).
-func execOf(req *Request) string {
+func execOf(req *privop.Request) string {
 	switch req.Op {
-	case OpStart:
+	case privop.OpStart:
 		if req.Start != nil {
 			return req.Start.ExecID
 		}
-	case OpCleanup, OpPause, OpResume, OpReopenLink:
+	case privop.OpCleanup, privop.OpPause, privop.OpResume, privop.OpReopenLink:
 		return req.ExecID
-	case OpSnapshot:
+	case privop.OpSnapshot:
 		if req.Snapshot != nil {
 			return req.Snapshot.ExecID
 		}
@@ -348,8 +349,8 @@ func execOf(req *Request) string {
 	return ""
 }
 
-func (s *Server) hello() *Hello {
-	h := &Hello{Pid: os.Getpid(), Storage: s.cfg.Storage.Name()}
+func (s *Server) hello() *privop.Hello {
+	h := &privop.Hello{Pid: os.Getpid(), Storage: s.cfg.Storage.Name()}
 	for name := range s.allDrivers() {
 		h.Runtimes = append(h.Runtimes, name)
 	}

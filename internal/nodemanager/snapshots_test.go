@@ -1,10 +1,11 @@
-package privop
+package nodemanager
 
 import (
 	"context"
 	"testing"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
 )
 
 func TestSnapshots(t *testing.T) {
@@ -13,18 +14,18 @@ func TestSnapshots(t *testing.T) {
 	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
 		t.Fatal(err)
 	}
-	args := StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
+	args := privop.StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
 	_, ch, _, err := c.Start(ctx, args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ch.Close()
-	snap := SnapshotArgs{SnapshotID: "snap-1", ExecID: "sb1-g1-abc", Runtime: "ns", Kind: SnapshotDisk, SandboxID: "sb1", Template: "minimal"}
+	snap := privop.SnapshotArgs{SnapshotID: "snap-1", ExecID: "sb1-g1-abc", Runtime: "ns", Kind: privop.SnapshotDisk, SandboxID: "sb1", Template: "minimal"}
 	info, err := c.Snapshot(ctx, snap)
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	if info.ID != "snap-1" || info.Kind != SnapshotDisk || info.SandboxID != "sb1" || info.Runtime != "ns" || info.CreatedAt.IsZero() {
+	if info.ID != "snap-1" || info.Kind != privop.SnapshotDisk || info.SandboxID != "sb1" || info.Runtime != "ns" || info.CreatedAt.IsZero() {
 		t.Errorf("info = %+v", info)
 	}
 	if st.snaps["snap-1"] != "sb1-g1-abc" {
@@ -43,7 +44,7 @@ func TestSnapshots(t *testing.T) {
 	}
 	// The ns runtime cannot save memory.
 	full := snap
-	full.SnapshotID, full.Kind = "snap-2", SnapshotFull
+	full.SnapshotID, full.Kind = "snap-2", privop.SnapshotFull
 	if _, err := c.Snapshot(ctx, full); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("full snapshot on ns: %v, want FailedPrecondition", err)
 	}
@@ -87,16 +88,16 @@ func TestSnapshots(t *testing.T) {
 func TestSnapshotValidation(t *testing.T) {
 	c, _, _ := startServer(t)
 	ctx := context.Background()
-	good := SnapshotArgs{SnapshotID: "snap-1", ExecID: "sb1-g1-abc", Runtime: "ns", Kind: SnapshotDisk, SandboxID: "sb1", Template: "minimal"}
-	for name, edit := range map[string]func(*SnapshotArgs){
-		"id with dots":   func(a *SnapshotArgs) { a.SnapshotID = "../x" },
-		"empty id":       func(a *SnapshotArgs) { a.SnapshotID = "" },
-		"bad exec":       func(a *SnapshotArgs) { a.ExecID = "a/b" },
-		"bad kind":       func(a *SnapshotArgs) { a.Kind = "memory" },
-		"bad sandbox":    func(a *SnapshotArgs) { a.SandboxID = "X" },
-		"bad template":   func(a *SnapshotArgs) { a.Template = "../t" },
-		"unknown exec":   func(a *SnapshotArgs) {},
-		"unknown driver": func(a *SnapshotArgs) { a.Runtime = "vm" },
+	good := privop.SnapshotArgs{SnapshotID: "snap-1", ExecID: "sb1-g1-abc", Runtime: "ns", Kind: privop.SnapshotDisk, SandboxID: "sb1", Template: "minimal"}
+	for name, edit := range map[string]func(*privop.SnapshotArgs){
+		"id with dots":   func(a *privop.SnapshotArgs) { a.SnapshotID = "../x" },
+		"empty id":       func(a *privop.SnapshotArgs) { a.SnapshotID = "" },
+		"bad exec":       func(a *privop.SnapshotArgs) { a.ExecID = "a/b" },
+		"bad kind":       func(a *privop.SnapshotArgs) { a.Kind = "memory" },
+		"bad sandbox":    func(a *privop.SnapshotArgs) { a.SandboxID = "X" },
+		"bad template":   func(a *privop.SnapshotArgs) { a.Template = "../t" },
+		"unknown exec":   func(a *privop.SnapshotArgs) {},
+		"unknown driver": func(a *privop.SnapshotArgs) { a.Runtime = "vm" },
 	} {
 		a := good
 		edit(&a)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,31 +10,15 @@ import (
 	"github.com/spacesandbox/space/internal/vmimage"
 )
 
-// The vm runtime's kernel at node start (--kernel-build). The minimal
-// kernel boots on the microvm machine in well under half the time of
-// Debian's cloud kernel on q35 (docs/PERFORMANCE.md), but is compiled from
-// Debian's sources: 10 to 25 minutes on a 2-core host. A node does not wait
-// for it: it starts on the cloud kernel (a package download, seconds) and
-// moves new VMs to the minimal kernel when it is ready.
+// The --kernel-build modes (vmimage.KernelBuildBackground and the rest).
 const (
-	// kernelBuildBackground builds the minimal kernel in the background,
-	// at low CPU priority, when the cache has none (the default).
-	kernelBuildBackground = "background"
-	// kernelBuildWait never builds, but moves to a minimal kernel that
-	// another process is building into the same cache (`make test` does).
-	kernelBuildWait = "wait"
-	// kernelBuildOff uses the minimal kernel only if it is built at start.
-	kernelBuildOff = "off"
+	kernelBuildBackground = vmimage.KernelBuildBackground
+	kernelBuildWait       = vmimage.KernelBuildWait
+	kernelBuildOff        = vmimage.KernelBuildOff
 )
 
 // validKernelBuild checks a --kernel-build value.
-func validKernelBuild(mode string) error {
-	switch mode {
-	case kernelBuildBackground, kernelBuildWait, kernelBuildOff:
-		return nil
-	}
-	return fmt.Errorf("--kernel-build %q: want background, wait or off", mode)
-}
+func validKernelBuild(mode string) error { return vmimage.ValidKernelBuild(mode) }
 
 // kernelBuildNice is the niceness of a background kernel build: sandboxes
 // come first.

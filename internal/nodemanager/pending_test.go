@@ -1,4 +1,4 @@
-package privop
+package nodemanager
 
 import (
 	"context"

@@ -1,3 +1,8 @@
+// Command space-host-bridge is the host side of one execution's guest
+// channel: the sandbox manager (`space node`) starts one per execution, in
+// the execution's directory, with the channel as an inherited descriptor,
+// and talks to it over a unix socket (internal/bridge). One runs per
+// sandbox, so it links as little as it can (deps_test.go).
 package main
 
 import (
@@ -9,10 +14,15 @@ import (
 	"syscall"
 
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/hostbin"
 )
 
-// runHostBridge is `space host-bridge`: started by the sandbox manager, one per
-// execution, with the guest channel as an inherited descriptor.
+func main() {
+	os.Exit(runHostBridge(os.Args[1:]))
+}
+
+// runHostBridge is space-host-bridge (or `space host-bridge`, which execs
+// it).
 func runHostBridge(args []string) int {
 	fs := flag.NewFlagSet("host-bridge", flag.ContinueOnError)
 	execID := fs.String("exec-id", "", "execution this bridge serves")
@@ -25,13 +35,13 @@ func runHostBridge(args []string) int {
 		return 2
 	}
 	if (*guestPid == 0) != (*guestStart == 0) || *guestPid < 0 {
-		fmt.Fprintln(os.Stderr, "space host-bridge: --guest-pid and --guest-start-time go together, and the pid is positive")
+		fmt.Fprintln(os.Stderr, "space-host-bridge: --guest-pid and --guest-start-time go together, and the pid is positive")
 		return 2
 	}
-	log := newLogger().With("component", "host-bridge")
+	log := hostbin.Logger().With("component", "host-bridge")
 	conn, err := bridge.OpenChannel(*guestFD)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
+		fmt.Fprintf(os.Stderr, "space-host-bridge: %v\n", err)
 		return 1
 	}
 	// The bridge runs in the execution's directory (the sandbox manager
@@ -44,7 +54,7 @@ func runHostBridge(args []string) int {
 	// exit file; the bridge then exits without serving.
 	b, err := bridge.New(cfg, log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
+		fmt.Fprintf(os.Stderr, "space-host-bridge: %v\n", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -53,7 +63,7 @@ func runHostBridge(args []string) int {
 	// session it left must not stop it.
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 	if err := b.Run(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
+		fmt.Fprintf(os.Stderr, "space-host-bridge: %v\n", err)
 		return 1
 	}
 	return 0

@@ -1,10 +1,11 @@
-package privop
+package nodemanager
 
 import (
 	"context"
 	"net"
 	"time"
 
+	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/progress"
 )
 
@@ -46,8 +47,8 @@ func (s *Server) buildReading(name string) (progress.Report, bool) {
 // while the build runs, then the answer. A caller that goes away does not
 // stop the build (ensureTemplate detaches it); the connection is served,
 // without readings, until the build ends, as one without progress is.
-func (s *Server) serveBuild(ctx context.Context, c *net.UnixConn, uid uint32, req *Request) {
-	done := make(chan Response, 1)
+func (s *Server) serveBuild(ctx context.Context, c *net.UnixConn, uid uint32, req *privop.Request) {
+	done := make(chan privop.Response, 1)
 	go func() {
 		resp, _ := s.handle(ctx, uid, req) // OpEnsureTemplate carries no files
 		done <- resp
@@ -62,7 +63,7 @@ func (s *Server) serveBuild(ctx context.Context, c *net.UnixConn, uid uint32, re
 			if gone {
 				return
 			}
-			if err := writeMessage(c, resp); err != nil {
+			if err := privop.WriteMessage(c, resp); err != nil {
 				s.log.Warn("node-manager: write response", "op", req.Op, "err", err)
 			}
 			return
@@ -72,7 +73,7 @@ func (s *Server) serveBuild(ctx context.Context, c *net.UnixConn, uid uint32, re
 				continue
 			}
 			sent = r
-			if err := writeMessage(c, Response{Progress: &r}); err != nil {
+			if err := privop.WriteMessage(c, privop.Response{Progress: &r}); err != nil {
 				s.log.Info("node-manager: build progress: the caller went away", "template", req.Template.Name, "err", err)
 				gone = true
 			}

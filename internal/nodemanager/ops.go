@@ -1,4 +1,4 @@
-package privop
+package nodemanager
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/progress"
 )
 
-func (s *Server) ensureTemplate(ctx context.Context, uid uint32, a *TemplateArgs) (*TemplateOK, error) {
+func (s *Server) ensureTemplate(ctx context.Context, uid uint32, a *privop.TemplateArgs) (*privop.TemplateOK, error) {
 	if a == nil {
 		return nil, invalid("template: missing arguments")
 	}
-	if err := ValidTemplateName(a.Name); err != nil {
+	if err := privop.ValidTemplateName(a.Name); err != nil {
 		return nil, err
 	}
 	if err := checkSourceOwner(uid, a.Source); err != nil {
@@ -35,10 +36,10 @@ func (s *Server) ensureTemplate(ctx context.Context, uid uint32, a *TemplateArgs
 	if err != nil {
 		return nil, err
 	}
-	return v.(*TemplateOK), nil
+	return v.(*privop.TemplateOK), nil
 }
 
-func (s *Server) buildTemplate(ctx context.Context, a *TemplateArgs) (*TemplateOK, error) {
+func (s *Server) buildTemplate(ctx context.Context, a *privop.TemplateArgs) (*privop.TemplateOK, error) {
 	have, err := s.cfg.Storage.Templates(ctx)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (s *Server) buildTemplate(ctx context.Context, a *TemplateArgs) (*TemplateO
 				size = dirSize(dir)
 			}
 		}
-		return &TemplateOK{SizeBytes: size}, nil
+		return &privop.TemplateOK{SizeBytes: size}, nil
 	}
 	if a.Source == "" {
 		return nil, fmt.Errorf("%w: template %q is not on this node and no source was given", errdefs.ErrNotFound, a.Name)
@@ -86,7 +87,7 @@ func (s *Server) buildTemplate(ctx context.Context, a *TemplateArgs) (*TemplateO
 	s.log.Info("template ready", "name", a.Name)
 	last := tr.Current()
 	last.Final = true
-	return &TemplateOK{SizeBytes: size, Progress: &last}, nil
+	return &privop.TemplateOK{SizeBytes: size, Progress: &last}, nil
 }
 
 // checkSourceOwner stops an unprivileged caller from having root copy files it
@@ -110,11 +111,11 @@ func checkSourceOwner(uid uint32, source string) error {
 	return nil
 }
 
-func (s *Server) deleteTemplate(ctx context.Context, a *TemplateArgs) error {
+func (s *Server) deleteTemplate(ctx context.Context, a *privop.TemplateArgs) error {
 	if a == nil {
 		return invalid("template: missing arguments")
 	}
-	if err := ValidTemplateName(a.Name); err != nil {
+	if err := privop.ValidTemplateName(a.Name); err != nil {
 		return err
 	}
 	if err := s.removeDiskImage(a.Name); err != nil {
@@ -135,8 +136,8 @@ func (s *Server) templatePresent(ctx context.Context, template string) error {
 	return nil
 }
 
-func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, []*os.File, error) {
-	if err := a.validate(s.runtimes()); err != nil {
+func (s *Server) start(ctx context.Context, a *privop.StartArgs) (*privop.Started, []*os.File, error) {
+	if err := a.Validate(s.runtimes()); err != nil {
 		return nil, nil, err
 	}
 	started, ch, err := s.startOnce(ctx, a)
@@ -154,7 +155,7 @@ func (s *Server) start(ctx context.Context, a *StartArgs) (*Started, []*os.File,
 	return started, ch, err
 }
 
-func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, []*os.File, error) {
+func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.Started, []*os.File, error) {
 	t0 := time.Now()
 	var root string
 	var cp *driver.Checkpoint
@@ -208,7 +209,7 @@ func (s *Server) startOnce(ctx context.Context, a *StartArgs) (*Started, []*os.F
 	s.owner[a.ExecID] = a.Runtime
 	s.mu.Unlock()
 	s.log.Debug("execution started", "exec", a.ExecID, "clone", tCloned.Sub(t0), "runtime", time.Since(tCloned))
-	started := &Started{Pid: inst.Pid, StartTime: inst.StartTime}
+	started := &privop.Started{Pid: inst.Pid, StartTime: inst.StartTime}
 	files := []*os.File{inst.Channel}
 	if inst.Link != nil {
 		started.Link = string(inst.Link.Framing)
@@ -243,7 +244,7 @@ func (s *Server) driversFor(execID, runtime string) ([]driver.Driver, error) {
 }
 
 func (s *Server) cleanup(ctx context.Context, execID, runtime string) error {
-	if err := ValidExecID(execID); err != nil {
+	if err := privop.ValidExecID(execID); err != nil {
 		return err
 	}
 	drivers, err := s.driversFor(execID, runtime)
@@ -271,8 +272,8 @@ func (s *Server) cleanup(ctx context.Context, execID, runtime string) error {
 	return nil
 }
 
-func (s *Server) pauseResume(ctx context.Context, op Op, execID, runtime string) error {
-	if err := ValidExecID(execID); err != nil {
+func (s *Server) pauseResume(ctx context.Context, op privop.Op, execID, runtime string) error {
+	if err := privop.ValidExecID(execID); err != nil {
 		return err
 	}
 	drivers, err := s.driversFor(execID, runtime)
@@ -284,7 +285,7 @@ func (s *Server) pauseResume(ctx context.Context, op Op, execID, runtime string)
 		if !ok {
 			continue
 		}
-		if op == OpPause {
+		if op == privop.OpPause {
 			return p.Pause(ctx, execID)
 		}
 		return p.Resume(ctx, execID)
@@ -292,8 +293,8 @@ func (s *Server) pauseResume(ctx context.Context, op Op, execID, runtime string)
 	return fmt.Errorf("%w: the runtime of exec %s cannot pause", errdefs.ErrFailedPrecondition, execID)
 }
 
-func (s *Server) stats(ctx context.Context, execID, runtime string) (*Stats, error) {
-	if err := ValidExecID(execID); err != nil {
+func (s *Server) stats(ctx context.Context, execID, runtime string) (*privop.Stats, error) {
+	if err := privop.ValidExecID(execID); err != nil {
 		return nil, err
 	}
 	drivers, err := s.driversFor(execID, runtime)
@@ -304,7 +305,7 @@ func (s *Server) stats(ctx context.Context, execID, runtime string) (*Stats, err
 	for _, d := range drivers {
 		st, err := d.Stats(ctx, execID)
 		if err == nil {
-			return &Stats{MemoryBytes: st.MemoryBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}, nil
+			return &privop.Stats{MemoryBytes: st.MemoryBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}, nil
 		}
 		last = err
 	}
@@ -312,7 +313,7 @@ func (s *Server) stats(ctx context.Context, execID, runtime string) (*Stats, err
 }
 
 func (s *Server) reopenLink(ctx context.Context, execID, runtime string) (*driver.Link, error) {
-	if err := ValidExecID(execID); err != nil {
+	if err := privop.ValidExecID(execID); err != nil {
 		return nil, err
 	}
 	drivers, err := s.driversFor(execID, runtime)
@@ -330,7 +331,7 @@ func (s *Server) reopenLink(ctx context.Context, execID, runtime string) (*drive
 }
 
 func (s *Server) alive(ctx context.Context, execID, runtime string) (bool, error) {
-	if err := ValidExecID(execID); err != nil {
+	if err := privop.ValidExecID(execID); err != nil {
 		return false, err
 	}
 	drivers, err := s.driversFor(execID, runtime)
@@ -347,8 +348,8 @@ func (s *Server) alive(ctx context.Context, execID, runtime string) (bool, error
 
 // listExecutions asks every ready runtime which executions it holds state
 // for, sorted by runtime and id.
-func (s *Server) listExecutions(ctx context.Context) (*Executions, error) {
-	out := &Executions{Executions: []HeldExecution{}}
+func (s *Server) listExecutions(ctx context.Context) (*privop.Executions, error) {
+	out := &privop.Executions{Executions: []privop.HeldExecution{}}
 	drivers := s.allDrivers()
 	names := make([]string, 0, len(drivers))
 	for name := range drivers {
@@ -361,7 +362,7 @@ func (s *Server) listExecutions(ctx context.Context) (*Executions, error) {
 			return nil, fmt.Errorf("list the executions of the %s runtime: %w", name, err)
 		}
 		for _, id := range ids {
-			out.Executions = append(out.Executions, HeldExecution{ExecID: id, Runtime: name})
+			out.Executions = append(out.Executions, privop.HeldExecution{ExecID: id, Runtime: name})
 		}
 	}
 	out.Pending = s.hello().Pending

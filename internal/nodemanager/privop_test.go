@@ -1,10 +1,9 @@
-package privop
+package nodemanager
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spacesandbox/space/internal/progress"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/progress"
 
 	"golang.org/x/sys/unix"
 
@@ -160,7 +162,7 @@ func (d *pipeDriver) Alive(_ context.Context, id string) (bool, error) {
 	return d.peers[id] != nil, nil
 }
 
-func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
+func startServer(t *testing.T) (*privop.Client, *memStorage, *pipeDriver) {
 	t.Helper()
 	dir := t.TempDir()
 	guest := filepath.Join(dir, "space-guest")
@@ -199,7 +201,7 @@ func startServer(t *testing.T) (*Client, *memStorage, *pipeDriver) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	c := NewClient(filepath.Join(dir, "nm.sock"))
+	c := privop.NewClient(filepath.Join(dir, "nm.sock"))
 	for i := 0; ; i++ {
 		if _, err := c.Hello(context.Background()); err == nil {
 			break
@@ -217,7 +219,7 @@ func TestStartPassesTheGuestChannel(t *testing.T) {
 	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
 		t.Fatal(err)
 	}
-	started, ch, _, err := c.Start(ctx, StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
+	started, ch, _, err := c.Start(ctx, privop.StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,22 +254,22 @@ func TestValidation(t *testing.T) {
 	c, _, _ := startServer(t)
 	ctx := context.Background()
 	c.EnsureTemplate(ctx, "minimal", "builtin:minimal")
-	good := StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
+	good := privop.StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
 	tests := []struct {
 		name string
-		edit func(*StartArgs)
+		edit func(*privop.StartArgs)
 		want error
 	}{
-		{"exec id with slash", func(a *StartArgs) { a.ExecID = "../../etc" }, errdefs.ErrInvalidArgument},
-		{"exec id upper", func(a *StartArgs) { a.ExecID = "ABC" }, errdefs.ErrInvalidArgument},
-		{"exec id too long", func(a *StartArgs) { a.ExecID = strings.Repeat("a", 65) }, errdefs.ErrInvalidArgument},
-		{"template traversal", func(a *StartArgs) { a.Template = "../x" }, errdefs.ErrInvalidArgument},
-		{"unknown runtime", func(a *StartArgs) { a.Runtime = "vm" }, errdefs.ErrInvalidArgument},
-		{"hostname", func(a *StartArgs) { a.Hostname = "a b" }, errdefs.ErrInvalidArgument},
-		{"cpus", func(a *StartArgs) { a.CPUs = 0 }, errdefs.ErrInvalidArgument},
-		{"memory", func(a *StartArgs) { a.MemoryMiB = 1 << 30 }, errdefs.ErrInvalidArgument},
-		{"pids", func(a *StartArgs) { a.PidsMax = 1 }, errdefs.ErrInvalidArgument},
-		{"template absent", func(a *StartArgs) { a.Template = "other" }, errdefs.ErrFailedPrecondition},
+		{"exec id with slash", func(a *privop.StartArgs) { a.ExecID = "../../etc" }, errdefs.ErrInvalidArgument},
+		{"exec id upper", func(a *privop.StartArgs) { a.ExecID = "ABC" }, errdefs.ErrInvalidArgument},
+		{"exec id too long", func(a *privop.StartArgs) { a.ExecID = strings.Repeat("a", 65) }, errdefs.ErrInvalidArgument},
+		{"template traversal", func(a *privop.StartArgs) { a.Template = "../x" }, errdefs.ErrInvalidArgument},
+		{"unknown runtime", func(a *privop.StartArgs) { a.Runtime = "vm" }, errdefs.ErrInvalidArgument},
+		{"hostname", func(a *privop.StartArgs) { a.Hostname = "a b" }, errdefs.ErrInvalidArgument},
+		{"cpus", func(a *privop.StartArgs) { a.CPUs = 0 }, errdefs.ErrInvalidArgument},
+		{"memory", func(a *privop.StartArgs) { a.MemoryMiB = 1 << 30 }, errdefs.ErrInvalidArgument},
+		{"pids", func(a *privop.StartArgs) { a.PidsMax = 1 }, errdefs.ErrInvalidArgument},
+		{"template absent", func(a *privop.StartArgs) { a.Template = "other" }, errdefs.ErrFailedPrecondition},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,13 +366,13 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		{0xff, 0xff, 0xff, 0xff},
 		append([]byte{0, 0, 0, 20}, []byte(`{"op":"format_disk"}`)...),
 	} {
-		conn, err := net.Dial("unix", c.socket)
+		conn, err := net.Dial("unix", c.Socket())
 		if err != nil {
 			t.Fatal(err)
 		}
 		conn.Write(raw)
-		var resp Response
-		_, err = readMessage(conn.(*net.UnixConn), &resp)
+		var resp privop.Response
+		_, err = privop.ReadMessage(conn.(*net.UnixConn), &resp)
 		conn.Close()
 		if err != nil || resp.Error == "" {
 			t.Errorf("request %q: response %+v, %v; want an error answer", raw, resp, err)
@@ -424,7 +426,7 @@ func TestCleanupWaitsForAStartTheCallerGaveUpOn(t *testing.T) {
 	drv.mu.Lock()
 	drv.gate, drv.entered = gate, make(chan string, 1)
 	drv.mu.Unlock()
-	args := StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
+	args := privop.StartArgs{ExecID: "sb1-g1-abc", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "sb1", CPUs: 1, MemoryMiB: 256, PidsMax: 256}
 	sctx, cancel := context.WithCancel(ctx)
 	startErr := make(chan error, 1)
 	go func() {
@@ -479,7 +481,7 @@ func TestListExecutions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"sb2-g1-b", "sb1-g1-a"} {
-		_, ch, _, err := c.Start(ctx, StartArgs{ExecID: id, SandboxID: strings.SplitN(id, "-", 2)[0], Template: "minimal", Runtime: "ns", Hostname: "h", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
+		_, ch, _, err := c.Start(ctx, privop.StartArgs{ExecID: id, SandboxID: strings.SplitN(id, "-", 2)[0], Template: "minimal", Runtime: "ns", Hostname: "h", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +491,7 @@ func TestListExecutions(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := c.ListExecutions(ctx)
-	want := []HeldExecution{{ExecID: "sb1-g1-a", Runtime: "ns"}}
+	want := []privop.HeldExecution{{ExecID: "sb1-g1-a", Runtime: "ns"}}
 	if err != nil || !slices.Equal(got.Executions, want) || len(got.Pending) != 0 {
 		t.Errorf("ListExecutions = %+v, %v; want %v and nothing pending", got, err, want)
 	}

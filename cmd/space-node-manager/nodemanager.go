@@ -19,14 +19,17 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/driver/ns"
 	"github.com/spacesandbox/space/internal/driver/vm"
-	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/guestbin"
+	"github.com/spacesandbox/space/internal/hostbin"
+	"github.com/spacesandbox/space/internal/nodemanager"
 	"github.com/spacesandbox/space/internal/template"
 	"github.com/spacesandbox/space/internal/vmimage"
 	"github.com/spacesandbox/space/internal/volume"
 	"github.com/spacesandbox/space/internal/volume/localvol"
 )
 
-// runNodeManager is `space node-manager`: the node's only root process.
+// runNodeManager is space-node-manager (or `space node-manager`, which
+// execs it): the node's only root process.
 func runNodeManager(args []string) int {
 	fs := flag.NewFlagSet("node-manager", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "", "data directory")
@@ -39,30 +42,30 @@ func runNodeManager(args []string) int {
 		return 2
 	}
 	if err := validKernelBuild(*kernelBuild); err != nil {
-		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 2
 	}
-	log := newLogger().With("component", "node-manager")
+	log := hostbin.Logger().With("component", "node-manager")
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "space node-manager: must run as root (it is the node's only privileged process)")
+		fmt.Fprintln(os.Stderr, "space-node-manager: must run as root (it is the node's only privileged process)")
 		return 1
 	}
-	dir, err := resolveDataDir(*dataDir)
+	dir, err := hostbin.DataDir(*dataDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 1
 	}
 	if *socket == "" {
 		*socket = filepath.Join(dir, "run", "node-manager.sock")
 	}
 	if *guestBin == "" {
-		if *guestBin, err = defaultGuestBinary(); err != nil {
-			fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		if *guestBin, err = hostbin.Beside(hostbin.Guest); err != nil {
+			fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 			return 1
 		}
 	}
-	if err := checkGuestBinary(*guestBin); err != nil {
-		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+	if err := guestbin.Check(*guestBin); err != nil {
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 1
 	}
 	var uids []uint32
@@ -72,7 +75,7 @@ func runNodeManager(args []string) int {
 		}
 		u, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "space node-manager: --allow-uid %q: %v\n", s, err)
+			fmt.Fprintf(os.Stderr, "space-node-manager: --allow-uid %q: %v\n", s, err)
 			return 2
 		}
 		uids = append(uids, uint32(u))
@@ -80,7 +83,7 @@ func runNodeManager(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := serveNodeManager(ctx, dir, *cacheDir, *kernelBuild, *socket, *guestBin, uids, log); err != nil {
-		fmt.Fprintf(os.Stderr, "space node-manager: %v\n", err)
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 1
 	}
 	return 0
@@ -118,7 +121,7 @@ func serveNodeManager(ctx context.Context, dataDir, cacheDir, kernelBuild, socke
 	}
 	drivers := map[string]driver.Driver{"ns": nsd}
 	layout := volume.Layout{Root: vols.Dir}
-	srv, err := privop.NewServer(privop.Config{
+	srv, err := nodemanager.NewServer(nodemanager.Config{
 		Socket: socket, AllowedUIDs: uids, GuestBinary: guestBin, Storage: vols,
 		Drivers:       drivers,
 		Build:         buildTemplate,

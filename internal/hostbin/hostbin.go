@@ -1,0 +1,126 @@
+// Package hostbin is what SPACE's host binaries share: their names and where
+// one finds another (beside itself, where `make build` puts them all), the
+// process logger, and the data directory. It imports nothing of SPACE, so
+// that the small privileged binaries (space-node-manager, space-host-bridge)
+// can use it.
+package hostbin
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// The host binaries, each built from cmd/<name>.
+const (
+	// Space is the CLI, the control plane and the sandbox manager.
+	Space = "space"
+	// NodeManager is the node's only root process.
+	NodeManager = "space-node-manager"
+	// HostBridge is started once per execution by the sandbox manager.
+	HostBridge = "space-host-bridge"
+	// Guest is the static guest daemon put into every sandbox.
+	Guest = "space-guest"
+)
+
+// Beside returns the path of the host binary name in the directory of the
+// running binary, whether or not it exists.
+func Beside(name string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find %s: the path of this binary: %w", name, err)
+	}
+	return filepath.Join(filepath.Dir(self), name), nil
+}
+
+// Find returns the path of the host binary name beside the running binary,
+// or an error that says how to build it.
+func Find(name string) (string, error) {
+	path, err := Beside(name)
+	if err != nil {
+		return "", err
+	}
+	return path, Check(path)
+}
+
+// Check refuses a path that is not an executable file, saying how to build
+// the binary it should be.
+func Check(path string) error {
+	st, err := os.Stat(path)
+	if err == nil && (!st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0) {
+		err = errors.New("not an executable file")
+	}
+	if err != nil {
+		name := filepath.Base(path)
+		return fmt.Errorf("%s: %w: build it with `make build` (go build -o %s ./cmd/%s)", path, err, path, name)
+	}
+	return nil
+}
+
+// Exec replaces this process with the host binary name beside it, run with
+// args (argv[0] its path) and this process's environment: `space
+// node-manager` and `space host-bridge` are launchers of their binaries.
+// It returns only on failure.
+func Exec(name string, args []string) error {
+	path, err := Find(name)
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, append([]string{path}, args...), os.Environ())
+}
+
+// Logger returns the process logger: text on stderr, at the level named by
+// SPACE_LOG_LEVEL (debug, info, warn, error; default info).
+func Logger() *slog.Logger {
+	var level slog.Level
+	switch strings.ToLower(os.Getenv("SPACE_LOG_LEVEL")) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// DefaultDataDir is the data directory without a flag: $SPACE_DATA_DIR,
+// /var/lib/space for root, ~/.local/share/space for anyone else.
+func DefaultDataDir() (string, error) {
+	if d := os.Getenv("SPACE_DATA_DIR"); d != "" {
+		return d, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/space", nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the data directory: set SPACE_DATA_DIR: %w", err)
+	}
+	return filepath.Join(home, ".local", "share", "space"), nil
+}
+
+// DataDir returns the absolute data directory a --data-dir flag names
+// (DefaultDataDir when empty), creating it (0700) if needed.
+func DataDir(flagValue string) (string, error) {
+	dir := flagValue
+	if dir == "" {
+		d, err := DefaultDataDir()
+		if err != nil {
+			return "", err
+		}
+		dir = d
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
