@@ -49,6 +49,12 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 	if cfg.Every == 0 {
 		cfg.Every = 2 * time.Second
 	}
+	// The first heartbeat registers the node: its API listens first.
+	select {
+	case <-m.serving:
+	case <-ctx.Done():
+		return nil
+	}
 	m.clock.startHeartbeats()
 	client := &http.Client{Timeout: 10 * time.Second}
 	url := strings.TrimRight(cfg.Server, "/") + "/internal/v1/nodes/" + m.cfg.NodeID + "/heartbeat"

@@ -110,6 +110,11 @@ type Manager struct {
 	// credential is this node's own credential, from the control plane's
 	// heartbeat answers (nodecred.go).
 	credential atomic.Pointer[string]
+	// serving is closed once Serve listens: heartbeats, which register
+	// the node with the control plane, wait for it, so nothing is sent
+	// to a node API that is not there yet.
+	serving     chan struct{}
+	servingOnce sync.Once
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
@@ -124,7 +129,8 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged}
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged,
+		serving: make(chan struct{})}
 	m.pool.init()
 	m.testOffset.path = os.Getenv(TestClockOffsetEnv)
 	logTestClockOffset(log, m.testOffset.path)
@@ -202,6 +208,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		return nil, err
 	}
 	tSpawned := time.Now()
+	rec.Starting = true
 	if err := m.records.save(rec); err != nil {
 		return nil, err
 	}
@@ -219,6 +226,10 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
 	if err := m.installIdentity(ctx, bc, req); err != nil {
+		return nil, err
+	}
+	rec.Starting = false
+	if err := m.records.save(rec); err != nil {
 		return nil, err
 	}
 	m.log.Debug("execution started", "exec", req.ExecID,
@@ -467,6 +478,25 @@ func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
 		return fmt.Errorf("exec %s: cleanup: %w", execID, err)
 	}
 	return m.records.remove(execID)
+}
+
+// AbandonInterruptedStarts tears down the executions whose start an earlier
+// run of the node did not finish (Record.Starting): their guest never got
+// the sandbox's identity, so nothing of the caller's ran there and their
+// bridge would refuse every request. The control plane sees them gone and
+// starts the sandbox again. Called once at start, before the node serves.
+func (m *Manager) AbandonInterruptedStarts(ctx context.Context) {
+	recs, _ := m.records.all()
+	for _, rec := range recs {
+		if !rec.Starting {
+			continue
+		}
+		m.log.Warn("an execution whose start was interrupted (the node stopped before its guest had the sandbox's identity): tearing it down",
+			"exec", rec.ExecID, "sandbox", rec.SandboxID)
+		if err := m.teardown(ctx, rec.ExecID, rec.Runtime); err != nil {
+			m.log.Error("tear down an interrupted start", "exec", rec.ExecID, "err", err)
+		}
+	}
 }
 
 // killIfSame kills pid only if it is still the process that started at start.

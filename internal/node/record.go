@@ -29,6 +29,14 @@ type Record struct {
 	// then that one check is skipped.
 	BridgeExeDev uint64 `json:"bridge_exe_dev,omitempty"`
 	BridgeExeIno uint64 `json:"bridge_exe_ino,omitempty"`
+	// Starting is set from the record's first save, right after the
+	// runtime started the execution, until its guest has the sandbox's
+	// identity (start). A record still Starting when a node starts is an
+	// execution whose start was cut short by the node's death: it never
+	// served anyone, and its bridge admits nothing (no identity), so it is
+	// torn down (AbandonInterruptedStarts) rather than reported running.
+	// Absent in records written before it existed: those are complete.
+	Starting bool `json:"starting,omitempty"`
 	// Paused is set while the execution is paused (its guest cannot answer).
 	Paused bool `json:"paused,omitempty"`
 	// Fenced is set (with Paused) on an execution the node froze when its

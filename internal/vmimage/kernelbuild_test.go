@@ -24,17 +24,18 @@ import (
 // cache has none and nobody builds it.
 func TestMinimalKernel(t *testing.T) {
 	requireApt(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	cache := sharedCacheDir(t)
 	// A build under way (`make test` starts one in the background) is
-	// waited for, until five minutes before the test deadline.
+	// waited for, until five minutes before the test deadline; the checks
+	// that follow get a minute of their own.
 	wctx, wcancel := context.WithCancel(context.Background())
 	if dl, ok := t.Deadline(); ok {
 		wctx, wcancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Minute))
 	}
 	defer wcancel()
 	k, err := AwaitMinimalKernel(wctx, cache)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if errors.Is(err, errdefs.ErrNotFound) {
 		t.Skipf("skipping: %v; build it once with: go run ./internal/vmimage/buildkernel -cache-dir %s", err, cache)
 	}
