@@ -336,7 +336,7 @@ func (m *Manager) Serve(ctx context.Context, addr string) error {
 		return fmt.Errorf("node-api: listen %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	m.AbandonInterruptedStarts(ctx)
+	m.FinishInterruptedStarts(ctx)
 	m.servingOnce.Do(func() { close(m.serving) })
 	go m.ReattachGateways(ctx)
 	go func() {

@@ -480,23 +480,44 @@ func (m *Manager) teardown(ctx context.Context, execID, runtime string) error {
 	return m.records.remove(execID)
 }
 
-// AbandonInterruptedStarts tears down the executions whose start an earlier
-// run of the node did not finish (Record.Starting): their guest never got
-// the sandbox's identity, so nothing of the caller's ran there and their
-// bridge would refuse every request. The control plane sees them gone and
-// starts the sandbox again. Called once at start, before the node serves.
-func (m *Manager) AbandonInterruptedStarts(ctx context.Context) {
+// FinishInterruptedStarts completes the starts an earlier run of the node
+// did not finish (Record.Starting): the runtime started the execution and
+// its bridge runs, but the guest may not have the sandbox's identity, so the
+// bridge would refuse every request. Nothing of the caller's ran there (a
+// start answers only once it is done), so the node does what was left:
+// the bridge's admission, then the identity (Init is safe to repeat on a
+// guest that got it already). One that cannot be finished is left for the
+// control plane, which sees it fail. Called once at start, before the node
+// serves.
+func (m *Manager) FinishInterruptedStarts(ctx context.Context) {
 	recs, _ := m.records.all()
 	for _, rec := range recs {
 		if !rec.Starting {
 			continue
 		}
-		m.log.Warn("an execution whose start was interrupted (the node stopped before its guest had the sandbox's identity): tearing it down",
-			"exec", rec.ExecID, "sandbox", rec.SandboxID)
-		if err := m.teardown(ctx, rec.ExecID, rec.Runtime); err != nil {
-			m.log.Error("tear down an interrupted start", "exec", rec.ExecID, "err", err)
+		m.log.Warn("finishing an execution's start that the node's last run did not finish", "exec", rec.ExecID, "sandbox", rec.SandboxID)
+		if err := m.finishStart(ctx, rec); err != nil {
+			m.log.Error("finish an interrupted start", "exec", rec.ExecID, "err", err)
 		}
 	}
+}
+
+func (m *Manager) finishStart(ctx context.Context, rec *Record) error {
+	bc, err := m.bridge(rec)
+	if err != nil {
+		return err
+	}
+	if err := bc.waitReady(ctx, m.cfg.BridgeReadyTimeout); err != nil {
+		return err
+	}
+	if err := m.pushAdmission(ctx, bc); err != nil {
+		return err
+	}
+	if err := m.installIdentity(ctx, bc, rec.StartExecution); err != nil {
+		return err
+	}
+	rec.Starting = false
+	return m.records.save(rec)
 }
 
 // killIfSame kills pid only if it is still the process that started at start.

@@ -32,10 +32,10 @@ type Record struct {
 	// Starting is set from the record's first save, right after the
 	// runtime started the execution, until its guest has the sandbox's
 	// identity (start). A record still Starting when a node starts is an
-	// execution whose start was cut short by the node's death: it never
-	// served anyone, and its bridge admits nothing (no identity), so it is
-	// torn down (AbandonInterruptedStarts) rather than reported running.
-	// Absent in records written before it existed: those are complete.
+	// execution whose start was cut short by the node's death: its bridge
+	// may admit nothing (no identity yet), so the node finishes the start
+	// (FinishInterruptedStarts) before it serves. Absent in records
+	// written before it existed: those are complete.
 	Starting bool `json:"starting,omitempty"`
 	// Paused is set while the execution is paused (its guest cannot answer).
 	Paused bool `json:"paused,omitempty"`
