@@ -54,6 +54,12 @@ func TestInterruptedStartIsFinished(t *testing.T) {
 
 	in = startServer(t, dir)
 	defer in.stop()
+	// A failure must not leave the sandbox running (it outlives servers).
+	defer func() {
+		if t.Failed() {
+			in.do(http.MethodDelete, "/v1/sandboxes/"+sb.ID, nil, nil)
+		}
+	}()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var rec struct {

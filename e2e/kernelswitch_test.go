@@ -59,7 +59,16 @@ func TestVMKernelSwitch(t *testing.T) {
 	}
 
 	in := startServerEnv(t, t.TempDir(), []string{"SPACE_CACHE_DIR=" + cache})
+	var ids []string
+	defer func() {
+		if t.Failed() {
+			for _, id := range ids {
+				in.do(http.MethodDelete, "/v1/sandboxes/"+id, nil, nil)
+			}
+		}
+	}()
 	before := in.createWith("minimal", "vm")
+	ids = append(ids, before.ID)
 	if out := in.exec(before.ID, "cat", "/proc/cmdline").Stdout; strings.Contains(out, "virtio_mmio.device=") {
 		t.Fatalf("a VM created before the minimal kernel exists runs microvm: %q", out)
 	}
@@ -92,6 +101,7 @@ func TestVMKernelSwitch(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	after := in.createWith("minimal", "vm")
+	ids = append(ids, after.ID)
 	out := in.exec(after.ID, "sh", "-c", "uname -r; cat /proc/cmdline").Stdout
 	if !strings.HasPrefix(out, built.Release+"\n") || !strings.Contains(out, "virtio_mmio.device=") {
 		t.Errorf("a VM created after the build landed: %q; want the minimal kernel %s on microvm", out, built.Release)
