@@ -257,6 +257,10 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now().UTC()
+	// What the node is bringing up is known before the store makes it
+	// live: a create in between would see a live node without vm, neither
+	// offered nor coming, and refuse (warmup.go).
+	s.nodes.observe(id, hb.Executions, hb.Pools, hb.RuntimesPending, hb.RuntimeStatus)
 	if err := s.recordHeartbeat(r.Context(), id, hb, now); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -266,7 +270,6 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.internal.heartbeat(r, hb.Address)
-	s.nodes.observe(id, hb.Executions, hb.Pools, hb.RuntimesPending, hb.RuntimeStatus)
 	s.rec.Observe(id, hb.Executions)
 	// The answer pushes the keys the node verifies capabilities with,
 	// retires the executions that no longer serve their sandbox, and says
