@@ -85,8 +85,18 @@ func TestInterruptedStartIsFinished(t *testing.T) {
 	if got.State != "running" {
 		t.Fatalf("sandbox %+v, want running", got)
 	}
-	if r := in.exec(sb.ID, "true"); r.ExitCode != 0 {
-		t.Errorf("exec after the start was finished: %+v", r)
+	// Right after a restart a node may still be hearing from the control
+	// plane (keys, clock): 503 says retry.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var res execResult
+		code := in.do(http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"true"}}, &res)
+		if code == http.StatusOK && res.ExitCode == 0 {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("exec after the start was finished: HTTP %d %+v\n%s", code, res, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	in.delete(sb.ID)
 }
