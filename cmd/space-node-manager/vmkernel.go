@@ -116,14 +116,10 @@ func (v *vmKernels) follow(ctx context.Context, first *vmimage.Kernel, use func(
 // progress returns the build's progress callback: the status line follows
 // every object, the log every logEvery and every step.
 func (v *vmKernels) progress(first *vmimage.Kernel) func(vmimage.KernelBuildProgress) {
-	var lastStep string
-	var lastLog time.Time
+	logged := vmimage.LogKernelProgress(v.log, v.logEvery)
 	return func(p vmimage.KernelBuildProgress) {
 		v.status(describeKernel(first) + "; building the minimal kernel: " + p.String())
-		if p.Step != lastStep || time.Since(lastLog) >= v.logEvery {
-			lastStep, lastLog = p.Step, time.Now()
-			v.log.Info("minimal guest kernel build", "progress", p.String())
-		}
+		logged(p)
 	}
 }
 

@@ -3,10 +3,12 @@ package vmimage
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // defaultExpectedObjects is about how many files the compile of the minimal
@@ -78,4 +80,17 @@ func (o *buildOutput) Write(p []byte) (int, error) {
 func isObjectLine(line []byte) bool {
 	f := strings.Fields(string(line))
 	return len(f) == 2 && (f[0] == "CC" || f[0] == "AS") && strings.HasSuffix(f[1], ".o")
+}
+
+// LogKernelProgress returns a KernelBuildOptions.Progress that logs a build's
+// progress to log: at every step, and during a step at most every interval.
+func LogKernelProgress(log *slog.Logger, every time.Duration) func(KernelBuildProgress) {
+	var lastStep string
+	var lastLog time.Time
+	return func(p KernelBuildProgress) {
+		if p.Step != lastStep || time.Since(lastLog) >= every {
+			lastStep, lastLog = p.Step, time.Now()
+			log.Info("minimal guest kernel build", "progress", p.String())
+		}
+	}
 }

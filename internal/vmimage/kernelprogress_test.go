@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,18 @@ func TestAwaitMinimalKernelWaitsForBuilder(t *testing.T) {
 	defer cancel()
 	if _, err := AwaitMinimalKernel(cctx, cache); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a lock file with no holder: %v, want NotFound", err)
+	}
+}
+
+// TestLogKernelProgress: every step is logged, readings within a step only
+// once the interval has passed.
+func TestLogKernelProgress(t *testing.T) {
+	var buf bytes.Buffer
+	logged := LogKernelProgress(slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
+	for _, p := range []KernelBuildProgress{{Step: "configure"}, {Step: "compile", Objects: 1}, {Step: "compile", Objects: 2}, {Step: "collect the image"}} {
+		logged(p)
+	}
+	if n := strings.Count(buf.String(), "minimal guest kernel build"); n != 3 || strings.Contains(buf.String(), "compile: 2 ") {
+		t.Errorf("logged %d lines, want 3 (each step once):\n%s", n, &buf)
 	}
 }

@@ -44,8 +44,7 @@ func main() {
 	tty := term.IsTerminal(int(os.Stderr.Fd()))
 	bar := progress.NewRenderer(os.Stderr)
 	defer bar.Done()
-	var lastStep string
-	var lastLog time.Time
+	logged := vmimage.LogKernelProgress(log, *every)
 	k, err := vmimage.BuildMinimalKernelWith(ctx, *cacheDir, vmimage.KernelBuildOptions{
 		Log: log, Nice: *nice,
 		Locked: func() {
@@ -60,10 +59,7 @@ func main() {
 				bar.Show(progress.Report{Phase: "minimal kernel: " + p.Step, Done: int64(p.Objects), Total: int64(p.Expected), Unit: progress.UnitSteps})
 				return
 			}
-			if p.Step != lastStep || time.Since(lastLog) >= *every {
-				lastStep, lastLog = p.Step, time.Now()
-				log.Info("minimal guest kernel build", "progress", p.String())
-			}
+			logged(p)
 		},
 	})
 	if err != nil {
