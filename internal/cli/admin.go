@@ -206,9 +206,35 @@ func templateList(ctx context.Context, e *env, args []string) error {
 	}
 	rows := make([][]string, 0, len(list))
 	for _, t := range list {
-		rows = append(rows, []string{t.Name, t.State, humanBytes(t.SizeBytes), t.Source, formatTime(t.CreatedAt)})
+		rows = append(rows, []string{t.Name, t.State, humanBytes(t.SizeBytes), t.Source, formatTime(t.CreatedAt), templateDetail(t)})
 	}
-	return writeTable(e.stdout, []string{"NAME", "STATE", "SIZE", "SOURCE", "CREATED"}, rows)
+	return writeTable(e.stdout, []string{"NAME", "STATE", "SIZE", "SOURCE", "CREATED", "PROGRESS"}, rows)
+}
+
+// templateDetail is the PROGRESS cell of a template: how far a build has
+// come, why one failed, nothing for a ready template.
+func templateDetail(t sandboxv1.Template) string {
+	switch {
+	case t.State == "failed":
+		return truncate(t.Reason, 60)
+	case t.State != "building":
+		return ""
+	case t.Progress == nil:
+		return ""
+	}
+	p := t.Progress
+	cell := p.Phase
+	switch {
+	case p.Total > 0 && p.Unit == "bytes":
+		cell += fmt.Sprintf(" %d%% (%s of %s)", 100*p.Done/p.Total, humanBytes(p.Done), humanBytes(p.Total))
+	case p.Total > 0:
+		cell += fmt.Sprintf(" %d%% (%d/%d %s)", 100*p.Done/p.Total, p.Done, p.Total, p.Unit)
+	case p.Unit == "bytes":
+		cell += " " + humanBytes(p.Done)
+	case p.Done > 0:
+		cell += fmt.Sprintf(" %d %s", p.Done, p.Unit)
+	}
+	return cell
 }
 
 // listFlags parses a command that takes only -o.

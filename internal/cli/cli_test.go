@@ -273,6 +273,36 @@ func TestTemplateBuildShowsProgressAndWaits(t *testing.T) {
 	}
 }
 
+func TestTemplateListShowsProgress(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONResp(w, 200, sandboxv1.TemplateList{Templates: []sandboxv1.Template{
+			{Name: "ready", State: "ready", Progress: &sandboxv1.Progress{Phase: "build", Done: 9, Total: 9, Unit: "steps", Final: true}},
+			{Name: "steps", State: "building", Progress: &sandboxv1.Progress{Phase: "build", Done: 250, Total: 1000, Unit: "steps"}},
+			{Name: "bytes", State: "building", Progress: &sandboxv1.Progress{Phase: "upload", Done: 1 << 20, Total: 4 << 20, Unit: "bytes"}},
+			{Name: "unknown", State: "building"},
+			{Name: "broken", State: "failed", Reason: "debootstrap: exit 1\x1b[2J " + strings.Repeat("x", 100)},
+		}})
+	})
+	fakeServer(t, mux)
+	code, out, errOut := run(t, nil, "template", "list")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 6 || !strings.HasSuffix(lines[0], "PROGRESS") {
+		t.Fatalf("output:\n%s", out)
+	}
+	for i, want := range []string{" -", "build 25% (250/1000 steps)", "upload 25% (1.0 MiB of 4.0 MiB)", " -", "debootstrap: exit 1?[2J xxx"} {
+		if !strings.Contains(lines[i+1], want) {
+			t.Errorf("row %d = %q, want it to contain %q", i+1, lines[i+1], want)
+		}
+	}
+	if strings.Contains(out, "\x1b") || strings.Count(lines[5], "x") > 60 {
+		t.Errorf("a failed build's reason is not made printable and short: %q", lines[5])
+	}
+}
+
 func TestExtraVerbs(t *testing.T) {
 	var got []string
 	extra := map[string]func([]string) int{"server": func(args []string) int { got = args; return 3 }}

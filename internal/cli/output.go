@@ -80,3 +80,12 @@ func writeJSONLine(w io.Writer, v any) error {
 	_, err = w.Write(append(b, '\n'))
 	return err
 }
+
+// truncate shortens s to at most n runes, ending in "…" when it cut.
+func truncate(s string, n int) string {
+	r := []rune(strings.ToValidUTF8(s, "?"))
+	if len(r) <= n {
+		return string(r)
+	}
+	return string(r[:n-1]) + "…"
+}
