@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"net/http"
+	"sort"
+	"testing"
+	"time"
+)
+
+// BenchmarkNeighbourExec measures what a hostile sandbox costs its
+// neighbour (catalogue C-1, C-4): the exec latency of a quiet sandbox while
+// nothing else runs, then while another sandbox of one CPU spins on four
+// threads, and while it runs a fork bomb. Each noisy phase reports its p50
+// and p99 and the ratio of its p99 to the idle p99 of the same run (the goal
+// is ≤ 2: the noisy sandbox gets its CPUs and no more). Run with
+//
+//	go test ./e2e -run '^$' -bench NeighbourExec -benchtime 1x
+//
+// (SPACE_BENCH_RUNTIME=vm for the vm runtime). Each phase times
+// neighbourExecs execs whatever -benchtime says: the figures are latencies,
+// not throughput.
+func BenchmarkNeighbourExec(b *testing.B) {
+	in := benchInstance(b)
+	quiet := in.createSized(benchTemplate(), benchRuntime(), 1)
+	defer in.do("DELETE", "/v1/sandboxes/"+quiet.ID, nil, nil)
+	noisy := []struct {
+		name, script string
+	}{
+		{"spin", "for i in 1 2 3 4; do (while :; do :; done) >/dev/null 2>&1 </dev/null & done"},
+		{"forkbomb", "b(){ while :; do b & done; }; b >/dev/null 2>&1 </dev/null &"},
+	}
+	for b.Loop() {
+		idle := in.execLatencies(quiet.ID)
+		b.ReportMetric(percentileMS(idle, 0.5), "idle-p50-ms")
+		b.ReportMetric(percentileMS(idle, 0.99), "idle-p99-ms")
+		for _, n := range noisy {
+			sb := in.createSized(benchTemplate(), benchRuntime(), 1)
+			if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"/bin/sh", "-c", n.script}}, nil); code != http.StatusOK {
+				b.Fatalf("start %s: HTTP %d", n.name, code)
+			}
+			time.Sleep(2 * time.Second) // let it take what it can
+			d := in.execLatencies(quiet.ID)
+			b.ReportMetric(percentileMS(d, 0.5), n.name+"-p50-ms")
+			b.ReportMetric(percentileMS(d, 0.99), n.name+"-p99-ms")
+			b.ReportMetric(percentileMS(d, 0.99)/percentileMS(idle, 0.99), n.name+"-p99/idle")
+			in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+		}
+	}
+}
+
+// neighbourExecs is how many execs each phase of BenchmarkNeighbourExec times.
+const neighbourExecs = 100
+
+// execLatencies times neighbourExecs execs of true in sandbox id.
+func (in *instance) execLatencies(id string) []time.Duration {
+	in.t.Helper()
+	ds := make([]time.Duration, 0, neighbourExecs)
+	for range neighbourExecs {
+		start := time.Now()
+		var res execResult
+		if code := in.do("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"true"}}, &res); code != http.StatusOK || res.ExitCode != 0 {
+			in.t.Fatalf("exec true: HTTP %d %+v", code, res)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return ds
+}
+
+// createSized creates a sandbox of cpus CPUs.
+func (in *instance) createSized(template, runtime string, cpus int) sandbox {
+	in.t.Helper()
+	var sb sandbox
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": runtime, "memory_mib": 256, "cpus": cpus}, &sb); code != http.StatusCreated {
+		in.t.Fatalf("create: HTTP %d\n%s", code, in.logs())
+	}
+	return sb
+}
+
+// percentileMS is the p-th percentile of d in milliseconds.
+func percentileMS(d []time.Duration, p float64) float64 {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000
+}
