@@ -10,7 +10,8 @@ import (
 // BenchmarkNeighbourExec measures what a hostile sandbox costs its
 // neighbour (catalogue C-1, C-4): the exec latency of a quiet sandbox while
 // nothing else runs, then while another sandbox of one CPU spins on four
-// threads, and while it runs a fork bomb. Each noisy phase reports its p50
+// threads, while it runs a fork bomb, and while it opens connections
+// without end. Each noisy phase reports its p50
 // and p99 and the ratio of its p99 to the idle p99 of the same run (the goal
 // is ≤ 2: the noisy sandbox gets its CPUs and no more). Run with
 //
@@ -28,6 +29,9 @@ func BenchmarkNeighbourExec(b *testing.B) {
 	}{
 		{"spin", "for i in 1 2 3 4; do (while :; do :; done) >/dev/null 2>&1 </dev/null & done"},
 		{"forkbomb", "b(){ while :; do b & done; }; b >/dev/null 2>&1 </dev/null &"},
+		// Connections without end, each held 10 s, through the sandbox's
+		// gateway (its flow cap) to a public address that never answers.
+		{"connflood", "(while :; do nc -w 10 192.0.2.1 80 </dev/null >/dev/null 2>&1 & done) >/dev/null 2>&1 </dev/null &"},
 	}
 	for b.Loop() {
 		idle := in.execLatencies(quiet.ID)
