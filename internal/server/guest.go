@@ -301,9 +301,11 @@ func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
 // execution on the way and that could not be replayed: retrying is safe.
 var errRouteChanged = fmt.Errorf("%w: route changed", errdefs.ErrRefreshRoute)
 
-// guestError turns a guest protocol error into an error class.
+// guestError turns a guest protocol error into an error class. An error of
+// SPACE's own with a reason (a route that changed, a node whose clock
+// disagrees) keeps it.
 func guestError(op string, err error) error {
-	if errors.Is(err, errRouteChanged) {
+	if errdefs.ReasonOf(err) != "" {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var class error
