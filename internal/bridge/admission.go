@@ -10,7 +10,10 @@ import (
 	"sync"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // Admission: the bridge is a receiver of its own. Every public guest request
@@ -127,10 +130,25 @@ func (a *admission) retire() {
 var errRefresh = errors.New("refresh route")
 
 // clockRefusal marks a refusal because the node's clock does not agree with
-// the control plane's: 503, code "clock_disagrees", as the node answers.
+// the control plane's.
 type clockRefusal struct{ error }
 
 func (c clockRefusal) Unwrap() error { return c.error }
+
+// refusalClass is what a refusal is answered as, through the node's column
+// of the table (internal/apierr) as the node answers the same refusals:
+// errdefs.ErrRefreshRoute (409 refresh_route), errdefs.ErrClockSkew (503
+// clock_disagrees), else permission denied (403). The refusal's own text is
+// kept for the message.
+func refusalClass(err error) error {
+	switch {
+	case errors.Is(err, errRefresh):
+		return errdefs.ErrRefreshRoute
+	case errors.As(err, new(clockRefusal)):
+		return errdefs.ErrClockSkew
+	}
+	return errdefs.ErrPermissionDenied
+}
 
 // Refusal reasons the bridge counts (GET /bridge/v1/metrics).
 const (
@@ -236,14 +254,8 @@ func (b *Bridge) admit(w http.ResponseWriter, r *http.Request) bool {
 	b.adm.mu.Unlock()
 	b.log.Warn("request refused by the host bridge", "path", r.URL.Path, "reason", ref.reason, "err", err,
 		"installed", identityString(installed), "capability", identityString(ref.got))
-	status, code := http.StatusForbidden, "permission_denied"
-	switch {
-	case errors.Is(err, errRefresh):
-		status, code = http.StatusConflict, "refresh_route"
-	case errors.As(err, new(clockRefusal)):
-		status, code = http.StatusServiceUnavailable, "clock_disagrees"
-	}
-	writeJSON(w, status, map[string]string{"code": code, "message": "host bridge: " + err.Error()})
+	status, code, reason := apierr.Encode(apierr.Node, refusalClass(err))
+	writeJSON(w, status, nodev1.Error{Code: code, Message: "host bridge: " + err.Error(), Reason: string(reason)})
 	return false
 }
 

@@ -22,6 +22,7 @@ import (
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/api/guest/v1/process/processv1connect"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/guestd"
 )
 
@@ -240,7 +241,7 @@ func TestBridgeAdmission(t *testing.T) {
 		t.Fatalf("retire: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if code, body := get(ok); code != http.StatusConflict || !strings.Contains(body, "refresh_route") {
+	if code, body := get(ok); code != http.StatusConflict || !refusedWith(body, errdefs.ErrRefreshRoute) {
 		t.Errorf("after retirement: HTTP %d %s, want 409 refresh_route", code, body)
 	}
 	// Every refusal was counted by reason, for the node to export.

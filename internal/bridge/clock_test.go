@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // testAdmission is a bridge's admission with keys, an identity, and clocks
@@ -128,7 +129,7 @@ func TestRealBridgeClockAndFutureTokens(t *testing.T) {
 		t.Fatalf("in agreement: HTTP %d %s", code, body)
 	}
 	pushClock(t, raw, ClockRequest{Agreed: false, OffsetMS: -3_600_000, Reason: "node clock differs from the control plane's by +3600.0s; capabilities refused until it agrees"})
-	if code, body := get(ok); code != http.StatusServiceUnavailable || !strings.Contains(body, `"clock_disagrees"`) || !strings.Contains(body, "by +3600.0s") {
+	if code, body := get(ok); code != http.StatusServiceUnavailable || !refusedWith(body, errdefs.ErrClockSkew) || !strings.Contains(body, "by +3600.0s") {
 		t.Errorf("while the node disagrees: HTTP %d %s, want 503 clock_disagrees", code, body)
 	}
 	pushClock(t, raw, ClockRequest{Agreed: true})

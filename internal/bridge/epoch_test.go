@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // TestNoRequestsAcrossAnEpoch (E-11): a client that keeps its connection to
@@ -50,7 +51,7 @@ func TestNoRequestsAcrossAnEpoch(t *testing.T) {
 		t.Fatalf("init generation 4: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if code, body := get(); code != http.StatusConflict || !strings.Contains(body, "refresh_route") {
+	if code, body := get(); code != http.StatusConflict || !refusedWith(body, errdefs.ErrRefreshRoute) {
 		t.Errorf("generation 3 after generation 4 was installed: HTTP %d %s, want 409 refresh_route", code, body)
 	}
 	// Retired: even the current generation's capability is refused on

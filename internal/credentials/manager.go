@@ -181,7 +181,7 @@ func (m *Manager) resolve(ctx context.Context, req Request, entry *AuditEntry) (
 	}
 	entry.CredentialID = best.ID
 	if !m.limits.allow(best.ID, best.RateLimit, now) {
-		return nil, ReasonRateLimited, fmt.Errorf("credential %s: more than %d uses per minute: %w", best.ID, best.RateLimit, errdefs.ErrResourceExhausted)
+		return nil, ReasonRateLimited, fmt.Errorf("credential %s: more than %d uses per minute: %w", best.ID, best.RateLimit, errdefs.ErrRateLimited)
 	}
 	out := best.Clone()
 	return &out, ReasonResolved, nil

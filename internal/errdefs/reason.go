@@ -51,6 +51,9 @@ var (
 	ErrNoCapacity = newReason(ErrResourceExhausted, "no_capacity")
 	// ErrTooLarge: a body, a file or a value is over its limit.
 	ErrTooLarge = newReason(ErrInvalidArgument, "too_large")
+	// ErrNotImplemented: this build or configuration does not offer the
+	// operation; retrying it here will fail again.
+	ErrNotImplemented = newReason(ErrFailedPrecondition, "not_implemented")
 )
 
 // ReasonOf returns the reason err carries, "" for none.

@@ -300,22 +300,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeError answers err with the status and code of its class.
+// writeError answers err with the status, code and reason of its class and
+// reason.
 func writeError(w http.ResponseWriter, err error) {
-	status, code := StatusOf(err)
-	writeJSON(w, status, nodev1.Error{Code: code, Message: err.Error()})
+	status, code, reason := apierr.Encode(apierr.Node, err)
+	writeJSON(w, status, nodev1.Error{Code: code, Message: err.Error(), Reason: string(reason)})
 }
 
-// StatusOf maps an error to an HTTP status and API error code: the classes
-// as everywhere (apierr), plus the node's refresh-route refusal.
+// StatusOf maps an error to the node-api's HTTP status and API error code:
+// the table's node column (internal/apierr), where a refresh-route refusal
+// is 409 and a clock refusal 503 clock_disagrees.
 func StatusOf(err error) (int, string) {
-	if errors.Is(err, errRefreshRoute) {
-		return http.StatusConflict, "refresh_route"
-	}
-	if errors.Is(err, errClock) {
-		return http.StatusServiceUnavailable, "clock_disagrees"
-	}
-	return apierr.Status(err)
+	status, code, _ := apierr.Encode(apierr.Node, err)
+	return status, code
 }
 
 // Serve serves the node-api on addr ("unix:PATH" or "HOST:PORT") until ctx is done.

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +14,8 @@ import (
 
 // errRefreshRoute refuses a request whose capability names another
 // incarnation of the sandbox: the control plane should refresh its route.
-var errRefreshRoute = errors.New("refresh route")
+// It is errdefs.ErrRefreshRoute, answered 409 refresh_route (internal/apierr).
+var errRefreshRoute = fmt.Errorf("%w: refresh route", errdefs.ErrRefreshRoute)
 
 // keysFile keeps the verification keys across restarts of the node.
 func (m *Manager) keysFile() string { return filepath.Join(m.cfg.DataDir, "node", "keys.json") }
@@ -138,12 +138,12 @@ func (m *Manager) checkCapabilityFor(header string, rec *Record, req capability.
 					// The capability names this execution, which no
 					// longer serves the sandbox: a newer one does.
 					m.capabilityRefused(rec, c, refusedRefreshRoute, "execution retired")
-					return fmt.Errorf("%w: %w: execution generation %d was retired (generation %d serves the sandbox)", errdefs.ErrConflict, errRefreshRoute, rec.Generation, rec.RetiredBy)
+					return fmt.Errorf("%w: execution generation %d was retired (generation %d serves the sandbox)", errRefreshRoute, rec.Generation, rec.RetiredBy)
 				}
 				return nil
 			case capability.RefreshRoute:
 				m.capabilityRefused(rec, c, refusedRefreshRoute, why)
-				return fmt.Errorf("%w: %w: %s", errdefs.ErrConflict, errRefreshRoute, why)
+				return fmt.Errorf("%w: %s", errRefreshRoute, why)
 			default:
 				m.capabilityRefused(rec, c, denyReason(c, installed, req), why)
 				return fmt.Errorf("%w: %s", errdefs.ErrPermissionDenied, why)

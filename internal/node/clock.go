@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,8 +56,9 @@ const firstMeasureWait = 3 * time.Second
 const maxClockRTT = 5 * time.Second
 
 // errClock marks a refusal because the node's clock is not known to agree
-// with the control plane's (HTTP 503, code "clock_disagrees").
-var errClock = errors.New("node clock does not agree with the control plane's")
+// with the control plane's: errdefs.ErrClockSkew, answered 503
+// clock_disagrees (internal/apierr).
+var errClock = fmt.Errorf("%w: node clock does not agree with the control plane's", errdefs.ErrClockSkew)
 
 // clockReading is one reading of this node's clocks.
 type clockReading struct {
@@ -136,10 +136,10 @@ func (v clockVerdict) err() error {
 	case v.agreed:
 		return nil
 	case !v.measured:
-		return fmt.Errorf("%w: %w: the node has not yet measured its clock against the control plane's (no heartbeat answered since it started); capabilities refused until it has", errdefs.ErrUnavailable, errClock)
+		return fmt.Errorf("%w: the node has not yet measured its clock against the control plane's (no heartbeat answered since it started); capabilities refused until it has", errClock)
 	}
-	return fmt.Errorf("%w: %w: node clock differs from the control plane's by %s (±%s); capabilities refused until it agrees (within %s): fix the node's time synchronisation (NTP)",
-		errdefs.ErrUnavailable, errClock, roundOffset(v.offset), v.bound.Round(time.Millisecond), capability.Skew)
+	return fmt.Errorf("%w: node clock differs from the control plane's by %s (±%s); capabilities refused until it agrees (within %s): fix the node's time synchronisation (NTP)",
+		errClock, roundOffset(v.offset), v.bound.Round(time.Millisecond), capability.Skew)
 }
 
 // roundOffset formats an offset as seconds with the node's sign: positive

@@ -69,11 +69,9 @@ func (c *CredentialClient) resolve(ctx context.Context, req nodev1.ResolveCreden
 		return nil, fmt.Errorf("credential for %s: control plane: %v: %w", req.Host, err, errdefs.ErrUnavailable)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Code, Message string
-		}
+		var e nodev1.Error
 		_ = json.Unmarshal(data, &e)
-		class := apierr.ClassOf(e.Code)
+		class := apierr.Decode(e.Code, errdefs.Reason(e.Reason))
 		if class == nil {
 			class = errdefs.ErrUnavailable
 		}

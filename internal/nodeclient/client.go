@@ -313,7 +313,7 @@ func (c *Client) doProgress(ctx context.Context, path string, in, out any, onPro
 		}
 		switch {
 		case line.Error != nil:
-			return &Error{Message: line.Error.Message, class: apierr.ClassOf(line.Error.Code)}
+			return answered(line.Error.Message, line.Error.Code, line.Error.Reason)
 		case line.Result != nil:
 			if err := json.Unmarshal(line.Result, out); err != nil {
 				return fmt.Errorf("node POST %s: bad answer: %w", path, err)
@@ -328,22 +328,32 @@ func (c *Client) doProgress(ctx context.Context, path string, in, out any, onPro
 	}
 }
 
+// decodeError reads a node's error answer through the table
+// (internal/apierr): the code and reason decide the class, never the text.
 func decodeError(resp *http.Response) error {
 	var e nodev1.Error
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &e) != nil || e.Message == "" {
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
-	return &Error{Message: e.Message, class: apierr.ClassOf(e.Code)}
+	return answered(e.Message, e.Code, e.Reason)
 }
 
-// Error is an error a node answered; errors.Is matches its class.
+// answered is the error of a node's answer with message, code and reason.
+func answered(message, code, reason string) *Error {
+	return &Error{Message: message, class: apierr.Decode(code, errdefs.Reason(reason))}
+}
+
+// Error is an error a node answered; errors.Is matches its class and its
+// reason (errdefs.ReasonOf gives the reason).
 type Error struct {
 	Message string
-	class   error
+	// class is the reason's sentinel (of its class too) or the class; nil
+	// for an answer of no class.
+	class error
 }
 
 func (e *Error) Error() string { return "node: " + e.Message }
 
-// Is reports whether target is the error's class.
-func (e *Error) Is(target error) bool { return e.class != nil && target == e.class }
+// Unwrap returns the error's reason or class, nil for none.
+func (e *Error) Unwrap() error { return e.class }

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/spacesandbox/space/internal/apierr"
 	"io"
 	"net"
 	"net/http"
@@ -25,8 +23,10 @@ import (
 const TCPUpgrade = "space-tcp"
 
 // ErrRefreshRoute marks a node's refusal of a capability that names another
-// incarnation of the sandbox: the caller may refresh its route and retry once.
-var ErrRefreshRoute = errors.New("node: refresh route")
+// incarnation of the sandbox: the caller may refresh its route and retry
+// once. It is errdefs.ErrRefreshRoute, as every answer of the node with that
+// reason decodes.
+var ErrRefreshRoute = errdefs.ErrRefreshRoute
 
 // tunnelHandshake bounds the node's answer to a tunnel request.
 const tunnelHandshake = 30 * time.Second
@@ -101,13 +101,10 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn, execID string, po
 func tunnelRefusal(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e nodev1.Error
-	if json.Unmarshal(b, &e) == nil && e.Code == "refresh_route" {
-		return fmt.Errorf("%w: %w: %s", ErrRefreshRoute, errdefs.ErrConflict, e.Message)
-	}
-	if e.Message == "" {
+	if json.Unmarshal(b, &e) != nil || e.Message == "" {
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	return &Error{Message: e.Message, class: apierr.ClassOf(e.Code)}
+	return answered(e.Message, e.Code, e.Reason)
 }
 
 // tunnelConn is a tunnel's connection: what the node sent after its 101

@@ -87,7 +87,7 @@ func TestDialPortTCP(t *testing.T) {
 			}
 
 			_, err = c.DialPortTCP(t.Context(), "e1", 22, "cap-old")
-			if !errors.Is(err, ErrRefreshRoute) || !errors.Is(err, errdefs.ErrConflict) {
+			if !errors.Is(err, ErrRefreshRoute) || !errors.Is(err, errdefs.ErrUnavailable) || errdefs.ReasonOf(err) != "refresh_route" {
 				t.Errorf("stale capability: %v, want ErrRefreshRoute", err)
 			}
 			_, err = c.DialPortTCP(t.Context(), "e1", 22, "forged")

@@ -131,7 +131,7 @@ func (s *Server) templatePresent(ctx context.Context, template string) error {
 		return err
 	}
 	if !slices.Contains(have, template) {
-		return fmt.Errorf("%w: template %q is not on this node", errdefs.ErrFailedPrecondition, template)
+		return fmt.Errorf("%w: template %q is not on this node", errdefs.ErrTemplateMissing, template)
 	}
 	return nil
 }

@@ -236,7 +236,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	uid, err := peerUID(c)
 	if err != nil || !s.allowed[uid] {
 		s.log.Warn("node-manager: refused caller", "uid", uid, "err", err)
-		_ = privop.WriteMessage(c, privop.Response{Error: "caller not allowed", ErrorKind: privop.KindOf(errdefs.ErrPermissionDenied)})
+		_ = privop.WriteMessage(c, privop.ErrorResponse(fmt.Errorf("%w: caller not allowed", errdefs.ErrPermissionDenied)))
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -244,7 +244,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	fs, err := privop.ReadMessage(c, &req)
 	privop.CloseFiles(fs) // requests carry no descriptors
 	if err != nil {
-		_ = privop.WriteMessage(c, privop.Response{Error: "bad request: " + err.Error(), ErrorKind: privop.KindOf(errdefs.ErrInvalidArgument)})
+		_ = privop.WriteMessage(c, privop.ErrorResponse(fmt.Errorf("%w: bad request: %v", errdefs.ErrInvalidArgument, err)))
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
@@ -322,7 +322,7 @@ func (s *Server) handle(ctx context.Context, uid uint32, req *privop.Request) (p
 	}
 	if err != nil {
 		s.log.Warn("node-manager: operation failed", "op", req.Op, "err", err)
-		return privop.Response{Error: err.Error(), ErrorKind: privop.KindOf(err)}, nil
+		return privop.ErrorResponse(err), nil
 	}
 	if file != nil {
 		return resp, []*os.File{file}

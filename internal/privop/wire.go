@@ -98,20 +98,22 @@ type StartArgs struct {
 	Network bool `json:"network,omitempty"`
 }
 
-// Response answers a Request. Error is empty on success; ErrorKind classifies it.
+// Response answers a Request. Error is empty on success; ErrorKind
+// classifies it and ErrorReason refines the class (ErrorResponse sets both).
 type Response struct {
-	Error      string         `json:"error,omitempty"`
-	ErrorKind  string         `json:"error_kind,omitempty"`
-	Hello      *Hello         `json:"hello,omitempty"`
-	Started    *Started       `json:"started,omitempty"`
-	Templates  []string       `json:"templates,omitempty"`
-	Stats      *Stats         `json:"stats,omitempty"`
-	Alive      *bool          `json:"alive,omitempty"`
-	Template   *TemplateOK    `json:"template_ok,omitempty"`
-	Snapshot   *SnapshotInfo  `json:"snapshot,omitempty"`
-	Snapshots  []SnapshotInfo `json:"snapshots,omitempty"`
-	Export     *Export        `json:"export,omitempty"`
-	Executions *Executions    `json:"executions,omitempty"`
+	Error       string         `json:"error,omitempty"`
+	ErrorKind   string         `json:"error_kind,omitempty"`
+	ErrorReason string         `json:"error_reason,omitempty"`
+	Hello       *Hello         `json:"hello,omitempty"`
+	Started     *Started       `json:"started,omitempty"`
+	Templates   []string       `json:"templates,omitempty"`
+	Stats       *Stats         `json:"stats,omitempty"`
+	Alive       *bool          `json:"alive,omitempty"`
+	Template    *TemplateOK    `json:"template_ok,omitempty"`
+	Snapshot    *SnapshotInfo  `json:"snapshot,omitempty"`
+	Snapshots   []SnapshotInfo `json:"snapshots,omitempty"`
+	Export      *Export        `json:"export,omitempty"`
+	Executions  *Executions    `json:"executions,omitempty"`
 	// Progress, on a response that precedes the answer (see
 	// TemplateArgs.Progress), is a reading of the operation; the answer
 	// itself never carries it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -57,7 +56,7 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	ex, err := api.Start(sctx, req)
-	if err != nil && sb.StartFrom == "" && errdefs.IsFailedPrecondition(err) && strings.Contains(err.Error(), "is not on this node") {
+	if err != nil && sb.StartFrom == "" && errors.Is(err, errdefs.ErrTemplateMissing) {
 		// A node that joined after the template was built gets it now,
 		// then the start is tried again.
 		if tpl, terr := r.store.GetTemplate(ctx, sb.Template); terr == nil {
@@ -71,7 +70,7 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 	}
 	cancel()
 	switch {
-	case err != nil && errors.Is(err, errdefs.ErrUnavailable) && time.Since(sb.UpdatedAt) < r.cfg.StartTimeout && ctx.Err() == nil:
+	case err != nil && retryLater(err) && time.Since(sb.UpdatedAt) < r.cfg.StartTimeout && ctx.Err() == nil:
 		return time.Second, err
 	case err != nil:
 		if ctx.Err() != nil {
@@ -99,6 +98,13 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		r.event(ctx, sb.ID, "state", fmt.Sprintf("running on %s (generation %d, exec %s%s)", cur.Node, cur.Generation, cur.ExecID, how))
 	}
 	return after, err
+}
+
+// retryLater reports whether a node's refusal may pass by itself: the node
+// is unavailable, or has no room now (errdefs.ErrNoCapacity, which a node
+// answered as unavailable before reasons crossed the wire).
+func retryLater(err error) bool {
+	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrNoCapacity)
 }
 
 // startRequest is what the node is asked to run for sb's current execution.

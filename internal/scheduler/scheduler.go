@@ -131,9 +131,9 @@ func Place(req Request, st State) (Plan, error) {
 	}
 	if len(fits) == 0 {
 		if len(st.Nodes) == 0 {
-			return Plan{}, fmt.Errorf("%w: no node has registered", errdefs.ErrResourceExhausted)
+			return Plan{}, fmt.Errorf("%w: no node has registered", errdefs.ErrNoCapacity)
 		}
-		return Plan{}, fmt.Errorf("%w: no node can take a %s sandbox with %d MiB (%v)", errdefs.ErrResourceExhausted, req.Runtime, req.MemoryMiB, why)
+		return Plan{}, fmt.Errorf("%w: no node can take a %s sandbox with %d MiB (%v)", errdefs.ErrNoCapacity, req.Runtime, req.MemoryMiB, why)
 	}
 	sort.SliceStable(fits, func(i, j int) bool {
 		if wi, wj := st.Warm[fits[i].ID] > 0, st.Warm[fits[j].ID] > 0; wi != wj {

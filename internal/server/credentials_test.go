@@ -397,7 +397,7 @@ func TestResolveCredential(t *testing.T) {
 			t.Fatalf("second resolve: HTTP %d", code)
 		}
 		code, out, e = cp.resolve(t, cp.nodeCred, "n1", ask)
-		if code != http.StatusTooManyRequests || e.Code != sandboxv1.CodeRateLimited || len(out.Secret) != 0 {
+		if code != http.StatusTooManyRequests || e.Code != sandboxv1.CodeRateLimited || e.Reason != "rate_limited" || len(out.Secret) != 0 {
 			t.Errorf("third resolve: HTTP %d %+v, want 429 rate_limited", code, e)
 		}
 		entries = cp.auditEntries(t, cp.key, "?sandbox="+sb.ID+"&limit=1")

@@ -11,6 +11,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -135,21 +136,24 @@ func (s *Server) executionOf(r *http.Request, nodeID string, req nodev1.ResolveC
 // statuses of the node contract: 404 no credential in scope, 403 none
 // allows the host, 412 all expired, 429 rate limited, 503 store or audit
 // log down. Unavailable is checked first: a failing store or audit log may
-// carry another class too.
+// carry another class too. Every answer but the 412 is the table's
+// (internal/apierr; the rate limit is errdefs.ErrRateLimited).
 func (s *Server) writeResolveError(w http.ResponseWriter, r *http.Request, err error) {
-	var status int
-	var code string
+	var as error
 	switch {
 	case errors.Is(err, errdefs.ErrUnavailable):
-		status, code = http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
+		as = errdefs.ErrUnavailable
 		s.log.Warn("credential resolve: store or audit log unavailable", "err", err)
 	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		status, code = http.StatusPreconditionFailed, sandboxv1.CodeFailedPrecondition
+		writeJSON(w, http.StatusPreconditionFailed, sandboxv1.Error{Code: sandboxv1.CodeFailedPrecondition, Message: err.Error(),
+			Reason: string(errdefs.ReasonOf(err))})
+		return
 	case errors.Is(err, errdefs.ErrResourceExhausted):
-		status, code = http.StatusTooManyRequests, sandboxv1.CodeRateLimited
+		as = errdefs.ErrRateLimited
 	default:
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, status, sandboxv1.Error{Code: code, Message: err.Error()})
+	status, code, reason := apierr.Encode(apierr.ControlPlane, as)
+	writeJSON(w, status, sandboxv1.Error{Code: code, Message: err.Error(), Reason: string(reason)})
 }

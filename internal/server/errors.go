@@ -7,17 +7,18 @@ import (
 	"io"
 	"net/http"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
-// Errors that only the API edge has.
+// Errors that only the API edge makes; each is of a class or a reason, so
+// the table (internal/apierr) answers it.
 var (
-	errNoRoute        = errors.New("not found")
-	errTooLarge       = errors.New("too large")
-	errNotImplemented = errors.New("not implemented")
-	errUnavailable    = errdefs.ErrUnavailable
+	errNoRoute     = errdefs.ErrNotFound
+	errTooLarge    = errdefs.ErrTooLarge
+	errUnavailable = errdefs.ErrUnavailable
 )
 
 // maxJSONBody bounds a JSON request body.
@@ -28,33 +29,44 @@ func isMaxBytes(err error) bool {
 	return errors.As(err, &mb)
 }
 
-// statusOf maps an error to its HTTP status and API code.
+// statusOf maps an error to its HTTP status and API code (answerOf).
 func statusOf(err error) (int, string) {
-	switch {
-	case errors.Is(err, errTooLarge) || isMaxBytes(err):
-		return http.StatusRequestEntityTooLarge, sandboxv1.CodeTooLarge
-	case errors.Is(err, errNoRoute):
-		return http.StatusNotFound, sandboxv1.CodeNotFound
-	case errors.Is(err, errNotImplemented):
-		return http.StatusNotImplemented, "not_implemented"
-	case errors.Is(err, errRouteChanged):
-		return http.StatusServiceUnavailable, sandboxv1.CodeRefreshRoute
-	case isQuotaError(err):
-		return http.StatusTooManyRequests, sandboxv1.CodeResourceExhausted
-	}
-	return apierr.Status(err)
+	status, code, _ := answerOf(err)
+	return status, code
 }
 
-// writeError answers with {code, message}. Internal errors are logged in full
-// and shown to the client without their causes.
+// answerOf maps an error to its HTTP status, API code and reason: the
+// table's (internal/apierr), with a body over http.MaxBytesReader's limit
+// too large.
+func answerOf(err error) (int, string, errdefs.Reason) {
+	if isMaxBytes(err) && !errors.Is(err, errdefs.ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", errdefs.ErrTooLarge, err)
+	}
+	return apierr.Encode(apierr.ControlPlane, err)
+}
+
+// writeError answers with {code, message, reason}. Internal errors are
+// logged in full and shown to the client without their causes.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, code := statusOf(err)
+	status, code, reason := answerOf(err)
 	msg := err.Error()
 	if status == http.StatusInternalServerError {
 		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; the server log has the details"
 	}
-	writeJSON(w, status, sandboxv1.Error{Code: code, Message: msg})
+	writeJSON(w, status, sandboxv1.Error{Code: code, Message: msg, Reason: string(reason)})
+}
+
+// nodeAnswer decodes the error body of a node's answer through the table:
+// the error it stands for (a reason's sentinel or a class) and its message;
+// nil for a body that is not an error of SPACE's (a guest's own answer) or
+// one of no class.
+func nodeAnswer(body []byte) (error, string) {
+	var e nodev1.Error
+	if json.Unmarshal(body, &e) != nil {
+		return nil, ""
+	}
+	return apierr.Decode(e.Code, errdefs.Reason(e.Reason)), e.Message
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

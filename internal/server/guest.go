@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -126,19 +125,19 @@ func (s *Server) mintRoute(sb *sandbox.Sandbox, op capability.Op, until time.Tim
 
 // nodeUnavailable passes on a 503 answer, unless the node itself refused
 // every capability because its clock disagrees with the control plane's
-// (code clock_disagrees): then the caller gets the node's reason as an
-// Unavailable error, not a bare "HTTP status 503" from the guest protocol's
-// client.
+// (errdefs.ErrClockSkew): then the caller gets the node's reason as that
+// error (of class Unavailable), not a bare "HTTP status 503" from the guest
+// protocol's client.
 func nodeUnavailable(resp *http.Response) (*http.Response, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	var e struct{ Code, Message string }
-	if json.Unmarshal(body, &e) != nil || e.Code != "clock_disagrees" || e.Message == "" {
+	refusal, msg := nodeAnswer(body)
+	if !errors.Is(refusal, errdefs.ErrClockSkew) || msg == "" {
 		return resp, nil
 	}
 	resp.Body.Close()
-	return nil, fmt.Errorf("%w: %.300s", errdefs.ErrUnavailable, e.Message)
+	return nil, fmt.Errorf("%w: %.300s", errdefs.ErrClockSkew, msg)
 }
 
 // routeTransport sends guest requests along the sandbox's current route and
@@ -166,8 +165,7 @@ func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	var e struct{ Code string }
-	if json.Unmarshal(body, &e) != nil || e.Code != "refresh_route" {
+	if refusal, _ := nodeAnswer(body); !errors.Is(refusal, errdefs.ErrRefreshRoute) {
 		return resp, nil
 	}
 	t.s.metrics.countRouteRefresh("received")
@@ -301,11 +299,13 @@ func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
 
 // errRouteChanged marks a request refused because its sandbox moved to a new
 // execution on the way and that could not be replayed: retrying is safe.
-var errRouteChanged = fmt.Errorf("%w: route changed", errdefs.ErrUnavailable)
+var errRouteChanged = fmt.Errorf("%w: route changed", errdefs.ErrRefreshRoute)
 
-// guestError turns a guest protocol error into an error class.
+// guestError turns a guest protocol error into an error class. An error of
+// SPACE's own with a reason (a route that changed, a node whose clock
+// disagrees) keeps it.
 func guestError(op string, err error) error {
-	if errors.Is(err, errRouteChanged) {
+	if errdefs.ReasonOf(err) != "" {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var class error

@@ -3,7 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
@@ -100,8 +101,7 @@ func (t *portTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	var e struct{ Code string }
-	if json.Unmarshal(body, &e) != nil || e.Code != "refresh_route" {
+	if refusal, _ := nodeAnswer(body); !errors.Is(refusal, errdefs.ErrRefreshRoute) {
 		return resp, nil
 	}
 	t.s.metrics.countRouteRefresh("received")

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -21,7 +20,8 @@ import (
 // transaction, so that creates racing for the last slot on several replicas
 // cannot all pass. The reconciler's own writes (crash and node-loss
 // recovery) are not admitted: they keep what was already admitted running.
-// A refusal is a *store.QuotaError, answered 429 resource_exhausted.
+// A refusal is a *store.QuotaError (errdefs.ErrQuotaExceeded), answered
+// 429 resource_exhausted with the reason quota_exceeded.
 
 // quotaCheck refuses early, before costly work (a fork's snapshot), what
 // the tenant's quota would refuse at admission anyway. It is advisory: the
@@ -86,10 +86,4 @@ func (s *Server) tenantWithUsage(ctx context.Context, id string) (sandboxv1.Tena
 		return sandboxv1.Tenant{}, err
 	}
 	return tenantAPI(t, u), nil
-}
-
-// isQuotaError reports a refusal by a tenant's quota.
-func isQuotaError(err error) bool {
-	var qe *store.QuotaError
-	return errors.As(err, &qe)
 }

@@ -40,12 +40,12 @@ func (cp *controlPlane) setQuota(admin, body string) sandboxv1.Tenant {
 	return out
 }
 
-// wantQuotaRefusal fails unless the answer is 429 resource_exhausted with a
-// message naming the limit and the way out.
+// wantQuotaRefusal fails unless the answer is 429 resource_exhausted (reason
+// quota_exceeded) with a message naming the limit and the way out.
 func wantQuotaRefusal(t *testing.T, what string, code int, e sandboxv1.Error, limit string) {
 	t.Helper()
-	if code != http.StatusTooManyRequests || e.Code != sandboxv1.CodeResourceExhausted {
-		t.Fatalf("%s: HTTP %d %+v; want 429 resource_exhausted", what, code, e)
+	if code != http.StatusTooManyRequests || e.Code != sandboxv1.CodeResourceExhausted || e.Reason != "quota_exceeded" {
+		t.Fatalf("%s: HTTP %d %+v; want 429 resource_exhausted, reason quota_exceeded", what, code, e)
 	}
 	for _, want := range []string{limit, "usage", "delete or hibernate a sandbox, or ask an admin to raise the quota"} {
 		if !strings.Contains(e.Message, want) {

@@ -48,7 +48,7 @@ func (s *Server) EnsureTemplate(ctx context.Context, name, source string) error 
 	case s.templateJobs <- templateJob{name, source}:
 		return nil
 	default:
-		return fmt.Errorf("%w: too many template builds queued; retry later", errdefs.ErrResourceExhausted)
+		return fmt.Errorf("%w: too many template builds queued; retry later", errdefs.ErrNoCapacity)
 	}
 }
 

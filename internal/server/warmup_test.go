@@ -321,8 +321,11 @@ func TestNoNodeAfterWarmup(t *testing.T) {
 		}
 		start := time.Now()
 		a := <-cp.createAsync(`{"template":"minimal"}`)
-		if a.code != http.StatusServiceUnavailable {
-			t.Errorf("%s: create with no node: HTTP %d %+v, want 503", rt, a.code, a.err)
+		// ns: the scheduler finds no node with room; auto: no node is
+		// live to pick the runtime from.
+		wantReason := map[string]string{"ns": "no_capacity", "auto": ""}[rt]
+		if a.code != http.StatusServiceUnavailable || a.err.Code != sandboxv1.CodeUnavailable || a.err.Reason != wantReason {
+			t.Errorf("%s: create with no node: HTTP %d %+v, want 503 unavailable, reason %q", rt, a.code, a.err, wantReason)
 		}
 		for _, e := range []string{"waiting for"} {
 			if strings.Contains(a.err.Message, e) {

@@ -102,9 +102,9 @@ func (q Quota) Admit(tenant string, u, more Usage) error {
 }
 
 // QuotaError is the refusal of an admission that would take a tenant past
-// its quota. It is of class errdefs.ErrResourceExhausted; its message names
-// the limit, the tenant's usage and what to do, and is meant for the
-// tenant's eyes.
+// its quota. It is errdefs.ErrQuotaExceeded (of class ResourceExhausted);
+// its message names the limit, the tenant's usage and what to do, and is
+// meant for the tenant's eyes.
 type QuotaError struct {
 	Tenant string
 	// Limit is the limit that would be passed: "sandboxes", "memory" or
@@ -132,5 +132,6 @@ func (e *QuotaError) Error() string {
 		e.Tenant, what, e.Usage, e.Quota)
 }
 
-// Unwrap makes errors.Is(err, errdefs.ErrResourceExhausted) true.
-func (e *QuotaError) Unwrap() error { return errdefs.ErrResourceExhausted }
+// Unwrap makes errors.Is(err, errdefs.ErrQuotaExceeded) and so
+// errors.Is(err, errdefs.ErrResourceExhausted) true.
+func (e *QuotaError) Unwrap() error { return errdefs.ErrQuotaExceeded }

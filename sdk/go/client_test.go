@@ -190,18 +190,32 @@ func FuzzParseAPIError(f *testing.F) {
 	f.Add(500, []byte("<html>\x1b[2J</html>"))
 	f.Add(400, []byte(`{"code":"\u0007","message":"\u202e\xff"}`))
 	f.Add(0, []byte{})
+	f.Add(503, []byte(`{"code":"unavailable","message":"no room","reason":"no_\u0007capacity"}`))
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		e := parseAPIError(status, body)
 		if e.Code == "" || e.Message == "" {
 			t.Fatalf("empty code or message: %+v", e)
 		}
-		if len(e.Message) > 1300 || len(e.Code) > 64 {
+		if len(e.Message) > 1300 || len(e.Code) > 64 || len(e.Reason) > 64 {
 			t.Fatalf("unbounded text: %d, %d bytes", len(e.Message), len(e.Code))
 		}
-		for _, r := range e.Message + e.Code {
+		for _, r := range e.Message + e.Code + e.Reason {
 			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 				t.Fatalf("control character %U in %q", r, e.Message)
 			}
 		}
 	})
+}
+
+// TestAPIErrorReason: the reason beside the code is read, and an answer
+// without one (an older server) has none.
+func TestAPIErrorReason(t *testing.T) {
+	e := parseAPIError(503, []byte(`{"code":"unavailable","message":"no node can take it","reason":"no_capacity"}`))
+	if e.Code != sandboxv1.CodeUnavailable || e.Reason != "no_capacity" || !IsReason(e, "no_capacity") || !IsCode(e, sandboxv1.CodeUnavailable) {
+		t.Errorf("parsed %+v, want unavailable with reason no_capacity", e)
+	}
+	e = parseAPIError(503, []byte(`{"code":"unavailable","message":"down"}`))
+	if e.Reason != "" || IsReason(e, "") {
+		t.Errorf("parsed %+v, want no reason", e)
+	}
 }

@@ -14,10 +14,12 @@ import (
 )
 
 // APIError is a non-2xx answer of the server. Code is one of the sandboxv1.Code*
-// values; Message is meant for people.
+// values; Reason, when set, refines it with a stable name (docs/api-errors.md:
+// "no_capacity", "quota_exceeded", …); Message is meant for people.
 type APIError struct {
 	Status  int
 	Code    string
+	Reason  string
 	Message string
 }
 
@@ -31,6 +33,13 @@ func (e *APIError) Error() string {
 func IsCode(err error, code string) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Code == code
+}
+
+// IsReason reports whether err is, or wraps, an *APIError with the given
+// reason ("no_capacity", …).
+func IsReason(err error, reason string) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Reason != "" && ae.Reason == reason
 }
 
 // IsNotFound reports whether err says the sandbox, file or object does not exist
@@ -52,6 +61,7 @@ func parseAPIError(status int, body []byte) *APIError {
 	var wire sandboxv1.Error
 	if json.Unmarshal(body, &wire) == nil {
 		e.Code, e.Message = cleanText(wire.Code, 64), cleanText(wire.Message, 1024)
+		e.Reason = cleanText(wire.Reason, 64)
 	}
 	if e.Code == "" {
 		e.Code = codeForStatus(status)

@@ -215,6 +215,8 @@ type TemplateList struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Reason refines Code (docs/api-errors.md lists them); empty for none.
+	Reason string `json:"reason,omitempty"`
 }
 
 // TakeSnapshot is the body of POST /node/v1/executions/{exec}/snapshots.

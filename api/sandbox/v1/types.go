@@ -29,10 +29,14 @@ const (
 	StateFailed      State = "failed"
 )
 
-// Error is the body of every non-2xx response.
+// Error is the body of every non-2xx response. Reason, when set, refines
+// Code with a stable name a program may act on (docs/api-errors.md lists
+// them): "no_capacity" beside "unavailable", "quota_exceeded" beside
+// "resource_exhausted".
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Error codes used in Error.Code.
@@ -52,10 +56,20 @@ const (
 	// replayed safely (a process start, input, an upload). The route is
 	// repaired: retrying reaches the new execution.
 	CodeRefreshRoute = "refresh_route"
+	// CodeNotImplemented (HTTP 501): this server does not offer the
+	// operation; retrying it here will fail again.
+	CodeNotImplemented = "not_implemented"
+	// CodeClockDisagrees (HTTP 503, node-api and host bridge only): the
+	// node's clock is not known to agree with the control plane's, so it
+	// refuses capabilities until it is. The public API answers it as
+	// CodeUnavailable with the reason "clock_disagrees".
+	CodeClockDisagrees = "clock_disagrees"
 )
 
-// CodeResourceExhausted (HTTP 429) refuses what would take a tenant past its
-// quota; the message names the limit, the tenant's usage and what to do.
+// CodeResourceExhausted refuses what would take a tenant past its quota
+// (HTTP 429, reason "quota_exceeded"; the message names the limit, the
+// tenant's usage and what to do), or what ran into another limit (HTTP 503,
+// no reason).
 const CodeResourceExhausted = "resource_exhausted"
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.

@@ -126,7 +126,7 @@ func (d *Driver) allocSlot(sandboxID string) (int, error) {
 		}
 	}
 	if free < 0 {
-		return 0, fmt.Errorf("ns: all %d uid ranges are in use: %w", d.cfg.Slots, errdefs.ErrResourceExhausted)
+		return 0, fmt.Errorf("ns: all %d uid ranges are in use: %w", d.cfg.Slots, errdefs.ErrNoCapacity)
 	}
 	if err := os.WriteFile(d.slotPath(free), []byte(sandboxID), 0o600); err != nil {
 		return 0, fmt.Errorf("ns: record slot %d: %w", free, err)

@@ -785,7 +785,7 @@ func (d *Driver) allocUID(execID string) (uint32, error) {
 		}
 		return uid, nil
 	}
-	return 0, fmt.Errorf("vm: all %d uids from %d are in use by VMs or processes: %w", n, base, errdefs.ErrResourceExhausted)
+	return 0, fmt.Errorf("vm: all %d uids from %d are in use by VMs or processes: %w", n, base, errdefs.ErrNoCapacity)
 }
 
 // uidInUse reports whether uid is claimed by an execution that still has
