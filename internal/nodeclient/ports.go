@@ -107,7 +107,7 @@ func tunnelRefusal(resp *http.Response) error {
 	if e.Message == "" {
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	return &Error{Message: e.Message, class: apierr.ClassOf(e.Code)}
+	return &Error{Message: e.Message, cause: apierr.ClassOf(e.Code)}
 }
 
 // tunnelConn is a tunnel's connection: what the node sent after its 101
