@@ -60,6 +60,7 @@ var connectErrors = connect.NewErrorWriter()
 func (m *Manager) authenticate(next http.Handler) http.Handler {
 	want := []byte(m.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(nodev1.VersionHeader, nodev1.Version)
 		got := []byte(r.Header.Get(TokenHeader))
 		if m.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			err := fmt.Errorf("%w: node %s: node token required (%s): the control plane sends the one the node's heartbeat gave it", errdefs.ErrUnauthenticated, m.cfg.NodeID, TokenHeader)

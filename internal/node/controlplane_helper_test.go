@@ -30,7 +30,10 @@ func (f *fakeControlPlane) serve(t *testing.T) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(nodeapiv1connect.NewControlPlaneServiceHandler(f, connect.WithInterceptors(connecterr.Interceptor())))
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(nodev1.VersionHeader, nodev1.Version)
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

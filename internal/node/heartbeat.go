@@ -92,19 +92,27 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client nodeapiv1connect.Con
 
 // controlPlaneError is the error of a call to the control plane at server:
 // its answer's class and reason (connecterr), and for a control plane that
-// does not serve the Connect node API (it answers 404: it is older than
-// this node) a FailedPrecondition that says to upgrade it.
+// does not serve the Connect node API (its answer lacks
+// nodev1.VersionHeader: it is older than this node) a FailedPrecondition
+// that says to upgrade it.
 func controlPlaneError(server, what string, err error) error {
 	var ce *connect.Error
-	if errors.As(err, &ce) && ce.Code() == connect.CodeUnimplemented {
-		return fmt.Errorf("%w: %s: node speaks node API v2 (Connect), the control plane at %s speaks v1 (it answers %v): upgrade the control plane first",
-			errdefs.ErrFailedPrecondition, what, server, ce.Message())
+	if errors.As(err, &ce) && olderPeer(ce) {
+		return fmt.Errorf("%w: %s: node speaks node API v%s (Connect), the control plane at %s speaks v1 (it answers %v %q): upgrade the control plane first",
+			errdefs.ErrFailedPrecondition, what, nodev1.Version, server, ce.Code(), ce.Message())
 	}
 	err = connecterr.Decode(err)
 	if errdefs.ClassOf(err) == nil {
 		return fmt.Errorf("%s: control plane %s: %w: %w", what, server, errdefs.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: control plane %s: %w", what, server, err)
+}
+
+// olderPeer reports whether ce is the answer of a peer of node API v1: a
+// refusal of the route (404: not found, or unimplemented) without the v2
+// version header.
+func olderPeer(ce *connect.Error) bool {
+	return (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) && ce.Meta().Get(nodev1.VersionHeader) == ""
 }
 
 // applyHeartbeatReply applies what a heartbeat answer pushes, sent (and

@@ -243,7 +243,8 @@ func (c *Client) CollectOrphans(ctx context.Context, dryRun bool) (*nodev1.Orpha
 // fail is the error of a call to procedure that ended with err (nil: nil):
 // the node's error with its class and reason (connecterr), a node that
 // could not be reached as Unavailable, and a node that does not serve the
-// Connect node API (an older one) as FailedPrecondition saying so.
+// Connect node API (its refusal lacks nodev1.VersionHeader: an older one)
+// as FailedPrecondition saying so.
 func (c *Client) fail(procedure string, err error) error {
 	if err == nil {
 		return nil
@@ -252,8 +253,8 @@ func (c *Client) fail(procedure string, err error) error {
 	if !errors.As(err, &ce) {
 		return fmt.Errorf("%w: node %s %s: %v", errdefs.ErrUnavailable, c.addr, procedure, err)
 	}
-	if ce.Code() == connect.CodeUnimplemented {
-		return fmt.Errorf("%w: node %s %s: %w: %v", errdefs.ErrFailedPrecondition, c.addr, procedure, ErrOlderNode, ce.Message())
+	if (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) && ce.Meta().Get(nodev1.VersionHeader) == "" {
+		return fmt.Errorf("%w: node %s %s: %w (it answers %v %q)", errdefs.ErrFailedPrecondition, c.addr, procedure, ErrOlderNode, ce.Code(), ce.Message())
 	}
 	return &Error{Message: ce.Message(), cause: connecterr.Decode(err)}
 }

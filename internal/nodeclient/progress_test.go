@@ -57,7 +57,10 @@ func newFakeNode(t *testing.T) *Client {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(nodeapiv1connect.NewSnapshotServiceHandler(fakeSnapshots{}, connect.WithInterceptors(connecterr.Interceptor())))
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(nodev1.VersionHeader, nodev1.Version)
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	c, err := New(strings.TrimPrefix(srv.URL, "http://"), "token")
 	if err != nil {

@@ -84,6 +84,7 @@ type originKey struct{}
 
 // ServeHTTP serves the ControlPlaneService.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(nodev1.VersionHeader, nodev1.Version)
 	o := Origin{Remote: r.RemoteAddr, Host: r.Host}
 	o.Local, _ = r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	h.connect.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), originKey{}, o)))

@@ -83,8 +83,25 @@ type fakeNodeAPI struct {
 // mount registers the fake's Connect services on mux.
 func (n *fakeNodeAPI) mount(mux *http.ServeMux) {
 	opts := connect.WithInterceptors(connecterr.Interceptor(), n.tokenCheck())
-	mux.Handle(nodeapiv1connect.NewExecutionServiceHandler(fakeNodeExecutions{n: n}, opts))
-	mux.Handle(nodeapiv1connect.NewSnapshotServiceHandler(fakeNodeSnapshots{n: n}, opts))
+	for _, route := range []func() (string, http.Handler){
+		func() (string, http.Handler) {
+			return nodeapiv1connect.NewExecutionServiceHandler(fakeNodeExecutions{n: n}, opts)
+		},
+		func() (string, http.Handler) {
+			return nodeapiv1connect.NewSnapshotServiceHandler(fakeNodeSnapshots{n: n}, opts)
+		},
+	} {
+		path, h := route()
+		mux.Handle(path, versioned(h))
+	}
+}
+
+// versioned answers with the node API's version header, as a node does.
+func versioned(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(nodev1.VersionHeader, nodev1.Version)
+		h.ServeHTTP(w, r)
+	})
 }
 
 // tokenCheck refuses a call without the fake's token, when it has one.

@@ -40,6 +40,7 @@ type tokenNode struct {
 }
 
 func (n *tokenNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(nodev1.VersionHeader, nodev1.Version)
 	got := r.Header.Get(nodeclient.TokenHeader)
 	n.mu.Lock()
 	n.seen = append(n.seen, got)

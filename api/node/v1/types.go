@@ -312,3 +312,14 @@ type Orphan struct {
 	Cleaned bool   `json:"cleaned"`
 	Error   string `json:"error,omitempty"`
 }
+
+// VersionHeader is the response header by which both ends of node API v2
+// (the Connect services) say which version they speak: every answer of a
+// node's or a control plane's Connect routes carries it, Version as its
+// value. An answer without it comes from a peer of node API v1 (JSON
+// routes), which the other end refuses with a message that says which side
+// to upgrade.
+const VersionHeader = "Space-Node-Api"
+
+// Version is the version of the node API this package describes.
+const Version = "2"
