@@ -54,11 +54,7 @@ func (s executionService) Resume(ctx context.Context, req *connect.Request[nodea
 }
 
 func (s executionService) SetEgress(_ context.Context, req *connect.Request[nodeapiv1.SetEgressRequest]) (*connect.Response[nodeapiv1.SetEgressResponse], error) {
-	var policy []byte
-	if b := req.Msg.GetEgress(); len(b) > 0 {
-		policy = b
-	}
-	if err := s.m.SetEgress(req.Msg.GetExecId(), policy); err != nil {
+	if err := s.m.SetEgress(req.Msg.GetExecId(), req.Msg.GetEgress()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&nodeapiv1.SetEgressResponse{}), nil
