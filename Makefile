@@ -82,6 +82,7 @@ fuzz:
 
 proto:
 	api/guest/v1/generate.sh
+	api/node/v1/generate.sh
 
 clean:
 	rm -rf $(BIN)

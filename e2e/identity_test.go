@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/nodeclient"
 )
 
 // TestSigningKeyRotation rotates the capability signing key while requests
@@ -245,14 +246,24 @@ func (s *secondNode) stopExec(execID string) {
 		s.startNode() // its node process was killed and not restarted
 		waitNodes(s.t, s.in, "node-b")
 	}
+	token, err := os.ReadFile(filepath.Join(s.dir, "node.token"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c, err := nodeclient.New("unix:"+s.apiSocket(), strings.TrimSpace(string(token)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, body := s.nodeAPI("DELETE", "/node/v1/executions/"+execID, "")
-		if code == http.StatusNoContent {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.Stop(ctx, execID)
+		cancel()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Errorf("stop %s on node-b: HTTP %d %s", execID, code, body)
+			s.t.Errorf("stop %s on node-b: %v", execID, err)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/objstore/s3store/s3test"
 	"github.com/spacesandbox/space/internal/store/postgres/pgtest"
 )
@@ -438,14 +441,26 @@ func (c *cluster) nodeAPI(i int, method, path, capabilityToken string) (int, str
 
 // stopExecution stops an execution on node i through its node API.
 func (c *cluster) stopExecution(i int, execID string) {
+	token, err := os.ReadFile(filepath.Join(c.nodes[i].dir, "node.token"))
+	if err != nil {
+		c.tb.Errorf("stop %s on %s: %v", execID, c.nodes[i].id, err)
+		return
+	}
+	nc, err := nodeclient.New(c.nodes[i].addr, strings.TrimSpace(string(token)))
+	if err != nil {
+		c.tb.Errorf("stop %s on %s: %v", execID, c.nodes[i].id, err)
+		return
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, body := c.nodeAPI(i, "DELETE", "/node/v1/executions/"+execID, "")
-		if code == http.StatusNoContent || code == http.StatusNotFound {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := nc.Stop(ctx, execID)
+		cancel()
+		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.tb.Errorf("stop %s on %s: HTTP %d %s", execID, c.nodes[i].id, code, body)
+			c.tb.Errorf("stop %s on %s: %v", execID, c.nodes[i].id, err)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

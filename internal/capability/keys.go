@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -71,22 +72,40 @@ func (ks *KeySet) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	if len(w.Keys) > 16 {
-		return errors.New("capability: key set of more than 16 keys")
-	}
-	// Nothing of a refused key set is kept: a receiver holding the
-	// previous set goes on with it.
-	keys := map[string]ed25519.PublicKey{}
+	raw := make(map[string][]byte, len(w.Keys))
 	for id, h := range w.Keys {
 		k, err := hex.DecodeString(h)
-		if err != nil || len(k) != ed25519.PublicKeySize || id == "" || len(id) > MaxFieldBytes {
+		if err != nil {
 			return fmt.Errorf("capability: bad key %q in key set", id)
 		}
-		if !validPublicKey(k) {
-			return fmt.Errorf("capability: key %q in key set is not a usable Ed25519 public key (off the curve, non-canonical or of small order)", id)
-		}
-		keys[id] = ed25519.PublicKey(k)
+		raw[id] = k
 	}
-	ks.Version, ks.Keys = w.Version, keys
+	parsed, err := ParseKeySet(w.Version, raw)
+	if err != nil {
+		return err
+	}
+	*ks = *parsed
 	return nil
+}
+
+// ParseKeySet checks and returns the key set of version and keys (each an
+// Ed25519 public key by its id), as it travels in a heartbeat answer: every
+// key is 32 bytes, the canonical encoding of a curve point not of small
+// order, under a non-empty id of at most MaxFieldBytes, and there are at
+// most 16. Nothing of a refused key set is returned.
+func ParseKeySet(version uint64, keys map[string][]byte) (*KeySet, error) {
+	if len(keys) > 16 {
+		return nil, errors.New("capability: key set of more than 16 keys")
+	}
+	out := map[string]ed25519.PublicKey{}
+	for id, k := range keys {
+		if len(k) != ed25519.PublicKeySize || id == "" || len(id) > MaxFieldBytes {
+			return nil, fmt.Errorf("capability: bad key %q in key set", id)
+		}
+		if !validPublicKey(k) {
+			return nil, fmt.Errorf("capability: key %q in key set is not a usable Ed25519 public key (off the curve, non-canonical or of small order)", id)
+		}
+		out[id] = ed25519.PublicKey(bytes.Clone(k))
+	}
+	return &KeySet{Version: version, Keys: out}, nil
 }

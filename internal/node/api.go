@@ -16,211 +16,64 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
-// maxAPIBody bounds the JSON bodies the node-api reads.
+// maxAPIBody bounds the requests the node-api reads.
 const maxAPIBody = 1 << 20
 
-// Handler returns the node-api HTTP handler.
+// Handler returns the node-api HTTP handler: the Connect services of
+// api/node/v1 (service_*.go), and plain HTTP for the byte streams (the
+// guest proxy, a port's HTTP proxy, the TCP upgrade) and the metrics.
+// Every route needs the node token.
 func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /node/v1/info", m.handleInfo)
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(connecterr.Interceptor()),
+		connect.WithReadMaxBytes(maxAPIBody),
+	}
+	mux.Handle(nodeapiv1connect.NewNodeServiceHandler(nodeService{m}, opts...))
+	mux.Handle(nodeapiv1connect.NewExecutionServiceHandler(executionService{m}, opts...))
+	mux.Handle(nodeapiv1connect.NewSnapshotServiceHandler(snapshotService{m}, opts...))
+	mux.Handle(nodeapiv1connect.NewTemplateServiceHandler(templateService{m}, opts...))
 	mux.HandleFunc("GET /node/v1/metrics", m.handleMetrics)
-	mux.HandleFunc("GET /node/v1/executions", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, nodev1.ExecutionList{Executions: m.List(r.Context())})
-	})
-	mux.HandleFunc("POST /node/v1/executions", m.handleStart)
-	mux.HandleFunc("GET /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) {
-		ex, err := m.Get(r.Context(), r.PathValue("exec"))
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, ex)
-	})
-	mux.HandleFunc("DELETE /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) {
-		if err := m.Stop(r.Context(), r.PathValue("exec")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("POST /node/v1/executions/{exec}/pause", func(w http.ResponseWriter, r *http.Request) {
-		m.handlePauseResume(w, r, true)
-	})
-	mux.HandleFunc("PUT /node/v1/executions/{exec}/egress", m.handleSetEgress)
-	mux.HandleFunc("GET /node/v1/executions/{exec}/stats", func(w http.ResponseWriter, r *http.Request) {
-		st, err := m.Stats(r.Context(), r.PathValue("exec"))
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) {
-		m.handlePauseResume(w, r, false)
-	})
-	mux.HandleFunc("POST /node/v1/executions/{exec}/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.TakeSnapshot
-		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
-		snap, err := m.Snapshot(r.Context(), r.PathValue("exec"), req)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, snap)
-	})
-	mux.HandleFunc("GET /node/v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		snaps, err := m.Snapshots(r.Context())
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, nodev1.SnapshotList{Snapshots: snaps})
-	})
-	mux.HandleFunc("POST /node/v1/snapshots/{id}/upload", func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.UploadSnapshot
-		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
-		serveLong(w, r, func(report Reporter) (any, error) {
-			return m.Upload(r.Context(), r.PathValue("id"), req, report)
-		})
-	})
-	mux.HandleFunc("POST /node/v1/snapshots/{id}/download", func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.DownloadSnapshot
-		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
-		serveLong(w, r, func(report Reporter) (any, error) {
-			return m.Download(r.Context(), r.PathValue("id"), req, report)
-		})
-	})
-	mux.HandleFunc("DELETE /node/v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := m.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("POST /node/v1/orphans", func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.CollectOrphans
-		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
-		found, err := m.CollectOrphans(r.Context(), req.DryRun)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, found)
-	})
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", m.handleGuest)
 	mux.HandleFunc("/node/v1/executions/{exec}/ports/{port}/{rest...}", m.handlePort)
 	mux.HandleFunc("GET /node/v1/executions/{exec}/tcp/{port}", m.handlePortTCP)
-	mux.HandleFunc("POST /node/v1/templates", m.handleEnsureTemplate)
-	mux.HandleFunc("GET /node/v1/templates", func(w http.ResponseWriter, r *http.Request) {
-		names, err := m.cfg.Privileged.Templates(r.Context())
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, nodev1.TemplateList{Templates: names})
-	})
-	mux.HandleFunc("DELETE /node/v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if err := m.cfg.Privileged.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
 	return m.authenticate(mux)
 }
 
+// connectErrors writes the errors of the Connect routes as Connect errors.
+var connectErrors = connect.NewErrorWriter()
+
+// authenticate refuses a request without the node token: on the Connect
+// routes with a Connect error, elsewhere with the JSON error body.
 func (m *Manager) authenticate(next http.Handler) http.Handler {
 	want := []byte(m.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(nodev1.VersionHeader, nodev1.Version)
 		got := []byte(r.Header.Get(TokenHeader))
 		if m.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
-			writeError(w, fmt.Errorf("%w: node token required", errdefs.ErrUnauthenticated))
+			err := fmt.Errorf("%w: node %s: node token required (%s): the control plane sends the one the node's heartbeat gave it", errdefs.ErrUnauthenticated, m.cfg.NodeID, TokenHeader)
+			if connectErrors.IsSupported(r) {
+				_ = connectErrors.Write(w, r, connecterr.Encode(err))
+				return
+			}
+			writeError(w, err)
 			return
 		}
 		// The token is for this hop only; never forward it to the guest.
 		r.Header.Del(TokenHeader)
 		next.ServeHTTP(w, r)
-	})
-}
-
-func (m *Manager) handleInfo(w http.ResponseWriter, r *http.Request) {
-	hello, err := m.cfg.Privileged.Hello(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, nodev1.Info{
-		NodeID: m.cfg.NodeID, Runtimes: hello.Runtimes, Storage: hello.Storage,
-		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB,
-	})
-}
-
-func (m *Manager) handleStart(w http.ResponseWriter, r *http.Request) {
-	var req nodev1.StartExecution
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	ex, err := m.Start(r.Context(), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ex)
-}
-
-func (m *Manager) handlePauseResume(w http.ResponseWriter, r *http.Request, pause bool) {
-	if err := m.PauseResume(r.Context(), r.PathValue("exec"), pause); err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (m *Manager) handleEnsureTemplate(w http.ResponseWriter, r *http.Request) {
-	var req nodev1.EnsureTemplate
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	serveLong(w, r, func(report Reporter) (any, error) {
-		var ok *privop.TemplateOK
-		var err error
-		if report == nil {
-			ok, err = m.cfg.Privileged.EnsureTemplate(r.Context(), req.Name, req.Source)
-		} else {
-			ok, err = m.cfg.Privileged.EnsureTemplateProgress(r.Context(), req.Name, req.Source, report)
-		}
-		if err != nil {
-			return nil, err
-		}
-		out := nodev1.TemplateReady{Name: req.Name, SizeBytes: ok.SizeBytes}
-		if ok.Progress != nil {
-			p := nodev1.Progress(*ok.Progress)
-			out.Progress = &p
-		}
-		return out, nil
 	})
 }
 
@@ -283,15 +136,6 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 	// body has been forwarded; HTTP/1 would then cut the body off mid-stream.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	proxy.ServeHTTP(w, r)
-}
-
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: request body: %v", errdefs.ErrInvalidArgument, err)
-	}
-	return nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
-	"github.com/spacesandbox/space/internal/apierr"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -43,45 +45,20 @@ func (c *CredentialClient) resolve(ctx context.Context, req nodev1.ResolveCreden
 	if cred == "" {
 		return nil, fmt.Errorf("credential for %s: node %s has no credential from the control plane yet (it comes with the first heartbeat answer): %w", req.Host, c.NodeID, errdefs.ErrUnavailable)
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.Server, "/")+nodev1.ResolveCredentialPath(c.NodeID), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Authorization", "Bearer "+cred)
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	resp, err := hc.Do(hr)
+	client := nodeapiv1connect.NewControlPlaneServiceClient(hc, strings.TrimSuffix(c.Server, "/"), connect.WithReadMaxBytes(1<<20))
+	creq := connect.NewRequest(req.ToWire(c.NodeID))
+	creq.Header().Set("Authorization", "Bearer "+cred)
+	resp, err := client.ResolveCredential(ctx, creq)
 	if err != nil {
-		return nil, fmt.Errorf("credential for %s: control plane: %v: %w", req.Host, err, errdefs.ErrUnavailable)
+		return nil, controlPlaneError(c.Server, "credential for "+req.Host, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("credential for %s: control plane: %v: %w", req.Host, err, errdefs.ErrUnavailable)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e nodev1.Error
-		_ = json.Unmarshal(data, &e)
-		class := apierr.Decode(e.Code, errdefs.Reason(e.Reason))
-		if class == nil {
-			class = errdefs.ErrUnavailable
-		}
-		return nil, fmt.Errorf("credential for %s: HTTP %d %s: %w", req.Host, resp.StatusCode, e.Message, class)
-	}
-	var out nodev1.ResolvedCredential
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, fmt.Errorf("credential for %s: control plane answer: %v: %w", req.Host, err, errdefs.ErrUnavailable)
-	}
-	clear(data)
+	out := nodev1.ResolvedCredentialFromWire(resp.Msg)
 	return &out, nil
 }
 

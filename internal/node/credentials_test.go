@@ -2,15 +2,12 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
+	"fmt"
 	"testing"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -19,39 +16,36 @@ import (
 // for the host, anything unreadable → unavailable); a success carries the
 // secret and the node's own credential was sent.
 func TestCredentialClientErrors(t *testing.T) {
-	var answer func(w http.ResponseWriter)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer node-credential" || r.URL.Path != nodev1.ResolveCredentialPath("n1") {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
+	var answer func() (*nodev1.ResolvedCredential, error)
+	url := (&fakeControlPlane{resolve: func(bearer, nodeID string, _ nodev1.ResolveCredential) (*nodev1.ResolvedCredential, error) {
+		if bearer != "node-credential" || nodeID != "n1" {
+			return nil, fmt.Errorf("%w: bearer %q node %q", errdefs.ErrUnauthenticated, bearer, nodeID)
 		}
-		answer(w)
-	}))
-	defer srv.Close()
-	c := &CredentialClient{Server: srv.URL, Credential: func() string { return "node-credential" }, NodeID: "n1"}
-	fail := func(status int, code string) func(w http.ResponseWriter) {
-		return func(w http.ResponseWriter) {
-			w.WriteHeader(status)
-			json.NewEncoder(w).Encode(sandboxv1.Error{Code: code, Message: "refused"})
-		}
+		return answer()
+	}}).serve(t)
+	c := &CredentialClient{Server: url, Credential: func() string { return "node-credential" }, NodeID: "n1"}
+	fail := func(err error) func() (*nodev1.ResolvedCredential, error) {
+		return func() (*nodev1.ResolvedCredential, error) { return nil, fmt.Errorf("refused: %w", err) }
 	}
 	for _, tc := range []struct {
-		answer func(w http.ResponseWriter)
+		answer func() (*nodev1.ResolvedCredential, error)
 		want   error
 	}{
-		{fail(http.StatusTooManyRequests, sandboxv1.CodeRateLimited), errdefs.ErrResourceExhausted},
-		{fail(http.StatusForbidden, sandboxv1.CodePermissionDenied), errdefs.ErrPermissionDenied},
-		{fail(http.StatusNotFound, sandboxv1.CodeNotFound), errdefs.ErrNotFound},
-		{fail(http.StatusPreconditionFailed, sandboxv1.CodeFailedPrecondition), errdefs.ErrFailedPrecondition},
-		{func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadGateway) }, errdefs.ErrUnavailable},
+		{fail(errdefs.ErrRateLimited), errdefs.ErrRateLimited},
+		{fail(errdefs.ErrPermissionDenied), errdefs.ErrPermissionDenied},
+		{fail(errdefs.ErrNotFound), errdefs.ErrNotFound},
+		{fail(errdefs.ErrFailedPrecondition), errdefs.ErrFailedPrecondition},
+		// An error of no class: the node treats it as the control plane
+		// being unavailable.
+		{fail(errors.New("broken")), errdefs.ErrUnavailable},
 	} {
 		answer = tc.answer
 		if _, err := c.resolve(context.Background(), nodev1.ResolveCredential{SandboxID: "s", ExecID: "e", Host: "h"}); !errors.Is(err, tc.want) {
 			t.Errorf("resolve = %v, want %v", err, tc.want)
 		}
 	}
-	answer = func(w http.ResponseWriter) {
-		json.NewEncoder(w).Encode(nodev1.ResolvedCredential{Applies: true, ID: "c1", Method: "header", Name: "Authorization", Secret: []byte("s3cret")})
+	answer = func() (*nodev1.ResolvedCredential, error) {
+		return &nodev1.ResolvedCredential{Applies: true, ID: "c1", Method: "header", Name: "Authorization", Secret: []byte("s3cret")}, nil
 	}
 	r, err := c.resolve(context.Background(), nodev1.ResolveCredential{SandboxID: "s", ExecID: "e", Host: "h"})
 	if err != nil || string(r.Secret) != "s3cret" || r.Method != "header" {
@@ -64,19 +58,15 @@ func TestCredentialClientErrors(t *testing.T) {
 func TestAppliesCached(t *testing.T) {
 	asked := map[string]int{}
 	fail := false
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.ResolveCredential
-		json.NewDecoder(r.Body).Decode(&req)
+	url := (&fakeControlPlane{resolve: func(_, _ string, req nodev1.ResolveCredential) (*nodev1.ResolvedCredential, error) {
 		asked[req.Host]++
 		if fail {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
+			return nil, fmt.Errorf("%w: store down", errdefs.ErrUnavailable)
 		}
-		json.NewEncoder(w).Encode(nodev1.ResolvedCredential{Applies: req.Host == "api.example.com"})
-	}))
-	defer srv.Close()
+		return &nodev1.ResolvedCredential{Applies: req.Host == "api.example.com"}, nil
+	}}).serve(t)
 	now := time.Unix(1000, 0)
-	ci := &credentialInterceptor{creds: execCredentials{c: &CredentialClient{Server: srv.URL, NodeID: "n1", Credential: func() string { return "c" }}, sandbox: "s", execID: "e"},
+	ci := &credentialInterceptor{creds: execCredentials{c: &CredentialClient{Server: url, NodeID: "n1", Credential: func() string { return "c" }}, sandbox: "s", execID: "e"},
 		now: func() time.Time { return now }}
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {

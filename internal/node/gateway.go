@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -157,21 +156,6 @@ func (m *Manager) SetEgress(execID string, raw json.RawMessage) error {
 	}
 	g.policy.Store(p)
 	return nil
-}
-
-func (m *Manager) handleSetEgress(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Egress json.RawMessage `json:"egress"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := m.SetEgress(r.PathValue("exec"), req.Egress); err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // writeGatewayMetrics adds the gateway's decision counters.

@@ -1,18 +1,21 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/connecterr"
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // HeartbeatConfig says where and how a node reports to the control plane.
@@ -25,22 +28,6 @@ type HeartbeatConfig struct {
 	Advertise string
 	// Every is the heartbeat interval.
 	Every time.Duration
-}
-
-// heartbeat mirrors server.Heartbeat; the node does not import server code.
-type heartbeat struct {
-	Address  string   `json:"address"`
-	Token    string   `json:"token"`
-	Runtimes []string `json:"runtimes"`
-	// RuntimesPending are being set up: the control plane waits for them.
-	RuntimesPending []string `json:"runtimes_pending,omitempty"`
-	// RuntimeStatus is the node-manager's line per runtime (privop.Hello).
-	RuntimeStatus map[string]string   `json:"runtime_status,omitempty"`
-	CPUs          int                 `json:"cpus"`
-	MemoryMiB     int                 `json:"memory_mib"`
-	DiskMiB       int                 `json:"disk_mib"`
-	Executions    []nodev1.Execution  `json:"executions"`
-	Pools         []nodev1.PoolStatus `json:"pools,omitempty"`
 }
 
 // RunHeartbeats registers the node and reports its capacity and executions
@@ -56,11 +43,11 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 		return nil
 	}
 	m.clock.startHeartbeats()
-	client := &http.Client{Timeout: 10 * time.Second}
-	url := strings.TrimRight(cfg.Server, "/") + "/internal/v1/nodes/" + m.cfg.NodeID + "/heartbeat"
+	client := nodeapiv1connect.NewControlPlaneServiceClient(&http.Client{Timeout: 10 * time.Second}, strings.TrimRight(cfg.Server, "/"),
+		connect.WithReadMaxBytes(4<<20))
 	failures := 0
 	for {
-		if err := m.sendHeartbeat(ctx, client, url, cfg); err != nil && ctx.Err() == nil {
+		if err := m.sendHeartbeat(ctx, client, cfg); err != nil && ctx.Err() == nil {
 			failures++
 			if failures == 1 || failures%30 == 0 {
 				m.log.Warn("heartbeat failed", "server", cfg.Server, "err", err, "failures", failures)
@@ -79,83 +66,91 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 	}
 }
 
-func (m *Manager) sendHeartbeat(ctx context.Context, client *http.Client, url string, cfg HeartbeatConfig) error {
+func (m *Manager) sendHeartbeat(ctx context.Context, client nodeapiv1connect.ControlPlaneServiceClient, cfg HeartbeatConfig) error {
 	hello, err := m.cfg.Privileged.Hello(ctx)
 	if err != nil {
 		return fmt.Errorf("node-manager: %w", err)
 	}
-	hb := heartbeat{
-		Address: cfg.Advertise, Token: m.cfg.Token, Runtimes: hello.Runtimes, RuntimesPending: hello.Pending,
-		RuntimeStatus: hello.Status,
-		CPUs:          m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB, Executions: m.List(ctx),
-		Pools: m.PoolStatus(ctx),
-	}
-	body, _ := json.Marshal(hb)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+cfg.JoinToken)
+	req := connect.NewRequest(&nodeapiv1.Heartbeat{
+		NodeId: m.cfg.NodeID, Address: cfg.Advertise, Token: m.cfg.Token,
+		Runtimes: hello.Runtimes, RuntimesPending: hello.Pending, RuntimeStatus: hello.Status,
+		Cpus: int64(m.cfg.CPUs), MemoryMib: int64(m.cfg.MemoryMiB),
+		Executions: nodev1.ExecutionsToWire(m.List(ctx)), Pools: nodev1.PoolStatusesToWire(m.PoolStatus(ctx)),
+	})
+	req.Header().Set("Authorization", "Bearer "+cfg.JoinToken)
 	// The lease an answer renews runs from now: before the control plane
 	// saw the heartbeat, so the node's lease ends before its count does.
 	sent := time.Now()
 	clockSent := m.readClock()
-	resp, err := client.Do(req)
+	resp, err := client.Heartbeat(ctx, req)
 	if err != nil {
-		return err
+		return controlPlaneError(cfg.Server, "heartbeat", err)
 	}
 	clockReceived := m.readClock()
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	return m.applyHeartbeatReply(resp.Msg, sent, clockSent, clockReceived)
+}
+
+// controlPlaneError is the error of a call to the control plane at server:
+// its answer's class and reason (connecterr), and for a control plane that
+// does not serve the Connect node API (its answer lacks
+// nodev1.VersionHeader: it is older than this node) a FailedPrecondition
+// that says to upgrade it.
+func controlPlaneError(server, what string, err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) && olderPeer(ce) {
+		return fmt.Errorf("%w: %s: node speaks node API v%s (Connect), the control plane at %s speaks v1 (it answers %v %q): upgrade the control plane first",
+			errdefs.ErrFailedPrecondition, what, nodev1.Version, server, ce.Code(), ce.Message())
 	}
-	var reply struct {
-		Keys   *capability.KeySet  `json:"keys"`
-		Retire []nodev1.Retirement `json:"retire"`
-		// Pools is what the warm pool should hold; absent (an older
-		// control plane) leaves it as it is.
-		Pools *[]nodev1.PoolTarget `json:"pools"`
-		// FenceAfterMS is the heartbeat lease (fence.go); 0 or absent:
-		// the node does not fence itself.
-		FenceAfterMS int64 `json:"fence_after_ms"`
-		// Internal is the deployment's internal-service list; absent (an
-		// older control plane) leaves the list as it is.
-		Internal *InternalServices `json:"internal"`
-		// ServerTime is the control plane's clock as it wrote the
-		// answer: the node measures its own against it (clock.go).
-		ServerTime time.Time `json:"server_time"`
-		// NodeCredential is this node's own credential (nodecred.go);
-		// absent (an older control plane): the one held is kept.
-		NodeCredential string `json:"node_credential"`
+	err = connecterr.Decode(err)
+	if errdefs.ClassOf(err) == nil {
+		return fmt.Errorf("%s: control plane %s: %w: %w", what, server, errdefs.ErrUnavailable, err)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&reply); err != nil {
-		return fmt.Errorf("heartbeat answer: %w", err)
-	}
-	if reply.FenceAfterMS < 0 || reply.FenceAfterMS > maxFenceAfter.Milliseconds() {
-		return fmt.Errorf("heartbeat answer: fence_after_ms %d out of range (0 to %d)", reply.FenceAfterMS, maxFenceAfter.Milliseconds())
+	return fmt.Errorf("%s: control plane %s: %w", what, server, err)
+}
+
+// olderPeer reports whether ce is the answer of a peer of node API v1: a
+// refusal of the route (404: not found, or unimplemented) without the v2
+// version header.
+func olderPeer(ce *connect.Error) bool {
+	return (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) && ce.Meta().Get(nodev1.VersionHeader) == ""
+}
+
+// applyHeartbeatReply applies what a heartbeat answer pushes, sent (and
+// read on the clocks at clockSent and clockReceived) at sent.
+func (m *Manager) applyHeartbeatReply(reply *nodeapiv1.HeartbeatReply, sent time.Time, clockSent, clockReceived clockReading) error {
+	if ms := reply.GetFenceAfterMs(); ms < 0 || ms > maxFenceAfter.Milliseconds() {
+		return fmt.Errorf("heartbeat answer: fence_after_ms %d out of range (0 to %d)", ms, maxFenceAfter.Milliseconds())
 	}
 	// Retirements first: an execution that a newer generation replaced
 	// must not be thawed by anything that follows.
-	m.Retire(reply.Retire)
-	m.renewLease(sent, time.Duration(reply.FenceAfterMS)*time.Millisecond)
-	m.measureClock(clockSent, clockReceived, reply.ServerTime)
-	m.setCredential(reply.NodeCredential)
-	if reply.Pools != nil {
-		m.SetPoolTargets(*reply.Pools)
+	m.Retire(nodev1.RetirementsFromWire(reply.GetRetire()))
+	m.renewLease(sent, time.Duration(reply.GetFenceAfterMs())*time.Millisecond)
+	var serverTime time.Time
+	if ts := reply.GetServerTime(); ts != nil {
+		serverTime = ts.AsTime()
+	}
+	m.measureClock(clockSent, clockReceived, serverTime)
+	m.setCredential(reply.GetNodeCredential())
+	if pools := nodev1.PoolTargetsFromWire(reply.GetPools()); pools != nil {
+		m.SetPoolTargets(*pools)
 	}
 	var keysErr error
-	if reply.Keys != nil {
-		keysErr = m.SetKeys(reply.Keys)
+	if k := reply.GetKeys(); k != nil {
+		ks, err := capability.ParseKeySet(k.GetVersion(), k.GetKeys())
+		if err != nil {
+			keysErr = fmt.Errorf("heartbeat answer: %w", err)
+		} else {
+			keysErr = m.SetKeys(ks)
+		}
 	}
-	if reply.Internal == nil && m.cfg.Gateway != nil && m.InternalServicesVersion() == 0 && m.gateways.warnedNoList.CompareAndSwap(false, true) {
-		m.log.Warn("the control plane sends no internal-service list (it is older than this node): sandbox connections are refused until it is upgraded (docs/network.md)")
+	internal := reply.GetInternal()
+	if internal == nil && m.cfg.Gateway != nil && m.InternalServicesVersion() == 0 && m.gateways.warnedNoList.CompareAndSwap(false, true) {
+		m.log.Warn("the control plane sends no internal-service list: sandbox connections are refused until it does (docs/network.md)")
 	}
-	if reply.Internal != nil {
+	if internal != nil {
 		// A list that does not parse leaves the one held (or none: every
 		// connection refused); the keys were still taken.
-		if err := m.SetInternalServices(*reply.Internal); err != nil {
+		if err := m.SetInternalServices(InternalServices{Version: internal.GetVersion(), CIDRs: internal.GetCidrs()}); err != nil {
 			return errors.Join(keysErr, fmt.Errorf("heartbeat answer: %w", err))
 		}
 	}

@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
@@ -28,13 +26,12 @@ func TestNodeCredential(t *testing.T) {
 
 	var asked atomic.Int32
 	var sent atomic.Value
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url := (&fakeControlPlane{resolve: func(bearer, _ string, _ nodev1.ResolveCredential) (*nodev1.ResolvedCredential, error) {
 		asked.Add(1)
-		sent.Store(r.Header.Get("Authorization"))
-		w.Write([]byte(`{"applies":true}`))
-	}))
-	defer srv.Close()
-	c := &CredentialClient{Server: srv.URL, NodeID: "n1", Credential: func() string { return "" }}
+		sent.Store("Bearer " + bearer)
+		return &nodev1.ResolvedCredential{Applies: true}, nil
+	}}).serve(t)
+	c := &CredentialClient{Server: url, NodeID: "n1", Credential: func() string { return "" }}
 	_, err := c.resolve(context.Background(), nodev1.ResolveCredential{SandboxID: "s", ExecID: "e", Host: "h", CheckOnly: true})
 	if !errors.Is(err, errdefs.ErrUnavailable) || asked.Load() != 0 {
 		t.Fatalf("without a credential: %v after %d requests, want unavailable and none", err, asked.Load())

@@ -1,23 +1,28 @@
 // Package nodeclient is the control plane's client of a node's sandbox manager
-// (node-api, api/node/v1). It also hands out an HTTP client and base URL through
-// which the control plane speaks the guest protocol to one execution.
+// (node-api, api/node/v1): a thin wrapper over the generated Connect clients
+// that speaks the control plane's Go types (nodev1) and errors (errdefs,
+// through connecterr). It also hands out an HTTP client and base URL through
+// which the control plane speaks the guest protocol to one execution, and the
+// port proxy and TCP tunnel (ports.go), which stay plain HTTP.
 package nodeclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/spacesandbox/space/internal/apierr"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
+	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -25,15 +30,27 @@ import (
 // TokenHeader carries the node token; it matches node.TokenHeader.
 const TokenHeader = "X-Space-Node-Token"
 
+// maxAnswer bounds a node's answer.
+const maxAnswer = 16 << 20
+
 // Client calls one node.
 type Client struct {
+	addr   string
 	base   string // "http://node" for unix sockets, else "http://HOST:PORT"
 	token  string
-	http   *http.Client
 	stream *http.Client // no overall timeout: streams live as long as their ctx
 	// dial opens a connection to the node-api, for the tunnels that leave
 	// HTTP after their first answer (DialPortTCP).
 	dial func(ctx context.Context) (net.Conn, error)
+
+	node       nodeapiv1connect.NodeServiceClient
+	executions nodeapiv1connect.ExecutionServiceClient
+	snapshots  nodeapiv1connect.SnapshotServiceClient
+	templates  nodeapiv1connect.TemplateServiceClient
+	// longSnapshots and longTemplates are the streaming calls, on the
+	// client without an overall timeout.
+	longSnapshots nodeapiv1connect.SnapshotServiceClient
+	longTemplates nodeapiv1connect.TemplateServiceClient
 }
 
 // New returns a client of the node-api at addr ("unix:PATH" or "HOST:PORT").
@@ -62,12 +79,17 @@ func New(addr, token string) (*Client, error) {
 		}
 	}
 	rt := tokenTransport{token: token, next: tr}
+	plain := &http.Client{Transport: rt, Timeout: 10 * time.Minute}
+	stream := &http.Client{Transport: rt}
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAnswer)}
 	return &Client{
-		base:   base,
-		token:  token,
-		http:   &http.Client{Transport: rt, Timeout: 10 * time.Minute},
-		stream: &http.Client{Transport: rt},
-		dial:   dial,
+		addr: addr, base: base, token: token, stream: stream, dial: dial,
+		node:          nodeapiv1connect.NewNodeServiceClient(plain, base, opts...),
+		executions:    nodeapiv1connect.NewExecutionServiceClient(plain, base, opts...),
+		snapshots:     nodeapiv1connect.NewSnapshotServiceClient(plain, base, opts...),
+		templates:     nodeapiv1connect.NewTemplateServiceClient(plain, base, opts...),
+		longSnapshots: nodeapiv1connect.NewSnapshotServiceClient(stream, base, opts...),
+		longTemplates: nodeapiv1connect.NewTemplateServiceClient(stream, base, opts...),
 	}, nil
 }
 
@@ -90,270 +112,167 @@ func (c *Client) GuestHTTP(execID string) (*http.Client, string) {
 
 // Info reads the node's description.
 func (c *Client) Info(ctx context.Context) (*nodev1.Info, error) {
-	var out nodev1.Info
-	return &out, c.do(ctx, http.MethodGet, "/node/v1/info", nil, &out)
+	resp, err := c.node.Info(ctx, connect.NewRequest(&nodeapiv1.InfoRequest{}))
+	if err != nil {
+		return nil, c.fail("Info", err)
+	}
+	info := nodev1.InfoFromWire(resp.Msg)
+	return &info, nil
 }
 
 // Start starts an execution and waits until its guest is ready.
 func (c *Client) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1.Execution, error) {
-	var out nodev1.Execution
-	return &out, c.do(ctx, http.MethodPost, "/node/v1/executions", req, &out)
+	resp, err := c.executions.Start(ctx, connect.NewRequest(req.ToWire()))
+	if err != nil {
+		return nil, c.fail("Start", err)
+	}
+	ex := nodev1.ExecutionFromWire(resp.Msg.GetExecution())
+	return &ex, nil
 }
 
 // Stop stops an execution; an unknown one succeeds.
 func (c *Client) Stop(ctx context.Context, execID string) error {
-	return c.do(ctx, http.MethodDelete, "/node/v1/executions/"+url.PathEscape(execID), nil, nil)
+	_, err := c.executions.Stop(ctx, connect.NewRequest(&nodeapiv1.StopExecutionRequest{ExecId: execID}))
+	return c.fail("Stop", err)
 }
 
 // Pause freezes an execution in place.
 func (c *Client) Pause(ctx context.Context, execID string) error {
-	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/pause", nil, nil)
+	_, err := c.executions.Pause(ctx, connect.NewRequest(&nodeapiv1.PauseExecutionRequest{ExecId: execID}))
+	return c.fail("Pause", err)
 }
 
 // SetEgress replaces a running execution's egress policy.
 func (c *Client) SetEgress(ctx context.Context, execID string, policy json.RawMessage) error {
-	return c.do(ctx, http.MethodPut, "/node/v1/executions/"+url.PathEscape(execID)+"/egress", nodev1.SetEgress{Egress: policy}, nil)
+	_, err := c.executions.SetEgress(ctx, connect.NewRequest(&nodeapiv1.SetEgressRequest{ExecId: execID, Egress: policy}))
+	return c.fail("SetEgress", err)
 }
 
 // Resume thaws a paused execution.
 func (c *Client) Resume(ctx context.Context, execID string) error {
-	return c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/resume", nil, nil)
+	_, err := c.executions.Resume(ctx, connect.NewRequest(&nodeapiv1.ResumeExecutionRequest{ExecId: execID}))
+	return c.fail("Resume", err)
 }
 
 // Stats measures what an execution uses now.
 func (c *Client) Stats(ctx context.Context, execID string) (*nodev1.ExecStats, error) {
-	var out nodev1.ExecStats
-	return &out, c.do(ctx, http.MethodGet, "/node/v1/executions/"+url.PathEscape(execID)+"/stats", nil, &out)
+	resp, err := c.executions.Stats(ctx, connect.NewRequest(&nodeapiv1.ExecutionStatsRequest{ExecId: execID}))
+	if err != nil {
+		return nil, c.fail("Stats", err)
+	}
+	st := nodev1.ExecStatsFromWire(resp.Msg)
+	return &st, nil
 }
 
 // Get reports one execution.
 func (c *Client) Get(ctx context.Context, execID string) (*nodev1.Execution, error) {
-	var out nodev1.Execution
-	return &out, c.do(ctx, http.MethodGet, "/node/v1/executions/"+url.PathEscape(execID), nil, &out)
+	resp, err := c.executions.Get(ctx, connect.NewRequest(&nodeapiv1.GetExecutionRequest{ExecId: execID}))
+	if err != nil {
+		return nil, c.fail("Get", err)
+	}
+	ex := nodev1.ExecutionFromWire(resp.Msg.GetExecution())
+	return &ex, nil
 }
 
 // List reports every execution on the node.
 func (c *Client) List(ctx context.Context) ([]nodev1.Execution, error) {
-	var out nodev1.ExecutionList
-	if err := c.do(ctx, http.MethodGet, "/node/v1/executions", nil, &out); err != nil {
-		return nil, err
+	resp, err := c.executions.List(ctx, connect.NewRequest(&nodeapiv1.ListExecutionsRequest{}))
+	if err != nil {
+		return nil, c.fail("List", err)
 	}
-	return out.Executions, nil
-}
-
-// EnsureTemplate makes a template present on the node, building it when
-// absent, and returns its size there.
-func (c *Client) EnsureTemplate(ctx context.Context, name, source string) (*nodev1.TemplateReady, error) {
-	var out nodev1.TemplateReady
-	return &out, c.do(ctx, http.MethodPost, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, &out)
-}
-
-// EnsureTemplateProgress is EnsureTemplate with the build's readings:
-// onProgress receives them while it runs. A node that cannot stream them
-// answers without.
-func (c *Client) EnsureTemplateProgress(ctx context.Context, name, source string, onProgress func(nodev1.Progress)) (*nodev1.TemplateReady, error) {
-	var out nodev1.TemplateReady
-	return &out, c.doProgress(ctx, "/node/v1/templates", nodev1.EnsureTemplate{Name: name, Source: source}, &out, onProgress)
+	return nodev1.ExecutionsFromWire(resp.Msg.GetExecutions()), nil
 }
 
 // DeleteTemplate removes a template from the node.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, "/node/v1/templates/"+url.PathEscape(name), nil, nil)
+	_, err := c.templates.Delete(ctx, connect.NewRequest(&nodeapiv1.DeleteTemplateRequest{Name: name}))
+	return c.fail("DeleteTemplate", err)
 }
 
 // Templates lists the templates present on the node.
 func (c *Client) Templates(ctx context.Context) ([]string, error) {
-	var out nodev1.TemplateList
-	if err := c.do(ctx, http.MethodGet, "/node/v1/templates", nil, &out); err != nil {
-		return nil, err
+	resp, err := c.templates.List(ctx, connect.NewRequest(&nodeapiv1.ListTemplatesRequest{}))
+	if err != nil {
+		return nil, c.fail("Templates", err)
 	}
-	return out.Templates, nil
+	return resp.Msg.GetTemplates(), nil
 }
 
 // Snapshot takes a snapshot of an execution.
 func (c *Client) Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error) {
-	var out nodev1.Snapshot
-	return &out, c.do(ctx, http.MethodPost, "/node/v1/executions/"+url.PathEscape(execID)+"/snapshots", req, &out)
+	resp, err := c.executions.TakeSnapshot(ctx, connect.NewRequest(&nodeapiv1.TakeSnapshotRequest{
+		ExecId: execID, SnapshotId: req.SnapshotID, Kind: req.Kind, LeavePaused: req.LeavePaused,
+	}))
+	if err != nil {
+		return nil, c.fail("TakeSnapshot", err)
+	}
+	snap := nodev1.SnapshotFromWire(resp.Msg.GetSnapshot())
+	return &snap, nil
 }
 
 // DeleteSnapshot removes a snapshot from the node; a missing one succeeds.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/node/v1/snapshots/"+url.PathEscape(id), nil, nil)
+	_, err := c.snapshots.Delete(ctx, connect.NewRequest(&nodeapiv1.DeleteSnapshotRequest{SnapshotId: id}))
+	return c.fail("DeleteSnapshot", err)
 }
 
-// Upload stores a snapshot's artifacts in object storage.
-func (c *Client) Upload(ctx context.Context, id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error) {
-	var out nodev1.Artifacts
-	return &out, c.do(ctx, http.MethodPost, "/node/v1/snapshots/"+url.PathEscape(id)+"/upload", req, &out)
-}
-
-// Download rebuilds a snapshot on the node from object storage.
-func (c *Client) Download(ctx context.Context, id string, req nodev1.DownloadSnapshot) (*nodev1.Snapshot, error) {
-	var out nodev1.Snapshot
-	return &out, c.do(ctx, http.MethodPost, "/node/v1/snapshots/"+url.PathEscape(id)+"/download", req, &out)
-}
-
-// UploadProgress is Upload with readings of the bytes sent while it runs.
-func (c *Client) UploadProgress(ctx context.Context, id string, req nodev1.UploadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Artifacts, error) {
-	var out nodev1.Artifacts
-	return &out, c.doProgress(ctx, "/node/v1/snapshots/"+url.PathEscape(id)+"/upload", req, &out, onProgress)
-}
-
-// DownloadProgress is Download with readings of the bytes received while
-// it runs.
-func (c *Client) DownloadProgress(ctx context.Context, id string, req nodev1.DownloadSnapshot, onProgress func(nodev1.Progress)) (*nodev1.Snapshot, error) {
-	var out nodev1.Snapshot
-	return &out, c.doProgress(ctx, "/node/v1/snapshots/"+url.PathEscape(id)+"/download", req, &out, onProgress)
+// Snapshots lists the snapshots on the node.
+func (c *Client) Snapshots(ctx context.Context) ([]nodev1.Snapshot, error) {
+	resp, err := c.snapshots.List(ctx, connect.NewRequest(&nodeapiv1.ListSnapshotsRequest{}))
+	if err != nil {
+		return nil, c.fail("Snapshots", err)
+	}
+	var out []nodev1.Snapshot
+	for _, s := range resp.Msg.GetSnapshots() {
+		out = append(out, nodev1.SnapshotFromWire(s))
+	}
+	return out, nil
 }
 
 // CollectOrphans has the node find the executions its runtimes hold that
 // no runtime record refers to and, unless dryRun, stop and clean them.
 func (c *Client) CollectOrphans(ctx context.Context, dryRun bool) (*nodev1.Orphans, error) {
-	var out nodev1.Orphans
-	if err := c.do(ctx, http.MethodPost, "/node/v1/orphans", nodev1.CollectOrphans{DryRun: dryRun}, &out); err != nil {
-		return nil, err
+	resp, err := c.node.CollectOrphans(ctx, connect.NewRequest(&nodeapiv1.CollectOrphansRequest{DryRun: dryRun}))
+	if err != nil {
+		return nil, c.fail("CollectOrphans", err)
 	}
-	return &out, nil
+	o := nodev1.OrphansFromWire(resp.Msg)
+	return &o, nil
 }
 
-// Snapshots lists the snapshots on the node.
-func (c *Client) Snapshots(ctx context.Context) ([]nodev1.Snapshot, error) {
-	var out nodev1.SnapshotList
-	if err := c.do(ctx, http.MethodGet, "/node/v1/snapshots", nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Snapshots, nil
-}
-
-func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: node %s %s: %v", errdefs.ErrUnavailable, method, path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return decodeError(resp)
-	}
-	if out == nil {
+// fail is the error of a call to procedure that ended with err (nil: nil):
+// the node's error with its class and reason (connecterr), a node that
+// could not be reached as Unavailable, and a node that does not serve the
+// Connect node API (its refusal lacks nodev1.VersionHeader: an older one)
+// as FailedPrecondition saying so.
+func (c *Client) fail(procedure string, err error) error {
+	if err == nil {
 		return nil
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
-		return fmt.Errorf("node %s %s: bad answer: %w", method, path, err)
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return fmt.Errorf("%w: node %s %s: %v", errdefs.ErrUnavailable, c.addr, procedure, err)
 	}
-	return nil
+	if (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) && ce.Meta().Get(nodev1.VersionHeader) == "" {
+		return fmt.Errorf("%w: node %s %s: %w (it answers %v %q)", errdefs.ErrFailedPrecondition, c.addr, procedure, ErrOlderNode, ce.Code(), ce.Message())
+	}
+	return &Error{Message: ce.Message(), cause: connecterr.Decode(err)}
 }
 
-// streamIdle is how long a streamed answer may go without a line: the
-// plain client's whole timeout (a variable for tests).
-var streamIdle = 10 * time.Minute
-
-// doProgress POSTs in and asks for a streamed answer
-// (nodev1.ProgressContentType): onProgress receives each reading, out the
-// result. A node that answers plain JSON is read as do reads it.
-func (c *Client) doProgress(ctx context.Context, path string, in, out any, onProgress func(nodev1.Progress)) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	// The stream client: the operation may outlast the plain client's
-	// timeout while its readings show it alive; a node silent for as long
-	// as that timeout is given up.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	idle := time.AfterFunc(streamIdle, func() {
-		cancel(fmt.Errorf("%w: node POST %s: no answer or reading for %v", errdefs.ErrUnavailable, path, streamIdle))
-	})
-	defer idle.Stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", nodev1.ProgressContentType+", application/json")
-	resp, err := c.stream.Do(req)
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause
-		}
-		return fmt.Errorf("%w: node POST %s: %v", errdefs.ErrUnavailable, path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return decodeError(resp)
-	}
-	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<30))
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), nodev1.ProgressContentType) {
-		if err := dec.Decode(out); err != nil {
-			return fmt.Errorf("node POST %s: bad answer: %w", path, err)
-		}
-		return nil
-	}
-	for {
-		var line nodev1.ProgressLine
-		if err := dec.Decode(&line); err != nil {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			return fmt.Errorf("%w: node POST %s: the answer ended early: %v", errdefs.ErrUnavailable, path, err)
-		}
-		switch {
-		case line.Error != nil:
-			return answered(line.Error.Message, line.Error.Code, line.Error.Reason)
-		case line.Result != nil:
-			if err := json.Unmarshal(line.Result, out); err != nil {
-				return fmt.Errorf("node POST %s: bad answer: %w", path, err)
-			}
-			return nil
-		case line.Progress != nil:
-			idle.Reset(streamIdle)
-			if onProgress != nil {
-				onProgress(*line.Progress)
-			}
-		}
-	}
-}
-
-// decodeError reads a node's error answer through the table
-// (internal/apierr): the code and reason decide the class, never the text.
-func decodeError(resp *http.Response) error {
-	var e nodev1.Error
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(b, &e) != nil || e.Message == "" {
-		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
-	}
-	return answered(e.Message, e.Code, e.Reason)
-}
-
-// answered is the error of a node's answer with message, code and reason.
-func answered(message, code, reason string) *Error {
-	return &Error{Message: message, class: apierr.Decode(code, errdefs.Reason(reason))}
-}
+// ErrOlderNode marks a node that does not serve this control plane's node
+// API (it answers the Connect routes 404): it runs an older version.
+var ErrOlderNode = errors.New("the node speaks an older node API (v1, JSON routes) than this control plane (v2, Connect): upgrade the node to the control plane's version")
 
 // Error is an error a node answered; errors.Is matches its class and its
-// reason (errdefs.ReasonOf gives the reason).
+// reason.
 type Error struct {
 	Message string
-	// class is the reason's sentinel (of its class too) or the class; nil
-	// for an answer of no class.
-	class error
+	// cause is the connecterr decoding of the answer, or for the plain
+	// HTTP routes the class the JSON code names.
+	cause error
 }
 
 func (e *Error) Error() string { return "node: " + e.Message }
 
-// Unwrap returns the error's reason or class, nil for none.
-func (e *Error) Unwrap() error { return e.class }
+// Unwrap returns the class (and reason) of the error.
+func (e *Error) Unwrap() error { return e.cause }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
@@ -104,7 +105,7 @@ func tunnelRefusal(resp *http.Response) error {
 	if json.Unmarshal(b, &e) != nil || e.Message == "" {
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	return answered(e.Message, e.Code, e.Reason)
+	return &Error{Message: e.Message, cause: apierr.Decode(e.Code, errdefs.Reason(e.Reason))}
 }
 
 // tunnelConn is a tunnel's connection: what the node sent after its 101

@@ -1,8 +1,7 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/kms/localkms"
+	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
@@ -125,6 +125,16 @@ func call(method, path, body string) func(authzFixture) authzReq {
 	}
 }
 
+// connectCall is a Connect unary call (JSON) of procedure path.
+func connectCall(path, body string) func(authzFixture) authzReq {
+	c := call("POST", path, body)
+	return func(f authzFixture) authzReq {
+		r := c(f)
+		r.header = map[string]string{"Content-Type": "application/json"}
+		return r
+	}
+}
+
 func e2bCall(method, path, body string) func(authzFixture) authzReq {
 	c := call(method, E2BPathPrefix+path, body)
 	return func(f authzFixture) authzReq { r := c(f); r.e2b = true; return r }
@@ -145,6 +155,8 @@ var authzRows = []authzRow{
 	{pattern: "GET /metrics", req: get("/metrics"), want: metricsCells},
 	{pattern: "POST /internal/v1/nodes/{id}/heartbeat", req: call("POST", "/internal/v1/nodes/{node}/heartbeat", `{"address":"127.0.0.1:9","token":"t"}`), want: nodeOnly},
 	{pattern: "POST /internal/v1/nodes/{node}/credentials/resolve", req: call("POST", "/internal/v1/nodes/n1/credentials/resolve", `{"sandbox_id":"{sandbox}","exec_id":"x","host":"api.github.com"}`), want: nodeOnly},
+	{pattern: "POST " + nodefacing.Path, req: connectCall("/space.node.v1.ControlPlaneService/Heartbeat", `{"nodeId":"{node}","address":"127.0.0.1:9","token":"t"}`), want: nodeOnly},
+	{name: "POST " + nodefacing.Path + "ResolveCredential", req: connectCall("/space.node.v1.ControlPlaneService/ResolveCredential", `{"nodeId":"n1","sandboxId":"{sandbox}","execId":"x","host":"api.github.com"}`), want: nodeOnly},
 
 	{pattern: "POST /v1/sandboxes", req: call("POST", "/v1/sandboxes", `{"template":"minimal","cpus":1,"memory_mib":256}`), want: tenantScope},
 	{pattern: "GET /v1/sandboxes", req: get("/v1/sandboxes"), want: tenantScope},
@@ -317,7 +329,7 @@ func (p *authzPlane) keepAlive(t *testing.T) {
 				return
 			case <-time.After(500 * time.Millisecond):
 			}
-			for id, hb := range map[string]Heartbeat{
+			for id, hb := range map[string]testHeartbeat{
 				"n1":    {Address: p.nodeAddr, Token: "node-token", Executions: p.node.running()},
 				p.spare: {Address: "127.0.0.1:9", Token: "token-" + p.spare},
 			} {
@@ -326,12 +338,7 @@ func (p *authzPlane) keepAlive(t *testing.T) {
 				if id == p.spare {
 					hb.Runtimes = []string{"vm"}
 				}
-				body, _ := json.Marshal(hb)
-				req, _ := http.NewRequest(http.MethodPost, p.url+HeartbeatPath(id), bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testJoinToken)
-				if resp, err := http.DefaultClient.Do(req); err == nil {
-					resp.Body.Close()
-				}
+				_, _ = heartbeatVia(context.Background(), nil, p.url, id, hb)
 			}
 		}
 	}()

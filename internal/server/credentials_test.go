@@ -15,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/credentials/localstore"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -128,31 +132,41 @@ func (cp *credPlane) createCred(t *testing.T, key, body string) sandboxv1.Creden
 	return c
 }
 
+// resolveStatusOf is the status and code the JSON resolve route of node
+// API v1 answered err with, which these tests were written against: 503
+// store or audit log down, 412 all expired, 429 rate limited, else the
+// usual ones.
+func resolveStatusOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable, sandboxv1.CodeUnavailable
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		return http.StatusPreconditionFailed, sandboxv1.CodeFailedPrecondition
+	case errors.Is(err, errdefs.ErrRateLimited):
+		return http.StatusTooManyRequests, sandboxv1.CodeRateLimited
+	}
+	return statusOf(err)
+}
+
 // resolve asks as node nodeID with token; it returns the status, the
 // answer and the API error.
 func (cp *credPlane) resolve(t *testing.T, token, nodeID string, req nodev1.ResolveCredential) (int, nodev1.ResolvedCredential, sandboxv1.Error) {
 	t.Helper()
-	body, _ := json.Marshal(req)
-	hr, _ := http.NewRequest(http.MethodPost, cp.url+nodev1.ResolveCredentialPath(nodeID), bytes.NewReader(body))
+	creq := connect.NewRequest(req.ToWire(nodeID))
 	if token != "" {
-		hr.Header.Set("Authorization", "Bearer "+token)
+		creq.Header().Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(hr)
+	resp, err := nodeapiv1connect.NewControlPlaneServiceClient(http.DefaultClient, cp.url).ResolveCredential(t.Context(), creq)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var out nodev1.ResolvedCredential
-	var apiErr sandboxv1.Error
-	if resp.StatusCode == http.StatusOK {
-		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("resolve answer %s: %v", b, err)
+		err = connecterr.Decode(err)
+		var ce *connecterr.Error
+		if !errors.As(err, &ce) {
+			t.Fatal(err)
 		}
-	} else {
-		_ = json.Unmarshal(b, &apiErr)
+		status, code := resolveStatusOf(err)
+		return status, nodev1.ResolvedCredential{}, sandboxv1.Error{Code: code, Message: err.Error(), Reason: string(errdefs.ReasonOf(err))}
 	}
-	return resp.StatusCode, out, apiErr
+	return http.StatusOK, nodev1.ResolvedCredentialFromWire(resp.Msg), sandboxv1.Error{}
 }
 
 func (cp *credPlane) auditEntries(t *testing.T, key, query string) []sandboxv1.CredentialAuditEntry {

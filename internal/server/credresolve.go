@@ -2,113 +2,90 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
-// maxResolveBody bounds a resolve request: three identifiers and a host.
-const maxResolveBody = 4 << 10
-
-// nodeAuthenticated checks that a request comes from a node: it carries
-// the join token, exactly as a heartbeat does.
-func (s *Server) nodeAuthenticated(r *http.Request) error {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if s.cfg.JoinToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.JoinToken)) != 1 {
+// CheckJoinToken checks that a request comes from a node: it carries the
+// join token (nodefacing.ControlPlane).
+func (s *Server) CheckJoinToken(bearer string) error {
+	if s.cfg.JoinToken == "" || subtle.ConstantTimeCompare([]byte(bearer), []byte(s.cfg.JoinToken)) != 1 {
 		return fmt.Errorf("%w: join token required", errdefs.ErrUnauthenticated)
 	}
 	return nil
 }
 
-// handleResolveCredential answers a node's gateway asking for the
-// credential to inject into one request (nodev1.ResolveCredential). The
-// request carries the node's own credential (nodecred.go), never the join
-// token, and the node it authenticates is the one the execution must be
-// placed on. A node may only obtain credentials for an execution it runs: the sandbox must
-// exist, be live, have ExecID as its current execution, and be placed on
-// the asking node; anything else is 403. The credential's scope is the
-// sandbox's as the control plane records it, never what the node says.
-func (s *Server) handleResolveCredential(w http.ResponseWriter, r *http.Request) {
-	nodeID := r.PathValue("node")
-	if !validNodeID(nodeID) {
-		s.writeError(w, r, fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(nodeID)))
-		return
+// CheckNodeCredential checks that a request carries node id's own
+// credential (nodefacing.ControlPlane). The join token, an API key or
+// another node's credential is refused.
+func (s *Server) CheckNodeCredential(id, bearer string) error {
+	if !validNodeID(id) {
+		return fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrUnauthenticated, clip(id))
 	}
-	if err := s.nodeCredentialAuthenticated(r, nodeID); err != nil {
-		s.writeError(w, r, err)
-		return
+	if !macEqual(bearer, s.nodeCredential(id)) {
+		return fmt.Errorf("%w: node %s: send the node's own credential (from its heartbeat answer) as Authorization: Bearer; the join token only registers nodes", errdefs.ErrUnauthenticated, id)
 	}
+	return nil
+}
+
+// ResolveNodeCredential answers a node's gateway asking for the credential
+// to inject into one request (nodefacing.ControlPlane; the caller checked
+// the node's own credential). A node may only obtain credentials for an
+// execution it runs: the sandbox must exist, be live, have ExecID as its
+// current execution, and be placed on the asking node; anything else is
+// PermissionDenied. The credential's scope is the sandbox's as the control
+// plane records it, never what the node says. Errors: NotFound no
+// credential in scope, PermissionDenied none allows the host,
+// FailedPrecondition all expired, ResourceExhausted rate limited,
+// Unavailable store or audit log down.
+func (s *Server) ResolveNodeCredential(ctx context.Context, nodeID string, req nodev1.ResolveCredential) (*nodev1.ResolvedCredential, error) {
 	if s.cfg.Credentials == nil {
-		s.writeError(w, r, errNoCredentials)
-		return
+		return nil, errNoCredentials
 	}
-	var req nodev1.ResolveCredential
-	r.Body = http.MaxBytesReader(w, r.Body, maxResolveBody)
-	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.executionOf(r, nodeID, req)
+	sb, err := s.executionOf(ctx, nodeID, req)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil, err
 	}
 	creq := credentials.Request{Tenant: sb.Tenant, Project: sb.Project, Sandbox: sb.ID, ExecutionID: sb.ExecID, Host: req.Host}
 	if rd := req.Redaction; rd != nil {
-		err := s.cfg.Credentials.RecordRedaction(r.Context(), credentials.Redaction{
+		err := s.cfg.Credentials.RecordRedaction(ctx, credentials.Redaction{
 			Request: creq, CredentialID: rd.CredentialID, Where: rd.Where, Count: rd.Count,
 		})
 		if err != nil {
-			s.writeResolveError(w, r, err)
-			return
+			return nil, s.resolveError(err)
 		}
-		writeJSON(w, http.StatusOK, nodev1.ResolvedCredential{})
-		return
+		return &nodev1.ResolvedCredential{}, nil
 	}
 	if req.CheckOnly {
-		ok, err := s.cfg.Credentials.Applies(r.Context(), creq)
+		ok, err := s.cfg.Credentials.Applies(ctx, creq)
 		if err != nil {
-			s.writeResolveError(w, r, err)
-			return
+			return nil, s.resolveError(err)
 		}
-		writeJSON(w, http.StatusOK, nodev1.ResolvedCredential{Applies: ok})
-		return
+		return &nodev1.ResolvedCredential{Applies: ok}, nil
 	}
-	cred, err := s.cfg.Credentials.Resolve(r.Context(), creq)
+	cred, err := s.cfg.Credentials.Resolve(ctx, creq)
 	if err != nil {
-		s.writeResolveError(w, r, err)
-		return
+		return nil, s.resolveError(err)
 	}
-	var buf bytes.Buffer
-	err = json.NewEncoder(&buf).Encode(nodev1.ResolvedCredential{
-		Applies: true, ID: cred.ID, Method: cred.Injection.Method, Name: cred.Injection.Name, Secret: cred.Secret,
-	})
+	// The answer holds its own copy of the secret until it is sent.
+	out := &nodev1.ResolvedCredential{
+		Applies: true, ID: cred.ID, Method: cred.Injection.Method, Name: cred.Injection.Name, Secret: bytes.Clone(cred.Secret),
+	}
 	cred.Zero()
-	defer clear(buf.Bytes())
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("credential %s: encode: %w", cred.ID, err))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
+	return out, nil
 }
 
 // executionOf checks that req names the current execution of a live
 // sandbox placed on nodeID, and returns the sandbox. Every refusal is
 // ErrPermissionDenied: 404 means "no credential in scope" on this route.
-func (s *Server) executionOf(r *http.Request, nodeID string, req nodev1.ResolveCredential) (*sandbox.Sandbox, error) {
+func (s *Server) executionOf(ctx context.Context, nodeID string, req nodev1.ResolveCredential) (*sandbox.Sandbox, error) {
 	deny := func(why string) error {
 		return fmt.Errorf("%w: node %s may not obtain credentials for execution %q of sandbox %q: %s; a node may only obtain credentials for executions it runs",
 			errdefs.ErrPermissionDenied, nodeID, clip(req.ExecID), clip(req.SandboxID), why)
@@ -116,7 +93,7 @@ func (s *Server) executionOf(r *http.Request, nodeID string, req nodev1.ResolveC
 	if !sandbox.ValidID(req.SandboxID) || !sandbox.ValidExecID(req.ExecID) {
 		return nil, deny("malformed identifiers")
 	}
-	sb, err := s.store.GetSandboxByID(r.Context(), req.SandboxID)
+	sb, err := s.store.GetSandboxByID(ctx, req.SandboxID)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		return nil, deny("no such sandbox")
@@ -132,28 +109,21 @@ func (s *Server) executionOf(r *http.Request, nodeID string, req nodev1.ResolveC
 	return sb, nil
 }
 
-// writeResolveError maps the credential manager's error classes to the
-// statuses of the node contract: 404 no credential in scope, 403 none
-// allows the host, 412 all expired, 429 rate limited, 503 store or audit
-// log down. Unavailable is checked first: a failing store or audit log may
-// carry another class too. Every answer but the 412 is the table's
-// (internal/apierr; the rate limit is errdefs.ErrRateLimited).
-func (s *Server) writeResolveError(w http.ResponseWriter, r *http.Request, err error) {
-	var as error
+// resolveError gives the credential manager's error the one class the node
+// contract names for it: Unavailable (store or audit log down) first, as a
+// failing store may carry another class too, then FailedPrecondition (all
+// expired) and ResourceExhausted (rate limited).
+func (s *Server) resolveError(err error) error {
 	switch {
 	case errors.Is(err, errdefs.ErrUnavailable):
-		as = errdefs.ErrUnavailable
 		s.log.Warn("credential resolve: store or audit log unavailable", "err", err)
+		return fmt.Errorf("%w: %s", errdefs.ErrUnavailable, err)
 	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		writeJSON(w, http.StatusPreconditionFailed, sandboxv1.Error{Code: sandboxv1.CodeFailedPrecondition, Message: err.Error(),
-			Reason: string(errdefs.ReasonOf(err))})
-		return
+		return fmt.Errorf("%w: %s", errdefs.ErrFailedPrecondition, err)
 	case errors.Is(err, errdefs.ErrResourceExhausted):
-		as = errdefs.ErrRateLimited
-	default:
-		s.writeError(w, r, err)
-		return
+		if errdefs.ReasonOf(err) == "" {
+			return fmt.Errorf("%w: %w", errdefs.ErrRateLimited, err)
+		}
 	}
-	status, code, reason := apierr.Encode(apierr.ControlPlane, as)
-	writeJSON(w, status, sandboxv1.Error{Code: code, Message: err.Error(), Reason: string(reason)})
+	return err
 }

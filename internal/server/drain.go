@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
 	"net/http"
 	"slices"
 	"time"
@@ -29,28 +30,28 @@ import (
 // RecordHeartbeat, which keeps a draining node draining in the same atomic
 // step: a drain that lands while a heartbeat re-registers the node is
 // never lost.
-func (s *Server) recordHeartbeat(ctx context.Context, id string, hb Heartbeat, now time.Time) error {
+func (s *Server) recordHeartbeat(ctx context.Context, id string, hb *nodeapiv1.Heartbeat, now time.Time) error {
 	n, err := s.store.GetNode(ctx, id)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("node %s: heartbeat: %w", id, err)
 	}
-	capacity := store.Resources{CPUs: hb.CPUs, MemoryMiB: hb.MemoryMiB, DiskMiB: hb.DiskMiB}
-	if err == nil && n.State != store.NodeDown && n.Address == hb.Address && n.Capacity == capacity && slices.Equal(n.Runtimes, hb.Runtimes) {
+	capacity := store.Resources{CPUs: int(hb.GetCpus()), MemoryMiB: int(hb.GetMemoryMib()), DiskMiB: int(hb.GetDiskMib())}
+	if err == nil && n.State != store.NodeDown && n.Address == hb.GetAddress() && n.Capacity == capacity && slices.Equal(n.Runtimes, hb.GetRuntimes()) {
 		err := s.store.Heartbeat(ctx, id, now)
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
 		// Deleted meanwhile: register it again.
 	}
-	prev, err := s.store.RecordHeartbeat(ctx, store.Node{ID: id, Address: hb.Address, Runtimes: hb.Runtimes, Capacity: capacity, LastHeartbeat: now})
+	prev, err := s.store.RecordHeartbeat(ctx, store.Node{ID: id, Address: hb.GetAddress(), Runtimes: hb.GetRuntimes(), Capacity: capacity, LastHeartbeat: now})
 	if err != nil {
 		return fmt.Errorf("node %s: heartbeat: %w", id, err)
 	}
 	switch prev {
 	case "":
-		s.log.Info("node registered", "node", id, "address", hb.Address, "runtimes", hb.Runtimes)
+		s.log.Info("node registered", "node", id, "address", hb.GetAddress(), "runtimes", hb.GetRuntimes())
 	case store.NodeDown:
-		s.log.Info("node back after it was declared lost", "node", id, "address", hb.Address)
+		s.log.Info("node back after it was declared lost", "node", id, "address", hb.GetAddress())
 	}
 	return nil
 }

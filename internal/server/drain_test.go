@@ -1,14 +1,15 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -26,15 +27,12 @@ func (cp *controlPlane) heartbeatWith(id string, cpus int) {
 // sendHeartbeat sends node id's heartbeat offering cpus to cp and returns
 // the answer's status; safe on any goroutine.
 func (cp *controlPlane) sendHeartbeat(id string, cpus int) (int, error) {
-	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"ns"}, CPUs: cpus, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
-	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath(id), bytes.NewReader(hb))
-	req.Header.Set("Authorization", "Bearer "+testJoinToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	_, err := heartbeatVia(context.Background(), nil, cp.url, id, testHeartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"ns"}, CPUs: cpus, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
+	var ce *connecterr.Error
+	if err != nil && !errors.As(err, &ce) {
 		return 0, err
 	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	return httpStatusOf(err), nil
 }
 
 // credentialOf registers node id (at an address nothing serves, offering
@@ -43,19 +41,11 @@ func (cp *controlPlane) sendHeartbeat(id string, cpus int) (int, error) {
 func (cp *controlPlane) credentialOf(id string) string {
 	cp.t.Helper()
 	// A vm runtime only: no ns sandbox is placed on it.
-	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"vm"}, CPUs: 1, MemoryMiB: 1024, DiskMiB: 1024})
-	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath(id), bytes.NewReader(hb))
-	req.Header.Set("Authorization", "Bearer "+testJoinToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cp.t.Fatal(err)
+	reply, err := heartbeatVia(cp.t.Context(), nil, cp.url, id, testHeartbeat{Address: "127.0.0.1:9", Token: "token-" + id, Runtimes: []string{"vm"}, CPUs: 1, MemoryMiB: 1024, DiskMiB: 1024})
+	if err != nil || reply.GetNodeCredential() == "" {
+		cp.t.Fatalf("heartbeat of %s: %v, credential %q", id, err, reply.GetNodeCredential())
 	}
-	defer resp.Body.Close()
-	var reply HeartbeatReply
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&reply) != nil || reply.NodeCredential == "" {
-		cp.t.Fatalf("heartbeat of %s: HTTP %d, credential %q", id, resp.StatusCode, reply.NodeCredential)
-	}
-	return reply.NodeCredential
+	return reply.GetNodeCredential()
 }
 
 // nodeState returns node id's state in the store.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/guestd"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -41,22 +43,18 @@ func (n *guestNode) handler() http.Handler {
 	mux := http.NewServeMux()
 	// Stats: every execution uses half a CPU and 100 MiB of its 256.
 	born := time.Now()
-	mux.HandleFunc("GET /node/v1/executions/{exec}/stats", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(nodeclient.TokenHeader) != "node-token" {
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated"})
-			return
-		}
+	fake := &fakeNodeAPI{token: "node-token", stats: func(exec string) (*nodev1.ExecStats, error) {
 		n.mu.Lock()
-		_, ok := n.installed[r.PathValue("exec")]
+		_, ok := n.installed[exec]
 		n.mu.Unlock()
 		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]string{"code": "not_found", "message": "no such execution"})
-			return
+			return nil, fmt.Errorf("%w: no such execution", errdefs.ErrNotFound)
 		}
 		now := time.Now()
-		writeJSON(w, http.StatusOK, nodev1.ExecStats{Time: now, CPUNanos: uint64(now.Sub(born).Nanoseconds() / 2), CPUs: 1,
-			MemoryBytes: 100 << 20, MemoryLimitBytes: 256 << 20, Pids: 3})
-	})
+		return &nodev1.ExecStats{Time: now, CPUNanos: uint64(now.Sub(born).Nanoseconds() / 2), CPUs: 1,
+			MemoryBytes: 100 << 20, MemoryLimitBytes: 256 << 20, Pids: 3}, nil
+	}}
+	fake.mount(mux)
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(nodeclient.TokenHeader) != "node-token" {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated"})

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +19,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -62,58 +63,44 @@ type pushed struct {
 
 func (n *egressNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /node/v1/executions", func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.StartExecution
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, nodev1.Error{Code: sandboxv1.CodeInvalidArgument, Message: err.Error()})
-			return
-		}
-		n.mu.Lock()
-		n.starts = append(n.starts, req)
-		n.mu.Unlock()
-		writeJSON(w, http.StatusOK, nodev1.Execution{ExecID: req.ExecID, SandboxID: req.SandboxID, Generation: req.Generation,
-			ActivationID: req.ActivationID, Runtime: req.Runtime, Template: req.Template, State: nodev1.ExecRunning, StartedAt: time.Now()})
-	})
-	mux.HandleFunc("PUT /node/v1/executions/{exec}/egress", func(w http.ResponseWriter, r *http.Request) {
-		if n.failPush.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, nodev1.Error{Code: sandboxv1.CodeUnavailable, Message: "gateway restarting"})
-			return
-		}
-		var req nodev1.SetEgress
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, nodev1.Error{Code: sandboxv1.CodeInvalidArgument, Message: err.Error()})
-			return
-		}
-		n.mu.Lock()
-		n.pushes = append(n.pushes, pushed{exec: r.PathValue("exec"), egress: req.Egress})
-		n.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("DELETE /node/v1/executions/{exec}", func(w http.ResponseWriter, r *http.Request) {
-		n.mu.Lock()
-		if n.stopped == nil {
-			n.stopped = map[string]bool{}
-		}
-		n.stopped[r.PathValue("exec")] = true
-		n.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	})
+	fake := &fakeNodeAPI{
+		start: func(req nodev1.StartExecution) (*nodev1.Execution, error) {
+			n.mu.Lock()
+			n.starts = append(n.starts, req)
+			n.mu.Unlock()
+			return &nodev1.Execution{ExecID: req.ExecID, SandboxID: req.SandboxID, Generation: req.Generation,
+				ActivationID: req.ActivationID, Runtime: req.Runtime, Template: req.Template, State: nodev1.ExecRunning, StartedAt: time.Now()}, nil
+		},
+		setEgress: func(exec string, policy json.RawMessage) error {
+			if n.failPush.Load() {
+				return fmt.Errorf("%w: gateway restarting", errdefs.ErrUnavailable)
+			}
+			n.mu.Lock()
+			n.pushes = append(n.pushes, pushed{exec: exec, egress: policy})
+			n.mu.Unlock()
+			return nil
+		},
+		stop: func(exec string) error {
+			n.mu.Lock()
+			if n.stopped == nil {
+				n.stopped = map[string]bool{}
+			}
+			n.stopped[exec] = true
+			n.mu.Unlock()
+			return nil
+		},
+	}
 	if n.guest.Load() {
 		mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{})
 		})
-		mux.HandleFunc("DELETE /node/v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-		mux.HandleFunc("POST /node/v1/executions/{exec}/pause", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-		mux.HandleFunc("POST /node/v1/executions/{exec}/resume", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-		mux.HandleFunc("POST /node/v1/executions/{exec}/snapshots", func(w http.ResponseWriter, r *http.Request) {
-			var req nodev1.TakeSnapshot
-			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-				writeJSON(w, http.StatusBadRequest, nodev1.Error{Code: sandboxv1.CodeInvalidArgument, Message: err.Error()})
-				return
-			}
-			writeJSON(w, http.StatusOK, nodev1.Snapshot{ID: req.SnapshotID, Kind: req.Kind, Runtime: "ns", CreatedAt: time.Now(), SizeBytes: 1})
-		})
+		none := func(string) error { return nil }
+		fake.deleteSnapshot, fake.pause, fake.resume = none, none, none
+		fake.snapshot = func(_ string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error) {
+			return &nodev1.Snapshot{ID: req.SnapshotID, Kind: req.Kind, Runtime: "ns", CreatedAt: time.Now(), SizeBytes: 1}, nil
+		}
 	}
+	fake.mount(mux)
 	mux.ServeHTTP(w, r)
 }
 
@@ -219,20 +206,12 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 	})
 	cp.url = api.URL
 	cp.nodeAddr = strings.TrimPrefix(nodeSrv.URL, "http://")
-	hb, _ := json.Marshal(Heartbeat{Address: cp.nodeAddr, Token: "node-token",
+	reply, err := heartbeatVia(t.Context(), nil, api.URL, "n1", testHeartbeat{Address: cp.nodeAddr, Token: "node-token",
 		Runtimes: []string{"ns"}, CPUs: 64, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
-	req, _ := http.NewRequest(http.MethodPost, api.URL+HeartbeatPath("n1"), bytes.NewReader(hb))
-	req.Header.Set("Authorization", "Bearer "+testJoinToken)
-	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("heartbeat: %v", err)
 	}
-	defer resp.Body.Close()
-	var reply HeartbeatReply
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&reply) != nil {
-		t.Fatalf("heartbeat: HTTP %d", resp.StatusCode)
-	}
-	cp.nodeCred = reply.NodeCredential
+	cp.nodeCred = reply.GetNodeCredential()
 	return cp
 }
 

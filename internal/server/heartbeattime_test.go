@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
-	"net/http"
 	"testing"
 	"time"
 )
@@ -13,21 +10,13 @@ import (
 // plane's wall clock when it answered, in UTC.
 func TestHeartbeatAnswerCarriesTheControlPlanesTime(t *testing.T) {
 	cp := newControlPlane(t, Config{})
-	hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.1:9", Token: "token-n1", Runtimes: []string{"ns"}, CPUs: 4, MemoryMiB: 1 << 10, DiskMiB: 1 << 10})
-	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath("n1"), bytes.NewReader(hb))
-	req.Header.Set("Authorization", "Bearer "+testJoinToken)
 	before := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	reply, err := heartbeatVia(t.Context(), nil, cp.url, "n1", testHeartbeat{Address: "127.0.0.1:9", Token: "token-n1", Runtimes: []string{"ns"}, CPUs: 4, MemoryMiB: 1 << 10, DiskMiB: 1 << 10})
 	after := time.Now()
-	var reply HeartbeatReply
-	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("heartbeat: HTTP %d %v", resp.StatusCode, err)
+	if err != nil || reply.GetServerTime() == nil {
+		t.Fatalf("heartbeat: %v, server time %v", err, reply.GetServerTime())
 	}
-	if reply.ServerTime.Before(before.Truncate(time.Microsecond)) || reply.ServerTime.After(after) || reply.ServerTime.Location() != time.UTC {
-		t.Errorf("server_time %v, want a UTC time in [%v, %v]", reply.ServerTime, before, after)
+	if st := reply.GetServerTime().AsTime(); st.Before(before.Truncate(time.Microsecond)) || st.After(after) || st.Location() != time.UTC {
+		t.Errorf("server_time %v, want a UTC time in [%v, %v]", st, before, after)
 	}
 }

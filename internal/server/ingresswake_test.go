@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,20 +27,16 @@ import (
 func lifecycleNode(n *portNode) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/node/v1/executions/{exec}/ports/{port}/{rest...}", n.handler())
-	mux.HandleFunc("POST /node/v1/executions", func(w http.ResponseWriter, r *http.Request) {
-		var req nodev1.StartExecution
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, nodev1.Error{Code: sandboxv1.CodeInvalidArgument, Message: err.Error()})
-			return
-		}
-		n.install(req.ExecID, capability.Identity{Sandbox: req.SandboxID, Generation: req.Generation, Node: "n1", Substrate: req.Runtime, Activation: req.ActivationID})
-		writeJSON(w, http.StatusOK, nodev1.Execution{ExecID: req.ExecID, SandboxID: req.SandboxID, Generation: req.Generation,
-			ActivationID: req.ActivationID, Runtime: req.Runtime, Template: req.Template, State: nodev1.ExecRunning, StartedAt: time.Now()})
-	})
-	noContent := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }
-	mux.HandleFunc("POST /node/v1/executions/{exec}/pause", noContent)
-	mux.HandleFunc("POST /node/v1/executions/{exec}/resume", noContent)
-	mux.HandleFunc("DELETE /node/v1/executions/{exec}", noContent)
+	none := func(string) error { return nil }
+	fake := &fakeNodeAPI{
+		start: func(req nodev1.StartExecution) (*nodev1.Execution, error) {
+			n.install(req.ExecID, capability.Identity{Sandbox: req.SandboxID, Generation: req.Generation, Node: "n1", Substrate: req.Runtime, Activation: req.ActivationID})
+			return &nodev1.Execution{ExecID: req.ExecID, SandboxID: req.SandboxID, Generation: req.Generation,
+				ActivationID: req.ActivationID, Runtime: req.Runtime, Template: req.Template, State: nodev1.ExecRunning, StartedAt: time.Now()}, nil
+		},
+		pause: none, resume: none, stop: none,
+	}
+	fake.mount(mux)
 	return mux
 }
 
@@ -86,16 +81,12 @@ func TestIngressWakesIdleSandbox(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	hb, _ := json.Marshal(Heartbeat{Address: strings.TrimPrefix(nodeSrv.URL, "http://"), Token: "node-token",
-		Runtimes: []string{"ns"}, CPUs: 64, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
+	hb := testHeartbeat{Address: strings.TrimPrefix(nodeSrv.URL, "http://"), Token: "node-token",
+		Runtimes: []string{"ns"}, CPUs: 64, MemoryMiB: 1 << 20, DiskMiB: 1 << 30}
 	call := func(method, path, body string) (int, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(method, api.URL+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
-		if strings.HasPrefix(path, "/internal/") {
-			req.Header.Set("Authorization", "Bearer "+testJoinToken)
-			req.Body = io.NopCloser(bytes.NewReader(hb))
-		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -104,8 +95,8 @@ func TestIngressWakesIdleSandbox(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	if code, b := call(http.MethodPost, HeartbeatPath("n1"), ""); code != http.StatusOK {
-		t.Fatalf("heartbeat: HTTP %d %s", code, b)
+	if _, err := heartbeatVia(ctx, nil, api.URL, "n1", hb); err != nil {
+		t.Fatalf("heartbeat: %v", err)
 	}
 	code, b := call(http.MethodPost, "/v1/sandboxes", `{"template":"minimal","runtime":"ns","idle_timeout":"10m"}`)
 	var sb sandboxv1.Sandbox

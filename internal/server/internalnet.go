@@ -2,8 +2,8 @@ package server
 
 import (
 	"context"
+	"github.com/spacesandbox/space/internal/nodefacing"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -240,14 +240,14 @@ func interfaceAddrs() []netip.Addr {
 // heartbeat learns from one node's heartbeat request: the address and name
 // it reached this replica by, its own source address and its advertised
 // address.
-func (s *internalServices) heartbeat(r *http.Request, advertised string) {
+func (s *internalServices) heartbeat(r nodefacing.Origin, advertised string) {
 	now := time.Now()
-	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		if ap, err := netip.ParseAddrPort(la.String()); err == nil {
+	if r.Local != nil {
+		if ap, err := netip.ParseAddrPort(r.Local.String()); err == nil {
 			s.noteOwn(now, ap.Addr())
 		}
 	}
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+	if ap, err := netip.ParseAddrPort(r.Remote); err == nil {
 		s.note(now, ap.Addr())
 	}
 	if h, _, err := net.SplitHostPort(r.Host); err == nil {

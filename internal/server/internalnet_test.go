@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -98,20 +96,12 @@ func TestHeartbeatInternalServices(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.6")}}).DialContext}}
 	heartbeat := func(host string) InternalServices {
 		t.Helper()
-		hb, _ := json.Marshal(Heartbeat{Address: "127.0.0.3:7071", Token: "node-token", Runtimes: []string{"ns"}, CPUs: 4, MemoryMiB: 4096})
-		req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+HeartbeatPath("n1"), bytes.NewReader(hb))
-		req.Host = host
-		req.Header.Set("Authorization", "Bearer "+testJoinToken)
-		resp, err := client.Do(req)
+		hc := &http.Client{Transport: hostTransport{host: host, next: client.Transport}}
+		reply, err := heartbeatVia(t.Context(), hc, "http://"+ln.Addr().String(), "n1", testHeartbeat{Address: "127.0.0.3:7071", Token: "node-token", Runtimes: []string{"ns"}, CPUs: 4, MemoryMiB: 4096})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("heartbeat: %v", err)
 		}
-		defer resp.Body.Close()
-		var reply HeartbeatReply
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&reply) != nil {
-			t.Fatalf("heartbeat: HTTP %d", resp.StatusCode)
-		}
-		return reply.Internal
+		return internalOf(reply)
 	}
 	first := heartbeat("cp.deploy.test:7070")
 	want := map[string]string{

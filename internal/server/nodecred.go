@@ -1,23 +1,15 @@
 package server
 
-import (
-	"fmt"
-	"net/http"
-	"strings"
-
-	"github.com/spacesandbox/space/internal/errdefs"
-)
-
 // Each node has a credential of its own, which its gateway presents to
-// resolve the credentials it injects (POST
-// /internal/v1/nodes/{node}/credentials/resolve). The join token only
-// enrols: a heartbeat carrying it is answered with the node's credential
-// (HeartbeatReply.NodeCredential), and the resolve endpoint refuses the
+// resolve the credentials it injects (ControlPlaneService.ResolveCredential,
+// api/node/v1). The join token only enrols: a heartbeat carrying it is
+// answered with the node's credential (HeartbeatReply.node_credential),
+// and the resolve call refuses the
 // join token. The credential is HMAC-SHA256, under the server's MAC key
 // (e2bTokenKey: derived from DATA/ca-seal.key, so every replica sharing
 // the data directory's keys derives the same one and it survives
 // restarts), of a label and the node id. It names one node: the id in the
-// path is checked against the credential, so a node cannot present
+// request is checked against the credential, so a node cannot present
 // itself as another, and the execution asked for must be placed on the
 // node the credential names. Nothing is stored: the database never holds
 // a usable node credential.
@@ -29,14 +21,3 @@ const nodeCredentialLabel = "space node credential v1\x00"
 
 // nodeCredential is node id's credential.
 func (s *Server) nodeCredential(id string) string { return s.e2bMAC(nodeCredentialLabel, id) }
-
-// nodeCredentialAuthenticated checks that r carries node id's own
-// credential as its bearer token. The join token, an API key or another
-// node's credential is refused.
-func (s *Server) nodeCredentialAuthenticated(r *http.Request, id string) error {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !macEqual(strings.TrimSpace(tok), s.nodeCredential(id)) {
-		return fmt.Errorf("%w: node %s: send the node's own credential (from its heartbeat answer) as Authorization: Bearer; the join token only registers nodes", errdefs.ErrUnauthenticated, id)
-	}
-	return nil
-}

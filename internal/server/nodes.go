@@ -11,11 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
@@ -211,101 +214,53 @@ func runtimeStatus(in map[string]string) map[string]string {
 	return out
 }
 
-// Heartbeat is the body of POST /internal/v1/nodes/{id}/heartbeat.
-type Heartbeat struct {
-	Address    string             `json:"address"`
-	Token      string             `json:"token"`
-	Runtimes   []string           `json:"runtimes"`
-	CPUs       int                `json:"cpus"`
-	MemoryMiB  int                `json:"memory_mib"`
-	DiskMiB    int                `json:"disk_mib"`
-	Executions []nodev1.Execution `json:"executions"`
-	// Pools is the node's warm pool (node/pool.go).
-	Pools []nodev1.PoolStatus `json:"pools,omitempty"`
-	// RuntimesPending are the runtimes the node is bringing up (the vm
-	// runtime fetching its kernel): creates for them wait (warmup.go).
-	RuntimesPending []string `json:"runtimes_pending,omitempty"`
-	// RuntimeStatus is the node's line per runtime: what it runs on and
-	// what is under way (a kernel build), shown in GET /v1/nodes.
-	RuntimeStatus map[string]string `json:"runtime_status,omitempty"`
-}
-
-// HeartbeatPath is where nodes report.
-func HeartbeatPath(nodeID string) string { return "/internal/v1/nodes/" + nodeID + "/heartbeat" }
-
-func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	if err := s.nodeAuthenticated(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
+// NodeHeartbeat registers (or refreshes) the node of hb and records what it
+// reports; the reply pushes the keys the node verifies capabilities with,
+// retires the executions that no longer serve their sandbox, and says what
+// the node's warm pool should hold (nodefacing.ControlPlane). The caller
+// checked the join token.
+func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *nodeapiv1.Heartbeat) (*nodeapiv1.HeartbeatReply, error) {
+	id := hb.GetNodeId()
 	if !validNodeID(id) {
-		s.writeError(w, r, fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(id)))
-		return
+		return nil, fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(id))
 	}
-	var hb Heartbeat
-	if err := decodeJSON(w, r, &hb); err != nil {
-		s.writeError(w, r, err)
-		return
+	if hb.GetToken() == "" || hb.GetAddress() == "" {
+		return nil, fmt.Errorf("%w: heartbeat needs address and token", errdefs.ErrInvalidArgument)
 	}
-	if hb.Token == "" || hb.Address == "" {
-		s.writeError(w, r, fmt.Errorf("%w: heartbeat needs address and token", errdefs.ErrInvalidArgument))
-		return
-	}
-	if err := s.nodes.Register(id, hb.Address, hb.Token); err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err))
-		return
+	if err := s.nodes.Register(id, hb.GetAddress(), hb.GetToken()); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
 	now := time.Now().UTC()
+	execs := nodev1.ExecutionsFromWire(hb.GetExecutions())
 	// What the node is bringing up is known before the store makes it
 	// live: a create in between would see a live node without vm, neither
 	// offered nor coming, and refuse (warmup.go).
-	s.nodes.observe(id, hb.Executions, hb.Pools, hb.RuntimesPending, hb.RuntimeStatus)
-	if err := s.recordHeartbeat(r.Context(), id, hb, now); err != nil {
-		s.writeError(w, r, err)
-		return
+	s.nodes.observe(id, execs, nodev1.PoolStatusesFromWire(hb.GetPools()), hb.GetRuntimesPending(), hb.GetRuntimeStatus())
+	if err := s.recordHeartbeat(ctx, id, hb, now); err != nil {
+		return nil, err
 	}
-	if err := s.nodes.report(r.Context(), id, hb.Token, hb.Executions, now); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := s.nodes.report(ctx, id, hb.GetToken(), execs, now); err != nil {
+		return nil, err
 	}
-	s.internal.heartbeat(r, hb.Address)
-	s.rec.Observe(id, hb.Executions)
-	// The answer pushes the keys the node verifies capabilities with,
-	// retires the executions that no longer serve their sandbox, and says
-	// what the node's warm pool should hold.
-	writeJSON(w, http.StatusOK, HeartbeatReply{
-		Keys: s.keySet(), Retire: s.retirements(r.Context(), id, hb.Executions),
-		Pools:          s.poolTargets(r.Context(), hb.Runtimes),
-		FenceAfterMS:   s.rec.FenceAfter().Milliseconds(),
-		Internal:       s.internal.current(),
+	s.internal.heartbeat(from, hb.GetAddress())
+	s.rec.Observe(id, execs)
+	internal := s.internal.current()
+	reply := &nodeapiv1.HeartbeatReply{
+		Retire:         nodev1.RetirementsToWire(s.retirements(ctx, id, execs)),
+		Pools:          nodev1.PoolTargetsToWire(s.poolTargets(ctx, hb.GetRuntimes())),
+		FenceAfterMs:   s.rec.FenceAfter().Milliseconds(),
+		Internal:       &nodeapiv1.InternalServices{Version: internal.Version, Cidrs: internal.CIDRs},
 		NodeCredential: s.nodeCredential(id),
-		// Last: as close to the write as can be.
-		ServerTime: time.Now().UTC(),
-	})
-}
-
-// HeartbeatReply answers a heartbeat.
-type HeartbeatReply struct {
-	Keys   *capability.KeySet  `json:"keys"`
-	Retire []nodev1.Retirement `json:"retire,omitempty"`
-	// Pools is what the node's warm pool should hold; nil (the store
-	// could not be read) leaves it as it is.
-	Pools *[]nodev1.PoolTarget `json:"pools,omitempty"`
-	// FenceAfterMS is the node's heartbeat lease: with no answer for this
-	// long it freezes its executions (internal/node/fence.go). 0: never.
-	FenceAfterMS int64 `json:"fence_after_ms,omitempty"`
-	// Internal is the deployment's internal-service list, which every
-	// gateway of the node refuses (internalnet.go).
-	Internal InternalServices `json:"internal"`
-	// ServerTime is the control plane's clock when it wrote the answer:
-	// the node measures its own clock against it and refuses every
-	// capability while the two differ by more than capability.Skew
-	// (internal/node/clock.go).
-	ServerTime time.Time `json:"server_time"`
-	// NodeCredential is this node's own credential (nodecred.go): its
-	// gateway resolves credentials with it, not with the join token.
-	NodeCredential string `json:"node_credential,omitempty"`
+	}
+	if ks := s.keySet(); ks != nil {
+		reply.Keys = &nodeapiv1.KeySet{Version: ks.Version, Keys: map[string][]byte{}}
+		for kid, k := range ks.Keys {
+			reply.Keys.Keys[kid] = k
+		}
+	}
+	// Last: as close to the write as can be.
+	reply.ServerTime = timestamppb.Now()
+	return reply, nil
 }
 
 // retirements lists the executions a node reports that are not their

@@ -2,8 +2,10 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,7 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
+	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/reconcile"
@@ -33,6 +40,7 @@ type tokenNode struct {
 }
 
 func (n *tokenNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(nodev1.VersionHeader, nodev1.Version)
 	got := r.Header.Get(nodeclient.TokenHeader)
 	n.mu.Lock()
 	n.seen = append(n.seen, got)
@@ -41,11 +49,20 @@ func (n *tokenNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	want := n.token
 	n.mu.Unlock()
 	if got != want {
-		w.WriteHeader(http.StatusUnauthorized)
-		_ = json.NewEncoder(w).Encode(nodev1.Error{Code: "unauthenticated", Message: "bad node token"})
+		_ = connect.NewErrorWriter().Write(w, r, connecterr.Encode(fmt.Errorf("%w: bad node token", errdefs.ErrUnauthenticated)))
 		return
 	}
-	_ = json.NewEncoder(w).Encode(nodev1.ExecutionList{Executions: []nodev1.Execution{}})
+	_, h := nodeapiv1connect.NewExecutionServiceHandler(listNoExecutions{})
+	h.ServeHTTP(w, r)
+}
+
+// listNoExecutions is a node's ExecutionService that lists none.
+type listNoExecutions struct {
+	nodeapiv1connect.UnimplementedExecutionServiceHandler
+}
+
+func (listNoExecutions) List(context.Context, *connect.Request[nodeapiv1.ListExecutionsRequest]) (*connect.Response[nodeapiv1.ListExecutionsResponse], error) {
+	return connect.NewResponse(&nodeapiv1.ListExecutionsResponse{}), nil
 }
 
 // replicaPair is two control-plane replicas over one store, sharing a
@@ -83,23 +100,11 @@ func newReplicaPair(t *testing.T) *replicaPair {
 }
 
 // heartbeat sends node id's heartbeat to replica a and returns its answer.
-func (p *replicaPair) heartbeat(t *testing.T, id, addr, token string, execs ...nodev1.Execution) HeartbeatReply {
+func (p *replicaPair) heartbeat(t *testing.T, id, addr, token string, execs ...nodev1.Execution) *nodeapiv1.HeartbeatReply {
 	t.Helper()
-	hb, _ := json.Marshal(Heartbeat{Address: addr, Token: token, Runtimes: []string{"ns"}, CPUs: 4, MemoryMiB: 4096, Executions: execs})
-	req, _ := http.NewRequest(http.MethodPost, p.aURL+HeartbeatPath(id), bytes.NewReader(hb))
-	req.Header.Set("Authorization", "Bearer "+testJoinToken)
-	resp, err := http.DefaultClient.Do(req)
+	reply, err := heartbeatVia(t.Context(), nil, p.aURL, id, testHeartbeat{Address: addr, Token: token, Runtimes: []string{"ns"}, CPUs: 4, MemoryMiB: 4096, Executions: execs})
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("heartbeat: HTTP %d %s", resp.StatusCode, b)
-	}
-	var reply HeartbeatReply
-	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
-		t.Fatal(err)
+		t.Fatalf("heartbeat: %v", err)
 	}
 	return reply
 }
@@ -216,7 +221,7 @@ func TestANodeBackFromTheDeadCannotServeItsOldExecutions(t *testing.T) {
 
 	reply := p.heartbeat(t, "n1", "127.0.0.1:1", "tok", movedOld, failedOld, keptEx)
 	got := map[string]nodev1.Retirement{}
-	for _, r := range reply.Retire {
+	for _, r := range nodev1.RetirementsFromWire(reply.GetRetire()) {
 		got[r.ExecID] = r
 	}
 	if r, ok := got[movedOld.ExecID]; !ok || r.Generation != moved.Generation || r.SandboxID != moved.ID {

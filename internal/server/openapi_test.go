@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
 
@@ -26,6 +27,7 @@ import (
 // each with why.
 var undocumentedPrefixes = map[string]string{
 	"/internal/":        "the node-facing API between a node and the control plane, not public",
+	nodefacing.Path:     "the node-facing API between a node and the control plane (Connect, api/node/v1), not public",
 	E2BPathPrefix + "/": "the E2B-compatible surface, whose contract is E2B's published API (docs/e2b.md)",
 	"/debug/pprof/":     "Go's net/http/pprof profiles, admin-only, for operators (docs/PERFORMANCE.md)",
 }

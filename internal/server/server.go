@@ -18,6 +18,7 @@ import (
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms/localkms"
+	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -177,8 +178,12 @@ func (s *Server) handler() (http.Handler, []string) {
 	route("GET /readyz", s.handleReady)
 	route("GET /metrics", s.metricsAuth(s.handleMetrics))
 	route("GET /openapi.json", handleOpenAPI)
-	route("POST /internal/v1/nodes/{id}/heartbeat", s.handleHeartbeat)
-	route("POST /internal/v1/nodes/{node}/credentials/resolve", s.handleResolveCredential)
+	// The nodes' side of the node API (internal/nodefacing), and the
+	// refusal of nodes that still speak its v1.
+	nodes := nodefacing.New(s, s.log)
+	route("POST "+nodefacing.Path, nodes.ServeHTTP)
+	route("POST /internal/v1/nodes/{id}/heartbeat", nodes.V1Heartbeat)
+	route("POST /internal/v1/nodes/{node}/credentials/resolve", nodes.V1ResolveCredential)
 
 	authed("POST /v1/sandboxes", s.idempotent(s.handleCreate))
 	authed("GET /v1/sandboxes", s.handleList)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -22,17 +25,9 @@ import (
 // runtime) offering runtimes and bringing up pending.
 func (cp *controlPlane) beat(runtimes, pending []string) {
 	cp.t.Helper()
-	hb, _ := json.Marshal(Heartbeat{Address: cp.nodeAddr, Token: "node-token", Runtimes: runtimes, RuntimesPending: pending,
-		CPUs: 64, MemoryMiB: 1 << 20, DiskMiB: 1 << 30})
-	req, _ := http.NewRequest(http.MethodPost, cp.url+HeartbeatPath("n1"), bytes.NewReader(hb))
-	req.Header.Set("Authorization", "Bearer "+testJoinToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		cp.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		cp.t.Fatalf("heartbeat: HTTP %d", resp.StatusCode)
+	if _, err := heartbeatVia(cp.t.Context(), nil, cp.url, "n1", testHeartbeat{Address: cp.nodeAddr, Token: "node-token", Runtimes: runtimes, RuntimesPending: pending,
+		CPUs: 64, MemoryMiB: 1 << 20, DiskMiB: 1 << 30}); err != nil {
+		cp.t.Fatalf("heartbeat: %v", err)
 	}
 }
 
@@ -361,17 +356,17 @@ func FuzzHeartbeatPending(f *testing.F) {
 	f.Add([]byte(`{"runtimes_pending":["vm","vm","ns","bogus",""]}`))
 	f.Add([]byte(`{"runtimes_pending":null}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var hb Heartbeat
-		if json.Unmarshal(body, &hb) != nil {
+		var hb nodeapiv1.Heartbeat
+		if (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &hb) != nil {
 			return
 		}
-		got := knownRuntimes(hb.RuntimesPending)
+		got := knownRuntimes(hb.GetRuntimesPending())
 		if len(got) > 2 {
-			t.Fatalf("kept %q from %q: more than the two runtimes", got, hb.RuntimesPending)
+			t.Fatalf("kept %q from %q: more than the two runtimes", got, hb.GetRuntimesPending())
 		}
 		for i, r := range got {
 			if r != "vm" && r != "ns" || slices.Contains(got[:i], r) {
-				t.Fatalf("kept %q from %q", got, hb.RuntimesPending)
+				t.Fatalf("kept %q from %q", got, hb.GetRuntimesPending())
 			}
 		}
 	})

@@ -1,6 +1,11 @@
-// Package nodev1 holds the wire types between the control plane and a node's
-// sandbox manager (node-api). JSON over HTTP; the node answers on a unix socket
-// or a TCP address and checks the bearer token it was given at join.
+// Package nodev1 holds the Go types of the node API between the control plane
+// and a node's sandbox manager (node-api). The contract itself is the Connect
+// services of nodeapi (node.proto: what the control plane asks of a node;
+// controlplane.proto: what a node asks of the control plane); wire.go converts
+// these types to and from its messages. Some of these types are also kept on
+// disk as JSON (a node's runtime records, the artifacts of a snapshot in the
+// store), hence their tags. The node answers on a unix socket or a TCP address
+// and checks the node token (X-Space-Node-Token) it sent in its heartbeat.
 package nodev1
 
 import (
@@ -8,7 +13,7 @@ import (
 	"time"
 )
 
-// Info is the body of GET /node/v1/info.
+// Info describes a node (NodeService.Info).
 type Info struct {
 	NodeID    string   `json:"node_id"`
 	Runtimes  []string `json:"runtimes"`
@@ -17,7 +22,7 @@ type Info struct {
 	MemoryMiB int      `json:"memory_mib"`
 }
 
-// StartExecution is the body of POST /node/v1/executions.
+// StartExecution asks a node to start an execution (ExecutionService.Start).
 type StartExecution struct {
 	ExecID       string            `json:"exec_id"`
 	SandboxID    string            `json:"sandbox_id"`
@@ -51,8 +56,7 @@ type SandboxCA struct {
 	KeyPEM  string `json:"key_pem"`
 }
 
-// ResolveCredential is the body of
-// POST /internal/v1/nodes/{node}/credentials/resolve: a node's gateway asks
+// ResolveCredential is ControlPlaneService.ResolveCredential: a node's gateway asks
 // the control plane for the credential to inject into one request an
 // execution it runs is making to Host. The control plane checks that the
 // execution is the sandbox's current one and runs on that node.
@@ -67,8 +71,8 @@ type ResolveCredential struct {
 	// Redaction, when set, reports instead that the gateway removed a
 	// credential's secret from a response to the execution: the control
 	// plane records it in the credential audit log and answers an empty
-	// ResolvedCredential (503 when the audit log cannot record it; the
-	// gateway then cuts the response).
+	// ResolvedCredential (Unavailable when the audit log cannot record it;
+	// the gateway then cuts the response).
 	Redaction *CredentialRedaction `json:"redaction,omitempty"`
 }
 
@@ -80,9 +84,10 @@ type CredentialRedaction struct {
 	Count        int    `json:"count"`
 }
 
-// ResolvedCredential answers ResolveCredential. Errors are the usual
-// {code, message} bodies: 404 no credential in scope, 403 none allows the
-// host, 412 all expired, 429 rate limited, 503 store or audit log down.
+// ResolvedCredential answers ResolveCredential. Errors: NotFound no
+// credential in scope, PermissionDenied none allows the host,
+// FailedPrecondition all expired, ResourceExhausted (rate_limited) rate
+// limited, Unavailable store or audit log down.
 type ResolvedCredential struct {
 	// Applies answers a CheckOnly request.
 	Applies bool `json:"applies"`
@@ -92,18 +97,6 @@ type ResolvedCredential struct {
 	Method string `json:"method,omitempty"`
 	Name   string `json:"name,omitempty"`
 	Secret []byte `json:"secret,omitempty"`
-}
-
-// ResolveCredentialPath is where nodes ask for credentials.
-func ResolveCredentialPath(nodeID string) string {
-	return "/internal/v1/nodes/" + nodeID + "/credentials/resolve"
-}
-
-// SetEgress replaces a running execution's egress policy
-// (PUT /node/v1/executions/{exec}/egress); connections already open keep
-// the decision they got.
-type SetEgress struct {
-	Egress json.RawMessage `json:"egress"`
 }
 
 // ExecState is a node's observation of an execution.
@@ -172,7 +165,7 @@ type PoolStatus struct {
 	MemoryBytes uint64 `json:"memory_bytes"`
 }
 
-// ExecStats is GET /node/v1/executions/{exec}/stats: what the execution
+// ExecStats is ExecutionService.Stats: what the execution
 // uses now, measured on the host (the ns runtime's cgroup; for vm, the VMM's
 // cgroup: guest memory as QEMU holds it, and the VMM's CPU time).
 type ExecStats struct {
@@ -186,18 +179,7 @@ type ExecStats struct {
 	Pids             uint64 `json:"pids"`
 }
 
-// ExecutionList is the body of GET /node/v1/executions.
-type ExecutionList struct {
-	Executions []Execution `json:"executions"`
-}
-
-// EnsureTemplate is the body of POST /node/v1/templates.
-type EnsureTemplate struct {
-	Name   string `json:"name"`
-	Source string `json:"source"`
-}
-
-// TemplateReady answers POST /node/v1/templates.
+// TemplateReady answers TemplateService.Ensure.
 type TemplateReady struct {
 	Name      string `json:"name"`
 	SizeBytes int64  `json:"size_bytes"`
@@ -206,12 +188,9 @@ type TemplateReady struct {
 	Progress *Progress `json:"progress,omitempty"`
 }
 
-// TemplateList is the body of GET /node/v1/templates.
-type TemplateList struct {
-	Templates []string `json:"templates"`
-}
-
-// Error is the body of a node-api error; Code is one of the sandboxv1 codes.
+// Error is the JSON body of an error on the node-api's plain HTTP routes
+// (the guest and port proxies, the TCP upgrade, the metrics); Code is one
+// of the sandboxv1 codes. The Connect routes answer Connect errors.
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -219,7 +198,7 @@ type Error struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// TakeSnapshot is the body of POST /node/v1/executions/{exec}/snapshots.
+// TakeSnapshot asks for a snapshot of an execution (ExecutionService.TakeSnapshot).
 type TakeSnapshot struct {
 	SnapshotID string `json:"snapshot_id"`
 	// Kind is "disk" (filesystem, taken while the sandbox runs) or "full"
@@ -242,12 +221,7 @@ type Snapshot struct {
 	CPUs      int       `json:"cpus,omitempty"`
 }
 
-// SnapshotList is the body of GET /node/v1/snapshots.
-type SnapshotList struct {
-	Snapshots []Snapshot `json:"snapshots"`
-}
-
-// UploadSnapshot is the body of POST /node/v1/snapshots/{id}/upload: store
+// UploadSnapshot is SnapshotService.Upload: store
 // the snapshot's artifacts in object storage, each encrypted under a fresh
 // data key wrapped by the tenant's key.
 type UploadSnapshot struct {
@@ -290,7 +264,7 @@ type Artifacts struct {
 	StoredBytes int64 `json:"stored_bytes"`
 }
 
-// DownloadSnapshot is the body of POST /node/v1/snapshots/{id}/download:
+// DownloadSnapshot is SnapshotService.Download:
 // rebuild the snapshot on this node from object storage.
 type DownloadSnapshot struct {
 	Tenant    string    `json:"tenant"`
@@ -308,21 +282,6 @@ type Retirement struct {
 	Generation uint64 `json:"generation"`
 }
 
-// ProgressContentType is the media type of a node answer that streams
-// progress. A request for a long operation (POST /node/v1/templates,
-// /node/v1/snapshots/{id}/upload and /download) that sends it in Accept is
-// answered 200 with one ProgressLine per line: readings while the
-// operation runs, then one line with its result or its error. Without it
-// the answer is the plain JSON body, as before.
-const ProgressContentType = "application/x-ndjson"
-
-// ProgressLine is one line of a streamed answer: exactly one field is set.
-type ProgressLine struct {
-	Progress *Progress       `json:"progress,omitempty"`
-	Result   json.RawMessage `json:"result,omitempty"`
-	Error    *Error          `json:"error,omitempty"`
-}
-
 // Progress is one reading of a long operation (internal/progress Report).
 type Progress struct {
 	// Phase is "build", "upload" or "download".
@@ -337,14 +296,9 @@ type Progress struct {
 	Final bool    `json:"final,omitempty"`
 }
 
-// CollectOrphans is the body of POST /node/v1/orphans: find the executions
-// the node's runtimes hold that no runtime record of the node refers to
-// and, unless DryRun, stop them and release what they hold.
-type CollectOrphans struct {
-	DryRun bool `json:"dry_run,omitempty"`
-}
-
-// Orphans answers CollectOrphans.
+// Orphans answers NodeService.CollectOrphans: the executions the node's
+// runtimes hold that no runtime record of the node refers to (stopped and
+// released unless it was a dry run).
 type Orphans struct {
 	Orphans []Orphan `json:"orphans"`
 	// Pending names the runtimes still being set up on the node, whose
@@ -360,3 +314,14 @@ type Orphan struct {
 	Cleaned bool   `json:"cleaned"`
 	Error   string `json:"error,omitempty"`
 }
+
+// VersionHeader is the response header by which both ends of node API v2
+// (the Connect services) say which version they speak: every answer of a
+// node's or a control plane's Connect routes carries it, Version as its
+// value. An answer without it comes from a peer of node API v1 (JSON
+// routes), which the other end refuses with a message that says which side
+// to upgrade.
+const VersionHeader = "Space-Node-Api"
+
+// Version is the version of the node API this package describes.
+const Version = "2"
