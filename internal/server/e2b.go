@@ -7,8 +7,8 @@ package server
 //
 //   - the REST API under /e2b (E2B_API_URL=http://HOST:PORT/e2b): E2B's
 //     paths, JSON field names, status codes and {code, message} errors,
-//     each call mapped onto SPACE's own lifecycle by calling the functions
-//     the /v1 handlers use (e2b_sandboxes.go);
+//     each call mapped onto SPACE's own lifecycle by calling the operations
+//     of internal/service, as the /v1 handlers do (e2b_sandboxes.go);
 //   - the data plane at the listener's root (E2B_SANDBOX_URL=http://HOST:PORT):
 //     requests carrying E2b-Sandbox-Id / E2b-Sandbox-Port, or sent to the
 //     host name 49983-{id}.{ingress domain}, go to the sandbox's guest daemon,
@@ -43,7 +43,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -121,9 +120,21 @@ func writeE2BError(w http.ResponseWriter, status int, msg string) {
 
 // writeE2BErr answers err the E2B way: SPACE's status, E2B's body.
 func (s *Server) writeE2BErr(w http.ResponseWriter, r *http.Request, err error) {
-	rec := newRecorder()
-	s.writeError(rec, r, err)
-	rec.replayE2B(w)
+	e := s.e2bErrorOf(r, err)
+	writeJSON(w, e.Code, e)
+}
+
+// e2bErrorOf is err as E2B's error body: the status SPACE answers it with
+// as the code, and the message writeError would show (an internal error's
+// causes logged, not shown).
+func (s *Server) e2bErrorOf(r *http.Request, err error) e2bError {
+	status, _ := statusOf(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error; the server log has the details"
+	}
+	return e2bError{Code: status, Message: msg}
 }
 
 // e2bErrors rewrites SPACE error bodies ({"code": "not_found", ...}) that
@@ -186,51 +197,6 @@ func e2bErrorBody(status int, body []byte) e2bError {
 		e.Message = http.StatusText(status)
 	}
 	return e2bError{Code: status, Message: e.Message}
-}
-
-// recorder captures the answer of a SPACE handler that an E2B handler
-// calls, so that the E2B handler can translate it.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func newRecorder() *recorder { return &recorder{header: http.Header{}} }
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) Write(p []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(p)
-}
-
-// failed reports whether the captured answer is an error.
-func (r *recorder) failed() bool { return r.status >= 400 }
-
-// replayE2B writes the captured error answer in E2B's shape.
-func (r *recorder) replayE2B(w http.ResponseWriter) {
-	status := r.status
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	writeJSON(w, status, e2bErrorBody(status, r.body.Bytes()))
-}
-
-// decode decodes the captured JSON answer into v.
-func (r *recorder) decode(v any) error {
-	if err := json.Unmarshal(r.body.Bytes(), v); err != nil {
-		return errors.New("decode the answer of an internal handler: " + err.Error())
-	}
-	return nil
 }
 
 // e2bTokens derives the per-sandbox tokens of the E2B data plane.

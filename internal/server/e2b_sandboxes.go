@@ -18,13 +18,14 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
-// The E2B sandbox calls, each mapped onto SPACE's lifecycle by calling what
-// the /v1 handlers call (create, runLifecycle, handleSetTimeout,
-// handleDelete, snapshot, handleFork): E2B's pause is SPACE's pause (the
-// execution frozen in memory), connect resumes it, timeout is the TTL.
+// The E2B sandbox calls, each mapped onto SPACE's lifecycle by calling the
+// operations of internal/service, as the /v1 handlers do, and turning the
+// domain values they return into E2B's JSON: E2B's pause is SPACE's pause
+// (the execution frozen in memory), connect resumes it, timeout is the TTL.
 
 // e2bDefaultTimeout is the timeout of a create or fork that names none
 // (E2B's server default; the SDKs always send one).
@@ -49,12 +50,13 @@ func decodeE2B(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// e2bSeconds turns an E2B timeout in seconds into SPACE's duration text.
-func e2bSeconds(secs int64) (string, error) {
+// e2bSeconds checks an E2B timeout in seconds and returns it as a
+// duration.
+func e2bSeconds(secs int64) (time.Duration, error) {
 	if secs <= 0 || secs > int64(sandbox.MaxTimeout/time.Second) {
-		return "", fmt.Errorf("%w: timeout %d s: want 1 to %d seconds", errdefs.ErrInvalidArgument, secs, int64(sandbox.MaxTimeout/time.Second))
+		return 0, fmt.Errorf("%w: timeout %d s: want 1 to %d seconds", errdefs.ErrInvalidArgument, secs, int64(sandbox.MaxTimeout/time.Second))
 	}
-	return strconv.FormatInt(secs, 10) + "s", nil
+	return time.Duration(secs) * time.Second, nil
 }
 
 // e2bUnsupported names the first field of req that SPACE cannot honour
@@ -104,14 +106,14 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, fmt.Errorf("%w: templateID is required", errdefs.ErrInvalidArgument))
 		return
 	}
-	tenant := callerOf(r.Context()).Tenant
+	c := callerOf(r.Context()).service()
 	if sandbox.ValidSnapshotID(req.TemplateID) {
-		s.e2bCreateFromSnapshot(w, r, tenant, req.TemplateID, ttl, public)
+		s.e2bCreateFromSnapshot(w, r, c, req.TemplateID, ttl, public)
 		return
 	}
 	start := time.Now()
-	sb, err := s.create(r.Context(), tenant, createRequest{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
-		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl,
+	sb, err := s.svc.Create(r.Context(), c, service.CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
+		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
 	}})
 	if err != nil {
@@ -122,7 +124,7 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
 		return
 	}
-	if err := s.e2bOpenPorts(r, sb.ID, public); err != nil {
+	if err := s.e2bOpenPorts(r.Context(), c, sb.ID, public); err != nil {
 		s.writeE2BErr(w, r, err)
 		return
 	}
@@ -134,21 +136,18 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 // e2bCreateFromSnapshot starts a sandbox from snapshot id: SPACE's fork of
 // the snapshot's sandbox from that snapshot, its ports public or not as
 // this create asks (not as the snapshot's sandbox had them).
-func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, tenant, id, ttl string, public bool) {
-	snap, err := s.store.GetSnapshot(r.Context(), tenant, id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		err = fmt.Errorf("%w: snapshot %q", errdefs.ErrNotFound, clip(id))
-	}
+func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, public bool) {
+	snap, err := s.svc.GetSnapshot(r.Context(), c, id)
 	if err != nil {
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	child, rec := s.e2bForkOne(r, snap.SandboxID, snap.ID, ttl)
-	if rec != nil {
-		rec.replayE2B(w)
+	child, err := s.e2bForkOne(r.Context(), c, snap.SandboxID, snap.ID, ttl)
+	if err != nil {
+		s.writeE2BErr(w, r, err)
 		return
 	}
-	if err := s.e2bOpenPorts(r, child.ID, public); err != nil {
+	if err := s.e2bOpenPorts(r.Context(), c, child.ID, public); err != nil {
 		s.writeE2BErr(w, r, err)
 		return
 	}
@@ -156,59 +155,14 @@ func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, t
 }
 
 // e2bForkOne runs SPACE's fork of sandbox parent from snapshot snapID and
-// gives the child timeout ttl. On failure it returns the captured error
-// answer.
-func (s *Server) e2bForkOne(r *http.Request, parent, snapID, ttl string) (*sandbox.Sandbox, *recorder) {
-	body, _ := json.Marshal(sandboxv1.ForkRequest{Snapshot: snapID})
-	rec := newRecorder()
-	s.handleFork(rec, withBody(r, body, map[string]string{"id": parent}))
-	if rec.failed() {
-		return nil, rec
+// gives the child timeout ttl. A child still starting is a success, as
+// SPACE's fork answers it 202: the SDK's next call finds it running.
+func (s *Server) e2bForkOne(ctx context.Context, c service.Caller, parent, snapID string, ttl time.Duration) (*sandbox.Sandbox, error) {
+	child, err := s.svc.Fork(ctx, c, parent, service.ForkParams{Snapshot: snapID})
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		return nil, err
 	}
-	var out sandboxv1.Sandbox
-	if err := rec.decode(&out); err != nil {
-		return nil, errorRecorder(s, r, err)
-	}
-	if rec := s.e2bSetTimeout(r, out.ID, ttl); rec != nil {
-		return nil, rec
-	}
-	child, err := s.store.GetSandbox(r.Context(), callerOf(r.Context()).Tenant, out.ID)
-	if err != nil {
-		return nil, errorRecorder(s, r, err)
-	}
-	return child, nil
-}
-
-// errorRecorder is err as a captured error answer.
-func errorRecorder(s *Server, r *http.Request, err error) *recorder {
-	rec := newRecorder()
-	s.writeError(rec, r, err)
-	return rec
-}
-
-// withBody returns a copy of r with body as its body and the given path
-// values, for calling a /v1 handler.
-func withBody(r *http.Request, body []byte, path map[string]string) *http.Request {
-	out := r.Clone(r.Context())
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Type", "application/json")
-	for k, v := range path {
-		out.SetPathValue(k, v)
-	}
-	return out
-}
-
-// e2bSetTimeout sets sandbox id's timeout to ttl from now through
-// handleSetTimeout; nil on success, else the captured error answer.
-func (s *Server) e2bSetTimeout(r *http.Request, id, ttl string) *recorder {
-	body, _ := json.Marshal(sandboxv1.SetTimeoutRequest{Timeout: ttl})
-	rec := newRecorder()
-	s.handleSetTimeout(rec, withBody(r, body, map[string]string{"id": id}))
-	if rec.failed() {
-		return rec
-	}
-	return nil
+	return s.svc.SetTimeout(ctx, c, child.ID, ttl)
 }
 
 func (s *Server) handleE2BGet(w http.ResponseWriter, r *http.Request) {
@@ -231,12 +185,12 @@ func (s *Server) handleE2BGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleE2BKill is DELETE /sandboxes/{id}: 204, or 404.
+// handleE2BKill is DELETE /sandboxes/{id}: 204 (also while the
+// reconciler finishes the deletion), or 404.
 func (s *Server) handleE2BKill(w http.ResponseWriter, r *http.Request) {
-	rec := newRecorder()
-	s.handleDelete(rec, r)
-	if rec.failed() {
-		rec.replayE2B(w)
+	err := s.svc.Delete(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		s.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -282,8 +236,8 @@ func (s *Server) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) 
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	if rec := s.e2bSetTimeout(r, r.PathValue("id"), ttl); rec != nil {
-		rec.replayE2B(w)
+	if _, err := s.svc.SetTimeout(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), ttl); err != nil {
+		s.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -315,10 +269,11 @@ func (s *Server) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already %s", errdefs.ErrConflict, sb.ID, sb.State))
 		return
 	}
-	rec := newRecorder()
-	s.runLifecycle(rec, r, sandbox.OpPause, nil)
-	if rec.failed() {
-		rec.replayE2B(w)
+	// Still pausing after the wait is a success, as SPACE's pause answers
+	// it 202.
+	_, err = s.svc.Lifecycle(r.Context(), callerOf(r.Context()).service(), sb.ID, sandbox.OpPause)
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		s.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -371,10 +326,9 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly b
 			s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s; start it with `space sandbox start`", errdefs.ErrConflict, sb.ID, sb.State))
 			return
 		}
-		rec := newRecorder()
-		s.runLifecycle(rec, r, op, nil)
-		if rec.failed() {
-			rec.replayE2B(w)
+		_, err := s.svc.Lifecycle(r.Context(), callerOf(r.Context()).service(), sb.ID, op)
+		if err != nil && !errors.Is(err, service.ErrStillWorking) {
+			s.writeE2BErr(w, r, err)
 			return
 		}
 		status = http.StatusCreated
@@ -399,8 +353,8 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly b
 				s.writeE2BErr(w, r, err)
 				return
 			}
-			if rec := s.e2bSetTimeout(r, sb.ID, ttl); rec != nil {
-				rec.replayE2B(w)
+			if _, err := s.svc.SetTimeout(r.Context(), callerOf(r.Context()).service(), sb.ID, ttl); err != nil {
+				s.writeE2BErr(w, r, err)
 				return
 			}
 		}
@@ -615,8 +569,8 @@ func (s *Server) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request)
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	snap, err := s.snapshot(r.Context(), sb, e2bSnapshotKind(sb), "manual")
-	if errors.Is(err, errStillWorking) {
+	snap, err := s.svc.TakeSnapshot(r.Context(), callerOf(r.Context()).service(), sb.ID, e2bSnapshotKind(sb), service.TierManual)
+	if errors.Is(err, service.ErrStillWorking) {
 		err = fmt.Errorf("%w: snapshot %s is still being taken; it is listed once ready", errdefs.ErrUnavailable, snap.ID)
 	}
 	if err != nil {
@@ -639,8 +593,8 @@ func (s *Server) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) 
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	snaps, err := s.store.ListSnapshots(r.Context(), store.SnapshotFilter{
-		Tenant: callerOf(r.Context()).Tenant, SandboxID: q.Get("sandboxID"), State: store.SnapshotReady,
+	snaps, err := s.svc.TenantSnapshots(r.Context(), callerOf(r.Context()).service(), store.SnapshotFilter{
+		SandboxID: q.Get("sandboxID"), State: store.SnapshotReady,
 	})
 	if err != nil {
 		s.writeE2BErr(w, r, err)
@@ -648,7 +602,7 @@ func (s *Server) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) 
 	}
 	var items []pageItem
 	for _, snap := range snaps {
-		if snap.Tier == "manual" {
+		if snap.Tier == service.TierManual {
 			items = append(items, pageItem{id: snap.ID, at: snap.CreatedAt})
 		}
 	}
@@ -673,7 +627,8 @@ func (s *Server) handleE2BDeleteSnapshot(w http.ResponseWriter, r *http.Request)
 		s.writeE2BErr(w, r, notFound)
 		return
 	}
-	snap, err := s.store.GetSnapshot(r.Context(), callerOf(r.Context()).Tenant, id)
+	c := callerOf(r.Context()).service()
+	snap, err := s.svc.GetSnapshot(r.Context(), c, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		err = notFound
 	}
@@ -681,10 +636,11 @@ func (s *Server) handleE2BDeleteSnapshot(w http.ResponseWriter, r *http.Request)
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	rec := newRecorder()
-	s.handleDeleteSnapshot(rec, withBody(r, nil, map[string]string{"id": snap.SandboxID, "snapshot": snap.ID}))
-	if rec.failed() {
-		rec.replayE2B(w)
+	// Still being deleted after the wait is a success, as SPACE's
+	// deletion answers it 202.
+	err = s.svc.DeleteSnapshot(r.Context(), c, snap.SandboxID, snap.ID)
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		s.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -736,8 +692,9 @@ func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 		s.writeE2BErr(w, r, err)
 		return
 	}
-	snap, err := s.snapshot(r.Context(), parent, e2bSnapshotKind(parent), "fork")
-	if errors.Is(err, errStillWorking) {
+	c := callerOf(r.Context()).service()
+	snap, err := s.svc.TakeSnapshot(r.Context(), c, parent.ID, e2bSnapshotKind(parent), service.TierFork)
+	if errors.Is(err, service.ErrStillWorking) {
 		err = fmt.Errorf("%w: the fork's snapshot %s is still being taken; retry", errdefs.ErrUnavailable, snap.ID)
 	}
 	if err != nil {
@@ -746,14 +703,12 @@ func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 	}
 	results := make([]e2bForkResult, 0, count)
 	for range count {
-		child, rec := s.e2bForkOne(r, parent.ID, snap.ID, ttl)
-		if rec == nil && hasRule {
-			if err := s.e2bOpenPorts(r, child.ID, public); err != nil {
-				rec = errorRecorder(s, r, err)
-			}
+		child, err := s.e2bForkOne(r.Context(), c, parent.ID, snap.ID, ttl)
+		if err == nil && hasRule {
+			err = s.e2bOpenPorts(r.Context(), c, child.ID, public)
 		}
-		if rec != nil {
-			e := e2bErrorBody(rec.status, rec.body.Bytes())
+		if err != nil {
+			e := s.e2bErrorOf(r, err)
 			results = append(results, e2bForkResult{Error: &e})
 			continue
 		}

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -132,14 +133,11 @@ func isJSONEmpty(v json.RawMessage) bool {
 // error: a sandbox whose ports are not what was asked for is worse than
 // none. Until the rule is there its ports answer 404, so nothing is open
 // that should not be.
-func (s *Server) e2bOpenPorts(r *http.Request, id string, public bool) error {
-	ctx := r.Context()
+func (s *Server) e2bOpenPorts(ctx context.Context, c service.Caller, id string, public bool) error {
 	err := s.store.PutServicePort(ctx, store.ServicePort{Sandbox: id, Port: e2bAnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()})
 	if err != nil {
-		rec := newRecorder()
-		s.handleDelete(rec, withBody(r, nil, map[string]string{"id": id}))
-		if rec.failed() {
-			s.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "status", rec.status, "answer", clip(rec.body.String()))
+		if derr := s.svc.Delete(ctx, c, id); derr != nil && !errors.Is(derr, service.ErrStillWorking) {
+			s.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "err", derr)
 		}
 		return fmt.Errorf("sandbox %s: record its E2B port rule (deleted the sandbox): %w", id, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // egressPushTimeout bounds one push of a policy to a node.
@@ -126,8 +127,8 @@ func (s *Server) pushEgress(ctx context.Context, id string, p *egress.Policy) er
 		return err
 	}
 	if sb.State.Transitional() && sb.State != sandbox.StateDeleting {
-		if sb, err = s.waitSettled(ctx, sb, wait); errors.Is(err, errStillWorking) {
-			return fmt.Errorf("the sandbox is still %s after %s, and its new execution may have started with the previous policy", sb.State, lifecycleWait)
+		if sb, err = s.svc.WaitSettled(ctx, sb, wait); errors.Is(err, service.ErrStillWorking) {
+			return fmt.Errorf("the sandbox is still %s after %s, and its new execution may have started with the previous policy", sb.State, service.LifecycleWait)
 		} else if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -92,11 +93,13 @@ type Config struct {
 
 // Server serves the REST API.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   store.Store
-	nodes   *Nodes
-	rec     *reconcile.Reconciler
+	cfg   Config
+	log   *slog.Logger
+	store store.Store
+	nodes *Nodes
+	rec   *reconcile.Reconciler
+	// svc is the operations on sandboxes every surface calls.
+	svc     *service.Sandboxes
 	metrics *metrics
 	// routes caches where each sandbox's guest requests go.
 	routes *route.Cache
@@ -109,9 +112,6 @@ type Server struct {
 	e2b e2bTokens
 	// internal is the internal-service list sent to nodes (internalnet.go).
 	internal *internalServices
-	// started is when New made the server: creates wait for a first node
-	// only while it warms up (warmup.go).
-	started time.Time
 }
 
 // New returns a server over st. The reconciler drives what the API records.
@@ -128,13 +128,23 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal), started: time.Now()}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	svc := service.Config{
+		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
+		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress,
+	}
+	if cfg.CASealer != nil {
+		svc.CAKeys = cfg.CASealer
+	}
+	// The server's start is the control plane's: creates wait for a first
+	// node only while it warms up.
+	s.svc = service.New(svc, st, rec, nodes, time.Now(), log)
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
 		rec.SetDefaultEgress(cfg.DefaultEgress)
 		if cfg.CASealer != nil {
-			rec.SetCA(s.StartCA)
+			rec.SetCA(s.svc.StartCA)
 		}
 	}
 	return s

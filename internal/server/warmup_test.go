@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -13,8 +12,8 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/scheduler"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -74,7 +73,7 @@ func stillWaiting(t *testing.T, ch <-chan createAnswer) {
 	select {
 	case a := <-ch:
 		t.Fatalf("create answered while what it needs is not ready: HTTP %d %+v", a.code, a.err)
-	case <-time.After(5 * warmupPoll):
+	case <-time.After(5 * service.WarmupPoll):
 	}
 }
 
@@ -137,7 +136,7 @@ func TestCreateTemplateBuildFails(t *testing.T) {
 // TestCreateWaitBound: past WarmupWait the create fails saying what it
 // waited for.
 func TestCreateWaitBound(t *testing.T) {
-	cp := newControlPlane(t, Config{WarmupWait: 3 * warmupPoll})
+	cp := newControlPlane(t, Config{WarmupWait: 3 * service.WarmupPoll})
 	cp.setTemplate("slow", store.TemplateBuilding, "")
 	a := <-cp.createAsync(`{"template":"slow"}`)
 	if a.code != http.StatusServiceUnavailable || !strings.Contains(a.err.Message, "still waiting for template slow to finish building after 600ms") {
@@ -212,8 +211,8 @@ func TestAutoRuntime(t *testing.T) {
 		if sb.Runtime != "ns" {
 			t.Fatalf("runtime %q, want ns", sb.Runtime)
 		}
-		if ev := cp.events(sb.ID); !hasEvent(ev, "runtime", fallbackNote) {
-			t.Errorf("events %+v: want %q", ev.Events, fallbackNote)
+		if ev := cp.events(sb.ID); !hasEvent(ev, "runtime", service.FallbackNote) {
+			t.Errorf("events %+v: want %q", ev.Events, service.FallbackNote)
 		}
 		// E2B clients learn it too: a header on the create answer, the
 		// metadata of getInfo.
@@ -240,8 +239,8 @@ func TestAutoRuntime(t *testing.T) {
 		if info.Metadata[E2BRuntimeKey] != "ns" {
 			t.Errorf("E2B getInfo metadata %v, want %s=ns", info.Metadata, E2BRuntimeKey)
 		}
-		if ev := cp.events(created.SandboxID); !hasEvent(ev, "runtime", fallbackNote) {
-			t.Errorf("E2B-created sandbox's events %+v: want %q", ev.Events, fallbackNote)
+		if ev := cp.events(created.SandboxID); !hasEvent(ev, "runtime", service.FallbackNote) {
+			t.Errorf("E2B-created sandbox's events %+v: want %q", ev.Events, service.FallbackNote)
 		}
 	})
 }
@@ -298,24 +297,12 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
-// TestResolveAutoNoNode: with no live node, auto cannot decide yet (the
-// create waits for a node), rather than picking ns.
-func TestResolveAutoNoNode(t *testing.T) {
-	s := &Server{cfg: Config{RuntimeFallback: "ns"}}
-	if _, _, err := s.resolveAuto(runtimeState{}); err != errNoNodeYet {
-		t.Errorf("resolveAuto with no node: %v, want errNoNodeYet", err)
-	}
-	if _, _, err := (&Server{}).resolveAuto(runtimeState{live: 1}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("resolveAuto with no vm and no fallback: %v, want FailedPrecondition", err)
-	}
-}
-
 // TestNoNodeAfterWarmup: once the server has warmed up, a create with no
 // live node at all is answered at once (an outage), not held for a node.
 func TestNoNodeAfterWarmup(t *testing.T) {
 	for _, rt := range []string{"ns", "auto"} {
-		cp := newControlPlane(t, Config{DefaultRuntime: rt, WarmupWait: 3 * warmupPoll})
-		time.Sleep(4 * warmupPoll) // warmed up
+		cp := newControlPlane(t, Config{DefaultRuntime: rt, WarmupWait: 3 * service.WarmupPoll})
+		time.Sleep(4 * service.WarmupPoll) // warmed up
 		if err := cp.st.DeleteNode(t.Context(), "n1"); err != nil {
 			t.Fatal(err)
 		}
