@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -36,7 +36,7 @@ import (
 // is the application's and passes through.
 //
 // A sandbox made through the E2B API also has a rule for every HTTP port
-// (port 0, e2b_traffic.go), used when the port itself is not exposed:
+// (port 0, internal/e2bapi traffic.go), used when the port itself is not exposed:
 // public, or needing E2B's e2b-traffic-access-token (or the tenant's API
 // key). That header never reaches the guest either, and a wrong one is
 // refused before anything is looked up.
@@ -85,28 +85,9 @@ func (s *Server) handleIngressHeader(w http.ResponseWriter, r *http.Request) {
 	s.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
 }
 
-// parseIngressHost reads {port}-{sandbox}.{domain}[:apiport] (any case, a
-// trailing dot allowed). ok is false for a host that is not an ingress
-// name; an ingress name with an impossible port or sandbox id has ok true
-// and id "" (it answers 404, as an unknown sandbox does).
+// parseIngressHost reads {port}-{sandbox}.{domain} (service.ParseIngressHost).
 func parseIngressHost(host, domain string) (id string, port int, ok bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	label, found := strings.CutSuffix(host, "."+strings.ToLower(domain))
-	if !found || label == "" || strings.Contains(label, ".") {
-		return "", 0, false
-	}
-	portText, id, found := strings.Cut(label, "-")
-	if !found || portText == "" || strings.Trim(portText, "0123456789") != "" {
-		return "", 0, false
-	}
-	p, err := parsePort(portText)
-	if err != nil || !sandbox.ValidID(id) {
-		return "", 0, true
-	}
-	return id, p, true
+	return service.ParseIngressHost(host, domain)
 }
 
 // handleIngressHost serves a request sent to {port}-{sandbox}.{domain}.

@@ -16,6 +16,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -129,13 +130,7 @@ func visibility(public bool) string {
 }
 
 // parsePort reads a port number from a path: decimal, 1-65535.
-func parsePort(s string) (int, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("%w: port %q: want 1-65535", errdefs.ErrInvalidArgument, clip(s))
-	}
-	return int(n), nil
-}
+func parsePort(s string) (int, error) { return service.ParsePort(s) }
 
 // apiPort is what the API reports of an exposed port, with the URLs that
 // reach it from the client that asked (whose Host names the API). The E2B

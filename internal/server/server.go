@@ -15,6 +15,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/credentials"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms/localkms"
@@ -108,8 +109,10 @@ type Server struct {
 	egressLocks keylock.Map
 
 	templateJobs chan templateJob
-	// e2b holds the key of the E2B data plane's tokens (e2b.go).
+	// e2b holds the server's MAC key (mackey.go).
 	e2b e2bTokens
+	// e2bAPI is the E2B surface (e2bhost.go).
+	e2bAPI *e2bapi.API
 	// internal is the internal-service list sent to nodes (internalnet.go).
 	internal *internalServices
 }
@@ -139,6 +142,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	// The server's start is the control plane's: creates wait for a first
 	// node only while it warms up.
 	s.svc = service.New(svc, st, rec, nodes, time.Now(), log)
+	s.e2bAPI = s.newE2B()
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
@@ -254,12 +258,12 @@ func (s *Server) handler() (http.Handler, []string) {
 	authed("POST /v1/keys", s.idempotent(s.handleCreateKey))
 	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)
 
-	s.registerE2B(mux)
+	s.e2bAPI.Register(mux)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return s.withE2BData(s.withIngress(mux)), mux.patterns
+	return s.e2bAPI.WithData(s.withIngress(mux)), mux.patterns
 }
 
 // apiProtocols are what the API listener speaks: HTTP/1.1, and HTTP/2

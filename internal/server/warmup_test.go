@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
@@ -225,8 +226,8 @@ func TestAutoRuntime(t *testing.T) {
 		var created struct{ SandboxID string }
 		json.NewDecoder(resp.Body).Decode(&created)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated || resp.Header.Get(E2BRuntimeHeader) != "ns" {
-			t.Fatalf("E2B create: HTTP %d %s=%q, want 201 with ns", resp.StatusCode, E2BRuntimeHeader, resp.Header.Get(E2BRuntimeHeader))
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get(e2bapi.RuntimeHeader) != "ns" {
+			t.Fatalf("E2B create: HTTP %d %s=%q, want 201 with ns", resp.StatusCode, e2bapi.RuntimeHeader, resp.Header.Get(e2bapi.RuntimeHeader))
 		}
 		req, _ = http.NewRequest(http.MethodGet, cp.url+E2BPathPrefix+"/sandboxes/"+created.SandboxID, nil)
 		req.Header.Set("X-API-Key", cp.key)
@@ -236,8 +237,8 @@ func TestAutoRuntime(t *testing.T) {
 		var info struct{ Metadata map[string]string }
 		json.NewDecoder(resp.Body).Decode(&info)
 		resp.Body.Close()
-		if info.Metadata[E2BRuntimeKey] != "ns" {
-			t.Errorf("E2B getInfo metadata %v, want %s=ns", info.Metadata, E2BRuntimeKey)
+		if info.Metadata[e2bapi.RuntimeKey] != "ns" {
+			t.Errorf("E2B getInfo metadata %v, want %s=ns", info.Metadata, e2bapi.RuntimeKey)
 		}
 		if ev := cp.events(created.SandboxID); !hasEvent(ev, "runtime", service.FallbackNote) {
 			t.Errorf("E2B-created sandbox's events %+v: want %q", ev.Events, service.FallbackNote)

@@ -23,6 +23,7 @@ func TestDeps(t *testing.T) {
 		banned []string
 	}{
 		{"internal/service", append([]string{"net/http"}, adapters...)},
+		{"internal/e2bapi", others("internal/e2bapi")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {
@@ -35,6 +36,17 @@ func TestDeps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// others is every adapter but pkg.
+func others(pkg string) []string {
+	var out []string
+	for _, a := range adapters {
+		if a != pkg {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // deps lists what package pkg (a path under the module) depends on,
