@@ -23,6 +23,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -327,7 +328,7 @@ func TestIngressHTTP(t *testing.T) {
 	if want := fmt.Sprintf("http://8080-%s.localhost:%s/", sb.ID, apiPort); pub.URL != want || pub.Protocol != "http" || !pub.Public || pub.Token != "" {
 		t.Errorf("public expose = %+v, want URL %s, no token", pub, want)
 	}
-	if want := p.url + "/v1/sandboxes/" + sb.ID + "/ports/3000/proxy/"; priv.ProxyURL != want || !strings.HasPrefix(priv.Token, portTokenPrefix) || priv.Public {
+	if want := p.url + "/v1/sandboxes/" + sb.ID + "/ports/3000/proxy/"; priv.ProxyURL != want || !strings.HasPrefix(priv.Token, service.PortTokenPrefix) || priv.Public {
 		t.Errorf("private expose = %+v, want proxy URL %s and a token", priv, want)
 	}
 	hostOf := func(port int) string { return fmt.Sprintf("%d-%s.localhost:%s", port, sb.ID, apiPort) }

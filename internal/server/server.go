@@ -17,7 +17,6 @@ import (
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
-	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
@@ -104,9 +103,6 @@ type Server struct {
 	metrics *metrics
 	// routes caches where each sandbox's guest requests go.
 	routes *route.Cache
-	// egressLocks serialises the egress updates of each sandbox, so that its
-	// running execution ends with the policy stored last.
-	egressLocks keylock.Map
 
 	templateJobs chan templateJob
 	// e2b holds the server's MAC key (mackey.go).
@@ -134,7 +130,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
 	svc := service.Config{
 		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
-		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress,
+		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress, Egress: egressNodes{nodes},
 	}
 	if cfg.CASealer != nil {
 		svc.CAKeys = cfg.CASealer

@@ -1,13 +1,21 @@
 package service
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
 )
 
 // ParsePort reads a TCP port number, 1-65535.
@@ -42,4 +50,101 @@ func ParseIngressHost(host, domain string) (id string, port int, ok bool) {
 		return "", 0, true
 	}
 	return id, p, true
+}
+
+// PortTokenPrefix starts every port access token, so that a leaked one is
+// recognisable.
+const PortTokenPrefix = "spt_"
+
+// ExposeParams is what an expose asks for.
+type ExposeParams struct {
+	Port int
+	// Protocol is "http" or "tcp" ("": http).
+	Protocol string
+	// Public ports need no credential; a private one gets a token.
+	Public bool
+}
+
+// ExposePort exposes port p.Port of sandbox id through the ingress, and
+// returns the recorded port with the token of a private one (only its hash
+// is stored, so this is the one time it is seen). Exposing a port again
+// replaces it, and a private port gets a new token each time.
+func (s *Sandboxes) ExposePort(ctx context.Context, c Caller, id string, p ExposeParams) (store.ServicePort, string, error) {
+	sb, err := s.Get(ctx, c, id)
+	if err != nil {
+		return store.ServicePort{}, "", err
+	}
+	if p.Port < 1 || p.Port > 65535 {
+		return store.ServicePort{}, "", fmt.Errorf("%w: port %d: want 1-65535", errdefs.ErrInvalidArgument, p.Port)
+	}
+	if p.Protocol == "" {
+		p.Protocol = "http"
+	}
+	if p.Protocol != "http" && p.Protocol != "tcp" {
+		return store.ServicePort{}, "", fmt.Errorf("%w: protocol %q: want http or tcp", errdefs.ErrInvalidArgument, Clip(p.Protocol))
+	}
+	if sb.State == sandbox.StateDeleting {
+		return store.ServicePort{}, "", fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, sb.ID, sb.State)
+	}
+	sp := store.ServicePort{Sandbox: sb.ID, Port: p.Port, Protocol: p.Protocol, Public: p.Public, CreatedAt: time.Now().UTC()}
+	var token string
+	if !p.Public {
+		token = newPortToken()
+		sp.TokenHash = HashPortToken(token)
+	}
+	if err := s.store.PutServicePort(ctx, sp); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			err = fmt.Errorf("%w: sandbox %q", errdefs.ErrNotFound, sb.ID)
+		}
+		return store.ServicePort{}, "", err
+	}
+	s.Event(ctx, sb.ID, "port", fmt.Sprintf("port %d exposed (%s, %s)", sp.Port, sp.Protocol, visibility(sp.Public)))
+	return sp, token, nil
+}
+
+// ListPorts returns sandbox id's exposed ports.
+func (s *Sandboxes) ListPorts(ctx context.Context, c Caller, id string) ([]store.ServicePort, error) {
+	sb, err := s.Get(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.ListServicePorts(ctx, sb.ID)
+}
+
+// UnexposePort stops exposing port of sandbox id.
+func (s *Sandboxes) UnexposePort(ctx context.Context, c Caller, id string, port int) error {
+	sb, err := s.Get(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteServicePort(ctx, sb.ID, port); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			err = fmt.Errorf("%w: port %d of sandbox %s is not exposed", errdefs.ErrNotFound, port, sb.ID)
+		}
+		return err
+	}
+	s.Event(ctx, sb.ID, "port", fmt.Sprintf("port %d no longer exposed", port))
+	return nil
+}
+
+func visibility(public bool) string {
+	if public {
+		return "public"
+	}
+	return "private"
+}
+
+// newPortToken returns a fresh access token: 256 random bits.
+func newPortToken() string {
+	b := make([]byte, 32)
+	// crypto/rand.Read never fails on Linux (Go 1.24+).
+	_, _ = rand.Read(b)
+	return PortTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HashPortToken is the stored form of a port token: hex SHA-256. The token
+// has 256 random bits, so a fast hash is enough.
+func HashPortToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
 }

@@ -23,6 +23,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -64,6 +65,8 @@ type Config struct {
 	// DefaultEgress is the egress policy of a sandbox created without one
 	// (nil: sandbox.DefaultEgress).
 	DefaultEgress *egress.Policy
+	// Egress pushes a new egress policy to a running execution.
+	Egress EgressPusher
 	// CAKeys seals each sandbox's interception CA key (ca.go). nil:
 	// sandboxes get no CA.
 	CAKeys CAKeys
@@ -77,6 +80,9 @@ type Sandboxes struct {
 	store store.Store
 	rec   *reconcile.Reconciler
 	beats Heartbeats
+	// egressLocks serialises the egress updates of each sandbox, so that
+	// its running execution ends with the policy stored last.
+	egressLocks keylock.Map
 	// started is when the control plane started: creates wait for a first
 	// node only while it warms up (warmup.go).
 	started time.Time
