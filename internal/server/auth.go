@@ -72,7 +72,9 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 }
 
 // service is the caller as the operations of internal/service take it.
-func (c caller) service() service.Caller { return service.Caller{Tenant: c.Tenant, Admin: c.Admin} }
+func (c caller) service() service.Caller {
+	return service.Caller{Tenant: c.Tenant, Admin: c.Admin, KeyID: c.KeyID}
+}
 
 // sandboxFor loads the request's {id} sandbox for the caller's tenant; another
 // tenant's sandbox is NotFound, exactly like a missing one.

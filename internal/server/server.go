@@ -98,8 +98,10 @@ type Server struct {
 	store store.Store
 	nodes *Nodes
 	rec   *reconcile.Reconciler
-	// svc is the operations on sandboxes every surface calls.
+	// svc is the operations on sandboxes every surface calls, creds those
+	// on credentials.
 	svc     *service.Sandboxes
+	creds   *service.Credentials
 	metrics *metrics
 	// routes caches where each sandbox's guest requests go.
 	routes *route.Cache
@@ -138,6 +140,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	// The server's start is the control plane's: creates wait for a first
 	// node only while it warms up.
 	s.svc = service.New(svc, st, rec, nodes, time.Now(), log)
+	s.creds = service.NewCredentials(st, cfg.CredentialStore, cfg.CredentialAudit, log)
 	s.e2bAPI = s.newE2B()
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)

@@ -31,10 +31,12 @@ import (
 
 // Caller is who asks for an operation: the tenant whose sandboxes it sees
 // (another tenant's sandbox is NotFound, exactly like a missing one) and
-// whether it holds an admin key.
+// whether it holds an admin key; KeyID names the API key for the log
+// lines of what it changes.
 type Caller struct {
 	Tenant string
 	Admin  bool
+	KeyID  string
 }
 
 // Heartbeats is what the operations read of the nodes beyond the store:
