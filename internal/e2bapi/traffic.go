@@ -45,7 +45,7 @@ import (
 
 // AnyPort is the port of the ServicePort row that stands for every HTTP
 // port of a sandbox made through the E2B API.
-const AnyPort = 0
+const AnyPort = service.AnyPort
 
 // TrafficHeader carries the traffic access token (E2B's
 // e2b-traffic-access-token, in canonical form).

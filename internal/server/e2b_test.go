@@ -239,7 +239,7 @@ func TestE2BEnvdProxy(t *testing.T) {
 		}
 		got = guestSaw(t, p.send(http.MethodGet, "/health", "", "",
 			map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA, "e2b-traffic-access-token": p.srv.e2bAPI.TrafficToken(a.ID)}))
-		if got.Header.Get(e2bTrafficHeader) != "" {
+		if got.Header.Get(e2bapi.TrafficHeader) != "" {
 			t.Errorf("health: the guest daemon saw the traffic token: %v", got.Header)
 		}
 	})

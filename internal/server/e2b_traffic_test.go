@@ -12,6 +12,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/e2bapi"
+	"github.com/spacesandbox/space/internal/ingress"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -21,7 +22,7 @@ import (
 func (p *portPlane) e2bSandbox(public bool) *sandbox.Sandbox {
 	p.t.Helper()
 	sb := p.sandbox(sandbox.StateRunning)
-	if err := p.st.PutServicePort(p.t.Context(), store.ServicePort{Sandbox: sb.ID, Port: e2bAnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := p.st.PutServicePort(p.t.Context(), store.ServicePort{Sandbox: sb.ID, Port: e2bapi.AnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()}); err != nil {
 		p.t.Fatal(err)
 	}
 	return sb
@@ -75,18 +76,18 @@ func TestE2BTrafficPorts(t *testing.T) {
 		before := calls()
 		wantTrafficRefused(t, "no token, by header", p.send(http.MethodGet, p.url+"/", "", "", byHeader(private, 8000, nil)), private.ID)
 		wantTrafficRefused(t, "no token, by host", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", nil), private.ID)
-		wantTrafficRefused(t, "wrong token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bTrafficHeader: strings.Repeat("ab", 32)}), private.ID)
-		wantTrafficRefused(t, "token prefix", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bTrafficHeader: tokPriv[:32]}), private.ID)
-		wantTrafficRefused(t, "the envd token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bTrafficHeader: p.srv.e2bAPI.AccessToken(private.ID)}), private.ID)
+		wantTrafficRefused(t, "wrong token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bapi.TrafficHeader: strings.Repeat("ab", 32)}), private.ID)
+		wantTrafficRefused(t, "token prefix", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bapi.TrafficHeader: tokPriv[:32]}), private.ID)
+		wantTrafficRefused(t, "the envd token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bapi.TrafficHeader: p.srv.e2bAPI.AccessToken(private.ID)}), private.ID)
 		other := p.e2bSandbox(false)
-		wantTrafficRefused(t, "another sandbox's token", p.send(http.MethodGet, p.url+"/", "", "", byHeader(private, 8000, map[string]string{e2bTrafficHeader: p.srv.e2bAPI.TrafficToken(other.ID)})), private.ID)
+		wantTrafficRefused(t, "another sandbox's token", p.send(http.MethodGet, p.url+"/", "", "", byHeader(private, 8000, map[string]string{e2bapi.TrafficHeader: p.srv.e2bAPI.TrafficToken(other.ID)})), private.ID)
 		wantTrafficRefused(t, "a SPACE port token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{sandboxv1.PortTokenHeader: "spt_x"}), private.ID)
 		if n := calls() - before; n != 0 {
 			t.Errorf("the node saw %d refused requests", n)
 		}
 
-		e := guestSaw(t, p.send(http.MethodPost, p.url+"/submit", "", "body", byHeader(private, 8000, map[string]string{e2bTrafficHeader: tokPriv, "X-App": "kept"})))
-		if e.Header.Get(e2bTrafficHeader) != "" || e.Header.Get("X-App") != "kept" || e.Body != "body" {
+		e := guestSaw(t, p.send(http.MethodPost, p.url+"/submit", "", "body", byHeader(private, 8000, map[string]string{e2bapi.TrafficHeader: tokPriv, "X-App": "kept"})))
+		if e.Header.Get(e2bapi.TrafficHeader) != "" || e.Header.Get("X-App") != "kept" || e.Body != "body" {
 			t.Errorf("the guest saw %+v; want the application's headers and body, without e2b-traffic-access-token", e)
 		}
 		p.wantCapability(private, 8000, "http")
@@ -104,7 +105,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 
 	t.Run("a wrong token is refused before any lookup", func(t *testing.T) {
 		for name, id := range map[string]string{"unknown sandbox": sandbox.NewID(), "public sandbox": public.ID, "SPACE sandbox": spaceMade.ID} {
-			a := p.send(http.MethodGet, p.url+"/", "", "", map[string]string{e2bapi.SandboxHeader: id, e2bapi.PortHeader: "8000", e2bTrafficHeader: tokPriv})
+			a := p.send(http.MethodGet, p.url+"/", "", "", map[string]string{e2bapi.SandboxHeader: id, e2bapi.PortHeader: "8000", e2bapi.TrafficHeader: tokPriv})
 			wantTrafficRefused(t, name, a, id)
 		}
 	})
@@ -113,7 +114,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 		p.expose(private.ID, 3000, "http", true)
 		guestSaw(t, p.send(http.MethodGet, p.url+"/", hostOf(private, 3000), "", nil))
 		sp := p.expose(private.ID, 3001, "http", false)
-		wantError(t, "the E2B token on a private exposed port", p.send(http.MethodGet, p.url+"/", hostOf(private, 3001), "", map[string]string{e2bTrafficHeader: tokPriv}), 401, sandboxv1.CodeUnauthenticated)
+		wantError(t, "the E2B token on a private exposed port", p.send(http.MethodGet, p.url+"/", hostOf(private, 3001), "", map[string]string{e2bapi.TrafficHeader: tokPriv}), 401, sandboxv1.CodeUnauthenticated)
 		guestSaw(t, p.send(http.MethodGet, p.url+"/", hostOf(private, 3001), "", map[string]string{sandboxv1.PortTokenHeader: sp.Token}))
 		p.expose(public.ID, 4000, "http", false)
 		wantError(t, "a private port of a public E2B sandbox", p.send(http.MethodGet, p.url+"/", hostOf(public, 4000), "", nil), 401, sandboxv1.CodeUnauthenticated)
@@ -125,7 +126,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 		before := calls()
 		wantError(t, "by host", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", nil), 404, sandboxv1.CodeNotFound)
 		wantError(t, "by E2B headers", p.send(http.MethodGet, p.url+"/", "", "", byHeader(spaceMade, 8000, nil)), 404, sandboxv1.CodeNotFound)
-		wantError(t, "with its own traffic token", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", map[string]string{e2bTrafficHeader: p.srv.e2bAPI.TrafficToken(spaceMade.ID)}), 404, sandboxv1.CodeNotFound)
+		wantError(t, "with its own traffic token", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", map[string]string{e2bapi.TrafficHeader: p.srv.e2bAPI.TrafficToken(spaceMade.ID)}), 404, sandboxv1.CodeNotFound)
 		wantError(t, "with the API key", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", map[string]string{"Authorization": "Bearer " + p.key}), 404, sandboxv1.CodeNotFound)
 		if n := calls() - before; n != 0 {
 			t.Errorf("the node saw %d refused requests", n)
@@ -149,7 +150,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 	t.Run("envd keeps its own token", func(t *testing.T) {
 		// Port 49983 is never the any-port rule: the traffic token does not
 		// open envd, the envd token does (TestE2BEnvdProxy covers the rest).
-		a := p.send(http.MethodGet, p.url+"/health", "", "", byHeader(private, e2bapi.EnvdPort, map[string]string{e2bTrafficHeader: tokPriv}))
+		a := p.send(http.MethodGet, p.url+"/health", "", "", byHeader(private, e2bapi.EnvdPort, map[string]string{e2bapi.TrafficHeader: tokPriv}))
 		if a.status != http.StatusUnauthorized {
 			t.Errorf("envd with the traffic token only: HTTP %d %s, want 401", a.status, a.body)
 		}
@@ -176,7 +177,7 @@ func TestE2BTrafficSPACEAPI(t *testing.T) {
 	if want := fmt.Sprintf("http://{port}-%s.localhost:%s/", sb.ID, apiPort); got.Port != 0 || got.Protocol != "http" || got.Public || got.URL != want || got.Token != "" {
 		t.Errorf("listed %+v, want port 0, http, private, URL %s, no token", got, want)
 	}
-	sp, err := p.st.GetServicePort(t.Context(), sb.ID, e2bAnyPort)
+	sp, err := p.st.GetServicePort(t.Context(), sb.ID, e2bapi.AnyPort)
 	if err != nil || sp.Public || sp.TokenHash != "" {
 		t.Errorf("stored rule %+v, %v: the token is derived, never stored", sp, err)
 	}
@@ -223,5 +224,14 @@ func TestE2BTrafficConnect(t *testing.T) {
 		case wantNet && (detail.Network == nil || detail.Network.AllowPublicTraffic != (tc.want == "")):
 			t.Errorf("%s: network %+v, want allowPublicTraffic %v", tc.name, detail.Network, tc.want == "")
 		}
+	}
+}
+
+// TestTrafficHeaderAgrees: the ingress checks the traffic token in the
+// header the E2B surface hands it out for (each spells E2B's header, as
+// neither imports the other).
+func TestTrafficHeaderAgrees(t *testing.T) {
+	if ingress.TrafficHeader != e2bapi.TrafficHeader {
+		t.Errorf("ingress.TrafficHeader %q, e2bapi.TrafficHeader %q: keep them equal", ingress.TrafficHeader, e2bapi.TrafficHeader)
 	}
 }

@@ -77,7 +77,7 @@ func (h e2bHost) Node(ctx context.Context, id string) (e2bapi.NodeStats, error) 
 }
 
 func (h e2bHost) ServeIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
-	h.s.serveIngressHTTP(w, r, id, port, path)
+	h.s.ingress.ServeHTTPPort(w, r, id, port, path)
 }
 
 // newE2B is the E2B surface of s.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/subtle"
 	"net"
 	"net/http"
 	"strconv"
@@ -94,7 +93,7 @@ func (s *Server) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.Servic
 	}
 	out := sandboxv1.ServicePort{Port: sp.Port, Protocol: sp.Protocol, Public: sp.Public, CreatedAt: sp.CreatedAt}
 	port := strconv.Itoa(sp.Port)
-	if sp.Port == e2bAnyPort {
+	if sp.Port == service.AnyPort {
 		port = "{port}"
 	}
 	portPath := "/v1/sandboxes/" + sp.Sandbox + "/ports/" + port
@@ -122,13 +121,3 @@ func (s *Server) ingressDomain() string {
 
 // hashPortToken is the stored form of a port token (service.HashPortToken).
 func hashPortToken(token string) string { return service.HashPortToken(token) }
-
-// portTokenMatches reports, in constant time, whether token hashes to
-// stored.
-func portTokenMatches(token, stored string) bool {
-	if stored == "" {
-		return false
-	}
-	got := hashPortToken(token)
-	return subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
-}

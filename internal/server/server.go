@@ -17,6 +17,7 @@ import (
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/ingress"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
@@ -109,8 +110,10 @@ type Server struct {
 	templateJobs chan templateJob
 	// e2b holds the server's MAC key (mackey.go).
 	e2b e2bTokens
-	// e2bAPI is the E2B surface (e2bhost.go).
-	e2bAPI *e2bapi.API
+	// e2bAPI is the E2B surface (e2bhost.go), ingress ServicePort
+	// ingress (ingresshost.go).
+	e2bAPI  *e2bapi.API
+	ingress *ingress.Ingress
 	// internal is the internal-service list sent to nodes (internalnet.go).
 	internal *internalServices
 }
@@ -142,6 +145,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	s.svc = service.New(svc, st, rec, nodes, time.Now(), log)
 	s.creds = service.NewCredentials(st, cfg.CredentialStore, cfg.CredentialAudit, log)
 	s.e2bAPI = s.newE2B()
+	s.ingress = s.newIngress()
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
@@ -222,8 +226,8 @@ func (s *Server) handler() (http.Handler, []string) {
 	authed("DELETE /v1/sandboxes/{id}/ports/{port}", s.handleUnexposePort)
 	// Ingress authenticates itself: public ports need nothing, private
 	// ones the API key or the port's token (ingress.go).
-	route("/v1/sandboxes/{id}/ports/{port}/proxy/{rest...}", s.handleIngressPath)
-	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.handleIngressTCP)
+	route("/v1/sandboxes/{id}/ports/{port}/proxy/{rest...}", s.ingress.HandlePath)
+	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.ingress.HandleTCP)
 	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
 	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
@@ -262,7 +266,7 @@ func (s *Server) handler() (http.Handler, []string) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return s.e2bAPI.WithData(s.withIngress(mux)), mux.patterns
+	return s.e2bAPI.WithData(s.ingress.Wrap(mux)), mux.patterns
 }
 
 // apiProtocols are what the API listener speaks: HTTP/1.1, and HTTP/2

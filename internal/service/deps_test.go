@@ -26,6 +26,7 @@ func TestDeps(t *testing.T) {
 	}{
 		{"internal/service", adapters, []string{"net/http"}},
 		{"internal/e2bapi", others("internal/e2bapi"), nil},
+		{"internal/ingress", others("internal/ingress"), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -51,6 +52,11 @@ func ParseIngressHost(host, domain string) (id string, port int, ok bool) {
 	}
 	return id, p, true
 }
+
+// AnyPort is the port of the ServicePort row that stands for every HTTP
+// port of a sandbox made through the E2B API (its E2B port rule; SPACE's
+// own API takes ports 1-65535 only, so it can neither make nor remove it).
+const AnyPort = 0
 
 // PortTokenPrefix starts every port access token, so that a leaked one is
 // recognisable.
@@ -147,4 +153,14 @@ func newPortToken() string {
 func HashPortToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
+}
+
+// PortTokenMatches reports, in constant time, whether token hashes to
+// stored (a ServicePort's TokenHash; "" never matches).
+func PortTokenMatches(token, stored string) bool {
+	if stored == "" {
+		return false
+	}
+	got := HashPortToken(token)
+	return subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
 }
