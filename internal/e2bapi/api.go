@@ -54,7 +54,6 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
-	"github.com/spacesandbox/space/internal/store"
 )
 
 // Host is what the E2B surface uses of the control plane that serves it
@@ -96,10 +95,7 @@ type NodeStats interface {
 // Config is what New needs.
 type Config struct {
 	Service *service.Sandboxes
-	// Store is where the E2B port rules (store.ServicePort rows) and the
-	// sandboxes an envd request names are read.
-	Store store.Store
-	Host  Host
+	Host    Host
 	// TokenKey is the MAC key of the envd and traffic access tokens and of
 	// the page tokens: derived from the control plane's persistent secret,
 	// so that they survive restarts and agree across replicas.
@@ -113,7 +109,6 @@ type Config struct {
 // API serves the E2B REST API and data plane.
 type API struct {
 	svc    *service.Sandboxes
-	store  store.Store
 	host   Host
 	key    []byte
 	domain string
@@ -122,7 +117,7 @@ type API struct {
 
 // New returns the E2B surface of cfg.
 func New(cfg Config) *API {
-	return &API{svc: cfg.Service, store: cfg.Store, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log}
+	return &API{svc: cfg.Service, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log}
 }
 
 // Mux is where Register adds the routes.

@@ -12,7 +12,6 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
-	"github.com/spacesandbox/space/internal/store"
 )
 
 // E2B's listings: GET /v2/sandboxes (running and paused, filtered by state,
@@ -177,7 +176,7 @@ func parseE2BListFilter(q url.Values) (e2bListFilter, error) {
 
 // e2bSandboxes lists the caller's sandboxes that f keeps.
 func (a *API) e2bSandboxes(r *http.Request, f e2bListFilter) ([]pageItem, error) {
-	sbs, err := a.store.ListSandboxes(r.Context(), store.SandboxFilter{Tenant: a.host.Caller(r.Context()).Tenant})
+	sbs, err := a.svc.List(r.Context(), a.host.Caller(r.Context()))
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
-	"github.com/spacesandbox/space/internal/store"
 )
 
 // The E2B data plane (E2B_SANDBOX_URL): envd's protocol, proxied to the
@@ -172,7 +171,7 @@ func (a *API) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
 			"missing or invalid "+TokenHeader+" (the envdAccessToken of Sandbox.create or Sandbox.connect) or file URL signature")
 		return
 	}
-	sb, err := a.store.GetSandboxByID(r.Context(), t.id)
+	sb, err := a.svc.ByID(r.Context(), t.id)
 	if errors.Is(err, errdefs.ErrNotFound) || err == nil && e2bState(sb.State) == "" {
 		writeE2BNotFound(w, t.id)
 		return
@@ -316,13 +315,13 @@ func e2bSignatureValid(r *http.Request, token string, now time.Time) bool {
 // /files URL that names none: the signature is tried with the token of
 // each running sandbox. "" when none matches.
 func (a *API) e2bSignedSandbox(r *http.Request) string {
-	sbs, err := a.store.ListSandboxes(r.Context(), store.SandboxFilter{})
+	sbs, err := a.svc.Running(r.Context())
 	if err != nil {
 		return ""
 	}
 	now := time.Now()
 	for _, sb := range sbs {
-		if sb.State == sandbox.StateRunning && e2bSignatureValid(r, a.AccessToken(sb.ID), now) {
+		if e2bSignatureValid(r, a.AccessToken(sb.ID), now) {
 			return sb.ID
 		}
 	}

@@ -36,11 +36,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/service"
-	"github.com/spacesandbox/space/internal/store"
 )
 
 // AnyPort is the port of the ServicePort row that stands for every HTTP
@@ -133,17 +131,11 @@ func isJSONEmpty(v json.RawMessage) bool {
 // none. Until the rule is there its ports answer 404, so nothing is open
 // that should not be.
 func (a *API) e2bOpenPorts(ctx context.Context, c service.Caller, id string, public bool) error {
-	err := a.store.PutServicePort(ctx, store.ServicePort{Sandbox: id, Port: AnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()})
-	if err != nil {
+	if err := a.svc.OpenHTTPPorts(ctx, c, id, public); err != nil {
 		if derr := a.svc.Delete(ctx, c, id); derr != nil && !errors.Is(derr, service.ErrStillWorking) {
 			a.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "err", derr)
 		}
 		return fmt.Errorf("sandbox %s: record its E2B port rule (deleted the sandbox): %w", id, err)
-	}
-	if public {
-		a.svc.Event(ctx, id, "port", "every HTTP port public (E2B allowPublicTraffic)")
-	} else {
-		a.svc.Event(ctx, id, "port", "every HTTP port behind the E2B traffic access token")
 	}
 	return nil
 }
@@ -151,14 +143,11 @@ func (a *API) e2bOpenPorts(ctx context.Context, c service.Caller, id string, pub
 // e2bPortRule returns sandbox id's any-port rule: ok false when it has
 // none (a sandbox made through SPACE's own API).
 func (a *API) e2bPortRule(ctx context.Context, id string) (public, ok bool, err error) {
-	sp, err := a.store.GetServicePort(ctx, id, AnyPort)
-	if errdefs.IsNotFound(err) {
-		return false, false, nil
-	}
+	public, ok, err = a.svc.HTTPPortsRule(ctx, id)
 	if err != nil {
 		return false, false, fmt.Errorf("sandbox %s: read its E2B port rule: %w", id, err)
 	}
-	return sp.Public, true, nil
+	return public, ok, nil
 }
 
 // e2bTrafficFor is the trafficAccessToken of sandbox id as recorded: nil

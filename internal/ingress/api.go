@@ -11,7 +11,6 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
-	"github.com/spacesandbox/space/internal/store"
 )
 
 // Host is what the ingress uses of the control plane that serves it
@@ -50,10 +49,7 @@ type Node interface {
 // Config is what New needs.
 type Config struct {
 	Service *service.Sandboxes
-	// Store is where the ports' rules and the sandboxes they belong to
-	// are read.
-	Store store.Store
-	Host  Host
+	Host    Host
 	// Domain is the domain of the host names that reach sandbox ports:
 	// {port}-{sandbox}.{Domain}.
 	Domain string
@@ -66,7 +62,6 @@ type Config struct {
 // Ingress serves requests to sandboxes' exposed ports.
 type Ingress struct {
 	svc          *service.Sandboxes
-	store        store.Store
 	host         Host
 	domain       string
 	routeChanged error
@@ -75,7 +70,7 @@ type Ingress struct {
 
 // New returns the ingress of cfg.
 func New(cfg Config) *Ingress {
-	return &Ingress{svc: cfg.Service, store: cfg.Store, host: cfg.Host, domain: cfg.Domain, routeChanged: cfg.RouteChanged, log: cfg.Log}
+	return &Ingress{svc: cfg.Service, host: cfg.Host, domain: cfg.Domain, routeChanged: cfg.RouteChanged, log: cfg.Log}
 }
 
 // HandlePath serves /v1/sandboxes/{id}/ports/{port}/proxy/{rest...}.

@@ -183,22 +183,10 @@ func (a *Ingress) ingressKeyTenant(ctx context.Context, key apikey.Key) (string,
 	return a.host.KeyTenant(ctx, key)
 }
 
-// ingressRule returns sandbox id and the rule for its port: the exposed
-// port, else, for http, the E2B rule for every port. ErrNotFound when the
-// sandbox is gone or neither exists.
+// ingressRule returns sandbox id and the rule for its port
+// (service.Sandboxes.PortRule).
 func (a *Ingress) ingressRule(ctx context.Context, id string, port int, protocol string) (*sandbox.Sandbox, store.ServicePort, error) {
-	sb, err := a.store.GetSandboxByID(ctx, id)
-	if err == nil && (sb.State == sandbox.StateDeleted || sb.State == sandbox.StateDeleting) {
-		err = errdefs.ErrNotFound
-	}
-	if err != nil {
-		return nil, store.ServicePort{}, err
-	}
-	sp, err := a.store.GetServicePort(ctx, id, port)
-	if errors.Is(err, errdefs.ErrNotFound) && protocol == "http" {
-		sp, err = a.store.GetServicePort(ctx, id, service.AnyPort)
-	}
-	return sb, sp, err
+	return a.svc.PortRule(ctx, id, port, protocol)
 }
 
 // bearerAPIKey returns the request's Authorization bearer value when it has

@@ -54,7 +54,7 @@ func (a *Ingress) refreshPortRoute(ctx context.Context, sandboxID string, port u
 	if rejected.repaired || !time.Now().Before(rejected.expires) {
 		return nil
 	}
-	sb, err := a.store.GetSandboxByID(ctx, sandboxID)
+	sb, err := a.svc.ByID(ctx, sandboxID)
 	if err != nil || sb.State != sandbox.StateRunning {
 		return nil
 	}

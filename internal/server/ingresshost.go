@@ -65,7 +65,7 @@ func (h ingressHost) TrafficTokenValid(id, token string) bool {
 // newIngress is the ServicePort ingress of s.
 func (s *Server) newIngress() *ingress.Ingress {
 	return ingress.New(ingress.Config{
-		Service: s.svc, Store: s.store, Host: ingressHost{s}, Domain: s.ingressDomain(),
+		Service: s.svc, Host: ingressHost{s}, Domain: s.ingressDomain(),
 		RouteChanged: errRouteChanged, Log: s.log,
 	})
 }

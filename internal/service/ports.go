@@ -164,3 +164,55 @@ func PortTokenMatches(token, stored string) bool {
 	got := HashPortToken(token)
 	return subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
 }
+
+// OpenHTTPPorts records sandbox id's rule for every HTTP port (the
+// ServicePort row of AnyPort, made for sandboxes created through the E2B
+// API): public, or behind the E2B traffic access token. The ingress uses
+// it for a port that is not exposed itself.
+func (s *Sandboxes) OpenHTTPPorts(ctx context.Context, c Caller, id string, public bool) error {
+	sb, err := s.Get(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if err := s.store.PutServicePort(ctx, store.ServicePort{Sandbox: sb.ID, Port: AnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	if public {
+		s.Event(ctx, sb.ID, "port", "every HTTP port public (E2B allowPublicTraffic)")
+	} else {
+		s.Event(ctx, sb.ID, "port", "every HTTP port behind the E2B traffic access token")
+	}
+	return nil
+}
+
+// HTTPPortsRule returns sandbox id's rule for every HTTP port: ok false
+// when it has none (a sandbox made through SPACE's own API).
+func (s *Sandboxes) HTTPPortsRule(ctx context.Context, id string) (public, ok bool, err error) {
+	sp, err := s.store.GetServicePort(ctx, id, AnyPort)
+	if errdefs.IsNotFound(err) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return sp.Public, true, nil
+}
+
+// PortRule returns sandbox id, whichever its tenant, and the rule for its
+// port, for the ingress to check the request's credentials against: the
+// exposed port, else, for protocol http, the rule for every HTTP port.
+// NotFound when the sandbox is gone (or going) or neither exists.
+func (s *Sandboxes) PortRule(ctx context.Context, id string, port int, protocol string) (*sandbox.Sandbox, store.ServicePort, error) {
+	sb, err := s.store.GetSandboxByID(ctx, id)
+	if err == nil && (sb.State == sandbox.StateDeleted || sb.State == sandbox.StateDeleting) {
+		err = errdefs.ErrNotFound
+	}
+	if err != nil {
+		return nil, store.ServicePort{}, err
+	}
+	sp, err := s.store.GetServicePort(ctx, id, port)
+	if errors.Is(err, errdefs.ErrNotFound) && protocol == "http" {
+		sp, err = s.store.GetServicePort(ctx, id, AnyPort)
+	}
+	return sb, sp, err
+}

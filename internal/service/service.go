@@ -162,3 +162,26 @@ func Clip(s string) string {
 	}
 	return s
 }
+
+// ByID returns sandbox id whichever its tenant, for a request authorised
+// by a per-sandbox token rather than a tenant's key (E2B's envd access
+// token). Its caller checks the token first; NotFound for a missing one.
+func (s *Sandboxes) ByID(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return s.store.GetSandboxByID(ctx, id)
+}
+
+// Running returns every running sandbox, whichever its tenant, for finding
+// the one whose per-sandbox token signs a request that names none.
+func (s *Sandboxes) Running(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	sbs, err := s.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return nil, err
+	}
+	out := sbs[:0]
+	for _, sb := range sbs {
+		if sb.State == sandbox.StateRunning {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
