@@ -1,6 +1,9 @@
-// Package server is SPACE's control plane API: the REST surface of SPEC.md, API
-// key authentication, tenant isolation, and the node registry the reconciler and
-// the data path use. Errors become HTTP statuses here and nowhere else.
+// Package server is SPACE's control plane API: the REST surface of SPEC.md
+// (its handlers over the operations of internal/service), API key
+// authentication, the node registry the reconciler and the data path use,
+// and the wiring that composes the surfaces — this REST API, the E2B API
+// (internal/e2bapi) and ServicePort ingress (internal/ingress) — on one
+// listener. Errors become HTTP statuses here and nowhere else.
 package server
 
 import (
