@@ -17,6 +17,7 @@
 package apierr
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -126,4 +127,16 @@ func Decode(code string, reason errdefs.Reason) error {
 		return r
 	}
 	return codes[code]
+}
+
+// DecodeBody decodes the JSON error body of one of SPACE's HTTP edges
+// through the table: the error it stands for (a reason's sentinel or a
+// class) and its message; nil for a body that is not such an error (a
+// guest's own answer) or one of no class.
+func DecodeBody(body []byte) (error, string) {
+	var e sandboxv1.Error
+	if json.Unmarshal(body, &e) != nil {
+		return nil, ""
+	}
+	return Decode(e.Code, errdefs.Reason(e.Reason)), e.Message
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -115,17 +116,7 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 // keyTenant resolves the tenant a key request is about: the caller's own, or
 // any tenant for the admin key.
 func (s *Server) keyTenant(r *http.Request, asked string) (string, error) {
-	c := callerOf(r.Context())
-	if asked == "" || asked == c.Tenant {
-		return c.Tenant, nil
-	}
-	if !c.Admin {
-		return "", fmt.Errorf("%w: only the admin key manages other tenants' keys", errdefs.ErrPermissionDenied)
-	}
-	if _, err := s.store.GetTenant(r.Context(), asked); err != nil {
-		return "", err
-	}
-	return asked, nil
+	return service.TenantFor(r.Context(), s.store, callerOf(r.Context()).service(), asked)
 }
 
 func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // caller is the authenticated principal of a request.
@@ -70,24 +71,16 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// service is the caller as the operations of internal/service take it.
+func (c caller) service() service.Caller {
+	return service.Caller{Tenant: c.Tenant, Admin: c.Admin, KeyID: c.KeyID}
+}
+
 // sandboxFor loads the request's {id} sandbox for the caller's tenant; another
 // tenant's sandbox is NotFound, exactly like a missing one.
 func (s *Server) sandboxFor(r *http.Request) (*sandbox.Sandbox, error) {
-	id := r.PathValue("id")
-	notFound := fmt.Errorf("%w: sandbox %q", errdefs.ErrNotFound, clip(id))
-	if !sandbox.ValidID(id) {
-		return nil, notFound
-	}
-	sb, err := s.store.GetSandbox(r.Context(), callerOf(r.Context()).Tenant, id)
-	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && sb.State == sandbox.StateDeleted) {
-		return nil, notFound
-	}
-	return sb, err
+	return s.svc.Get(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
 }
 
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
+// clip shortens a caller-supplied string for an error message.
+func clip(s string) string { return service.Clip(s) }

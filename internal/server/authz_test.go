@@ -16,6 +16,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/credentials"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -260,7 +261,7 @@ var authzRows = []authzRow{
 	}},
 	{name: "E2B data plane (envd) by header", want: dataPlane, req: func(f authzFixture) authzReq {
 		return authzReq{method: "POST", path: "/process.Process/Start", body: "{}", dataPlane: true,
-			header: map[string]string{e2bSandboxHeader: f.sandbox, e2bPortHeader: "49983"}}
+			header: map[string]string{e2bapi.SandboxHeader: f.sandbox, e2bapi.PortHeader: "49983"}}
 	}},
 	{name: "E2B data plane (envd) by host", want: dataPlane, req: func(f authzFixture) authzReq {
 		return authzReq{method: "POST", path: "/filesystem.Filesystem/ListDir", body: "{}", dataPlane: true, host: "49983-" + f.sandbox + ".localhost"}
@@ -438,7 +439,7 @@ func (p *authzPlane) send(t *testing.T, f authzFixture, who principal, r authzRe
 	if r.dataPlane {
 		tok := [principals]string{"", "garbage-token", p.key, p.otherToken, f.token, p.admin}[who]
 		if tok != "" {
-			req.Header.Set(e2bTokenHeader, tok)
+			req.Header.Set(e2bapi.TokenHeader, tok)
 		}
 	} else if cred := [principals]string{"", "garbage-key-0123456789", p.revoked, p.other, p.key, p.admin}[who]; cred != "" {
 		if r.e2b {

@@ -2,25 +2,22 @@ package server
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http"
-	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
-	"github.com/spacesandbox/space/internal/sandboxca"
 	"github.com/spacesandbox/space/internal/seal"
 )
 
 // Every sandbox has its own interception CA (ARCHITECTURE.md §7): the guest
 // trusts its certificate, and the gateway of the node running the sandbox
 // mints leaf certificates with it for the hosts that have a credential rule.
-// The control plane makes it when the sandbox is created (a fork gets a new
+// internal/service makes it when the sandbox is created (a fork gets a new
 // one; a sandbox recorded before CAs existed gets one at its next start) and
-// keeps it with the sandbox record; every StartExecution carries it.
+// keeps it with the sandbox record; every StartExecution carries it. Its key
+// is sealed here.
 //
 // Sealing the key at rest: the CA key is sealed with AES-256-GCM under a
 // server key read from a file (DATA/ca-seal.key, 0600), with the sandbox id
@@ -29,10 +26,6 @@ import (
 // they are not used because revoking a tenant key is meant to withdraw
 // access to the tenant's snapshots, not to stop its sandboxes from starting,
 // and because the reconciler, which builds StartExecution, holds no KMS.
-
-// caRenewBefore is how long before its expiry a sandbox's CA is replaced at
-// a start: a CA that expires while the execution runs cannot mint leaves.
-const caRenewBefore = 7 * 24 * time.Hour
 
 // caSealVersion is the first byte of a sealed CA key.
 const caSealVersion = 1
@@ -82,73 +75,20 @@ func (c *CASealer) open(sandboxID string, sealed []byte) ([]byte, error) {
 	return key, nil
 }
 
-// newCA gives sb a fresh interception CA, its key sealed. Without a sealer
-// (a server configured without one) sandboxes get no CA and no credential
-// injection.
-func (s *Server) newCA(sb *sandbox.Sandbox) error {
-	if s.cfg.CASealer == nil {
-		return nil
-	}
-	certPEM, keyPEM, err := sandboxca.Generate("SPACE sandbox " + sb.ID)
-	if err != nil {
-		return fmt.Errorf("sandbox %s: interception CA: %w", sb.ID, err)
-	}
-	defer clear(keyPEM)
-	sb.CACert, sb.CAKey = string(certPEM), s.cfg.CASealer.seal(sb.ID, keyPEM)
-	return nil
+// SealCAKey seals sandbox sandboxID's CA key (service.CAKeys).
+func (c *CASealer) SealCAKey(sandboxID string, keyPEM []byte) []byte {
+	return c.seal(sandboxID, keyPEM)
 }
 
-// caUsable reports why sb's CA must be replaced ("" when it is fine).
-func caUsable(sb *sandbox.Sandbox, now time.Time) string {
-	if sb.CACert == "" || len(sb.CAKey) == 0 {
-		return "the sandbox has no interception CA yet"
-	}
-	b, _ := pem.Decode([]byte(sb.CACert))
-	if b == nil {
-		return "the stored CA certificate is not PEM"
-	}
-	cert, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		return "the stored CA certificate does not parse"
-	}
-	if now.Add(caRenewBefore).After(cert.NotAfter) {
-		return "the CA certificate expires at " + cert.NotAfter.UTC().Format(time.RFC3339)
-	}
-	return ""
+// OpenCAKey opens what SealCAKey sealed for the same sandbox.
+func (c *CASealer) OpenCAKey(sandboxID string, sealed []byte) ([]byte, error) {
+	return c.open(sandboxID, sealed)
 }
 
 // StartCA returns the interception CA to send with a start of sb's current
-// execution (reconcile.CAFunc). A sandbox without a usable CA (recorded
-// before CAs existed, about to expire, or sealed under a key this server no
-// longer has) gets a new one first, stored with the sandbox: sb is updated
-// in place, Version included. nil without a sealer.
+// execution (reconcile.CAFunc; service.Sandboxes.StartCA).
 func (s *Server) StartCA(ctx context.Context, sb *sandbox.Sandbox) (*nodev1.SandboxCA, error) {
-	if s.cfg.CASealer == nil {
-		return nil, nil
-	}
-	why := caUsable(sb, time.Now())
-	var keyPEM []byte
-	if why == "" {
-		var err error
-		if keyPEM, err = s.cfg.CASealer.open(sb.ID, sb.CAKey); err != nil {
-			why = err.Error()
-		}
-	}
-	if why != "" {
-		if err := s.newCA(sb); err != nil {
-			return nil, err
-		}
-		if err := s.store.UpdateSandbox(ctx, sb); err != nil {
-			return nil, fmt.Errorf("sandbox %s: store new interception CA: %w", sb.ID, err)
-		}
-		s.event(ctx, sb.ID, "ca", "new interception CA: "+why)
-		var err error
-		if keyPEM, err = s.cfg.CASealer.open(sb.ID, sb.CAKey); err != nil {
-			return nil, err
-		}
-	}
-	defer clear(keyPEM)
-	return &nodev1.SandboxCA{CertPEM: sb.CACert, KeyPEM: string(keyPEM)}, nil
+	return s.svc.StartCA(ctx, sb)
 }
 
 // handleGetCA answers GET /v1/sandboxes/{id}/ca.pem: the certificate of the

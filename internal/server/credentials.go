@@ -2,10 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,36 +11,18 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
-// Credentials live in two places: the secret with its metadata in the
-// credential backend (Config.CredentialStore, an encrypted vault), where the
-// credential manager resolves it for the gateways, and the metadata alone in
-// the database's credential index (store.Credentials), which answers the
-// listings per tenant and remembers when each was made. A create writes the
-// index first and the backend second (undoing the index when the backend
-// fails); a delete removes from the backend first. So a credential the
-// backend can hand out is always listed and deletable.
-//
-// No response, log line or event ever contains a secret: the API types have
-// no field for it, and credentials.Credential keeps it out of its String,
-// slog value and JSON.
+// The credential routes: the operations, the index and the rules of what a
+// response may show (never a secret) are internal/service's
+// (service.Credentials); these handlers decode and encode.
 
-// AuditReader reads the credential audit log back (credentials.FileAuditLog).
-type AuditReader interface {
-	Query(ctx context.Context, q credentials.AuditQuery) ([]credentials.AuditEntry, error)
-}
+// AuditReader reads the credential audit log back (service.AuditReader).
+type AuditReader = service.AuditReader
 
-var errNoCredentials = fmt.Errorf("%w: this server has no credential store configured", errdefs.ErrUnavailable)
-
-// newCredentialID returns a fresh credential id, "cr-" and 20 hex digits.
-func newCredentialID() string {
-	b := make([]byte, 10)
-	rand.Read(b)
-	return "cr-" + hex.EncodeToString(b)
-}
+var errNoCredentials = service.ErrNoCredentials
 
 func credentialAPI(c credentials.Credential, created time.Time) sandboxv1.Credential {
 	out := sandboxv1.Credential{
@@ -71,51 +50,9 @@ func indexAPI(row store.Credential) (sandboxv1.Credential, error) {
 	return credentialAPI(c, row.CreatedAt), nil
 }
 
-// credentialFromRequest builds and validates the credential a create asks
-// for. Every error is ErrInvalidArgument (ErrNotFound for a sandbox that is
-// not the tenant's) and never quotes the secret.
-func (s *Server) credentialFromRequest(ctx context.Context, tenant string, req sandboxv1.CreateCredentialRequest) (credentials.Credential, error) {
-	c := credentials.Credential{
-		ID:           newCredentialID(),
-		Scope:        credentials.Scope{Tenant: tenant, Project: req.Project, Sandbox: req.Sandbox},
-		Name:         req.Name,
-		Secret:       []byte(req.Secret),
-		Injection:    credentials.Injection{Method: req.Injection.Method, Name: req.Injection.Name},
-		AllowedHosts: req.AllowedHosts,
-		RateLimit:    req.RateLimit,
-	}
-	if req.ExpiresAt != nil {
-		if !req.ExpiresAt.After(time.Now()) {
-			return c, fmt.Errorf("%w: expires_at %s is not in the future", errdefs.ErrInvalidArgument, req.ExpiresAt.Format(time.RFC3339))
-		}
-		c.ExpiresAt = req.ExpiresAt.UTC()
-	}
-	if req.Project != "" {
-		if err := sandbox.ValidateProject(req.Project); err != nil {
-			return c, err
-		}
-	}
-	if req.Sandbox != "" {
-		notFound := fmt.Errorf("%w: sandbox %q", errdefs.ErrNotFound, clip(req.Sandbox))
-		if !sandbox.ValidID(req.Sandbox) {
-			return c, notFound
-		}
-		sb, err := s.store.GetSandbox(ctx, tenant, req.Sandbox)
-		if errors.Is(err, errdefs.ErrNotFound) || err == nil && sb.State == sandbox.StateDeleted {
-			return c, notFound
-		} else if err != nil {
-			return c, err
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	return c, nil
-}
-
 func (s *Server) handleCreateCredential(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.CredentialStore == nil {
-		s.writeError(w, r, errNoCredentials)
+	if err := s.creds.Available(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	var req sandboxv1.CreateCredentialRequest
@@ -123,52 +60,16 @@ func (s *Server) handleCreateCredential(w http.ResponseWriter, r *http.Request) 
 		s.writeError(w, r, err)
 		return
 	}
-	tenant, err := s.keyTenant(r, req.Tenant)
+	c, created, err := s.creds.Create(r.Context(), callerOf(r.Context()).service(), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := s.credentialFromRequest(r.Context(), tenant, req)
-	defer c.Zero()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	meta, err := json.Marshal(c.Metadata())
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("credential %s: encode metadata: %w", c.ID, err))
-		return
-	}
-	row := store.Credential{ID: c.ID, Tenant: tenant, Project: c.Scope.Project, Sandbox: c.Scope.Sandbox,
-		Name: c.Name, Metadata: string(meta), CreatedAt: time.Now().UTC()}
-	if err := s.store.CreateCredential(r.Context(), row); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := s.cfg.CredentialStore.Put(r.Context(), c); err != nil {
-		if derr := s.store.DeleteCredential(context.WithoutCancel(r.Context()), c.ID); derr != nil {
-			s.log.Warn("undo credential index entry", "credential", c.ID, "err", derr)
-		}
-		s.writeError(w, r, fmt.Errorf("credential %s: store: %w", c.ID, err))
-		return
-	}
-	s.log.Info("credential created", "credential", c, "by_key", callerOf(r.Context()).KeyID)
-	writeJSON(w, http.StatusCreated, credentialAPI(c, row.CreatedAt))
-}
-
-// credentialTenant is the tenant a credential request is about: the
-// caller's, or with the admin key the ?tenant= one.
-func (s *Server) credentialTenant(r *http.Request) (string, error) {
-	return s.keyTenant(r, r.URL.Query().Get("tenant"))
+	writeJSON(w, http.StatusCreated, credentialAPI(c, created))
 }
 
 func (s *Server) handleListCredentials(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.credentialTenant(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	rows, err := s.store.ListCredentials(r.Context(), tenant)
+	rows, err := s.creds.List(r.Context(), callerOf(r.Context()).service(), r.URL.Query().Get("tenant"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -185,23 +86,8 @@ func (s *Server) handleListCredentials(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// credentialFor loads the {id} credential's index entry for the request's
-// tenant; another tenant's is NotFound, like a missing one.
-func (s *Server) credentialFor(r *http.Request) (store.Credential, error) {
-	tenant, err := s.credentialTenant(r)
-	if err != nil {
-		return store.Credential{}, err
-	}
-	id := r.PathValue("id")
-	row, err := s.store.GetCredential(r.Context(), tenant, id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return row, fmt.Errorf("%w: credential %q", errdefs.ErrNotFound, clip(id))
-	}
-	return row, err
-}
-
 func (s *Server) handleGetCredential(w http.ResponseWriter, r *http.Request) {
-	row, err := s.credentialFor(r)
+	row, err := s.creds.Get(r.Context(), callerOf(r.Context()).service(), r.URL.Query().Get("tenant"), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -215,59 +101,20 @@ func (s *Server) handleGetCredential(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteCredential(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.CredentialStore == nil {
-		s.writeError(w, r, errNoCredentials)
-		return
-	}
-	row, err := s.credentialFor(r)
-	if err != nil {
+	if err := s.creds.Delete(r.Context(), callerOf(r.Context()).service(), r.URL.Query().Get("tenant"), r.PathValue("id")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.deleteCredential(r.Context(), row.ID); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.log.Info("credential deleted", "credential", row.ID, "tenant", row.Tenant, "by_key", callerOf(r.Context()).KeyID)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// deleteCredential removes a credential from the backend, then its index
-// entry; either being gone already is fine.
-func (s *Server) deleteCredential(ctx context.Context, id string) error {
-	if err := s.cfg.CredentialStore.Delete(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return fmt.Errorf("credential %s: delete: %w", id, err)
-	}
-	if err := s.store.DeleteCredential(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return err
-	}
-	return nil
 }
 
 // purgeCredentials deletes every credential of a deleted tenant.
 func (s *Server) purgeCredentials(ctx context.Context, tenant string) {
-	if s.cfg.CredentialStore == nil {
-		return
-	}
-	rows, err := s.store.ListCredentials(ctx, tenant)
-	if err == nil {
-		for _, row := range rows {
-			if err = s.deleteCredential(ctx, row.ID); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		s.log.Warn("delete the credentials of a deleted tenant", "tenant", tenant, "err", err)
-	}
+	s.creds.PurgeTenant(ctx, tenant)
 }
 
 func (s *Server) handleCredentialAudit(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.CredentialAudit == nil {
-		s.writeError(w, r, errNoCredentials)
-		return
-	}
-	tenant, err := s.credentialTenant(r)
+	tenant, err := s.creds.AuditTenant(r.Context(), callerOf(r.Context()).service(), r.URL.Query().Get("tenant"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -282,7 +129,7 @@ func (s *Server) handleCredentialAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Limit = n
 	}
-	entries, err := s.cfg.CredentialAudit.Query(r.Context(), q)
+	entries, err := s.creds.Audit(r.Context(), q)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -21,6 +21,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/guestd"
 	"github.com/spacesandbox/space/internal/nodeclient"
@@ -203,9 +204,9 @@ func (p *e2bPlane) send(method, path, host, body string, headers map[string]stri
 // envd sends an envd request routed by E2B's headers.
 func (p *e2bPlane) envd(method, path, id, token string) answer {
 	p.t.Helper()
-	h := map[string]string{e2bSandboxHeader: id, e2bPortHeader: "49983"}
+	h := map[string]string{e2bapi.SandboxHeader: id, e2bapi.PortHeader: "49983"}
 	if token != "" {
-		h[e2bTokenHeader] = token
+		h[e2bapi.TokenHeader] = token
 	}
 	return p.send(method, path, "", "{}", h)
 }
@@ -215,14 +216,14 @@ func TestE2BEnvdProxy(t *testing.T) {
 	a := p.sandbox(p.tenant, sandbox.StateRunning, nil)
 	b := p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
 	paused := p.sandbox(p.tenant, sandbox.StatePaused, nil)
-	tokA, tokB := p.srv.e2bAccessToken(a.ID), p.srv.e2bAccessToken(b.ID)
+	tokA, tokB := p.srv.e2bAPI.AccessToken(a.ID), p.srv.e2bAPI.AccessToken(b.ID)
 
 	t.Run("forwarded with a capability for the path's operation", func(t *testing.T) {
 		for path, op := range map[string]capability.Op{
 			"/process.Process/Start": capability.OpExec, "/filesystem.Filesystem/ListDir": capability.OpFiles,
 		} {
 			got := guestSaw(t, p.envd(http.MethodPost, path, a.ID, tokA))
-			if got.Path != path || got.Header.Get(e2bTokenHeader) != "" || got.Header.Get(e2bSandboxHeader) != "" || got.Header.Get(capability.Header) != "" {
+			if got.Path != path || got.Header.Get(e2bapi.TokenHeader) != "" || got.Header.Get(e2bapi.SandboxHeader) != "" || got.Header.Get(capability.Header) != "" {
 				t.Errorf("%s: guest saw %+v, want the path without the token, routing or capability headers", path, got)
 			}
 			if c := p.node.last(); c == nil || c.Identity != identityOf(a) || c.Ops != op {
@@ -230,13 +231,13 @@ func TestE2BEnvdProxy(t *testing.T) {
 			}
 		}
 		got := guestSaw(t, p.send(http.MethodGet, "/files?path=%2Ftmp%2Fa&username=user", "", "",
-			map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}))
+			map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}))
 		if got.Path != "/files" || got.Query != "path=%2Ftmp%2Fa&username=user" {
 			t.Errorf("files: guest saw %s?%s", got.Path, got.Query)
 		}
 		got = guestSaw(t, p.send(http.MethodGet, "/health", "", "",
-			map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA, "e2b-traffic-access-token": p.srv.e2bTrafficToken(a.ID)}))
-		if got.Header.Get(e2bTrafficHeader) != "" {
+			map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA, "e2b-traffic-access-token": p.srv.e2bAPI.TrafficToken(a.ID)}))
+		if got.Header.Get(e2bapi.TrafficHeader) != "" {
 			t.Errorf("health: the guest daemon saw the traffic token: %v", got.Header)
 		}
 	})
@@ -245,9 +246,9 @@ func TestE2BEnvdProxy(t *testing.T) {
 		protos.SetUnencryptedHTTP2(true)
 		c := &http.Client{Transport: &http.Transport{Protocols: protos}}
 		req, _ := http.NewRequest(http.MethodPost, p.url+"/process.Process/Start", strings.NewReader("{}"))
-		req.Header.Set(e2bSandboxHeader, a.ID)
-		req.Header.Set(e2bPortHeader, "49983")
-		req.Header.Set(e2bTokenHeader, tokA)
+		req.Header.Set(e2bapi.SandboxHeader, a.ID)
+		req.Header.Set(e2bapi.PortHeader, "49983")
+		req.Header.Set(e2bapi.TokenHeader, tokA)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatalf("h2c request: %v", err)
@@ -263,9 +264,9 @@ func TestE2BEnvdProxy(t *testing.T) {
 		}
 		// And a forged token is refused the same way over h2c.
 		req, _ = http.NewRequest(http.MethodPost, p.url+"/process.Process/Start", strings.NewReader("{}"))
-		req.Header.Set(e2bSandboxHeader, a.ID)
-		req.Header.Set(e2bPortHeader, "49983")
-		req.Header.Set(e2bTokenHeader, tokB)
+		req.Header.Set(e2bapi.SandboxHeader, a.ID)
+		req.Header.Set(e2bapi.PortHeader, "49983")
+		req.Header.Set(e2bapi.TokenHeader, tokB)
 		resp2, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -277,7 +278,7 @@ func TestE2BEnvdProxy(t *testing.T) {
 	})
 	t.Run("envd /metrics answered from the node", func(t *testing.T) {
 		got := p.envd(http.MethodGet, "/metrics", a.ID, tokA)
-		var m envdMetrics
+		var m e2bapi.EnvdMetrics
 		if got.status != http.StatusOK || json.Unmarshal([]byte(got.body), &m) != nil {
 			t.Fatalf("metrics: HTTP %d %s", got.status, got.body)
 		}
@@ -287,12 +288,12 @@ func TestE2BEnvdProxy(t *testing.T) {
 		if got := p.envd(http.MethodGet, "/metrics", a.ID, tokB); got.status != http.StatusUnauthorized {
 			t.Errorf("metrics with B's token: HTTP %d", got.status)
 		}
-		if got := p.envd(http.MethodGet, "/metrics", paused.ID, p.srv.e2bAccessToken(paused.ID)); got.status != http.StatusBadGateway {
+		if got := p.envd(http.MethodGet, "/metrics", paused.ID, p.srv.e2bAPI.AccessToken(paused.ID)); got.status != http.StatusBadGateway {
 			t.Errorf("metrics of a paused sandbox: HTTP %d %s, want 502", got.status, got.body)
 		}
 	})
 	t.Run("routed by host", func(t *testing.T) {
-		got := guestSaw(t, p.send(http.MethodGet, "/health", "49983-"+a.ID+".localhost", "", map[string]string{e2bTokenHeader: tokA}))
+		got := guestSaw(t, p.send(http.MethodGet, "/health", "49983-"+a.ID+".localhost", "", map[string]string{e2bapi.TokenHeader: tokA}))
 		if got.Path != "/health" {
 			t.Errorf("guest saw %s", got.Path)
 		}
@@ -306,24 +307,24 @@ func TestE2BEnvdProxy(t *testing.T) {
 		headers map[string]string
 		status  int
 	}{
-		{"no token", "POST", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983"}, 401},
-		{"forged token", "POST", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: strings.Repeat("ab", 32)}, 401},
-		{"token of another sandbox", "POST", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokB}, 401},
-		{"B's token on A by host", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bTokenHeader: tokB}, 401},
-		{"token prefix", "GET", "/health", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA[:32]}, 401},
-		{"host and header disagree on the sandbox", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bSandboxHeader: b.ID, e2bPortHeader: "49983", e2bTokenHeader: tokB}, 400},
-		{"host and header disagree on the port", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "8080", e2bTokenHeader: tokA}, 400},
-		{"id without port", "GET", "/health", "", map[string]string{e2bSandboxHeader: a.ID, e2bTokenHeader: tokA}, 400},
-		{"bad port", "GET", "/health", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "99999", e2bTokenHeader: tokA}, 400},
-		{"guest control service", "POST", "/space.guest.control.v1.Control/Init", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
-		{"dot-dot path", "POST", "/files/../process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
-		{"escaped slash", "POST", "/process.Process%2FStart", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
-		{"escaped dots", "POST", "/%2e%2e/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
-		{"wrong method", "GET", "/process.Process/Start", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
-		{"init", "POST", "/init", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983", e2bTokenHeader: tokA}, 404},
+		{"no token", "POST", "/process.Process/Start", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983"}, 401},
+		{"forged token", "POST", "/process.Process/Start", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: strings.Repeat("ab", 32)}, 401},
+		{"token of another sandbox", "POST", "/process.Process/Start", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokB}, 401},
+		{"B's token on A by host", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bapi.TokenHeader: tokB}, 401},
+		{"token prefix", "GET", "/health", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA[:32]}, 401},
+		{"host and header disagree on the sandbox", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bapi.SandboxHeader: b.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokB}, 400},
+		{"host and header disagree on the port", "GET", "/health", "49983-" + a.ID + ".localhost", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "8080", e2bapi.TokenHeader: tokA}, 400},
+		{"id without port", "GET", "/health", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.TokenHeader: tokA}, 400},
+		{"bad port", "GET", "/health", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "99999", e2bapi.TokenHeader: tokA}, 400},
+		{"guest control service", "POST", "/space.guest.control.v1.Control/Init", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}, 404},
+		{"dot-dot path", "POST", "/files/../process.Process/Start", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}, 404},
+		{"escaped slash", "POST", "/process.Process%2FStart", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}, 404},
+		{"escaped dots", "POST", "/%2e%2e/process.Process/Start", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}, 404},
+		{"wrong method", "GET", "/process.Process/Start", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}, 404},
+		{"init", "POST", "/init", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983", e2bapi.TokenHeader: tokA}, 404},
 		// Another port is SPACE's ServicePort ingress: not exposed, not found.
-		{"unexposed port by header", "GET", "/", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "8080", e2bTokenHeader: tokA}, 404},
-		{"unexposed port by host", "GET", "/", "8080-" + a.ID + ".localhost", map[string]string{e2bTokenHeader: tokA}, 404},
+		{"unexposed port by header", "GET", "/", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "8080", e2bapi.TokenHeader: tokA}, 404},
+		{"unexposed port by host", "GET", "/", "8080-" + a.ID + ".localhost", map[string]string{e2bapi.TokenHeader: tokA}, 404},
 	}
 	for _, tc := range cases {
 		got := p.send(tc.method, tc.path, tc.host, "{}", tc.headers)
@@ -335,8 +336,8 @@ func TestE2BEnvdProxy(t *testing.T) {
 	t.Run("unknown, deleted and paused sandboxes are 502", func(t *testing.T) {
 		unknown := sandbox.NewID()
 		for _, id := range []string{unknown, paused.ID} {
-			got := p.envd(http.MethodGet, "/health", id, p.srv.e2bAccessToken(id))
-			var body e2bProxyError
+			got := p.envd(http.MethodGet, "/health", id, p.srv.e2bAPI.AccessToken(id))
+			var body e2bapi.ProxyError
 			_ = json.Unmarshal([]byte(got.body), &body)
 			if got.status != http.StatusBadGateway || body.Code != 502 || body.SandboxID != id || body.Message != "The sandbox was not found" {
 				t.Errorf("%s: HTTP %d %s, want E2B's 502", id, got.status, got.body)
@@ -360,7 +361,7 @@ func TestE2BSignedFiles(t *testing.T) {
 	p.sandbox(p.tenant, sandbox.StateRunning, nil)
 	a := p.sandbox(p.tenant, sandbox.StateRunning, nil)
 	b := p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
-	tokA := p.srv.e2bAccessToken(a.ID)
+	tokA := p.srv.e2bAPI.AccessToken(a.ID)
 	future := time.Now().Add(time.Minute).Unix()
 	q := func(path, user, sig string, exp int64) string {
 		v := url.Values{"path": {path}, "signature": {sig}}
@@ -382,7 +383,7 @@ func TestE2BSignedFiles(t *testing.T) {
 	}
 	guestSaw(t, p.send(http.MethodPost, q("/up.txt", "user", sign("/up.txt", "write", "user", tokA, 0), 0), "", "x", nil))
 	// With routing headers, the signature must be the routed sandbox's.
-	guestSaw(t, p.send(http.MethodGet, q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), "", "", map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983"}))
+	guestSaw(t, p.send(http.MethodGet, q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), "", "", map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983"}))
 
 	bad := []struct {
 		name    string
@@ -395,117 +396,14 @@ func TestE2BSignedFiles(t *testing.T) {
 		{"signature for another user", "GET", q("/a.txt", "root", sign("/a.txt", "read", "user", tokA, 0), 0), nil},
 		{"expired", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 1000), 1000), nil},
 		{"expiry changed", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, future), future+60), nil},
-		{"A's signature routed to B", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), map[string]string{e2bSandboxHeader: b.ID, e2bPortHeader: "49983"}},
+		{"A's signature routed to B", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), map[string]string{e2bapi.SandboxHeader: b.ID, e2bapi.PortHeader: "49983"}},
 		{"forged", "GET", q("/a.txt", "", sign("/a.txt", "read", "", "guess", 0), 0), nil},
-		{"signature on an RPC", "POST", "/process.Process/Start?signature=" + url.QueryEscape(sign("", "write", "", tokA, 0)), map[string]string{e2bSandboxHeader: a.ID, e2bPortHeader: "49983"}},
+		{"signature on an RPC", "POST", "/process.Process/Start?signature=" + url.QueryEscape(sign("", "write", "", tokA, 0)), map[string]string{e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983"}},
 	}
 	for _, tc := range bad {
 		got := p.send(tc.method, tc.path, "", "", tc.headers)
 		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" {
 			t.Errorf("%s: HTTP %d %s, want 401", tc.name, got.status, got.body)
-		}
-	}
-}
-
-func TestParseE2BTarget(t *testing.T) {
-	id := "abcdefghij0123456789"
-	tests := []struct {
-		host, hdrID, hdrPort string
-		want                 e2bTarget
-		ok, err              bool
-	}{
-		{"127.0.0.1:7070", "", "", e2bTarget{}, false, false},
-		{"127.0.0.1:7070", id, "49983", e2bTarget{id: id, port: 49983}, true, false},
-		{"127.0.0.1:7070", id, "8080", e2bTarget{id: id, port: 8080}, true, false},
-		{"127.0.0.1:7070", "BAD", "49983", e2bTarget{port: 49983}, true, false},
-		{"127.0.0.1:7070", id, "", e2bTarget{}, true, true},
-		{"127.0.0.1:7070", "", "49983", e2bTarget{}, true, true},
-		{"127.0.0.1:7070", id, "0", e2bTarget{}, true, true},
-		{"127.0.0.1:7070", id, "+1", e2bTarget{}, true, true},
-		{"49983-" + id + ".localhost:7070", "", "", e2bTarget{id: id, port: 49983, byHost: true}, true, false},
-		{"49983-" + id + ".LOCALHOST.", id, "49983", e2bTarget{id: id, port: 49983, byHost: true}, true, false},
-		{"8080-" + id + ".localhost", "", "", e2bTarget{}, false, false}, // SPACE's ingress
-		{"8080-" + id + ".localhost", id, "8080", e2bTarget{id: id, port: 8080, byHost: true}, true, false},
-		{"49983-" + id + ".localhost", "zzzzzzzzzzzzzzzzzzzz", "49983", e2bTarget{}, true, true},
-		{"49983-" + id + ".localhost", id, "8080", e2bTarget{}, true, true},
-		{"49983-" + id + ".localhost", "", "8080", e2bTarget{}, true, true},
-		{"49983-x.localhost", "", "", e2bTarget{}, false, false}, // not a sandbox id: SPACE's ingress answers 404
-	}
-	for _, tt := range tests {
-		got, ok, err := parseE2BTarget(tt.host, "localhost", tt.hdrID, tt.hdrPort)
-		if ok != tt.ok || (err != nil) != tt.err || err == nil && got != tt.want {
-			t.Errorf("parseE2BTarget(%q, %q, %q) = %+v, %v, %v; want %+v, %v, err %v", tt.host, tt.hdrID, tt.hdrPort, got, ok, err, tt.want, tt.ok, tt.err)
-		}
-	}
-}
-
-func FuzzParseE2BTarget(f *testing.F) {
-	id := "abcdefghij0123456789"
-	f.Add("127.0.0.1:7070", id, "49983")
-	f.Add("49983-"+id+".localhost:7070", "", "")
-	f.Add("49983-"+id+".localhost", id, "8080")
-	f.Add("8080-"+id+".localhost.", "", "")
-	f.Add("[::1]:80", "", "1")
-	f.Fuzz(func(t *testing.T, host, hdrID, hdrPort string) {
-		got, ok, err := parseE2BTarget(host, "localhost", hdrID, hdrPort)
-		if err != nil {
-			if st, _ := statusOf(err); st != http.StatusBadRequest {
-				t.Fatalf("error maps to %d: %v", st, err)
-			}
-			return
-		}
-		if !ok {
-			return
-		}
-		if got.id != "" && !sandbox.ValidID(got.id) {
-			t.Fatalf("target id %q is not a sandbox id", got.id)
-		}
-		// A target is named by one source only: when both the Host and
-		// the headers name one, they agree.
-		if hdrID != "" && got.id != "" && got.id != hdrID {
-			t.Fatalf("target %q, header %q", got.id, hdrID)
-		}
-		if got.port != 0 && (got.port < 1 || got.port > 65535) {
-			t.Fatalf("port %d", got.port)
-		}
-	})
-}
-
-func FuzzE2BSignature(f *testing.F) {
-	tok := strings.Repeat("ab", 32)
-	f.Add("GET", "path=%2Fa&signature="+url.QueryEscape(sign("/a", "read", "", tok, 0)))
-	f.Add("POST", "path=a&username=user&signature=v1_x&signature_expiration=99999999999")
-	f.Add("GET", "signature=&signature=v1_&path=&path=")
-	f.Fuzz(func(t *testing.T, method, query string) {
-		r := httptest.NewRequest(http.MethodGet, "/files", nil)
-		r.Method, r.URL.RawQuery = method, query
-		if !e2bSignatureValid(r, tok, time.Now()) {
-			return
-		}
-		// Whatever was accepted is exactly the signature of what the
-		// query names.
-		q := r.URL.Query()
-		op := "read"
-		if method == http.MethodPost {
-			op = "write"
-		}
-		exp, _ := strconv.ParseInt(q.Get("signature_expiration"), 10, 64)
-		if q.Get("signature") != sign(q.Get("path"), op, q.Get("username"), tok, exp) {
-			t.Fatalf("accepted %q for %s", query, method)
-		}
-	})
-}
-
-func TestWithoutSignature(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                   "",
-		"path=a&signature=x": "path=a",
-		"signature=x&signature_expiration=1&username=u": "username=u",
-		"sig%6eature=x&path=%2F":                        "path=%2F",
-		"path=a%26signature%3Dx":                        "path=a%26signature%3Dx",
-	} {
-		if got := withoutSignature(in); got != want {
-			t.Errorf("withoutSignature(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -520,21 +418,21 @@ func TestE2BTokens(t *testing.T) {
 	}
 	s1, s1again, s2 := mk(1), mk(1), mk(2)
 	id, other := sandbox.NewID(), sandbox.NewID()
-	tok := s1.e2bAccessToken(id)
+	tok := s1.e2bAPI.AccessToken(id)
 	switch {
 	case len(tok) != 64:
 		t.Errorf("token %q: want 64 hex digits", tok)
-	case tok != s1again.e2bAccessToken(id):
+	case tok != s1again.e2bAPI.AccessToken(id):
 		t.Error("the token changed with a restart on the same sealing key")
-	case tok == s2.e2bAccessToken(id):
+	case tok == s2.e2bAPI.AccessToken(id):
 		t.Error("two sealing keys give the same token")
-	case tok == s1.e2bAccessToken(other):
+	case tok == s1.e2bAPI.AccessToken(other):
 		t.Error("two sandboxes have the same token")
-	case !s1.e2bTokenValid(id, tok) || s1.e2bTokenValid(other, tok) || s2.e2bTokenValid(id, tok) || s1.e2bTokenValid(id, ""):
+	case !s1.e2bAPI.AccessTokenValid(id, tok) || s1.e2bAPI.AccessTokenValid(other, tok) || s2.e2bAPI.AccessTokenValid(id, tok) || s1.e2bAPI.AccessTokenValid(id, ""):
 		t.Error("e2bTokenValid accepts a token of another sandbox or server, or refuses the right one")
 	}
-	if e2bEnvdVersion != guestd.Version {
-		t.Errorf("e2bEnvdVersion %s, guest daemon %s: keep them equal", e2bEnvdVersion, guestd.Version)
+	if e2bapi.EnvdVersion != guestd.Version {
+		t.Errorf("e2bapi.EnvdVersion %s, guest daemon %s: keep them equal", e2bapi.EnvdVersion, guestd.Version)
 	}
 }
 
@@ -584,7 +482,7 @@ func TestE2BREST(t *testing.T) {
 		}
 		for k, want := range map[string]any{
 			"sandboxID": run1.ID, "templateID": "minimal", "state": "running", "envdVersion": guestd.Version,
-			"envdAccessToken": p.srv.e2bAccessToken(run1.ID), "cpuCount": 1.0, "memoryMB": 256.0, "clientID": "node-a",
+			"envdAccessToken": p.srv.e2bAPI.AccessToken(run1.ID), "cpuCount": 1.0, "memoryMB": 256.0, "clientID": "node-a",
 		} {
 			if got[k] != want {
 				t.Errorf("%s = %v, want %v", k, got[k], want)
@@ -596,8 +494,8 @@ func TestE2BREST(t *testing.T) {
 			}
 		}
 		// E2B has no runtime field: getInfo says it in the metadata.
-		if md, _ := got["metadata"].(map[string]any); md[E2BRuntimeKey] != run1.Runtime || run1.Runtime == "" || md["team"] != "a b&c=d" {
-			t.Errorf("metadata %v, want %s=%q beside the caller's", got["metadata"], E2BRuntimeKey, run1.Runtime)
+		if md, _ := got["metadata"].(map[string]any); md[e2bapi.RuntimeKey] != run1.Runtime || run1.Runtime == "" || md["team"] != "a b&c=d" {
+			t.Errorf("metadata %v, want %s=%q beside the caller's", got["metadata"], e2bapi.RuntimeKey, run1.Runtime)
 		}
 		wantE2BError(t, "another tenant's sandbox", p.e2bCall("GET", "/sandboxes/"+theirs.ID, p.key, ""), 404)
 		wantE2BError(t, "unknown sandbox", p.e2bCall("GET", "/sandboxes/"+sandbox.NewID(), p.key, ""), 404)
@@ -607,7 +505,7 @@ func TestE2BREST(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		ids := func(a answer) []string {
 			t.Helper()
-			var got []e2bListedSandbox
+			var got []e2bapi.ListedSandbox
 			if err := json.Unmarshal([]byte(a.body), &got); err != nil || a.status != 200 {
 				t.Fatalf("HTTP %d %s", a.status, a.body)
 			}
@@ -675,7 +573,7 @@ func TestE2BREST(t *testing.T) {
 	})
 	t.Run("metrics: one sample measured on the node now", func(t *testing.T) {
 		a := p.e2bCall("GET", "/sandboxes/"+run1.ID+"/metrics", p.key, "")
-		var got []e2bMetric
+		var got []e2bapi.Metric
 		if a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &got) != nil || len(got) != 1 {
 			t.Fatalf("metrics: HTTP %d %s, want one sample", a.status, a.body)
 		}
@@ -701,98 +599,13 @@ func TestE2BREST(t *testing.T) {
 	})
 	t.Run("connect a running sandbox", func(t *testing.T) {
 		a := p.e2bCall("POST", "/v2/sandboxes/"+run2.ID+"/connect", p.key, `{"timeout":10}`)
-		var got e2bSandbox
-		if err := json.Unmarshal([]byte(a.body), &got); err != nil || a.status != 200 || got.SandboxID != run2.ID || got.EnvdAccessToken != p.srv.e2bAccessToken(run2.ID) || got.EnvdVersion != guestd.Version {
+		var got e2bapi.Sandbox
+		if err := json.Unmarshal([]byte(a.body), &got); err != nil || a.status != 200 || got.SandboxID != run2.ID || got.EnvdAccessToken != p.srv.e2bAPI.AccessToken(run2.ID) || got.EnvdVersion != guestd.Version {
 			t.Errorf("HTTP %d %s, want 200 with the sandbox and its token", a.status, a.body)
 		}
 		a = p.e2bCall("GET", "/snapshots", p.key, "")
 		if a.status != 200 || strings.TrimSpace(a.body) != "[]" {
 			t.Errorf("snapshots: HTTP %d %s, want []", a.status, a.body)
-		}
-	})
-}
-
-func TestE2BErrorWriter(t *testing.T) {
-	p := newE2BPlane(t)
-	h := p.srv.e2bErrors(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.srv.writeError(w, r, errBadKey)
-	}))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	var e struct {
-		Code    int
-		Message string
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 401 || e.Code != 401 || !strings.Contains(e.Message, "API key") {
-		t.Errorf("HTTP %d %s, want 401 {code: 401, message}", rec.Code, rec.Body)
-	}
-}
-
-func FuzzParseE2BMetadata(f *testing.F) {
-	f.Add("team%3Da%2520b%26x%3Dy")
-	f.Add("a=b&c=%ZZ")
-	f.Add("=;&&=")
-	f.Fuzz(func(t *testing.T, raw string) {
-		if _, err := parseE2BMetadata(raw); err != nil {
-			if st, _ := statusOf(err); st != 400 {
-				t.Fatalf("error maps to %d", st)
-			}
-		}
-	})
-}
-
-func FuzzParseE2BPage(f *testing.F) {
-	cur := pageCursor{key: []byte("fuzz-key"), tenant: "acme", kind: pageSandboxes}
-	f.Add("limit=5&nextToken=" + cur.seal(pageItem{id: "abcdefghij0123456789", at: time.Unix(1700000000, 0)}) + "&order=desc")
-	f.Add("nextToken=-1.sn-abc")
-	f.Add("limit=1e3")
-	f.Fuzz(func(t *testing.T, raw string) {
-		q, err := url.ParseQuery(raw)
-		if err != nil {
-			return
-		}
-		p, err := parseE2BPage(q, cur)
-		if err != nil {
-			if st, _ := statusOf(err); st != 400 {
-				t.Fatalf("error maps to %d", st)
-			}
-			return
-		}
-		if p.limit < 1 || p.limit > e2bMaxLimit {
-			t.Fatalf("limit %d", p.limit)
-		}
-		if p.after != nil {
-			if back, ok := cur.open(cur.seal(*p.after)); !ok || back.id != p.after.id || !back.at.Equal(p.after.at) {
-				t.Fatalf("token of %+v does not round-trip", p.after)
-			}
-		}
-	})
-}
-
-func TestParseMeminfo(t *testing.T) {
-	good := "MemTotal:         243928 kB\nMemFree:          209752 kB\nMemAvailable:     206276 kB\nBuffers:            1000 kB\nCached:            30000 kB\nSwapCached:            0 kB\n"
-	mi, err := parseMeminfo([]byte(good))
-	if err != nil || mi.total != 243928*1024 || mi.available != 206276*1024 || mi.cached != 30000*1024 {
-		t.Fatalf("parseMeminfo = %+v, %v", mi, err)
-	}
-	for _, bad := range []string{
-		"", "MemTotal: 1 kB\n", "MemTotal: x kB\nMemAvailable: 1 kB\nCached: 1 kB\n",
-		"MemTotal: 1 MB\nMemAvailable: 1 kB\nCached: 1 kB\n", "MemTotal: 99999999999999999999 kB\nMemAvailable: 1 kB\nCached: 1 kB\n",
-		"MemTotal: 0 kB\nMemAvailable: 0 kB\nCached: 0 kB\n",
-	} {
-		if _, err := parseMeminfo([]byte(bad)); err == nil {
-			t.Errorf("parseMeminfo(%q) accepted", bad)
-		}
-	}
-}
-
-func FuzzParseMeminfo(f *testing.F) {
-	f.Add([]byte("MemTotal: 243928 kB\nMemAvailable: 206276 kB\nCached: 30000 kB\n"))
-	f.Add([]byte("MemTotal:\nCached: 1 kB kB\n:::\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		mi, err := parseMeminfo(b)
-		if err == nil && (mi.total == 0 || mi.total > 1<<50 || mi.available > 1<<50 || mi.cached > 1<<50) {
-			t.Fatalf("parseMeminfo accepted %+v", mi)
 		}
 	})
 }
@@ -818,4 +631,29 @@ func TestRestoreNodeNeedsAdmin(t *testing.T) {
 	if err != nil || cur.State != sandbox.StateHibernated {
 		t.Errorf("after refused restores: %+v %v, want still hibernated", cur, err)
 	}
+}
+
+// TestE2BCursorOfAnotherTenant: over the real E2B REST API, a nextToken
+// tenant A was given pages A's listing and is refused with 400 for tenant
+// B, for A's snapshot listing, and when edited.
+func TestE2BCursorOfAnotherTenant(t *testing.T) {
+	p := newE2BPlane(t)
+	for range 3 {
+		p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	}
+	p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
+	first := p.e2bCall(http.MethodGet, "/v2/sandboxes?limit=2", p.key, "")
+	next := first.header.Get("X-Next-Token")
+	if first.status != http.StatusOK || next == "" {
+		t.Fatalf("first page: HTTP %d, X-Next-Token %q", first.status, next)
+	}
+	q := "/v2/sandboxes?limit=2&nextToken=" + url.QueryEscape(next)
+	if a := p.e2bCall(http.MethodGet, q, p.key, ""); a.status != http.StatusOK || strings.Count(a.body, `"sandboxID"`) != 1 {
+		t.Errorf("A's second page with A's token: HTTP %d %s, want the one sandbox left", a.status, a.body)
+	}
+	wantE2BError(t, "B with A's token", p.e2bCall(http.MethodGet, q, p.other, ""), http.StatusBadRequest)
+	wantE2BError(t, "A's token on the snapshot listing", p.e2bCall(http.MethodGet, "/snapshots?nextToken="+url.QueryEscape(next), p.key, ""), http.StatusBadRequest)
+	edited := []byte(next)
+	edited[len(edited)/2] ^= 2
+	wantE2BError(t, "an edited token", p.e2bCall(http.MethodGet, "/v2/sandboxes?nextToken="+url.QueryEscape(string(edited)), p.key, ""), http.StatusBadRequest)
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,7 +11,8 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/e2bapi"
+	"github.com/spacesandbox/space/internal/ingress"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -22,7 +22,7 @@ import (
 func (p *portPlane) e2bSandbox(public bool) *sandbox.Sandbox {
 	p.t.Helper()
 	sb := p.sandbox(sandbox.StateRunning)
-	if err := p.st.PutServicePort(p.t.Context(), store.ServicePort{Sandbox: sb.ID, Port: e2bAnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := p.st.PutServicePort(p.t.Context(), store.ServicePort{Sandbox: sb.ID, Port: e2bapi.AnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()}); err != nil {
 		p.t.Fatal(err)
 	}
 	return sb
@@ -31,7 +31,7 @@ func (p *portPlane) e2bSandbox(public bool) *sandbox.Sandbox {
 // wantTrafficRefused checks E2B's 403 for a missing or wrong traffic token.
 func wantTrafficRefused(t *testing.T, what string, a answer, id string) {
 	t.Helper()
-	var e e2bProxyError
+	var e e2bapi.ProxyError
 	if err := json.Unmarshal([]byte(a.body), &e); err != nil || a.status != http.StatusForbidden || e.Code != http.StatusForbidden ||
 		e.SandboxID != id || e.Message == "" || a.header.Get("X-Guest") != "" {
 		t.Errorf("%s: HTTP %d %s, want E2B's 403 {message, sandboxId: %s, code: 403} from the control plane", what, a.status, a.body, id)
@@ -44,12 +44,12 @@ func TestE2BTrafficPorts(t *testing.T) {
 	public := p.e2bSandbox(true)
 	private := p.e2bSandbox(false)
 	spaceMade := p.sandbox(sandbox.StateRunning)
-	tokPriv := p.srv.e2bTrafficToken(private.ID)
+	tokPriv := p.srv.e2bAPI.TrafficToken(private.ID)
 	hostOf := func(sb *sandbox.Sandbox, port int) string {
 		return fmt.Sprintf("%d-%s.localhost:%s", port, sb.ID, apiPort)
 	}
 	byHeader := func(sb *sandbox.Sandbox, port int, extra map[string]string) map[string]string {
-		h := map[string]string{e2bSandboxHeader: sb.ID, e2bPortHeader: fmt.Sprint(port)}
+		h := map[string]string{e2bapi.SandboxHeader: sb.ID, e2bapi.PortHeader: fmt.Sprint(port)}
 		for k, v := range extra {
 			h[k] = v
 		}
@@ -59,7 +59,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 
 	t.Run("public by default: any HTTP port, no credentials", func(t *testing.T) {
 		e := guestSaw(t, p.send(http.MethodGet, p.url+"/index.html?a=1", "", "", byHeader(public, 8000, nil)))
-		if e.Path != "/index.html" || e.Query != "a=1" || e.Header.Get(e2bSandboxHeader) != "" || e.Header.Get(e2bPortHeader) != "" {
+		if e.Path != "/index.html" || e.Query != "a=1" || e.Header.Get(e2bapi.SandboxHeader) != "" || e.Header.Get(e2bapi.PortHeader) != "" {
 			t.Errorf("header routing: guest saw %+v; want the path as sent and no routing headers", e)
 		}
 		p.wantCapability(public, 8000, "http")
@@ -70,24 +70,24 @@ func TestE2BTrafficPorts(t *testing.T) {
 	})
 
 	t.Run("private: the sandbox's traffic token, or the tenant's key", func(t *testing.T) {
-		if tokPriv == p.srv.e2bAccessToken(private.ID) || tokPriv == p.srv.e2bTrafficToken(public.ID) {
+		if tokPriv == p.srv.e2bAPI.AccessToken(private.ID) || tokPriv == p.srv.e2bAPI.TrafficToken(public.ID) {
 			t.Fatal("the traffic token equals the envd token or another sandbox's")
 		}
 		before := calls()
 		wantTrafficRefused(t, "no token, by header", p.send(http.MethodGet, p.url+"/", "", "", byHeader(private, 8000, nil)), private.ID)
 		wantTrafficRefused(t, "no token, by host", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", nil), private.ID)
-		wantTrafficRefused(t, "wrong token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bTrafficHeader: strings.Repeat("ab", 32)}), private.ID)
-		wantTrafficRefused(t, "token prefix", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bTrafficHeader: tokPriv[:32]}), private.ID)
-		wantTrafficRefused(t, "the envd token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bTrafficHeader: p.srv.e2bAccessToken(private.ID)}), private.ID)
+		wantTrafficRefused(t, "wrong token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bapi.TrafficHeader: strings.Repeat("ab", 32)}), private.ID)
+		wantTrafficRefused(t, "token prefix", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bapi.TrafficHeader: tokPriv[:32]}), private.ID)
+		wantTrafficRefused(t, "the envd token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{e2bapi.TrafficHeader: p.srv.e2bAPI.AccessToken(private.ID)}), private.ID)
 		other := p.e2bSandbox(false)
-		wantTrafficRefused(t, "another sandbox's token", p.send(http.MethodGet, p.url+"/", "", "", byHeader(private, 8000, map[string]string{e2bTrafficHeader: p.srv.e2bTrafficToken(other.ID)})), private.ID)
+		wantTrafficRefused(t, "another sandbox's token", p.send(http.MethodGet, p.url+"/", "", "", byHeader(private, 8000, map[string]string{e2bapi.TrafficHeader: p.srv.e2bAPI.TrafficToken(other.ID)})), private.ID)
 		wantTrafficRefused(t, "a SPACE port token", p.send(http.MethodGet, p.url+"/", hostOf(private, 8000), "", map[string]string{sandboxv1.PortTokenHeader: "spt_x"}), private.ID)
 		if n := calls() - before; n != 0 {
 			t.Errorf("the node saw %d refused requests", n)
 		}
 
-		e := guestSaw(t, p.send(http.MethodPost, p.url+"/submit", "", "body", byHeader(private, 8000, map[string]string{e2bTrafficHeader: tokPriv, "X-App": "kept"})))
-		if e.Header.Get(e2bTrafficHeader) != "" || e.Header.Get("X-App") != "kept" || e.Body != "body" {
+		e := guestSaw(t, p.send(http.MethodPost, p.url+"/submit", "", "body", byHeader(private, 8000, map[string]string{e2bapi.TrafficHeader: tokPriv, "X-App": "kept"})))
+		if e.Header.Get(e2bapi.TrafficHeader) != "" || e.Header.Get("X-App") != "kept" || e.Body != "body" {
 			t.Errorf("the guest saw %+v; want the application's headers and body, without e2b-traffic-access-token", e)
 		}
 		p.wantCapability(private, 8000, "http")
@@ -105,7 +105,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 
 	t.Run("a wrong token is refused before any lookup", func(t *testing.T) {
 		for name, id := range map[string]string{"unknown sandbox": sandbox.NewID(), "public sandbox": public.ID, "SPACE sandbox": spaceMade.ID} {
-			a := p.send(http.MethodGet, p.url+"/", "", "", map[string]string{e2bSandboxHeader: id, e2bPortHeader: "8000", e2bTrafficHeader: tokPriv})
+			a := p.send(http.MethodGet, p.url+"/", "", "", map[string]string{e2bapi.SandboxHeader: id, e2bapi.PortHeader: "8000", e2bapi.TrafficHeader: tokPriv})
 			wantTrafficRefused(t, name, a, id)
 		}
 	})
@@ -114,7 +114,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 		p.expose(private.ID, 3000, "http", true)
 		guestSaw(t, p.send(http.MethodGet, p.url+"/", hostOf(private, 3000), "", nil))
 		sp := p.expose(private.ID, 3001, "http", false)
-		wantError(t, "the E2B token on a private exposed port", p.send(http.MethodGet, p.url+"/", hostOf(private, 3001), "", map[string]string{e2bTrafficHeader: tokPriv}), 401, sandboxv1.CodeUnauthenticated)
+		wantError(t, "the E2B token on a private exposed port", p.send(http.MethodGet, p.url+"/", hostOf(private, 3001), "", map[string]string{e2bapi.TrafficHeader: tokPriv}), 401, sandboxv1.CodeUnauthenticated)
 		guestSaw(t, p.send(http.MethodGet, p.url+"/", hostOf(private, 3001), "", map[string]string{sandboxv1.PortTokenHeader: sp.Token}))
 		p.expose(public.ID, 4000, "http", false)
 		wantError(t, "a private port of a public E2B sandbox", p.send(http.MethodGet, p.url+"/", hostOf(public, 4000), "", nil), 401, sandboxv1.CodeUnauthenticated)
@@ -126,7 +126,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 		before := calls()
 		wantError(t, "by host", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", nil), 404, sandboxv1.CodeNotFound)
 		wantError(t, "by E2B headers", p.send(http.MethodGet, p.url+"/", "", "", byHeader(spaceMade, 8000, nil)), 404, sandboxv1.CodeNotFound)
-		wantError(t, "with its own traffic token", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", map[string]string{e2bTrafficHeader: p.srv.e2bTrafficToken(spaceMade.ID)}), 404, sandboxv1.CodeNotFound)
+		wantError(t, "with its own traffic token", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", map[string]string{e2bapi.TrafficHeader: p.srv.e2bAPI.TrafficToken(spaceMade.ID)}), 404, sandboxv1.CodeNotFound)
 		wantError(t, "with the API key", p.send(http.MethodGet, p.url+"/", hostOf(spaceMade, 8000), "", map[string]string{"Authorization": "Bearer " + p.key}), 404, sandboxv1.CodeNotFound)
 		if n := calls() - before; n != 0 {
 			t.Errorf("the node saw %d refused requests", n)
@@ -150,7 +150,7 @@ func TestE2BTrafficPorts(t *testing.T) {
 	t.Run("envd keeps its own token", func(t *testing.T) {
 		// Port 49983 is never the any-port rule: the traffic token does not
 		// open envd, the envd token does (TestE2BEnvdProxy covers the rest).
-		a := p.send(http.MethodGet, p.url+"/health", "", "", byHeader(private, e2bEnvdPort, map[string]string{e2bTrafficHeader: tokPriv}))
+		a := p.send(http.MethodGet, p.url+"/health", "", "", byHeader(private, e2bapi.EnvdPort, map[string]string{e2bapi.TrafficHeader: tokPriv}))
 		if a.status != http.StatusUnauthorized {
 			t.Errorf("envd with the traffic token only: HTTP %d %s, want 401", a.status, a.body)
 		}
@@ -177,7 +177,7 @@ func TestE2BTrafficSPACEAPI(t *testing.T) {
 	if want := fmt.Sprintf("http://{port}-%s.localhost:%s/", sb.ID, apiPort); got.Port != 0 || got.Protocol != "http" || got.Public || got.URL != want || got.Token != "" {
 		t.Errorf("listed %+v, want port 0, http, private, URL %s, no token", got, want)
 	}
-	sp, err := p.st.GetServicePort(t.Context(), sb.ID, e2bAnyPort)
+	sp, err := p.st.GetServicePort(t.Context(), sb.ID, e2bapi.AnyPort)
 	if err != nil || sp.Public || sp.TokenHash != "" {
 		t.Errorf("stored rule %+v, %v: the token is derived, never stored", sp, err)
 	}
@@ -207,11 +207,11 @@ func TestE2BTrafficConnect(t *testing.T) {
 			t.Errorf("%s: no trafficAccessToken in %s", tc.name, a.body)
 		case tc.want == "" && tok != nil:
 			t.Errorf("%s: trafficAccessToken %v, want null", tc.name, tok)
-		case tc.want != "" && tok != p.srv.e2bTrafficToken(tc.sb.ID):
+		case tc.want != "" && tok != p.srv.e2bAPI.TrafficToken(tc.sb.ID):
 			t.Errorf("%s: trafficAccessToken %v, want the sandbox's", tc.name, tok)
 		}
 		a = p.send(http.MethodGet, p.url+E2BPathPrefix+"/sandboxes/"+tc.sb.ID, "", "", map[string]string{"X-API-Key": p.key})
-		var detail e2bSandboxDetail
+		var detail e2bapi.SandboxDetail
 		if err := json.Unmarshal([]byte(a.body), &detail); err != nil || a.status != http.StatusOK {
 			t.Fatalf("%s: get: HTTP %d %s", tc.name, a.status, a.body)
 		}
@@ -227,58 +227,11 @@ func TestE2BTrafficConnect(t *testing.T) {
 	}
 }
 
-func TestParseE2BNetwork(t *testing.T) {
-	yes, no := true, false
-	for _, tc := range []struct {
-		network string
-		secure  *bool
-		public  bool
-		err     bool
-	}{
-		{"", nil, true, false},
-		{"null", nil, true, false},
-		{"{}", nil, true, false},
-		{`{"allowPublicTraffic":true}`, nil, true, false},
-		{`{"allowPublicTraffic":null}`, &no, true, false},
-		{`{"allowPublicTraffic":false}`, nil, false, false},
-		{`{"allowPublicTraffic":false}`, &yes, false, false},
-		{`{"allowPublicTraffic":false}`, &no, false, true},
-		{`{"allowPublicTraffic":true}`, &no, true, false},
-		{`{"allowPublicTraffic":false,"allowOut":[],"denyOut":null,"rules":{},"maskRequestHost":""}`, nil, false, false},
-		{`{"allowPublicTraffic":"false"}`, nil, false, true},
-		{`{"allowPublicTraffic":0}`, nil, false, true},
-		{`{"AllowPublicTraffic":false}`, nil, false, false},
-		{`{"allowPublicTraffic":true,"ALLOWPUBLICTRAFFIC":false}`, nil, false, false},
-		{`{"allowpublictraffic":true}`, nil, true, false},
-		{`{"maskRequestHost":false}`, nil, false, true},
-		{`{"denyOut":["0.0.0.0/0"]}`, nil, false, true},
-		{`{"allowOut":["example.com"]}`, nil, false, true},
-		{`{"maskRequestHost":"localhost:${PORT}"}`, nil, false, true},
-		{`{"egressProxy":{"address":"p:1080"}}`, nil, false, true},
-		{`{"rules":{"a.com":[{}]}}`, nil, false, true},
-		{`{"httpsPorts":[3000]}`, nil, false, true},
-		{`[]`, nil, false, true},
-		{`"x"`, nil, false, true},
-		{`true`, nil, false, true},
-	} {
-		public, err := parseE2BNetwork(json.RawMessage(tc.network), tc.secure)
-		if public != tc.public || (err != nil) != tc.err || err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("parseE2BNetwork(%s, secure %v) = %v, %v; want %v, error %v", tc.network, tc.secure, public, err, tc.public, tc.err)
-		}
+// TestTrafficHeaderAgrees: the ingress checks the traffic token in the
+// header the E2B surface hands it out for (each spells E2B's header, as
+// neither imports the other).
+func TestTrafficHeaderAgrees(t *testing.T) {
+	if ingress.TrafficHeader != e2bapi.TrafficHeader {
+		t.Errorf("ingress.TrafficHeader %q, e2bapi.TrafficHeader %q: keep them equal", ingress.TrafficHeader, e2bapi.TrafficHeader)
 	}
-}
-
-func FuzzParseE2BNetwork(f *testing.F) {
-	f.Add(`{"allowPublicTraffic":false}`, false)
-	f.Add(`{"allowOut":[],"rules":{}}`, true)
-	f.Add(`{"maskRequestHost":"x"}`, true)
-	f.Fuzz(func(t *testing.T, network string, secure bool) {
-		public, err := parseE2BNetwork(json.RawMessage(network), &secure)
-		if err != nil && (public || !errors.Is(err, errdefs.ErrInvalidArgument)) {
-			t.Fatalf("parseE2BNetwork(%q) = %v, %v: an error must be InvalidArgument and say not public", network, public, err)
-		}
-		if err == nil && !public && !secure {
-			t.Fatalf("parseE2BNetwork(%q) made a private sandbox with secure false", network)
-		}
-	})
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 
-	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -55,18 +54,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		msg = "internal error; the server log has the details"
 	}
 	writeJSON(w, status, sandboxv1.Error{Code: code, Message: msg, Reason: string(reason)})
-}
-
-// nodeAnswer decodes the error body of a node's answer through the table:
-// the error it stands for (a reason's sentinel or a class) and its message;
-// nil for a body that is not an error of SPACE's (a guest's own answer) or
-// one of no class.
-func nodeAnswer(body []byte) (error, string) {
-	var e nodev1.Error
-	if json.Unmarshal(body, &e) != nil {
-		return nil, ""
-	}
-	return apierr.Decode(e.Code, errdefs.Reason(e.Reason)), e.Message
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -18,6 +18,7 @@ import (
 
 	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
@@ -142,6 +143,9 @@ type largeCopyReader struct{ io.Reader }
 func (r largeCopyReader) WriteTo(w io.Writer) (int64, error) { return copyLarge(w, r.Reader) }
 
 // guestHTTPError turns a non-200 answer of the guest's /files into an error.
+// A refusal of SPACE's own on the way (the node's or the bridge's, with its
+// code and reason) keeps its class and reason (apierr); the guest's own
+// answer gets the class of its status.
 func guestHTTPError(op string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	msg := strings.TrimSpace(string(b))
@@ -150,6 +154,9 @@ func guestHTTPError(op string, resp *http.Response) error {
 	}
 	if json.Unmarshal(b, &e) == nil && e.Message != "" {
 		msg = e.Message
+	}
+	if refusal, _ := apierr.DecodeBody(b); refusal != nil {
+		return fmt.Errorf("%w: %s: %s", refusal, op, msg)
 	}
 	class := errdefs.ErrUnavailable
 	switch resp.StatusCode {

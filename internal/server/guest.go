@@ -18,6 +18,7 @@ import (
 
 	"github.com/spacesandbox/space/api/guest/v1/filesystem/filesystemv1connect"
 	"github.com/spacesandbox/space/api/guest/v1/process/processv1connect"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/route"
@@ -132,7 +133,7 @@ func nodeUnavailable(resp *http.Response) (*http.Response, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	refusal, msg := nodeAnswer(body)
+	refusal, msg := apierr.DecodeBody(body)
 	if !errors.Is(refusal, errdefs.ErrClockSkew) || msg == "" {
 		return resp, nil
 	}
@@ -165,7 +166,7 @@ func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if refusal, _ := nodeAnswer(body); !errors.Is(refusal, errdefs.ErrRefreshRoute) {
+	if refusal, _ := apierr.DecodeBody(body); !errors.Is(refusal, errdefs.ErrRefreshRoute) {
 		return resp, nil
 	}
 	t.s.metrics.countRouteRefresh("received")

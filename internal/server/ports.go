@@ -1,21 +1,12 @@
 package server
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strconv"
-	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -24,10 +15,6 @@ import (
 // (RFC 6761), in curl and browsers alike.
 const DefaultIngressDomain = "localhost"
 
-// portTokenPrefix starts every port access token, so that a leaked one is
-// recognisable.
-const portTokenPrefix = "spt_"
-
 // handleExposePort serves POST /v1/sandboxes/{id}/ports. Exposing a port
 // again replaces it, and a private port gets a new token each time.
 //
@@ -35,8 +22,7 @@ const portTokenPrefix = "spt_"
 // the port's token in the database in the clear, and exposing is already
 // safe to repeat (the last answer's token is the valid one).
 func (s *Server) handleExposePort(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
-	if err != nil {
+	if _, err := s.sandboxFor(r); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -45,35 +31,13 @@ func (s *Server) handleExposePort(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Port < 1 || req.Port > 65535 {
-		s.writeError(w, r, fmt.Errorf("%w: port %d: want 1-65535", errdefs.ErrInvalidArgument, req.Port))
-		return
-	}
-	if req.Protocol == "" {
-		req.Protocol = "http"
-	}
-	if req.Protocol != "http" && req.Protocol != "tcp" {
-		s.writeError(w, r, fmt.Errorf("%w: protocol %q: want http or tcp", errdefs.ErrInvalidArgument, clip(req.Protocol)))
-		return
-	}
-	if sb.State == sandbox.StateDeleting {
-		s.writeError(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrConflict, sb.ID, sb.State))
-		return
-	}
-	sp := store.ServicePort{Sandbox: sb.ID, Port: req.Port, Protocol: req.Protocol, Public: req.Public, CreatedAt: time.Now().UTC()}
-	var token string
-	if !req.Public {
-		token = newPortToken()
-		sp.TokenHash = hashPortToken(token)
-	}
-	if err := s.store.PutServicePort(r.Context(), sp); err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			err = fmt.Errorf("%w: sandbox %q", errdefs.ErrNotFound, sb.ID)
-		}
+	sp, token, err := s.svc.ExposePort(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), service.ExposeParams{
+		Port: req.Port, Protocol: req.Protocol, Public: req.Public,
+	})
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.event(r.Context(), sb.ID, "port", fmt.Sprintf("port %d exposed (%s, %s)", sp.Port, sp.Protocol, visibility(sp.Public)))
 	out := s.apiPort(r, sp)
 	out.Token = token
 	writeJSON(w, http.StatusCreated, out)
@@ -81,12 +45,7 @@ func (s *Server) handleExposePort(w http.ResponseWriter, r *http.Request) {
 
 // handleListPorts serves GET /v1/sandboxes/{id}/ports.
 func (s *Server) handleListPorts(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	list, err := s.store.ListServicePorts(r.Context(), sb.ID)
+	list, err := s.svc.ListPorts(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -100,8 +59,7 @@ func (s *Server) handleListPorts(w http.ResponseWriter, r *http.Request) {
 
 // handleUnexposePort serves DELETE /v1/sandboxes/{id}/ports/{port}.
 func (s *Server) handleUnexposePort(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
-	if err != nil {
+	if _, err := s.sandboxFor(r); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -110,32 +68,15 @@ func (s *Server) handleUnexposePort(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.store.DeleteServicePort(r.Context(), sb.ID, port); err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			err = fmt.Errorf("%w: port %d of sandbox %s is not exposed", errdefs.ErrNotFound, port, sb.ID)
-		}
+	if err := s.svc.UnexposePort(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), port); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.event(r.Context(), sb.ID, "port", fmt.Sprintf("port %d no longer exposed", port))
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func visibility(public bool) string {
-	if public {
-		return "public"
-	}
-	return "private"
-}
-
 // parsePort reads a port number from a path: decimal, 1-65535.
-func parsePort(s string) (int, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("%w: port %q: want 1-65535", errdefs.ErrInvalidArgument, clip(s))
-	}
-	return int(n), nil
-}
+func parsePort(s string) (int, error) { return service.ParsePort(s) }
 
 // apiPort is what the API reports of an exposed port, with the URLs that
 // reach it from the client that asked (whose Host names the API). The E2B
@@ -152,7 +93,7 @@ func (s *Server) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.Servic
 	}
 	out := sandboxv1.ServicePort{Port: sp.Port, Protocol: sp.Protocol, Public: sp.Public, CreatedAt: sp.CreatedAt}
 	port := strconv.Itoa(sp.Port)
-	if sp.Port == e2bAnyPort {
+	if sp.Port == service.AnyPort {
 		port = "{port}"
 	}
 	portPath := "/v1/sandboxes/" + sp.Sandbox + "/ports/" + port
@@ -178,27 +119,5 @@ func (s *Server) ingressDomain() string {
 	return s.cfg.IngressDomain
 }
 
-// newPortToken returns a fresh access token: 256 random bits.
-func newPortToken() string {
-	b := make([]byte, 32)
-	// crypto/rand.Read never fails on Linux (Go 1.24+).
-	_, _ = rand.Read(b)
-	return portTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
-// hashPortToken is the stored form of a port token: hex SHA-256. The token
-// has 256 random bits, so a fast hash is enough.
-func hashPortToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
-
-// portTokenMatches reports, in constant time, whether token hashes to
-// stored.
-func portTokenMatches(token, stored string) bool {
-	if stored == "" {
-		return false
-	}
-	got := hashPortToken(token)
-	return subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
-}
+// hashPortToken is the stored form of a port token (service.HashPortToken).
+func hashPortToken(token string) string { return service.HashPortToken(token) }

@@ -8,7 +8,6 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
-	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -21,32 +20,8 @@ import (
 // cannot all pass. The reconciler's own writes (crash and node-loss
 // recovery) are not admitted: they keep what was already admitted running.
 // A refusal is a *store.QuotaError (errdefs.ErrQuotaExceeded), answered
-// 429 resource_exhausted with the reason quota_exceeded.
-
-// quotaCheck refuses early, before costly work (a fork's snapshot), what
-// the tenant's quota would refuse at admission anyway. It is advisory: the
-// admission decides.
-func (s *Server) quotaCheck(ctx context.Context, tenant string, more store.Usage) error {
-	tq, err := s.tenantQuota(ctx, tenant)
-	if err != nil || tq == nil {
-		return err
-	}
-	return tq.Quota.Admit(tenant, tq.Usage, more)
-}
-
-// tenantQuota returns the tenant's quota and usage for the scheduler's
-// explanation, or nil when the tenant has no quota.
-func (s *Server) tenantQuota(ctx context.Context, tenant string) (*scheduler.TenantQuota, error) {
-	t, err := s.store.GetTenant(ctx, tenant)
-	if err != nil || t.Quota.Unlimited() {
-		return nil, err
-	}
-	u, err := s.store.TenantUsage(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	return &scheduler.TenantQuota{ID: tenant, Quota: t.Quota, Usage: u}, nil
-}
+// 429 resource_exhausted with the reason quota_exceeded. The operations that
+// admit are internal/service's.
 
 // handleSetQuota is PUT /v1/tenants/{id}/quota (admin only): it replaces the
 // tenant's quota and answers the tenant with its quota and usage.

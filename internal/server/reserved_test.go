@@ -62,7 +62,7 @@ func TestMetadataNeverRoutes(t *testing.T) {
 	sb.State = sandbox.StateRunning
 	liar := p.installed(sb)
 
-	got := guestSaw(t, p.envd(http.MethodPost, "/process.Process/Start", liar.ID, p.srv.e2bAccessToken(liar.ID)))
+	got := guestSaw(t, p.envd(http.MethodPost, "/process.Process/Start", liar.ID, p.srv.e2bAPI.AccessToken(liar.ID)))
 	if c := p.node.last(); c == nil || c.Identity != identityOf(liar) || got.Path != "/process.Process/Start" {
 		t.Fatalf("E2B data plane: capability %+v, want %+v (the sandbox's own execution)", c, identityOf(liar))
 	}
@@ -79,10 +79,10 @@ func TestMetadataNeverRoutes(t *testing.T) {
 		}
 	}
 	// The victim's token does not open the liar, nor the liar's the victim.
-	if a := p.envd(http.MethodPost, "/process.Process/Start", liar.ID, p.srv.e2bAccessToken(victim.ID)); a.status != http.StatusUnauthorized {
+	if a := p.envd(http.MethodPost, "/process.Process/Start", liar.ID, p.srv.e2bAPI.AccessToken(victim.ID)); a.status != http.StatusUnauthorized {
 		t.Errorf("victim's token on the liar: HTTP %d", a.status)
 	}
-	if a := p.envd(http.MethodPost, "/process.Process/Start", victim.ID, p.srv.e2bAccessToken(liar.ID)); a.status != http.StatusUnauthorized {
+	if a := p.envd(http.MethodPost, "/process.Process/Start", victim.ID, p.srv.e2bAPI.AccessToken(liar.ID)); a.status != http.StatusUnauthorized {
 		t.Errorf("liar's token on the victim: HTTP %d", a.status)
 	}
 }

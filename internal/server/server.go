@@ -1,6 +1,9 @@
-// Package server is SPACE's control plane API: the REST surface of SPEC.md, API
-// key authentication, tenant isolation, and the node registry the reconciler and
-// the data path use. Errors become HTTP statuses here and nowhere else.
+// Package server is SPACE's control plane API: the REST surface of SPEC.md
+// (its handlers over the operations of internal/service), API key
+// authentication, the node registry the reconciler and the data path use,
+// and the wiring that composes the surfaces — this REST API, the E2B API
+// (internal/e2bapi) and ServicePort ingress (internal/ingress) — on one
+// listener. Errors become HTTP statuses here and nowhere else.
 package server
 
 import (
@@ -15,13 +18,15 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/credentials"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
-	"github.com/spacesandbox/space/internal/keylock"
+	"github.com/spacesandbox/space/internal/ingress"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -93,26 +98,28 @@ type Config struct {
 
 // Server serves the REST API.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   store.Store
-	nodes   *Nodes
-	rec     *reconcile.Reconciler
+	cfg   Config
+	log   *slog.Logger
+	store store.Store
+	nodes *Nodes
+	rec   *reconcile.Reconciler
+	// svc is the operations on sandboxes every surface calls, creds those
+	// on credentials.
+	svc     *service.Sandboxes
+	creds   *service.Credentials
 	metrics *metrics
 	// routes caches where each sandbox's guest requests go.
 	routes *route.Cache
-	// egressLocks serialises the egress updates of each sandbox, so that its
-	// running execution ends with the policy stored last.
-	egressLocks keylock.Map
 
 	templateJobs chan templateJob
-	// e2b holds the key of the E2B data plane's tokens (e2b.go).
+	// e2b holds the server's MAC key (mackey.go).
 	e2b e2bTokens
+	// e2bAPI is the E2B surface (e2bhost.go), ingress ServicePort
+	// ingress (ingresshost.go).
+	e2bAPI  *e2bapi.API
+	ingress *ingress.Ingress
 	// internal is the internal-service list sent to nodes (internalnet.go).
 	internal *internalServices
-	// started is when New made the server: creates wait for a first node
-	// only while it warms up (warmup.go).
-	started time.Time
 }
 
 // New returns a server over st. The reconciler drives what the API records.
@@ -129,13 +136,26 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal), started: time.Now()}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	svc := service.Config{
+		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
+		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress, Egress: egressNodes{nodes},
+	}
+	if cfg.CASealer != nil {
+		svc.CAKeys = cfg.CASealer
+	}
+	// The server's start is the control plane's: creates wait for a first
+	// node only while it warms up.
+	s.svc = service.New(svc, st, rec, nodes, time.Now(), log)
+	s.creds = service.NewCredentials(st, cfg.CredentialStore, cfg.CredentialAudit, log)
+	s.e2bAPI = s.newE2B()
+	s.ingress = s.newIngress()
 	s.internal.nodeAddrs = s.registeredNodeAddrs
 	s.internal.shareReplicaAddresses(st)
 	if rec != nil {
 		rec.SetDefaultEgress(cfg.DefaultEgress)
 		if cfg.CASealer != nil {
-			rec.SetCA(s.StartCA)
+			rec.SetCA(s.svc.StartCA)
 		}
 	}
 	return s
@@ -214,8 +234,8 @@ func (s *Server) handler() (http.Handler, []string) {
 	authed("DELETE /v1/sandboxes/{id}/ports/{port}", s.handleUnexposePort)
 	// Ingress authenticates itself: public ports need nothing, private
 	// ones the API key or the port's token (ingress.go).
-	route("/v1/sandboxes/{id}/ports/{port}/proxy/{rest...}", s.handleIngressPath)
-	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.handleIngressTCP)
+	route("/v1/sandboxes/{id}/ports/{port}/proxy/{rest...}", s.ingress.HandlePath)
+	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.ingress.HandleTCP)
 	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
 	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
@@ -249,12 +269,12 @@ func (s *Server) handler() (http.Handler, []string) {
 	authed("POST /v1/keys", s.idempotent(s.handleCreateKey))
 	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)
 
-	s.registerE2B(mux)
+	s.e2bAPI.Register(mux)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
 	})
-	return s.withE2BData(s.withIngress(mux)), mux.patterns
+	return s.e2bAPI.WithData(s.ingress.Wrap(mux)), mux.patterns
 }
 
 // apiProtocols are what the API listener speaks: HTTP/1.1, and HTTP/2

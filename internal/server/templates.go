@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/service"
 	"net/http"
 	"strings"
 	"time"
@@ -247,23 +248,11 @@ func (s *Server) handleSetTemplateEgress(w http.ResponseWriter, r *http.Request)
 // templateAPI is a template as the API shows it.
 func templateAPI(t store.Template) sandboxv1.Template {
 	out := sandboxv1.Template{Name: t.Name, Source: t.Source, State: string(t.State), Reason: t.Reason, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
-	if p, err := templateEgress(t); err == nil && p != nil {
+	if p, err := service.TemplateEgress(t); err == nil && p != nil {
 		out.Egress = sandbox.EgressAPI(p)
 	}
 	out.Progress = progressAPI(t.Progress)
 	return out
-}
-
-// templateEgress is a template's default policy, nil when it has none.
-func templateEgress(t store.Template) (*egress.Policy, error) {
-	if t.Egress == "" {
-		return nil, nil
-	}
-	p, err := egress.ParsePolicy([]byte(t.Egress))
-	if err != nil {
-		return nil, fmt.Errorf("template %s: stored egress policy: %w", t.Name, err)
-	}
-	return p, nil
 }
 
 // normaliseSource checks a template source: dir:/abs, tar:/abs, a bare

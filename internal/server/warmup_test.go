@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -16,8 +15,9 @@ import (
 	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/scheduler"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -69,7 +69,7 @@ func stillWaiting(t *testing.T, ch <-chan createAnswer) {
 	select {
 	case a := <-ch:
 		t.Fatalf("create answered while what it needs is not ready: HTTP %d %+v", a.code, a.err)
-	case <-time.After(5 * warmupPoll):
+	case <-time.After(5 * service.WarmupPoll):
 	}
 }
 
@@ -132,7 +132,7 @@ func TestCreateTemplateBuildFails(t *testing.T) {
 // TestCreateWaitBound: past WarmupWait the create fails saying what it
 // waited for.
 func TestCreateWaitBound(t *testing.T) {
-	cp := newControlPlane(t, Config{WarmupWait: 3 * warmupPoll})
+	cp := newControlPlane(t, Config{WarmupWait: 3 * service.WarmupPoll})
 	cp.setTemplate("slow", store.TemplateBuilding, "")
 	a := <-cp.createAsync(`{"template":"slow"}`)
 	if a.code != http.StatusServiceUnavailable || !strings.Contains(a.err.Message, "still waiting for template slow to finish building after 600ms") {
@@ -207,8 +207,8 @@ func TestAutoRuntime(t *testing.T) {
 		if sb.Runtime != "ns" {
 			t.Fatalf("runtime %q, want ns", sb.Runtime)
 		}
-		if ev := cp.events(sb.ID); !hasEvent(ev, "runtime", fallbackNote) {
-			t.Errorf("events %+v: want %q", ev.Events, fallbackNote)
+		if ev := cp.events(sb.ID); !hasEvent(ev, "runtime", service.FallbackNote) {
+			t.Errorf("events %+v: want %q", ev.Events, service.FallbackNote)
 		}
 		// E2B clients learn it too: a header on the create answer, the
 		// metadata of getInfo.
@@ -221,8 +221,8 @@ func TestAutoRuntime(t *testing.T) {
 		var created struct{ SandboxID string }
 		json.NewDecoder(resp.Body).Decode(&created)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated || resp.Header.Get(E2BRuntimeHeader) != "ns" {
-			t.Fatalf("E2B create: HTTP %d %s=%q, want 201 with ns", resp.StatusCode, E2BRuntimeHeader, resp.Header.Get(E2BRuntimeHeader))
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get(e2bapi.RuntimeHeader) != "ns" {
+			t.Fatalf("E2B create: HTTP %d %s=%q, want 201 with ns", resp.StatusCode, e2bapi.RuntimeHeader, resp.Header.Get(e2bapi.RuntimeHeader))
 		}
 		req, _ = http.NewRequest(http.MethodGet, cp.url+E2BPathPrefix+"/sandboxes/"+created.SandboxID, nil)
 		req.Header.Set("X-API-Key", cp.key)
@@ -232,11 +232,11 @@ func TestAutoRuntime(t *testing.T) {
 		var info struct{ Metadata map[string]string }
 		json.NewDecoder(resp.Body).Decode(&info)
 		resp.Body.Close()
-		if info.Metadata[E2BRuntimeKey] != "ns" {
-			t.Errorf("E2B getInfo metadata %v, want %s=ns", info.Metadata, E2BRuntimeKey)
+		if info.Metadata[e2bapi.RuntimeKey] != "ns" {
+			t.Errorf("E2B getInfo metadata %v, want %s=ns", info.Metadata, e2bapi.RuntimeKey)
 		}
-		if ev := cp.events(created.SandboxID); !hasEvent(ev, "runtime", fallbackNote) {
-			t.Errorf("E2B-created sandbox's events %+v: want %q", ev.Events, fallbackNote)
+		if ev := cp.events(created.SandboxID); !hasEvent(ev, "runtime", service.FallbackNote) {
+			t.Errorf("E2B-created sandbox's events %+v: want %q", ev.Events, service.FallbackNote)
 		}
 	})
 }
@@ -293,24 +293,12 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
-// TestResolveAutoNoNode: with no live node, auto cannot decide yet (the
-// create waits for a node), rather than picking ns.
-func TestResolveAutoNoNode(t *testing.T) {
-	s := &Server{cfg: Config{RuntimeFallback: "ns"}}
-	if _, _, err := s.resolveAuto(runtimeState{}); err != errNoNodeYet {
-		t.Errorf("resolveAuto with no node: %v, want errNoNodeYet", err)
-	}
-	if _, _, err := (&Server{}).resolveAuto(runtimeState{live: 1}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("resolveAuto with no vm and no fallback: %v, want FailedPrecondition", err)
-	}
-}
-
 // TestNoNodeAfterWarmup: once the server has warmed up, a create with no
 // live node at all is answered at once (an outage), not held for a node.
 func TestNoNodeAfterWarmup(t *testing.T) {
 	for _, rt := range []string{"ns", "auto"} {
-		cp := newControlPlane(t, Config{DefaultRuntime: rt, WarmupWait: 3 * warmupPoll})
-		time.Sleep(4 * warmupPoll) // warmed up
+		cp := newControlPlane(t, Config{DefaultRuntime: rt, WarmupWait: 3 * service.WarmupPoll})
+		time.Sleep(4 * service.WarmupPoll) // warmed up
 		if err := cp.st.DeleteNode(t.Context(), "n1"); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package server
+package e2bapi
 
 import (
 	"crypto/hmac"
@@ -49,8 +49,8 @@ type pageCursor struct {
 }
 
 // pageCursorFor is the cursor of r's caller for listing kind.
-func (s *Server) pageCursorFor(r *http.Request, kind string) pageCursor {
-	return pageCursor{key: s.e2bTokenKey(), tenant: callerOf(r.Context()).Tenant, kind: kind}
+func (a *API) pageCursorFor(r *http.Request, kind string) pageCursor {
+	return pageCursor{key: a.key, tenant: a.host.Caller(r.Context()).Tenant, kind: kind}
 }
 
 func (c pageCursor) mac(body []byte) []byte {

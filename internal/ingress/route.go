@@ -1,4 +1,4 @@
-package server
+package ingress
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -29,9 +30,9 @@ type portRoute struct {
 // capability valid until until (zero: the full lifetime). Ingress routes
 // are not cached: the route cache holds one route per operation, and a
 // port capability is good for one port only.
-func (s *Server) mintPortRoute(sb *sandbox.Sandbox, port uint16, protocol string, until time.Time) (*portRoute, error) {
-	id := identityOf(sb)
-	signer, err := s.signer()
+func (a *Ingress) mintPortRoute(sb *sandbox.Sandbox, port uint16, protocol string, until time.Time) (*portRoute, error) {
+	id := a.host.Identity(sb)
+	signer, err := a.host.Signer()
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +40,7 @@ func (s *Server) mintPortRoute(sb *sandbox.Sandbox, port uint16, protocol string
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: port %d: capability: %w", sb.ID, port, err)
 	}
-	c, err := capability.Verify(tok, s.keySet(), time.Now())
+	c, err := capability.Verify(tok, a.host.KeySet(), time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: port %d: capability: %w", sb.ID, port, err)
 	}
@@ -51,18 +52,18 @@ func (s *Server) mintPortRoute(sb *sandbox.Sandbox, port uint16, protocol string
 // with the rejected route's expiry; nil when there is nothing to repair to
 // (the sandbox is gone or not running, or the store still names the
 // rejected execution), or when rejected was itself a repair: one retry.
-func (s *Server) refreshPortRoute(ctx context.Context, sandboxID string, port uint16, protocol string, rejected *portRoute) *portRoute {
+func (a *Ingress) refreshPortRoute(ctx context.Context, sandboxID string, port uint16, protocol string, rejected *portRoute) *portRoute {
 	if rejected.repaired || !time.Now().Before(rejected.expires) {
 		return nil
 	}
-	sb, err := s.store.GetSandboxByID(ctx, sandboxID)
+	sb, err := a.svc.ByID(ctx, sandboxID)
 	if err != nil || sb.State != sandbox.StateRunning {
 		return nil
 	}
-	if identityOf(sb) == rejected.id && sb.ExecID == rejected.execID {
+	if a.host.Identity(sb) == rejected.id && sb.ExecID == rejected.execID {
 		return nil
 	}
-	rt, err := s.mintPortRoute(sb, port, protocol, rejected.expires)
+	rt, err := a.mintPortRoute(sb, port, protocol, rejected.expires)
 	if err != nil {
 		return nil
 	}
@@ -77,19 +78,19 @@ func (s *Server) refreshPortRoute(ctx context.Context, sandboxID string, port ui
 // an idempotent method without a body (WebSocket handshakes included);
 // otherwise the client gets a refresh_route error saying a retry is safe.
 type portTransport struct {
-	s        *Server
+	a        *Ingress
 	sandbox  string
 	port     uint16
 	protocol string
 	route    *portRoute
 }
 
-func (s *Server) newPortTransport(sb *sandbox.Sandbox, port uint16, protocol string) (*portTransport, error) {
-	rt, err := s.mintPortRoute(sb, port, protocol, time.Time{})
+func (a *Ingress) newPortTransport(sb *sandbox.Sandbox, port uint16, protocol string) (*portTransport, error) {
+	rt, err := a.mintPortRoute(sb, port, protocol, time.Time{})
 	if err != nil {
 		return nil, err
 	}
-	return &portTransport{s: s, sandbox: sb.ID, port: port, protocol: protocol, route: rt}, nil
+	return &portTransport{a: a, sandbox: sb.ID, port: port, protocol: protocol, route: rt}, nil
 }
 
 func (t *portTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -101,30 +102,30 @@ func (t *portTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if refusal, _ := nodeAnswer(body); !errors.Is(refusal, errdefs.ErrRefreshRoute) {
+	if refusal, _ := apierr.DecodeBody(body); !errors.Is(refusal, errdefs.ErrRefreshRoute) {
 		return resp, nil
 	}
-	t.s.metrics.countRouteRefresh("received")
-	fresh := t.s.refreshPortRoute(req.Context(), t.sandbox, t.port, t.protocol, rt)
+	t.a.host.CountRouteRefresh("received")
+	fresh := t.a.refreshPortRoute(req.Context(), t.sandbox, t.port, t.protocol, rt)
 	if fresh == nil {
-		t.s.metrics.countRouteRefresh("unresolved")
+		t.a.host.CountRouteRefresh("unresolved")
 		return resp, nil
 	}
 	t.route = fresh
 	if !replayableIngress(req) {
-		t.s.metrics.countRouteRefresh("not_replayed")
+		t.a.host.CountRouteRefresh("not_replayed")
 		return nil, fmt.Errorf("%w: sandbox %s moved from generation %d to %d while the request was on its way; it was not sent to the port and can be retried",
-			errRouteChanged, t.sandbox, rt.id.Generation, fresh.id.Generation)
+			errdefs.ErrRefreshRoute, t.sandbox, rt.id.Generation, fresh.id.Generation)
 	}
-	t.s.metrics.countRouteRefresh("retried")
-	t.s.log.Info("ingress route repaired", "sandbox", t.sandbox, "port", t.port,
+	t.a.host.CountRouteRefresh("retried")
+	t.a.log.Info("ingress route repaired", "sandbox", t.sandbox, "port", t.port,
 		"from_generation", rt.id.Generation, "to_generation", fresh.id.Generation, "to_node", fresh.id.Node)
 	return t.send(req.Clone(req.Context()), fresh)
 }
 
 // send sends req to rt's node and execution.
 func (t *portTransport) send(req *http.Request, rt *portRoute) (*http.Response, error) {
-	nc, err := t.s.nodes.clientWait(req.Context(), rt.id.Node, nodeWait)
+	nc, err := t.a.host.Node(req.Context(), rt.id.Node)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package server
+package e2bapi
 
 import (
 	"bytes"
@@ -15,16 +15,16 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
-// The E2B sandbox calls, each mapped onto SPACE's lifecycle by calling what
-// the /v1 handlers call (create, runLifecycle, handleSetTimeout,
-// handleDelete, snapshot, handleFork): E2B's pause is SPACE's pause (the
-// execution frozen in memory), connect resumes it, timeout is the TTL.
+// The E2B sandbox calls, each mapped onto SPACE's lifecycle by calling the
+// operations of internal/service, as the /v1 handlers do, and turning the
+// domain values they return into E2B's JSON: E2B's pause is SPACE's pause
+// (the execution frozen in memory), connect resumes it, timeout is the TTL.
 
 // e2bDefaultTimeout is the timeout of a create or fork that names none
 // (E2B's server default; the SDKs always send one).
@@ -35,8 +35,8 @@ const e2bDefaultTimeout = 15 * time.Second
 func decodeE2B(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	if err != nil {
-		if isMaxBytes(err) {
-			return fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody)
+		if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+			return &tooLargeError{limit: maxJSONBody, err: mb}
 		}
 		return fmt.Errorf("%w: read body: %v", errdefs.ErrInvalidArgument, err)
 	}
@@ -49,12 +49,13 @@ func decodeE2B(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// e2bSeconds turns an E2B timeout in seconds into SPACE's duration text.
-func e2bSeconds(secs int64) (string, error) {
+// e2bSeconds checks an E2B timeout in seconds and returns it as a
+// duration.
+func e2bSeconds(secs int64) (time.Duration, error) {
 	if secs <= 0 || secs > int64(sandbox.MaxTimeout/time.Second) {
-		return "", fmt.Errorf("%w: timeout %d s: want 1 to %d seconds", errdefs.ErrInvalidArgument, secs, int64(sandbox.MaxTimeout/time.Second))
+		return 0, fmt.Errorf("%w: timeout %d s: want 1 to %d seconds", errdefs.ErrInvalidArgument, secs, int64(sandbox.MaxTimeout/time.Second))
 	}
-	return strconv.FormatInt(secs, 10) + "s", nil
+	return time.Duration(secs) * time.Second, nil
 }
 
 // e2bUnsupported names the first field of req that SPACE cannot honour
@@ -76,19 +77,19 @@ func e2bUnsupported(req *e2bNewSandbox) error {
 // handleE2BCreate is POST /sandboxes and /v2/sandboxes: a sandbox from a
 // template, or from a snapshot when templateID is a SPACE snapshot id
 // (E2B's "create from a snapshot").
-func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 	var req e2bNewSandbox
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if err := e2bUnsupported(&req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	public, err := parseE2BNetwork(req.Network, req.Secure)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	timeout := int64(e2bDefaultTimeout / time.Second)
@@ -97,133 +98,85 @@ func (s *Server) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	ttl, err := e2bSeconds(timeout)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if req.TemplateID == "" {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: templateID is required", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: templateID is required", errdefs.ErrInvalidArgument))
 		return
 	}
-	tenant := callerOf(r.Context()).Tenant
+	c := a.host.Caller(r.Context())
 	if sandbox.ValidSnapshotID(req.TemplateID) {
-		s.e2bCreateFromSnapshot(w, r, tenant, req.TemplateID, ttl, public)
+		a.e2bCreateFromSnapshot(w, r, c, req.TemplateID, ttl, public)
 		return
 	}
 	start := time.Now()
-	sb, err := s.create(r.Context(), tenant, createRequest{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
-		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl,
+	sb, err := a.svc.Create(r.Context(), c, service.CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
+		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
 	}})
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if sb.State == sandbox.StateFailed {
-		s.writeE2BErr(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		a.writeE2BErr(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
 		return
 	}
-	if err := s.e2bOpenPorts(r, sb.ID, public); err != nil {
-		s.writeE2BErr(w, r, err)
+	if err := a.e2bOpenPorts(r.Context(), c, sb.ID, public); err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	s.metrics.observeCreate(time.Since(start))
-	w.Header().Set(E2BRuntimeHeader, sb.Runtime)
-	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(sb, s.e2bTrafficOf(sb.ID, public)))
+	a.host.ObserveCreate(time.Since(start))
+	w.Header().Set(RuntimeHeader, sb.Runtime)
+	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(sb, a.e2bTrafficOf(sb.ID, public)))
 }
 
 // e2bCreateFromSnapshot starts a sandbox from snapshot id: SPACE's fork of
 // the snapshot's sandbox from that snapshot, its ports public or not as
 // this create asks (not as the snapshot's sandbox had them).
-func (s *Server) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, tenant, id, ttl string, public bool) {
-	snap, err := s.store.GetSnapshot(r.Context(), tenant, id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		err = fmt.Errorf("%w: snapshot %q", errdefs.ErrNotFound, clip(id))
-	}
+func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, public bool) {
+	snap, err := a.svc.GetSnapshot(r.Context(), c, id)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	child, rec := s.e2bForkOne(r, snap.SandboxID, snap.ID, ttl)
-	if rec != nil {
-		rec.replayE2B(w)
+	child, err := a.e2bForkOne(r.Context(), c, snap.SandboxID, snap.ID, ttl)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	if err := s.e2bOpenPorts(r, child.ID, public); err != nil {
-		s.writeE2BErr(w, r, err)
+	if err := a.e2bOpenPorts(r.Context(), c, child.ID, public); err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.e2bSandboxOf(child, s.e2bTrafficOf(child.ID, public)))
+	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(child, a.e2bTrafficOf(child.ID, public)))
 }
 
 // e2bForkOne runs SPACE's fork of sandbox parent from snapshot snapID and
-// gives the child timeout ttl. On failure it returns the captured error
-// answer.
-func (s *Server) e2bForkOne(r *http.Request, parent, snapID, ttl string) (*sandbox.Sandbox, *recorder) {
-	body, _ := json.Marshal(sandboxv1.ForkRequest{Snapshot: snapID})
-	rec := newRecorder()
-	s.handleFork(rec, withBody(r, body, map[string]string{"id": parent}))
-	if rec.failed() {
-		return nil, rec
+// gives the child timeout ttl. A child still starting is a success, as
+// SPACE's fork answers it 202: the SDK's next call finds it running.
+func (a *API) e2bForkOne(ctx context.Context, c service.Caller, parent, snapID string, ttl time.Duration) (*sandbox.Sandbox, error) {
+	child, err := a.svc.Fork(ctx, c, parent, service.ForkParams{Snapshot: snapID})
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		return nil, err
 	}
-	var out sandboxv1.Sandbox
-	if err := rec.decode(&out); err != nil {
-		return nil, errorRecorder(s, r, err)
-	}
-	if rec := s.e2bSetTimeout(r, out.ID, ttl); rec != nil {
-		return nil, rec
-	}
-	child, err := s.store.GetSandbox(r.Context(), callerOf(r.Context()).Tenant, out.ID)
+	return a.svc.SetTimeout(ctx, c, child.ID, ttl)
+}
+
+func (a *API) handleE2BGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		return nil, errorRecorder(s, r, err)
-	}
-	return child, nil
-}
-
-// errorRecorder is err as a captured error answer.
-func errorRecorder(s *Server, r *http.Request, err error) *recorder {
-	rec := newRecorder()
-	s.writeError(rec, r, err)
-	return rec
-}
-
-// withBody returns a copy of r with body as its body and the given path
-// values, for calling a /v1 handler.
-func withBody(r *http.Request, body []byte, path map[string]string) *http.Request {
-	out := r.Clone(r.Context())
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Type", "application/json")
-	for k, v := range path {
-		out.SetPathValue(k, v)
-	}
-	return out
-}
-
-// e2bSetTimeout sets sandbox id's timeout to ttl from now through
-// handleSetTimeout; nil on success, else the captured error answer.
-func (s *Server) e2bSetTimeout(r *http.Request, id, ttl string) *recorder {
-	body, _ := json.Marshal(sandboxv1.SetTimeoutRequest{Timeout: ttl})
-	rec := newRecorder()
-	s.handleSetTimeout(rec, withBody(r, body, map[string]string{"id": id}))
-	if rec.failed() {
-		return rec
-	}
-	return nil
-}
-
-func (s *Server) handleE2BGet(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
-	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if e2bState(sb.State) == "" {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
 		return
 	}
-	out := s.e2bDetailOf(sb)
-	if public, ok, err := s.e2bPortRule(r.Context(), sb.ID); err != nil {
-		s.writeE2BErr(w, r, err)
+	out := a.e2bDetailOf(sb)
+	if public, ok, err := a.e2bPortRule(r.Context(), sb.ID); err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	} else if ok {
 		out.Network = &e2bNetworkInfo{AllowPublicTraffic: public}
@@ -231,12 +184,12 @@ func (s *Server) handleE2BGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleE2BKill is DELETE /sandboxes/{id}: 204, or 404.
-func (s *Server) handleE2BKill(w http.ResponseWriter, r *http.Request) {
-	rec := newRecorder()
-	s.handleDelete(rec, r)
-	if rec.failed() {
-		rec.replayE2B(w)
+// handleE2BKill is DELETE /sandboxes/{id}: 204 (also while the
+// reconciler finishes the deletion), or 404.
+func (a *API) handleE2BKill(w http.ResponseWriter, r *http.Request) {
+	err := a.svc.Delete(r.Context(), a.host.Caller(r.Context()), r.PathValue("id"))
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -244,46 +197,46 @@ func (s *Server) handleE2BKill(w http.ResponseWriter, r *http.Request) {
 
 // handleE2BTimeout is POST /sandboxes/{id}/timeout {timeout}: the sandbox
 // now ends timeout seconds from now, sooner or later than before.
-func (s *Server) handleE2BTimeout(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BTimeout(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if req.Timeout == nil {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: timeout is required", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: timeout is required", errdefs.ErrInvalidArgument))
 		return
 	}
-	s.e2bTimeout(w, r, *req.Timeout)
+	a.e2bTimeout(w, r, *req.Timeout)
 }
 
 // handleE2BRefresh is POST /sandboxes/{id}/refreshes {duration}: the
 // deprecated keep-alive, a timeout of duration seconds from now.
-func (s *Server) handleE2BRefresh(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BRefresh(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Duration *int64 `json:"duration"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	secs := int64(e2bDefaultTimeout / time.Second)
 	if req.Duration != nil {
 		secs = *req.Duration
 	}
-	s.e2bTimeout(w, r, secs)
+	a.e2bTimeout(w, r, secs)
 }
 
-func (s *Server) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) {
+func (a *API) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) {
 	ttl, err := e2bSeconds(secs)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	if rec := s.e2bSetTimeout(r, r.PathValue("id"), ttl); rec != nil {
-		rec.replayE2B(w)
+	if _, err := a.svc.SetTimeout(r.Context(), a.host.Caller(r.Context()), r.PathValue("id"), ttl); err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -294,31 +247,32 @@ func (s *Server) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) 
 // {"memory": false} (E2B's filesystem-only pause) is refused: SPACE's
 // hibernate keeps memory too, and a stop would lose the processes the
 // caller did not ask to lose.
-func (s *Server) handleE2BPause(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Memory *bool `json:"memory"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if req.Memory != nil && !*req.Memory {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: filesystem-only pause (keepMemory: false) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: filesystem-only pause (keepMemory: false) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
 		return
 	}
-	sb, err := s.sandboxFor(r)
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if e2bState(sb.State) == "paused" {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already %s", errdefs.ErrConflict, sb.ID, sb.State))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already %s", errdefs.ErrConflict, sb.ID, sb.State))
 		return
 	}
-	rec := newRecorder()
-	s.runLifecycle(rec, r, sandbox.OpPause, nil)
-	if rec.failed() {
-		rec.replayE2B(w)
+	// Still pausing after the wait is a success, as SPACE's pause answers
+	// it 202.
+	_, err = a.svc.Lifecycle(r.Context(), a.host.Caller(r.Context()), sb.ID, sandbox.OpPause)
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -333,62 +287,61 @@ type e2bConnectRequest struct {
 // handleE2BConnect is POST /sandboxes/{id}/connect (and /v2/…): 200 with
 // the sandbox when it runs, 201 after resuming it. The timeout is only
 // ever extended, never shortened.
-func (s *Server) handleE2BConnect(w http.ResponseWriter, r *http.Request) {
-	s.e2bConnect(w, r, false)
+func (a *API) handleE2BConnect(w http.ResponseWriter, r *http.Request) {
+	a.e2bConnect(w, r, false)
 }
 
 // handleE2BResume is the deprecated POST /sandboxes/{id}/resume: connect
 // that refuses a running sandbox with 409.
-func (s *Server) handleE2BResume(w http.ResponseWriter, r *http.Request) {
-	s.e2bConnect(w, r, true)
+func (a *API) handleE2BResume(w http.ResponseWriter, r *http.Request) {
+	a.e2bConnect(w, r, true)
 }
 
-func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool) {
+func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool) {
 	var req e2bConnectRequest
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if req.Memory != nil && !*req.Memory {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: resuming without memory (onResume: reboot) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: resuming without memory (onResume: reboot) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
 		return
 	}
-	sb, err := s.sandboxFor(r)
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	status := http.StatusOK
 	switch e2bState(sb.State) {
 	case "running":
 		if resumeOnly {
-			s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already running", errdefs.ErrConflict, sb.ID))
+			a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already running", errdefs.ErrConflict, sb.ID))
 			return
 		}
 	case "paused":
 		op := sandbox.OpResume
 		if sb.State == sandbox.StateStopped || sb.State == sandbox.StateStopping {
-			s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s; start it with `space sandbox start`", errdefs.ErrConflict, sb.ID, sb.State))
+			a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s; start it with `space sandbox start`", errdefs.ErrConflict, sb.ID, sb.State))
 			return
 		}
-		rec := newRecorder()
-		s.runLifecycle(rec, r, op, nil)
-		if rec.failed() {
-			rec.replayE2B(w)
+		_, err := a.svc.Lifecycle(r.Context(), a.host.Caller(r.Context()), sb.ID, op)
+		if err != nil && !errors.Is(err, service.ErrStillWorking) {
+			a.writeE2BErr(w, r, err)
 			return
 		}
 		status = http.StatusCreated
 	default:
-		s.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s", errdefs.ErrNotFound, sb.ID, sb.State))
 		return
 	}
-	if sb, err = s.sandboxFor(r); err != nil {
-		s.writeE2BErr(w, r, err)
+	if sb, err = a.sandboxFor(r); err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	traffic, err := s.e2bTrafficFor(r.Context(), sb.ID)
+	traffic, err := a.e2bTrafficFor(r.Context(), sb.ID)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if req.Timeout != nil && *req.Timeout > 0 {
@@ -396,22 +349,22 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly b
 		if !sb.ExpiresAt.IsZero() && end.After(sb.ExpiresAt) {
 			ttl, err := e2bSeconds(*req.Timeout)
 			if err != nil {
-				s.writeE2BErr(w, r, err)
+				a.writeE2BErr(w, r, err)
 				return
 			}
-			if rec := s.e2bSetTimeout(r, sb.ID, ttl); rec != nil {
-				rec.replayE2B(w)
+			if _, err := a.svc.SetTimeout(r.Context(), a.host.Caller(r.Context()), sb.ID, ttl); err != nil {
+				a.writeE2BErr(w, r, err)
 				return
 			}
 		}
 	}
-	writeJSON(w, status, s.e2bSandboxOf(sb, traffic))
+	writeJSON(w, status, a.e2bSandboxOf(sb, traffic))
 }
 
-// e2bMetric is one sample of E2B's SandboxMetric: only what SPACE
+// Metric is one sample of E2B's SandboxMetric: only what SPACE
 // measures (memory cache and disk use are not, and are left out rather than
 // reported as zero).
-type e2bMetric struct {
+type Metric struct {
 	Timestamp     time.Time `json:"timestamp"`
 	TimestampUnix int64     `json:"timestampUnix"`
 	CPUCount      int       `json:"cpuCount"`
@@ -431,17 +384,17 @@ const e2bMetricWindow = 250 * time.Millisecond
 // so the series is one sample taken now on the sandbox's node (CPU use over
 // a quarter of a second, memory as the node measures it), and empty when
 // the sandbox is not running or the asked window ended before now.
-func (s *Server) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	out := []e2bMetric{}
+	out := []Metric{}
 	if end := r.URL.Query().Get("end"); end != "" {
 		sec, err := strconv.ParseInt(end, 10, 64)
 		if err != nil {
-			s.writeE2BErr(w, r, fmt.Errorf("%w: end %q: want unix seconds", errdefs.ErrInvalidArgument, clip(end)))
+			a.writeE2BErr(w, r, fmt.Errorf("%w: end %q: want unix seconds", errdefs.ErrInvalidArgument, service.Clip(end)))
 			return
 		}
 		if time.Unix(sec, 0).Before(time.Now().Add(-time.Minute)) {
@@ -449,9 +402,9 @@ func (s *Server) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	m, err := s.sampleE2BMetric(r.Context(), sb)
+	m, err := a.sampleE2BMetric(r.Context(), sb)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if m != nil {
@@ -462,16 +415,16 @@ func (s *Server) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 
 // sampleE2BMetric measures sandbox sb now: nil when it is not running (or
 // its execution ended meanwhile).
-func (s *Server) sampleE2BMetric(ctx context.Context, sb *sandbox.Sandbox) (*e2bMetric, error) {
+func (a *API) sampleE2BMetric(ctx context.Context, sb *sandbox.Sandbox) (*Metric, error) {
 	if sb.State != sandbox.StateRunning || sb.Node == "" || sb.ExecID == "" {
 		return nil, nil
 	}
-	node, err := s.nodes.clientWait(ctx, sb.Node, nodeWait)
+	node, err := a.host.Node(ctx, sb.Node)
 	if err != nil {
 		return nil, err
 	}
 	first, err := node.Stats(ctx, sb.ExecID)
-	var m *e2bMetric
+	var m *Metric
 	if err == nil {
 		select {
 		case <-time.After(e2bMetricWindow):
@@ -486,7 +439,7 @@ func (s *Server) sampleE2BMetric(ctx context.Context, sb *sandbox.Sandbox) (*e2b
 				// The node sees the VMM's memory (guest RAM as QEMU holds
 				// it, and QEMU's own); the guest's view is what its user
 				// means.
-				err = s.guestMemory(ctx, sb, m)
+				err = a.guestMemory(ctx, sb, m)
 			}
 		}
 	}
@@ -503,23 +456,10 @@ func (s *Server) sampleE2BMetric(ctx context.Context, sb *sandbox.Sandbox) (*e2b
 const maxMeminfo = 64 << 10
 
 // guestMemory fills m's memory from the guest's own /proc/meminfo.
-func (s *Server) guestMemory(ctx context.Context, sb *sandbox.Sandbox, m *e2bMetric) error {
-	g, err := s.guestFor(ctx, sb, capability.OpFiles)
+func (a *API) guestMemory(ctx context.Context, sb *sandbox.Sandbox, m *Metric) error {
+	b, err := a.host.ReadGuestFile(ctx, sb, "/proc/meminfo", "root", maxMeminfo)
 	if err != nil {
 		return err
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, guestFilesURL(g, "/proc/meminfo", "root"), nil)
-	resp, err := g.http.Do(req)
-	if err != nil {
-		return transportError("read /proc/meminfo", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return guestHTTPError("read /proc/meminfo", resp)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMeminfo))
-	if err != nil {
-		return transportError("read /proc/meminfo", err)
 	}
 	mi, err := parseMeminfo(b)
 	if err != nil {
@@ -557,11 +497,11 @@ func parseMeminfo(b []byte) (meminfo, error) {
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return meminfo{}, fmt.Errorf("%s: malformed value %q", name, clip(rest))
+			return meminfo{}, fmt.Errorf("%s: malformed value %q", name, service.Clip(rest))
 		}
 		kb, err := strconv.ParseUint(f[0], 10, 64)
 		if err != nil || kb > 1<<40 { // 1 PiB in kB: anything above is not a VM's
-			return meminfo{}, fmt.Errorf("%s: value %q out of range", name, clip(f[0]))
+			return meminfo{}, fmt.Errorf("%s: value %q out of range", name, service.Clip(f[0]))
 		}
 		*dst = kb * 1024
 		seen++
@@ -574,8 +514,8 @@ func parseMeminfo(b []byte) (meminfo, error) {
 
 // e2bMetricOf makes a sample from two measures of one execution: CPU use
 // is the CPU time between them over the wall time, per allowed CPU.
-func e2bMetricOf(a, b *nodev1.ExecStats) e2bMetric {
-	m := e2bMetric{
+func e2bMetricOf(a, b *nodev1.ExecStats) Metric {
+	m := Metric{
 		Timestamp: b.Time, TimestampUnix: b.Time.Unix(), CPUCount: max(b.CPUs, 1),
 		MemUsed: b.MemoryBytes, MemTotal: b.MemoryLimitBytes,
 	}
@@ -598,29 +538,29 @@ func e2bSnapshotKind(sb *sandbox.Sandbox) store.SnapshotKind {
 // handleE2BCreateSnapshot is POST /sandboxes/{id}/snapshots: SPACE's
 // snapshot of the sandbox, usable as templateID in a create. 201 once it
 // is ready.
-func (s *Server) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Name string `json:"name"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if req.Name != "" {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet; use the snapshotID", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet; use the snapshotID", errdefs.ErrInvalidArgument))
 		return
 	}
-	sb, err := s.sandboxFor(r)
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	snap, err := s.snapshot(r.Context(), sb, e2bSnapshotKind(sb), "manual")
-	if errors.Is(err, errStillWorking) {
+	snap, err := a.svc.TakeSnapshot(r.Context(), a.host.Caller(r.Context()), sb.ID, e2bSnapshotKind(sb), service.TierManual)
+	if errors.Is(err, service.ErrStillWorking) {
 		err = fmt.Errorf("%w: snapshot %s is still being taken; it is listed once ready", errdefs.ErrUnavailable, snap.ID)
 	}
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, e2bSnapshotInfo{SnapshotID: snap.ID, Names: []string{}})
@@ -628,27 +568,27 @@ func (s *Server) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request)
 
 // handleE2BListSnapshots is GET /snapshots?sandboxID=&limit=&nextToken=:
 // the caller's ready snapshots taken on request (not the scheduled ones).
-func (s *Server) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("name") != "" {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet", errdefs.ErrInvalidArgument))
 		return
 	}
-	page, err := parseE2BPage(q, s.pageCursorFor(r, pageSnapshots))
+	page, err := parseE2BPage(q, a.pageCursorFor(r, pageSnapshots))
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	snaps, err := s.store.ListSnapshots(r.Context(), store.SnapshotFilter{
-		Tenant: callerOf(r.Context()).Tenant, SandboxID: q.Get("sandboxID"), State: store.SnapshotReady,
+	snaps, err := a.svc.TenantSnapshots(r.Context(), a.host.Caller(r.Context()), store.SnapshotFilter{
+		SandboxID: q.Get("sandboxID"), State: store.SnapshotReady,
 	})
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	var items []pageItem
 	for _, snap := range snaps {
-		if snap.Tier == "manual" {
+		if snap.Tier == service.TierManual {
 			items = append(items, pageItem{id: snap.ID, at: snap.CreatedAt})
 		}
 	}
@@ -666,25 +606,27 @@ func (s *Server) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) 
 // handleE2BDeleteSnapshot is DELETE /templates/{id}, how the SDK deletes a
 // snapshot: SPACE's snapshot deletion. Templates proper are managed with
 // `space template`.
-func (s *Server) handleE2BDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	notFound := fmt.Errorf("%w: snapshot %q (templates are deleted with `space template delete`)", errdefs.ErrNotFound, clip(id))
+	notFound := fmt.Errorf("%w: snapshot %q (templates are deleted with `space template delete`)", errdefs.ErrNotFound, service.Clip(id))
 	if !sandbox.ValidSnapshotID(id) {
-		s.writeE2BErr(w, r, notFound)
+		a.writeE2BErr(w, r, notFound)
 		return
 	}
-	snap, err := s.store.GetSnapshot(r.Context(), callerOf(r.Context()).Tenant, id)
+	c := a.host.Caller(r.Context())
+	snap, err := a.svc.GetSnapshot(r.Context(), c, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		err = notFound
 	}
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	rec := newRecorder()
-	s.handleDeleteSnapshot(rec, withBody(r, nil, map[string]string{"id": snap.SandboxID, "snapshot": snap.ID}))
-	if rec.failed() {
-		rec.replayE2B(w)
+	// Still being deleted after the wait is a success, as SPACE's
+	// deletion answers it 202.
+	err = a.svc.DeleteSnapshot(r.Context(), c, snap.SandboxID, snap.ID)
+	if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -700,13 +642,13 @@ const maxE2BForks = 100
 // reachable as its parent's are (its own traffic token when private); ports
 // exposed with `space port expose` are not carried over, as with SPACE's
 // fork.
-func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
 		Count   *int   `json:"count"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	count := 1
@@ -714,7 +656,7 @@ func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 		count = *req.Count
 	}
 	if count < 1 || count > maxE2BForks {
-		s.writeE2BErr(w, r, fmt.Errorf("%w: count %d: want 1 to %d", errdefs.ErrInvalidArgument, count, maxE2BForks))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: count %d: want 1 to %d", errdefs.ErrInvalidArgument, count, maxE2BForks))
 		return
 	}
 	timeout := int64(e2bDefaultTimeout / time.Second)
@@ -723,45 +665,44 @@ func (s *Server) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 	}
 	ttl, err := e2bSeconds(timeout)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	parent, err := s.sandboxFor(r)
+	parent, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	public, hasRule, err := s.e2bPortRule(r.Context(), parent.ID)
+	public, hasRule, err := a.e2bPortRule(r.Context(), parent.ID)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	snap, err := s.snapshot(r.Context(), parent, e2bSnapshotKind(parent), "fork")
-	if errors.Is(err, errStillWorking) {
+	c := a.host.Caller(r.Context())
+	snap, err := a.svc.TakeSnapshot(r.Context(), c, parent.ID, e2bSnapshotKind(parent), service.TierFork)
+	if errors.Is(err, service.ErrStillWorking) {
 		err = fmt.Errorf("%w: the fork's snapshot %s is still being taken; retry", errdefs.ErrUnavailable, snap.ID)
 	}
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	results := make([]e2bForkResult, 0, count)
 	for range count {
-		child, rec := s.e2bForkOne(r, parent.ID, snap.ID, ttl)
-		if rec == nil && hasRule {
-			if err := s.e2bOpenPorts(r, child.ID, public); err != nil {
-				rec = errorRecorder(s, r, err)
-			}
+		child, err := a.e2bForkOne(r.Context(), c, parent.ID, snap.ID, ttl)
+		if err == nil && hasRule {
+			err = a.e2bOpenPorts(r.Context(), c, child.ID, public)
 		}
-		if rec != nil {
-			e := e2bErrorBody(rec.status, rec.body.Bytes())
+		if err != nil {
+			e := a.e2bErrorOf(r, err)
 			results = append(results, e2bForkResult{Error: &e})
 			continue
 		}
 		var traffic *string
 		if hasRule {
-			traffic = s.e2bTrafficOf(child.ID, public)
+			traffic = a.e2bTrafficOf(child.ID, public)
 		}
-		sb := s.e2bSandboxOf(child, traffic)
+		sb := a.e2bSandboxOf(child, traffic)
 		results = append(results, e2bForkResult{Sandbox: &sb})
 	}
 	writeJSON(w, http.StatusCreated, results)

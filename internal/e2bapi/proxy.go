@@ -1,4 +1,4 @@
-package server
+package e2bapi
 
 import (
 	"crypto/sha256"
@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
-	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // The E2B data plane (E2B_SANDBOX_URL): envd's protocol, proxied to the
@@ -33,7 +34,7 @@ import (
 // go through SPACE's ServicePort ingress: an exposed port with its own
 // credentials (docs/ports.md), else, on a sandbox made through the E2B
 // API, its rule for every HTTP port, public or behind E2B's traffic
-// access token (e2b_traffic.go).
+// access token (traffic.go).
 //
 // Authorisation. Every request needs the sandbox's X-Access-Token (the
 // envdAccessToken of create/connect), checked before the sandbox is looked
@@ -49,9 +50,9 @@ import (
 
 // The E2B routing headers.
 const (
-	e2bSandboxHeader = "E2b-Sandbox-Id"
-	e2bPortHeader    = "E2b-Sandbox-Port"
-	e2bTokenHeader   = "X-Access-Token"
+	SandboxHeader = "E2b-Sandbox-Id"
+	PortHeader    = "E2b-Sandbox-Port"
+	TokenHeader   = "X-Access-Token"
 )
 
 // e2bTarget is the sandbox and port a data-plane request is for.
@@ -62,30 +63,30 @@ type e2bTarget struct {
 }
 
 // errE2BSpoof marks a request whose Host and E2B headers disagree.
-var errE2BSpoof = fmt.Errorf("%w: the Host names one sandbox port and the %s/%s headers another", errdefs.ErrInvalidArgument, e2bSandboxHeader, e2bPortHeader)
+var errE2BSpoof = fmt.Errorf("%w: the Host names one sandbox port and the %s/%s headers another", errdefs.ErrInvalidArgument, SandboxHeader, PortHeader)
 
 // parseE2BTarget finds the target of a request from its Host and E2B
 // headers. ok is false for a request that is not E2B data-plane traffic.
 func parseE2BTarget(host, domain, hdrID, hdrPort string) (t e2bTarget, ok bool, err error) {
-	if id, port, isHost := parseIngressHost(host, domain); isHost {
+	if id, port, isHost := service.ParseIngressHost(host, domain); isHost {
 		if hdrID != "" && hdrID != id || hdrPort != "" && hdrPort != strconv.Itoa(port) {
 			return e2bTarget{}, true, errE2BSpoof
 		}
-		if hdrID == "" && port != e2bEnvdPort {
+		if hdrID == "" && port != EnvdPort {
 			return e2bTarget{}, false, nil // SPACE's ingress: not E2B's
 		}
 		return e2bTarget{id: id, port: port, byHost: true}, true, nil
 	}
 	if hdrID == "" {
 		if hdrPort != "" {
-			return e2bTarget{}, true, fmt.Errorf("%w: %s without %s", errdefs.ErrInvalidArgument, e2bPortHeader, e2bSandboxHeader)
+			return e2bTarget{}, true, fmt.Errorf("%w: %s without %s", errdefs.ErrInvalidArgument, PortHeader, SandboxHeader)
 		}
 		return e2bTarget{}, false, nil
 	}
 	if hdrPort == "" {
-		return e2bTarget{}, true, fmt.Errorf("%w: %s without %s", errdefs.ErrInvalidArgument, e2bSandboxHeader, e2bPortHeader)
+		return e2bTarget{}, true, fmt.Errorf("%w: %s without %s", errdefs.ErrInvalidArgument, SandboxHeader, PortHeader)
 	}
-	port, err := parsePort(hdrPort)
+	port, err := service.ParsePort(hdrPort)
 	if err != nil {
 		return e2bTarget{}, true, err
 	}
@@ -95,12 +96,12 @@ func parseE2BTarget(host, domain, hdrID, hdrPort string) (t e2bTarget, ok bool, 
 	return e2bTarget{id: hdrID, port: port}, true, nil
 }
 
-// withE2BData sends E2B data-plane requests to the E2B proxy and the rest
+// WithData sends E2B data-plane requests to the E2B proxy and the rest
 // to next.
-func (s *Server) withE2BData(next http.Handler) http.Handler {
-	envd := s.instrument("e2b envd", http.HandlerFunc(s.serveE2BEnvd))
+func (a *API) WithData(next http.Handler) http.Handler {
+	envd := a.host.Instrument("e2b envd", http.HandlerFunc(a.serveE2BEnvd))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, ok, err := parseE2BTarget(r.Host, s.ingressDomain(), r.Header.Get(e2bSandboxHeader), r.Header.Get(e2bPortHeader))
+		t, ok, err := parseE2BTarget(r.Host, a.domain, r.Header.Get(SandboxHeader), r.Header.Get(PortHeader))
 		switch {
 		case err != nil:
 			writeE2BError(w, http.StatusBadRequest, err.Error())
@@ -108,11 +109,11 @@ func (s *Server) withE2BData(next http.Handler) http.Handler {
 			envd.ServeHTTP(w, r)
 		case !ok:
 			next.ServeHTTP(w, r)
-		case t.port != e2bEnvdPort:
+		case t.port != EnvdPort:
 			// Another port: SPACE's ServicePort ingress decides.
-			r.Header.Del(e2bSandboxHeader)
-			r.Header.Del(e2bPortHeader)
-			s.serveIngressHTTP(w, r, t.id, t.port, r.URL.EscapedPath())
+			r.Header.Del(SandboxHeader)
+			r.Header.Del(PortHeader)
+			a.host.ServeIngressHTTP(w, r, t.id, t.port, r.URL.EscapedPath())
 		default:
 			envd.ServeHTTP(w, r)
 		}
@@ -154,48 +155,48 @@ func e2bEnvdPath(method, path string) bool {
 }
 
 // serveE2BEnvd proxies one envd request to the sandbox's guest daemon.
-func (s *Server) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
-	t, _, _ := parseE2BTarget(r.Host, s.ingressDomain(), r.Header.Get(e2bSandboxHeader), r.Header.Get(e2bPortHeader))
+func (a *API) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
+	t, _, _ := parseE2BTarget(r.Host, a.domain, r.Header.Get(SandboxHeader), r.Header.Get(PortHeader))
 	// The path is checked as it is forwarded: decoded, with no escapes that
 	// could decode differently on the other side.
 	if r.URL.RawPath != "" || !e2bEnvdPath(r.Method, r.URL.Path) {
-		writeE2BError(w, http.StatusNotFound, fmt.Sprintf("no envd route %s %s", r.Method, clip(r.URL.EscapedPath())))
+		writeE2BError(w, http.StatusNotFound, fmt.Sprintf("no envd route %s %s", r.Method, service.Clip(r.URL.EscapedPath())))
 		return
 	}
 	if t.id == "" && isSignedFiles(r) {
-		t.id = s.e2bSignedSandbox(r)
+		t.id = a.e2bSignedSandbox(r)
 	}
-	if !s.e2bAuthorized(r, t.id) {
+	if !a.e2bAuthorized(r, t.id) {
 		writeE2BEnvdError(w, r, http.StatusUnauthorized, "unauthenticated",
-			"missing or invalid "+e2bTokenHeader+" (the envdAccessToken of Sandbox.create or Sandbox.connect) or file URL signature")
+			"missing or invalid "+TokenHeader+" (the envdAccessToken of Sandbox.create or Sandbox.connect) or file URL signature")
 		return
 	}
-	sb, err := s.store.GetSandboxByID(r.Context(), t.id)
+	sb, err := a.svc.ByID(r.Context(), t.id)
 	if errors.Is(err, errdefs.ErrNotFound) || err == nil && e2bState(sb.State) == "" {
 		writeE2BNotFound(w, t.id)
 		return
 	} else if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if r.URL.Path == "/metrics" {
-		s.serveE2BEnvdMetrics(w, r, sb)
+		a.serveE2BEnvdMetrics(w, r, sb)
 		return
 	}
-	gc, err := s.guestFor(r.Context(), sb, bridge.GuestOp(r.URL.Path))
+	transport, err := a.host.GuestTransport(r.Context(), sb, bridge.GuestOp(r.URL.Path))
 	if err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
 			writeE2BNotFound(w, t.id) // paused or stopped: E2B's "not found"
 			return
 		}
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	s.e2bProxy(gc.http.Transport, t.id).ServeHTTP(w, r)
+	a.e2bProxy(transport, t.id).ServeHTTP(w, r)
 }
 
-// envdMetrics is envd's GET /metrics answer: the sandbox's use now.
-type envdMetrics struct {
+// EnvdMetrics is envd's GET /metrics answer: the sandbox's use now.
+type EnvdMetrics struct {
 	TS          int64   `json:"ts"`
 	CPUCount    int     `json:"cpu_count"`
 	CPUUsedPct  float64 `json:"cpu_used_pct"`
@@ -210,17 +211,17 @@ type envdMetrics struct {
 // rather than in the guest: an ns sandbox's /proc shows the host's CPUs
 // and memory, so the figures come from the node (and a VM's memory from
 // its own /proc/meminfo), as for the REST metrics.
-func (s *Server) serveE2BEnvdMetrics(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox) {
-	m, err := s.sampleE2BMetric(r.Context(), sb)
+func (a *API) serveE2BEnvdMetrics(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox) {
+	m, err := a.sampleE2BMetric(r.Context(), sb)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if m == nil {
 		writeE2BNotFound(w, sb.ID) // not running: what the proxy answers for it
 		return
 	}
-	writeJSON(w, http.StatusOK, envdMetrics{
+	writeJSON(w, http.StatusOK, EnvdMetrics{
 		TS: m.TimestampUnix, CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct,
 		MemTotal: m.MemTotal, MemUsed: m.MemUsed, MemTotalMiB: m.MemTotal >> 20, MemUsedMiB: m.MemUsed >> 20, MemCache: m.MemCache,
 	})
@@ -228,24 +229,24 @@ func (s *Server) serveE2BEnvdMetrics(w http.ResponseWriter, r *http.Request, sb 
 
 // e2bProxy forwards to the guest daemon over transport (guestFor's, which
 // adds the capability), streaming both ways.
-func (s *Server) e2bProxy(transport http.RoundTripper, id string) http.Handler {
+func (a *API) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: "guest", Path: pr.In.URL.Path, RawQuery: withoutSignature(pr.In.URL.RawQuery)}
 			pr.Out.Host = "guest"
-			for _, h := range []string{e2bTokenHeader, e2bTrafficHeader, e2bSandboxHeader, e2bPortHeader, capability.Header, "Cookie"} {
+			for _, h := range []string{TokenHeader, TrafficHeader, SandboxHeader, PortHeader, capability.Header, "Cookie"} {
 				pr.Out.Header.Del(h)
 			}
 		},
 		Transport:     transport,
 		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
-			s.log.Warn("e2b envd proxy", "sandbox", id, "path", r.URL.Path, "err", err)
-			writeJSON(w, http.StatusBadGateway, e2bProxyError{Message: "The sandbox is not reachable: " + err.Error(), SandboxID: id, Code: http.StatusBadGateway})
+			a.log.Warn("e2b envd proxy", "sandbox", id, "path", r.URL.Path, "err", err)
+			writeJSON(w, http.StatusBadGateway, ProxyError{Message: "The sandbox is not reachable: " + err.Error(), SandboxID: id, Code: http.StatusBadGateway})
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -255,7 +256,7 @@ func (s *Server) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 }
 
 func writeE2BNotFound(w http.ResponseWriter, id string) {
-	writeJSON(w, http.StatusBadGateway, e2bProxyError{Message: "The sandbox was not found", SandboxID: id, Code: http.StatusBadGateway})
+	writeJSON(w, http.StatusBadGateway, ProxyError{Message: "The sandbox was not found", SandboxID: id, Code: http.StatusBadGateway})
 }
 
 // writeE2BEnvdError answers an envd request with an error its client
@@ -271,15 +272,15 @@ func writeE2BEnvdError(w http.ResponseWriter, r *http.Request, status int, conne
 
 // e2bAuthorized reports whether r carries sandbox id's access token, or a
 // valid envd signature for its /files operation.
-func (s *Server) e2bAuthorized(r *http.Request, id string) bool {
+func (a *API) e2bAuthorized(r *http.Request, id string) bool {
 	if id == "" {
 		return false
 	}
-	if tok := r.Header.Get(e2bTokenHeader); tok != "" {
-		return s.e2bTokenValid(id, tok)
+	if tok := r.Header.Get(TokenHeader); tok != "" {
+		return a.AccessTokenValid(id, tok)
 	}
 	if r.URL.Path == "/files" {
-		return e2bSignatureValid(r, s.e2bAccessToken(id), time.Now())
+		return e2bSignatureValid(r, a.AccessToken(id), time.Now())
 	}
 	return false
 }
@@ -313,14 +314,14 @@ func e2bSignatureValid(r *http.Request, token string, now time.Time) bool {
 // e2bSignedSandbox finds the sandbox whose token signs r, for a signed
 // /files URL that names none: the signature is tried with the token of
 // each running sandbox. "" when none matches.
-func (s *Server) e2bSignedSandbox(r *http.Request) string {
-	sbs, err := s.store.ListSandboxes(r.Context(), store.SandboxFilter{})
+func (a *API) e2bSignedSandbox(r *http.Request) string {
+	sbs, err := a.svc.Running(r.Context())
 	if err != nil {
 		return ""
 	}
 	now := time.Now()
 	for _, sb := range sbs {
-		if sb.State == sandbox.StateRunning && e2bSignatureValid(r, s.e2bAccessToken(sb.ID), now) {
+		if e2bSignatureValid(r, a.AccessToken(sb.ID), now) {
 			return sb.ID
 		}
 	}
@@ -331,4 +332,23 @@ func (s *Server) e2bSignedSandbox(r *http.Request) string {
 // keeping the others in their order and encoding.
 func withoutSignature(raw string) string {
 	return withoutParams(raw, "signature", "signature_expiration")
+}
+
+// withoutParams drops the query parameters names from raw, keeping the
+// rest byte for byte (the same as the ingress's: the query a guest sees is
+// the one sent, less what authenticated it).
+func withoutParams(raw string, names ...string) string {
+	if raw == "" {
+		return raw
+	}
+	parts := strings.Split(raw, "&")
+	kept := parts[:0]
+	for _, p := range parts {
+		k, _, _ := strings.Cut(p, "=")
+		if name, err := url.QueryUnescape(k); err == nil && slices.Contains(names, name) {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, "&")
 }

@@ -1,4 +1,4 @@
-package server
+package e2bapi
 
 // E2B's port semantics, for sandboxes made through the E2B API.
 //
@@ -8,10 +8,10 @@ package server
 // network.allowPublicTraffic false: then every request needs the header
 // e2b-traffic-access-token carrying the trafficAccessToken that create and
 // connect answer. Port 49983 (envd) is not one of these ports: it keeps its
-// X-Access-Token (e2b_proxy.go).
+// X-Access-Token (proxy.go).
 //
 // SPACE records this as one ServicePort row of the sandbox for port 0,
-// "any HTTP port" (e2bAnyPort): protocol http, public as asked. The ingress
+// "any HTTP port" (AnyPort): protocol http, public as asked. The ingress
 // looks for the exact port first, so a port exposed with `space port
 // expose` keeps its own rules, and falls back to that row for HTTP only (a
 // TCP tunnel needs an exposed tcp port). A sandbox made through SPACE's own
@@ -34,43 +34,41 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/service"
 )
 
-// e2bAnyPort is the port of the ServicePort row that stands for every HTTP
+// AnyPort is the port of the ServicePort row that stands for every HTTP
 // port of a sandbox made through the E2B API.
-const e2bAnyPort = 0
+const AnyPort = service.AnyPort
 
-// e2bTrafficHeader carries the traffic access token (E2B's
+// TrafficHeader carries the traffic access token (E2B's
 // e2b-traffic-access-token, in canonical form).
-const e2bTrafficHeader = "E2b-Traffic-Access-Token"
+const TrafficHeader = "E2b-Traffic-Access-Token"
 
 // e2bTrafficLabel separates the traffic token from the envd token and any
 // other MAC under the same key.
 const e2bTrafficLabel = "space e2b traffic access token v1\x00"
 
-// e2bTrafficToken is the trafficAccessToken of sandbox id.
-func (s *Server) e2bTrafficToken(id string) string { return s.e2bMAC(e2bTrafficLabel, id) }
+// TrafficToken is the trafficAccessToken of sandbox id.
+func (a *API) TrafficToken(id string) string { return a.e2bMAC(e2bTrafficLabel, id) }
 
-// e2bTrafficTokenValid reports, in constant time, whether token is sandbox
+// TrafficTokenValid reports, in constant time, whether token is sandbox
 // id's traffic access token.
-func (s *Server) e2bTrafficTokenValid(id, token string) bool {
-	return macEqual(token, s.e2bTrafficToken(id))
+func (a *API) TrafficTokenValid(id, token string) bool {
+	return macEqual(token, a.TrafficToken(id))
 }
 
 // e2bTrafficOf is the trafficAccessToken an answer carries for sandbox id:
 // nil (JSON null) when its ports are public.
-func (s *Server) e2bTrafficOf(id string, public bool) *string {
+func (a *API) e2bTrafficOf(id string, public bool) *string {
 	if public {
 		return nil
 	}
-	tok := s.e2bTrafficToken(id)
+	tok := a.TrafficToken(id)
 	return &tok
 }
 
@@ -107,7 +105,7 @@ func parseE2BNetwork(raw json.RawMessage, secure *bool) (public bool, err error)
 			// An empty allowOut, rules or maskRequestHost asks for nothing.
 		default:
 			return false, fmt.Errorf("%w: network.%s is not supported by SPACE yet (only allowPublicTraffic is; for egress, allow_internet_access or SPACE's egress policies: docs/network.md)",
-				errdefs.ErrInvalidArgument, clip(name))
+				errdefs.ErrInvalidArgument, service.Clip(name))
 		}
 	}
 	if !public && secure != nil && !*secure {
@@ -132,82 +130,40 @@ func isJSONEmpty(v json.RawMessage) bool {
 // error: a sandbox whose ports are not what was asked for is worse than
 // none. Until the rule is there its ports answer 404, so nothing is open
 // that should not be.
-func (s *Server) e2bOpenPorts(r *http.Request, id string, public bool) error {
-	ctx := r.Context()
-	err := s.store.PutServicePort(ctx, store.ServicePort{Sandbox: id, Port: e2bAnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()})
-	if err != nil {
-		rec := newRecorder()
-		s.handleDelete(rec, withBody(r, nil, map[string]string{"id": id}))
-		if rec.failed() {
-			s.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "status", rec.status, "answer", clip(rec.body.String()))
+func (a *API) e2bOpenPorts(ctx context.Context, c service.Caller, id string, public bool) error {
+	if err := a.svc.OpenHTTPPorts(ctx, c, id, public); err != nil {
+		if derr := a.svc.Delete(ctx, c, id); derr != nil && !errors.Is(derr, service.ErrStillWorking) {
+			a.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "err", derr)
 		}
 		return fmt.Errorf("sandbox %s: record its E2B port rule (deleted the sandbox): %w", id, err)
-	}
-	if public {
-		s.event(ctx, id, "port", "every HTTP port public (E2B allowPublicTraffic)")
-	} else {
-		s.event(ctx, id, "port", "every HTTP port behind the E2B traffic access token")
 	}
 	return nil
 }
 
 // e2bPortRule returns sandbox id's any-port rule: ok false when it has
 // none (a sandbox made through SPACE's own API).
-func (s *Server) e2bPortRule(ctx context.Context, id string) (public, ok bool, err error) {
-	sp, err := s.store.GetServicePort(ctx, id, e2bAnyPort)
-	if errdefs.IsNotFound(err) {
-		return false, false, nil
-	}
+func (a *API) e2bPortRule(ctx context.Context, id string) (public, ok bool, err error) {
+	public, ok, err = a.svc.HTTPPortsRule(ctx, id)
 	if err != nil {
 		return false, false, fmt.Errorf("sandbox %s: read its E2B port rule: %w", id, err)
 	}
-	return sp.Public, true, nil
+	return public, ok, nil
 }
 
 // e2bTrafficFor is the trafficAccessToken of sandbox id as recorded: nil
 // unless its ports are private.
-func (s *Server) e2bTrafficFor(ctx context.Context, id string) (*string, error) {
-	public, ok, err := s.e2bPortRule(ctx, id)
+func (a *API) e2bTrafficFor(ctx context.Context, id string) (*string, error) {
+	public, ok, err := a.e2bPortRule(ctx, id)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return s.e2bTrafficOf(id, public), nil
+	return a.e2bTrafficOf(id, public), nil
 }
 
-// e2bTrafficError refuses a request to a port of a sandbox whose ports are
-// private: E2B's proxy answers it 403 with its own body.
-type e2bTrafficError struct {
-	sandbox string
-	msg     string
-}
-
-func (e *e2bTrafficError) Error() string { return e.msg }
-
-func (e *e2bTrafficError) Unwrap() error { return errdefs.ErrPermissionDenied }
-
-func errTrafficMissing(id string) error {
-	return &e2bTrafficError{sandbox: id, msg: "sandbox " + id + " is secured with a traffic access token: send it in the e2b-traffic-access-token header (the trafficAccessToken of Sandbox.create or Sandbox.connect)"}
-}
-
-func errTrafficInvalid(id string) error {
-	return &e2bTrafficError{sandbox: id, msg: "invalid e2b-traffic-access-token for sandbox " + clip(id)}
-}
-
-// e2bProxyError is the JSON body of E2B's proxy errors: 502 for a sandbox
+// ProxyError is the JSON body of E2B's proxy errors: 502 for a sandbox
 // it cannot reach, 403 for a missing or wrong traffic token.
-type e2bProxyError struct {
+type ProxyError struct {
 	Message   string `json:"message"`
 	SandboxID string `json:"sandboxId"`
 	Code      int    `json:"code"`
-}
-
-// writeIngressError answers an ingress error: E2B's body for a traffic
-// token refusal, SPACE's {code, message} for the rest.
-func (s *Server) writeIngressError(w http.ResponseWriter, r *http.Request, err error) {
-	var te *e2bTrafficError
-	if errors.As(err, &te) {
-		writeJSON(w, http.StatusForbidden, e2bProxyError{Message: te.msg, SandboxID: te.sandbox, Code: http.StatusForbidden})
-		return
-	}
-	s.writeError(w, r, err)
 }

@@ -1,4 +1,4 @@
-package server
+package ingress
 
 import (
 	"bytes"
@@ -15,46 +15,47 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // handleIngressTCP serves GET /v1/sandboxes/{id}/ports/{port}/tcp with
 // "Connection: Upgrade" and "Upgrade: space-tcp": once the node has opened
 // the guest port, the answer is 101 and the connection carries the bytes of
 // one TCP connection to it, both ways, half-closes included.
-func (s *Server) handleIngressTCP(w http.ResponseWriter, r *http.Request) {
+func (a *Ingress) handleIngressTCP(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), sandboxv1.TCPUpgrade) {
-		s.writeError(w, r, fmt.Errorf("%w: a TCP tunnel needs \"Connection: Upgrade\" and \"Upgrade: %s\"", errdefs.ErrInvalidArgument, sandboxv1.TCPUpgrade))
+		a.host.WriteError(w, r, fmt.Errorf("%w: a TCP tunnel needs \"Connection: Upgrade\" and \"Upgrade: %s\"", errdefs.ErrInvalidArgument, sandboxv1.TCPUpgrade))
 		return
 	}
 	id := r.PathValue("id")
-	port, err := parsePort(r.PathValue("port"))
+	port, err := service.ParsePort(r.PathValue("port"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
-	g, err := s.authorizeIngress(r, id, port, "tcp")
+	g, err := a.authorizeIngress(r, id, port, "tcp")
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
 	if g.port.Protocol != "tcp" {
-		s.writeError(w, r, fmt.Errorf("%w: port %d of sandbox %s is exposed as %s, not tcp", errdefs.ErrInvalidArgument, port, id, g.port.Protocol))
+		a.host.WriteError(w, r, fmt.Errorf("%w: port %d of sandbox %s is exposed as %s, not tcp", errdefs.ErrInvalidArgument, port, id, g.port.Protocol))
 		return
 	}
-	sb, err := s.readyForIngress(r.Context(), g.sb)
+	sb, err := a.readyForIngress(r.Context(), g.sb)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
-	guest, err := s.dialPortTCP(r.Context(), sb, uint16(port))
+	guest, err := a.dialPortTCP(r.Context(), sb, uint16(port))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
 	defer guest.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: cannot take over the connection: %v", errdefs.ErrUnavailable, err))
+		a.host.WriteError(w, r, fmt.Errorf("%w: cannot take over the connection: %v", errdefs.ErrUnavailable, err))
 		return
 	}
 	defer conn.Close()
@@ -73,33 +74,33 @@ func (s *Server) handleIngressTCP(w http.ResponseWriter, r *http.Request) {
 // dialPortTCP opens a tunnel to port of sb's current execution, repairing
 // the route once when the node answers RefreshRoute (a tunnel request has
 // no body: it can always be sent again).
-func (s *Server) dialPortTCP(ctx context.Context, sb *sandbox.Sandbox, port uint16) (net.Conn, error) {
-	rt, err := s.mintPortRoute(sb, port, "tcp", time.Time{})
+func (a *Ingress) dialPortTCP(ctx context.Context, sb *sandbox.Sandbox, port uint16) (net.Conn, error) {
+	rt, err := a.mintPortRoute(sb, port, "tcp", time.Time{})
 	if err != nil {
 		return nil, err
 	}
-	conn, err := s.dialPortRoute(ctx, rt, port)
+	conn, err := a.dialPortRoute(ctx, rt, port)
 	if !errors.Is(err, nodeclient.ErrRefreshRoute) {
 		return conn, err
 	}
-	s.metrics.countRouteRefresh("received")
-	fresh := s.refreshPortRoute(ctx, sb.ID, port, "tcp", rt)
+	a.host.CountRouteRefresh("received")
+	fresh := a.refreshPortRoute(ctx, sb.ID, port, "tcp", rt)
 	if fresh == nil {
-		s.metrics.countRouteRefresh("unresolved")
+		a.host.CountRouteRefresh("unresolved")
 		return nil, fmt.Errorf("%w: sandbox %s port %d: the node runs another execution of the sandbox; retry", errdefs.ErrUnavailable, sb.ID, port)
 	}
-	s.metrics.countRouteRefresh("retried")
-	s.log.Info("ingress route repaired", "sandbox", sb.ID, "port", port,
+	a.host.CountRouteRefresh("retried")
+	a.log.Info("ingress route repaired", "sandbox", sb.ID, "port", port,
 		"from_generation", rt.id.Generation, "to_generation", fresh.id.Generation, "to_node", fresh.id.Node)
-	conn, err = s.dialPortRoute(ctx, fresh, port)
+	conn, err = a.dialPortRoute(ctx, fresh, port)
 	if errors.Is(err, nodeclient.ErrRefreshRoute) {
 		return nil, fmt.Errorf("%w: sandbox %s port %d: the node runs another execution of the sandbox; retry", errdefs.ErrUnavailable, sb.ID, port)
 	}
 	return conn, err
 }
 
-func (s *Server) dialPortRoute(ctx context.Context, rt *portRoute, port uint16) (net.Conn, error) {
-	nc, err := s.nodes.clientWait(ctx, rt.id.Node, nodeWait)
+func (a *Ingress) dialPortRoute(ctx context.Context, rt *portRoute, port uint16) (net.Conn, error) {
+	nc, err := a.host.Node(ctx, rt.id.Node)
 	if err != nil {
 		return nil, err
 	}

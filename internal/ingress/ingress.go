@@ -1,11 +1,14 @@
-package server
+// Package ingress is ServicePort ingress: HTTP and TCP from outside to the
+// ports sandboxes expose (docs/ports.md), an adapter over internal/service
+// composed by internal/server, which gives it what it needs of the control
+// plane through Host. It imports no other adapter.
+package ingress
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -17,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -36,7 +40,7 @@ import (
 // is the application's and passes through.
 //
 // A sandbox made through the E2B API also has a rule for every HTTP port
-// (port 0, e2b_traffic.go), used when the port itself is not exposed:
+// (port 0, internal/e2bapi traffic.go), used when the port itself is not exposed:
 // public, or needing E2B's e2b-traffic-access-token (or the tenant's API
 // key). That header never reaches the guest either, and a wrong one is
 // refused before anything is looked up.
@@ -46,13 +50,13 @@ import (
 // node checks it against the execution it runs before it opens a
 // connection into the guest.
 
-// withIngress routes requests whose Host is an ingress name to sandbox
-// ports, and everything else to api.
-func (s *Server) withIngress(api http.Handler) http.Handler {
-	ingress := s.instrument("ingress host", http.HandlerFunc(s.handleIngressHost))
-	byHeader := s.instrument("ingress header", http.HandlerFunc(s.handleIngressHeader))
+// Wrap routes requests whose Host is an ingress name, or that carry the
+// ingress headers, to sandbox ports, and everything else to api.
+func (a *Ingress) Wrap(api http.Handler) http.Handler {
+	ingress := a.host.Instrument("ingress host", http.HandlerFunc(a.handleIngressHost))
+	byHeader := a.host.Instrument("ingress header", http.HandlerFunc(a.handleIngressHeader))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, ok := parseIngressHost(r.Host, s.ingressDomain()); ok {
+		if _, _, ok := parseIngressHost(r.Host, a.domain); ok {
 			ingress.ServeHTTP(w, r)
 			return
 		}
@@ -66,61 +70,42 @@ func (s *Server) withIngress(api http.Handler) http.Handler {
 
 // handleIngressHeader serves a request routed by X-Space-Sandbox and
 // X-Space-Port; both are needed, and neither reaches the guest.
-func (s *Server) handleIngressHeader(w http.ResponseWriter, r *http.Request) {
+func (a *Ingress) handleIngressHeader(w http.ResponseWriter, r *http.Request) {
 	id, portText := r.Header.Get(sandboxv1.SandboxHeader), r.Header.Get(sandboxv1.PortHeader)
 	r.Header.Del(sandboxv1.SandboxHeader)
 	r.Header.Del(sandboxv1.PortHeader)
 	if id == "" || portText == "" {
-		s.writeError(w, r, fmt.Errorf("%w: header routing needs both %s and %s", errdefs.ErrInvalidArgument, sandboxv1.SandboxHeader, sandboxv1.PortHeader))
+		a.host.WriteError(w, r, fmt.Errorf("%w: header routing needs both %s and %s", errdefs.ErrInvalidArgument, sandboxv1.SandboxHeader, sandboxv1.PortHeader))
 		return
 	}
-	port, err := parsePort(portText)
+	port, err := service.ParsePort(portText)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
 	if !sandbox.ValidID(id) {
 		id = ""
 	}
-	s.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
+	a.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
 }
 
-// parseIngressHost reads {port}-{sandbox}.{domain}[:apiport] (any case, a
-// trailing dot allowed). ok is false for a host that is not an ingress
-// name; an ingress name with an impossible port or sandbox id has ok true
-// and id "" (it answers 404, as an unknown sandbox does).
+// parseIngressHost reads {port}-{sandbox}.{domain} (service.ParseIngressHost).
 func parseIngressHost(host, domain string) (id string, port int, ok bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	label, found := strings.CutSuffix(host, "."+strings.ToLower(domain))
-	if !found || label == "" || strings.Contains(label, ".") {
-		return "", 0, false
-	}
-	portText, id, found := strings.Cut(label, "-")
-	if !found || portText == "" || strings.Trim(portText, "0123456789") != "" {
-		return "", 0, false
-	}
-	p, err := parsePort(portText)
-	if err != nil || !sandbox.ValidID(id) {
-		return "", 0, true
-	}
-	return id, p, true
+	return service.ParseIngressHost(host, domain)
 }
 
 // handleIngressHost serves a request sent to {port}-{sandbox}.{domain}.
-func (s *Server) handleIngressHost(w http.ResponseWriter, r *http.Request) {
-	id, port, _ := parseIngressHost(r.Host, s.ingressDomain())
-	s.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
+func (a *Ingress) handleIngressHost(w http.ResponseWriter, r *http.Request) {
+	id, port, _ := parseIngressHost(r.Host, a.domain)
+	a.serveIngressHTTP(w, r, id, port, r.URL.EscapedPath())
 }
 
 // handleIngressPath serves ANY /v1/sandboxes/{id}/ports/{port}/proxy/{rest...}.
-func (s *Server) handleIngressPath(w http.ResponseWriter, r *http.Request) {
+func (a *Ingress) handleIngressPath(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	port, err := parsePort(r.PathValue("port"))
+	port, err := service.ParsePort(r.PathValue("port"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
 	prefix := "/v1/sandboxes/" + id + "/ports/" + r.PathValue("port") + "/proxy"
@@ -130,7 +115,7 @@ func (s *Server) handleIngressPath(w http.ResponseWriter, r *http.Request) {
 		// from its decoded form.
 		rest = (&url.URL{Path: "/" + r.PathValue("rest")}).EscapedPath()
 	}
-	s.serveIngressHTTP(w, r, id, port, rest)
+	a.serveIngressHTTP(w, r, id, port, rest)
 }
 
 // ingressGrant is an authorized ingress request: the sandbox, its port,
@@ -148,18 +133,18 @@ type ingressGrant struct {
 // port when the port itself is not exposed; a "tcp" tunnel never does. An
 // unknown sandbox, a port not exposed and another tenant's sandbox all
 // answer the same 404.
-func (s *Server) authorizeIngress(r *http.Request, id string, port int, protocol string) (*ingressGrant, error) {
-	notFound := fmt.Errorf("%w: no exposed port %d on sandbox %q", errdefs.ErrNotFound, port, clip(id))
+func (a *Ingress) authorizeIngress(r *http.Request, id string, port int, protocol string) (*ingressGrant, error) {
+	notFound := fmt.Errorf("%w: no exposed port %d on sandbox %q", errdefs.ErrNotFound, port, service.Clip(id))
 	if !sandbox.ValidID(id) {
 		return nil, notFound
 	}
 	// E2B's traffic token is checked before anything is looked up, so a
 	// wrong one learns nothing about which sandboxes exist.
-	traffic := protocol == "http" && r.Header.Get(e2bTrafficHeader) != ""
-	if traffic && !s.e2bTrafficTokenValid(id, r.Header.Get(e2bTrafficHeader)) {
+	traffic := protocol == "http" && r.Header.Get(TrafficHeader) != ""
+	if traffic && !a.host.TrafficTokenValid(id, r.Header.Get(TrafficHeader)) {
 		return nil, errTrafficInvalid(id)
 	}
-	sb, sp, err := s.ingressRule(r.Context(), id, port, protocol)
+	sb, sp, err := a.ingressRule(r.Context(), id, port, protocol)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, notFound
 	} else if err != nil {
@@ -167,14 +152,14 @@ func (s *Server) authorizeIngress(r *http.Request, id string, port int, protocol
 	}
 	key, isKey := bearerAPIKey(r)
 	g := &ingressGrant{sb: sb, port: sp, sentAPIKey: isKey}
-	anyPort := sp.Port == e2bAnyPort
+	anyPort := sp.Port == service.AnyPort
 	switch {
 	case sp.Public, anyPort && traffic:
 		return g, nil
 	case anyPort && !isKey:
 		return nil, errTrafficMissing(id)
 	case !anyPort && portToken(r) != "":
-		if !portTokenMatches(portToken(r), sp.TokenHash) {
+		if !service.PortTokenMatches(portToken(r), sp.TokenHash) {
 			return nil, fmt.Errorf("%w: wrong token for port %d of sandbox %s", errdefs.ErrUnauthenticated, port, id)
 		}
 		return g, nil
@@ -182,7 +167,7 @@ func (s *Server) authorizeIngress(r *http.Request, id string, port int, protocol
 		return nil, fmt.Errorf("%w: port %d of sandbox %s is private: send the tenant's API key (Authorization: Bearer) or the port's token (%s)",
 			errdefs.ErrUnauthenticated, port, id, sandboxv1.PortTokenHeader)
 	}
-	tenant, err := s.ingressKeyTenant(r.Context(), key)
+	tenant, err := a.ingressKeyTenant(r.Context(), key)
 	if err != nil {
 		return nil, err
 	}
@@ -192,37 +177,16 @@ func (s *Server) authorizeIngress(r *http.Request, id string, port int, protocol
 	return g, nil
 }
 
-// ingressKeyTenant returns the tenant of a valid, unrevoked API key; errBadKey
-// for any other.
-func (s *Server) ingressKeyTenant(ctx context.Context, key apikey.Key) (string, error) {
-	stored, err := s.store.GetAPIKey(ctx, key.ID)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return "", errBadKey
-	} else if err != nil {
-		return "", err
-	}
-	if stored.Revoked() || !key.Matches(stored.Hash) {
-		return "", errBadKey
-	}
-	return stored.Tenant, nil
+// ingressKeyTenant returns the tenant of a valid, unrevoked API key; an
+// Unauthenticated error for any other (Host.KeyTenant).
+func (a *Ingress) ingressKeyTenant(ctx context.Context, key apikey.Key) (string, error) {
+	return a.host.KeyTenant(ctx, key)
 }
 
-// ingressRule returns sandbox id and the rule for its port: the exposed
-// port, else, for http, the E2B rule for every port. ErrNotFound when the
-// sandbox is gone or neither exists.
-func (s *Server) ingressRule(ctx context.Context, id string, port int, protocol string) (*sandbox.Sandbox, store.ServicePort, error) {
-	sb, err := s.store.GetSandboxByID(ctx, id)
-	if err == nil && (sb.State == sandbox.StateDeleted || sb.State == sandbox.StateDeleting) {
-		err = errdefs.ErrNotFound
-	}
-	if err != nil {
-		return nil, store.ServicePort{}, err
-	}
-	sp, err := s.store.GetServicePort(ctx, id, port)
-	if errors.Is(err, errdefs.ErrNotFound) && protocol == "http" {
-		sp, err = s.store.GetServicePort(ctx, id, e2bAnyPort)
-	}
-	return sb, sp, err
+// ingressRule returns sandbox id and the rule for its port
+// (service.Sandboxes.PortRule).
+func (a *Ingress) ingressRule(ctx context.Context, id string, port int, protocol string) (*sandbox.Sandbox, store.ServicePort, error) {
+	return a.svc.PortRule(ctx, id, port, protocol)
 }
 
 // bearerAPIKey returns the request's Authorization bearer value when it has
@@ -270,9 +234,9 @@ func withoutParams(raw string, names ...string) string {
 
 // readyForIngress wakes a sandbox with an idle policy and returns it
 // running, or a conflict naming its state.
-func (s *Server) readyForIngress(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+func (a *Ingress) readyForIngress(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
 	if sb.State != sandbox.StateRunning && sb.IdleTimeout > 0 {
-		woken, err := s.wake(ctx, sb)
+		woken, err := a.svc.Wake(ctx, sb)
 		if err != nil {
 			return nil, err
 		}
@@ -286,25 +250,25 @@ func (s *Server) readyForIngress(ctx context.Context, sb *sandbox.Sandbox) (*san
 
 // serveIngressHTTP proxies one HTTP request (WebSocket and other upgrades
 // included) to port of sandbox id; rest is the escaped path the guest gets.
-func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, rest string) {
-	g, err := s.authorizeIngress(r, id, port, "http")
+func (a *Ingress) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, rest string) {
+	g, err := a.authorizeIngress(r, id, port, "http")
 	if err != nil {
-		s.writeIngressError(w, r, err)
+		a.writeIngressError(w, r, err)
 		return
 	}
 	if g.port.Protocol != "http" {
-		s.writeError(w, r, fmt.Errorf("%w: port %d of sandbox %s is exposed as %s: use `space port forward` or GET …/ports/%d/tcp with Upgrade: %s",
+		a.host.WriteError(w, r, fmt.Errorf("%w: port %d of sandbox %s is exposed as %s: use `space port forward` or GET …/ports/%d/tcp with Upgrade: %s",
 			errdefs.ErrInvalidArgument, port, id, g.port.Protocol, port, sandboxv1.TCPUpgrade))
 		return
 	}
-	sb, err := s.readyForIngress(r.Context(), g.sb)
+	sb, err := a.readyForIngress(r.Context(), g.sb)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
-	pt, err := s.newPortTransport(sb, uint16(port), "http")
+	pt, err := a.newPortTransport(sb, uint16(port), "http")
 	if err != nil {
-		s.writeError(w, r, err)
+		a.host.WriteError(w, r, err)
 		return
 	}
 	if rest == "" {
@@ -312,7 +276,7 @@ func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id str
 	}
 	target, err := url.Parse("http://port" + rest)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: path %q: %v", errdefs.ErrInvalidArgument, clip(rest), err))
+		a.host.WriteError(w, r, fmt.Errorf("%w: path %q: %v", errdefs.ErrInvalidArgument, service.Clip(rest), err))
 		return
 	}
 	query := withoutPortToken(r.URL.RawQuery)
@@ -323,7 +287,7 @@ func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id str
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 			pr.Out.Header.Del(sandboxv1.PortTokenHeader)
-			pr.Out.Header.Del(e2bTrafficHeader)
+			pr.Out.Header.Del(TrafficHeader)
 			pr.Out.Header.Del(capability.Header)
 			if stripAuth {
 				pr.Out.Header.Del("Authorization")
@@ -331,15 +295,15 @@ func (s *Server) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id str
 		},
 		Transport:     pt,
 		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
-			if !errors.Is(err, errRouteChanged) && !errors.Is(err, errdefs.ErrUnavailable) {
+			if !errors.Is(err, errdefs.ErrRefreshRoute) && !errors.Is(err, errdefs.ErrUnavailable) {
 				err = fmt.Errorf("%w: sandbox %s port %d: %v", errdefs.ErrUnavailable, id, port, err)
 			}
-			s.writeError(w, r, err)
+			a.host.WriteError(w, r, err)
 		},
 	}
 	_ = http.NewResponseController(w).EnableFullDuplex()

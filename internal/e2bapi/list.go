@@ -1,4 +1,4 @@
-package server
+package e2bapi
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
-	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // E2B's listings: GET /v2/sandboxes (running and paused, filtered by state,
@@ -27,7 +27,7 @@ type e2bPage struct {
 	limit  int
 	after  *pageItem
 	desc   bool
-	cursor pageCursor // seals the next page's token (e2b_cursor.go)
+	cursor pageCursor // seals the next page's token (cursor.go)
 }
 
 // pageItem is one listed item: an id and when it started.
@@ -44,14 +44,14 @@ func parseE2BPage(q url.Values, cur pageCursor) (e2bPage, error) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bMaxLimit {
-			return p, fmt.Errorf("%w: limit %q: want 1 to %d", errdefs.ErrInvalidArgument, clip(v), e2bMaxLimit)
+			return p, fmt.Errorf("%w: limit %q: want 1 to %d", errdefs.ErrInvalidArgument, service.Clip(v), e2bMaxLimit)
 		}
 		p.limit = n
 	}
 	if v := q.Get("nextToken"); v != "" {
 		after, ok := cur.open(v)
 		if !ok {
-			return p, fmt.Errorf("%w: nextToken %q is not one this server gave this caller for this listing; start again without it", errdefs.ErrInvalidArgument, clip(v))
+			return p, fmt.Errorf("%w: nextToken %q is not one this server gave this caller for this listing; start again without it", errdefs.ErrInvalidArgument, service.Clip(v))
 		}
 		p.after = after
 	}
@@ -60,7 +60,7 @@ func parseE2BPage(q url.Values, cur pageCursor) (e2bPage, error) {
 	case "desc":
 		p.desc = true
 	default:
-		return p, fmt.Errorf("%w: order %q: want asc or desc", errdefs.ErrInvalidArgument, clip(q.Get("order")))
+		return p, fmt.Errorf("%w: order %q: want asc or desc", errdefs.ErrInvalidArgument, service.Clip(q.Get("order")))
 	}
 	return p, nil
 }
@@ -103,7 +103,7 @@ func parseE2BMetadata(raw string) (map[string]string, error) {
 	}
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: metadata filter %q: %v", errdefs.ErrInvalidArgument, clip(raw), err)
+		return nil, fmt.Errorf("%w: metadata filter %q: %v", errdefs.ErrInvalidArgument, service.Clip(raw), err)
 	}
 	out := map[string]string{}
 	for k, vs := range vals {
@@ -157,7 +157,7 @@ func parseE2BListFilter(q url.Values) (e2bListFilter, error) {
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
 			if st != "running" && st != "paused" {
-				return f, fmt.Errorf("%w: state %q: want running or paused", errdefs.ErrInvalidArgument, clip(st))
+				return f, fmt.Errorf("%w: state %q: want running or paused", errdefs.ErrInvalidArgument, service.Clip(st))
 			}
 			if f.states == nil {
 				f.states = map[string]bool{}
@@ -168,15 +168,15 @@ func parseE2BListFilter(q url.Values) (e2bListFilter, error) {
 	f.template = q.Get("template")
 	if v := q.Get("startedAfter"); v != "" {
 		if f.after, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return f, fmt.Errorf("%w: startedAfter %q: want an RFC 3339 time", errdefs.ErrInvalidArgument, clip(v))
+			return f, fmt.Errorf("%w: startedAfter %q: want an RFC 3339 time", errdefs.ErrInvalidArgument, service.Clip(v))
 		}
 	}
 	return f, nil
 }
 
 // e2bSandboxes lists the caller's sandboxes that f keeps.
-func (s *Server) e2bSandboxes(r *http.Request, f e2bListFilter) ([]pageItem, error) {
-	sbs, err := s.store.ListSandboxes(r.Context(), store.SandboxFilter{Tenant: callerOf(r.Context()).Tenant})
+func (a *API) e2bSandboxes(r *http.Request, f e2bListFilter) ([]pageItem, error) {
+	sbs, err := a.svc.List(r.Context(), a.host.Caller(r.Context()))
 	if err != nil {
 		return nil, err
 	}
@@ -190,21 +190,21 @@ func (s *Server) e2bSandboxes(r *http.Request, f e2bListFilter) ([]pageItem, err
 }
 
 // handleE2BList is GET /v2/sandboxes.
-func (s *Server) handleE2BList(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f, err := parseE2BListFilter(q)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	page, err := parseE2BPage(q, s.pageCursorFor(r, pageSandboxes))
+	page, err := parseE2BPage(q, a.pageCursorFor(r, pageSandboxes))
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	items, err := s.e2bSandboxes(r, f)
+	items, err := a.e2bSandboxes(r, f)
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	running := 0
@@ -214,7 +214,7 @@ func (s *Server) handleE2BList(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	kept, next := page.apply(items)
-	out := make([]e2bListedSandbox, 0, len(kept))
+	out := make([]ListedSandbox, 0, len(kept))
 	for _, it := range kept {
 		out = append(out, e2bListedOf(it.sb))
 	}
@@ -227,19 +227,19 @@ func (s *Server) handleE2BList(w http.ResponseWriter, r *http.Request) {
 
 // handleE2BListV1 is the deprecated GET /sandboxes: running sandboxes,
 // unpaginated.
-func (s *Server) handleE2BListV1(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleE2BListV1(w http.ResponseWriter, r *http.Request) {
 	md, err := parseE2BMetadata(r.URL.Query().Get("metadata"))
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
-	items, err := s.e2bSandboxes(r, e2bListFilter{states: map[string]bool{"running": true}, metadata: md})
+	items, err := a.e2bSandboxes(r, e2bListFilter{states: map[string]bool{"running": true}, metadata: md})
 	if err != nil {
-		s.writeE2BErr(w, r, err)
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	kept, _ := e2bPage{limit: len(items) + 1}.apply(items)
-	out := make([]e2bListedSandbox, 0, len(kept))
+	out := make([]ListedSandbox, 0, len(kept))
 	for _, it := range kept {
 		out = append(out, e2bListedOf(it.sb))
 	}

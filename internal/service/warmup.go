@@ -1,10 +1,9 @@
-package server
+package service
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -32,11 +31,11 @@ import (
 // and runtime to become ready.
 const DefaultWarmupWait = 10 * time.Minute
 
-// warmupPoll is how often a waiting create looks again.
-const warmupPoll = 200 * time.Millisecond
+// WarmupPoll is how often a waiting create looks again.
+const WarmupPoll = 200 * time.Millisecond
 
-// fallbackNote is the event of a create that "auto" put on ns.
-const fallbackNote = "runtime ns: vm is not available on any node; --runtime-fallback ns"
+// FallbackNote is the event of a create that "auto" put on ns.
+const FallbackNote = "runtime ns: vm is not available on any node; --runtime-fallback ns"
 
 // warmup is the waiting of one create: its bound and the events to record.
 type warmup struct {
@@ -45,7 +44,7 @@ type warmup struct {
 	events []store.Event
 }
 
-func (s *Server) newWarmup() *warmup {
+func (s *Sandboxes) newWarmup() *warmup {
 	return &warmup{bound: s.cfg.WarmupWait, until: time.Now().Add(s.cfg.WarmupWait)}
 }
 
@@ -64,7 +63,7 @@ func (w *warmup) wait(ctx context.Context, what string) error {
 	if !time.Now().Before(w.until) {
 		return fmt.Errorf("%w: still waiting for %s after %s; retry later (GET /readyz says what is not ready)", errdefs.ErrUnavailable, what, w.bound)
 	}
-	t := time.NewTimer(min(warmupPoll, time.Until(w.until)))
+	t := time.NewTimer(min(WarmupPoll, time.Until(w.until)))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -75,7 +74,7 @@ func (w *warmup) wait(ctx context.Context, what string) error {
 }
 
 // recordWarmup appends the collected events to sandbox id's.
-func (s *Server) recordWarmup(ctx context.Context, id string, w *warmup) {
+func (s *Sandboxes) recordWarmup(ctx context.Context, id string, w *warmup) {
 	for _, e := range w.events {
 		e.SandboxID = id
 		if _, err := s.store.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
@@ -91,7 +90,7 @@ type liveNode struct {
 }
 
 // liveNodes lists the ready nodes whose heartbeat is recent.
-func (s *Server) liveNodes(ctx context.Context) ([]liveNode, error) {
+func (s *Sandboxes) liveNodes(ctx context.Context) ([]liveNode, error) {
 	nodes, err := s.store.ListNodes(ctx)
 	if err != nil {
 		return nil, err
@@ -99,7 +98,7 @@ func (s *Server) liveNodes(ctx context.Context) ([]liveNode, error) {
 	var live []liveNode
 	for _, n := range nodes {
 		if n.State == store.NodeReady && time.Since(n.LastHeartbeat) < scheduler.HeartbeatTimeout {
-			live = append(live, liveNode{Node: n, pending: s.nodes.pendingRuntimes(n.ID)})
+			live = append(live, liveNode{Node: n, pending: s.beats.PendingRuntimes(n.ID)})
 		}
 	}
 	return live, nil
@@ -128,7 +127,7 @@ func stateOf(live []liveNode, runtime string) runtimeState {
 // autoRuntime decides the runtime of a create that names none under
 // "auto" (see the top of the file), waiting for a live node when there is
 // none yet. note is the event to record, "" for none.
-func (s *Server) autoRuntime(ctx context.Context, w *warmup) (runtime, note string, err error) {
+func (s *Sandboxes) autoRuntime(ctx context.Context, w *warmup) (runtime, note string, err error) {
 	for {
 		live, err := s.liveNodes(ctx)
 		if err != nil {
@@ -151,7 +150,7 @@ var errNoNodeYet = fmt.Errorf("%w: no node is live; `space node` registers one",
 // for one: only while the server warms up (it started less than WarmupWait
 // ago) and no node is draining. Later, or when the operator drains the
 // nodes, no live node is an outage, answered at once.
-func (s *Server) awaitsFirstNode(ctx context.Context) bool {
+func (s *Sandboxes) awaitsFirstNode(ctx context.Context) bool {
 	if time.Since(s.started) >= s.cfg.WarmupWait {
 		return false
 	}
@@ -163,14 +162,14 @@ func (s *Server) awaitsFirstNode(ctx context.Context) bool {
 }
 
 // resolveAuto is autoRuntime's decision over what the live nodes say of vm.
-func (s *Server) resolveAuto(vm runtimeState) (runtime, note string, err error) {
+func (s *Sandboxes) resolveAuto(vm runtimeState) (runtime, note string, err error) {
 	switch {
 	case vm.offered || vm.bringing != "":
 		return "vm", "", nil
 	case vm.live == 0:
 		return "", "", errNoNodeYet
 	case s.cfg.RuntimeFallback == "ns":
-		return "ns", fallbackNote, nil
+		return "ns", FallbackNote, nil
 	}
 	return "", "", fmt.Errorf("%w: no node offers the vm runtime or is bringing it up, and the server does not fall back to ns (which shares the host kernel): "+
 		"name the runtime in the create (\"runtime\": \"ns\"), or start the server with --runtime-fallback ns", errdefs.ErrFailedPrecondition)
@@ -178,7 +177,7 @@ func (s *Server) resolveAuto(vm runtimeState) (runtime, note string, err error) 
 
 // awaitTemplate returns template name once it is ready, waiting while it
 // builds.
-func (s *Server) awaitTemplate(ctx context.Context, w *warmup, name string) (store.Template, error) {
+func (s *Sandboxes) awaitTemplate(ctx context.Context, w *warmup, name string) (store.Template, error) {
 	for {
 		tpl, err := s.store.GetTemplate(ctx, name)
 		if err != nil {
@@ -198,7 +197,7 @@ func (s *Server) awaitTemplate(ctx context.Context, w *warmup, name string) (sto
 
 // awaitPlace places sb, waiting while no node can take it only because a
 // live node is still bringing up its runtime or no node is live yet.
-func (s *Server) awaitPlace(ctx context.Context, w *warmup, sbRuntime string, place func() (string, string, error)) (string, string, error) {
+func (s *Sandboxes) awaitPlace(ctx context.Context, w *warmup, sbRuntime string, place func() (string, string, error)) (string, string, error) {
 	for {
 		node, why, err := place()
 		if err == nil || !errors.Is(err, errdefs.ErrResourceExhausted) {
@@ -224,64 +223,22 @@ func (s *Server) awaitPlace(ctx context.Context, w *warmup, sbRuntime string, pl
 	}
 }
 
-// pendingRuntimes are the runtimes node id said in its last heartbeat it is
-// bringing up; nothing when that heartbeat is not recent. A replica knows
-// what the heartbeats it received said: on another one a create for such a
-// runtime is refused or waits for the node's next heartbeat there.
-func (n *Nodes) pendingRuntimes(id string) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	o, ok := n.observed[id]
-	if !ok || time.Since(o.at) >= scheduler.HeartbeatTimeout {
-		return nil
-	}
-	return o.pending
-}
-
-// knownRuntimes keeps the runtime names this server knows from a node's
-// list (a node's heartbeat is trusted to say what it runs, not to grow the
-// server's memory with names).
-func knownRuntimes(names []string) []string {
-	var out []string
-	for _, n := range names {
-		if (n == "vm" || n == "ns") && !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// handleReady is GET /readyz: 200 when the default template is ready and a
-// live node offers the default runtime, 503 with what is not otherwise.
-// GET /healthz stays liveness: it answers 200 as soon as the server serves.
-// Like /healthz it needs no credential (probes), so it names no node and
-// no build output.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	out, err := s.readiness(ctx)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: database: %v", errUnavailable, err))
-		return
-	}
-	code := http.StatusOK
-	if !out.Ready {
-		code = http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, out)
-}
-
-func (s *Server) readiness(ctx context.Context) (sandboxv1.Readiness, error) {
-	out := sandboxv1.Readiness{Template: defaultTemplate}
-	switch tpl, err := s.store.GetTemplate(ctx, defaultTemplate); {
+// Readiness says whether a create of the default template on the default
+// runtime can be served now, and if not, what is missing: the default
+// template not ready, no live node, no live node offering the runtime. It
+// names no node and no build output (GET /readyz serves it to probes
+// without a credential).
+func (s *Sandboxes) Readiness(ctx context.Context) (sandboxv1.Readiness, error) {
+	out := sandboxv1.Readiness{Template: DefaultTemplate}
+	switch tpl, err := s.store.GetTemplate(ctx, DefaultTemplate); {
 	case errors.Is(err, errdefs.ErrNotFound):
-		out.NotReady = append(out.NotReady, fmt.Sprintf("template %s does not exist", defaultTemplate))
+		out.NotReady = append(out.NotReady, fmt.Sprintf("template %s does not exist", DefaultTemplate))
 	case err != nil:
 		return out, err
 	case tpl.State == store.TemplateFailed:
-		out.NotReady = append(out.NotReady, fmt.Sprintf("template %s failed to build (`space template list` says why)", defaultTemplate))
+		out.NotReady = append(out.NotReady, fmt.Sprintf("template %s failed to build (`space template list` says why)", DefaultTemplate))
 	case tpl.State != store.TemplateReady:
-		out.NotReady = append(out.NotReady, fmt.Sprintf("template %s is %s", defaultTemplate, tpl.State))
+		out.NotReady = append(out.NotReady, fmt.Sprintf("template %s is %s", DefaultTemplate, tpl.State))
 	}
 	live, err := s.liveNodes(ctx)
 	if err != nil {

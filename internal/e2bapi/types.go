@@ -1,4 +1,4 @@
-package server
+package e2bapi
 
 import (
 	"encoding/json"
@@ -30,9 +30,9 @@ type e2bNewSandbox struct {
 	MCP          map[string]any  `json:"mcp"`
 }
 
-// e2bSandbox is E2B's Sandbox: the answer of create, connect, resume and
+// Sandbox is E2B's Sandbox: the answer of create, connect, resume and
 // each fork.
-type e2bSandbox struct {
+type Sandbox struct {
 	TemplateID         string  `json:"templateID"`
 	SandboxID          string  `json:"sandboxID"`
 	Alias              string  `json:"alias,omitempty"`
@@ -49,8 +49,8 @@ type e2bLifecycle struct {
 	OnTimeout  string `json:"onTimeout"`
 }
 
-// e2bSandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
-type e2bSandboxDetail struct {
+// SandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
+type SandboxDetail struct {
 	TemplateID          string            `json:"templateID"`
 	SandboxID           string            `json:"sandboxID"`
 	Alias               string            `json:"alias,omitempty"`
@@ -78,8 +78,8 @@ type e2bNetworkInfo struct {
 	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
-// e2bListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).
-type e2bListedSandbox struct {
+// ListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).
+type ListedSandbox struct {
 	TemplateID   string            `json:"templateID"`
 	Alias        string            `json:"alias,omitempty"`
 	SandboxID    string            `json:"sandboxID"`
@@ -103,8 +103,8 @@ type e2bSnapshotInfo struct {
 
 // e2bForkResult is one element of the answer of POST /sandboxes/{id}/fork.
 type e2bForkResult struct {
-	Sandbox *e2bSandbox `json:"sandbox,omitempty"`
-	Error   *e2bError   `json:"error,omitempty"`
+	Sandbox *Sandbox  `json:"sandbox,omitempty"`
+	Error   *e2bError `json:"error,omitempty"`
 }
 
 // e2bNoEnd is the endAt of a sandbox without a timeout (SPACE allows
@@ -142,23 +142,23 @@ func e2bEndAt(sb *sandbox.Sandbox) time.Time {
 
 // e2bSandboxOf is sb as E2B's Sandbox, with traffic its trafficAccessToken
 // (nil when its ports are public or it has no E2B port rule).
-func (s *Server) e2bSandboxOf(sb *sandbox.Sandbox, traffic *string) e2bSandbox {
-	domain := s.ingressDomain()
-	return e2bSandbox{
+func (a *API) e2bSandboxOf(sb *sandbox.Sandbox, traffic *string) Sandbox {
+	domain := a.domain
+	return Sandbox{
 		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
-		EnvdVersion: e2bEnvdVersion, EnvdAccessToken: s.e2bAccessToken(sb.ID), TrafficAccessToken: traffic, Domain: &domain,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: a.AccessToken(sb.ID), TrafficAccessToken: traffic, Domain: &domain,
 	}
 }
 
 // e2bDetailOf is sb as E2B's SandboxDetail.
-func (s *Server) e2bDetailOf(sb *sandbox.Sandbox) e2bSandboxDetail {
-	domain := s.ingressDomain()
-	allow := sb.EgressOr(s.cfg.DefaultEgress).Spec().AllowInternet
+func (a *API) e2bDetailOf(sb *sandbox.Sandbox) SandboxDetail {
+	domain := a.domain
+	allow := sb.EgressOr(a.svc.DefaultEgress()).Spec().AllowInternet
 	md := e2bMetadataOf(sb)
-	return e2bSandboxDetail{
+	return SandboxDetail{
 		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
-		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), EnvdVersion: e2bEnvdVersion,
-		EnvdAccessToken: s.e2bAccessToken(sb.ID), Domain: &domain,
+		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), EnvdVersion: EnvdVersion,
+		EnvdAccessToken: a.AccessToken(sb.ID), Domain: &domain,
 		CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB, DiskSizeMB: sb.DiskMiB, Metadata: md,
 		State: e2bState(sb.State), AllowInternetAccess: &allow,
 		Lifecycle:    e2bLifecycle{AutoResume: false, OnTimeout: "kill"},
@@ -167,33 +167,33 @@ func (s *Server) e2bDetailOf(sb *sandbox.Sandbox) e2bSandboxDetail {
 }
 
 // e2bListedOf is sb as E2B's ListedSandbox.
-func e2bListedOf(sb *sandbox.Sandbox) e2bListedSandbox {
+func e2bListedOf(sb *sandbox.Sandbox) ListedSandbox {
 	md := e2bMetadataOf(sb)
-	return e2bListedSandbox{
+	return ListedSandbox{
 		TemplateID: sb.Template, Alias: sb.Name, SandboxID: sb.ID, ClientID: e2bClientID(sb),
 		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB,
-		DiskSizeMB: sb.DiskMiB, Metadata: md, State: e2bState(sb.State), EnvdVersion: e2bEnvdVersion,
+		DiskSizeMB: sb.DiskMiB, Metadata: md, State: e2bState(sb.State), EnvdVersion: EnvdVersion,
 		VolumeMounts: []any{},
 	}
 }
 
-// E2BRuntimeKey is the metadata key under which E2B's getInfo and list
+// RuntimeKey is the metadata key under which E2B's getInfo and list
 // answers say which runtime a sandbox got ("vm": its own kernel; "ns":
 // namespaces on the host kernel): E2B's API has no field for it. The
 // "space." namespace is reserved, so no caller can set it.
-const E2BRuntimeKey = "space.runtime"
+const RuntimeKey = "space.runtime"
 
-// E2BRuntimeHeader says the runtime on E2B's create answer, whose body has
+// RuntimeHeader says the runtime on E2B's create answer, whose body has
 // neither a runtime field nor the metadata.
-const E2BRuntimeHeader = "Space-Runtime"
+const RuntimeHeader = "Space-Runtime"
 
 // e2bMetadataOf is sb's metadata as E2B answers show it: the caller's,
-// and the runtime under E2BRuntimeKey.
+// and the runtime under RuntimeKey.
 func e2bMetadataOf(sb *sandbox.Sandbox) map[string]string {
 	md := maps.Clone(sb.Metadata)
 	if md == nil {
 		md = map[string]string{}
 	}
-	md[E2BRuntimeKey] = sb.Runtime
+	md[RuntimeKey] = sb.Runtime
 	return md
 }

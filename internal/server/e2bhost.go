@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/e2bapi"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
+)
+
+// E2BPathPrefix is the path of the E2B REST API on the API listener:
+// E2B_API_URL is the API URL with it.
+const E2BPathPrefix = e2bapi.PathPrefix
+
+// e2bHost is what the E2B surface (internal/e2bapi) uses of this server:
+// its authentication, metrics, error statuses, guest and node connections,
+// and its ingress.
+type e2bHost struct{ s *Server }
+
+var _ e2bapi.Host = e2bHost{}
+
+func (h e2bHost) Authenticate(next http.HandlerFunc) http.HandlerFunc { return h.s.authenticate(next) }
+
+func (h e2bHost) Caller(ctx context.Context) service.Caller { return callerOf(ctx).service() }
+
+func (h e2bHost) Instrument(pattern string, next http.Handler) http.Handler {
+	return h.s.instrument(pattern, next)
+}
+
+func (h e2bHost) Status(err error) int {
+	status, _ := statusOf(err)
+	return status
+}
+
+func (h e2bHost) ObserveCreate(d time.Duration) { h.s.metrics.observeCreate(d) }
+
+func (h e2bHost) GuestTransport(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (http.RoundTripper, error) {
+	g, err := h.s.guestFor(ctx, sb, op)
+	if err != nil {
+		return nil, err
+	}
+	return g.http.Transport, nil
+}
+
+func (h e2bHost) ReadGuestFile(ctx context.Context, sb *sandbox.Sandbox, path, user string, limit int64) ([]byte, error) {
+	g, err := h.s.guestFor(ctx, sb, capability.OpFiles)
+	if err != nil {
+		return nil, err
+	}
+	op := "read " + path
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, guestFilesURL(g, path, user), nil)
+	resp, err := g.http.Do(req)
+	if err != nil {
+		return nil, transportError(op, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, guestHTTPError(op, resp)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return nil, transportError(op, err)
+	}
+	return b, nil
+}
+
+func (h e2bHost) Node(ctx context.Context, id string) (e2bapi.NodeStats, error) {
+	c, err := h.s.nodes.clientWait(ctx, id, nodeWait)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (h e2bHost) ServeIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
+	h.s.ingress.ServeHTTPPort(w, r, id, port, path)
+}
+
+// newE2B is the E2B surface of s.
+func (s *Server) newE2B() *e2bapi.API {
+	return e2bapi.New(e2bapi.Config{
+		Service: s.svc, Host: e2bHost{s}, TokenKey: s.e2bTokenKey(),
+		IngressDomain: s.ingressDomain(), Log: s.log,
+	})
+}
