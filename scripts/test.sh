@@ -4,7 +4,8 @@
 # priority from the start; the tests that need the kernel (microvm) wait for
 # it (vmimage.AwaitMinimalKernel) while the rest run, and a failed build
 # fails the run. The nested modules (api, sdk/go: `./...` at the root does
-# not enter them) are tested from their own roots after the root's.
+# not enter them) are tested from their own roots after the root's, and the
+# concurrency-heavy packages once more under -race.
 # Usage: test.sh CACHE_DIR S3_SERVER [MODULE_DIR...]
 set -uo pipefail
 cache=$1 s3=$2
@@ -30,6 +31,15 @@ fi
 # (minutes) before its own tests.
 SPACE_TEST_CACHE_DIR=$cache SPACE_TEST_S3_SERVER=$s3 go test -count=1 -timeout 40m "${par[@]}" ./...
 rc=$?
+# The packages whose tests run the most goroutines against each other (the
+# reconciler, the node and its client, the bridge, the gateway, the store,
+# the route cache, keyed locks, the service layer) a second time under the
+# race detector. (internal/server is left out: under -race its tests take
+# longer than the whole suite's budget allows on a 2-core machine.)
+race=(./internal/reconcile/... ./internal/node/... ./internal/nodeclient/... ./internal/bridge/...
+  ./internal/gateway/... ./internal/store/sqlstore/... ./internal/route/... ./internal/keylock/...
+  ./internal/service/... ./internal/connecterr/...)
+go test -race -count=1 -timeout 20m "${race[@]}" || rc=1
 for m in "$@"; do
   go test -C "$m" -count=1 ./... || rc=1
 done
