@@ -68,6 +68,7 @@ var table = []row{
 		node: answer{http.StatusServiceUnavailable, sandboxv1.CodeClockDisagrees}},
 	{err: errdefs.ErrRateLimited, cp: answer{http.StatusTooManyRequests, sandboxv1.CodeRateLimited}},
 	{err: errdefs.ErrQuotaExceeded, cp: answer{http.StatusTooManyRequests, sandboxv1.CodeResourceExhausted}},
+	{err: errdefs.ErrTooManyStreams, cp: answer{http.StatusTooManyRequests, sandboxv1.CodeResourceExhausted}},
 	// No room is worth retrying later: 503, as SPEC.md says.
 	{err: errdefs.ErrNoCapacity, cp: answer{http.StatusServiceUnavailable, sandboxv1.CodeUnavailable}},
 

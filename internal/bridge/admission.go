@@ -160,6 +160,8 @@ const (
 	RefusedDeny         = "deny"
 	RefusedClock        = "clock" // the node's clock does not agree with the control plane's
 	RefusedNotYetValid  = "not_yet_valid"
+	// RefusedTooManyStreams counts requests over Config.MaxStreams.
+	RefusedTooManyStreams = "too_many_streams"
 )
 
 // refusal is a check's refusal: why, the reason counted, and the

@@ -27,7 +27,10 @@ import (
 	"connectrpc.com/connect"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/guest"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -57,7 +60,17 @@ type Config struct {
 	Dir string
 	// DirCheckEvery is how often Dir is checked (DefaultDirCheckEvery).
 	DirCheckEvery time.Duration
+	// MaxStreams bounds the guest requests in flight at once (0:
+	// DefaultMaxStreams); one more is refused 429 too_many_streams.
+	MaxStreams int
 }
+
+// DefaultMaxStreams is how many guest requests (process streams, watches,
+// file transfers) one execution's bridge carries at once. Each costs the
+// bridge and the node a goroutine and buffers, and the guest — hostile,
+// perhaps — need not enforce caps of its own, so the host holds this one: a
+// client opening ten thousand watches gets refusals, not the node's memory.
+const DefaultMaxStreams = 1024
 
 // publicPrefixes are the guest routes forwarded to the manager. The control
 // service is deliberately absent.
@@ -100,6 +113,8 @@ type Bridge struct {
 	reason  string
 	// adm admits public guest requests by their capability.
 	adm admission
+	// streams holds a token per guest request in flight (Config.MaxStreams).
+	streams chan struct{}
 
 	// thawTimer thaws the guest's filesystem if the manager froze it and
 	// never thawed it (it crashed in between): a sandbox is never left
@@ -145,7 +160,10 @@ func New(cfg Config, log *slog.Logger) (*Bridge, error) {
 		}
 		return nil, fmt.Errorf("bridge %s: guest channel: %w", cfg.ExecID, err)
 	}
-	return &Bridge{cfg: cfg, log: log, client: c, dir: dir, adm: admission{now: time.Now}}, nil
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	return &Bridge{cfg: cfg, log: log, client: c, dir: dir, adm: admission{now: time.Now}, streams: make(chan struct{}, cfg.MaxStreams)}, nil
 }
 
 // Run waits for the guest, serves the manager until ctx is done, the guest
@@ -285,11 +303,28 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 		if !b.admit(w, r) {
 			return
 		}
+		select {
+		case b.streams <- struct{}{}:
+			defer func() { <-b.streams }()
+		default:
+			b.refuseStream(w, r)
+			return
+		}
 		// Streams answer before their request body is fully forwarded.
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		proxy.ServeHTTP(w, r)
 	})
 	return mux
+}
+
+// refuseStream answers a guest request over Config.MaxStreams.
+func (b *Bridge) refuseStream(w http.ResponseWriter, r *http.Request) {
+	b.adm.count(RefusedTooManyStreams)
+	err := fmt.Errorf("%w: host bridge: the sandbox has %d requests in flight, the most it may; end a stream, watch or process first",
+		errdefs.ErrTooManyStreams, b.cfg.MaxStreams)
+	b.log.Warn("request refused by the host bridge", "path", r.URL.Path, "reason", RefusedTooManyStreams)
+	status, code, reason := apierr.Encode(apierr.Node, err)
+	writeJSON(w, status, nodev1.Error{Code: code, Message: err.Error(), Reason: string(reason)})
 }
 
 // InitRequest is the body of POST /bridge/v1/init: the identity and defaults the

@@ -91,8 +91,9 @@ func getEnvs(t testing.TB, hc *http.Client) (int, string) {
 }
 
 // startBridge runs a real guest daemon and a bridge over a socketpair and
-// returns an HTTP client of the bridge's socket.
-func startBridge(t testing.TB) (*http.Client, <-chan struct{}, net.Conn) {
+// returns an HTTP client of the bridge's socket; opts change the bridge's
+// Config before it starts.
+func startBridge(t testing.TB, opts ...func(*Config)) (*http.Client, <-chan struct{}, net.Conn) {
 	t.Helper()
 	hostConn, guestConn := channelPair(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -102,7 +103,11 @@ func startBridge(t testing.TB) (*http.Client, <-chan struct{}, net.Conn) {
 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "bridge.sock")
-	b, err := New(Config{ExecID: "e1", Socket: sock, Channel: hostConn, ExitFile: filepath.Join(dir, "exit")}, log)
+	cfg := Config{ExecID: "e1", Socket: sock, Channel: hostConn, ExitFile: filepath.Join(dir, "exit")}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

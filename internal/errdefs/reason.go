@@ -49,6 +49,9 @@ var (
 	ErrQuotaExceeded = newReason(ErrResourceExhausted, "quota_exceeded")
 	// ErrNoCapacity: no node (or this node) has room for the request now.
 	ErrNoCapacity = newReason(ErrResourceExhausted, "no_capacity")
+	// ErrTooManyStreams: one sandbox has as many requests in flight as it
+	// may (streams, watches, exec sessions); one must end first.
+	ErrTooManyStreams = newReason(ErrResourceExhausted, "too_many_streams")
 	// ErrTooLarge: a body, a file or a value is over its limit.
 	ErrTooLarge = newReason(ErrInvalidArgument, "too_large")
 	// ErrNotImplemented: this build or configuration does not offer the
