@@ -86,11 +86,21 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 }
 
 func (s *Store) withBtrfs(log *slog.Logger, how string) (*Store, error) {
-	d, err := btrfs.New(s.Dir)
+	var cfg btrfs.Config
+	if s.loop != nil {
+		cfg.Image = s.loop.Image
+	}
+	d, err := btrfs.NewWithConfig(s.Dir, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("volume store: %w", err)
 	}
 	s.Driver = d
+	if mode, why := d.QuotaMode(); mode == "" {
+		log.Warn("volume store: no btrfs quotas; sandboxes' disk_mib is not enforced", "dir", s.Dir, "why", why)
+	} else {
+		log.Info("volume store opened", "dir", s.Dir, "backend", how, "quotas", mode)
+		return s, nil
+	}
 	log.Info("volume store opened", "dir", s.Dir, "backend", how)
 	return s, nil
 }
