@@ -129,6 +129,27 @@ func loopbackUnavailable(cfg Config) string {
 	return ""
 }
 
+// Limit bounds volume id when the store's driver can (volume.Limiter); a
+// store that cannot answers an error wrapping errors.ErrUnsupported.
+func (s *Store) Limit(ctx context.Context, id string, bytes uint64) error {
+	l, ok := s.Driver.(volume.Limiter)
+	if !ok {
+		return fmt.Errorf("volume store: %s volumes cannot be bounded: %w", s.Name(), errors.ErrUnsupported)
+	}
+	return l.Limit(ctx, id, bytes)
+}
+
+// DiskUsage reports volume id's charged space when the store's driver
+// accounts it (volume.DiskUser); otherwise an error wrapping
+// errors.ErrUnsupported.
+func (s *Store) DiskUsage(ctx context.Context, id string) (volume.DiskUsage, error) {
+	du, ok := s.Driver.(volume.DiskUser)
+	if !ok {
+		return volume.DiskUsage{}, fmt.Errorf("volume store: %s volumes are not accounted: %w", s.Name(), errors.ErrUnsupported)
+	}
+	return du.DiskUsage(ctx, id)
+}
+
 // Loopback reports whether the store lives on a loopback image this package
 // manages.
 func (s *Store) Loopback() bool { return s.loop != nil }
