@@ -17,7 +17,7 @@ import (
 const mib = 1 << 20
 
 // loopbackOf is loopback with an image of size bytes.
-func loopbackOf(t *testing.T, size int64) string {
+func loopbackOf(t testing.TB, size int64) string {
 	t.Helper()
 	testenv.RequiresBtrfs(t)
 	dir := t.TempDir()
