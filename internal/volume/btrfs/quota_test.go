@@ -40,7 +40,12 @@ func loopbackOf(t testing.TB, size int64) string {
 // template "base" holding one file.
 func quotaDriver(t *testing.T, size int64, cfg Config) *Driver {
 	t.Helper()
-	d, err := NewWithConfig(filepath.Join(loopbackOf(t, size), "store"), cfg)
+	return quotaDriverOn(t, loopbackOf(t, size), cfg)
+}
+
+func quotaDriverOn(t *testing.T, mnt string, cfg Config) *Driver {
+	t.Helper()
+	d, err := NewWithConfig(filepath.Join(mnt, "store"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +120,25 @@ func isQuotaError(err error) bool {
 // TestQuotaFill: a volume written past its limit gets EDQUOT, having written
 // no more than its limit; its neighbour still writes.
 func TestQuotaFill(t *testing.T) {
-	d := quotaDriver(t, 512*mib, Config{})
+	testQuotaFill(t, quotaDriver(t, 512*mib, Config{}))
+}
+
+// TestQuotaFillClassic: the same on a filesystem whose quotas are classic
+// quota groups (kernels before simple quotas, or an operator's choice),
+// which the driver keeps.
+func TestQuotaFillClassic(t *testing.T) {
+	mnt := loopbackOf(t, 512*mib)
+	if err := run(context.Background(), "quota", "enable", mnt); err != nil {
+		t.Fatal(err)
+	}
+	d := quotaDriverOn(t, mnt, Config{})
+	if mode, _ := d.QuotaMode(); mode != quotaClassic {
+		t.Fatalf("quota mode %q on a filesystem with classic quotas, want %q", mode, quotaClassic)
+	}
+	testQuotaFill(t, d)
+}
+
+func testQuotaFill(t *testing.T, d *Driver) {
 	const limit = 32 * mib
 	a := limitedClone(t, d, "a", limit)
 	b := limitedClone(t, d, "b", limit)
