@@ -38,6 +38,9 @@ type Config struct {
 	DataDir string
 	// ImageSize is the loopback image's size in bytes; default DefaultImageSize.
 	ImageSize int64
+	// NoDiskQuota leaves a btrfs store's quotas as they are: volumes are
+	// not bounded (btrfs.Config.NoQuota).
+	NoDiskQuota bool
 	// NoLoopback skips step 2 (the copy driver is used unless DATA/volumes is
 	// already on btrfs).
 	NoLoopback bool
@@ -70,7 +73,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		if _, err := os.Stat(image); err == nil {
 			s.loop = &btrfs.Loopback{Image: image, Mountpoint: dir}
 		}
-		return s.withBtrfs(log, "existing btrfs")
+		return s.withBtrfs(log, "existing btrfs", cfg)
 	}
 	if reason := loopbackUnavailable(cfg); reason != "" {
 		log.Warn("volume store: using the copy driver; clones are full copies and slower", "dir", dir, "why not btrfs", reason)
@@ -82,11 +85,11 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		return openCopy(dir)
 	}
 	s := &Store{Dir: dir, loop: loop}
-	return s.withBtrfs(log, "btrfs loopback "+image)
+	return s.withBtrfs(log, "btrfs loopback "+image, cfg)
 }
 
-func (s *Store) withBtrfs(log *slog.Logger, how string) (*Store, error) {
-	var cfg btrfs.Config
+func (s *Store) withBtrfs(log *slog.Logger, how string, c Config) (*Store, error) {
+	cfg := btrfs.Config{NoQuota: c.NoDiskQuota}
 	if s.loop != nil {
 		cfg.Image = s.loop.Image
 	}
