@@ -165,12 +165,11 @@ func (q *quota) refreshCap(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := used + free - min(free, q.reserve)
-	if free < q.reserve {
-		// Already inside the reserve: sandboxes may not grow, but never
-		// below what they hold (a limit under usage would make btrfs
-		// refuse even the metadata of a delete in some kernels).
-		limit = used
+	// Already inside the reserve, sandboxes may not grow; the limit stays
+	// at what they hold, so deleting gives them room again.
+	limit := used
+	if free > q.reserve {
+		limit += free - q.reserve
 	}
 	limit = max(limit, 1<<20)
 	if err := run(ctx, "qgroup", "limit", strconv.FormatUint(limit, 10), sandboxesQgroup, q.root); err != nil {
