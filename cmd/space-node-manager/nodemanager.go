@@ -37,6 +37,7 @@ func runNodeManager(args []string) int {
 	guestBin := fs.String("guest-binary", "", "static space-guest binary (default: beside this binary)")
 	allow := fs.String("allow-uid", "", "comma-separated uids besides root that may call (the uid of `space node`)")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "downloads shared by every data dir: the guest kernel, initramfs builds")
+	diskQuota := fs.Bool("disk-quota", true, "bound each ns sandbox's disk at its disk_mib with btrfs quota groups (turns simple quotas on for the volume store's btrfs; false leaves its quotas as they are and disks unbounded)")
 	kernelBuild := fs.String("kernel-build", kernelBuildBackground, "when the vm runtime's minimal kernel is not built: background (start on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (move to one another process builds into --cache-dir), or off")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -82,7 +83,8 @@ func runNodeManager(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := serveNodeManager(ctx, dir, *cacheDir, *kernelBuild, *socket, *guestBin, uids, log); err != nil {
+	vcfg := localvol.Config{DataDir: dir, NoDiskQuota: !*diskQuota}
+	if err := serveNodeManager(ctx, vcfg, *cacheDir, *kernelBuild, *socket, *guestBin, uids, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 1
 	}
@@ -107,8 +109,9 @@ func newVMDriver(ctx context.Context, volumesDir string, kernels *vmKernels, log
 	return d, later, err
 }
 
-func serveNodeManager(ctx context.Context, dataDir, cacheDir, kernelBuild, socket, guestBin string, uids []uint32, log *slog.Logger) error {
-	vols, err := localvol.Open(ctx, localvol.Config{DataDir: dataDir}, log)
+func serveNodeManager(ctx context.Context, vcfg localvol.Config, cacheDir, kernelBuild, socket, guestBin string, uids []uint32, log *slog.Logger) error {
+	dataDir := vcfg.DataDir
+	vols, err := localvol.Open(ctx, vcfg, log)
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
 	}

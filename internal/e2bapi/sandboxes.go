@@ -374,6 +374,11 @@ type Metric struct {
 	// MemCache is the guest's page cache; only a VM has its own (omitted
 	// for ns, whose /proc/meminfo is the host's).
 	MemCache *uint64 `json:"memCache,omitempty"`
+	// DiskUsed and DiskTotal are what an ns sandbox's root volume is
+	// charged on the node and its limit (disk_mib); omitted where the node
+	// does not account the disk (vm, a store without quotas).
+	DiskUsed  *uint64 `json:"diskUsed,omitempty"`
+	DiskTotal *uint64 `json:"diskTotal,omitempty"`
 }
 
 // e2bMetricWindow is how long the CPU use of a metrics sample is measured
@@ -518,6 +523,10 @@ func e2bMetricOf(a, b *nodev1.ExecStats) Metric {
 	m := Metric{
 		Timestamp: b.Time, TimestampUnix: b.Time.Unix(), CPUCount: max(b.CPUs, 1),
 		MemUsed: b.MemoryBytes, MemTotal: b.MemoryLimitBytes,
+	}
+	if b.DiskLimitBytes > 0 {
+		used, total := b.DiskBytes, b.DiskLimitBytes
+		m.DiskUsed, m.DiskTotal = &used, &total
 	}
 	if wall := b.Time.Sub(a.Time); wall > 0 && b.CPUNanos >= a.CPUNanos {
 		pct := float64(b.CPUNanos-a.CPUNanos) / float64(wall.Nanoseconds()) / float64(m.CPUCount) * 100

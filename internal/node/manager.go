@@ -191,6 +191,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 		CPUs:      req.CPUs,
 		MemoryMiB: req.MemoryMiB,
 		PidsMax:   pidsFor(req.MemoryMiB),
+		DiskMiB:   req.DiskMiB,
 		Snapshot:  req.Snapshot,
 		Network:   m.cfg.Gateway != nil,
 	})
@@ -562,6 +563,7 @@ func (m *Manager) Stats(ctx context.Context, execID string) (*nodev1.ExecStats, 
 	return &nodev1.ExecStats{
 		Time: time.Now().UTC(), CPUNanos: st.CPUNanos, CPUs: rec.CPUs,
 		MemoryBytes: st.MemoryBytes, MemoryLimitBytes: uint64(rec.MemoryMiB) << 20, Pids: st.Pids,
+		DiskBytes: st.DiskBytes, DiskLimitBytes: st.DiskLimitBytes,
 	}, nil
 }
 

@@ -410,7 +410,8 @@ func (m *Manager) prepare(ctx context.Context, key nodev1.PoolKey, version strin
 // returns false when there is none (or the claim failed and was undone: the
 // caller then starts one cold).
 func (m *Manager) claimWarm(ctx context.Context, req nodev1.StartExecution) (*Record, bool) {
-	if req.Snapshot != "" {
+	if req.Snapshot != "" || req.DiskMiB != 0 && req.DiskMiB != privop.DefaultDiskMiB {
+		// Prepared executions have the default disk limit.
 		return nil, false
 	}
 	key := nodev1.PoolKey{Template: req.Template, Runtime: req.Runtime, CPUs: req.CPUs, MemoryMiB: req.MemoryMiB}

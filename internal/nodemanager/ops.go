@@ -176,6 +176,12 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec %s: root filesystem: %w", a.ExecID, err)
 	}
+	if cp == nil && !s.cfg.ImageRuntimes[a.Runtime] {
+		if err := s.limitDisk(ctx, a); err != nil {
+			_ = s.cfg.Storage.Delete(context.WithoutCancel(ctx), a.ExecID)
+			return nil, nil, fmt.Errorf("exec %s: root filesystem: %w", a.ExecID, err)
+		}
+	}
 	tCloned := time.Now()
 	spec := driver.Spec{
 		ExecID:      a.ExecID,
@@ -305,7 +311,9 @@ func (s *Server) stats(ctx context.Context, execID, runtime string) (*privop.Sta
 	for _, d := range drivers {
 		st, err := d.Stats(ctx, execID)
 		if err == nil {
-			return &privop.Stats{MemoryBytes: st.MemoryBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}, nil
+			out := &privop.Stats{MemoryBytes: st.MemoryBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}
+			s.diskStats(ctx, execID, out)
+			return out, nil
 		}
 		last = err
 	}

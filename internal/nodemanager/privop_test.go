@@ -269,6 +269,8 @@ func TestValidation(t *testing.T) {
 		{"cpus", func(a *privop.StartArgs) { a.CPUs = 0 }, errdefs.ErrInvalidArgument},
 		{"memory", func(a *privop.StartArgs) { a.MemoryMiB = 1 << 30 }, errdefs.ErrInvalidArgument},
 		{"pids", func(a *privop.StartArgs) { a.PidsMax = 1 }, errdefs.ErrInvalidArgument},
+		{"disk", func(a *privop.StartArgs) { a.DiskMiB = 2 << 20 }, errdefs.ErrInvalidArgument},
+		{"disk negative", func(a *privop.StartArgs) { a.DiskMiB = -1 }, errdefs.ErrInvalidArgument},
 		{"template absent", func(a *privop.StartArgs) { a.Template = "other" }, errdefs.ErrFailedPrecondition},
 	}
 	for _, tt := range tests {

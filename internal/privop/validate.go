@@ -33,6 +33,19 @@ func ValidTemplateName(name string) error {
 	return nil
 }
 
+// DefaultDiskMiB is the disk limit of an execution started without one (a
+// warm-pool preparation, a request from an older control plane): the
+// control plane's default disk size (sandbox.DefaultDiskMiB).
+const DefaultDiskMiB = 2048
+
+// DiskBytes is the execution's disk limit in bytes.
+func (a *StartArgs) DiskBytes() uint64 {
+	if a.DiskMiB == 0 {
+		return DefaultDiskMiB << 20
+	}
+	return uint64(a.DiskMiB) << 20
+}
+
 func (a *StartArgs) Validate(runtimes map[string]bool) error {
 	if a == nil {
 		return invalid("start: missing arguments")
@@ -65,6 +78,9 @@ func (a *StartArgs) Validate(runtimes map[string]bool) error {
 	}
 	if a.PidsMax < 16 || a.PidsMax > 1<<16 {
 		return invalid("pids max %d: want 16..65536", a.PidsMax)
+	}
+	if a.DiskMiB != 0 && (a.DiskMiB < 16 || a.DiskMiB > 1<<20) {
+		return invalid("disk %d MiB: want 16..1048576, or 0 for the default", a.DiskMiB)
 	}
 	return nil
 }

@@ -89,6 +89,9 @@ type StartArgs struct {
 	CPUs      int    `json:"cpus"`
 	MemoryMiB int    `json:"memory_mib"`
 	PidsMax   int    `json:"pids_max"`
+	// DiskMiB bounds what the execution writes to its root volume; 0 means
+	// DefaultDiskMiB.
+	DiskMiB int `json:"disk_mib,omitempty"`
 	// Snapshot, when set, starts the execution from this node-local
 	// snapshot instead of the template: a disk snapshot boots its disk, a
 	// full snapshot restores the saved VM.
@@ -173,6 +176,10 @@ type Stats struct {
 	MemoryBytes uint64 `json:"memory_bytes"`
 	Pids        uint64 `json:"pids"`
 	CPUNanos    uint64 `json:"cpu_nanos"`
+	// DiskBytes and DiskLimitBytes are what the execution's root volume is
+	// charged and its limit, when the volume store accounts them.
+	DiskBytes      uint64 `json:"disk_bytes,omitempty"`
+	DiskLimitBytes uint64 `json:"disk_limit_bytes,omitempty"`
 }
 
 // maxFiles is the most descriptors one message carries (a started

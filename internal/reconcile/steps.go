@@ -118,7 +118,7 @@ func retryLater(err error) bool {
 func (r *Reconciler) startRequest(ctx context.Context, sb *sandbox.Sandbox) (nodev1.StartExecution, error) {
 	req := nodev1.StartExecution{
 		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
-		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Env: sb.Env,
+		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, DiskMiB: sb.DiskMiB, Env: sb.Env,
 		Snapshot: sb.StartFrom, TenantID: sb.Tenant, Egress: sandbox.EgressJSON(sb.EgressOr(r.DefaultEgress())),
 	}
 	if f := r.ca.Load(); f != nil {

@@ -127,9 +127,25 @@ const (
 	nrUnshare     = 272
 )
 
-// Terminal ioctls that inject input into, or reconfigure, another process's
-// terminal.
-var deniedIoctls = []uint32{unix.TIOCSTI, 0x541C /* TIOCLINUX */}
+// Denied ioctls: terminal ioctls that inject input into, or reconfigure,
+// another process's terminal; and the btrfs ioctls that make a subvolume or
+// a snapshot, which anyone who may write a directory on btrfs may call. A
+// sandbox's root volume is bounded by its quota group, and a subvolume made
+// inside it would get a quota group of its own, outside that limit
+// (volume/btrfs quota.go).
+var deniedIoctls = []uint32{
+	unix.TIOCSTI, 0x541C, // TIOCLINUX
+	IocBtrfsSnapCreate, IocBtrfsSubvolCreate, IocBtrfsSnapCreateV2, IocBtrfsSubvolCreateV2,
+}
+
+// The btrfs ioctls that create a subvolume (linux/btrfs.h; both argument
+// structs are 4096 bytes).
+const (
+	IocBtrfsSnapCreate     = 0x50009401 // _IOW(0x94, 1, struct btrfs_ioctl_vol_args)
+	IocBtrfsSubvolCreate   = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
+	IocBtrfsSnapCreateV2   = 0x50009417 // _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
+	IocBtrfsSubvolCreateV2 = 0x50009418 // _IOW(0x94, 24, struct btrfs_ioctl_vol_args_v2)
+)
 
 // allowedPersonalities are the personality(2) values ordinary programs use:
 // PER_LINUX, PER_LINUX32, ADDR_NO_RANDOMIZE (alone and with PER_LINUX32) and the

@@ -53,7 +53,7 @@ func (n *guestNode) handler() http.Handler {
 		}
 		now := time.Now()
 		return &nodev1.ExecStats{Time: now, CPUNanos: uint64(now.Sub(born).Nanoseconds() / 2), CPUs: 1,
-			MemoryBytes: 100 << 20, MemoryLimitBytes: 256 << 20, Pids: 3}, nil
+			MemoryBytes: 100 << 20, MemoryLimitBytes: 256 << 20, Pids: 3, DiskBytes: 10 << 20, DiskLimitBytes: 2048 << 20}, nil
 	}}
 	fake.mount(mux)
 	mux.HandleFunc("/node/v1/executions/{exec}/guest/{rest...}", func(w http.ResponseWriter, r *http.Request) {
@@ -581,7 +581,10 @@ func TestE2BREST(t *testing.T) {
 		if m.CPUCount != 1 || m.MemUsed != 100<<20 || m.MemTotal != 256<<20 || m.CPUUsedPct < 35 || m.CPUUsedPct > 65 || m.TimestampUnix == 0 {
 			t.Errorf("metrics sample %+v, want 1 CPU at ~50%%, 100 of 256 MiB", m)
 		}
-		for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal"} {
+		if m.DiskUsed == nil || *m.DiskUsed != 10<<20 || m.DiskTotal == nil || *m.DiskTotal != 2048<<20 {
+			t.Errorf("metrics sample disk %v of %v, want 10 MiB of 2048 MiB as the node measured", m.DiskUsed, m.DiskTotal)
+		}
+		for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "diskUsed", "diskTotal"} {
 			if !strings.Contains(a.body, `"`+k+`"`) {
 				t.Errorf("metrics body lacks %s: %s", k, a.body)
 			}

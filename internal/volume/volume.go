@@ -58,6 +58,36 @@ type Driver interface {
 	Usage(ctx context.Context) (Usage, error)
 }
 
+// Limiter is implemented by drivers that can bound the space one volume
+// takes (btrfs, with quota groups). The node-manager calls Limit right after
+// it makes a sandbox's volume (Clone, CloneSnapshot) and before anything
+// runs on it; writes past the limit fail with EDQUOT (or ENOSPC) in that
+// volume only. Drivers without it leave volumes unbounded.
+type Limiter interface {
+	// Limit caps what volume id may write at bytes. A missing volume gives
+	// NotFound; a store with no room for another volume ResourceExhausted.
+	Limit(ctx context.Context, id string, bytes uint64) error
+}
+
+// DiskUser is implemented by drivers that account each volume's space
+// (btrfs with quota groups): what the volume has written and its limit.
+type DiskUser interface {
+	// DiskUsage reports volume id's accounted bytes and its limit (0 when
+	// it has none). A missing volume gives NotFound.
+	DiskUsage(ctx context.Context, id string) (DiskUsage, error)
+}
+
+// DiskUsage is the space one volume is charged for.
+type DiskUsage struct {
+	// UsedBytes is what the volume is charged: the data and metadata it
+	// wrote, including what its snapshots still hold (btrfs simple quotas
+	// charge an extent to the volume that wrote it for as long as any
+	// snapshot or clone refers to it).
+	UsedBytes uint64
+	// LimitBytes is the volume's limit, 0 when unlimited.
+	LimitBytes uint64
+}
+
 // Usage is the capacity of a volume store's filesystem.
 type Usage struct {
 	// TotalBytes is the filesystem size.

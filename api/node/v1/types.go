@@ -24,15 +24,20 @@ type Info struct {
 
 // StartExecution asks a node to start an execution (ExecutionService.Start).
 type StartExecution struct {
-	ExecID       string            `json:"exec_id"`
-	SandboxID    string            `json:"sandbox_id"`
-	Generation   uint64            `json:"generation"`
-	ActivationID string            `json:"activation_id"`
-	Template     string            `json:"template"`
-	Runtime      string            `json:"runtime"`
-	CPUs         int               `json:"cpus"`
-	MemoryMiB    int               `json:"memory_mib"`
-	Env          map[string]string `json:"env,omitempty"`
+	ExecID       string `json:"exec_id"`
+	SandboxID    string `json:"sandbox_id"`
+	Generation   uint64 `json:"generation"`
+	ActivationID string `json:"activation_id"`
+	Template     string `json:"template"`
+	Runtime      string `json:"runtime"`
+	CPUs         int    `json:"cpus"`
+	MemoryMiB    int    `json:"memory_mib"`
+	// DiskMiB bounds what the execution writes to its root filesystem
+	// beyond the template or snapshot it starts from (ns on btrfs; a vm's
+	// disk is its image's size). 0, from a control plane older than the
+	// field, means the default of 2048.
+	DiskMiB int               `json:"disk_mib,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
 	// Snapshot, when set, starts the execution from this snapshot on the
 	// node instead of the template (stop/start, rollback, fork, restore).
 	Snapshot string `json:"snapshot,omitempty"`
@@ -177,6 +182,12 @@ type ExecStats struct {
 	MemoryBytes      uint64 `json:"memory_bytes"`
 	MemoryLimitBytes uint64 `json:"memory_limit_bytes"`
 	Pids             uint64 `json:"pids"`
+	// DiskBytes is what the execution's root filesystem is charged on the
+	// node (what it wrote beyond its template or snapshot, including what
+	// its snapshots still hold), DiskLimitBytes its limit; both absent
+	// where the node does not account disks (vm, a store without quotas).
+	DiskBytes      uint64 `json:"disk_bytes,omitempty"`
+	DiskLimitBytes uint64 `json:"disk_limit_bytes,omitempty"`
 }
 
 // TemplateReady answers TemplateService.Ensure.

@@ -80,7 +80,7 @@ func (req StartExecution) ToWire() *nodeapiv1.StartExecutionRequest {
 	w := &nodeapiv1.StartExecutionRequest{
 		ExecId: req.ExecID, SandboxId: req.SandboxID, Generation: req.Generation, ActivationId: req.ActivationID,
 		Template: req.Template, Runtime: req.Runtime, Cpus: int64(req.CPUs), MemoryMib: int64(req.MemoryMiB),
-		Env: req.Env, Snapshot: req.Snapshot, TenantId: req.TenantID, Egress: req.Egress,
+		DiskMib: int64(req.DiskMiB), Env: req.Env, Snapshot: req.Snapshot, TenantId: req.TenantID, Egress: req.Egress,
 	}
 	if req.CA != nil {
 		w.Ca = &nodeapiv1.SandboxCA{CertPem: req.CA.CertPEM, KeyPem: req.CA.KeyPEM}
@@ -93,7 +93,7 @@ func StartExecutionFromWire(w *nodeapiv1.StartExecutionRequest) StartExecution {
 	req := StartExecution{
 		ExecID: w.GetExecId(), SandboxID: w.GetSandboxId(), Generation: w.GetGeneration(), ActivationID: w.GetActivationId(),
 		Template: w.GetTemplate(), Runtime: w.GetRuntime(), CPUs: int(w.GetCpus()), MemoryMiB: int(w.GetMemoryMib()),
-		Env: w.GetEnv(), Snapshot: w.GetSnapshot(), TenantID: w.GetTenantId(), Egress: raw(w.GetEgress()),
+		DiskMiB: int(w.GetDiskMib()), Env: w.GetEnv(), Snapshot: w.GetSnapshot(), TenantID: w.GetTenantId(), Egress: raw(w.GetEgress()),
 	}
 	if ca := w.GetCa(); ca != nil {
 		req.CA = &SandboxCA{CertPEM: ca.GetCertPem(), KeyPEM: ca.GetKeyPem()}
@@ -105,7 +105,7 @@ func StartExecutionFromWire(w *nodeapiv1.StartExecutionRequest) StartExecution {
 func (st ExecStats) ToWire() *nodeapiv1.ExecutionStatsResponse {
 	return &nodeapiv1.ExecutionStatsResponse{
 		Time: timestamp(st.Time), CpuNanos: st.CPUNanos, Cpus: int64(st.CPUs), MemoryBytes: st.MemoryBytes,
-		MemoryLimitBytes: st.MemoryLimitBytes, Pids: st.Pids,
+		MemoryLimitBytes: st.MemoryLimitBytes, Pids: st.Pids, DiskBytes: st.DiskBytes, DiskLimitBytes: st.DiskLimitBytes,
 	}
 }
 
@@ -113,7 +113,7 @@ func (st ExecStats) ToWire() *nodeapiv1.ExecutionStatsResponse {
 func ExecStatsFromWire(w *nodeapiv1.ExecutionStatsResponse) ExecStats {
 	return ExecStats{
 		Time: fromTimestamp(w.GetTime()), CPUNanos: w.GetCpuNanos(), CPUs: int(w.GetCpus()), MemoryBytes: w.GetMemoryBytes(),
-		MemoryLimitBytes: w.GetMemoryLimitBytes(), Pids: w.GetPids(),
+		MemoryLimitBytes: w.GetMemoryLimitBytes(), Pids: w.GetPids(), DiskBytes: w.GetDiskBytes(), DiskLimitBytes: w.GetDiskLimitBytes(),
 	}
 }
 

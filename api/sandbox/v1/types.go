@@ -74,13 +74,16 @@ const CodeResourceExhausted = "resource_exhausted"
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
 type CreateSandboxRequest struct {
-	Template  string            `json:"template,omitempty"` // default "base"; "minimal" for busybox
-	Runtime   string            `json:"runtime,omitempty"`  // "vm" or "ns"; default chosen by the server
-	Name      string            `json:"name,omitempty"`
-	CPUs      int               `json:"cpus,omitempty"`       // default 1
-	MemoryMiB int               `json:"memory_mib,omitempty"` // default 512
-	DiskMiB   int               `json:"disk_mib,omitempty"`   // default 2048
-	Env       map[string]string `json:"env,omitempty"`
+	Template  string `json:"template,omitempty"` // default "base"; "minimal" for busybox
+	Runtime   string `json:"runtime,omitempty"`  // "vm" or "ns"; default chosen by the server
+	Name      string `json:"name,omitempty"`
+	CPUs      int    `json:"cpus,omitempty"`       // default 1
+	MemoryMiB int    `json:"memory_mib,omitempty"` // default 512
+	// DiskMiB is the disk size, default 2048. On ns (btrfs) it bounds what
+	// the sandbox writes beyond its template: past it, writes fail with
+	// "disk quota exceeded". A vm's disk is its template's image.
+	DiskMiB int               `json:"disk_mib,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
 	// Timeout is a Go duration ("30m"); after it the sandbox is deleted. Empty: no timeout.
 	Timeout  string            `json:"timeout,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`

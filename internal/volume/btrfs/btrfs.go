@@ -24,12 +24,36 @@ import (
 // Driver stores templates and volumes as subvolumes under a root on btrfs.
 type Driver struct {
 	layout volume.Layout
+	quota  *quota
 }
 
-var _ volume.Driver = (*Driver)(nil)
+var (
+	_ volume.Driver   = (*Driver)(nil)
+	_ volume.Limiter  = (*Driver)(nil)
+	_ volume.DiskUser = (*Driver)(nil)
+)
 
-// New checks that root is on btrfs, prepares it and returns the driver.
-func New(root string) (*Driver, error) {
+// Config tunes the driver; the zero value is the default.
+type Config struct {
+	// NoQuota leaves the filesystem's quotas as they are and volumes
+	// unbounded (Limit then fails).
+	NoQuota bool
+	// Reserve is the space sandbox volumes together leave free for the
+	// node; 0 means DefaultReserve of the filesystem's size.
+	Reserve uint64
+	// Image is the loopback image the filesystem lives in, if it does: the
+	// free space of the filesystem holding it bounds the sandboxes too.
+	Image string
+}
+
+// New checks that root is on btrfs, prepares it and returns the driver,
+// with the default Config.
+func New(root string) (*Driver, error) { return NewWithConfig(root, Config{}) }
+
+// NewWithConfig checks that root is on btrfs, prepares it, turns quotas on
+// (see quota.go; when that fails the driver still works, QuotaMode says why
+// volumes are unbounded) and returns the driver.
+func NewWithConfig(root string, cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("btrfs: create %s: %w", root, err)
 	}
@@ -43,7 +67,7 @@ func New(root string) (*Driver, error) {
 	if err := l.Init(); err != nil {
 		return nil, err
 	}
-	return &Driver{layout: l}, nil
+	return &Driver{layout: l, quota: openQuota(context.Background(), root, cfg)}, nil
 }
 
 // IsBtrfs reports whether path is on a btrfs filesystem.
@@ -164,7 +188,7 @@ func (d *Driver) Clone(ctx context.Context, template, id string) (string, error)
 	if _, err := os.Lstat(dst); err == nil {
 		return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
 	}
-	if err := run(ctx, "subvolume", "snapshot", src, dst); err != nil {
+	if err := run(ctx, d.snapshotArgs(src, dst)...); err != nil {
 		if _, serr := os.Lstat(dst); serr == nil {
 			return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
 		}
@@ -182,8 +206,12 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	return deleteSubvolume(ctx, p)
 }
 
-// Usage reports the filesystem's capacity.
+// Usage reports the filesystem's capacity, and brings the sandboxes' quota
+// group's limit up to date with it.
 func (d *Driver) Usage(ctx context.Context) (volume.Usage, error) {
+	if err := d.quota.refreshCap(ctx); err != nil {
+		return volume.Usage{}, fmt.Errorf("btrfs: %w", err)
+	}
 	return volume.StatfsUsage(d.layout.Root)
 }
 
@@ -296,7 +324,7 @@ func (d *Driver) CloneSnapshot(ctx context.Context, snap, id string) (string, er
 	if _, err := os.Lstat(dst); err == nil {
 		return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
 	}
-	if err := run(ctx, "subvolume", "snapshot", src, dst); err != nil {
+	if err := run(ctx, d.snapshotArgs(src, dst)...); err != nil {
 		if _, serr := os.Lstat(dst); serr == nil {
 			return "", fmt.Errorf("volume %s: %w: already exists", id, errdefs.ErrConflict)
 		}

@@ -38,6 +38,9 @@ type Config struct {
 	DataDir string
 	// ImageSize is the loopback image's size in bytes; default DefaultImageSize.
 	ImageSize int64
+	// NoDiskQuota leaves a btrfs store's quotas as they are: volumes are
+	// not bounded (btrfs.Config.NoQuota).
+	NoDiskQuota bool
 	// NoLoopback skips step 2 (the copy driver is used unless DATA/volumes is
 	// already on btrfs).
 	NoLoopback bool
@@ -70,7 +73,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		if _, err := os.Stat(image); err == nil {
 			s.loop = &btrfs.Loopback{Image: image, Mountpoint: dir}
 		}
-		return s.withBtrfs(log, "existing btrfs")
+		return s.withBtrfs(log, "existing btrfs", cfg)
 	}
 	if reason := loopbackUnavailable(cfg); reason != "" {
 		log.Warn("volume store: using the copy driver; clones are full copies and slower", "dir", dir, "why not btrfs", reason)
@@ -82,15 +85,25 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		return openCopy(dir)
 	}
 	s := &Store{Dir: dir, loop: loop}
-	return s.withBtrfs(log, "btrfs loopback "+image)
+	return s.withBtrfs(log, "btrfs loopback "+image, cfg)
 }
 
-func (s *Store) withBtrfs(log *slog.Logger, how string) (*Store, error) {
-	d, err := btrfs.New(s.Dir)
+func (s *Store) withBtrfs(log *slog.Logger, how string, c Config) (*Store, error) {
+	cfg := btrfs.Config{NoQuota: c.NoDiskQuota}
+	if s.loop != nil {
+		cfg.Image = s.loop.Image
+	}
+	d, err := btrfs.NewWithConfig(s.Dir, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("volume store: %w", err)
 	}
 	s.Driver = d
+	if mode, why := d.QuotaMode(); mode == "" {
+		log.Warn("volume store: no btrfs quotas; sandboxes' disk_mib is not enforced", "dir", s.Dir, "why", why)
+	} else {
+		log.Info("volume store opened", "dir", s.Dir, "backend", how, "quotas", mode)
+		return s, nil
+	}
 	log.Info("volume store opened", "dir", s.Dir, "backend", how)
 	return s, nil
 }
@@ -117,6 +130,27 @@ func loopbackUnavailable(cfg Config) string {
 		}
 	}
 	return ""
+}
+
+// Limit bounds volume id when the store's driver can (volume.Limiter); a
+// store that cannot answers an error wrapping errors.ErrUnsupported.
+func (s *Store) Limit(ctx context.Context, id string, bytes uint64) error {
+	l, ok := s.Driver.(volume.Limiter)
+	if !ok {
+		return fmt.Errorf("volume store: %s volumes cannot be bounded: %w", s.Name(), errors.ErrUnsupported)
+	}
+	return l.Limit(ctx, id, bytes)
+}
+
+// DiskUsage reports volume id's charged space when the store's driver
+// accounts it (volume.DiskUser); otherwise an error wrapping
+// errors.ErrUnsupported.
+func (s *Store) DiskUsage(ctx context.Context, id string) (volume.DiskUsage, error) {
+	du, ok := s.Driver.(volume.DiskUser)
+	if !ok {
+		return volume.DiskUsage{}, fmt.Errorf("volume store: %s volumes are not accounted: %w", s.Name(), errors.ErrUnsupported)
+	}
+	return du.DiskUsage(ctx, id)
 }
 
 // Loopback reports whether the store lives on a loopback image this package

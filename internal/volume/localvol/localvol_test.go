@@ -2,6 +2,8 @@ package localvol
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"path/filepath"
@@ -76,5 +78,45 @@ func TestOpenCopyFallback(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), Config{DataDir: "relative"}, slog.Default()); err == nil {
 		t.Error("Open with a relative data dir: want an error")
+	}
+}
+
+// TestDiskQuotaOption: a btrfs store bounds its volumes unless NoDiskQuota
+// says to leave the filesystem's quotas alone; then Limit says it cannot.
+func TestDiskQuotaOption(t *testing.T) {
+	testenv.RequiresBtrfs(t)
+	ctx := context.Background()
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoDiskQuota=", off), func(t *testing.T) {
+			s, err := Open(ctx, Config{DataDir: t.TempDir(), ImageSize: 256 << 20, NoDiskQuota: off}, slog.Default())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Unmount(context.Background()) })
+			if _, err := s.CreateTemplate(ctx, "base"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SealTemplate(ctx, "base"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Clone(ctx, "base", "v"); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Limit(ctx, "v", 64<<20)
+			if off && !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("Limit with NoDiskQuota = %v, want ErrUnsupported", err)
+			}
+			if !off {
+				if err != nil {
+					t.Fatalf("Limit: %v", err)
+				}
+				if u, err := s.DiskUsage(ctx, "v"); err != nil || u.LimitBytes != 64<<20 {
+					t.Errorf("DiskUsage = %+v, %v; want a 64 MiB limit", u, err)
+				}
+			}
+			if err := s.Delete(ctx, "v"); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

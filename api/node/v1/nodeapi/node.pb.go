@@ -601,7 +601,10 @@ type StartExecutionRequest struct {
 	// empty denies everything.
 	Egress []byte `protobuf:"bytes,12,opt,name=egress,proto3" json:"egress,omitempty"`
 	// ca is the sandbox's interception CA; absent: no credential injection.
-	Ca            *SandboxCA `protobuf:"bytes,13,opt,name=ca,proto3" json:"ca,omitempty"`
+	Ca *SandboxCA `protobuf:"bytes,13,opt,name=ca,proto3" json:"ca,omitempty"`
+	// disk_mib bounds what the execution writes to its root filesystem
+	// beyond what it starts from; 0 means the default of 2048.
+	DiskMib       int64 `protobuf:"varint,14,opt,name=disk_mib,json=diskMib,proto3" json:"disk_mib,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,6 +728,13 @@ func (x *StartExecutionRequest) GetCa() *SandboxCA {
 		return x.Ca
 	}
 	return nil
+}
+
+func (x *StartExecutionRequest) GetDiskMib() int64 {
+	if x != nil {
+		return x.DiskMib
+	}
+	return 0
 }
 
 type StartExecutionResponse struct {
@@ -1242,8 +1252,12 @@ type ExecutionStatsResponse struct {
 	MemoryBytes      uint64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	MemoryLimitBytes uint64                 `protobuf:"varint,5,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
 	Pids             uint64                 `protobuf:"varint,6,opt,name=pids,proto3" json:"pids,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// disk_bytes is what the root filesystem is charged on the node,
+	// disk_limit_bytes its limit; 0 where the node accounts no disk.
+	DiskBytes      uint64 `protobuf:"varint,7,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DiskLimitBytes uint64 `protobuf:"varint,8,opt,name=disk_limit_bytes,json=diskLimitBytes,proto3" json:"disk_limit_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecutionStatsResponse) Reset() {
@@ -1314,6 +1328,20 @@ func (x *ExecutionStatsResponse) GetMemoryLimitBytes() uint64 {
 func (x *ExecutionStatsResponse) GetPids() uint64 {
 	if x != nil {
 		return x.Pids
+	}
+	return 0
+}
+
+func (x *ExecutionStatsResponse) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *ExecutionStatsResponse) GetDiskLimitBytes() uint64 {
+	if x != nil {
+		return x.DiskLimitBytes
 	}
 	return 0
 }
@@ -2663,7 +2691,7 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"executions\"?\n" +
 	"\tSandboxCA\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x17\n" +
-	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\"\xf1\x03\n" +
+	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\"\x8c\x04\n" +
 	"\x15StartExecutionRequest\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x1d\n" +
 	"\n" +
@@ -2682,7 +2710,8 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	" \x01(\tR\bsnapshot\x12\x1b\n" +
 	"\ttenant_id\x18\v \x01(\tR\btenantId\x12\x16\n" +
 	"\x06egress\x18\f \x01(\fR\x06egress\x12(\n" +
-	"\x02ca\x18\r \x01(\v2\x18.space.node.v1.SandboxCAR\x02ca\x1a6\n" +
+	"\x02ca\x18\r \x01(\v2\x18.space.node.v1.SandboxCAR\x02ca\x12\x19\n" +
+	"\bdisk_mib\x18\x0e \x01(\x03R\adiskMib\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
@@ -2706,14 +2735,17 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\x06egress\x18\x02 \x01(\fR\x06egress\"\x13\n" +
 	"\x11SetEgressResponse\"0\n" +
 	"\x15ExecutionStatsRequest\x12\x17\n" +
-	"\aexec_id\x18\x01 \x01(\tR\x06execId\"\xde\x01\n" +
+	"\aexec_id\x18\x01 \x01(\tR\x06execId\"\xa7\x02\n" +
 	"\x16ExecutionStatsResponse\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1b\n" +
 	"\tcpu_nanos\x18\x02 \x01(\x04R\bcpuNanos\x12\x12\n" +
 	"\x04cpus\x18\x03 \x01(\x03R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12,\n" +
 	"\x12memory_limit_bytes\x18\x05 \x01(\x04R\x10memoryLimitBytes\x12\x12\n" +
-	"\x04pids\x18\x06 \x01(\x04R\x04pids\"\x86\x01\n" +
+	"\x04pids\x18\x06 \x01(\x04R\x04pids\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\a \x01(\x04R\tdiskBytes\x12(\n" +
+	"\x10disk_limit_bytes\x18\b \x01(\x04R\x0ediskLimitBytes\"\x86\x01\n" +
 	"\x13TakeSnapshotRequest\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +

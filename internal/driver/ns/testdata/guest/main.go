@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,6 +43,8 @@ func run(line string) (string, int) {
 		return errnoName(unix.Unshare(unix.CLONE_NEWUSER)) + "\n", 0
 	case "!unshare-ns":
 		return errnoName(unix.Unshare(unix.CLONE_NEWNS)) + "\n", 0
+	case "!subvol":
+		return errnoName(subvolCreate("/", "inner")) + "\n", 0
 	}
 	cmd := exec.Command("/bin/sh", "-c", line)
 	out, err := cmd.CombinedOutput()
@@ -82,4 +85,23 @@ func alloc(mib string) {
 		keep = append(keep, b)
 	}
 	fmt.Println("allocated", len(keep), "MiB")
+}
+
+// subvolCreate makes subvolume name in dir with BTRFS_IOC_SUBVOL_CREATE.
+func subvolCreate(dir, name string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var args struct {
+		fd   int64
+		name [4088]byte
+	}
+	copy(args.name[:], name)
+	const iocSubvolCreate = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), iocSubvolCreate, uintptr(unsafe.Pointer(&args))); e != 0 {
+		return e
+	}
+	return nil
 }
