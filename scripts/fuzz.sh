@@ -52,6 +52,12 @@ while IFS=: read -r file target; do
   out=$log/$target.log
   if go test -C "$mod" -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" ${parallel:+-parallel "$parallel"} "$rel" >"$out" 2>&1; then
     result=ok
+  elif ! grep -q 'Failing input written to' "$out" && grep -q '^    context deadline exceeded$\|^context deadline exceeded$' "$out" &&
+    go test -C "$mod" -count=1 -run "^${target}\$" "$rel" >"$out.replay" 2>&1; then
+    # Go's coordinator can fail a target at the -fuzztime boundary on a
+    # busy machine with nothing found (go.dev/issue/75804, fixed in Go
+    # 1.27): no input was written and the corpus replays clean.
+    result=ok-go75804
   else
     result=FAIL
     failed=1
