@@ -1,0 +1,541 @@
+package vm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
+	"github.com/spacesandbox/space/internal/cgroup"
+	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/testenv"
+	"github.com/spacesandbox/space/internal/vmimage"
+)
+
+func TestVMMLimits(t *testing.T) {
+	dir := t.TempDir()
+	kernel, initrd := filepath.Join(dir, "k"), filepath.Join(dir, "i")
+	os.WriteFile(kernel, make([]byte, 3<<20), 0o644)
+	os.WriteFile(initrd, make([]byte, 5<<20), 0o644)
+	for _, tc := range []struct {
+		accel          string
+		mem, cpus      int
+		wantMiB, pids  int
+		wantTBArgument bool
+	}{
+		// RAM + 96 MiB + RAM/64 + the boot files (8 MiB) [+ 128 MiB TCG buffer]
+		{AccelTCG, 256, 1, 256 + 96 + 4 + 8 + 128, vmmPidsBase + 1, true},
+		{AccelKVM, 256, 1, 256 + 96 + 4 + 8, vmmPidsBase + 1, false},
+		{AccelKVM, 4096, 4, 4096 + 96 + 64 + 8, vmmPidsBase + 4, false},
+	} {
+		st := &state{ExecID: "e1", MemoryMiB: tc.mem, CPUs: tc.cpus, Accel: tc.accel, Kernel: kernel, Initrd: initrd}
+		l, err := vmmLimits(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.MemoryBytes != int64(tc.wantMiB)<<20 || l.PidsMax != tc.pids || l.CPUs != tc.cpus {
+			t.Errorf("%s %d MiB %d CPUs: limits %+v, want %d MiB, %d pids, %d CPUs", tc.accel, tc.mem, tc.cpus, l, tc.wantMiB, tc.pids, tc.cpus)
+		}
+		joined := strings.Join(qemuArgs(st), " ")
+		if got := strings.Contains(joined, "tb-size="+strconv.Itoa(tcgTBSizeMiB)); got != tc.wantTBArgument {
+			t.Errorf("%s: QEMU args %q: tb-size given = %v, want %v", tc.accel, joined, got, tc.wantTBArgument)
+		}
+	}
+	if _, err := vmmLimits(&state{MemoryMiB: 256, CPUs: 1, Kernel: filepath.Join(dir, "missing"), Initrd: initrd}); err == nil {
+		t.Error("vmmLimits without the kernel file: want an error")
+	}
+	if a, b := cgroupParent("/var/lib/space/vm"), cgroupParent("/var/lib/space2/vm"); a == b || validCgroupName(a) != nil {
+		t.Errorf("cgroupParent: %q and %q for two state directories", a, b)
+	}
+}
+
+// validCgroupName reports whether the cgroup package takes s as a group
+// name.
+func validCgroupName(s string) error {
+	_, err := (&cgroup.Hierarchy{Mode: cgroup.V2, V2: "/sys/fs/cgroup"}).Group(s, "x")
+	return err
+}
+
+// TestVMMCgroup boots a confined VM and checks its QEMU's host cgroup: QEMU
+// is in it in every hierarchy with the limits written; a guest that fills
+// its RAM and keeps QEMU translating fresh code does not push QEMU past the
+// memory cap (nor get it killed: the overhead is enough); a VM restored
+// from its checkpoint is in a group of its own with the same limits; and a
+// driver started later over the same state directory (a node restart)
+// finds the groups and Cleanup removes them, parent and all.
+func TestVMMCgroup(t *testing.T) {
+	f := newFixture(t)
+	stateDir := t.TempDir()
+	d := f.driver(t, stateDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const ramMiB = 256
+	ids := []string{"cg-boot", "cg-restored"}
+	t.Cleanup(func() {
+		for _, id := range ids {
+			if err := d.Cleanup(context.Background(), id); err != nil {
+				t.Errorf("Cleanup %s: %v", id, err)
+			}
+		}
+		d.Wait()
+		if d.hier != nil {
+			_ = d.hier.RemoveParent(d.cgroupParent)
+		}
+	})
+	inst, err := d.Start(ctx, driver.Spec{ExecID: ids[0], SandboxID: "sbx-cg", RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: ramMiB, CPUs: 1})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	c := guestClient(t, ctx, inst)
+	st, err := d.loadState(ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := checkVMMGroup(t, d, st)
+
+	churn := buildGuestProgram(t, "tbchurn")
+	uploadFile(t, ctx, c, "/tmp/tbchurn", churn)
+	// The guest touches twice its RAM (its kernel kills the hog), then runs
+	// fresh code for QEMU to translate: rounds of 256 KiB, each about twice
+	// that in host code (TCG's expansion here), twice the bounded buffer in
+	// all. QEMU then holds all the RAM and a full translation buffer; with
+	// QEMU's default buffer (up to 1 GiB) it would hold that much more code.
+	rounds := 4 * tcgTBSizeMiB
+	out, code := guestRun(t, c, fmt.Sprintf(`awk '%s' >/dev/null 2>&1; chmod 755 /tmp/tbchurn && /tmp/tbchurn -rounds %d -kib 256`, memHogProgram(2*ramMiB), rounds))
+	if code != 0 || !strings.HasPrefix(out, "done") {
+		t.Errorf("the guest's code churn: exit %d, output %q", code, out)
+	}
+	if !driver.ProcAlive(st.Pid, st.StartTime) {
+		t.Fatalf("QEMU died under the guest's load; its memory cap (%d MiB) is too small for it. qemu.log: %s\ndmesg: %s",
+			limits.MemoryBytes>>20, tailFile(filepath.Join(d.execDir(st.ExecID), qemuLog), 1024), dmesgTail())
+	}
+	t.Logf("QEMU's translation buffer: %s", jitInfo(t, ctx, d, st))
+	hwm := statusKiB(t, st.Pid, "VmHWM") << 10
+	rss := statusKiB(t, st.Pid, "VmRSS") << 10
+	g, err := d.vmmGroup(st.Cgroup, st.ExecID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := g.Stats()
+	if err != nil {
+		t.Fatalf("group stats: %v", err)
+	}
+	t.Logf("%d MiB guest under %s, RAM filled and code churned: QEMU peak RSS %d MiB (%+d MiB over the RAM), RSS now %d MiB; group peak %d MiB (%+d), cap %d MiB",
+		ramMiB, st.Accel, hwm>>20, int64(hwm>>20)-ramMiB, rss>>20, gs.MemoryPeakBytes>>20, int64(gs.MemoryPeakBytes>>20)-ramMiB, limits.MemoryBytes>>20)
+	if rss < ramMiB<<20*3/4 {
+		t.Errorf("QEMU's RSS is %d MiB: the guest did not fill its %d MiB (the test proves nothing)", rss>>20, ramMiB)
+	}
+	if hwm > uint64(limits.MemoryBytes) {
+		t.Errorf("QEMU's peak RSS %d MiB is past its cgroup's memory cap %d MiB", hwm>>20, limits.MemoryBytes>>20)
+	}
+	if gs.MemoryPeakBytes > uint64(limits.MemoryBytes) || gs.MemoryBytes < rss/2 {
+		t.Errorf("group stats %+v with QEMU's RSS %d: want QEMU's memory charged to the group, under the cap", gs, rss)
+	}
+
+	t.Run("Restore", func(t *testing.T) {
+		cpDir := filepath.Join(t.TempDir(), "cp")
+		c.Close()
+		cp, err := d.Checkpoint(ctx, ids[0], cpDir)
+		if err != nil {
+			t.Fatalf("Checkpoint: %v", err)
+		}
+		rinst, err := d.Restore(ctx, driver.Spec{ExecID: ids[1], SandboxID: "sbx-cg2"}, cp)
+		if err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		rinst.Channel.Close()
+		rinst.Link.Close()
+		rst, err := d.loadState(ids[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := checkVMMGroup(t, d, rst); got != limits {
+			t.Errorf("restored VM's limits %+v, want the booted one's %+v", got, limits)
+		}
+	})
+
+	t.Run("RestartedDriverRemovesGroups", func(t *testing.T) {
+		d2 := f.driver(t, stateDir)
+		var groups []*cgroup.Group
+		for _, id := range ids {
+			s, err := d2.loadState(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := d2.vmmGroup(s.Cgroup, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !g.Exists() {
+				t.Errorf("a new driver does not find the group of %s", id)
+			}
+			groups = append(groups, g)
+			if err := d2.Cleanup(ctx, id); err != nil {
+				t.Fatalf("Cleanup %s: %v", id, err)
+			}
+			if driver.ProcAlive(s.Pid, s.StartTime) {
+				t.Errorf("QEMU of %s still runs after Cleanup", id)
+			}
+		}
+		for _, g := range groups {
+			if g.Exists() {
+				t.Errorf("cgroup %v left after Cleanup", g.Dirs())
+			}
+		}
+		if names, err := d2.hier.Children(d2.cgroupParent); err != nil || len(names) != 0 {
+			t.Errorf("groups under %s after Cleanup: %v, %v", d2.cgroupParent, names, err)
+		}
+		checkNoParent(t, d2)
+	})
+}
+
+// checkVMMGroup checks that st's QEMU is in its group in every hierarchy and
+// that the group has st's limits, and returns them.
+func checkVMMGroup(t *testing.T, d *Driver, st *state) cgroup.Limits {
+	t.Helper()
+	want, err := vmmLimits(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Cgroup != d.cgroupParent {
+		t.Fatalf("state records cgroup parent %q, want %q", st.Cgroup, d.cgroupParent)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := "/" + st.Cgroup + "/" + st.ExecID
+	g, err := d.vmmGroup(st.Cgroup, st.ExecID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := g.Procs()
+	if err != nil || len(pids) != 1 || pids[0] != st.Pid {
+		t.Errorf("group %s holds %v, %v; want QEMU's pid %d alone", rel, pids, err, st.Pid)
+	}
+	if d.hier.Mode == cgroup.V2 {
+		if !strings.Contains(string(b), "0::"+rel+"\n") {
+			t.Errorf("QEMU pid %d is in\n%s\nwant %s", st.Pid, b, rel)
+		}
+		checkFile(t, d.hier.V2, rel, "memory.max", strconv.FormatInt(want.MemoryBytes, 10))
+		checkFile(t, d.hier.V2, rel, "pids.max", strconv.Itoa(want.PidsMax))
+		checkFile(t, d.hier.V2, rel, "cpu.max", fmt.Sprintf("%d 100000", want.CPUs*100000))
+		if t.Failed() {
+			t.FailNow()
+		}
+		return want
+	}
+	for _, ctrl := range []string{"memory", "pids", "cpu", "freezer"} {
+		if !cgroupLineHas(string(b), ctrl, rel) {
+			t.Errorf("QEMU pid %d is not in %s%s:\n%s", st.Pid, ctrl, rel, b)
+		}
+	}
+	mem := strconv.FormatInt(want.MemoryBytes, 10)
+	checkFile(t, d.hier.V1["memory"], rel, "memory.limit_in_bytes", mem)
+	if _, err := os.Stat(filepath.Join(d.hier.V1["memory"], rel, "memory.memsw.limit_in_bytes")); err == nil {
+		checkFile(t, d.hier.V1["memory"], rel, "memory.memsw.limit_in_bytes", mem)
+	}
+	checkFile(t, d.hier.V1["pids"], rel, "pids.max", strconv.Itoa(want.PidsMax))
+	if cpu := d.hier.V1["cpu"]; cpu != "" {
+		checkFile(t, cpu, rel, "cpu.cfs_quota_us", strconv.Itoa(want.CPUs*100000))
+	}
+	if threads := statusKiB(t, st.Pid, "Threads"); threads > uint64(want.PidsMax) {
+		t.Errorf("QEMU runs %d threads, past its pids.max %d", threads, want.PidsMax)
+	}
+	if t.Failed() {
+		// What follows needs QEMU in its group with its limits.
+		t.FailNow()
+	}
+	return want
+}
+
+// cgroupLineHas reports whether a /proc/<pid>/cgroup file puts the process
+// in group rel of the v1 controller ctrl.
+func cgroupLineHas(file, ctrl, rel string) bool {
+	for _, line := range strings.Split(file, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || f[2] != rel {
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == ctrl {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func checkFile(t *testing.T, mount, rel, name, want string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(mount, rel, name))
+	if err != nil {
+		t.Errorf("read %s: %v", name, err)
+		return
+	}
+	if got := strings.TrimSpace(string(b)); got != want {
+		t.Errorf("%s of %s = %s, want %s", name, rel, got, want)
+	}
+}
+
+// checkNoParent checks that the driver's parent group is gone from every
+// hierarchy.
+func checkNoParent(t *testing.T, d *Driver) {
+	t.Helper()
+	mounts := []string{d.hier.V2}
+	if d.hier.Mode == cgroup.V1 {
+		mounts = mounts[:0]
+		for _, m := range d.hier.V1 {
+			mounts = append(mounts, m)
+		}
+	}
+	for _, m := range mounts {
+		if _, err := os.Stat(filepath.Join(m, d.cgroupParent)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("parent group %s left in %s: %v", d.cgroupParent, m, err)
+		}
+	}
+}
+
+// TestLeftoverGroups makes VMM groups without executions (a directory
+// removed by hand, a crash in Cleanup), one with a process in it, and
+// checks that List reports them, Cleanup removes one and StopRemoved kills
+// and removes the rest, while the group of an execution that has its
+// directory stays.
+func TestLeftoverGroups(t *testing.T) {
+	testenv.RequiresRoot(t)
+	dir := t.TempDir()
+	d, err := New(Config{StateDir: dir, Kernel: fakeKernel(t), QEMU: "/bin/true", Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() {
+		for _, id := range []string{"left-1", "left-2", "live"} {
+			_ = d.removeVMMGroups(ctx, id, nil)
+		}
+	})
+	mk := func(id string) *cgroup.Group {
+		g, err := d.vmmGroup(d.cgroupParent, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Create(cgroup.Limits{MemoryBytes: 64 << 20, PidsMax: 8}); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+		return g
+	}
+	left1, left2, live := mk("left-1"), mk("left-2"), mk("live")
+	if err := os.Mkdir(d.execDir("live"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sleeper.Wait() }()
+	t.Cleanup(func() { sleeper.Process.Kill(); <-waited })
+	if err := left2.AddProc(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := d.List(ctx)
+	if err != nil || strings.Join(ids, " ") != "left-1 left-2 live" {
+		t.Errorf("List = %v, %v; want left-1 left-2 live", ids, err)
+	}
+	if err := d.Cleanup(ctx, "left-1"); err != nil {
+		t.Fatalf("Cleanup left-1: %v", err)
+	}
+	if left1.Exists() {
+		t.Error("Cleanup left the group of an execution without a directory")
+	}
+	stopped, err := d.StopRemoved(ctx)
+	if err != nil || strings.Join(stopped, " ") != "left-2" {
+		t.Errorf("StopRemoved = %v, %v; want left-2", stopped, err)
+	}
+	select {
+	case <-waited:
+		waited <- nil
+	case <-time.After(30 * time.Second):
+		t.Error("the process in the leftover group still runs after StopRemoved")
+	}
+	if left2.Exists() || !live.Exists() {
+		t.Errorf("after StopRemoved: leftover group exists %v, live group exists %v; want false, true", left2.Exists(), live.Exists())
+	}
+	if err := d.Cleanup(ctx, "live"); err != nil {
+		t.Fatalf("Cleanup live: %v", err)
+	}
+	if live.Exists() {
+		t.Error("Cleanup left the group")
+	}
+	checkNoParent(t, d)
+}
+
+// guestClient connects to the guest daemon on inst's channel and waits
+// until it answers.
+func guestClient(t *testing.T, ctx context.Context, inst *driver.Instance) *guest.Client {
+	t.Helper()
+	conn, err := net.FileConn(inst.Channel)
+	inst.Channel.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.Wait(ctx); err != nil {
+		t.Fatalf("the guest never answered: %v", err)
+	}
+	return c
+}
+
+// buildGuestProgram builds testdata/<name> for the guest (static).
+func buildGuestProgram(t *testing.T, name string) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/"+name)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// uploadFile writes data to path in the guest through the file API.
+func uploadFile(t *testing.T, ctx context.Context, c *guest.Client, path string, data []byte) {
+	t.Helper()
+	u := guest.BaseURL + "/files?path=" + url.QueryEscape(path) + "&username=root"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatalf("POST /files %s: %v", path, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST /files %s: %s", path, resp.Status)
+	}
+}
+
+// guestRun runs script with /bin/sh in the guest and returns its stdout and
+// exit code.
+func guestRun(t *testing.T, c *guest.Client, script string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	stream, err := c.Process().Start(ctx, connect.NewRequest(&processv1.StartRequest{
+		Process: &processv1.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}},
+	}))
+	if err != nil {
+		t.Fatalf("start %q: %v", script, err)
+	}
+	var out strings.Builder
+	for stream.Receive() {
+		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
+		if e := stream.Msg().GetEvent().GetEnd(); e != nil {
+			return out.String(), int(e.GetExitCode())
+		}
+	}
+	t.Fatalf("%q: no end event: %v (output %q)", script, stream.Err(), out.String())
+	return "", 0
+}
+
+// memHogProgram is an awk program that allocates and touches mib MiB, one
+// MiB at a time (the guest kernel kills it when it cannot back it).
+func memHogProgram(mib int) string {
+	return fmt.Sprintf(`BEGIN { for (i = 0; i < %d; i++) a[i] = sprintf("%%1048576d", i); print "allocated" }`, mib)
+}
+
+// statusKiB reads a numeric field of /proc/<pid>/status (kB for the Vm
+// fields).
+func statusKiB(t *testing.T, pid int, field string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatalf("QEMU pid %d: %v", pid, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != field {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.Fields(v)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %q", field, sc.Text())
+		}
+		return n
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// jitInfo is the size of the code in QEMU's translation buffer (HMP info
+// jit), or why it could not be read.
+func jitInfo(t *testing.T, ctx context.Context, d *Driver, st *state) string {
+	s, err := d.openQMP(ctx, st)
+	if err != nil {
+		return err.Error()
+	}
+	defer s.Close()
+	out, err := s.run("human-monitor-command", map[string]string{"command-line": "info jit"})
+	if err != nil {
+		return err.Error()
+	}
+	var text string
+	if err := json.Unmarshal(out, &text); err != nil {
+		return string(out)
+	}
+	var keep []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "gen code size") || strings.Contains(line, "TB flush count") {
+			keep = append(keep, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return strings.Join(keep, "; ")
+}
+
+// dmesgTail is the end of the kernel log (an OOM kill's report), or why it
+// cannot be read.
+func dmesgTail() string {
+	out, err := exec.Command("dmesg").Output()
+	if err != nil {
+		return err.Error()
+	}
+	if len(out) > 2048 {
+		out = out[len(out)-2048:]
+	}
+	return string(out)
+}
+
+// fakeKernel is a kernel file for a driver that starts no VM.
+func fakeKernel(t *testing.T) *vmimage.Kernel {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "vmlinuz")
+	if err := os.WriteFile(p, []byte("kernel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &vmimage.Kernel{Vmlinuz: p}
+}
