@@ -23,8 +23,9 @@ package vm
 // QEMU is never moved in.) The state file records the parent, so a driver
 // started later (a node-manager restart) finds the group again; Cleanup
 // removes the group before the execution's directory, and a group whose
-// execution has no directory is a leftover that StopRemoved kills and
-// removes, List reports and Cleanup removes.
+// execution has no directory is a leftover: StopRemoved removes it once
+// it is empty (having killed the QEMU of a removed directory), List
+// reports it and Cleanup kills what is in it and removes it.
 //
 // An unconfined QEMU (Config.Unconfined) runs in no group of its own: the
 // jail helper is what joins before QEMU runs, and moving a running QEMU
@@ -47,9 +48,9 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
-// The VMM's memory overhead above the guest's RAM (see docs/vm.md, "The
-// VMM's cgroup", for the measurements). QEMU holds, besides the guest's
-// RAM:
+// The VMM's memory overhead above the guest's RAM (measured in
+// docs/design/foundation.md, "The VMM's cgroup"). QEMU holds, besides the
+// guest's RAM:
 //
 //   - its own heap, stacks, device state and the libraries it maps:
 //     vmmBaseOverheadMiB;
@@ -218,8 +219,11 @@ func (d *Driver) leftoverGroups() ([]string, error) {
 	return out, nil
 }
 
-// removeLeftoverGroups kills and removes the leftover groups
-// (leftoverGroups) and returns their ids.
+// removeLeftoverGroups removes the leftover groups (leftoverGroups) that
+// hold no task any more, and returns their ids. One that still holds a
+// task is left: its QEMU runs in a directory that was renamed, not removed
+// (StopRemoved kills the QEMU of a removed one first), and only an explicit
+// Cleanup stops it.
 func (d *Driver) removeLeftoverGroups(ctx context.Context) ([]string, error) {
 	ids, err := d.leftoverGroups()
 	if err != nil {
@@ -228,6 +232,14 @@ func (d *Driver) removeLeftoverGroups(ctx context.Context) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, id := range ids {
+		g, err := d.vmmGroup(d.cgroupParent, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if pids, err := g.Procs(); err == nil && len(pids) > 0 {
+			continue
+		}
 		if err := d.removeVMMGroups(ctx, id, nil); err != nil {
 			errs = append(errs, err)
 			continue

@@ -314,10 +314,11 @@ func checkNoParent(t *testing.T, d *Driver) {
 }
 
 // TestLeftoverGroups makes VMM groups without executions (a directory
-// removed by hand, a crash in Cleanup), one with a process in it, and
-// checks that List reports them, Cleanup removes one and StopRemoved kills
-// and removes the rest, while the group of an execution that has its
-// directory stays.
+// removed by hand, a crash in Cleanup), one with a process in it (as a VM
+// whose directory was renamed has), and checks that List reports them,
+// StopRemoved removes the empty one and leaves the one with a task and the
+// one whose execution has its directory, and Cleanup kills what is in a
+// group and removes it.
 func TestLeftoverGroups(t *testing.T) {
 	testenv.RequiresRoot(t)
 	dir := t.TempDir()
@@ -359,24 +360,24 @@ func TestLeftoverGroups(t *testing.T) {
 	if err != nil || strings.Join(ids, " ") != "left-1 left-2 live" {
 		t.Errorf("List = %v, %v; want left-1 left-2 live", ids, err)
 	}
-	if err := d.Cleanup(ctx, "left-1"); err != nil {
-		t.Fatalf("Cleanup left-1: %v", err)
-	}
-	if left1.Exists() {
-		t.Error("Cleanup left the group of an execution without a directory")
-	}
 	stopped, err := d.StopRemoved(ctx)
-	if err != nil || strings.Join(stopped, " ") != "left-2" {
-		t.Errorf("StopRemoved = %v, %v; want left-2", stopped, err)
+	if err != nil || strings.Join(stopped, " ") != "left-1" {
+		t.Errorf("StopRemoved = %v, %v; want left-1", stopped, err)
+	}
+	if left1.Exists() || !left2.Exists() || !live.Exists() {
+		t.Errorf("after StopRemoved the groups exist: empty leftover %v, leftover with a task %v, live %v; want false, true, true", left1.Exists(), left2.Exists(), live.Exists())
+	}
+	if err := d.Cleanup(ctx, "left-2"); err != nil {
+		t.Fatalf("Cleanup left-2: %v", err)
 	}
 	select {
 	case <-waited:
 		waited <- nil
 	case <-time.After(30 * time.Second):
-		t.Error("the process in the leftover group still runs after StopRemoved")
+		t.Error("the process in the leftover group still runs after Cleanup")
 	}
-	if left2.Exists() || !live.Exists() {
-		t.Errorf("after StopRemoved: leftover group exists %v, live group exists %v; want false, true", left2.Exists(), live.Exists())
+	if left2.Exists() {
+		t.Error("Cleanup left the group of an execution without a directory")
 	}
 	if err := d.Cleanup(ctx, "live"); err != nil {
 		t.Fatalf("Cleanup live: %v", err)

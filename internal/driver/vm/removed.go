@@ -25,10 +25,11 @@ package vm
 // Everything else QEMU holds dies with it: the jail's mount, network, IPC and
 // UTS namespaces are its own, and the disk's blocks are freed when its last
 // descriptor closes. (The vm runtime has no tap or loop device.) Its cgroup
-// does not die with it: every pass also kills what is left in, and removes,
-// each VMM cgroup of this driver whose execution has no directory
+// does not die with it: every pass also removes each VMM cgroup of this
+// driver whose execution has no directory and that holds no task
 // (cgroup.go) — the groups are this driver's alone, under a parent named
-// after its state directory.
+// after its state directory. A group that still holds a task is a VM whose
+// directory was renamed, which is not a removal.
 //
 // A pass runs when WatchRemoved starts (a node-manager that restarts finds
 // what was removed while it was down), whenever inotify reports that an entry
