@@ -116,10 +116,10 @@ func vmmLimits(st *state) (cgroup.Limits, error) {
 	}, nil
 }
 
-// vmmGroup is the group of st's VMM under parent.
+// vmmGroup is the group of execID's VMM under parent.
 func (d *Driver) vmmGroup(parent, execID string) (*cgroup.Group, error) {
 	if d.hier == nil {
-		return nil, fmt.Errorf("%w: vm: no cgroup hierarchy (unconfined driver)", errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("%w: vm: this host has no cgroup hierarchy", errdefs.ErrFailedPrecondition)
 	}
 	return d.hier.Group(parent, execID)
 }

@@ -113,17 +113,21 @@ func TestVMMCgroup(t *testing.T) {
 	churn := buildGuestProgram(t, "tbchurn")
 	uploadFile(t, ctx, c, "/tmp/tbchurn", churn)
 	// The guest touches twice its RAM (its kernel kills the hog), then runs
-	// fresh code for QEMU to translate: rounds of 256 KiB, each about twice
-	// that in host code (TCG's expansion here), twice the bounded buffer in
-	// all. QEMU then holds all the RAM and a full translation buffer; with
-	// QEMU's default buffer (up to 1 GiB) it would hold that much more code.
+	// fresh code for QEMU to translate: 512 rounds of 256 KiB, which TCG
+	// turned into about 450 MiB of host code here, three and a half times
+	// the bounded buffer. QEMU then holds all the RAM and a full translation
+	// buffer; with QEMU's default buffer (up to 1 GiB) it would hold all
+	// that code, past its cap, and be killed there.
 	rounds := 4 * tcgTBSizeMiB
-	out, code := guestRun(t, c, fmt.Sprintf(`awk '%s' >/dev/null 2>&1; chmod 755 /tmp/tbchurn && /tmp/tbchurn -rounds %d -kib 256`, memHogProgram(2*ramMiB), rounds))
-	if code != 0 || !strings.HasPrefix(out, "done") {
+	out, code, err := guestRun(c, fmt.Sprintf(`awk '%s' >/dev/null 2>&1; chmod 755 /tmp/tbchurn && /tmp/tbchurn -rounds %d -kib 256`, memHogProgram(2*ramMiB), rounds))
+	if err == nil && (code != 0 || !strings.HasPrefix(out, "done")) {
 		t.Errorf("the guest's code churn: exit %d, output %q", code, out)
 	}
-	if !driver.ProcAlive(st.Pid, st.StartTime) {
-		t.Fatalf("QEMU died under the guest's load; its memory cap (%d MiB) is too small for it. qemu.log: %s\ndmesg: %s",
+	if err != nil || !driver.ProcAlive(st.Pid, st.StartTime) {
+		if driver.ProcAlive(st.Pid, st.StartTime) {
+			t.Fatalf("the guest's load: %v", err)
+		}
+		t.Fatalf("QEMU died under the guest's load (killed at its memory cap of %d MiB? see the kernel's log). qemu.log: %s\ndmesg: %s",
 			limits.MemoryBytes>>20, tailFile(filepath.Join(d.execDir(st.ExecID), qemuLog), 1024), dmesgTail())
 	}
 	t.Logf("QEMU's translation buffer: %s", jitInfo(t, ctx, d, st))
@@ -441,26 +445,24 @@ func uploadFile(t *testing.T, ctx context.Context, c *guest.Client, path string,
 }
 
 // guestRun runs script with /bin/sh in the guest and returns its stdout and
-// exit code.
-func guestRun(t *testing.T, c *guest.Client, script string) (string, int) {
-	t.Helper()
+// exit code, or why it has none (the VM died, say).
+func guestRun(c *guest.Client, script string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	stream, err := c.Process().Start(ctx, connect.NewRequest(&processv1.StartRequest{
 		Process: &processv1.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}},
 	}))
 	if err != nil {
-		t.Fatalf("start %q: %v", script, err)
+		return "", 0, fmt.Errorf("start %q: %w", script, err)
 	}
 	var out strings.Builder
 	for stream.Receive() {
 		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
 		if e := stream.Msg().GetEvent().GetEnd(); e != nil {
-			return out.String(), int(e.GetExitCode())
+			return out.String(), int(e.GetExitCode()), nil
 		}
 	}
-	t.Fatalf("%q: no end event: %v (output %q)", script, stream.Err(), out.String())
-	return "", 0
+	return out.String(), 0, fmt.Errorf("%q: no end event: %v", script, stream.Err())
 }
 
 // memHogProgram is an awk program that allocates and touches mib MiB, one

@@ -148,8 +148,9 @@ type Counters struct {
 type Driver struct {
 	cfg Config
 	log *slog.Logger
-	// hier is the host's cgroup hierarchy, nil when QEMU runs unconfined;
-	// cgroupParent the parent of this driver's VMM groups (cgroup.go).
+	// hier is the host's cgroup hierarchy (nil only for an unconfined
+	// driver on a host without one); cgroupParent the parent of this
+	// driver's VMM groups (cgroup.go).
 	hier         *cgroup.Hierarchy
 	cgroupParent string
 
@@ -222,13 +223,13 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, cgroupParent: cgroupParent(cfg.StateDir)}
-	if !cfg.Unconfined {
-		hier, err := cgroup.Detect()
-		if err != nil {
-			return nil, fmt.Errorf("%w: vm: QEMU runs in a cgroup of its own: %v (or set Unconfined)", errdefs.ErrFailedPrecondition, err)
-		}
-		d.hier = hier
+	// An unconfined driver makes no groups, but removes those a confined
+	// one left over the same state directory.
+	hier, err := cgroup.Detect()
+	if err != nil && !cfg.Unconfined {
+		return nil, fmt.Errorf("%w: vm: QEMU runs in a cgroup of its own: %v (or set Unconfined)", errdefs.ErrFailedPrecondition, err)
 	}
+	d.hier = hier
 	d.boot.Store(&guestKernel{kernel: cfg.Kernel, machine: machine})
 	d.log.Info("vm driver ready", "machine", machine, "kernel", cfg.Kernel.Vmlinuz, "kernel_release", cfg.Kernel.Release)
 	d.templates.init()
