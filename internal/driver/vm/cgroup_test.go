@@ -25,6 +25,7 @@ import (
 	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/reexec"
 	"github.com/spacesandbox/space/internal/testenv"
 	"github.com/spacesandbox/space/internal/vmimage"
 )
@@ -541,4 +542,39 @@ func fakeKernel(t *testing.T) *vmimage.Kernel {
 		t.Fatal(err)
 	}
 	return &vmimage.Kernel{Vmlinuz: p}
+}
+
+// TestJailSpecCgroup: the jail helper refuses a specification without the
+// VMM's cgroup or with a cgroup path that is not absolute and clean, and a
+// helper given a directory that is no cgroup says so and runs nothing.
+func TestJailSpecCgroup(t *testing.T) {
+	dir := t.TempDir()
+	ok := jailSpec{Root: "/r", Dir: dir, Log: "qemu.log", QEMU: "/bin/true", Args: []string{"-x"}, UID: 1000, GID: 1000,
+		Cgroup: []string{"/sys/fs/cgroup/memory/space-vm-x/e1"}}
+	if err := ok.validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	for name, bad := range map[string][]string{"none": nil, "relative": {"sys/fs/cgroup/x"}, "unclean": {"/sys/fs/cgroup/memory/../x"}} {
+		s := ok
+		s.Cgroup = bad
+		if err := s.validate(); err == nil {
+			t.Errorf("%s cgroup %q: validate accepted it", name, bad)
+		}
+	}
+	notCgroup := ok
+	notCgroup.Cgroup = []string{dir}
+	b, err := json.Marshal(notCgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := reexec.Command(JailHelper, string(b))
+	cmd.Dir = dir
+	var exit *exec.ExitError
+	if err := cmd.Run(); !errors.As(err, &exit) || exit.ExitCode() != 126 {
+		t.Errorf("helper with a cgroup that is a plain directory: %v, want exit 126", err)
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "qemu.log"))
+	if !strings.Contains(string(log), "enter the VMM's cgroup") {
+		t.Errorf("helper log %q, want the refusal of the cgroup", log)
+	}
 }
