@@ -351,7 +351,6 @@ func (d *Driver) Cleanup(ctx context.Context, execID string) error {
 	st, err := d.loadState(execID)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
-		st = nil
 		// A crash between creating the directory and writing the state
 		// leaves a directory without state; a removal that went wrong, a
 		// cgroup without a directory.
@@ -378,7 +377,8 @@ func (d *Driver) Cleanup(ctx context.Context, execID string) error {
 }
 
 // Stats measures QEMU from /proc: its resident memory, CPU time and threads.
-// MemoryLimitBytes is the guest's RAM (QEMU's own overhead comes on top).
+// MemoryLimitBytes is the guest's RAM (QEMU's own overhead comes on top,
+// bounded by its cgroup, see cgroup.go).
 func (d *Driver) Stats(ctx context.Context, execID string) (driver.Stats, error) {
 	st, err := d.loadState(execID)
 	if err != nil {
