@@ -76,8 +76,20 @@ func validCgroupName(s string) error {
 // finds the groups and Cleanup removes them, parent and all.
 func TestVMMCgroup(t *testing.T) {
 	f := newFixture(t)
+	testVMMCgroup(t, f, f.driver)
+}
+
+// TestVMMCgroupMicrovm is TestVMMCgroup on the microvm machine with the
+// minimal kernel, what a node runs once it has built that kernel.
+func TestVMMCgroupMicrovm(t *testing.T) {
+	f := newFixture(t)
+	k := f.minimalKernel(t)
+	testVMMCgroup(t, f, func(t *testing.T, stateDir string) *Driver { return f.microvmDriver(t, stateDir, k) })
+}
+
+func testVMMCgroup(t *testing.T, f *fixture, newDriver func(*testing.T, string) *Driver) {
 	stateDir := t.TempDir()
-	d := f.driver(t, stateDir)
+	d := newDriver(t, stateDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const ramMiB = 256
@@ -135,8 +147,8 @@ func TestVMMCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("group stats: %v", err)
 	}
-	t.Logf("%d MiB guest under %s, RAM filled and code churned: QEMU peak RSS %d MiB (%+d MiB over the RAM), RSS now %d MiB; group peak %d MiB (%+d), cap %d MiB",
-		ramMiB, st.Accel, hwm>>20, int64(hwm>>20)-ramMiB, rss>>20, gs.MemoryPeakBytes>>20, int64(gs.MemoryPeakBytes>>20)-ramMiB, limits.MemoryBytes>>20)
+	t.Logf("%d MiB guest on %s under %s, RAM filled and code churned: QEMU peak RSS %d MiB (%+d MiB over the RAM), RSS now %d MiB; group peak %d MiB (%+d), cap %d MiB",
+		ramMiB, st.Machine, st.Accel, hwm>>20, int64(hwm>>20)-ramMiB, rss>>20, gs.MemoryPeakBytes>>20, int64(gs.MemoryPeakBytes>>20)-ramMiB, limits.MemoryBytes>>20)
 	if rss < ramMiB<<20*3/4 {
 		t.Errorf("QEMU's RSS is %d MiB: the guest did not fill its %d MiB (the test proves nothing)", rss>>20, ramMiB)
 	}
@@ -170,7 +182,7 @@ func TestVMMCgroup(t *testing.T) {
 	})
 
 	t.Run("RestartedDriverRemovesGroups", func(t *testing.T) {
-		d2 := f.driver(t, stateDir)
+		d2 := newDriver(t, stateDir)
 		var groups []*cgroup.Group
 		for _, id := range ids {
 			s, err := d2.loadState(id)
