@@ -2,10 +2,14 @@ package cgroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -178,6 +182,9 @@ func TestGroupLifecycle(t *testing.T) {
 	if st.Pids < 1 || st.MemoryLimitBytes != 64<<20 {
 		t.Errorf("Stats = %+v, want pids >= 1 and a 64 MiB limit", st)
 	}
+	if st.MemoryPeakBytes < st.MemoryBytes && (h.Mode == V1 || st.MemoryPeakBytes != 0) {
+		t.Errorf("Stats = %+v, want a peak of at least the memory charged now", st)
+	}
 	if err := g.Freeze(ctx); err != nil {
 		t.Fatalf("Freeze: %v", err)
 	}
@@ -202,5 +209,97 @@ func TestGroupLifecycle(t *testing.T) {
 	}
 	if err := g.Delete(ctx); err != nil {
 		t.Errorf("second Delete: %v, want nil", err)
+	}
+}
+
+// enterDirsEnv passes the group directories to TestEnterHelper, this test
+// binary run as a child that enters them.
+const enterDirsEnv = "SPACE_CGROUP_TEST_ENTER"
+
+// TestEnterHelper is not a test: run by TestEnter as a child process, it
+// enters the groups named in its environment and prints its cgroups.
+func TestEnterHelper(t *testing.T) {
+	dirs := os.Getenv(enterDirsEnv)
+	if dirs == "" {
+		t.Skip("helper of TestEnter")
+	}
+	if err := Enter(strings.Split(dirs, ":")); err != nil {
+		fmt.Println("enter:", err)
+		os.Exit(3)
+	}
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	os.Stdout.Write(b)
+	os.Exit(0)
+}
+
+func TestEnter(t *testing.T) {
+	// Refusals come before any write, so they are safe to try in this
+	// process.
+	for _, bad := range [][]string{nil, {"relative/x"}, {"/sys/fs/cgroup/memory/../memory/x"}, {t.TempDir()}} {
+		if err := Enter(bad); err == nil {
+			t.Errorf("Enter(%q): want an error", bad)
+		}
+	}
+	testenv.RequiresRoot(t)
+	h, err := Detect()
+	if err != nil {
+		t.Skipf("skipping: no usable cgroups: %v", err)
+	}
+	var roots []string
+	if h.Mode == V2 {
+		roots = append(roots, h.V2)
+	}
+	for _, m := range h.V1 {
+		roots = append(roots, m)
+	}
+	for _, r := range roots {
+		if err := Enter([]string{r}); err == nil {
+			t.Fatalf("Enter(%s): entered a hierarchy's root", r)
+		}
+	}
+	ctx := context.Background()
+	parent := testParent(t, h)
+	g, err := h.Group(parent, "enter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Create(Limits{MemoryBytes: 64 << 20, PidsMax: 64}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Kill(ctx); _ = g.Delete(ctx) })
+	if names, err := h.Children(parent); err != nil || !slices.Equal(names, []string{"enter"}) {
+		t.Errorf("Children(%s) = %v, %v; want [enter]", parent, names, err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnterHelper$")
+	cmd.Env = append(os.Environ(), enterDirsEnv+"="+strings.Join(g.Dirs(), ":"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	for _, d := range g.Dirs() {
+		rel := "/" + parent + "/enter"
+		if !strings.Contains(string(out), rel) {
+			t.Errorf("the helper's /proc/self/cgroup lacks %s (group dir %s):\n%s", rel, d, out)
+		}
+	}
+	if err := h.RemoveParent(parent); err != nil {
+		t.Errorf("RemoveParent with a group left: %v, want nil", err)
+	}
+	if !g.Exists() {
+		t.Fatal("RemoveParent removed a parent that still had a group")
+	}
+	if err := g.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RemoveParent(parent); err != nil {
+		t.Fatalf("RemoveParent: %v", err)
+	}
+	for _, d := range h.parentDirs(parent) {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("parent %s left after RemoveParent: %v", d, err)
+		}
+	}
+	if names, err := h.Children(parent); err != nil || len(names) != 0 {
+		t.Errorf("Children of a removed parent = %v, %v; want none", names, err)
 	}
 }

@@ -172,6 +172,10 @@ type Stats struct {
 	MemoryBytes uint64
 	// MemoryLimitBytes is the memory cap, 0 when unlimited.
 	MemoryLimitBytes uint64
+	// MemoryPeakBytes is the most memory ever charged to the group (v1's
+	// memory.max_usage_in_bytes, v2's memory.peak; 0 on a v2 kernel
+	// without memory.peak, before 5.19).
+	MemoryPeakBytes uint64
 	// Pids is the number of tasks.
 	Pids uint64
 	// CPUNanos is the CPU time used, 0 when not accounted.
@@ -200,6 +204,9 @@ func (g *Group) Stats() (Stats, error) {
 	if s.MemoryLimitBytes >= unlimitedV1 {
 		s.MemoryLimitBytes = 0
 	}
+	if s.MemoryPeakBytes, err = readUint(mem, "memory.max_usage_in_bytes"); err != nil {
+		return s, err
+	}
 	if s.Pids, err = readUint(g.dirs["pids"], "pids.current"); err != nil {
 		return s, err
 	}
@@ -220,6 +227,11 @@ func (g *Group) statsV2() (Stats, error) {
 	}
 	if s.MemoryLimitBytes, err = readUint(d, "memory.max"); err != nil {
 		return s, err
+	}
+	if exists(d, "memory.peak") {
+		if s.MemoryPeakBytes, err = readUint(d, "memory.peak"); err != nil {
+			return s, err
+		}
 	}
 	if s.Pids, err = readUint(d, "pids.current"); err != nil {
 		return s, err

@@ -317,7 +317,7 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 	if err := d.saveState(st); err != nil {
 		return nil, err
 	}
-	cmd, err := d.qemuCommand(st, v.memory)
+	cmd, err := d.qemuCommand(ctx, st, v.memory)
 	if err != nil {
 		return nil, err
 	}

@@ -5,11 +5,13 @@ package vm
 // jail helper (argv[0] JailHelper) in new mount, network, IPC and UTS
 // namespaces. The helper, still root:
 //
-//  1. binds QEMU's server sockets (the chardev, QMP and stream netdev sockets
+//  1. enters the VMM's cgroup, which the driver created (cgroup.go), so
+//     that QEMU is bounded from its first allocation;
+//  2. binds QEMU's server sockets (the chardev, QMP and stream netdev sockets
 //     qemuArgs names by path) itself, in the execution's directory, and
 //     rewrites QEMU's arguments to pass them as descriptors (fd=N,
 //     addr.type=fd): QEMU never needs to create a file;
-//  2. builds the jail: an empty read-only tmpfs as the root, with read-only
+//  3. builds the jail: an empty read-only tmpfs as the root, with read-only
 //     bind mounts of /usr (QEMU, its libraries, firmware and modules), the
 //     host's /bin, /sbin and /lib* (symlinks into /usr on merged-/usr hosts),
 //     /etc/ld.so.cache, the files QEMU's arguments name (kernel, initramfs),
@@ -17,7 +19,7 @@ package vm
 //     /dev/urandom, /dev/kvm with KVM, /dev/vhost-vsock with vsock) and the
 //     execution's directory at its host path, read-only but for disk.img;
 //     then pivot_root into it and detaches the host's tree;
-//  3. drops to the execution's own uid and gid (no supplementary groups but
+//  4. drops to the execution's own uid and gid (no supplementary groups but
 //     the owner group of a device it needs), sets no_new_privs and a zero
 //     core-size limit, and execs QEMU, which keeps the pid the driver
 //     recorded and adds its own seccomp filter (-sandbox).
@@ -48,6 +50,7 @@ package vm
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +67,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/reexec"
@@ -115,6 +119,9 @@ type jailSpec struct {
 	UID    uint32   `json:"uid"`
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups"`
+	// Cgroup are the directories of the VMM's cgroup (one per hierarchy),
+	// which the helper enters before anything else.
+	Cgroup []string `json:"cgroup"`
 }
 
 // JailMain runs the jail helper on its one argument, the JSON jail
@@ -150,6 +157,10 @@ func runJail(arg string) error {
 	if err := s.validate(); err != nil {
 		return err
 	}
+	// In the group before QEMU, or this helper, allocates what it bounds.
+	if err := cgroup.Enter(s.Cgroup); err != nil {
+		return fmt.Errorf("enter the VMM's cgroup: %w", err)
+	}
 	args, err := preBindSockets(s.Args, listenUnix)
 	if err != nil {
 		return err
@@ -169,6 +180,7 @@ func runJail(arg string) error {
 
 func (s *jailSpec) validate() error {
 	paths := append([]string{s.Root, s.Dir, s.QEMU}, s.Files...)
+	paths = append(paths, s.Cgroup...)
 	for _, p := range append(paths, s.Devices...) {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 			return fmt.Errorf("jail path %q is not absolute and clean", p)
@@ -181,6 +193,9 @@ func (s *jailSpec) validate() error {
 	}
 	if s.UID == 0 || s.GID == 0 || len(s.Args) == 0 {
 		return fmt.Errorf("jail for uid %d gid %d with %d arguments: want unprivileged ids and a command line", s.UID, s.GID, len(s.Args))
+	}
+	if len(s.Cgroup) == 0 {
+		return errors.New("jail without a cgroup: QEMU runs only in its own group")
 	}
 	return nil
 }
@@ -547,10 +562,14 @@ func dropPrivileges(uid, gid uint32, groups []uint32) error {
 }
 
 // confinedCommand is the jail helper's command that runs QEMU with args for
-// st: it claims st's uid, opens the execution's files to its group, and
-// works out what the jail must show.
-func (d *Driver) confinedCommand(st *state, args []string) (*exec.Cmd, error) {
+// st: it claims st's uid, creates the VMM's cgroup, opens the execution's
+// files to its group, and works out what the jail must show.
+func (d *Driver) confinedCommand(ctx context.Context, st *state, args []string) (*exec.Cmd, error) {
 	uid, err := d.allocUID(st.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	cgroupDirs, err := d.createVMMGroup(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -582,7 +601,7 @@ func (d *Driver) confinedCommand(st *state, args []string) (*exec.Cmd, error) {
 	}
 	spec, err := json.Marshal(jailSpec{
 		Root: root, Dir: dir, Log: qemuLog, Writable: []string{diskFile}, Files: files, Devices: devices,
-		QEMU: qemu, Args: args, UID: uid, GID: uid, Groups: groups,
+		QEMU: qemu, Args: args, UID: uid, GID: uid, Groups: groups, Cgroup: cgroupDirs,
 	})
 	if err != nil {
 		return nil, err

@@ -28,7 +28,10 @@
 // /tmp, /home, /root, other /etc, nor any other execution. The sockets are
 // bound by the root jail helper and passed to QEMU as descriptors, so QEMU
 // creates no file anywhere, and nothing root opens in the directory can be
-// swapped for a symlink by a compromised QEMU.
+// swapped for a symlink by a compromised QEMU. The helper runs QEMU in a
+// host cgroup of its own that caps its memory at the guest's RAM plus a
+// bounded overhead, its tasks and its CPU time at the sandbox's CPUs
+// (cgroup.go).
 //
 // Layout of StateDir/exec/<exec-id> (root:<vm gid>, 0710):
 //
@@ -64,6 +67,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/vmimage"
@@ -118,9 +122,10 @@ type Config struct {
 	// UIDs is the number of uids in the range (at most this many VMs run at
 	// once); default 65536.
 	UIDs int
-	// Unconfined runs QEMU as root in the host's namespaces, as the first
-	// version of the driver did, instead of as its own uid in its jail (see
-	// confine.go). For debugging, and hosts that refuse mount namespaces.
+	// Unconfined runs QEMU as root in the host's namespaces and in no
+	// cgroup of its own, as the first version of the driver did, instead of
+	// as its own uid in its jail and its cgroup (see confine.go, cgroup.go).
+	// For debugging, and hosts that refuse mount namespaces.
 	Unconfined bool
 }
 
@@ -143,6 +148,11 @@ type Counters struct {
 type Driver struct {
 	cfg Config
 	log *slog.Logger
+	// hier is the host's cgroup hierarchy (nil only for an unconfined
+	// driver on a host without one); cgroupParent the parent of this
+	// driver's VMM groups (cgroup.go).
+	hier         *cgroup.Hierarchy
+	cgroupParent string
 
 	// mu serialises state creation and removal inside this process.
 	mu sync.Mutex
@@ -212,7 +222,14 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
 		}
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, cgroupParent: cgroupParent(cfg.StateDir)}
+	// An unconfined driver makes no groups, but removes those a confined
+	// one left over the same state directory.
+	hier, err := cgroup.Detect()
+	if err != nil && !cfg.Unconfined {
+		return nil, fmt.Errorf("%w: vm: QEMU runs in a cgroup of its own: %v (or set Unconfined)", errdefs.ErrFailedPrecondition, err)
+	}
+	d.hier = hier
 	d.boot.Store(&guestKernel{kernel: cfg.Kernel, machine: machine})
 	d.log.Info("vm driver ready", "machine", machine, "kernel", cfg.Kernel.Vmlinuz, "kernel_release", cfg.Kernel.Release)
 	d.templates.init()
@@ -257,15 +274,27 @@ func (d *Driver) Alive(ctx context.Context, execID string) (bool, error) {
 // itself to save template snapshots (template.go).
 const scratchPrefix = "tpl-"
 
-// List returns the executions with a directory under StateDir/exec, but
-// for the driver's own scratch VMs of template snapshots, which no node
-// knows of: the driver removes them when the snapshot is saved. A VM whose
-// directory was removed is not listed; WatchRemoved stops it.
+// List returns the executions with a directory under StateDir/exec, and
+// those whose VMM cgroup is left without one (cgroup.go; Cleanup removes
+// it), but for the driver's own scratch VMs of template snapshots, which no
+// node knows of: the driver removes them when the snapshot is saved. A VM
+// whose directory was removed is not listed by its directory; WatchRemoved
+// stops it.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
 	ids, err := driver.ListStateDirs(filepath.Join(d.cfg.StateDir, "exec"))
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
+	left, err := d.leftoverGroups()
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range left {
+		if driver.ValidID(id) == nil && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
 	return slices.DeleteFunc(ids, func(id string) bool { return strings.HasPrefix(id, scratchPrefix) }), nil
 }
 
@@ -311,8 +340,8 @@ func waitGone(ctx context.Context, st *state, wait time.Duration) bool {
 	return true
 }
 
-// Cleanup kills the VM if it runs and removes its disk clone and state. An
-// unknown execution is already clean.
+// Cleanup kills the VM if it runs and removes its cgroup, disk clone and
+// state. An unknown execution is already clean.
 func (d *Driver) Cleanup(ctx context.Context, execID string) error {
 	if err := driver.ValidID(execID); err != nil {
 		return err
@@ -323,9 +352,10 @@ func (d *Driver) Cleanup(ctx context.Context, execID string) error {
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		// A crash between creating the directory and writing the state
-		// leaves a directory without state.
+		// leaves a directory without state; a removal that went wrong, a
+		// cgroup without a directory.
 		if _, serr := os.Lstat(d.execDir(execID)); errors.Is(serr, fs.ErrNotExist) {
-			return nil
+			return d.removeVMMGroups(ctx, execID, nil)
 		}
 	case err != nil:
 		return err
@@ -333,6 +363,11 @@ func (d *Driver) Cleanup(ctx context.Context, execID string) error {
 		if err := d.kill(ctx, st); err != nil {
 			return err
 		}
+	}
+	// The group goes before the directory: a group without a directory
+	// is a leftover (StopRemoved), never a start under way.
+	if err := d.removeVMMGroups(ctx, execID, st); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(d.execDir(execID)); err != nil {
 		return fmt.Errorf("vm: exec %s: remove state and disk: %w", execID, err)
@@ -342,7 +377,8 @@ func (d *Driver) Cleanup(ctx context.Context, execID string) error {
 }
 
 // Stats measures QEMU from /proc: its resident memory, CPU time and threads.
-// MemoryLimitBytes is the guest's RAM (QEMU's own overhead comes on top).
+// MemoryLimitBytes is the guest's RAM (QEMU's own overhead comes on top,
+// bounded by its cgroup, see cgroup.go).
 func (d *Driver) Stats(ctx context.Context, execID string) (driver.Stats, error) {
 	st, err := d.loadState(execID)
 	if err != nil {

@@ -24,7 +24,12 @@ package vm
 // repeated, so a reused pid is never hit; the uid claim it held is released.
 // Everything else QEMU holds dies with it: the jail's mount, network, IPC and
 // UTS namespaces are its own, and the disk's blocks are freed when its last
-// descriptor closes. (The vm runtime has no cgroup, tap or loop device.)
+// descriptor closes. (The vm runtime has no tap or loop device.) Its cgroup
+// does not die with it: every pass also removes each VMM cgroup of this
+// driver whose execution has no directory and that holds no task
+// (cgroup.go) — the groups are this driver's alone, under a parent named
+// after its state directory. A group that still holds a task is a VM whose
+// directory was renamed, which is not a removal.
 //
 // A pass runs when WatchRemoved starts (a node-manager that restarts finds
 // what was removed while it was down), whenever inotify reports that an entry
@@ -40,6 +45,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -89,8 +95,9 @@ func (d *Driver) WatchRemoved(ctx context.Context, period time.Duration) error {
 }
 
 // StopRemoved kills every QEMU of this driver whose execution directory was
-// removed, waits until each is gone and releases its uid. It returns the ids
-// of the executions it stopped.
+// removed, waits until each is gone, removes its cgroup and releases its
+// uid. It returns the ids of the executions it stopped or whose cgroup it
+// removed.
 func (d *Driver) StopRemoved(ctx context.Context) ([]string, error) {
 	found, err := d.findRemoved()
 	if err != nil {
@@ -107,6 +114,15 @@ func (d *Driver) StopRemoved(ctx context.Context) ([]string, error) {
 		if killed {
 			d.log.Warn("stopped a VM whose execution directory was removed", "exec", p.execID, "pid", p.pid, "uid", p.uid)
 			stopped = append(stopped, p.execID)
+		}
+	}
+	left, err := d.removeLeftoverGroups(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range left {
+		if !slices.Contains(stopped, id) {
+			stopped = append(stopped, id)
 		}
 	}
 	if len(stopped) > 0 {

@@ -148,7 +148,7 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 		return nil, err
 	}
 	st.Accel = d.chooseAccel(ctx, st.Kernel, st.Initrd)
-	cmd, err := d.qemuCommand(st, nil)
+	cmd, err := d.qemuCommand(ctx, st, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -279,12 +279,13 @@ func qemuArgs(st *state) []string {
 }
 
 // accelArgs selects the accelerator and the CPU model: the host's CPU under
-// KVM, every feature TCG emulates otherwise.
+// KVM, every feature TCG emulates otherwise, with a translation buffer of
+// the size the VMM's cgroup allows for (cgroup.go).
 func accelArgs(accel string) []string {
 	if accel == AccelKVM {
 		return []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	return []string{"-accel", "tcg", "-cpu", "max"}
+	return []string{"-accel", tcgAccelOption, "-cpu", "max"}
 }
 
 // qemuCommand is QEMU's command for st. With incoming set, QEMU loads that
@@ -293,10 +294,10 @@ func accelArgs(accel string) []string {
 //
 // Unless Config.Unconfined is set, the command is the jail helper
 // (confine.go), which claims a uid for st (recorded in st, saved with the
-// pid), opens qemu.log, binds QEMU's sockets and runs QEMU as that uid in a
-// jail that shows only its own files. Its errors land in qemu.log, which
-// failedStart reports.
-func (d *Driver) qemuCommand(st *state, incoming *os.File) (*exec.Cmd, error) {
+// pid), enters the VMM's cgroup (cgroup.go, created here), opens qemu.log,
+// binds QEMU's sockets and runs QEMU as that uid in a jail that shows only
+// its own files. Its errors land in qemu.log, which failedStart reports.
+func (d *Driver) qemuCommand(ctx context.Context, st *state, incoming *os.File) (*exec.Cmd, error) {
 	dir := d.execDir(st.ExecID)
 	args := qemuArgs(st)
 	if incoming != nil {
@@ -323,7 +324,7 @@ func (d *Driver) qemuCommand(st *state, incoming *os.File) (*exec.Cmd, error) {
 		cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
 	} else {
 		var err error
-		if cmd, err = d.confinedCommand(st, args); err != nil {
+		if cmd, err = d.confinedCommand(ctx, st, args); err != nil {
 			return nil, fmt.Errorf("confine QEMU: %w", err)
 		}
 	}

@@ -75,6 +75,10 @@ type state struct {
 	// (see confine.go); 0 when the driver runs QEMU unconfined.
 	UID uint32 `json:"uid,omitempty"`
 	GID uint32 `json:"gid,omitempty"`
+	// Cgroup is the parent of the VMM's cgroup, which is named after the
+	// exec id (see cgroup.go); empty when QEMU runs unconfined, or was
+	// started by a driver that made no groups.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 func (d *Driver) execDir(execID string) string {
