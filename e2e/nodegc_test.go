@@ -51,7 +51,7 @@ func TestNodeGC(t *testing.T) {
 	t.Cleanup(func() { _ = pm.Cleanup(context.Background(), orphan, "ns") })
 	waitLog(t, in, "an execution no runtime record refers to runs on this node", orphan)
 	if ok, err := pm.Alive(ctx, orphan); !ok || err != nil {
-		t.Fatalf("the orphan after a restart of the node: alive %v, %v; want it left running", ok, err)
+		t.Fatalf("the orphan after a restart of the node: alive %v, %v; want it left running\n%s", ok, err, in.logs())
 	}
 
 	dry := nodeGC(t, dataDir, 0, "--dry-run")
