@@ -1,7 +1,6 @@
-package server
+package restapi
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,14 +22,14 @@ type createRequest struct {
 	Egress json.RawMessage `json:"egress,omitempty"`
 }
 
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	start := time.Now()
-	sb, err := s.svc.Create(r.Context(), callerOf(r.Context()).service(), service.CreateParams{
+	sb, err := s.svc.Create(r.Context(), s.caller(r), service.CreateParams{
 		CreateSandboxRequest: req.CreateSandboxRequest, Egress: req.Egress, Key: idempotencyKeyOf(r.Context()),
 	})
 	if err != nil {
@@ -41,7 +40,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
 		return
 	}
-	s.metrics.observeCreate(time.Since(start))
+	s.host.ObserveCreate(time.Since(start))
 	writeJSON(w, http.StatusCreated, s.apiOf(sb))
 }
 
@@ -52,14 +51,8 @@ func fingerprintOf(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// defaultTemplate is the template of a create that names none.
-const defaultTemplate = service.DefaultTemplate
-
-// event appends an event to sandbox id's (service.Sandboxes.Event).
-func (s *Server) event(ctx context.Context, id, typ, msg string) { s.svc.Event(ctx, id, typ, msg) }
-
-func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
-	sbs, err := s.svc.List(r.Context(), callerOf(r.Context()).service())
+func (s *API) handleList(w http.ResponseWriter, r *http.Request) {
+	sbs, err := s.svc.List(r.Context(), s.caller(r))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -71,7 +64,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleGet(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandboxFor(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -83,8 +76,8 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 // handleDelete marks the sandbox deleting and waits until its execution is
 // gone: 204, or 202 when the reconciler is still finishing the deletion
 // (the sandbox is already unusable and reported as deleting).
-func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	err := s.svc.Delete(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (s *API) handleDelete(w http.ResponseWriter, r *http.Request) {
+	err := s.svc.Delete(r.Context(), s.caller(r), r.PathValue("id"))
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		w.WriteHeader(http.StatusAccepted)

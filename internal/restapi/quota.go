@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 
 // handleSetQuota is PUT /v1/tenants/{id}/quota (admin only): it replaces the
 // tenant's quota and answers the tenant with its quota and usage.
-func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !sandbox.ValidTenantID(id) {
 		s.writeError(w, r, fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id)))
@@ -51,7 +51,7 @@ func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 }
 
 // tenantWithUsage is tenant id as the API reports it, with its usage.
-func (s *Server) tenantWithUsage(ctx context.Context, id string) (sandboxv1.Tenant, error) {
+func (s *API) tenantWithUsage(ctx context.Context, id string) (sandboxv1.Tenant, error) {
 	t, err := s.store.GetTenant(ctx, id)
 	if err != nil {
 		return sandboxv1.Tenant{}, err

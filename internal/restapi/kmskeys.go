@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // to object storage has its data key wrapped by the tenant's key. Revoking
 // the key makes all of them unreadable: a restore is refused with the reason.
 
-func (s *Server) handleListEncryptionKeys(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleListEncryptionKeys(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.encryptionTenant(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -37,7 +37,7 @@ func (s *Server) handleListEncryptionKeys(w http.ResponseWriter, r *http.Request
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleRevokeEncryptionKey(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleRevokeEncryptionKey(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.encryptionTenant(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -69,7 +69,7 @@ func (s *Server) handleRevokeEncryptionKey(w http.ResponseWriter, r *http.Reques
 
 // encryptionTenant is the tenant of an encryption key request; only the
 // admin key manages them.
-func (s *Server) encryptionTenant(r *http.Request) (string, error) {
+func (s *API) encryptionTenant(r *http.Request) (string, error) {
 	if s.cfg.KMS == nil {
 		return "", fmt.Errorf("%w: no KMS is configured", errdefs.ErrFailedPrecondition)
 	}

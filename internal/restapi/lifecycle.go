@@ -1,7 +1,6 @@
-package server
+package restapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,15 +19,15 @@ import (
 
 // handleLifecycle applies op (pause, resume, stop, hibernate) to the
 // sandbox.
-func (s *Server) handleLifecycle(op sandbox.Op) http.HandlerFunc {
+func (s *API) handleLifecycle(op sandbox.Op) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sb, err := s.svc.Lifecycle(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), op)
+		sb, err := s.svc.Lifecycle(r.Context(), s.caller(r), r.PathValue("id"), op)
 		s.answerLifecycle(w, r, sb, err)
 	}
 }
 
 // answerLifecycle answers the outcome of a lifecycle verb.
-func (s *Server) answerLifecycle(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox, err error) {
+func (s *API) answerLifecycle(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox, err error) {
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		writeJSON(w, http.StatusAccepted, s.apiOf(sb))
@@ -42,7 +41,7 @@ func (s *Server) answerLifecycle(w http.ResponseWriter, r *http.Request, sb *san
 // handleRestore brings a hibernated sandbox back from object storage, on
 // the node the scheduler picks or, for an admin, on the node the body names
 // (to move a sandbox, or to measure a restore on another node).
-func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleRestore(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.RestoreRequest
 	if r.ContentLength != 0 {
 		if err := decodeJSON(w, r, &req); err != nil {
@@ -50,7 +49,7 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c, id := callerOf(r.Context()).service(), r.PathValue("id")
+	c, id := s.caller(r), r.PathValue("id")
 	if req.Node == "" {
 		sb, err := s.svc.Lifecycle(r.Context(), c, id, sandbox.OpRestore)
 		s.answerLifecycle(w, r, sb, err)
@@ -60,7 +59,7 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: choosing the node of a restore needs an admin key", errdefs.ErrPermissionDenied))
 		return
 	}
-	if !validNodeID(req.Node) {
+	if !service.ValidNodeID(req.Node) {
 		s.writeError(w, r, fmt.Errorf("%w: node %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(req.Node)))
 		return
 	}
@@ -70,32 +69,26 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
 
 // handleStart boots a stopped sandbox from the disk its stop kept, on the
 // node that holds it.
-func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.svc.Start(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (s *API) handleStart(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.svc.Start(r.Context(), s.caller(r), r.PathValue("id"))
 	s.answerLifecycle(w, r, sb, err)
 }
 
 // handleRollback puts the sandbox's filesystem back to one of its snapshots:
 // a new execution from it replaces the current one.
-func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleRollback(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.RollbackRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, err := s.svc.Rollback(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), req.Snapshot)
+	sb, err := s.svc.Rollback(r.Context(), s.caller(r), r.PathValue("id"), req.Snapshot)
 	s.answerLifecycle(w, r, sb, err)
-}
-
-// wake resumes a sandbox that idle handling paused or hibernated, for a
-// request that needs it running (service.Sandboxes.Wake).
-func (s *Server) wake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
-	return s.svc.Wake(ctx, sb)
 }
 
 // handleSetTimeout sets how long the sandbox lives from now ("0": no
 // timeout).
-func (s *Server) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.SetTimeoutRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -106,7 +99,7 @@ func (s *Server) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, err := s.svc.SetTimeout(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), d)
+	sb, err := s.svc.SetTimeout(r.Context(), s.caller(r), r.PathValue("id"), d)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

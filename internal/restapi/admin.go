@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func keyAPI(k store.APIKey) sandboxv1.APIKey {
 	return out
 }
 
-func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.store.ListTenants(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
@@ -63,7 +63,7 @@ func validTenantName(name string) error {
 	return nil
 }
 
-func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateTenantRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -78,7 +78,7 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	_, secret, err := mintKey(r.Context(), s.store, t.ID, false)
+	_, secret, err := service.MintKey(r.Context(), s.store, t.ID, false)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -86,18 +86,9 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sandboxv1.CreateTenantResponse{Tenant: tenantAPI(t, store.Usage{}), Key: secret})
 }
 
-func mintKey(ctx context.Context, st store.Store, tenant string, admin bool) (store.APIKey, string, error) {
-	k := apikey.New()
-	row := store.APIKey{ID: k.ID, Tenant: tenant, Hash: k.Hash(), Admin: admin, CreatedAt: time.Now().UTC()}
-	if err := st.CreateAPIKey(ctx, row); err != nil {
-		return store.APIKey{}, "", err
-	}
-	return row, k.String(), nil
-}
-
-func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if id == callerOf(r.Context()).Tenant {
+	if id == s.caller(r).Tenant {
 		s.writeError(w, r, fmt.Errorf("%w: the admin key's own tenant cannot be deleted", errdefs.ErrConflict))
 		return
 	}
@@ -115,11 +106,11 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 
 // keyTenant resolves the tenant a key request is about: the caller's own, or
 // any tenant for the admin key.
-func (s *Server) keyTenant(r *http.Request, asked string) (string, error) {
-	return service.TenantFor(r.Context(), s.store, callerOf(r.Context()).service(), asked)
+func (s *API) keyTenant(r *http.Request, asked string) (string, error) {
+	return service.TenantFor(r.Context(), s.store, s.caller(r), asked)
 }
 
-func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
 	tenant, err := s.keyTenant(r, r.URL.Query().Get("tenant"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -137,7 +128,7 @@ func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateKeyRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -148,7 +139,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	row, secret, err := mintKey(r.Context(), s.store, tenant, false)
+	row, secret, err := service.MintKey(r.Context(), s.store, tenant, false)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -156,7 +147,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sandboxv1.CreateKeyResponse{Key: keyAPI(row), Secret: secret})
 }
 
-func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	id = strings.TrimPrefix(id, apikey.Prefix)
 	notFound := fmt.Errorf("%w: key %q", errdefs.ErrNotFound, clip(id))
@@ -168,7 +159,7 @@ func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	c := callerOf(r.Context())
+	c := s.caller(r)
 	if k.Tenant != c.Tenant && !c.Admin {
 		s.writeError(w, r, notFound)
 		return

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // Idempotent-Replayed, without running twice; the same key on another request
 // is 409. Answers of 5xx, 202 and 429 are not remembered (the retry runs
 // again, which the operations make safe; a quota refusal may pass later).
-func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
+func (s *API) idempotent(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
 		if key == "" {
@@ -34,7 +34,7 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 			s.writeError(w, r, fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody))
 			return
 		}
-		tenant := callerOf(r.Context()).Tenant
+		tenant := s.caller(r).Tenant
 		fingerprint := fingerprintOf(r.Method, r.URL.Path, body)
 		if rec, err := s.store.GetIdempotency(r.Context(), tenant, key); err == nil {
 			if rec.Fingerprint != fingerprint {

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"errors"
@@ -17,8 +17,8 @@ func apiSnapshot(snap store.Snapshot) sandboxv1.Snapshot {
 	}
 }
 
-func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
-	snaps, err := s.svc.ListSnapshots(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (s *API) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
+	snaps, err := s.svc.ListSnapshots(r.Context(), s.caller(r), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -33,13 +33,13 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 // handleCreateSnapshot takes a snapshot of a running or paused sandbox and
 // answers it once it is ready (201), failed (409 with the reason) or still
 // being taken after the wait (202).
-func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateSnapshotRequest
 	if err := decodeOptionalJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	snap, err := s.svc.TakeSnapshot(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual)
+	snap, err := s.svc.TakeSnapshot(r.Context(), s.caller(r), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual)
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		writeJSON(w, http.StatusAccepted, apiSnapshot(snap))
@@ -54,13 +54,13 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 // from a snapshot taken now (service.Sandboxes.Fork): 201 with the child
 // once it runs, 202 while it is still starting. With an Idempotency-Key
 // the child's id is derived from the parent and the key.
-func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleFork(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.ForkRequest
 	if err := decodeOptionalJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	child, err := s.svc.Fork(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), service.ForkParams{
+	child, err := s.svc.Fork(r.Context(), s.caller(r), r.PathValue("id"), service.ForkParams{
 		Name: req.Name, Snapshot: req.Snapshot, Key: idempotencyKeyOf(r.Context()),
 	})
 	switch {
@@ -73,8 +73,8 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	events, err := s.svc.Events(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (s *API) handleEvents(w http.ResponseWriter, r *http.Request) {
+	events, err := s.svc.Events(r.Context(), s.caller(r), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -100,8 +100,8 @@ func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // snapshot the sandbox's current execution started from, or will start
 // from (a stopped or hibernated sandbox's disk), and one still being taken,
 // are refused with 409.
-func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	err := s.svc.DeleteSnapshot(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), r.PathValue("snapshot"))
+func (s *API) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	err := s.svc.DeleteSnapshot(r.Context(), s.caller(r), r.PathValue("id"), r.PathValue("snapshot"))
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		w.WriteHeader(http.StatusAccepted)
