@@ -119,81 +119,81 @@ var ErrAdminOnly = fmt.Errorf("%w: this needs the admin key", errdefs.ErrPermiss
 
 // Register adds the REST API's routes to mux: /openapi.json and /v1/…
 // but the ports' proxy and TCP routes, which are ingress's.
-func (s *API) Register(mux Mux) {
-	route := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.host.Instrument(pattern, h)) }
-	authed := func(pattern string, h http.HandlerFunc) { route(pattern, s.host.Authenticate(h)) }
-	admin := func(pattern string, h http.HandlerFunc) { route(pattern, s.host.Authenticate(s.requireAdmin(h))) }
+func (a *API) Register(mux Mux) {
+	route := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.host.Instrument(pattern, h)) }
+	authed := func(pattern string, h http.HandlerFunc) { route(pattern, a.host.Authenticate(h)) }
+	admin := func(pattern string, h http.HandlerFunc) { route(pattern, a.host.Authenticate(a.requireAdmin(h))) }
 
 	route("GET /openapi.json", handleOpenAPI)
 
-	authed("POST /v1/sandboxes", s.idempotent(s.handleCreate))
-	authed("GET /v1/sandboxes", s.handleList)
-	authed("GET /v1/sandboxes/{id}", s.handleGet)
-	authed("DELETE /v1/sandboxes/{id}", s.handleDelete)
-	authed("POST /v1/sandboxes/{id}/exec", s.handleExec)
-	authed("GET /v1/sandboxes/{id}/exec", s.handleExecStream)
-	authed("GET /v1/sandboxes/{id}/files", s.handleReadFile)
-	authed("PUT /v1/sandboxes/{id}/files", s.handleWriteFile)
-	authed("DELETE /v1/sandboxes/{id}/files", s.handleRemoveFile)
-	authed("GET /v1/sandboxes/{id}/files/list", s.handleListFiles)
-	authed("POST /v1/sandboxes/{id}/files/mkdir", s.handleMkdir)
-	authed("POST /v1/sandboxes/{id}/files/move", s.handleMove)
-	authed("GET /v1/sandboxes/{id}/files/watch", s.handleWatch)
-	authed("POST /v1/sandboxes/{id}/pause", s.handleLifecycle(sandbox.OpPause))
-	authed("POST /v1/sandboxes/{id}/resume", s.handleLifecycle(sandbox.OpResume))
-	authed("POST /v1/sandboxes/{id}/timeout", s.handleSetTimeout)
-	authed("GET /v1/sandboxes/{id}/egress", s.handleGetEgress)
-	authed("PUT /v1/sandboxes/{id}/egress", s.handleSetEgress)
-	authed("POST /v1/sandboxes/{id}/stop", s.handleLifecycle(sandbox.OpStop))
-	authed("POST /v1/sandboxes/{id}/start", s.handleStart)
-	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)
-	authed("POST /v1/sandboxes/{id}/fork", s.idempotent(s.handleFork))
-	authed("POST /v1/sandboxes/{id}/hibernate", s.handleLifecycle(sandbox.OpHibernate))
-	authed("POST /v1/sandboxes/{id}/restore", s.handleRestore)
-	authed("POST /v1/sandboxes/{id}/ports", s.handleExposePort)
-	authed("GET /v1/sandboxes/{id}/ports", s.handleListPorts)
-	authed("DELETE /v1/sandboxes/{id}/ports/{port}", s.handleUnexposePort)
-	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
-	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
-	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
-	authed("GET /v1/sandboxes/{id}/events", s.handleEvents)
-	authed("GET /v1/sandboxes/{id}/ca.pem", s.handleGetCA)
+	authed("POST /v1/sandboxes", a.idempotent(a.handleCreate))
+	authed("GET /v1/sandboxes", a.handleList)
+	authed("GET /v1/sandboxes/{id}", a.handleGet)
+	authed("DELETE /v1/sandboxes/{id}", a.handleDelete)
+	authed("POST /v1/sandboxes/{id}/exec", a.handleExec)
+	authed("GET /v1/sandboxes/{id}/exec", a.handleExecStream)
+	authed("GET /v1/sandboxes/{id}/files", a.handleReadFile)
+	authed("PUT /v1/sandboxes/{id}/files", a.handleWriteFile)
+	authed("DELETE /v1/sandboxes/{id}/files", a.handleRemoveFile)
+	authed("GET /v1/sandboxes/{id}/files/list", a.handleListFiles)
+	authed("POST /v1/sandboxes/{id}/files/mkdir", a.handleMkdir)
+	authed("POST /v1/sandboxes/{id}/files/move", a.handleMove)
+	authed("GET /v1/sandboxes/{id}/files/watch", a.handleWatch)
+	authed("POST /v1/sandboxes/{id}/pause", a.handleLifecycle(sandbox.OpPause))
+	authed("POST /v1/sandboxes/{id}/resume", a.handleLifecycle(sandbox.OpResume))
+	authed("POST /v1/sandboxes/{id}/timeout", a.handleSetTimeout)
+	authed("GET /v1/sandboxes/{id}/egress", a.handleGetEgress)
+	authed("PUT /v1/sandboxes/{id}/egress", a.handleSetEgress)
+	authed("POST /v1/sandboxes/{id}/stop", a.handleLifecycle(sandbox.OpStop))
+	authed("POST /v1/sandboxes/{id}/start", a.handleStart)
+	authed("POST /v1/sandboxes/{id}/rollback", a.handleRollback)
+	authed("POST /v1/sandboxes/{id}/fork", a.idempotent(a.handleFork))
+	authed("POST /v1/sandboxes/{id}/hibernate", a.handleLifecycle(sandbox.OpHibernate))
+	authed("POST /v1/sandboxes/{id}/restore", a.handleRestore)
+	authed("POST /v1/sandboxes/{id}/ports", a.handleExposePort)
+	authed("GET /v1/sandboxes/{id}/ports", a.handleListPorts)
+	authed("DELETE /v1/sandboxes/{id}/ports/{port}", a.handleUnexposePort)
+	authed("GET /v1/sandboxes/{id}/snapshots", a.handleListSnapshots)
+	authed("POST /v1/sandboxes/{id}/snapshots", a.idempotent(a.handleCreateSnapshot))
+	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", a.handleDeleteSnapshot)
+	authed("GET /v1/sandboxes/{id}/events", a.handleEvents)
+	authed("GET /v1/sandboxes/{id}/ca.pem", a.handleGetCA)
 
-	authed("POST /v1/credentials", s.idempotent(s.handleCreateCredential))
-	authed("GET /v1/credentials", s.handleListCredentials)
-	authed("GET /v1/credentials/audit", s.handleCredentialAudit)
-	authed("GET /v1/credentials/{id}", s.handleGetCredential)
-	authed("DELETE /v1/credentials/{id}", s.handleDeleteCredential)
+	authed("POST /v1/credentials", a.idempotent(a.handleCreateCredential))
+	authed("GET /v1/credentials", a.handleListCredentials)
+	authed("GET /v1/credentials/audit", a.handleCredentialAudit)
+	authed("GET /v1/credentials/{id}", a.handleGetCredential)
+	authed("DELETE /v1/credentials/{id}", a.handleDeleteCredential)
 
-	authed("GET /v1/templates", s.handleListTemplates)
-	admin("POST /v1/templates", s.idempotent(s.handleBuildTemplate))
-	admin("DELETE /v1/templates/{name}", s.handleDeleteTemplate)
-	admin("PUT /v1/templates/{name}/egress", s.handleSetTemplateEgress)
+	authed("GET /v1/templates", a.handleListTemplates)
+	admin("POST /v1/templates", a.idempotent(a.handleBuildTemplate))
+	admin("DELETE /v1/templates/{name}", a.handleDeleteTemplate)
+	admin("PUT /v1/templates/{name}/egress", a.handleSetTemplateEgress)
 
-	admin("GET /v1/tenants", s.handleListTenants)
-	admin("POST /v1/tenants", s.idempotent(s.handleCreateTenant))
-	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
-	admin("PUT /v1/tenants/{id}/quota", s.handleSetQuota)
-	admin("GET /v1/nodes", s.handleListNodes)
-	admin("POST /v1/nodes/{id}/drain", s.handleDrainNode)
-	admin("POST /v1/nodes/{id}/undrain", s.handleUndrainNode)
-	admin("GET /v1/signing-keys", s.handleListSigningKeys)
-	admin("POST /v1/signing-keys/rotate", s.handleRotateSigningKey)
-	admin("GET /v1/tenants/{id}/encryption-keys", s.handleListEncryptionKeys)
-	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", s.handleRevokeEncryptionKey)
-	authed("GET /v1/keys", s.handleListKeys)
-	authed("POST /v1/keys", s.idempotent(s.handleCreateKey))
-	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)
+	admin("GET /v1/tenants", a.handleListTenants)
+	admin("POST /v1/tenants", a.idempotent(a.handleCreateTenant))
+	admin("DELETE /v1/tenants/{id}", a.handleDeleteTenant)
+	admin("PUT /v1/tenants/{id}/quota", a.handleSetQuota)
+	admin("GET /v1/nodes", a.handleListNodes)
+	admin("POST /v1/nodes/{id}/drain", a.handleDrainNode)
+	admin("POST /v1/nodes/{id}/undrain", a.handleUndrainNode)
+	admin("GET /v1/signing-keys", a.handleListSigningKeys)
+	admin("POST /v1/signing-keys/rotate", a.handleRotateSigningKey)
+	admin("GET /v1/tenants/{id}/encryption-keys", a.handleListEncryptionKeys)
+	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", a.handleRevokeEncryptionKey)
+	authed("GET /v1/keys", a.handleListKeys)
+	authed("POST /v1/keys", a.idempotent(a.handleCreateKey))
+	authed("DELETE /v1/keys/{id}", a.handleRevokeKey)
 }
 
 // caller is the request's authenticated caller (Host.Caller).
-func (s *API) caller(r *http.Request) service.Caller { return s.host.Caller(r.Context()) }
+func (a *API) caller(r *http.Request) service.Caller { return a.host.Caller(r.Context()) }
 
 // requireAdmin runs next for the admin key only.
-func (s *API) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
+func (a *API) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.caller(r).Admin {
-			s.writeError(w, r, ErrAdminOnly)
+		if !a.caller(r).Admin {
+			a.writeError(w, r, ErrAdminOnly)
 			return
 		}
 		next(w, r)
@@ -202,8 +202,8 @@ func (s *API) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 
 // sandboxFor loads the request's {id} sandbox for the caller's tenant; another
 // tenant's sandbox is NotFound, exactly like a missing one.
-func (s *API) sandboxFor(r *http.Request) (*sandbox.Sandbox, error) {
-	return s.svc.Get(r.Context(), s.caller(r), r.PathValue("id"))
+func (a *API) sandboxFor(r *http.Request) (*sandbox.Sandbox, error) {
+	return a.svc.Get(r.Context(), a.caller(r), r.PathValue("id"))
 }
 
 // clip shortens a caller-supplied string for an error message.
@@ -214,29 +214,29 @@ func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(sandboxv1.OpenAPI)
 }
 
-func (s *API) handleDrainNode(w http.ResponseWriter, r *http.Request) {
-	s.setNodeState(w, r, store.NodeDraining)
+func (a *API) handleDrainNode(w http.ResponseWriter, r *http.Request) {
+	a.setNodeState(w, r, store.NodeDraining)
 }
 
-func (s *API) handleUndrainNode(w http.ResponseWriter, r *http.Request) {
-	s.setNodeState(w, r, store.NodeReady)
+func (a *API) handleUndrainNode(w http.ResponseWriter, r *http.Request) {
+	a.setNodeState(w, r, store.NodeReady)
 }
 
 // setNodeState moves node {id} to state and answers with the node.
-func (s *API) setNodeState(w http.ResponseWriter, r *http.Request, state store.NodeState) {
-	n, err := s.host.SetNodeState(r.Context(), r.PathValue("id"), state)
+func (a *API) setNodeState(w http.ResponseWriter, r *http.Request, state store.NodeState) {
+	n, err := a.host.SetNodeState(r.Context(), r.PathValue("id"), state)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
 }
 
 // handleListNodes lists the registered nodes (admin).
-func (s *API) handleListNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := s.host.Nodes(r.Context())
+func (a *API) handleListNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := a.host.Nodes(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sandboxv1.NodeList{Nodes: nodes})

@@ -9,14 +9,14 @@ import (
 
 // handleGetCA answers GET /v1/sandboxes/{id}/ca.pem: the certificate of the
 // CA the sandbox trusts, so its owner can see what that is.
-func (s *API) handleGetCA(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleGetCA(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if sb.CACert == "" {
-		s.writeError(w, r, fmt.Errorf("%w: sandbox %s has no interception CA yet: it gets one at its next start", errdefs.ErrNotFound, sb.ID))
+		a.writeError(w, r, fmt.Errorf("%w: sandbox %s has no interception CA yet: it gets one at its next start", errdefs.ErrNotFound, sb.ID))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

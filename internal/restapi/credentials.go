@@ -44,35 +44,35 @@ func indexAPI(row store.Credential) (sandboxv1.Credential, error) {
 	return credentialAPI(c, row.CreatedAt), nil
 }
 
-func (s *API) handleCreateCredential(w http.ResponseWriter, r *http.Request) {
-	if err := s.creds.Available(); err != nil {
-		s.writeError(w, r, err)
+func (a *API) handleCreateCredential(w http.ResponseWriter, r *http.Request) {
+	if err := a.creds.Available(); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	var req sandboxv1.CreateCredentialRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	c, created, err := s.creds.Create(r.Context(), s.caller(r), req)
+	c, created, err := a.creds.Create(r.Context(), a.caller(r), req)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, credentialAPI(c, created))
 }
 
-func (s *API) handleListCredentials(w http.ResponseWriter, r *http.Request) {
-	rows, err := s.creds.List(r.Context(), s.caller(r), r.URL.Query().Get("tenant"))
+func (a *API) handleListCredentials(w http.ResponseWriter, r *http.Request) {
+	rows, err := a.creds.List(r.Context(), a.caller(r), r.URL.Query().Get("tenant"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.CredentialList{Credentials: []sandboxv1.Credential{}}
 	for _, row := range rows {
 		c, err := indexAPI(row)
 		if err != nil {
-			s.writeError(w, r, err)
+			a.writeError(w, r, err)
 			return
 		}
 		out.Credentials = append(out.Credentials, c)
@@ -80,37 +80,37 @@ func (s *API) handleListCredentials(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *API) handleGetCredential(w http.ResponseWriter, r *http.Request) {
-	row, err := s.creds.Get(r.Context(), s.caller(r), r.URL.Query().Get("tenant"), r.PathValue("id"))
+func (a *API) handleGetCredential(w http.ResponseWriter, r *http.Request) {
+	row, err := a.creds.Get(r.Context(), a.caller(r), r.URL.Query().Get("tenant"), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	c, err := indexAPI(row)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, c)
 }
 
-func (s *API) handleDeleteCredential(w http.ResponseWriter, r *http.Request) {
-	if err := s.creds.Delete(r.Context(), s.caller(r), r.URL.Query().Get("tenant"), r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
+func (a *API) handleDeleteCredential(w http.ResponseWriter, r *http.Request) {
+	if err := a.creds.Delete(r.Context(), a.caller(r), r.URL.Query().Get("tenant"), r.PathValue("id")); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // purgeCredentials deletes every credential of a deleted tenant.
-func (s *API) purgeCredentials(ctx context.Context, tenant string) {
-	s.creds.PurgeTenant(ctx, tenant)
+func (a *API) purgeCredentials(ctx context.Context, tenant string) {
+	a.creds.PurgeTenant(ctx, tenant)
 }
 
-func (s *API) handleCredentialAudit(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.creds.AuditTenant(r.Context(), s.caller(r), r.URL.Query().Get("tenant"))
+func (a *API) handleCredentialAudit(w http.ResponseWriter, r *http.Request) {
+	tenant, err := a.creds.AuditTenant(r.Context(), a.caller(r), r.URL.Query().Get("tenant"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	qv := r.URL.Query()
@@ -118,14 +118,14 @@ func (s *API) handleCredentialAudit(w http.ResponseWriter, r *http.Request) {
 	if l := qv.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > credentials.MaxAuditLimit {
-			s.writeError(w, r, fmt.Errorf("%w: limit %q: want 1 to %d", errdefs.ErrInvalidArgument, clip(l), credentials.MaxAuditLimit))
+			a.writeError(w, r, fmt.Errorf("%w: limit %q: want 1 to %d", errdefs.ErrInvalidArgument, clip(l), credentials.MaxAuditLimit))
 			return
 		}
 		q.Limit = n
 	}
-	entries, err := s.creds.Audit(r.Context(), q)
+	entries, err := a.creds.Audit(r.Context(), q)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.CredentialAuditList{Entries: make([]sandboxv1.CredentialAuditEntry, 0, len(entries))}

@@ -13,19 +13,19 @@ import (
 
 // apiOf is the sandbox as the API reports it, with the policy it follows
 // even when it has none of its own.
-func (s *API) apiOf(sb *sandbox.Sandbox) sandboxv1.Sandbox {
+func (a *API) apiOf(sb *sandbox.Sandbox) sandboxv1.Sandbox {
 	out := sb.API()
 	if out.Egress == nil {
-		out.Egress = sandbox.EgressAPI(sb.EgressOr(s.cfg.DefaultEgress))
+		out.Egress = sandbox.EgressAPI(sb.EgressOr(a.cfg.DefaultEgress))
 	}
 	return out
 }
 
 // handleGetEgress answers the sandbox's egress policy.
-func (s *API) handleGetEgress(w http.ResponseWriter, r *http.Request) {
-	p, err := s.svc.Egress(r.Context(), s.caller(r), r.PathValue("id"))
+func (a *API) handleGetEgress(w http.ResponseWriter, r *http.Request) {
+	p, err := a.svc.Egress(r.Context(), a.caller(r), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sandbox.EgressAPI(p))
@@ -34,14 +34,14 @@ func (s *API) handleGetEgress(w http.ResponseWriter, r *http.Request) {
 // handleSetEgress validates a new egress policy and has the service store
 // it and push it to the sandbox's running or paused execution: 503 when the
 // push fails (the policy is stored and takes effect at the next start).
-func (s *API) handleSetEgress(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleSetEgress(w http.ResponseWriter, r *http.Request) {
 	p, err := readPolicy(w, r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	if err := s.svc.SetEgress(r.Context(), s.caller(r), r.PathValue("id"), p); err != nil {
-		s.writeError(w, r, err)
+	if err := a.svc.SetEgress(r.Context(), a.caller(r), r.PathValue("id"), p); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sandbox.EgressAPI(p))

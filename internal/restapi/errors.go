@@ -46,8 +46,8 @@ func AnswerOf(err error) (int, string, errdefs.Reason) {
 }
 
 // writeError answers err (WriteError).
-func (s *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	WriteError(s.log, w, r, err)
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	WriteError(a.log, w, r, err)
 }
 
 // WriteError answers with {code, message, reason}. Internal errors are

@@ -28,39 +28,39 @@ const (
 	exitNotFound = 127
 )
 
-func (s *API) handleExec(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	var req sandboxv1.ExecRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if err := validateCmd(req.Cmd, req.Env, req.Cwd); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	timeout := defaultExecTimeout
 	if req.Timeout != "" {
 		timeout, err = time.ParseDuration(req.Timeout)
 		if err != nil || timeout <= 0 || timeout > maxExecTimeout {
-			s.writeError(w, r, fmt.Errorf("%w: timeout %q: want a Go duration between 0 and %s", errdefs.ErrInvalidArgument, req.Timeout, maxExecTimeout))
+			a.writeError(w, r, fmt.Errorf("%w: timeout %q: want a Go duration between 0 and %s", errdefs.ErrInvalidArgument, req.Timeout, maxExecTimeout))
 			return
 		}
 	}
-	g, err := s.host.Guest(r.Context(), sb, capability.OpExec)
+	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	start := time.Now()
 	res, err := runToCompletion(r.Context(), g, &req, timeout)
-	s.host.ObserveExec(time.Since(start))
+	a.host.ObserveExec(time.Since(start))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)

@@ -22,15 +22,15 @@ const maxWSMessage = 1 << 20
 
 // handleExecStream runs a command with its input and output streamed over a
 // WebSocket (protocol in sandboxv1.ExecMessage).
-func (s *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	g, err := s.host.Guest(r.Context(), sb, capability.OpExec)
+	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	ws, err := websocket.Accept(w, r, nil)
@@ -40,7 +40,7 @@ func (s *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(maxWSMessage)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	if err := s.streamExec(ctx, ws, g); err != nil {
+	if err := a.streamExec(ctx, ws, g); err != nil {
 		_ = writeWS(ctx, ws, sandboxv1.ExecMessage{Type: "error", Message: err.Error()})
 		ws.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
 		return
@@ -48,7 +48,7 @@ func (s *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	ws.Close(websocket.StatusNormalClosure, "")
 }
 
-func (s *API) streamExec(ctx context.Context, ws *websocket.Conn, g *Guest) error {
+func (a *API) streamExec(ctx context.Context, ws *websocket.Conn, g *Guest) error {
 	startCtx, done := context.WithTimeout(ctx, 30*time.Second)
 	var st sandboxv1.ExecStart
 	err := readWS(startCtx, ws, &st)

@@ -16,55 +16,55 @@ import (
 // The route does not honour Idempotency-Key: a remembered answer would keep
 // the port's token in the database in the clear, and exposing is already
 // safe to repeat (the last answer's token is the valid one).
-func (s *API) handleExposePort(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.sandboxFor(r); err != nil {
-		s.writeError(w, r, err)
+func (a *API) handleExposePort(w http.ResponseWriter, r *http.Request) {
+	if _, err := a.sandboxFor(r); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	var req sandboxv1.ExposePortRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	sp, token, err := s.svc.ExposePort(r.Context(), s.caller(r), r.PathValue("id"), service.ExposeParams{
+	sp, token, err := a.svc.ExposePort(r.Context(), a.caller(r), r.PathValue("id"), service.ExposeParams{
 		Port: req.Port, Protocol: req.Protocol, Public: req.Public,
 	})
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	out := s.apiPort(r, sp)
+	out := a.apiPort(r, sp)
 	out.Token = token
 	writeJSON(w, http.StatusCreated, out)
 }
 
 // handleListPorts serves GET /v1/sandboxes/{id}/ports.
-func (s *API) handleListPorts(w http.ResponseWriter, r *http.Request) {
-	list, err := s.svc.ListPorts(r.Context(), s.caller(r), r.PathValue("id"))
+func (a *API) handleListPorts(w http.ResponseWriter, r *http.Request) {
+	list, err := a.svc.ListPorts(r.Context(), a.caller(r), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.ServicePortList{Ports: make([]sandboxv1.ServicePort, 0, len(list))}
 	for _, sp := range list {
-		out.Ports = append(out.Ports, s.apiPort(r, sp))
+		out.Ports = append(out.Ports, a.apiPort(r, sp))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 // handleUnexposePort serves DELETE /v1/sandboxes/{id}/ports/{port}.
-func (s *API) handleUnexposePort(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.sandboxFor(r); err != nil {
-		s.writeError(w, r, err)
+func (a *API) handleUnexposePort(w http.ResponseWriter, r *http.Request) {
+	if _, err := a.sandboxFor(r); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	port, err := parsePort(r.PathValue("port"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	if err := s.svc.UnexposePort(r.Context(), s.caller(r), r.PathValue("id"), port); err != nil {
-		s.writeError(w, r, err)
+	if err := a.svc.UnexposePort(r.Context(), a.caller(r), r.PathValue("id"), port); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -77,14 +77,14 @@ func parsePort(s string) (int, error) { return service.ParsePort(s) }
 // reach it from the client that asked (whose Host names the API). The E2B
 // rule for every HTTP port is reported as port 0, its URLs with "{port}"
 // where the port goes.
-func (s *API) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.ServicePort {
+func (a *API) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.ServicePort {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	apiHost := r.Host
 	if apiHost == "" {
-		apiHost = s.cfg.Listen
+		apiHost = a.cfg.Listen
 	}
 	out := sandboxv1.ServicePort{Port: sp.Port, Protocol: sp.Protocol, Public: sp.Public, CreatedAt: sp.CreatedAt}
 	port := strconv.Itoa(sp.Port)
@@ -96,7 +96,7 @@ func (s *API) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.ServicePo
 		out.URL = scheme + "://" + apiHost + portPath + "/tcp"
 		return out
 	}
-	host := port + "-" + sp.Sandbox + "." + s.cfg.IngressDomain
+	host := port + "-" + sp.Sandbox + "." + a.cfg.IngressDomain
 	if _, apiPort, err := net.SplitHostPort(apiHost); err == nil && apiPort != "" {
 		host = net.JoinHostPort(host, apiPort)
 	}

@@ -22,26 +22,26 @@ type createRequest struct {
 	Egress json.RawMessage `json:"egress,omitempty"`
 }
 
-func (s *API) handleCreate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	start := time.Now()
-	sb, err := s.svc.Create(r.Context(), s.caller(r), service.CreateParams{
+	sb, err := a.svc.Create(r.Context(), a.caller(r), service.CreateParams{
 		CreateSandboxRequest: req.CreateSandboxRequest, Egress: req.Egress, Key: idempotencyKeyOf(r.Context()),
 	})
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if sb.State == sandbox.StateFailed {
-		s.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		a.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
 		return
 	}
-	s.host.ObserveCreate(time.Since(start))
-	writeJSON(w, http.StatusCreated, s.apiOf(sb))
+	a.host.ObserveCreate(time.Since(start))
+	writeJSON(w, http.StatusCreated, a.apiOf(sb))
 }
 
 func fingerprintOf(method, path string, body []byte) string {
@@ -51,38 +51,38 @@ func fingerprintOf(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (s *API) handleList(w http.ResponseWriter, r *http.Request) {
-	sbs, err := s.svc.List(r.Context(), s.caller(r))
+func (a *API) handleList(w http.ResponseWriter, r *http.Request) {
+	sbs, err := a.svc.List(r.Context(), a.caller(r))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.SandboxList{Sandboxes: []sandboxv1.Sandbox{}}
 	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, s.apiOf(sb))
+		out.Sandboxes = append(out.Sandboxes, a.apiOf(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *API) handleGet(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.apiOf(sb))
+	writeJSON(w, http.StatusOK, a.apiOf(sb))
 }
 
 // handleDelete marks the sandbox deleting and waits until its execution is
 // gone: 204, or 202 when the reconciler is still finishing the deletion
 // (the sandbox is already unusable and reported as deleting).
-func (s *API) handleDelete(w http.ResponseWriter, r *http.Request) {
-	err := s.svc.Delete(r.Context(), s.caller(r), r.PathValue("id"))
+func (a *API) handleDelete(w http.ResponseWriter, r *http.Request) {
+	err := a.svc.Delete(r.Context(), a.caller(r), r.PathValue("id"))
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		w.WriteHeader(http.StatusAccepted)
 	case err != nil:
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}

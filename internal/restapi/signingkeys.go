@@ -23,13 +23,13 @@ func apiSigningKey(k capability.KeyInfo) sandboxv1.SigningKey {
 }
 
 // handleListSigningKeys lists the capability signing keys (admin).
-func (s *API) handleListSigningKeys(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Keyring == nil {
-		s.writeError(w, r, fmt.Errorf("%w: this control plane has a fixed signing key", errdefs.ErrFailedPrecondition))
+func (a *API) handleListSigningKeys(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Keyring == nil {
+		a.writeError(w, r, fmt.Errorf("%w: this control plane has a fixed signing key", errdefs.ErrFailedPrecondition))
 		return
 	}
-	out := sandboxv1.SigningKeyList{Version: s.cfg.Keyring.KeySet().Version, Keys: []sandboxv1.SigningKey{}}
-	for _, k := range s.cfg.Keyring.Keys() {
+	out := sandboxv1.SigningKeyList{Version: a.cfg.Keyring.KeySet().Version, Keys: []sandboxv1.SigningKey{}}
+	for _, k := range a.cfg.Keyring.Keys() {
 		out.Keys = append(out.Keys, apiSigningKey(k))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -39,16 +39,16 @@ func (s *API) handleListSigningKeys(w http.ResponseWriter, r *http.Request) {
 // published to nodes at once and signs after capability.ActivationDelay;
 // the old key keeps verifying what it signed until those capabilities
 // expire.
-func (s *API) handleRotateSigningKey(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Keyring == nil {
-		s.writeError(w, r, fmt.Errorf("%w: this control plane has a fixed signing key", errdefs.ErrFailedPrecondition))
+func (a *API) handleRotateSigningKey(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Keyring == nil {
+		a.writeError(w, r, fmt.Errorf("%w: this control plane has a fixed signing key", errdefs.ErrFailedPrecondition))
 		return
 	}
-	k, err := s.cfg.Keyring.Rotate()
+	k, err := a.cfg.Keyring.Rotate()
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	s.log.Warn("capability signing key rotated", "key", k.ID, "signs_from", k.Active)
+	a.log.Warn("capability signing key rotated", "key", k.ID, "signs_from", k.Active)
 	writeJSON(w, http.StatusOK, apiSigningKey(k))
 }

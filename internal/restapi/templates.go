@@ -16,10 +16,10 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-func (s *API) handleListTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.store.ListTemplates(r.Context())
+func (a *API) handleListTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := a.store.ListTemplates(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.TemplateList{Templates: []sandboxv1.Template{}}
@@ -29,48 +29,48 @@ func (s *API) handleListTemplates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *API) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.BuildTemplateRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if err := sandbox.ValidateTemplateName(req.Name); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	source, err := s.normaliseSource(req.From)
+	source, err := a.normaliseSource(req.From)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	var policy *egress.Policy
 	if len(req.Egress) > 0 && string(req.Egress) != "null" {
 		if policy, err = egress.ParsePolicy(req.Egress); err != nil {
-			s.writeError(w, r, fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidArgument, err))
+			a.writeError(w, r, fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidArgument, err))
 			return
 		}
 	}
-	if t, err := s.store.GetTemplate(r.Context(), req.Name); err == nil && t.State == store.TemplateBuilding {
-		s.writeError(w, r, fmt.Errorf("%w: template %s is already building", errdefs.ErrConflict, req.Name))
+	if t, err := a.store.GetTemplate(r.Context(), req.Name); err == nil && t.State == store.TemplateBuilding {
+		a.writeError(w, r, fmt.Errorf("%w: template %s is already building", errdefs.ErrConflict, req.Name))
 		return
 	} else if err == nil && t.State == store.TemplateReady {
-		s.writeError(w, r, fmt.Errorf("%w: template %s exists; delete it first", errdefs.ErrConflict, req.Name))
+		a.writeError(w, r, fmt.Errorf("%w: template %s exists; delete it first", errdefs.ErrConflict, req.Name))
 		return
 	}
-	if err := s.host.EnsureTemplate(r.Context(), req.Name, source); err != nil {
-		s.writeError(w, r, err)
+	if err := a.host.EnsureTemplate(r.Context(), req.Name, source); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	if policy != nil {
-		if err := s.store.SetTemplateEgress(r.Context(), req.Name, string(sandbox.EgressJSON(policy))); err != nil {
-			s.writeError(w, r, err)
+		if err := a.store.SetTemplateEgress(r.Context(), req.Name, string(sandbox.EgressJSON(policy))); err != nil {
+			a.writeError(w, r, err)
 			return
 		}
 	}
-	t, err := s.store.GetTemplate(r.Context(), req.Name)
+	t, err := a.store.GetTemplate(r.Context(), req.Name)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, templateAPI(t))
@@ -79,29 +79,29 @@ func (s *API) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
 // handleSetTemplateEgress serves PUT /v1/templates/{name}/egress: the body
 // is the default egress policy of sandboxes made from the template from now
 // on, or null to remove it. Existing sandboxes keep theirs.
-func (s *API) handleSetTemplateEgress(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleSetTemplateEgress(w http.ResponseWriter, r *http.Request) {
 	var raw json.RawMessage
 	if err := decodeJSON(w, r, &raw); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	value := ""
 	if len(raw) > 0 && string(raw) != "null" {
 		p, err := egress.ParsePolicy(raw)
 		if err != nil {
-			s.writeError(w, r, fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidArgument, err))
+			a.writeError(w, r, fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidArgument, err))
 			return
 		}
 		value = string(sandbox.EgressJSON(p))
 	}
 	name := r.PathValue("name")
-	if err := s.store.SetTemplateEgress(r.Context(), name, value); err != nil {
-		s.writeError(w, r, err)
+	if err := a.store.SetTemplateEgress(r.Context(), name, value); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
-	t, err := s.store.GetTemplate(r.Context(), name)
+	t, err := a.store.GetTemplate(r.Context(), name)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, templateAPI(t))
@@ -119,8 +119,8 @@ func templateAPI(t store.Template) sandboxv1.Template {
 
 // normaliseSource checks a template source: dir:/abs, tar:/abs, a bare
 // absolute path (a directory), debootstrap:SUITE[+pkgs], or a built-in name.
-func (s *API) normaliseSource(from string) (string, error) {
-	if b, ok := s.cfg.Builtins[from]; ok {
+func (a *API) normaliseSource(from string) (string, error) {
+	if b, ok := a.cfg.Builtins[from]; ok {
 		return b, nil
 	}
 	kind, rest, ok := strings.Cut(from, ":")
@@ -142,17 +142,17 @@ func (s *API) normaliseSource(from string) (string, error) {
 	return "", fmt.Errorf("%w: template source %q: want dir:PATH, tar:PATH, debootstrap:SUITE[+pkg,…] or a built-in (minimal, base)", errdefs.ErrInvalidArgument, from)
 }
 
-func (s *API) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := sandbox.ValidateTemplateName(name); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	if err := s.store.DeleteTemplate(r.Context(), name); err != nil {
-		s.writeError(w, r, err)
+	if err := a.store.DeleteTemplate(r.Context(), name); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
-	s.host.DeleteTemplateOnNodes(r.Context(), name)
+	a.host.DeleteTemplateOnNodes(r.Context(), name)
 	w.WriteHeader(http.StatusNoContent)
 }
 
