@@ -13,7 +13,7 @@
 //
 // The tenants, API keys, templates and idempotency records have no typed
 // operations in internal/service yet: their handlers read and write the
-// store (Config.Store) themselves, as they did inside internal/server.
+// store (Config.Store) themselves.
 package restapi
 
 import (

@@ -13,13 +13,9 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
-// Errors that only the API edge makes; each is of a class or a reason, so
-// the table (internal/apierr) answers it.
-var (
-	errNoRoute     = errdefs.ErrNotFound
-	errTooLarge    = errdefs.ErrTooLarge
-	errUnavailable = errdefs.ErrUnavailable
-)
+// errTooLarge refuses a body over its limit; of a reason the table
+// (internal/apierr) answers.
+var errTooLarge = errdefs.ErrTooLarge
 
 // maxJSONBody bounds a JSON request body.
 const maxJSONBody = 1 << 20
