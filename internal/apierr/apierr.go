@@ -3,7 +3,8 @@
 // and the reason every HTTP edge answers with, and a code and reason read
 // from an answer give back an error that errors.Is matches to the same class
 // and the same reason. The edges are the control plane's REST API
-// (internal/server), the node-api (internal/node) and the host bridge's
+// (internal/restapi's WriteError, which ingress and internal/server's own
+// routes answer with too), the node-api (internal/node) and the host bridge's
 // admission (internal/bridge); their clients (internal/nodeclient, the
 // node's calls to the control plane) decode through Decode, never by
 // comparing a code or a message.

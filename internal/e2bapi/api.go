@@ -8,7 +8,7 @@
 //   - the REST API under /e2b (E2B_API_URL=http://HOST:PORT/e2b): E2B's
 //     paths, JSON field names, status codes and {code, message} errors,
 //     each call mapped onto SPACE's own lifecycle by calling the operations
-//     of internal/service, as the /v1 handlers do (sandboxes.go);
+//     of internal/service, as the /v1 handlers of internal/restapi do;
 //   - the data plane at the listener's root (E2B_SANDBOX_URL=http://HOST:PORT):
 //     requests carrying E2b-Sandbox-Id / E2b-Sandbox-Port, or sent to the
 //     host name 49983-{id}.{ingress domain}, go to the sandbox's guest daemon,

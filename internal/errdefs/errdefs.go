@@ -1,8 +1,9 @@
 // Package errdefs defines SPACE's handful of error classes. Packages wrap one of
 // these sentinels with %w and the identifiers that matter
 // ("sandbox %s: %w", id, errdefs.ErrNotFound); callers test the class with
-// errors.Is, and only the API edge (internal/server) maps a class to an HTTP or
-// RPC status. The design follows containerd's errdefs package.
+// errors.Is, and only the API edges (internal/restapi and the other
+// adapters of the control plane, internal/apierr, internal/connecterr) map a
+// class to an HTTP or RPC status. The design follows containerd's errdefs package.
 //
 // A class is never recognised by the text of an error: the sentinel's message is
 // only the last, generic part of what a user sees.

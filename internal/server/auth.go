@@ -9,7 +9,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/service"
 )
 
@@ -64,7 +64,7 @@ func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
 func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !callerOf(r.Context()).Admin {
-			s.writeError(w, r, fmt.Errorf("%w: this needs the admin key", errdefs.ErrPermissionDenied))
+			s.writeError(w, r, restapi.ErrAdminOnly)
 			return
 		}
 		next(w, r)
@@ -74,12 +74,6 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 // service is the caller as the operations of internal/service take it.
 func (c caller) service() service.Caller {
 	return service.Caller{Tenant: c.Tenant, Admin: c.Admin, KeyID: c.KeyID}
-}
-
-// sandboxFor loads the request's {id} sandbox for the caller's tenant; another
-// tenant's sandbox is NotFound, exactly like a missing one.
-func (s *Server) sandboxFor(r *http.Request) (*sandbox.Sandbox, error) {
-	return s.svc.Get(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
 }
 
 // clip shortens a caller-supplied string for an error message.

@@ -20,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -297,7 +298,7 @@ func newAuthzPlane(t *testing.T) *authzPlane {
 		CredentialAudit: audit, CASealer: sealer, KMS: keys, MetricsToken: p.metricsToken})
 	p.node.guest.Store(true)
 	p.admin = p.adminKey()
-	row, revoked, err := mintKey(t.Context(), p.st, p.tenant, false)
+	row, revoked, err := service.MintKey(t.Context(), p.st, p.tenant, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +371,7 @@ func (p *authzPlane) fixture(t *testing.T) authzFixture {
 		t.Fatalf("credential: HTTP %d %+v", code, e)
 	}
 	f.credential = cred.ID
-	key, _, err := mintKey(ctx, cp.st, cp.tenant, false)
+	key, _, err := service.MintKey(ctx, cp.st, cp.tenant, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -29,7 +30,7 @@ func Bootstrap(ctx context.Context, st store.Store, keyFile string) (string, err
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: admin tenant: %w", err)
 	}
-	_, secret, err := mintKey(ctx, st, AdminTenantID, true)
+	_, secret, err := service.MintKey(ctx, st, AdminTenantID, true)
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: admin key: %w", err)
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -89,21 +88,4 @@ func (c *CASealer) OpenCAKey(sandboxID string, sealed []byte) ([]byte, error) {
 // execution (reconcile.CAFunc; service.Sandboxes.StartCA).
 func (s *Server) StartCA(ctx context.Context, sb *sandbox.Sandbox) (*nodev1.SandboxCA, error) {
 	return s.svc.StartCA(ctx, sb)
-}
-
-// handleGetCA answers GET /v1/sandboxes/{id}/ca.pem: the certificate of the
-// CA the sandbox trusts, so its owner can see what that is.
-func (s *Server) handleGetCA(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if sb.CACert == "" {
-		s.writeError(w, r, fmt.Errorf("%w: sandbox %s has no interception CA yet: it gets one at its next start", errdefs.ErrNotFound, sb.ID))
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	_, _ = w.Write([]byte(sb.CACert))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -68,11 +69,11 @@ func TestNodeClockRefusalKeepsItsReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = g.fs.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"}))
+	_, err = g.Files.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"}))
 	if err == nil {
 		t.Fatal("ListDir through a node whose clock disagrees succeeded")
 	}
-	err = guestError("list", err)
+	err = restapi.GuestError("list", err)
 	status, code, reason := answerOf(err)
 	if status != http.StatusServiceUnavailable || code != "unavailable" || reason != "clock_disagrees" || !strings.Contains(err.Error(), why) {
 		t.Errorf("answered %d %q reason %q (%v); want 503 unavailable, reason clock_disagrees, with the node's message", status, code, reason, err)

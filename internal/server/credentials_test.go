@@ -25,6 +25,7 @@ import (
 	"github.com/spacesandbox/space/internal/credentials/localstore"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -528,7 +529,7 @@ func TestDeleteTenantPurgesCredentials(t *testing.T) {
 	if err := cp.st.CreateTenant(t.Context(), admin); err != nil {
 		t.Fatal(err)
 	}
-	_, adminKey, err := mintKey(t.Context(), cp.st, admin.ID, true)
+	_, adminKey, err := service.MintKey(t.Context(), cp.st, admin.ID, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // CheckJoinToken checks that a request comes from a node: it carries the
@@ -26,7 +27,7 @@ func (s *Server) CheckJoinToken(bearer string) error {
 // credential (nodefacing.ControlPlane). The join token, an API key or
 // another node's credential is refused.
 func (s *Server) CheckNodeCredential(id, bearer string) error {
-	if !validNodeID(id) {
+	if !service.ValidNodeID(id) {
 		return fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrUnauthenticated, clip(id))
 	}
 	if !macEqual(bearer, s.nodeCredential(id)) {

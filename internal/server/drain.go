@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
-	"net/http"
 	"slices"
 	"time"
 
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -56,50 +57,37 @@ func (s *Server) recordHeartbeat(ctx context.Context, id string, hb *nodeapiv1.H
 	return nil
 }
 
-func (s *Server) handleDrainNode(w http.ResponseWriter, r *http.Request) {
-	s.setNodeState(w, r, store.NodeDraining)
-}
-
-func (s *Server) handleUndrainNode(w http.ResponseWriter, r *http.Request) {
-	s.setNodeState(w, r, store.NodeReady)
-}
-
-// setNodeState moves a registered node to state (draining or ready) and
-// answers with the node. Undraining a node that is down leaves it down: its
-// next heartbeat makes it ready.
-func (s *Server) setNodeState(w http.ResponseWriter, r *http.Request, state store.NodeState) {
-	id := r.PathValue("id")
-	if !validNodeID(id) {
-		s.writeError(w, r, fmt.Errorf("%w: node %q", errdefs.ErrNotFound, clip(id)))
-		return
+// setNodeState moves registered node id to state (draining or ready) and
+// returns it as GET /v1/nodes shows it (restapi.Host.SetNodeState).
+// Undraining a node that is down leaves it down: its next heartbeat makes
+// it ready.
+func (s *Server) setNodeState(ctx context.Context, id string, state store.NodeState) (sandboxv1.Node, error) {
+	if !service.ValidNodeID(id) {
+		return sandboxv1.Node{}, fmt.Errorf("%w: node %q", errdefs.ErrNotFound, clip(id))
 	}
-	n, err := s.store.GetNode(r.Context(), id)
+	n, err := s.store.GetNode(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		s.writeError(w, r, fmt.Errorf("%w: node %q is not registered (`space nodes list` shows the nodes)", errdefs.ErrNotFound, id))
-		return
+		return sandboxv1.Node{}, fmt.Errorf("%w: node %q is not registered (`space nodes list` shows the nodes)", errdefs.ErrNotFound, id)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return sandboxv1.Node{}, err
 	}
 	if n.State != state && !(state == store.NodeReady && n.State == store.NodeDown) {
 		from := n.State
 		n.State = state
-		if err := s.store.PutNode(r.Context(), n); err != nil {
-			s.writeError(w, r, err)
-			return
+		if err := s.store.PutNode(ctx, n); err != nil {
+			return sandboxv1.Node{}, err
 		}
 		s.log.Info("node state set by an admin", "node", id, "from", from, "to", state)
 	}
-	occ, err := s.occupancy(r.Context())
+	occ, err := s.occupancy(ctx)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return sandboxv1.Node{}, err
 	}
 	if state == store.NodeDraining {
-		s.enqueueOn(r.Context(), id)
+		s.enqueueOn(ctx, id)
 	}
-	writeJSON(w, http.StatusOK, apiNode(n, s.nodes.Pools()[id], time.Now(), occ[id]))
+	return apiNode(n, s.nodes.Pools()[id], time.Now(), occ[id]), nil
 }
 
 // occupancy is what a node still holds: how many sandboxes have their

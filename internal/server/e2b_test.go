@@ -26,6 +26,7 @@ import (
 	"github.com/spacesandbox/space/internal/guestd"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -124,7 +125,7 @@ func newE2BPlane(t *testing.T) *e2bPlane {
 		if err := st.CreateTenant(ctx, tn); err != nil {
 			t.Fatal(err)
 		}
-		_, key, err := mintKey(ctx, st, tn.ID, false)
+		_, key, err := service.MintKey(ctx, st, tn.ID, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 
@@ -43,7 +42,7 @@ func (h e2bHost) GuestTransport(ctx context.Context, sb *sandbox.Sandbox, op cap
 	if err != nil {
 		return nil, err
 	}
-	return g.http.Transport, nil
+	return g.HTTP.Transport, nil
 }
 
 func (h e2bHost) ReadGuestFile(ctx context.Context, sb *sandbox.Sandbox, path, user string, limit int64) ([]byte, error) {
@@ -51,21 +50,7 @@ func (h e2bHost) ReadGuestFile(ctx context.Context, sb *sandbox.Sandbox, path, u
 	if err != nil {
 		return nil, err
 	}
-	op := "read " + path
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, guestFilesURL(g, path, user), nil)
-	resp, err := g.http.Do(req)
-	if err != nil {
-		return nil, transportError(op, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, guestHTTPError(op, resp)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	if err != nil {
-		return nil, transportError(op, err)
-	}
-	return b, nil
+	return g.ReadFile(ctx, path, user, limit)
 }
 
 func (h e2bHost) Node(ctx context.Context, id string) (e2bapi.NodeStats, error) {

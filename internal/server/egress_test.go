@@ -22,6 +22,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -171,7 +172,7 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 			cp.tenant = tn.ID
 		}
 		var err error
-		if _, keys[i], err = mintKey(ctx, st, tn.ID, false); err != nil {
+		if _, keys[i], err = service.MintKey(ctx, st, tn.ID, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -563,7 +564,7 @@ func TestSandboxWithoutOwnPolicy(t *testing.T) {
 // admin sets it; a bad policy is refused.
 func TestTemplateDefaultEgress(t *testing.T) {
 	cp := newControlPlane(t, Config{})
-	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
+	_, admin, err := service.MintKey(t.Context(), cp.st, cp.tenant, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,84 +1,30 @@
 package server
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/restapi"
 )
 
-// Errors that only the API edge makes; each is of a class or a reason, so
-// the table (internal/apierr) answers it.
-var (
-	errNoRoute     = errdefs.ErrNotFound
-	errTooLarge    = errdefs.ErrTooLarge
-	errUnavailable = errdefs.ErrUnavailable
-)
+// The control plane answers errors the one way the REST API does
+// (restapi.WriteError): its own routes (health, readiness, metrics, the
+// catch-all 404) and those of ingress through ingress.Host.
 
-// maxJSONBody bounds a JSON request body.
-const maxJSONBody = 1 << 20
-
-func isMaxBytes(err error) bool {
-	var mb *http.MaxBytesError
-	return errors.As(err, &mb)
+// writeError answers err with {code, message, reason} (restapi.WriteError).
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	restapi.WriteError(s.log, w, r, err)
 }
 
-// statusOf maps an error to its HTTP status and API code (answerOf).
+// writeJSON answers v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any) { restapi.WriteJSON(w, status, v) }
+
+// statusOf maps an error to its HTTP status and API code.
 func statusOf(err error) (int, string) {
 	status, code, _ := answerOf(err)
 	return status, code
 }
 
-// answerOf maps an error to its HTTP status, API code and reason: the
-// table's (internal/apierr), with a body over http.MaxBytesReader's limit
-// too large.
-func answerOf(err error) (int, string, errdefs.Reason) {
-	if isMaxBytes(err) && !errors.Is(err, errdefs.ErrTooLarge) {
-		err = fmt.Errorf("%w: %w", errdefs.ErrTooLarge, err)
-	}
-	return apierr.Encode(apierr.ControlPlane, err)
-}
-
-// writeError answers with {code, message, reason}. Internal errors are
-// logged in full and shown to the client without their causes.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, code, reason := answerOf(err)
-	msg := err.Error()
-	if status == http.StatusInternalServerError {
-		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; the server log has the details"
-	}
-	writeJSON(w, status, sandboxv1.Error{Code: code, Message: msg, Reason: string(reason)})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// decodeJSON reads a bounded JSON body into v, refusing unknown fields and
-// trailing data. The Content-Type is not checked: `curl -d` labels JSON as a
-// form, and a body that is not JSON gets a clear error anyway.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if r.ContentLength > maxJSONBody {
-		return fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if isMaxBytes(err) {
-			return fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody)
-		}
-		return fmt.Errorf("%w: malformed JSON body: %v", errdefs.ErrInvalidArgument, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: malformed JSON body: data after the object", errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
+// answerOf maps an error to its HTTP status, API code and reason
+// (restapi.AnswerOf).
+func answerOf(err error) (int, string, errdefs.Reason) { return restapi.AnswerOf(err) }

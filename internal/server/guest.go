@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
@@ -39,15 +39,6 @@ var guestClientOptions = []connect.ClientOption{
 	connect.WithAcceptCompression("gzip", nil, nil),
 }
 
-// guestConn reaches the guest daemon of a sandbox's current execution, through
-// the node that runs it and that execution's host bridge.
-type guestConn struct {
-	http    *http.Client
-	base    string
-	process processv1connect.ProcessClient
-	fs      filesystemv1connect.FilesystemClient
-}
-
 // nodeWait is how long a request waits for its node to report after a
 // restart of the control plane (nodes report every two seconds).
 const nodeWait = 5 * time.Second
@@ -59,9 +50,9 @@ const guestBase = "http://guest"
 // guestFor returns the guest of a running sandbox, for operations op: every
 // request carries a capability bound to the sandbox's current execution,
 // which the node checks against the execution it runs.
-func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (*guestConn, error) {
+func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (*restapi.Guest, error) {
 	if sb.State != sandbox.StateRunning && sb.IdleTimeout > 0 {
-		woken, err := s.wake(ctx, sb)
+		woken, err := s.svc.Wake(ctx, sb)
 		if err != nil {
 			return nil, err
 		}
@@ -77,11 +68,11 @@ func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capabilit
 	t := &routeTransport{s: s, sandbox: sb.ID, op: op}
 	t.route.Store(rt)
 	hc := &http.Client{Transport: t}
-	return &guestConn{
-		http:    hc,
-		base:    guestBase,
-		process: processv1connect.NewProcessClient(hc, guestBase, guestClientOptions...),
-		fs:      filesystemv1connect.NewFilesystemClient(hc, guestBase, guestClientOptions...),
+	return &restapi.Guest{
+		HTTP:    hc,
+		Base:    guestBase,
+		Process: processv1connect.NewProcessClient(hc, guestBase, guestClientOptions...),
+		Files:   filesystemv1connect.NewFilesystemClient(hc, guestBase, guestClientOptions...),
 	}, nil
 }
 
@@ -183,7 +174,7 @@ func (t *routeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.s.metrics.countRouteRefresh("not_replayed")
 		resp.Body.Close()
 		return nil, fmt.Errorf("%w: sandbox %s moved from generation %d to %d while the request was on its way; it was not run and can be retried",
-			errRouteChanged, t.sandbox, rt.Identity.Generation, repaired.Identity.Generation)
+			restapi.ErrRouteChanged, t.sandbox, rt.Identity.Generation, repaired.Identity.Generation)
 	}
 	retry := req.Clone(req.Context())
 	if req.GetBody != nil {
@@ -288,50 +279,4 @@ func replayable(req *http.Request) bool {
 		return true
 	}
 	return false
-}
-
-// asUser makes a guest request run as user (E2B's Basic-auth convention).
-func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
-	if user != "" {
-		req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
-	}
-	return req
-}
-
-// errRouteChanged marks a request refused because its sandbox moved to a new
-// execution on the way and that could not be replayed: retrying is safe.
-var errRouteChanged = fmt.Errorf("%w: route changed", errdefs.ErrRefreshRoute)
-
-// guestError turns a guest protocol error into an error class. An error of
-// SPACE's own with a reason (a route that changed, a node whose clock
-// disagrees) keeps it.
-func guestError(op string, err error) error {
-	if errdefs.ReasonOf(err) != "" {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	var class error
-	switch connect.CodeOf(err) {
-	case connect.CodeNotFound:
-		class = errdefs.ErrNotFound
-	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
-		class = errdefs.ErrInvalidArgument
-	case connect.CodeAlreadyExists:
-		class = errdefs.ErrConflict
-	case connect.CodePermissionDenied:
-		class = errdefs.ErrPermissionDenied
-	case connect.CodeFailedPrecondition:
-		class = errdefs.ErrFailedPrecondition
-	case connect.CodeResourceExhausted:
-		class = errdefs.ErrResourceExhausted
-	case connect.CodeDeadlineExceeded:
-		class = errdefs.ErrUnavailable
-	default:
-		class = errdefs.ErrUnavailable
-	}
-	msg := err.Error()
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		msg = ce.Message()
-	}
-	return fmt.Errorf("%w: %s: %s", class, op, msg)
 }

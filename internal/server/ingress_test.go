@@ -75,7 +75,7 @@ func (n *portNode) check(w http.ResponseWriter, r *http.Request, protocol string
 		writeJSON(w, http.StatusUnauthorized, sandboxv1.Error{Code: sandboxv1.CodeUnauthenticated, Message: "bad node token"})
 		return false
 	}
-	port, err := parsePort(r.PathValue("port"))
+	port, err := service.ParsePort(r.PathValue("port"))
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, sandboxv1.Error{Code: sandboxv1.CodeInvalidArgument, Message: err.Error()})
 		return false
@@ -204,7 +204,7 @@ func newPortPlane(t *testing.T) *portPlane {
 		if i == 0 {
 			p.tenant = tn.ID
 		}
-		if _, apiKeys[i], err = mintKey(ctx, st, tn.ID, false); err != nil {
+		if _, apiKeys[i], err = service.MintKey(ctx, st, tn.ID, false); err != nil {
 			t.Fatal(err)
 		}
 	}

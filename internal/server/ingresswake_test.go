@@ -18,6 +18,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -54,7 +55,7 @@ func TestIngressWakesIdleSandbox(t *testing.T) {
 	if err := st.CreateTenant(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := mintKey(ctx, st, tn.ID, false)
+	_, key, err := service.MintKey(ctx, st, tn.ID, false)
 	if err != nil {
 		t.Fatal(err)
 	}

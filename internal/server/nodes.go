@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/scheduler"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -221,7 +221,7 @@ func runtimeStatus(in map[string]string) map[string]string {
 // checked the join token.
 func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *nodeapiv1.Heartbeat) (*nodeapiv1.HeartbeatReply, error) {
 	id := hb.GetNodeId()
-	if !validNodeID(id) {
+	if !service.ValidNodeID(id) {
 		return nil, fmt.Errorf("%w: node id %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(id))
 	}
 	if hb.GetToken() == "" || hb.GetAddress() == "" {
@@ -286,39 +286,26 @@ func (s *Server) retirements(ctx context.Context, nodeID string, execs []nodev1.
 	return out
 }
 
-func validNodeID(id string) bool {
-	if id == "" || len(id) > 63 {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// handleListNodes lists the registered nodes (admin).
-func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := s.store.ListNodes(r.Context())
+// nodeList is the registered nodes as GET /v1/nodes shows them
+// (restapi.Host.Nodes).
+func (s *Server) nodeList(ctx context.Context) ([]sandboxv1.Node, error) {
+	nodes, err := s.store.ListNodes(ctx)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil, err
 	}
-	occ, err := s.occupancy(r.Context())
+	occ, err := s.occupancy(ctx)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil, err
 	}
-	out := sandboxv1.NodeList{Nodes: []sandboxv1.Node{}}
+	out := []sandboxv1.Node{}
 	now := time.Now()
 	pools, status := s.nodes.Pools(), s.nodes.RuntimeStatus()
 	for _, n := range nodes {
 		api := apiNode(n, pools[n.ID], now, occ[n.ID])
 		api.RuntimeStatus = status[n.ID]
-		out.Nodes = append(out.Nodes, api)
+		out = append(out, api)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // apiNode is n as the REST API reports it.

@@ -1,114 +1,9 @@
 package server
 
-import (
-	"net"
-	"net/http"
-	"strconv"
-
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/service"
-	"github.com/spacesandbox/space/internal/store"
-)
-
 // DefaultIngressDomain is the domain of the ingress host names when the
 // server is given none: *.localhost resolves to the loopback address
 // (RFC 6761), in curl and browsers alike.
 const DefaultIngressDomain = "localhost"
-
-// handleExposePort serves POST /v1/sandboxes/{id}/ports. Exposing a port
-// again replaces it, and a private port gets a new token each time.
-//
-// The route does not honour Idempotency-Key: a remembered answer would keep
-// the port's token in the database in the clear, and exposing is already
-// safe to repeat (the last answer's token is the valid one).
-func (s *Server) handleExposePort(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.sandboxFor(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	var req sandboxv1.ExposePortRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sp, token, err := s.svc.ExposePort(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), service.ExposeParams{
-		Port: req.Port, Protocol: req.Protocol, Public: req.Public,
-	})
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := s.apiPort(r, sp)
-	out.Token = token
-	writeJSON(w, http.StatusCreated, out)
-}
-
-// handleListPorts serves GET /v1/sandboxes/{id}/ports.
-func (s *Server) handleListPorts(w http.ResponseWriter, r *http.Request) {
-	list, err := s.svc.ListPorts(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := sandboxv1.ServicePortList{Ports: make([]sandboxv1.ServicePort, 0, len(list))}
-	for _, sp := range list {
-		out.Ports = append(out.Ports, s.apiPort(r, sp))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// handleUnexposePort serves DELETE /v1/sandboxes/{id}/ports/{port}.
-func (s *Server) handleUnexposePort(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.sandboxFor(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	port, err := parsePort(r.PathValue("port"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := s.svc.UnexposePort(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), port); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// parsePort reads a port number from a path: decimal, 1-65535.
-func parsePort(s string) (int, error) { return service.ParsePort(s) }
-
-// apiPort is what the API reports of an exposed port, with the URLs that
-// reach it from the client that asked (whose Host names the API). The E2B
-// rule for every HTTP port is reported as port 0, its URLs with "{port}"
-// where the port goes.
-func (s *Server) apiPort(r *http.Request, sp store.ServicePort) sandboxv1.ServicePort {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	apiHost := r.Host
-	if apiHost == "" {
-		apiHost = s.cfg.Listen
-	}
-	out := sandboxv1.ServicePort{Port: sp.Port, Protocol: sp.Protocol, Public: sp.Public, CreatedAt: sp.CreatedAt}
-	port := strconv.Itoa(sp.Port)
-	if sp.Port == service.AnyPort {
-		port = "{port}"
-	}
-	portPath := "/v1/sandboxes/" + sp.Sandbox + "/ports/" + port
-	if sp.Protocol == "tcp" {
-		out.URL = scheme + "://" + apiHost + portPath + "/tcp"
-		return out
-	}
-	host := port + "-" + sp.Sandbox + "." + s.ingressDomain()
-	if _, apiPort, err := net.SplitHostPort(apiHost); err == nil && apiPort != "" {
-		host = net.JoinHostPort(host, apiPort)
-	}
-	out.URL = scheme + "://" + host + "/"
-	out.ProxyURL = scheme + "://" + apiHost + portPath + "/proxy/"
-	return out
-}
 
 // ingressDomain is the domain under which {port}-{sandbox} names route to
 // sandbox ports.
@@ -118,6 +13,3 @@ func (s *Server) ingressDomain() string {
 	}
 	return s.cfg.IngressDomain
 }
-
-// hashPortToken is the stored form of a port token (service.HashPortToken).
-func hashPortToken(token string) string { return service.HashPortToken(token) }

@@ -8,6 +8,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // TestPortsREST: expose, list and unexpose, with tenancy, validation, and
@@ -25,7 +26,7 @@ func TestPortsREST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.TokenHash != hashPortToken(priv.Token) || strings.Contains(stored.TokenHash, priv.Token) || len(priv.Token) < 40 {
+	if stored.TokenHash != service.HashPortToken(priv.Token) || strings.Contains(stored.TokenHash, priv.Token) || len(priv.Token) < 40 {
 		t.Errorf("stored %+v for token %q: want its SHA-256 only", stored, priv.Token)
 	}
 

@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // TestPprofAdminOnly: Go's profiles are served to admin keys only.
 func TestPprofAdminOnly(t *testing.T) {
 	cp := newControlPlane(t, Config{})
-	_, admin, err := mintKey(t.Context(), cp.st, cp.tenant, true)
+	_, admin, err := service.MintKey(t.Context(), cp.st, cp.tenant, true)
 	if err != nil {
 		t.Fatal(err)
 	}

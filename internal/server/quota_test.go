@@ -11,6 +11,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/postgres"
 	"github.com/spacesandbox/space/internal/store/postgres/pgtest"
@@ -23,7 +24,7 @@ func (cp *controlPlane) adminKey() string {
 	if err := cp.st.CreateTenant(cp.t.Context(), tn); err != nil {
 		cp.t.Fatal(err)
 	}
-	_, key, err := mintKey(cp.t.Context(), cp.st, tn.ID, true)
+	_, key, err := service.MintKey(cp.t.Context(), cp.st, tn.ID, true)
 	if err != nil {
 		cp.t.Fatal(err)
 	}

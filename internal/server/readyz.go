@@ -8,6 +8,7 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/service"
 )
@@ -60,7 +61,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	out, err := s.svc.Readiness(ctx)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: database: %v", errUnavailable, err))
+		s.writeError(w, r, fmt.Errorf("%w: database: %v", errdefs.ErrUnavailable, err))
 		return
 	}
 	code := http.StatusOK

@@ -21,6 +21,7 @@ import (
 	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store/sqlite"
@@ -106,19 +107,19 @@ func TestRouteRepair(t *testing.T) {
 
 	// conn is a guest connection whose route (and the cache's) is rt, as
 	// when rt was current at the time it was made.
-	conn := func(rt *route.Route) *guestConn {
+	conn := func(rt *route.Route) *restapi.Guest {
 		g, err := s.guestFor(ctx, sb, capability.OpFiles)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.routes.Put(rt)
-		g.http.Transport.(*routeTransport).route.Store(rt)
+		g.HTTP.Transport.(*routeTransport).route.Store(rt)
 		return g
 	}
 
 	// A read on generation 7 is refused, repaired once, and retried on 8.
 	g := conn(r7)
-	resp, err := g.fs.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"}))
+	resp, err := g.Files.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"}))
 	if err != nil {
 		t.Fatalf("ListDir after RefreshRoute: %v", err)
 	}
@@ -146,10 +147,10 @@ func TestRouteRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.routes.Put(r7exec)
-	tr := gx.http.Transport.(*routeTransport)
+	tr := gx.HTTP.Transport.(*routeTransport)
 	tr.route.Store(r7exec)
 	before := fake.calls.Load()
-	stream, err := gx.process.Start(ctx, connect.NewRequest(&processv1.StartRequest{Process: &processv1.ProcessConfig{Cmd: "true"}}))
+	stream, err := gx.Process.Start(ctx, connect.NewRequest(&processv1.StartRequest{Process: &processv1.ProcessConfig{Cmd: "true"}}))
 	if err == nil {
 		stream.Receive()
 		err = stream.Err()
@@ -157,7 +158,7 @@ func TestRouteRepair(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("a process start on a stale route succeeded; it must not be replayed")
-	} else if status, code := statusOf(guestError("start", err)); status != http.StatusServiceUnavailable || code != "refresh_route" {
+	} else if status, code := statusOf(restapi.GuestError("start", err)); status != http.StatusServiceUnavailable || code != "refresh_route" {
 		t.Errorf("the refused start answers HTTP %d %q (%v), want 503 refresh_route so clients know a retry is safe", status, code, err)
 	}
 	if n := fake.calls.Load() - before; n != 1 {
@@ -172,7 +173,7 @@ func TestRouteRepair(t *testing.T) {
 	fake.installed.Store(9)
 	before = fake.calls.Load()
 	g = conn(cur)
-	if _, err := g.fs.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"})); err == nil {
+	if _, err := g.Files.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"})); err == nil {
 		t.Error("ListDir succeeded against a node that installed a generation the store does not know")
 	}
 	if n := fake.calls.Load() - before; n != 1 {

@@ -1,9 +1,14 @@
-// Package server is SPACE's control plane API: the REST surface of SPEC.md
-// (its handlers over the operations of internal/service), API key
-// authentication, the node registry the reconciler and the data path use,
-// and the wiring that composes the surfaces — this REST API, the E2B API
-// (internal/e2bapi) and ServicePort ingress (internal/ingress) — on one
-// listener. Errors become HTTP statuses here and nowhere else.
+// Package server is the wiring of SPACE's control plane: Config and New,
+// the listener, API key authentication, the node registry the reconciler
+// and the data path use (with the heartbeats internal/nodefacing hands
+// in), drain, the guest connections, template builds, the MAC key, the CA
+// sealer and the metrics. It composes the operations (internal/service)
+// and the surfaces over them on one listener: the native REST API
+// (internal/restapi), the E2B API (internal/e2bapi), ServicePort ingress
+// (internal/ingress) and the node-facing API (internal/nodefacing), each
+// given what it needs of the control plane through its Host
+// (restapihost.go, e2bhost.go, ingresshost.go) or, for nodefacing, by
+// Server's own methods.
 package server
 
 import (
@@ -15,15 +20,16 @@ import (
 	"net/http"
 	"time"
 
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/ingress"
 	"github.com/spacesandbox/space/internal/kms/localkms"
 	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/reconcile"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/route"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
@@ -114,8 +120,9 @@ type Server struct {
 	templateJobs chan templateJob
 	// e2b holds the server's MAC key (mackey.go).
 	e2b e2bTokens
-	// e2bAPI is the E2B surface (e2bhost.go), ingress ServicePort
-	// ingress (ingresshost.go).
+	// rest is the native REST API (restapihost.go), e2bAPI the E2B
+	// surface (e2bhost.go), ingress ServicePort ingress (ingresshost.go).
+	rest    *restapi.API
 	e2bAPI  *e2bapi.API
 	ingress *ingress.Ingress
 	// internal is the internal-service list sent to nodes (internalnet.go).
@@ -148,6 +155,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	// node only while it warms up.
 	s.svc = service.New(svc, st, rec, nodes, time.Now(), log)
 	s.creds = service.NewCredentials(st, cfg.CredentialStore, cfg.CredentialAudit, log)
+	s.rest = s.newREST()
 	s.e2bAPI = s.newE2B()
 	s.ingress = s.newIngress()
 	s.internal.nodeAddrs = s.registeredNodeAddrs
@@ -191,13 +199,11 @@ func (m *routeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 func (s *Server) handler() (http.Handler, []string) {
 	mux := &routeMux{ServeMux: http.NewServeMux()}
 	route := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.instrument(pattern, h)) }
-	authed := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
 	admin := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(s.requireAdmin(h))) }
 
 	route("GET /healthz", s.handleHealth)
 	route("GET /readyz", s.handleReady)
 	route("GET /metrics", s.metricsAuth(s.handleMetrics))
-	route("GET /openapi.json", handleOpenAPI)
 	// The nodes' side of the node API (internal/nodefacing), and the
 	// refusal of nodes that still speak its v1.
 	nodes := nodefacing.New(s, s.log)
@@ -205,74 +211,16 @@ func (s *Server) handler() (http.Handler, []string) {
 	route("POST /internal/v1/nodes/{id}/heartbeat", nodes.V1Heartbeat)
 	route("POST /internal/v1/nodes/{node}/credentials/resolve", nodes.V1ResolveCredential)
 
-	authed("POST /v1/sandboxes", s.idempotent(s.handleCreate))
-	authed("GET /v1/sandboxes", s.handleList)
-	authed("GET /v1/sandboxes/{id}", s.handleGet)
-	authed("DELETE /v1/sandboxes/{id}", s.handleDelete)
-	authed("POST /v1/sandboxes/{id}/exec", s.handleExec)
-	authed("GET /v1/sandboxes/{id}/exec", s.handleExecStream)
-	authed("GET /v1/sandboxes/{id}/files", s.handleReadFile)
-	authed("PUT /v1/sandboxes/{id}/files", s.handleWriteFile)
-	authed("DELETE /v1/sandboxes/{id}/files", s.handleRemoveFile)
-	authed("GET /v1/sandboxes/{id}/files/list", s.handleListFiles)
-	authed("POST /v1/sandboxes/{id}/files/mkdir", s.handleMkdir)
-	authed("POST /v1/sandboxes/{id}/files/move", s.handleMove)
-	authed("GET /v1/sandboxes/{id}/files/watch", s.handleWatch)
-	authed("POST /v1/sandboxes/{id}/pause", s.handleLifecycle(sandbox.OpPause))
-	authed("POST /v1/sandboxes/{id}/resume", s.handleLifecycle(sandbox.OpResume))
-	authed("POST /v1/sandboxes/{id}/timeout", s.handleSetTimeout)
-	authed("GET /v1/sandboxes/{id}/egress", s.handleGetEgress)
-	authed("PUT /v1/sandboxes/{id}/egress", s.handleSetEgress)
-	authed("POST /v1/sandboxes/{id}/stop", s.handleLifecycle(sandbox.OpStop))
-	authed("POST /v1/sandboxes/{id}/start", s.handleStart)
-	authed("POST /v1/sandboxes/{id}/rollback", s.handleRollback)
-	authed("POST /v1/sandboxes/{id}/fork", s.idempotent(s.handleFork))
-	authed("POST /v1/sandboxes/{id}/hibernate", s.handleLifecycle(sandbox.OpHibernate))
-	authed("POST /v1/sandboxes/{id}/restore", s.handleRestore)
-	authed("POST /v1/sandboxes/{id}/ports", s.handleExposePort)
-	authed("GET /v1/sandboxes/{id}/ports", s.handleListPorts)
-	authed("DELETE /v1/sandboxes/{id}/ports/{port}", s.handleUnexposePort)
+	s.rest.Register(mux)
 	// Ingress authenticates itself: public ports need nothing, private
-	// ones the API key or the port's token (ingress.go).
+	// ones the API key or the port's token (internal/ingress).
 	route("/v1/sandboxes/{id}/ports/{port}/proxy/{rest...}", s.ingress.HandlePath)
 	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.ingress.HandleTCP)
-	authed("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
-	authed("POST /v1/sandboxes/{id}/snapshots", s.idempotent(s.handleCreateSnapshot))
-	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", s.handleDeleteSnapshot)
-	authed("GET /v1/sandboxes/{id}/events", s.handleEvents)
-	authed("GET /v1/sandboxes/{id}/ca.pem", s.handleGetCA)
-
-	authed("POST /v1/credentials", s.idempotent(s.handleCreateCredential))
-	authed("GET /v1/credentials", s.handleListCredentials)
-	authed("GET /v1/credentials/audit", s.handleCredentialAudit)
-	authed("GET /v1/credentials/{id}", s.handleGetCredential)
-	authed("DELETE /v1/credentials/{id}", s.handleDeleteCredential)
-
-	authed("GET /v1/templates", s.handleListTemplates)
-	admin("POST /v1/templates", s.idempotent(s.handleBuildTemplate))
-	admin("DELETE /v1/templates/{name}", s.handleDeleteTemplate)
-	admin("PUT /v1/templates/{name}/egress", s.handleSetTemplateEgress)
-
-	admin("GET /v1/tenants", s.handleListTenants)
-	admin("POST /v1/tenants", s.idempotent(s.handleCreateTenant))
-	admin("DELETE /v1/tenants/{id}", s.handleDeleteTenant)
-	admin("PUT /v1/tenants/{id}/quota", s.handleSetQuota)
-	admin("GET /v1/nodes", s.handleListNodes)
-	admin("POST /v1/nodes/{id}/drain", s.handleDrainNode)
-	admin("POST /v1/nodes/{id}/undrain", s.handleUndrainNode)
-	admin("GET /v1/signing-keys", s.handleListSigningKeys)
 	s.registerPprof(admin)
-	admin("POST /v1/signing-keys/rotate", s.handleRotateSigningKey)
-	admin("GET /v1/tenants/{id}/encryption-keys", s.handleListEncryptionKeys)
-	admin("DELETE /v1/tenants/{id}/encryption-keys/{key}", s.handleRevokeEncryptionKey)
-	authed("GET /v1/keys", s.handleListKeys)
-	authed("POST /v1/keys", s.idempotent(s.handleCreateKey))
-	authed("DELETE /v1/keys/{id}", s.handleRevokeKey)
-
 	s.e2bAPI.Register(mux)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errNoRoute, r.Method, r.URL.Path))
+		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path))
 	})
 	return s.e2bAPI.WithData(s.ingress.Wrap(mux)), mux.patterns
 }
@@ -330,13 +278,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := s.store.ListNodes(ctx); err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: database: %v", errUnavailable, err))
+		s.writeError(w, r, fmt.Errorf("%w: database: %v", errdefs.ErrUnavailable, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(sandboxv1.OpenAPI)
 }

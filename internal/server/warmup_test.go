@@ -270,7 +270,7 @@ func TestReadyz(t *testing.T) {
 			t.Errorf("healthz: HTTP %d, want 200 while the server serves", resp.StatusCode)
 		}
 	}
-	cp.setTemplate(defaultTemplate, store.TemplateBuilding, "")
+	cp.setTemplate(service.DefaultTemplate, store.TemplateBuilding, "")
 	cp.beat([]string{"ns"}, []string{"vm"})
 	steps := []struct {
 		name     string
@@ -279,7 +279,7 @@ func TestReadyz(t *testing.T) {
 		notReady []string
 	}{
 		{"building, vm coming", func() {}, 503, []string{"template base is building", "a node is bringing up the vm runtime"}},
-		{"template ready", func() { cp.setTemplate(defaultTemplate, store.TemplateReady, "") }, 503, []string{"a node is bringing up the vm runtime"}},
+		{"template ready", func() { cp.setTemplate(service.DefaultTemplate, store.TemplateReady, "") }, 503, []string{"a node is bringing up the vm runtime"}},
 		{"vm offered", func() { cp.beat([]string{"ns", "vm"}, nil) }, 200, nil},
 		{"vm gone", func() { cp.beat([]string{"ns"}, nil) }, 503, []string{"no node offers the vm runtime or is bringing it up, and --runtime-fallback ns is not set"}},
 	}

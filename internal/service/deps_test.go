@@ -10,13 +10,14 @@ const module = "github.com/spacesandbox/space/"
 
 // adapters are the control plane's surfaces over this package: each may
 // import the service, none another adapter, and the service none of them.
-var adapters = []string{"internal/server", "internal/e2bapi", "internal/restapi", "internal/ingress"}
+var adapters = []string{"internal/server", "internal/restapi", "internal/e2bapi", "internal/ingress", "internal/nodefacing"}
 
 // TestDeps keeps the control plane's layers apart (docs/design/architecture.md):
 // the operations import no adapter and do no HTTP themselves (net/http may
 // come in below them: internal/credentials checks header names with it),
 // and no adapter imports another (the wiring in internal/server composes
-// them).
+// them): restapi none of e2bapi, ingress and nodefacing, and none of those
+// restapi.
 func TestDeps(t *testing.T) {
 	tests := []struct {
 		pkg string
@@ -25,8 +26,10 @@ func TestDeps(t *testing.T) {
 		banned, bannedDirect []string
 	}{
 		{"internal/service", adapters, []string{"net/http"}},
+		{"internal/restapi", others("internal/restapi"), nil},
 		{"internal/e2bapi", others("internal/e2bapi"), nil},
 		{"internal/ingress", others("internal/ingress"), nil},
+		{"internal/nodefacing", others("internal/nodefacing"), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pkg, func(t *testing.T) {

@@ -155,6 +155,19 @@ func (s *Sandboxes) Event(ctx context.Context, id, typ, msg string) {
 	}
 }
 
+// ValidNodeID reports whether id can name a node: 1-63 of [a-z0-9-].
+func ValidNodeID(id string) bool {
+	if id == "" || len(id) > 63 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Clip shortens a caller-supplied string for an error message.
 func Clip(s string) string {
 	if len(s) > 64 {

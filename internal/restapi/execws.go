@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"context"
@@ -22,15 +22,15 @@ const maxWSMessage = 1 << 20
 
 // handleExecStream runs a command with its input and output streamed over a
 // WebSocket (protocol in sandboxv1.ExecMessage).
-func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	g, err := s.guestFor(r.Context(), sb, capability.OpExec)
+	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	ws, err := websocket.Accept(w, r, nil)
@@ -40,7 +40,7 @@ func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(maxWSMessage)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	if err := s.streamExec(ctx, ws, g); err != nil {
+	if err := a.streamExec(ctx, ws, g); err != nil {
 		_ = writeWS(ctx, ws, sandboxv1.ExecMessage{Type: "error", Message: err.Error()})
 		ws.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
 		return
@@ -48,7 +48,7 @@ func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	ws.Close(websocket.StatusNormalClosure, "")
 }
 
-func (s *Server) streamExec(ctx context.Context, ws *websocket.Conn, g *guestConn) error {
+func (a *API) streamExec(ctx context.Context, ws *websocket.Conn, g *Guest) error {
 	startCtx, done := context.WithTimeout(ctx, 30*time.Second)
 	var st sandboxv1.ExecStart
 	err := readWS(startCtx, ws, &st)
@@ -64,9 +64,9 @@ func (s *Server) streamExec(ctx context.Context, ws *websocket.Conn, g *guestCon
 	if st.TTY {
 		req.Pty = &processv1.PTY{Size: &processv1.PTY_Size{Cols: orDefault(st.Cols, 80), Rows: orDefault(st.Rows, 24)}}
 	}
-	stream, err := g.process.Start(ctx, asUser(connect.NewRequest(req), st.User))
+	stream, err := g.Process.Start(ctx, asUser(connect.NewRequest(req), st.User))
 	if err != nil {
-		return guestError("exec", err)
+		return GuestError("exec", err)
 	}
 	defer stream.Close()
 
@@ -80,7 +80,7 @@ func (s *Server) streamExec(ctx context.Context, ws *websocket.Conn, g *guestCon
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			sel := &processv1.ProcessSelector{Selector: &processv1.ProcessSelector_Pid{Pid: pid}}
-			_, _ = g.process.SendSignal(kctx, connect.NewRequest(&processv1.SendSignalRequest{Process: sel, Signal: processv1.Signal_SIGNAL_SIGKILL}))
+			_, _ = g.Process.SendSignal(kctx, connect.NewRequest(&processv1.SendSignalRequest{Process: sel, Signal: processv1.Signal_SIGNAL_SIGKILL}))
 		}
 	}()
 	for stream.Receive() {
@@ -130,7 +130,7 @@ func (s *Server) streamExec(ctx context.Context, ws *websocket.Conn, g *guestCon
 		if pid != 0 {
 			return fmt.Errorf("%w: exec: lost the connection to the sandbox while the command ran: %v", errdefs.ErrUnavailable, err)
 		}
-		return guestError("exec", err)
+		return GuestError("exec", err)
 	}
 	if !exited {
 		return fmt.Errorf("%w: exec: the sandbox ended the stream without an exit status", errdefs.ErrUnavailable)
@@ -140,7 +140,7 @@ func (s *Server) streamExec(ctx context.Context, ws *websocket.Conn, g *guestCon
 
 // forwardInput relays the client's stdin, signals and resizes to the process
 // until the WebSocket closes.
-func forwardInput(ctx context.Context, ws *websocket.Conn, g *guestConn, pid uint32, tty bool) {
+func forwardInput(ctx context.Context, ws *websocket.Conn, g *Guest, pid uint32, tty bool) {
 	sel := &processv1.ProcessSelector{Selector: &processv1.ProcessSelector_Pid{Pid: pid}}
 	for {
 		var m sandboxv1.ExecMessage
@@ -154,13 +154,13 @@ func forwardInput(ctx context.Context, ws *websocket.Conn, g *guestConn, pid uin
 			if tty {
 				in = &processv1.ProcessInput{Input: &processv1.ProcessInput_Pty{Pty: m.Data}}
 			}
-			_, err = g.process.SendInput(ctx, connect.NewRequest(&processv1.SendInputRequest{Process: sel, Input: in}))
+			_, err = g.Process.SendInput(ctx, connect.NewRequest(&processv1.SendInputRequest{Process: sel, Input: in}))
 		case "close_stdin":
 			if tty {
 				in := &processv1.ProcessInput{Input: &processv1.ProcessInput_Pty{Pty: []byte{4}}}
-				_, err = g.process.SendInput(ctx, connect.NewRequest(&processv1.SendInputRequest{Process: sel, Input: in}))
+				_, err = g.Process.SendInput(ctx, connect.NewRequest(&processv1.SendInputRequest{Process: sel, Input: in}))
 			} else {
-				_, err = g.process.CloseStdin(ctx, connect.NewRequest(&processv1.CloseStdinRequest{Process: sel}))
+				_, err = g.Process.CloseStdin(ctx, connect.NewRequest(&processv1.CloseStdinRequest{Process: sel}))
 			}
 		case "signal":
 			sig, ok := guestSignal(m.Signal)
@@ -168,10 +168,10 @@ func forwardInput(ctx context.Context, ws *websocket.Conn, g *guestConn, pid uin
 				err = fmt.Errorf("%w: signal %d cannot be sent; use 15 (TERM) or 9 (KILL)", errdefs.ErrInvalidArgument, m.Signal)
 				break
 			}
-			_, err = g.process.SendSignal(ctx, connect.NewRequest(&processv1.SendSignalRequest{Process: sel, Signal: sig}))
+			_, err = g.Process.SendSignal(ctx, connect.NewRequest(&processv1.SendSignalRequest{Process: sel, Signal: sig}))
 		case "resize":
 			pty := &processv1.PTY{Size: &processv1.PTY_Size{Cols: orDefault(m.Cols, 80), Rows: orDefault(m.Rows, 24)}}
-			_, err = g.process.Update(ctx, connect.NewRequest(&processv1.UpdateRequest{Process: sel, Pty: pty}))
+			_, err = g.Process.Update(ctx, connect.NewRequest(&processv1.UpdateRequest{Process: sel, Pty: pty}))
 		default:
 			err = fmt.Errorf("%w: unknown message type %q", errdefs.ErrInvalidArgument, m.Type)
 		}

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"fmt"
@@ -83,7 +83,7 @@ func FuzzDecodeJSON(f *testing.F) {
 }
 
 func TestNormaliseSource(t *testing.T) {
-	s := &Server{cfg: Config{Builtins: map[string]string{"minimal": "builtin:minimal"}}}
+	s := &API{cfg: Config{Builtins: map[string]string{"minimal": "builtin:minimal"}}}
 	good := map[string]string{
 		"minimal":                      "builtin:minimal",
 		"/srv/rootfs":                  "dir:/srv/rootfs",

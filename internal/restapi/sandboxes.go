@@ -1,7 +1,6 @@
-package server
+package restapi
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,26 +22,26 @@ type createRequest struct {
 	Egress json.RawMessage `json:"egress,omitempty"`
 }
 
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	start := time.Now()
-	sb, err := s.svc.Create(r.Context(), callerOf(r.Context()).service(), service.CreateParams{
+	sb, err := a.svc.Create(r.Context(), a.caller(r), service.CreateParams{
 		CreateSandboxRequest: req.CreateSandboxRequest, Egress: req.Egress, Key: idempotencyKeyOf(r.Context()),
 	})
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if sb.State == sandbox.StateFailed {
-		s.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		a.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
 		return
 	}
-	s.metrics.observeCreate(time.Since(start))
-	writeJSON(w, http.StatusCreated, s.apiOf(sb))
+	a.host.ObserveCreate(time.Since(start))
+	writeJSON(w, http.StatusCreated, a.apiOf(sb))
 }
 
 func fingerprintOf(method, path string, body []byte) string {
@@ -52,44 +51,38 @@ func fingerprintOf(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// defaultTemplate is the template of a create that names none.
-const defaultTemplate = service.DefaultTemplate
-
-// event appends an event to sandbox id's (service.Sandboxes.Event).
-func (s *Server) event(ctx context.Context, id, typ, msg string) { s.svc.Event(ctx, id, typ, msg) }
-
-func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
-	sbs, err := s.svc.List(r.Context(), callerOf(r.Context()).service())
+func (a *API) handleList(w http.ResponseWriter, r *http.Request) {
+	sbs, err := a.svc.List(r.Context(), a.caller(r))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.SandboxList{Sandboxes: []sandboxv1.Sandbox{}}
 	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, s.apiOf(sb))
+		out.Sandboxes = append(out.Sandboxes, a.apiOf(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.apiOf(sb))
+	writeJSON(w, http.StatusOK, a.apiOf(sb))
 }
 
 // handleDelete marks the sandbox deleting and waits until its execution is
 // gone: 204, or 202 when the reconciler is still finishing the deletion
 // (the sandbox is already unusable and reported as deleting).
-func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	err := s.svc.Delete(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (a *API) handleDelete(w http.ResponseWriter, r *http.Request) {
+	err := a.svc.Delete(r.Context(), a.caller(r), r.PathValue("id"))
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		w.WriteHeader(http.StatusAccepted)
 	case err != nil:
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"context"
@@ -42,48 +42,48 @@ func pathParam(r *http.Request, name string) (string, error) {
 	return p, nil
 }
 
-func (s *Server) fileTarget(w http.ResponseWriter, r *http.Request) (*guestConn, string, bool) {
-	sb, err := s.sandboxFor(r)
+func (a *API) fileTarget(w http.ResponseWriter, r *http.Request) (*Guest, string, bool) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return nil, "", false
 	}
 	path, err := pathParam(r, "path")
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return nil, "", false
 	}
-	g, err := s.guestFor(r.Context(), sb, capability.OpFiles)
+	g, err := a.host.Guest(r.Context(), sb, capability.OpFiles)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return nil, "", false
 	}
 	return g, path, true
 }
 
-func guestFilesURL(g *guestConn, path, user string) string {
+func guestFilesURL(g *Guest, path, user string) string {
 	q := url.Values{"path": {path}}
 	if user != "" {
 		q.Set("username", user)
 	}
-	return g.base + "/files?" + q.Encode()
+	return g.Base + "/files?" + q.Encode()
 }
 
 // handleReadFile streams a file out of the sandbox.
-func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := s.fileTarget(w, r)
+func (a *API) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, guestFilesURL(g, path, r.URL.Query().Get("user")), nil)
-	resp, err := g.http.Do(req)
+	resp, err := g.HTTP.Do(req)
 	if err != nil {
-		s.writeError(w, r, transportError("read "+path, err))
+		a.writeError(w, r, transportError("read "+path, err))
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		s.writeError(w, r, guestHTTPError("read "+path, resp))
+		a.writeError(w, r, guestHTTPError("read "+path, resp))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -95,27 +95,27 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleWriteFile streams the request body into a file in the sandbox.
-func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := s.fileTarget(w, r)
+func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
-	body := largeCopyReader{http.MaxBytesReader(w, r.Body, s.cfg.MaxFileBytes)}
+	body := largeCopyReader{http.MaxBytesReader(w, r.Body, a.cfg.MaxFileBytes)}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, guestFilesURL(g, path, r.URL.Query().Get("user")), body)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = r.ContentLength
-	resp, err := g.http.Do(req)
+	resp, err := g.HTTP.Do(req)
 	if err != nil {
 		if isMaxBytes(err) {
-			s.writeError(w, r, fmt.Errorf("%w: file is over the %d byte limit", errTooLarge, s.cfg.MaxFileBytes))
+			a.writeError(w, r, fmt.Errorf("%w: file is over the %d byte limit", errTooLarge, a.cfg.MaxFileBytes))
 			return
 		}
-		s.writeError(w, r, transportError("write "+path, err))
+		a.writeError(w, r, transportError("write "+path, err))
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		s.writeError(w, r, guestHTTPError("write "+path, resp))
+		a.writeError(w, r, guestHTTPError("write "+path, resp))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -174,65 +174,65 @@ func guestHTTPError(op string, resp *http.Response) error {
 	return fmt.Errorf("%w: %s: %s", class, op, msg)
 }
 
-func (s *Server) handleRemoveFile(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := s.fileTarget(w, r)
+func (a *API) handleRemoveFile(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
 	req := asUser(connect.NewRequest(&filesystemv1.RemoveRequest{Path: path}), r.URL.Query().Get("user"))
-	if _, err := g.fs.Remove(r.Context(), req); err != nil {
-		s.writeError(w, r, guestError("remove "+path, err))
+	if _, err := g.Files.Remove(r.Context(), req); err != nil {
+		a.writeError(w, r, GuestError("remove "+path, err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := s.fileTarget(w, r)
+func (a *API) handleMkdir(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
 	req := asUser(connect.NewRequest(&filesystemv1.MakeDirRequest{Path: path}), r.URL.Query().Get("user"))
-	resp, err := g.fs.MakeDir(r.Context(), req)
+	resp, err := g.Files.MakeDir(r.Context(), req)
 	if err != nil {
-		s.writeError(w, r, guestError("mkdir "+path, err))
+		a.writeError(w, r, GuestError("mkdir "+path, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, fileEntry(resp.Msg.GetEntry()))
 }
 
-func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleMove(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	from, err := pathParam(r, "from")
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	to, err := pathParam(r, "to")
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	g, err := s.guestFor(r.Context(), sb, capability.OpFiles)
+	g, err := a.host.Guest(r.Context(), sb, capability.OpFiles)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	req := asUser(connect.NewRequest(&filesystemv1.MoveRequest{Source: from, Destination: to}), r.URL.Query().Get("user"))
-	resp, err := g.fs.Move(r.Context(), req)
+	resp, err := g.Files.Move(r.Context(), req)
 	if err != nil {
-		s.writeError(w, r, guestError("move "+from, err))
+		a.writeError(w, r, GuestError("move "+from, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, fileEntry(resp.Msg.GetEntry()))
 }
 
-func (s *Server) handleListFiles(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := s.fileTarget(w, r)
+func (a *API) handleListFiles(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
@@ -240,15 +240,15 @@ func (s *Server) handleListFiles(w http.ResponseWriter, r *http.Request) {
 	if d := r.URL.Query().Get("depth"); d != "" {
 		n, err := strconv.ParseUint(d, 10, 8)
 		if err != nil || n < 1 || n > 32 {
-			s.writeError(w, r, fmt.Errorf("%w: depth %q: want 1..32", errdefs.ErrInvalidArgument, d))
+			a.writeError(w, r, fmt.Errorf("%w: depth %q: want 1..32", errdefs.ErrInvalidArgument, d))
 			return
 		}
 		depth = uint32(n)
 	}
 	req := asUser(connect.NewRequest(&filesystemv1.ListDirRequest{Path: path, Depth: depth}), r.URL.Query().Get("user"))
-	resp, err := g.fs.ListDir(r.Context(), req)
+	resp, err := g.Files.ListDir(r.Context(), req)
 	if err != nil {
-		s.writeError(w, r, guestError("list "+path, err))
+		a.writeError(w, r, GuestError("list "+path, err))
 		return
 	}
 	out := sandboxv1.FileList{Entries: []sandboxv1.FileEntry{}}
@@ -274,8 +274,8 @@ func fileEntry(e *filesystemv1.EntryInfo) sandboxv1.FileEntry {
 }
 
 // handleWatch streams file events of a directory over a WebSocket.
-func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := s.fileTarget(w, r)
+func (a *API) handleWatch(w http.ResponseWriter, r *http.Request) {
+	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
@@ -283,9 +283,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	req := asUser(connect.NewRequest(&filesystemv1.WatchDirRequest{Path: path, Recursive: recursive}), r.URL.Query().Get("user"))
-	stream, err := g.fs.WatchDir(ctx, req)
+	stream, err := g.Files.WatchDir(ctx, req)
 	if err != nil {
-		s.writeError(w, r, guestError("watch "+path, err))
+		a.writeError(w, r, GuestError("watch "+path, err))
 		return
 	}
 	defer stream.Close()
@@ -314,7 +314,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := stream.Err(); err != nil && ctx.Err() == nil {
 		wctx, done := context.WithTimeout(context.Background(), time.Second)
-		_ = writeWS(wctx, ws, map[string]string{"type": "error", "message": guestError("watch "+path, err).Error()})
+		_ = writeWS(wctx, ws, map[string]string{"type": "error", "message": GuestError("watch "+path, err).Error()})
 		done()
 		ws.Close(websocket.StatusInternalError, "watch ended")
 		return
@@ -331,7 +331,7 @@ func eventType(t filesystemv1.EventType) string {
 // a refused route change keeps its own class (retry is safe), anything else
 // is Unavailable.
 func transportError(op string, err error) error {
-	if errors.Is(err, errRouteChanged) {
+	if errors.Is(err, ErrRouteChanged) {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err

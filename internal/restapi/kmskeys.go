@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"fmt"
@@ -14,15 +14,15 @@ import (
 // to object storage has its data key wrapped by the tenant's key. Revoking
 // the key makes all of them unreadable: a restore is refused with the reason.
 
-func (s *Server) handleListEncryptionKeys(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.encryptionTenant(r)
+func (a *API) handleListEncryptionKeys(w http.ResponseWriter, r *http.Request) {
+	tenant, err := a.encryptionTenant(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	keys, err := s.cfg.KMS.Keys(r.Context(), tenant)
+	keys, err := a.cfg.KMS.Keys(r.Context(), tenant)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.EncryptionKeyList{Keys: []sandboxv1.EncryptionKey{}}
@@ -37,47 +37,47 @@ func (s *Server) handleListEncryptionKeys(w http.ResponseWriter, r *http.Request
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleRevokeEncryptionKey(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.encryptionTenant(r)
+func (a *API) handleRevokeEncryptionKey(w http.ResponseWriter, r *http.Request) {
+	tenant, err := a.encryptionTenant(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("key")
 	if err := kms.ValidKeyID(id); err != nil {
-		s.writeError(w, r, fmt.Errorf("%w: encryption key %q", errdefs.ErrNotFound, clip(id)))
+		a.writeError(w, r, fmt.Errorf("%w: encryption key %q", errdefs.ErrNotFound, clip(id)))
 		return
 	}
-	keys, err := s.cfg.KMS.Keys(r.Context(), tenant)
+	keys, err := a.cfg.KMS.Keys(r.Context(), tenant)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	for _, k := range keys {
 		if k.ID == id {
-			if err := s.cfg.KMS.RevokeKey(r.Context(), id); err != nil {
-				s.writeError(w, r, err)
+			if err := a.cfg.KMS.RevokeKey(r.Context(), id); err != nil {
+				a.writeError(w, r, err)
 				return
 			}
-			s.log.Warn("tenant encryption key revoked", "tenant", tenant, "key", id)
+			a.log.Warn("tenant encryption key revoked", "tenant", tenant, "key", id)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 	}
-	s.writeError(w, r, fmt.Errorf("%w: tenant %s has no encryption key %s", errdefs.ErrNotFound, tenant, clip(id)))
+	a.writeError(w, r, fmt.Errorf("%w: tenant %s has no encryption key %s", errdefs.ErrNotFound, tenant, clip(id)))
 }
 
 // encryptionTenant is the tenant of an encryption key request; only the
 // admin key manages them.
-func (s *Server) encryptionTenant(r *http.Request) (string, error) {
-	if s.cfg.KMS == nil {
+func (a *API) encryptionTenant(r *http.Request) (string, error) {
+	if a.cfg.KMS == nil {
 		return "", fmt.Errorf("%w: no KMS is configured", errdefs.ErrFailedPrecondition)
 	}
 	id := r.PathValue("id")
 	if !sandbox.ValidTenantID(id) {
 		return "", fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id))
 	}
-	if _, err := s.store.GetTenant(r.Context(), id); err != nil {
+	if _, err := a.store.GetTenant(r.Context(), id); err != nil {
 		return "", err
 	}
 	return id, nil

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // Idempotent-Replayed, without running twice; the same key on another request
 // is 409. Answers of 5xx, 202 and 429 are not remembered (the retry runs
 // again, which the operations make safe; a quota refusal may pass later).
-func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
+func (a *API) idempotent(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
 		if key == "" {
@@ -26,19 +26,19 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if len(key) > 255 {
-			s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key is over 255 bytes", errdefs.ErrInvalidArgument))
+			a.writeError(w, r, fmt.Errorf("%w: Idempotency-Key is over 255 bytes", errdefs.ErrInvalidArgument))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		if err != nil {
-			s.writeError(w, r, fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody))
+			a.writeError(w, r, fmt.Errorf("%w: body is over %d bytes", errTooLarge, maxJSONBody))
 			return
 		}
-		tenant := callerOf(r.Context()).Tenant
+		tenant := a.caller(r).Tenant
 		fingerprint := fingerprintOf(r.Method, r.URL.Path, body)
-		if rec, err := s.store.GetIdempotency(r.Context(), tenant, key); err == nil {
+		if rec, err := a.store.GetIdempotency(r.Context(), tenant, key); err == nil {
 			if rec.Fingerprint != fingerprint {
-				s.writeError(w, r, fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict))
+				a.writeError(w, r, fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict))
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -55,7 +55,7 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 		if rw.status >= 500 || rw.status == http.StatusAccepted || rw.status == http.StatusTooManyRequests {
 			return
 		}
-		_, _ = s.store.PutIdempotency(context.WithoutCancel(r.Context()), store.IdempotencyRecord{
+		_, _ = a.store.PutIdempotency(context.WithoutCancel(r.Context()), store.IdempotencyRecord{
 			Tenant: tenant, Key: key, Fingerprint: fingerprint, Status: rw.status, Body: rw.body.Bytes(), CreatedAt: time.Now().UTC(),
 		})
 	}

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"errors"
@@ -17,10 +17,10 @@ func apiSnapshot(snap store.Snapshot) sandboxv1.Snapshot {
 	}
 }
 
-func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
-	snaps, err := s.svc.ListSnapshots(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (a *API) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
+	snaps, err := a.svc.ListSnapshots(r.Context(), a.caller(r), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.SnapshotList{Snapshots: []sandboxv1.Snapshot{}}
@@ -33,18 +33,18 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 // handleCreateSnapshot takes a snapshot of a running or paused sandbox and
 // answers it once it is ready (201), failed (409 with the reason) or still
 // being taken after the wait (202).
-func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateSnapshotRequest
 	if err := decodeOptionalJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	snap, err := s.svc.TakeSnapshot(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual)
+	snap, err := a.svc.TakeSnapshot(r.Context(), a.caller(r), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual)
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		writeJSON(w, http.StatusAccepted, apiSnapshot(snap))
 	case err != nil:
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 	default:
 		writeJSON(w, http.StatusCreated, apiSnapshot(snap))
 	}
@@ -54,29 +54,29 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 // from a snapshot taken now (service.Sandboxes.Fork): 201 with the child
 // once it runs, 202 while it is still starting. With an Idempotency-Key
 // the child's id is derived from the parent and the key.
-func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleFork(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.ForkRequest
 	if err := decodeOptionalJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	child, err := s.svc.Fork(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), service.ForkParams{
+	child, err := a.svc.Fork(r.Context(), a.caller(r), r.PathValue("id"), service.ForkParams{
 		Name: req.Name, Snapshot: req.Snapshot, Key: idempotencyKeyOf(r.Context()),
 	})
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
-		writeJSON(w, http.StatusAccepted, s.apiOf(child))
+		writeJSON(w, http.StatusAccepted, a.apiOf(child))
 	case err != nil:
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 	default:
-		writeJSON(w, http.StatusCreated, s.apiOf(child))
+		writeJSON(w, http.StatusCreated, a.apiOf(child))
 	}
 }
 
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	events, err := s.svc.Events(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
+func (a *API) handleEvents(w http.ResponseWriter, r *http.Request) {
+	events, err := a.svc.Events(r.Context(), a.caller(r), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.EventList{Events: []sandboxv1.Event{}}
@@ -100,13 +100,13 @@ func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // snapshot the sandbox's current execution started from, or will start
 // from (a stopped or hibernated sandbox's disk), and one still being taken,
 // are refused with 409.
-func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	err := s.svc.DeleteSnapshot(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), r.PathValue("snapshot"))
+func (a *API) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	err := a.svc.DeleteSnapshot(r.Context(), a.caller(r), r.PathValue("id"), r.PathValue("snapshot"))
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		w.WriteHeader(http.StatusAccepted)
 	case err != nil:
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}

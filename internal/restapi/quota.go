@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"context"
@@ -25,38 +25,38 @@ import (
 
 // handleSetQuota is PUT /v1/tenants/{id}/quota (admin only): it replaces the
 // tenant's quota and answers the tenant with its quota and usage.
-func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !sandbox.ValidTenantID(id) {
-		s.writeError(w, r, fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id)))
+		a.writeError(w, r, fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id)))
 		return
 	}
 	var req sandboxv1.Quota
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	q := store.Quota{MaxSandboxes: req.MaxSandboxes, MaxMemoryMiB: req.MaxMemoryMiB, MaxCPUs: req.MaxCPUs}
-	if err := s.store.SetTenantQuota(r.Context(), id, q); err != nil {
-		s.writeError(w, r, err)
+	if err := a.store.SetTenantQuota(r.Context(), id, q); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
-	t, err := s.tenantWithUsage(r.Context(), id)
+	t, err := a.tenantWithUsage(r.Context(), id)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	s.log.Info("tenant quota set", "tenant", id, "quota", q.String())
+	a.log.Info("tenant quota set", "tenant", id, "quota", q.String())
 	writeJSON(w, http.StatusOK, t)
 }
 
 // tenantWithUsage is tenant id as the API reports it, with its usage.
-func (s *Server) tenantWithUsage(ctx context.Context, id string) (sandboxv1.Tenant, error) {
-	t, err := s.store.GetTenant(ctx, id)
+func (a *API) tenantWithUsage(ctx context.Context, id string) (sandboxv1.Tenant, error) {
+	t, err := a.store.GetTenant(ctx, id)
 	if err != nil {
 		return sandboxv1.Tenant{}, err
 	}
-	u, err := s.store.TenantUsage(ctx, id)
+	u, err := a.store.TenantUsage(ctx, id)
 	if err != nil {
 		return sandboxv1.Tenant{}, err
 	}

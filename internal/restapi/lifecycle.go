@@ -1,7 +1,6 @@
-package server
+package restapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,98 +19,92 @@ import (
 
 // handleLifecycle applies op (pause, resume, stop, hibernate) to the
 // sandbox.
-func (s *Server) handleLifecycle(op sandbox.Op) http.HandlerFunc {
+func (a *API) handleLifecycle(op sandbox.Op) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sb, err := s.svc.Lifecycle(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), op)
-		s.answerLifecycle(w, r, sb, err)
+		sb, err := a.svc.Lifecycle(r.Context(), a.caller(r), r.PathValue("id"), op)
+		a.answerLifecycle(w, r, sb, err)
 	}
 }
 
 // answerLifecycle answers the outcome of a lifecycle verb.
-func (s *Server) answerLifecycle(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox, err error) {
+func (a *API) answerLifecycle(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox, err error) {
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
-		writeJSON(w, http.StatusAccepted, s.apiOf(sb))
+		writeJSON(w, http.StatusAccepted, a.apiOf(sb))
 	case err != nil:
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, s.apiOf(sb))
+		writeJSON(w, http.StatusOK, a.apiOf(sb))
 	}
 }
 
 // handleRestore brings a hibernated sandbox back from object storage, on
 // the node the scheduler picks or, for an admin, on the node the body names
 // (to move a sandbox, or to measure a restore on another node).
-func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleRestore(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.RestoreRequest
 	if r.ContentLength != 0 {
 		if err := decodeJSON(w, r, &req); err != nil {
-			s.writeError(w, r, err)
+			a.writeError(w, r, err)
 			return
 		}
 	}
-	c, id := callerOf(r.Context()).service(), r.PathValue("id")
+	c, id := a.caller(r), r.PathValue("id")
 	if req.Node == "" {
-		sb, err := s.svc.Lifecycle(r.Context(), c, id, sandbox.OpRestore)
-		s.answerLifecycle(w, r, sb, err)
+		sb, err := a.svc.Lifecycle(r.Context(), c, id, sandbox.OpRestore)
+		a.answerLifecycle(w, r, sb, err)
 		return
 	}
 	if !c.Admin {
-		s.writeError(w, r, fmt.Errorf("%w: choosing the node of a restore needs an admin key", errdefs.ErrPermissionDenied))
+		a.writeError(w, r, fmt.Errorf("%w: choosing the node of a restore needs an admin key", errdefs.ErrPermissionDenied))
 		return
 	}
-	if !validNodeID(req.Node) {
-		s.writeError(w, r, fmt.Errorf("%w: node %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(req.Node)))
+	if !service.ValidNodeID(req.Node) {
+		a.writeError(w, r, fmt.Errorf("%w: node %q: want 1-63 of [a-z0-9-]", errdefs.ErrInvalidArgument, clip(req.Node)))
 		return
 	}
-	sb, err := s.svc.RestoreOn(r.Context(), c, id, req.Node)
-	s.answerLifecycle(w, r, sb, err)
+	sb, err := a.svc.RestoreOn(r.Context(), c, id, req.Node)
+	a.answerLifecycle(w, r, sb, err)
 }
 
 // handleStart boots a stopped sandbox from the disk its stop kept, on the
 // node that holds it.
-func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.svc.Start(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"))
-	s.answerLifecycle(w, r, sb, err)
+func (a *API) handleStart(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.svc.Start(r.Context(), a.caller(r), r.PathValue("id"))
+	a.answerLifecycle(w, r, sb, err)
 }
 
 // handleRollback puts the sandbox's filesystem back to one of its snapshots:
 // a new execution from it replaces the current one.
-func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleRollback(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.RollbackRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	sb, err := s.svc.Rollback(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), req.Snapshot)
-	s.answerLifecycle(w, r, sb, err)
-}
-
-// wake resumes a sandbox that idle handling paused or hibernated, for a
-// request that needs it running (service.Sandboxes.Wake).
-func (s *Server) wake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
-	return s.svc.Wake(ctx, sb)
+	sb, err := a.svc.Rollback(r.Context(), a.caller(r), r.PathValue("id"), req.Snapshot)
+	a.answerLifecycle(w, r, sb, err)
 }
 
 // handleSetTimeout sets how long the sandbox lives from now ("0": no
 // timeout).
-func (s *Server) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleSetTimeout(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.SetTimeoutRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	d, err := parseTimeout(req.Timeout)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	sb, err := s.svc.SetTimeout(r.Context(), callerOf(r.Context()).service(), r.PathValue("id"), d)
+	sb, err := a.svc.SetTimeout(r.Context(), a.caller(r), r.PathValue("id"), d)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.apiOf(sb))
+	writeJSON(w, http.StatusOK, a.apiOf(sb))
 }
 
 // parseTimeout reads a timeout as the API sends it: a duration, or "0" for

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"context"
@@ -33,17 +33,17 @@ func keyAPI(k store.APIKey) sandboxv1.APIKey {
 	return out
 }
 
-func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.store.ListTenants(r.Context())
+func (a *API) handleListTenants(w http.ResponseWriter, r *http.Request) {
+	ts, err := a.store.ListTenants(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.TenantList{Tenants: []sandboxv1.Tenant{}}
 	for _, t := range ts {
-		u, err := s.store.TenantUsage(r.Context(), t.ID)
+		u, err := a.store.TenantUsage(r.Context(), t.ID)
 		if err != nil && !errors.Is(err, errdefs.ErrNotFound) { // deleted meanwhile: zero
-			s.writeError(w, r, err)
+			a.writeError(w, r, err)
 			return
 		}
 		out.Tenants = append(out.Tenants, tenantAPI(t, u))
@@ -63,71 +63,62 @@ func validTenantName(name string) error {
 	return nil
 }
 
-func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateTenantRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if err := validTenantName(req.Name); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	t := store.Tenant{ID: sandbox.NewTenantID(), Name: req.Name, CreatedAt: time.Now().UTC()}
-	if err := s.store.CreateTenant(r.Context(), t); err != nil {
-		s.writeError(w, r, err)
+	if err := a.store.CreateTenant(r.Context(), t); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
-	_, secret, err := mintKey(r.Context(), s.store, t.ID, false)
+	_, secret, err := service.MintKey(r.Context(), a.store, t.ID, false)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, sandboxv1.CreateTenantResponse{Tenant: tenantAPI(t, store.Usage{}), Key: secret})
 }
 
-func mintKey(ctx context.Context, st store.Store, tenant string, admin bool) (store.APIKey, string, error) {
-	k := apikey.New()
-	row := store.APIKey{ID: k.ID, Tenant: tenant, Hash: k.Hash(), Admin: admin, CreatedAt: time.Now().UTC()}
-	if err := st.CreateAPIKey(ctx, row); err != nil {
-		return store.APIKey{}, "", err
-	}
-	return row, k.String(), nil
-}
-
-func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if id == callerOf(r.Context()).Tenant {
-		s.writeError(w, r, fmt.Errorf("%w: the admin key's own tenant cannot be deleted", errdefs.ErrConflict))
+	if id == a.caller(r).Tenant {
+		a.writeError(w, r, fmt.Errorf("%w: the admin key's own tenant cannot be deleted", errdefs.ErrConflict))
 		return
 	}
 	if !sandbox.ValidTenantID(id) {
-		s.writeError(w, r, fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id)))
+		a.writeError(w, r, fmt.Errorf("%w: tenant %q", errdefs.ErrNotFound, clip(id)))
 		return
 	}
-	if err := s.store.DeleteTenant(r.Context(), id); err != nil {
-		s.writeError(w, r, err)
+	if err := a.store.DeleteTenant(r.Context(), id); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
-	s.purgeCredentials(context.WithoutCancel(r.Context()), id)
+	a.purgeCredentials(context.WithoutCancel(r.Context()), id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // keyTenant resolves the tenant a key request is about: the caller's own, or
 // any tenant for the admin key.
-func (s *Server) keyTenant(r *http.Request, asked string) (string, error) {
-	return service.TenantFor(r.Context(), s.store, callerOf(r.Context()).service(), asked)
+func (a *API) keyTenant(r *http.Request, asked string) (string, error) {
+	return service.TenantFor(r.Context(), a.store, a.caller(r), asked)
 }
 
-func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request) {
-	tenant, err := s.keyTenant(r, r.URL.Query().Get("tenant"))
+func (a *API) handleListKeys(w http.ResponseWriter, r *http.Request) {
+	tenant, err := a.keyTenant(r, r.URL.Query().Get("tenant"))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	keys, err := s.store.ListAPIKeys(r.Context(), tenant)
+	keys, err := a.store.ListAPIKeys(r.Context(), tenant)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	out := sandboxv1.APIKeyList{Keys: []sandboxv1.APIKey{}}
@@ -137,44 +128,44 @@ func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateKeyRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	tenant, err := s.keyTenant(r, req.Tenant)
+	tenant, err := a.keyTenant(r, req.Tenant)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	row, secret, err := mintKey(r.Context(), s.store, tenant, false)
+	row, secret, err := service.MintKey(r.Context(), a.store, tenant, false)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, sandboxv1.CreateKeyResponse{Key: keyAPI(row), Secret: secret})
 }
 
-func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	id = strings.TrimPrefix(id, apikey.Prefix)
 	notFound := fmt.Errorf("%w: key %q", errdefs.ErrNotFound, clip(id))
-	k, err := s.store.GetAPIKey(r.Context(), id)
+	k, err := a.store.GetAPIKey(r.Context(), id)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		s.writeError(w, r, notFound)
+		a.writeError(w, r, notFound)
 		return
 	} else if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	c := callerOf(r.Context())
+	c := a.caller(r)
 	if k.Tenant != c.Tenant && !c.Admin {
-		s.writeError(w, r, notFound)
+		a.writeError(w, r, notFound)
 		return
 	}
-	if err := s.store.RevokeAPIKey(r.Context(), id, time.Now().UTC()); err != nil {
-		s.writeError(w, r, err)
+	if err := a.store.RevokeAPIKey(r.Context(), id, time.Now().UTC()); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -1,4 +1,4 @@
-package server
+package restapi
 
 import (
 	"bytes"
@@ -28,39 +28,39 @@ const (
 	exitNotFound = 127
 )
 
-func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxFor(r)
+func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	var req sandboxv1.ExecRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if err := validateCmd(req.Cmd, req.Env, req.Cwd); err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	timeout := defaultExecTimeout
 	if req.Timeout != "" {
 		timeout, err = time.ParseDuration(req.Timeout)
 		if err != nil || timeout <= 0 || timeout > maxExecTimeout {
-			s.writeError(w, r, fmt.Errorf("%w: timeout %q: want a Go duration between 0 and %s", errdefs.ErrInvalidArgument, req.Timeout, maxExecTimeout))
+			a.writeError(w, r, fmt.Errorf("%w: timeout %q: want a Go duration between 0 and %s", errdefs.ErrInvalidArgument, req.Timeout, maxExecTimeout))
 			return
 		}
 	}
-	g, err := s.guestFor(r.Context(), sb, capability.OpExec)
+	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	start := time.Now()
 	res, err := runToCompletion(r.Context(), g, &req, timeout)
-	s.metrics.observeExec(time.Since(start))
+	a.host.ObserveExec(time.Since(start))
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -68,7 +68,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 
 // runToCompletion starts a command, feeds it req.Stdin, and collects its output
 // until it exits or the timeout kills it.
-func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecRequest, timeout time.Duration) (*sandboxv1.ExecResult, error) {
+func runToCompletion(ctx context.Context, g *Guest, req *sandboxv1.ExecRequest, timeout time.Duration) (*sandboxv1.ExecResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	wantStdin := req.Stdin != ""
@@ -76,9 +76,9 @@ func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecReque
 		Process: processConfig(req.Cmd, req.Env, req.Cwd),
 		Stdin:   &wantStdin,
 	}
-	stream, err := g.process.Start(ctx, asUser(connect.NewRequest(start), req.User))
+	stream, err := g.Process.Start(ctx, asUser(connect.NewRequest(start), req.User))
 	if err != nil {
-		return nil, guestError("exec", err)
+		return nil, GuestError("exec", err)
 	}
 	defer stream.Close()
 	var stdout, stderr capture
@@ -119,7 +119,7 @@ func runToCompletion(ctx context.Context, g *guestConn, req *sandboxv1.ExecReque
 			// to it went away, whatever the transport calls it.
 			return nil, fmt.Errorf("%w: exec: lost the connection to the sandbox while the command ran: %v", errdefs.ErrUnavailable, err)
 		}
-		return nil, guestError("exec", err)
+		return nil, GuestError("exec", err)
 	}
 	if !ended {
 		return nil, fmt.Errorf("%w: exec: the sandbox ended the stream without an exit status", errdefs.ErrUnavailable)
@@ -137,19 +137,19 @@ func notFoundMessage(err error) string {
 	return err.Error()
 }
 
-func sendStdinAndClose(ctx context.Context, g *guestConn, pid uint32, data []byte) error {
+func sendStdinAndClose(ctx context.Context, g *Guest, pid uint32, data []byte) error {
 	sel := &processv1.ProcessSelector{Selector: &processv1.ProcessSelector_Pid{Pid: pid}}
 	const chunk = 1 << 20
 	for len(data) > 0 {
 		n := min(len(data), chunk)
 		in := &processv1.SendInputRequest{Process: sel, Input: &processv1.ProcessInput{Input: &processv1.ProcessInput_Stdin{Stdin: data[:n]}}}
-		if _, err := g.process.SendInput(ctx, connect.NewRequest(in)); err != nil {
-			return guestError("exec: stdin", err)
+		if _, err := g.Process.SendInput(ctx, connect.NewRequest(in)); err != nil {
+			return GuestError("exec: stdin", err)
 		}
 		data = data[n:]
 	}
-	if _, err := g.process.CloseStdin(ctx, connect.NewRequest(&processv1.CloseStdinRequest{Process: sel})); err != nil {
-		return guestError("exec: close stdin", err)
+	if _, err := g.Process.CloseStdin(ctx, connect.NewRequest(&processv1.CloseStdinRequest{Process: sel})); err != nil {
+		return GuestError("exec: close stdin", err)
 	}
 	return nil
 }

@@ -1,0 +1,169 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/progress"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// Template builds: the REST API (internal/restapi) records a template and
+// asks for its build through restapi.Host; the builds run here, one at a
+// time, on every live node.
+
+// templateJobs is the queue of template builds; RunTemplateBuilds drains it.
+type templateJob struct{ name, source string }
+
+// EnsureTemplate records a template and queues its build unless it is already
+// ready or building. The server calls it at start for the built-in templates.
+func (s *Server) EnsureTemplate(ctx context.Context, name, source string) error {
+	t, err := s.store.GetTemplate(ctx, name)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		now := time.Now().UTC()
+		t = store.Template{Name: name, Source: source, State: store.TemplateBuilding, CreatedAt: now, UpdatedAt: now}
+		if err := s.store.CreateTemplate(ctx, t); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case t.State == store.TemplateReady:
+		return nil
+	default:
+		// Building (interrupted by a restart) or failed: build again.
+		t.State, t.Reason, t.Source = store.TemplateBuilding, "", source
+		if err := s.store.UpdateTemplate(ctx, t); err != nil {
+			return err
+		}
+	}
+	s.recordBuildProgress(ctx, name, progress.Report{Phase: "build", Message: "queued"})
+	select {
+	case s.templateJobs <- templateJob{name, source}:
+		return nil
+	default:
+		return fmt.Errorf("%w: too many template builds queued; retry later", errdefs.ErrNoCapacity)
+	}
+}
+
+// RunTemplateBuilds builds queued templates one at a time on every live node
+// until ctx is done.
+func (s *Server) RunTemplateBuilds(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case job := <-s.templateJobs:
+			s.buildTemplate(ctx, job)
+		}
+	}
+}
+
+func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
+	start := time.Now()
+	size, err := s.buildOnNodes(ctx, job)
+	t, gerr := s.store.GetTemplate(ctx, job.name)
+	if gerr != nil {
+		s.log.Warn("template vanished during its build", "name", job.name, "err", gerr)
+		return
+	}
+	if err != nil {
+		t.State, t.Reason = store.TemplateFailed, err.Error()
+		s.log.Error("template build failed", "name", job.name, "source", job.source, "err", err)
+	} else {
+		t.State, t.Reason, t.SizeBytes = store.TemplateReady, "", size
+		s.log.Info("template ready", "name", job.name, "took", time.Since(start).Round(time.Millisecond))
+	}
+	if err := s.store.UpdateTemplate(context.WithoutCancel(ctx), t); err != nil {
+		s.log.Warn("record template state", "name", job.name, "err", err)
+	}
+}
+
+func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		nodes, err := s.store.ListNodes(ctx)
+		if err != nil {
+			return 0, err
+		}
+		var built int
+		var size int64
+		var errs []error
+		for _, n := range nodes {
+			if n.State != store.NodeReady || time.Since(n.LastHeartbeat) > 15*time.Second {
+				continue
+			}
+			c, err := s.nodes.client(n.ID)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.log.Info("building template", "name", job.name, "source", job.source, "node", n.ID)
+			limit := progress.Limiter{Throttle: progress.Throttle{Every: templateProgressEvery}}
+			ready, err := c.EnsureTemplateProgress(ctx, job.name, job.source, func(p nodev1.Progress) {
+				if r := progress.Report(p); limit.Allow(r) {
+					s.recordBuildProgress(ctx, job.name, r)
+				}
+			})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
+				continue
+			}
+			if ready.Progress != nil {
+				s.recordBuildProgress(ctx, job.name, progress.Report(*ready.Progress))
+			}
+			built, size = built+1, ready.SizeBytes
+		}
+		if built > 0 {
+			return size, nil
+		}
+		if len(errs) > 0 {
+			return 0, errors.Join(errs...)
+		}
+		// No node has registered yet (the server just started): wait.
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no live node to build on")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// templateProgressEvery is the least time between two writes of a
+// building template's progress to its record.
+const templateProgressEvery = time.Second
+
+// recordBuildProgress stores a reading of template name's build on its record.
+func (s *Server) recordBuildProgress(ctx context.Context, name string, r progress.Report) {
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = s.store.SetTemplateProgress(context.WithoutCancel(ctx), name, string(b))
+	}
+	if err != nil {
+		s.log.Warn("record template build progress", "name", name, "err", err)
+	}
+}
+
+// deleteTemplateOnNodes removes template name from every registered node
+// it can reach, best effort: a node's refusal is logged.
+func (s *Server) deleteTemplateOnNodes(ctx context.Context, name string) {
+	nodes, err := s.store.ListNodes(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if c, err := s.nodes.client(n.ID); err == nil {
+			if err := c.DeleteTemplate(ctx, name); err != nil {
+				s.log.Warn("delete template on node", "name", name, "node", n.ID, "err", err)
+			}
+		}
+	}
+}
