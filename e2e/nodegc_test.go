@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,11 @@ import (
 // leaves the sandbox the control plane knows alone.
 func TestNodeGC(t *testing.T) {
 	dataDir := t.TempDir()
-	const orphan = "orphan-e2e-1"
+	// Unique per run: an ns execution's cgroup is named by its id under the
+	// shared parent, so a fixed id would be the same group as a TestNodeGC
+	// of another checkout running beside this one (whose gc then kills
+	// this orphan).
+	orphan := fmt.Sprintf("orphan-e2e-%d-%d", os.Getpid(), time.Now().UnixNano()%1_000_000)
 	t.Cleanup(func() {
 		if left := execLeftovers(dataDir, orphan); len(left) > 0 {
 			t.Errorf("left of %s:\n%s", orphan, strings.Join(left, "\n"))
