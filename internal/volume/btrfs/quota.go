@@ -172,7 +172,7 @@ func (q *quota) refreshCap(ctx context.Context) error {
 		limit += free - q.reserve
 	}
 	limit = max(limit, 1<<20)
-	if err := run(ctx, "qgroup", "limit", strconv.FormatUint(limit, 10), sandboxesQgroup, q.root); err != nil {
+	if err := qgroupLimit(q.root, sandboxesQgroupID, limitReferenced, limit); err != nil {
 		return fmt.Errorf("limit the sandboxes' quota group to %d bytes: %w", limit, err)
 	}
 	return nil
@@ -211,16 +211,15 @@ func (d *Driver) Limit(ctx context.Context, id string, bytes uint64) error {
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", id, err)
 	}
-	args := []string{"qgroup", "limit"}
+	which := uint64(limitReferenced)
 	if q.mode == quotaClassic {
-		args = append(args, "-e") // the template's shared extents are not the sandbox's
+		which = limitExclusive // the template's shared extents are not the sandbox's
 	}
 	// The limit is set through the store's root, not the volume: the
 	// transaction is charged to the subvolume it is made in, and a full
 	// sandboxes group must not stop limits from being set.
-	args = append(args, strconv.FormatUint(bytes, 10), "0/"+strconv.FormatUint(sub, 10), q.root)
-	if err := run(ctx, args...); err != nil {
-		if strings.Contains(err.Error(), "quota exceeded") {
+	if err := qgroupLimit(q.root, sub, which, bytes); err != nil {
+		if errors.Is(err, unix.EDQUOT) {
 			return fmt.Errorf("volume %s: limit: %w: the node's disk is full: %v", id, errdefs.ErrResourceExhausted, err)
 		}
 		return fmt.Errorf("volume %s: limit %d bytes: %w", id, bytes, err)
@@ -300,6 +299,7 @@ const (
 	iocQuotaCtl  = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
 	iocFSInfo    = 0x8400941f // _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args)
 	iocInoLookup = 0xd0009412 // _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args)
+	iocQgroupLim = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
 
 	quotaCtlEnableSimple = 4 // BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA
 	firstFreeObjectID    = 256
@@ -313,6 +313,36 @@ func ioctl(path string, req uintptr, arg unsafe.Pointer) error {
 	defer f.Close()
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), req, uintptr(arg)); errno != 0 {
 		return errno
+	}
+	return nil
+}
+
+// What a quota group's limit bounds (BTRFS_QGROUP_LIMIT_MAX_RFER and
+// _MAX_EXCL): all it references, or only what it alone holds.
+const (
+	limitReferenced = 1 << 0
+	limitExclusive  = 1 << 1
+)
+
+// sandboxesQgroupID is sandboxesQgroup as the kernel numbers it: level 1,
+// id 1.
+const sandboxesQgroupID = 1<<48 | 1
+
+// qgroupLimit sets quota group id's limit (which: limitReferenced or
+// limitExclusive) to bytes, through the filesystem root at path — the
+// ioctl btrfs-progs' `qgroup limit` makes, without a process per call.
+func qgroupLimit(path string, id uint64, which uint64, bytes uint64) error {
+	// struct btrfs_ioctl_qgroup_limit_args: the qgroup id, then struct
+	// btrfs_qgroup_limit {flags, max_rfer, max_excl, rsv_rfer, rsv_excl}.
+	var args struct{ qgroupID, flags, maxRfer, maxExcl, rsvRfer, rsvExcl uint64 }
+	args.qgroupID, args.flags = id, which
+	if which == limitExclusive {
+		args.maxExcl = bytes
+	} else {
+		args.maxRfer = bytes
+	}
+	if err := ioctl(path, iocQgroupLim, unsafe.Pointer(&args)); err != nil {
+		return fmt.Errorf("quota group %d/%d limit %d bytes: %w", id>>48, id&(1<<48-1), bytes, err)
 	}
 	return nil
 }
