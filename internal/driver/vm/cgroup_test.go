@@ -432,3 +432,55 @@ func TestJailSpecCgroup(t *testing.T) {
 		t.Errorf("helper log %q, want the refusal of the cgroup", log)
 	}
 }
+
+// TestStopRemovedPassesTakeTurns runs passes of StopRemoved side by side
+// (the watcher's and one called directly) over leftover groups: each group
+// is reported by exactly one pass, and no pass fails on another's removal.
+func TestStopRemovedPassesTakeTurns(t *testing.T) {
+	testenv.RequiresRoot(t)
+	d, err := New(Config{StateDir: t.TempDir(), Kernel: fakeKernel(t), QEMU: "/bin/true", Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	const rounds, groups, passes = 20, 4, 4
+	for r := range rounds {
+		var ids []string
+		for i := range groups {
+			id := fmt.Sprintf("turns-%d-%d", r, i)
+			g, err := d.vmmGroup(d.cgroupParent, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Create(cgroup.Limits{MemoryBytes: 64 << 20, PidsMax: 8}); err != nil {
+				t.Fatalf("create %s: %v", id, err)
+			}
+			ids = append(ids, id)
+			t.Cleanup(func() { _ = d.removeVMMGroups(ctx, id, nil) })
+		}
+		results := make(chan []string, passes)
+		errs := make(chan error, passes)
+		for range passes {
+			go func() {
+				stopped, err := d.StopRemoved(ctx)
+				results <- stopped
+				errs <- err
+			}()
+		}
+		reported := map[string]int{}
+		for range passes {
+			for _, id := range <-results {
+				reported[id]++
+			}
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: a pass failed: %v", r, err)
+			}
+		}
+		for _, id := range ids {
+			if reported[id] != 1 {
+				t.Fatalf("round %d: %s reported by %d passes, want 1 (%v)", r, id, reported[id], reported)
+			}
+		}
+	}
+	checkNoParent(t, d)
+}

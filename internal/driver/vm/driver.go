@@ -159,6 +159,10 @@ type Driver struct {
 	// accelMu guards accel, the accelerator chosen once per Driver.
 	accelMu sync.Mutex
 	accel   string
+	// removedMu serialises the passes of StopRemoved: a pass of the
+	// watcher and one called directly would otherwise both find the same
+	// leftover cgroup, and each report it, or fail on the other's removal.
+	removedMu sync.Mutex
 	// boot is the kernel new VMs boot and the machine they run on; UseKernel
 	// replaces it while VMs run (each execution keeps its own, in its state).
 	boot atomic.Pointer[guestKernel]

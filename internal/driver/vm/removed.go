@@ -97,8 +97,11 @@ func (d *Driver) WatchRemoved(ctx context.Context, period time.Duration) error {
 // StopRemoved kills every QEMU of this driver whose execution directory was
 // removed, waits until each is gone, removes its cgroup and releases its
 // uid. It returns the ids of the executions it stopped or whose cgroup it
-// removed.
+// removed. Passes run one at a time: a pass that starts while another runs
+// waits for it, and finds what that one left.
 func (d *Driver) StopRemoved(ctx context.Context) ([]string, error) {
+	d.removedMu.Lock()
+	defer d.removedMu.Unlock()
 	found, err := d.findRemoved()
 	if err != nil {
 		return nil, err
