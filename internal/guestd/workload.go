@@ -54,8 +54,9 @@ func (d *Daemon) limitPids(max uint32) error {
 	return nil
 }
 
-// prepareWorkload makes the workload group (cgroup2 mounted, pids and cpu
-// controllers on, the group made with a low CPU weight) and has every later
+// prepareWorkload makes the workload group (cgroup2 mounted, pids, cpu and
+// memory controllers on, the group made with a low CPU weight and its memory
+// capped below the daemon's reserve, see reserveMemory) and has every later
 // process start in it; it is done once. None of it depends on the sandbox:
 // a VM's init does it at start (Config.PrepareWorkload), before its template
 // snapshot is taken, so that the Init of a VM restored from that snapshot
@@ -94,6 +95,11 @@ func (d *Daemon) prepareWorkload() error {
 			d.log.Warn("workload cpu weight", "err", err)
 		}
 	}
+	if err := reserveMemory(dir); err != nil {
+		// Without it the guest kernel's global OOM killer still protects
+		// the daemon (oom_score_adj), but slowly, after thrashing.
+		d.log.Warn("workload memory cap", "err", err)
+	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -106,4 +112,73 @@ func (d *Daemon) prepareWorkload() error {
 		unix.Close(old)
 	}
 	return nil
+}
+
+// daemonReserveBytes is the least memory the workload group's cap keeps
+// for the daemon, the kernel's own allocations and the page cache of the
+// binaries the daemon runs; a VM keeps an eighth of its RAM when that is
+// more.
+const daemonReserveBytes = 32 << 20
+
+// workloadMemoryMax is the workload group's memory.max in a guest whose
+// MemTotal is total bytes: all of it less the daemon's reserve, and never
+// less than half of it (a VM too small for the reserve gives its workload
+// half and the daemon the rest).
+func workloadMemoryMax(total uint64) uint64 {
+	reserve := max(uint64(daemonReserveBytes), total/8)
+	if total < 2*reserve {
+		return total / 2
+	}
+	return total - reserve
+}
+
+// reserveMemory caps the workload group's memory below the VM's RAM and
+// gives it no swap. A process that touches more than the VM has is then
+// OOM-killed by its group, at once, rather than by the guest's global OOM
+// killer after the kernel has thrashed every page of the daemon's and the
+// binaries' text out and back (under TCG that took longer than the
+// channel's liveness deadline).
+func reserveMemory(dir string) error {
+	controllers, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(" "+strings.TrimSpace(string(controllers))+" ", " memory ") {
+		return fmt.Errorf("the kernel has no cgroup2 memory controller (controllers: %q)", strings.TrimSpace(string(controllers)))
+	}
+	if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
+		return fmt.Errorf("enable the memory controller: %w", err)
+	}
+	meminfo, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return err
+	}
+	total, err := memTotal(meminfo)
+	if err != nil {
+		return err
+	}
+	limit := strconv.FormatUint(workloadMemoryMax(total), 10)
+	if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(limit), 0); err != nil {
+		return fmt.Errorf("set memory.max: %w", err)
+	}
+	// memory.swap.max exists only on a kernel with swap accounting.
+	if err := os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("set memory.swap.max: %w", err)
+	}
+	return nil
+}
+
+// memTotal returns MemTotal of a /proc/meminfo, in bytes.
+func memTotal(meminfo []byte) (uint64, error) {
+	for line := range strings.SplitSeq(string(meminfo), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			kib, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil || kib == 0 || kib > 1<<44 {
+				break
+			}
+			return kib << 10, nil
+		}
+	}
+	return 0, errors.New("no MemTotal in /proc/meminfo")
 }

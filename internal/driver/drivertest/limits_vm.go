@@ -14,8 +14,9 @@ import (
 )
 
 // The limit checks for a sandbox with its own kernel (a VM). Its memory cap
-// is the VM's RAM, enforced by the guest kernel (which OOM-kills a hog), not
-// a host cgroup; its processes are the guest kernel's, so a fork bomb is the
+// is the VM's RAM less the guest daemon's reserve, enforced by the guest
+// kernel on the workload's cgroup (which OOM-kills a hog), not by a host
+// cgroup; its processes are the guest kernel's, so a fork bomb is the
 // guest's problem: it must neither kill the guest daemon nor reach the host,
 // where the VM stays one VMM process.
 
