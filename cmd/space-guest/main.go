@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,8 @@ func run() int {
 	debug := flag.Bool("debug", false, "log at debug level")
 	version := flag.Bool("version", false, "print the version and exit")
 	initVM := flag.Bool("init", false, "run as the VM's init first: modules, root disk, switch root (package guestinit)")
+	workloadTasks := flag.String("workload-tasks", "", "fds of the workload cgroup's tasks files, comma-separated (ns runtime on cgroup v1)")
+	daemonTasks := flag.String("daemon-tasks", "", "fds of the daemon cgroup's tasks files, in the order of --workload-tasks")
 	flag.Parse()
 	if *version {
 		fmt.Println(guestd.Version)
@@ -64,14 +67,28 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 	defer stop()
-	// Threads for the worst case, made before the workload can exhaust the
-	// sandbox's pids limit (see ReserveThreads).
-	guestd.ReserveThreads(48)
 	// A VM's init (its channel is virtio) prepares the workload cgroup at
 	// start, before a template snapshot is taken of it.
 	cfg := guestd.Config{ReapAll: pid1, PrepareWorkload: pid1 && kind == "virtio"}
+	into, err := taskFiles(*workloadTasks)
+	if err != nil {
+		log.Error("--workload-tasks", "err", err)
+		return 2
+	}
+	back, err := taskFiles(*daemonTasks)
+	if err != nil || len(back) != len(into) {
+		log.Error("--daemon-tasks: want as many fds as --workload-tasks", "err", err, "workload", len(into), "daemon", len(back))
+		return 2
+	}
+	cfg.WorkloadTasks, cfg.DaemonTasks = into, back
+	if len(into) == 0 {
+		// Threads for the worst case, made before the workload can exhaust
+		// a pids limit it shares with the daemon (see ReserveThreads). With
+		// tasks files the workload has a group of its own and the daemon
+		// the rest of the sandbox's tasks.
+		guestd.ReserveThreads(48)
+	}
 
-	var err error
 	switch kind {
 	case "fd":
 		err = serveFD(ctx, arg, cfg, log)
@@ -98,4 +115,25 @@ func mountProc() error {
 		return err
 	}
 	return unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
+// taskFiles opens the comma-separated fds of a --workload-tasks or
+// --daemon-tasks flag, and makes them close-on-exec: no process the daemon
+// starts inherits them.
+func taskFiles(list string) ([]*os.File, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var files []*os.File
+	for _, s := range strings.Split(list, ",") {
+		fd, err := strconv.Atoi(s)
+		if err != nil || fd <= 2 {
+			return nil, fmt.Errorf("fd %q: want a number above 2", s)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return nil, fmt.Errorf("fd %d: %w", fd, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), "tasks-"+s))
+	}
+	return files, nil
 }

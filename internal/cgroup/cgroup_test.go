@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/testenv"
 )
 
@@ -301,5 +303,133 @@ func TestEnter(t *testing.T) {
 	}
 	if names, err := h.Children(parent); err != nil || len(names) != 0 {
 		t.Errorf("Children of a removed parent = %v, %v; want none", names, err)
+	}
+}
+
+// TestChild makes a child group in the memory and pids hierarchies of a
+// group, moves one thread of a process into it through its tasks files, and
+// checks that the process it forks is born there under the child's limits,
+// that Kill of the parent reaches it, and that Delete of the parent removes
+// the child too.
+func TestChild(t *testing.T) {
+	testenv.RequiresRoot(t)
+	h, err := Detect()
+	if err != nil {
+		t.Skipf("skipping: no usable cgroups: %v", err)
+	}
+	ctx := context.Background()
+	g, err := h.Group(testParent(t, h), "child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Mode == V2 {
+		if _, err := g.Child("w", "memory", "pids"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("Child on cgroup v2: %v, want FailedPrecondition", err)
+		}
+		return
+	}
+	if err := g.Create(Limits{MemoryBytes: 64 << 20, PidsMax: 16}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = g.Kill(cctx)
+		_ = g.Delete(cctx)
+	})
+	if _, err := g.Child("w", "memory", "no-such-controller"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Child in a hierarchy the group is not in: %v, want FailedPrecondition", err)
+	}
+	c, err := g.Child("w", "memory", "pids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(Limits{MemoryBytes: 32 << 20, PidsMax: 4}); err != nil {
+		t.Fatalf("Create child: %v", err)
+	}
+	if len(c.Dirs()) != 2 {
+		t.Errorf("child dirs %v, want one in memory and one in pids", c.Dirs())
+	}
+	files, err := c.TaskFiles("memory", "pids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	// A shell in the parent writes its own pid (its one thread) to the
+	// child's tasks files, then forks a sleeper there.
+	fds := ""
+	for i := range files {
+		fds += fmt.Sprintf(" %d", 3+i)
+	}
+	cmd := exec.Command("sh", "-c", "read go; for fd in"+fds+"; do echo $$ >&$fd; done; sleep 600 & echo $!; wait")
+	cmd.ExtraFiles = files
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := g.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatalf("AddProc: %v", err)
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	var sleeper int
+	if _, err := fmt.Fscan(stdout, &sleeper); err != nil {
+		t.Fatalf("read the sleeper's pid: %v", err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sleeper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctrl := range []string{"memory", "pids", "freezer"} {
+		want := "/child"
+		if ctrl != "freezer" {
+			want = "/child/w"
+		}
+		found := false
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), ctrl) {
+				found = strings.HasSuffix(f[2], want)
+			}
+		}
+		if !found {
+			t.Errorf("the forked process's %s group is not …%s:\n%s", ctrl, want, b)
+		}
+	}
+	if st, err := c.Stats(); err != nil || st.MemoryLimitBytes != 32<<20 {
+		t.Errorf("child Stats = %+v, %v; want a 32 MiB limit", st, err)
+	}
+	if err := g.Kill(ctx); err != nil {
+		t.Fatalf("Kill of the parent: %v", err)
+	}
+	<-done
+	// Kill returns once the group is empty; the orphan may still be a
+	// zombie waiting for init.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sleeper)); err == nil {
+		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X') {
+			t.Errorf("the process in the child group survived Kill of the parent: %s", b)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := g.Delete(dctx); err != nil {
+		t.Fatalf("Delete of the parent with a child: %v", err)
+	}
+	if g.Exists() || c.Exists() {
+		t.Errorf("after Delete: parent exists %v, child exists %v", g.Exists(), c.Exists())
 	}
 }

@@ -133,7 +133,7 @@ func (g *Group) Create(l Limits) error {
 }
 
 func (g *Group) limitV1(l Limits) error {
-	if l.MemoryBytes > 0 {
+	if l.MemoryBytes > 0 && g.dirs["memory"] != "" {
 		mem := strconv.FormatInt(l.MemoryBytes, 10)
 		if err := write(g.dirs["memory"], "memory.limit_in_bytes", mem); err != nil {
 			return err
@@ -146,8 +146,10 @@ func (g *Group) limitV1(l Limits) error {
 			}
 		}
 	}
-	if err := write(g.dirs["pids"], "pids.max", strconv.Itoa(l.PidsMax)); err != nil {
-		return err
+	if pids := g.dirs["pids"]; pids != "" {
+		if err := write(pids, "pids.max", strconv.Itoa(l.PidsMax)); err != nil {
+			return err
+		}
 	}
 	if cpu := g.dirs["cpu"]; l.CPUs > 0 && cpu != "" {
 		if err := write(cpu, "cpu.cfs_period_us", strconv.Itoa(cfsPeriod)); err != nil {
@@ -195,6 +197,57 @@ func (g *Group) limitV2(l Limits) error {
 		return write(dir, "cpu.max", fmt.Sprintf("%d %d", l.CPUs*cfsPeriod, cfsPeriod))
 	}
 	return nil
+}
+
+// Child returns the group name below g in the given v1 controllers' hierarchies
+// only (a task outside them stays in g there: a child in the memory and pids
+// hierarchies caps a part of g's tasks while g's freezer still holds them
+// all, so Freeze and Kill of g reach them). It creates nothing; Create makes
+// it, within g's limits, and g's Delete removes it. Child is for v1
+// hierarchies: on v2 it fails with ErrNotSupported (a v2 group with children
+// holds no tasks of its own).
+func (g *Group) Child(name string, controllers ...string) (*Group, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if g.h.Mode == V2 {
+		return nil, fmt.Errorf("cgroup: a child group of %s: %w on cgroup v2", g.primary(), errdefs.ErrFailedPrecondition)
+	}
+	c := &Group{h: g.h, dirs: map[string]string{}}
+	for _, ctrl := range controllers {
+		d, ok := g.dirs[ctrl]
+		if !ok {
+			return nil, fmt.Errorf("cgroup: a child group of %s: %w: no %s hierarchy", g.primary(), errdefs.ErrFailedPrecondition, ctrl)
+		}
+		c.dirs[ctrl] = filepath.Join(d, name)
+	}
+	return c, nil
+}
+
+// TaskFiles opens, write-only, the tasks file of the group's directory in
+// each of the given v1 controllers' hierarchies: writing a thread id to all
+// of them moves that one thread into the group there (a process it forks is
+// then born there). The caller closes them.
+func (g *Group) TaskFiles(controllers ...string) ([]*os.File, error) {
+	if g.h.Mode == V2 {
+		return nil, fmt.Errorf("cgroup: tasks files of %s: %w on cgroup v2", g.primary(), errdefs.ErrFailedPrecondition)
+	}
+	var files []*os.File
+	for _, ctrl := range controllers {
+		d, ok := g.dirs[ctrl]
+		if !ok {
+			return nil, fmt.Errorf("cgroup: tasks files of %s: %w: no %s hierarchy", g.primary(), errdefs.ErrFailedPrecondition, ctrl)
+		}
+		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("cgroup: open %s/tasks: %w", d, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
 }
 
 // AddProc moves pid (and, in v2 and v1 alike, its future children) into the
@@ -247,25 +300,47 @@ func ParsePids(b []byte) ([]int, error) {
 	return pids, nil
 }
 
-// Delete removes the group's directories, waiting (until ctx is done) for the
-// kernel to release groups whose last task is still exiting. A group that
-// does not exist is not an error.
+// Delete removes the group's directories, its child groups' first (Child),
+// waiting (until ctx is done) for the kernel to release groups whose last
+// task is still exiting. A group that does not exist is not an error.
 func (g *Group) Delete(ctx context.Context) error {
 	for _, d := range g.Dirs() {
-		for {
-			err := unix.Rmdir(d)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				break
-			}
-			if !errors.Is(err, unix.EBUSY) {
-				return fmt.Errorf("cgroup: remove %s: %w", d, err)
-			}
-			if err := sleep(ctx); err != nil {
-				return fmt.Errorf("cgroup: remove %s: still has tasks: %w", d, err)
-			}
+		if err := removeTree(ctx, d); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// removeTree removes the cgroup directory d and every group below it,
+// deepest first.
+func removeTree(ctx context.Context, d string) error {
+	entries, err := os.ReadDir(d)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: list %s: %w", d, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(ctx, filepath.Join(d, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	for {
+		err := unix.Rmdir(d)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("cgroup: remove %s: %w", d, err)
+		}
+		if err := sleep(ctx); err != nil {
+			return fmt.Errorf("cgroup: remove %s: still has tasks: %w", d, err)
+		}
+	}
 }
 
 func sleep(ctx context.Context) error {

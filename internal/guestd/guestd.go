@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,13 @@ type Config struct {
 	// PrepareWorkload makes the workload cgroup at start (a VM's init, with
 	// ReapAll): see prepareWorkload.
 	PrepareWorkload bool
+	// WorkloadTasks and DaemonTasks are the tasks files of the workload's
+	// cgroup and of the daemon's, one per cgroup v1 hierarchy, in the same
+	// order: every process the daemon starts is forked by a thread moved
+	// into the workload's group for the fork (the ns runtime's reserve, see
+	// forkInWorkload). Empty: processes start in the daemon's groups, or
+	// in the workload group PrepareWorkload made.
+	WorkloadTasks, DaemonTasks []*os.File
 	// PasswdPath and GroupPath name the account files (default /etc/passwd, /etc/group).
 	PasswdPath string
 	GroupPath  string

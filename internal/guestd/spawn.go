@@ -68,7 +68,9 @@ func (d *Daemon) spawn(req spawnRequest) (*process, *subscriber, error) {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
 	}
 	_, err = d.procs.insert(req.tag, func() (*process, error) {
-		pid, exited, err := d.reaper.start(func() (int, error) { return syscall.ForkExec(bin, argv, attr) })
+		pid, exited, err := d.reaper.start(func() (int, error) {
+			return d.forkInWorkload(func() (int, error) { return syscall.ForkExec(bin, argv, attr) })
+		})
 		if err != nil {
 			return nil, err
 		}

@@ -10,8 +10,9 @@ import (
 // workload: when a fork bomb holds every task, a runtime that needs one more
 // thread cannot get it and aborts ("failed to create new OS thread"), and the
 // whole sandbox dies with its PID 1. Threads made up front are reused instead
-// of created. (A separate pids budget for the daemon is the complete fix; see
-// the issue note.)
+// of created. Where the workload has a cgroup of its own (the ns runtime on
+// cgroup v1, Config.WorkloadTasks) the daemon keeps a reserve of the
+// sandbox's tasks instead and needs none of this.
 func ReserveThreads(n int) {
 	var started sync.WaitGroup
 	release := make(chan struct{})

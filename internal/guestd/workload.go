@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,4 +182,51 @@ func memTotal(meminfo []byte) (uint64, error) {
 		}
 	}
 	return 0, errors.New("no MemTotal in /proc/meminfo")
+}
+
+// forkInWorkload runs fork on a thread of its own moved into the workload's
+// v1 groups (Config.WorkloadTasks), so that the process it forks is born
+// there, and moves the thread back into the daemon's groups. A thread that
+// cannot be moved back is not used again: its goroutine ends locked to it,
+// and the Go runtime ends the thread. Without tasks files fork runs as is.
+func (d *Daemon) forkInWorkload(fork func() (int, error)) (int, error) {
+	into, back := d.cfg.WorkloadTasks, d.cfg.DaemonTasks
+	if len(into) == 0 {
+		return fork()
+	}
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		if err := writeTID(into, tid); err != nil {
+			if writeTID(back, tid) == nil {
+				runtime.UnlockOSThread()
+			}
+			done <- result{err: fmt.Errorf("enter the workload's cgroup: %w", err)}
+			return
+		}
+		pid, err := fork()
+		if berr := writeTID(back, tid); berr != nil {
+			d.log.Error("a thread stays in the workload's cgroup; it is dropped", "err", berr)
+		} else {
+			runtime.UnlockOSThread()
+		}
+		done <- result{pid, err}
+	}()
+	r := <-done
+	return r.pid, r.err
+}
+
+// writeTID writes tid to each tasks file.
+func writeTID(files []*os.File, tid []byte) error {
+	for _, f := range files {
+		if _, err := f.Write(tid); err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+	}
+	return nil
 }

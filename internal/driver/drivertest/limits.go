@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,9 @@ func testMemoryLimit(t *testing.T, s *suite) {
 	if !killedBySignal(res, "killed") {
 		t.Errorf("allocating 256 MiB under a %d MiB cap: %v, want killed by SIGKILL", capMiB, res)
 	}
+	if s.h.WorkloadLimits != nil {
+		testWorkloadMemory(t, s, sb, capMiB)
+	}
 	if got := sb.sh(t, "echo alive"); got != "alive\n" {
 		t.Errorf("after the OOM kill the guest runs echo with output %q", got)
 	}
@@ -70,6 +74,12 @@ const (
 func testForkBomb(t *testing.T, s *suite) {
 	const pidsMax = 64
 	sb := s.start(t, options{pidsMax: pidsMax, cpus: 1})
+	var reserved int
+	if s.h.WorkloadLimits != nil {
+		_, workload := s.h.WorkloadLimits(0, pidsMax)
+		reserved = pidsMax - workload
+		inWorkloadGroup(t, sb)
+	}
 	res := sb.run(t, "", "/bin/sh", "-c", forkBomb)
 	if exitCode(res) != 0 {
 		t.Fatalf("starting the fork bomb: %v", res)
@@ -117,5 +127,53 @@ func testForkBomb(t *testing.T, s *suite) {
 	for range 10 {
 		sample()
 		time.Sleep(10 * time.Millisecond)
+	}
+	// With a reserve the bomb fills the workload's cap, never the sandbox's:
+	// the daemon keeps the difference for its own threads.
+	if reserved > 0 && peak >= pidsMax {
+		t.Errorf("the fork bomb took all %d tasks of the sandbox; want %d kept for the guest daemon", pidsMax, reserved)
+	}
+}
+
+// inWorkloadGroup checks that a process the daemon starts runs in the
+// workload's child group in the memory and pids hierarchies (the sandbox's
+// cgroup namespace is rooted at its own group) and in the sandbox's group in
+// the others.
+func inWorkloadGroup(t *testing.T, sb *sandbox) {
+	t.Helper()
+	got := sb.sh(t, "cat /proc/self/cgroup")
+	want := map[string]string{"memory": "/workload", "pids": "/workload", "freezer": "/"}
+	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		for _, ctrl := range strings.Split(f[1], ",") {
+			if w, ok := want[ctrl]; ok {
+				if f[2] != w {
+					t.Errorf("a process of the sandbox is in %s:%s, want %s (/proc/self/cgroup:\n%s)", ctrl, f[2], w, got)
+				}
+				delete(want, ctrl)
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("/proc/self/cgroup of a process of the sandbox has no line for %v:\n%s", want, got)
+	}
+}
+
+// testWorkloadMemory: with the daemon's reserve, an allocation the
+// sandbox's cap would hold but the workload's cannot is killed, one well
+// under the workload's cap works, and the daemon answers after.
+func testWorkloadMemory(t *testing.T, s *suite, sb *sandbox, capMiB int) {
+	mem, _ := s.h.WorkloadLimits(int64(capMiB)<<20, 64)
+	workloadMiB := int(mem >> 20)
+	over := (workloadMiB + capMiB) / 2
+	res := sb.run(t, "", "dd", "if=/dev/zero", "of=/dev/null", "bs="+strconv.Itoa(over)+"M", "count=1")
+	if !killedBySignal(res, "killed") {
+		t.Errorf("allocating %d MiB in a %d MiB sandbox whose workload may have %d MiB: %v, want killed by SIGKILL", over, capMiB, workloadMiB, res)
+	}
+	if got := sb.sh(t, "echo alive"); got != "alive\n" {
+		t.Errorf("after the workload's OOM kill the guest runs echo with output %q", got)
 	}
 }

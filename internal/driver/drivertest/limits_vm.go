@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 )
 
 // The limit checks for a sandbox with its own kernel (a VM). Its memory cap
@@ -18,7 +21,8 @@ import (
 // kernel on the workload's cgroup (which OOM-kills a hog), not by a host
 // cgroup; its processes are the guest kernel's, so a fork bomb is the
 // guest's problem: it must neither kill the guest daemon nor reach the host,
-// where the VM stays one VMM process.
+// where the VM stays one VMM process, and the daemon stays outside the
+// workload's cgroup and its caps.
 
 // memHog is an awk program that allocates and touches mib MiB, one MiB at a
 // time, then prints "allocated". Growing step by step, it is not refused up
@@ -113,79 +117,73 @@ func guestTasks(ctx context.Context, sb *sandbox) (int, error) {
 	return n, nil
 }
 
-// vmStormTasks is how many guest tasks the fork storm of testVMForkBomb
-// grows to before it stops itself.
-const vmStormTasks = 400
+// vmBombPids is the task cap the test gives the guest's workload through
+// Init, as the node does for every VM (node.guestPidsMax): the host's pids
+// cap does not reach inside a VM.
+const vmBombPids = 256
 
-// forkStorm is forkBomb made to end: every shell forks copies of itself as
-// fast as it can until the guest kernel runs vmStormTasks tasks (read from
-// /proc/loadavg with shell builtins, no fork), then all of them exit. The vm
-// runtime applies no pids cap inside the guest (Spec.PidsMax), and an
-// endless bomb on one vCPU starves the guest daemon until the host declares
-// its channel dead (45 s without an answer to a ping, measured under TCG):
-// the storm bounds the test, not the guest.
-var forkStorm = fmt.Sprintf(`b(){ while :; do read x y z rt rest < /proc/loadavg; if [ "${rt#*/}" -ge %d ]; then : > %s.stop; fi; [ -e %s.stop ] && exit; b & done; }; b >/dev/null 2>>%s </dev/null &`,
-	vmStormTasks, bombLog, bombLog, bombLog)
+// vmBombWatch is how long testVMForkBomb watches the bomb at its cap.
+const vmBombWatch = 10 * time.Second
 
-// testVMForkBomb: a fork storm inside the VM grows to vmStormTasks guest
-// tasks while, at every step, the VM stays alive and the host sees its VMM as
-// one process with no children; the host can fork meanwhile; when the storm
-// has ended, the guest daemon still serves on the same channel and starts
-// processes.
+// testVMForkBomb: an endless fork bomb inside the VM, its workload capped by
+// Init's PidsMax, fills the cap and stays there; all the while the VM is
+// alive, the host sees its VMM as one process with no children and can fork,
+// and the guest daemon (outside the workload's group, with the CPU weight
+// the workload lacks) answers every call on the same channel.
 func testVMForkBomb(t *testing.T, s *suite) {
 	sb := s.start(t, options{cpus: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	base, err := guestTasks(ctx, sb)
-	if err != nil {
-		t.Fatal(err)
+	resp, err := sb.client.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{SandboxId: sb.spec.SandboxID, Generation: 1, ActivationId: "act-bomb", PidsMax: vmBombPids}))
+	if err != nil || !resp.Msg.GetPidsLimited() {
+		t.Fatalf("Init with PidsMax %d: %v (%v); want the workload's pids capped", vmBombPids, resp, err)
 	}
-	if res := sb.run(t, "", "/bin/sh", "-c", forkStorm); exitCode(res) != 0 {
-		t.Fatalf("starting the fork storm: %v", res)
+	if res := sb.run(t, "", "/bin/sh", "-c", forkBomb); exitCode(res) != 0 {
+		t.Fatalf("starting the fork bomb: %v", res)
 	}
 	checkHost := func() {
 		t.Helper()
 		if alive, err := sb.d.Alive(ctx, sb.spec.ExecID); !alive || err != nil {
-			t.Fatalf("the VM died during the fork storm (Alive = %v, %v): a guest process must not be able to kill its VM", alive, err)
+			t.Fatalf("the VM died during the fork bomb (Alive = %v, %v): a guest process must not be able to kill its VM", alive, err)
 		}
 		if kids := descendants(sb.inst.Pid); len(kids) != 0 {
-			t.Fatalf("during the fork storm the VMM %d has host child processes %v, want none", sb.inst.Pid, kids)
+			t.Fatalf("during the fork bomb the VMM %d has host child processes %v, want none", sb.inst.Pid, kids)
 		}
 		if _, err := sb.d.Stats(ctx, sb.spec.ExecID); err != nil {
-			t.Fatalf("Stats during the fork storm: %v", err)
+			t.Fatalf("Stats during the fork bomb: %v", err)
 		}
 	}
-	peak := 0
-	for stopped := false; !stopped; {
-		checkHost()
-		n, err := guestTasks(ctx, sb)
+	// Every call below is answered by the daemon without a new process.
+	current := func() int {
+		t.Helper()
+		b, _, err := sb.readFile(ctx, "/sys/fs/cgroup/space-workload/pids.current")
 		if err != nil {
-			t.Fatalf("the guest does not answer during the fork storm (peak %d tasks): %v", peak, err)
+			t.Fatalf("the guest daemon does not answer during the fork bomb: %v", err)
 		}
-		peak = max(peak, n)
-		_, code, _ := sb.readFile(ctx, bombLog+".stop")
-		stopped = code == http.StatusOK
-		if ctx.Err() != nil {
-			t.Fatalf("the fork storm did not reach %d guest tasks (peak %d)", vmStormTasks, peak)
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("the workload's pids.current: %q", b)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return n
+	}
+	waitFor(t, "the fork bomb to fill the workload's cap", func() bool {
+		checkHost()
+		return current() >= vmBombPids*9/10
+	})
+	calls, peak := 0, 0
+	for end := time.Now().Add(vmBombWatch); time.Now().Before(end); calls++ {
+		checkHost()
+		peak = max(peak, current())
+		if err := waitReady(sb.client); err != nil {
+			t.Fatalf("the guest daemon's health check fails during the fork bomb: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if peak > vmBombPids {
+		t.Errorf("the workload ran %d tasks, over its cap of %d", peak, vmBombPids)
 	}
 	if err := exec.Command("true").Run(); err != nil {
-		t.Fatalf("the host cannot fork while the VM runs a fork storm: %v", err)
+		t.Fatalf("the host cannot fork while the VM runs a fork bomb: %v", err)
 	}
-	waitFor(t, "the fork storm to end", func() bool {
-		checkHost()
-		n, err := guestTasks(ctx, sb)
-		if err != nil {
-			t.Fatalf("the guest does not answer after the fork storm: %v", err)
-		}
-		return n <= base+8
-	})
-	t.Logf("fork storm: %d guest tasks before, peak %d seen, stopped at %d", base, peak, vmStormTasks)
-	if err := waitReady(sb.client); err != nil {
-		t.Errorf("the guest does not answer after the fork storm: %v", err)
-	}
-	if got := sb.sh(t, "echo alive"); got != "alive\n" {
-		t.Errorf("after the fork storm the guest runs echo with output %q", got)
-	}
+	t.Logf("fork bomb: held at %d of %d workload tasks for %v; the daemon answered %d rounds of calls", peak, vmBombPids, vmBombWatch, calls)
 }

@@ -54,6 +54,11 @@ type Harness struct {
 	RootFS func(t *testing.T, execID string) string
 	// GuestBinary is the static space-guest binary (BuildGuest builds it).
 	GuestBinary string
+	// WorkloadLimits, when the driver keeps a reserve of the sandbox's
+	// memory and tasks for the guest daemon (ns on cgroup v1), returns the
+	// workload's caps within a sandbox's: the processes the daemon starts
+	// run in a child cgroup "workload" under them. Nil: no reserve.
+	WorkloadLimits func(memBytes int64, pids int) (int64, int)
 }
 
 // Run runs the conformance suite against the driver h.New returns.

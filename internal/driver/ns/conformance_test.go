@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/driver/drivertest"
 	"github.com/spacesandbox/space/internal/testenv"
@@ -17,6 +18,10 @@ func TestConformance(t *testing.T) {
 	testenv.RequiresTool(t, "go", "cp")
 	rootFS := drivertest.MinimalRootFS(t)
 	guest := drivertest.BuildGuest(t)
+	var workload func(int64, int) (int64, int)
+	if h, err := cgroup.Detect(); err == nil && h.Mode != cgroup.V2 {
+		workload = WorkloadLimits
+	}
 	drivertest.Run(t, drivertest.Harness{
 		New: func(t *testing.T) driver.Driver {
 			return newDriver(t, Config{
@@ -27,7 +32,8 @@ func TestConformance(t *testing.T) {
 				Slots:   64,
 			})
 		},
-		RootFS:      rootFS,
-		GuestBinary: guest,
+		RootFS:         rootFS,
+		GuestBinary:    guest,
+		WorkloadLimits: workload,
 	})
 }

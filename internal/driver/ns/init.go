@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -50,7 +52,7 @@ func InitMain(args []string) {
 
 func initSandbox() error {
 	unix.CloseOnExec(syncFD)
-	cfg, rootFD, guestFD, err := receiveConfig()
+	cfg, rootFD, guestFD, tasks, err := receiveConfig()
 	if err != nil {
 		return err
 	}
@@ -91,15 +93,22 @@ func initSandbox() error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("set hostname: %w", err)
 	}
-	// Nothing but stdio, the channel and the (close-on-exec) sync socket
-	// reaches the guest.
+	// Nothing but stdio, the channel, the tasks files (reserve.go) and the
+	// (close-on-exec) sync socket reaches the guest.
 	if err := unix.CloseRange(channelFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("close inherited fds: %w", err)
+	}
+	argv := []string{GuestPath, "--channel", fmt.Sprintf("fd:%d", channelFD)}
+	if len(tasks) > 0 {
+		flags, err := placeTasks(tasks, cfg.WorkloadTasks)
+		if err != nil {
+			return err
+		}
+		argv = append(argv, flags...)
 	}
 	if err := seccomp.Install(); err != nil {
 		return err
 	}
-	argv := []string{GuestPath, "--channel", fmt.Sprintf("fd:%d", channelFD)}
 	if err := unix.Exec(GuestPath, argv, cfg.Env); err != nil {
 		return fmt.Errorf("exec %s: %w", GuestPath, err)
 	}
@@ -140,29 +149,55 @@ func writeResolvConf() error {
 }
 
 // receiveConfig reads the parent's one message: JSON and two mount fds.
-func receiveConfig() (*initConfig, int, int, error) {
+func receiveConfig() (*initConfig, int, int, []int, error) {
 	buf := make([]byte, maxInitMessage)
-	oob := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(syncFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	oob := make([]byte, unix.CmsgSpace(maxInitFDs*4))
+	n, oobn, flags, _, err := unix.Recvmsg(syncFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, -1, -1, fmt.Errorf("read config: %w", err)
+		return nil, -1, -1, nil, fmt.Errorf("read config: %w", err)
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		return nil, -1, -1, nil, errors.New("read config: more fds than expected")
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return nil, -1, -1, fmt.Errorf("read config: want one control message with two fds (%v)", err)
+		return nil, -1, -1, nil, fmt.Errorf("read config: want one control message with the fds (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 2 {
-		return nil, -1, -1, fmt.Errorf("read config: want two fds, got %d (%v)", len(fds), err)
+	if err != nil || len(fds) < 2 {
+		return nil, -1, -1, nil, fmt.Errorf("read config: want at least two fds, got %d (%v)", len(fds), err)
 	}
 	var cfg initConfig
 	if err := json.Unmarshal(buf[:n], &cfg); err != nil {
-		return nil, -1, -1, fmt.Errorf("read config: %w", err)
+		return nil, -1, -1, nil, fmt.Errorf("read config: %w", err)
 	}
 	if err := driver.ValidHostname(cfg.Hostname); err != nil {
-		return nil, -1, -1, err
+		return nil, -1, -1, nil, err
 	}
-	return &cfg, fds[0], fds[1], nil
+	if len(fds) != 2+2*cfg.WorkloadTasks {
+		return nil, -1, -1, nil, fmt.Errorf("read config: %d fds for %d workload tasks files, want %d", len(fds), cfg.WorkloadTasks, 2+2*cfg.WorkloadTasks)
+	}
+	return &cfg, fds[0], fds[1], fds[2:], nil
+}
+
+// maxInitFDs bounds the fds of the config message: the root, the guest
+// binary and two tasks files per controller of reserveControllers.
+const maxInitFDs = 2 + 2*4
+
+// placeTasks makes the tasks files open across exec (every other descriptor
+// above the channel is close-on-exec by then) and returns the daemon's
+// flags naming them: the first n are the workload's, the next n the
+// sandbox group's. The files keep their numbers: a number picked here could
+// be one the Go runtime holds.
+func placeTasks(fds []int, n int) ([]string, error) {
+	names := make([]string, len(fds))
+	for i, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return nil, fmt.Errorf("tasks files: %w", err)
+		}
+		names[i] = strconv.Itoa(fd)
+	}
+	return []string{"--workload-tasks", strings.Join(names[:n], ","), "--daemon-tasks", strings.Join(names[n:], ",")}, nil
 }
 
 // setupRoot mounts /proc, /dev, /sys, /tmp and the guest binary under newRoot.

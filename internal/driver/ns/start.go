@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -29,6 +30,10 @@ type initConfig struct {
 	// Network says the parent created the tap sandboxnet.IfName in the
 	// sandbox's network namespace: ns-init configures it.
 	Network bool `json:"network,omitempty"`
+	// WorkloadTasks is the number n of the workload's tasks files that
+	// follow the root and the guest binary among the message's fds; n of
+	// the sandbox group's follow them (reserve.go). 0 on a cgroup v2 host.
+	WorkloadTasks int `json:"workload_tasks,omitempty"`
 }
 
 // maxInitMessage bounds the sync messages in both directions.
@@ -117,9 +122,16 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	if mem == 0 {
 		mem = d.cfg.DefaultMemoryMiB
 	}
-	if err := g.Create(cgroup.Limits{MemoryBytes: int64(mem) << 20, PidsMax: spec.PidsMax, CPUs: spec.CPUs}); err != nil {
+	limits := cgroup.Limits{MemoryBytes: int64(mem) << 20, PidsMax: spec.PidsMax, CPUs: spec.CPUs}
+	if err := g.Create(limits); err != nil {
 		return nil, err
 	}
+	into, back, err := d.workloadTasks(g, limits)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFiles(into)
+	defer closeFiles(back)
 	chanHost, chanChild, err := socketpair(unix.SOCK_STREAM)
 	if err != nil {
 		return nil, err
@@ -156,7 +168,7 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 		defer d.reapers.Done()
 		_ = cmd.Wait()
 	}()
-	inst, err := d.handshake(ctx, spec, st, g, cmd.Process.Pid, syncConn.(*net.UnixConn))
+	inst, err := d.handshake(ctx, spec, st, g, cmd.Process.Pid, syncConn.(*net.UnixConn), slices.Concat(into, back))
 	if err != nil {
 		chanHost.Close()
 		return nil, err
@@ -189,7 +201,10 @@ func (d *Driver) initCommand(st *state, chanChild, syncChild *os.File) *exec.Cmd
 // handshake places the child in its cgroup, prepares its mounts, sends its
 // configuration and waits for the exec (the sync socket closes on exec) or an
 // error report.
-func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *cgroup.Group, pid int, conn *net.UnixConn) (*driver.Instance, error) {
+//
+// tasks are the workload's tasks files and then the sandbox group's
+// (reserve.go), passed on to the guest daemon.
+func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *cgroup.Group, pid int, conn *net.UnixConn, tasks []*os.File) (*driver.Instance, error) {
 	startTime, err := driver.ProcStartTime(pid)
 	if err != nil {
 		return nil, fmt.Errorf("ns-init exited at once: %w", err)
@@ -215,7 +230,7 @@ func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *
 	if hostname == "" {
 		hostname = spec.SandboxID
 	}
-	msg, err := json.Marshal(initConfig{Hostname: hostname, Env: envList(spec.Env), Network: spec.Network})
+	msg, err := json.Marshal(initConfig{Hostname: hostname, Env: envList(spec.Env), Network: spec.Network, WorkloadTasks: len(tasks) / 2})
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +246,7 @@ func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(mounts.rootFD, mounts.guestFD), nil); err != nil {
+	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(append([]int{mounts.rootFD, mounts.guestFD}, fdsOf(tasks)...)...), nil); err != nil {
 		link.Close()
 		return nil, fmt.Errorf("send config to ns-init: %w", err)
 	}
