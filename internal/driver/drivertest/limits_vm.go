@@ -52,6 +52,9 @@ func testVMMemory(t *testing.T, s *suite) {
 		t.Errorf("the guest's MemTotal is %d KiB, want the VM's %d MiB less the kernel's share", total, ramMiB)
 	}
 	ooms := guestField(t, sb, "/proc/vmstat", "oom_kill")
+	// The workload's own cap, below the RAM: the daemon's reserve.
+	const workloadEvents = "/sys/fs/cgroup/space-workload/memory.events"
+	groupOOMs := guestField(t, sb, workloadEvents, "oom_kill")
 
 	res := sb.run(t, "", "awk", memHog(4*ramMiB))
 	if !killedBySignal(res, "killed") || strings.Contains(res.stdout.String(), "allocated") {
@@ -59,6 +62,9 @@ func testVMMemory(t *testing.T, s *suite) {
 	}
 	if after := guestField(t, sb, "/proc/vmstat", "oom_kill"); after <= ooms {
 		t.Errorf("the guest kernel's oom_kill count went from %d to %d, want it to have killed the hog", ooms, after)
+	}
+	if after := guestField(t, sb, workloadEvents, "oom_kill"); after <= groupOOMs {
+		t.Errorf("the workload group's oom_kill count went from %d to %d, want the hog killed at the workload's cap, not by the global OOM killer", groupOOMs, after)
 	}
 	if alive, err := sb.d.Alive(ctx, sb.spec.ExecID); !alive || err != nil {
 		t.Fatalf("the VM died of a guest process's OOM: Alive = %v, %v", alive, err)
