@@ -183,7 +183,16 @@ func (g *Sandbox) buildStack() error {
 	}
 	sack := tcpip.TCPSACKEnabled(true)
 	_ = s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
-	g.ep = channel.New(512, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GatewayMAC))
+	// The queue toward the guest holds what the stack sends while the
+	// outbound pump waits for the link. A packet that finds it full is
+	// dropped and its flow backs off for a retransmission timeout: on a
+	// busy node (the pump starved of CPU) a short queue turns a download
+	// into a crawl of retransmissions. The test guest's queue of 256 did
+	// that to uploads (hundreds of retransmissions of one 3 MiB upload
+	// with the CPU taken by others, past the 30 s of
+	// gateway.TestHTTPFlowKeepAliveWorks in CI; a few with 1,024). It costs
+	// memory only while full: at most 1,024 frames, 1.5 MiB.
+	g.ep = channel.New(outboundQueueFrames, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GatewayMAC))
 	if err := s.CreateNICWithOptions(nicID, ethernet.New(g.ep), stack.NICOptions{Name: "sandbox"}); err != nil {
 		return fmt.Errorf("gateway: create NIC: %s", err)
 	}
@@ -229,6 +238,9 @@ func (g *Sandbox) inbound() {
 		pkt.DecRef()
 	}
 }
+
+// outboundQueueFrames is the length of the stack's queue toward the guest.
+const outboundQueueFrames = 1024
 
 // outbound moves frames from the stack to the guest.
 func (g *Sandbox) outbound() {

@@ -56,7 +56,10 @@ func newGuest(t testing.TB, f *os.File) *Guest {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
-	ep := channel.New(256, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GuestMAC))
+	// As long as the gateway's queue (gateway.outboundQueueFrames): a full
+	// queue drops, and a test starved of CPU stalled on retransmissions
+	// (256: hundreds of them in one 3 MiB upload, TestHTTPFlowKeepAliveWorks).
+	ep := channel.New(1024, sandboxnet.MTU+header.EthernetMinimumSize, tcpip.LinkAddress(sandboxnet.GuestMAC))
 	if err := s.CreateNIC(1, ethernet.New(ep)); err != nil {
 		t.Fatal(err)
 	}
