@@ -8,11 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,6 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/uploadbody"
 )
 
 // maxPathLen bounds a path given to the file API.
@@ -114,7 +113,7 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	idle := &idleBody{r: http.MaxBytesReader(w, r.Body, a.cfg.MaxFileBytes), rc: http.NewResponseController(w), idle: a.cfg.UploadIdleTimeout}
+	idle := uploadbody.Limit(w, r, a.cfg.MaxFileBytes, a.cfg.UploadIdleTimeout)
 	body := largeCopyReader{idle}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, guestFilesURL(g, path, r.URL.Query().Get("user")), body)
 	req.Header.Set("Content-Type", "application/octet-stream")
@@ -125,7 +124,7 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 			a.writeError(w, r, fmt.Errorf("%w: file is over the %d byte limit", errTooLarge, a.cfg.MaxFileBytes))
 			return
 		}
-		if idle.stalled.Load() {
+		if idle.Stalled() {
 			a.writeError(w, r, fmt.Errorf("%w: write %s: the upload's body sent nothing for %s (a Content-Length larger than the body?); the file was not written", errdefs.ErrInvalidArgument, path, a.cfg.UploadIdleTimeout))
 			return
 		}
@@ -138,27 +137,6 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// idleBody reads a request body with a read deadline idle from now before
-// each read, so a body that stops arriving ends the read instead of holding
-// the request (and the guest's stream) open.
-type idleBody struct {
-	r       io.Reader
-	rc      *http.ResponseController
-	idle    time.Duration
-	stalled atomic.Bool // a read hit the deadline
-}
-
-func (b *idleBody) Read(p []byte) (int, error) {
-	if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return 0, err
-	}
-	n, err := b.r.Read(p)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		b.stalled.Store(true)
-	}
-	return n, err
 }
 
 // fileCopyBuffer is the buffer file bodies are copied with on their way to

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
 // TestUploadLengthAbuse sends file uploads whose length lies or never ends
-// to the REST API: each is answered, bounded, and one announcing too much
-// never reaches the sandbox.
+// to the REST API and to the E2B data plane's envd /files: each is
+// answered, bounded, and one announcing too much never reaches the sandbox.
 func TestUploadLengthAbuse(t *testing.T) {
 	const limit = 64 << 10
 	p := newE2BPlaneWith(t, func(c *Config) {
@@ -24,8 +25,13 @@ func TestUploadLengthAbuse(t *testing.T) {
 	})
 	sb := p.sandbox(p.tenant, sandbox.StateRunning, nil)
 	addr := strings.TrimPrefix(p.url, "http://")
-	head := func(extra string) string {
-		return "PUT /v1/sandboxes/" + sb.ID + "/files?path=/tmp/f HTTP/1.1\r\nHost: space\r\nAuthorization: Bearer " + p.key + "\r\nContent-Type: application/octet-stream\r\n" + extra + "\r\n"
+	surfaces := []struct {
+		name string
+		head string // the request line and headers but the length's
+		ok   int    // the status of a complete upload
+	}{
+		{"REST", "PUT /v1/sandboxes/" + sb.ID + "/files?path=/tmp/f HTTP/1.1\r\nHost: space\r\nAuthorization: Bearer " + p.key + "\r\nContent-Type: application/octet-stream\r\n", http.StatusNoContent},
+		{"E2BEnvd", "POST /files?path=/tmp/f HTTP/1.1\r\nHost: space\r\n" + e2bapi.SandboxHeader + ": " + sb.ID + "\r\n" + e2bapi.PortHeader + ": 49983\r\n" + e2bapi.TokenHeader + ": " + p.srv.e2bAPI.AccessToken(sb.ID) + "\r\nContent-Type: application/octet-stream\r\n", http.StatusOK},
 	}
 	// send writes the request and body (the body from its own goroutine,
 	// as long as the server reads) and reads the answers that come back
@@ -60,45 +66,49 @@ func TestUploadLengthAbuse(t *testing.T) {
 	text := func(r *http.Response) string { b, _ := io.ReadAll(r.Body); return strings.TrimSpace(string(b)) }
 	seen := func() int { p.node.mu.Lock(); defer p.node.mu.Unlock(); return len(p.node.seen) }
 
-	t.Run("ContentLengthOverLimit", func(t *testing.T) {
-		before := seen()
-		// 1 TiB announced, nothing sent: refused on the headers alone.
-		r := send(t, head("Content-Length: 1099511627776\r\n"), nil, 1)[0]
-		if r.StatusCode != http.StatusRequestEntityTooLarge {
-			t.Errorf("Content-Length 1 TiB: HTTP %d %s, want 413", r.StatusCode, text(r))
-		}
-		if n := seen() - before; n != 0 {
-			t.Errorf("an upload refused by its Content-Length reached the sandbox's guest (%d requests)", n)
-		}
-	})
-	t.Run("EndlessChunkedBody", func(t *testing.T) {
-		chunk := strings.Repeat("x", 4096)
-		endless := readerFunc(func(b []byte) (int, error) {
-			return copy(b, fmt.Sprintf("%x\r\n%s\r\n", len(chunk), chunk)), nil
+	for _, sf := range surfaces {
+		t.Run(sf.name, func(t *testing.T) {
+			t.Run("ContentLengthOverLimit", func(t *testing.T) {
+				before := seen()
+				// 1 TiB announced, nothing sent: refused on the headers alone.
+				r := send(t, sf.head+"Content-Length: 1099511627776\r\n\r\n", nil, 1)[0]
+				if r.StatusCode != http.StatusRequestEntityTooLarge {
+					t.Errorf("Content-Length 1 TiB: HTTP %d %s, want 413", r.StatusCode, text(r))
+				}
+				if n := seen() - before; n != 0 {
+					t.Errorf("an upload refused by its Content-Length reached the sandbox's guest (%d requests)", n)
+				}
+			})
+			t.Run("EndlessChunkedBody", func(t *testing.T) {
+				chunk := strings.Repeat("x", 4096)
+				endless := readerFunc(func(b []byte) (int, error) {
+					return copy(b, fmt.Sprintf("%x\r\n%s\r\n", len(chunk), chunk)), nil
+				})
+				r := send(t, sf.head+"Transfer-Encoding: chunked\r\n\r\n", endless, 1)[0]
+				if r.StatusCode != http.StatusRequestEntityTooLarge {
+					t.Errorf("endless body: HTTP %d %s, want 413", r.StatusCode, text(r))
+				}
+			})
+			t.Run("ContentLengthLargerThanBody", func(t *testing.T) {
+				// 1,000 bytes announced, 10 sent, then silence.
+				r := send(t, sf.head+"Content-Length: 1000\r\n\r\n0123456789", nil, 1)[0]
+				if body := text(r); r.StatusCode != http.StatusBadRequest || !strings.Contains(body, "sent nothing") {
+					t.Errorf("stalled body: HTTP %d %s, want 400 saying the body stalled", r.StatusCode, body)
+				}
+			})
+			t.Run("ContentLengthSmallerThanBody", func(t *testing.T) {
+				// 5 bytes announced, more sent: the file gets 5, the rest
+				// is read as the next request, and refused as such.
+				rs := send(t, sf.head+"Content-Length: 5\r\n\r\nhello, and more that is no request\r\n\r\n", nil, 2)
+				if rs[0].StatusCode != sf.ok {
+					t.Errorf("first answer: HTTP %d %s, want %d (5 bytes written)", rs[0].StatusCode, text(rs[0]), sf.ok)
+				}
+				if rs[1].StatusCode != http.StatusBadRequest {
+					t.Errorf("the bytes past the Content-Length: HTTP %d, want 400 (not a request)", rs[1].StatusCode)
+				}
+			})
 		})
-		r := send(t, head("Transfer-Encoding: chunked\r\n"), endless, 1)[0]
-		if r.StatusCode != http.StatusRequestEntityTooLarge {
-			t.Errorf("endless body: HTTP %d %s, want 413", r.StatusCode, text(r))
-		}
-	})
-	t.Run("ContentLengthLargerThanBody", func(t *testing.T) {
-		// 1,000 bytes announced, 10 sent, then silence.
-		r := send(t, head("Content-Length: 1000\r\n")+"0123456789", nil, 1)[0]
-		if body := text(r); r.StatusCode != http.StatusBadRequest || !strings.Contains(body, "sent nothing") {
-			t.Errorf("stalled body: HTTP %d %s, want 400 saying the body stalled", r.StatusCode, body)
-		}
-	})
-	t.Run("ContentLengthSmallerThanBody", func(t *testing.T) {
-		// 5 bytes announced, more sent: the file gets 5, the rest is read
-		// as the next request, and refused as such.
-		rs := send(t, head("Content-Length: 5\r\n")+"hello, and more that is no request\r\n\r\n", nil, 2)
-		if rs[0].StatusCode != http.StatusNoContent {
-			t.Errorf("first answer: HTTP %d %s, want 204 (5 bytes written)", rs[0].StatusCode, text(rs[0]))
-		}
-		if rs[1].StatusCode != http.StatusBadRequest {
-			t.Errorf("the bytes past the Content-Length: HTTP %d, want 400 (not a request)", rs[1].StatusCode)
-		}
-	})
+	}
 }
 
 type readerFunc func([]byte) (int, error)
