@@ -104,6 +104,12 @@ type Config struct {
 	// ports ({port}-{id}.{domain}).
 	IngressDomain string
 	Log           *slog.Logger
+	// MaxFileBytes bounds one envd /files upload (0: 10 GiB), as the REST
+	// API's file limit.
+	MaxFileBytes int64
+	// UploadIdleTimeout bounds the wait for the next byte of an upload's
+	// body (0: 60 s).
+	UploadIdleTimeout time.Duration
 }
 
 // API serves the E2B REST API and data plane.
@@ -113,11 +119,21 @@ type API struct {
 	key    []byte
 	domain string
 	log    *slog.Logger
+	// maxFile and uploadIdle bound envd /files uploads (Config).
+	maxFile    int64
+	uploadIdle time.Duration
 }
 
 // New returns the E2B surface of cfg.
 func New(cfg Config) *API {
-	return &API{svc: cfg.Service, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log}
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes = 10 << 30
+	}
+	if cfg.UploadIdleTimeout == 0 {
+		cfg.UploadIdleTimeout = 60 * time.Second
+	}
+	return &API{svc: cfg.Service, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
+		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout}
 }
 
 // Mux is where Register adds the routes.

@@ -20,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
+	"github.com/spacesandbox/space/internal/uploadbody"
 )
 
 // The E2B data plane (E2B_SANDBOX_URL): envd's protocol, proxied to the
@@ -229,7 +230,13 @@ func (a *API) serveE2BEnvdMetrics(w http.ResponseWriter, r *http.Request, sb *sa
 
 // e2bProxy forwards to the guest daemon over transport (guestFor's, which
 // adds the capability), streaming both ways.
+//
+// An envd /files upload is bounded as the REST API's is (uploadbody): a
+// Content-Length over the file limit is refused before the guest is reached,
+// a longer body is cut at the limit, a stalled one ends after the idle
+// timeout; the guest keeps the previous file in each case.
 func (a *API) e2bProxy(transport http.RoundTripper, id string) http.Handler {
+	var upload *uploadbody.Body // this request's upload body, if it is one
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: "guest", Path: pr.In.URL.Path, RawQuery: withoutSignature(pr.In.URL.RawQuery)}
@@ -242,7 +249,14 @@ func (a *API) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
+			switch {
+			case upload != nil && upload.TooLarge():
+				writeE2BError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is over the %d byte limit; it was not written", a.maxFile))
+				return
+			case upload != nil && upload.Stalled():
+				writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("the upload's body sent nothing for %s (a Content-Length larger than the body?); the file was not written", a.uploadIdle))
+				return
+			case r.Context().Err() != nil:
 				return // the client went away
 			}
 			a.log.Warn("e2b envd proxy", "sandbox", id, "path", r.URL.Path, "err", err)
@@ -250,6 +264,13 @@ func (a *API) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/files" {
+			if r.ContentLength > a.maxFile {
+				writeE2BError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body's Content-Length %d is over the %d byte file limit", r.ContentLength, a.maxFile))
+				return
+			}
+			upload = uploadbody.Limit(w, r, a.maxFile, a.uploadIdle)
+		}
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		proxy.ServeHTTP(w, r)
 	})

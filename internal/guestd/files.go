@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -157,6 +158,14 @@ func partFilename(disposition string) string {
 
 // writeUpload streams src into the file at dest (resolved for u), creating
 // parent directories owned by u and replacing the file's content.
+//
+// The bytes go to a temporary file beside the destination, renamed over it
+// only once the whole body has arrived: an upload cut short (the client gone,
+// the body's end missing, the disk full) leaves the previous file as it was
+// and no partial file behind. The replacement keeps the old file's
+// permission bits; a destination that is a symbolic link has its target
+// replaced, as writing through it would. Hard links to the old file keep the
+// old content.
 func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 	if dest == "" {
 		return uploadedEntry{}, fmt.Errorf("no destination: give the path query or a part filename: %w", errBadRequest)
@@ -165,26 +174,42 @@ func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 	if err != nil {
 		return uploadedEntry{}, err
 	}
-	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
-		return uploadedEntry{}, fmt.Errorf("write %s: exists and is not a regular file: %w", p, errBadRequest)
+	perm := os.FileMode(0o644)
+	target := p
+	if fi, err := os.Stat(p); err == nil {
+		if !fi.Mode().IsRegular() {
+			return uploadedEntry{}, fmt.Errorf("write %s: exists and is not a regular file: %w", p, errBadRequest)
+		}
+		perm = fi.Mode().Perm()
+		if target, err = filepath.EvalSymlinks(p); err != nil {
+			return uploadedEntry{}, fmt.Errorf("write %s: %w", p, err)
+		}
 	}
-	if err := makeDirs(path.Dir(p), u.account); err != nil {
+	if err := makeDirs(path.Dir(target), u.account); err != nil {
 		return uploadedEntry{}, err
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NONBLOCK, 0o644)
+	f, err := os.CreateTemp(path.Dir(target), "."+path.Base(target)+".upload-*")
 	if err != nil {
 		return uploadedEntry{}, fmt.Errorf("open %s for writing: %w", p, err)
 	}
+	tmp := f.Name()
 	_, copyErr := copyLarge(f, src)
+	if copyErr == nil {
+		copyErr = f.Chmod(perm)
+	}
 	closeErr := f.Close()
+	if copyErr == nil {
+		copyErr = closeErr
+	}
+	if copyErr == nil {
+		copyErr = chownTo(tmp, u.account)
+	}
+	if copyErr == nil {
+		copyErr = os.Rename(tmp, target)
+	}
 	if copyErr != nil {
-		return uploadedEntry{}, fmt.Errorf("write %s: %w", p, copyErr)
-	}
-	if closeErr != nil {
-		return uploadedEntry{}, fmt.Errorf("write %s: %w", p, closeErr)
-	}
-	if err := chownTo(p, u.account); err != nil {
-		return uploadedEntry{}, err
+		_ = os.Remove(tmp)
+		return uploadedEntry{}, fmt.Errorf("write %s (the previous content, if any, is kept): %w", p, copyErr)
 	}
 	return uploadedEntry{Path: p, Name: path.Base(p), Type: "file"}, nil
 }

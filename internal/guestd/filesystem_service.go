@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -108,26 +111,50 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		depth = 1
 	}
 	var entries []*filesystemv1.EntryInfo
-	if err := listTree(ctx, root, depth, u.db, &entries); err != nil {
+	if err := listTree(ctx, root, depth, u.db, &entries, maxListEntries); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&filesystemv1.ListDirResponse{Entries: entries}), nil
 }
 
 // listTree appends the entries under dir, descending depth levels without
-// following symlinks below the first.
-func listTree(ctx context.Context, dir string, depth int, db *accountDB, out *[]*filesystemv1.EntryInfo) error {
+// following symlinks below the first, and refuses past limit entries in all.
+//
+// A directory is read in batches and only as far as the limit: a directory
+// of a million entries costs limit entries of memory and is refused as soon
+// as the limit is passed, not after all of it is read and sorted (what
+// os.ReadDir does). What is listed is sorted by name, as os.ReadDir would.
+func listTree(ctx context.Context, dir string, depth int, db *accountDB, out *[]*filesystemv1.EntryInfo, limit int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	des, err := os.ReadDir(dir)
+	f, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
-	for _, de := range des {
-		if len(*out) >= maxListEntries {
-			return fmt.Errorf("list %s: more than %d entries, list with a smaller depth: %w", dir, maxListEntries, errTooMany)
+	var des []fs.DirEntry
+	for {
+		batch, err := f.ReadDir(listBatch)
+		des = append(des, batch...)
+		if len(*out)+len(des) > limit {
+			f.Close()
+			return fmt.Errorf("list %s: more than %d entries, list with a smaller depth: %w", dir, limit, errTooMany)
 		}
+		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+			break
+		}
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("list %s: %w", dir, err)
+		}
+		if err := ctx.Err(); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	f.Close()
+	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, de := range des {
 		p := path.Join(dir, de.Name())
 		fi, err := de.Info()
 		if err != nil {
@@ -135,13 +162,16 @@ func listTree(ctx context.Context, dir string, depth int, db *accountDB, out *[]
 		}
 		*out = append(*out, entryFromInfo(p, fi, db))
 		if depth > 1 && de.IsDir() {
-			if err := listTree(ctx, p, depth-1, db, out); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
+			if err := listTree(ctx, p, depth-1, db, out, limit); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
 				return err
 			}
 		}
 	}
 	return nil
 }
+
+// listBatch is how many directory entries ListDir reads at a time.
+const listBatch = 256
 
 func (s *filesystemService) Remove(_ context.Context, req *connect.Request[filesystemv1.RemoveRequest]) (*connect.Response[filesystemv1.RemoveResponse], error) {
 	_, p, err := s.callerPath(req.Header(), req.Msg.GetPath())

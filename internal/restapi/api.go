@@ -82,6 +82,10 @@ type Config struct {
 	IngressDomain string
 	// MaxFileBytes bounds one file upload.
 	MaxFileBytes int64
+	// UploadIdleTimeout bounds the wait for the next byte of an upload's
+	// body (0: 60 s): a body that stalls (a Content-Length larger than what
+	// is sent, a client gone silent) is refused, not waited on forever.
+	UploadIdleTimeout time.Duration
 	// DefaultEgress is the policy reported for a sandbox without its own.
 	DefaultEgress *egress.Policy
 	// Builtins are the template sources known by name ("minimal").
@@ -106,6 +110,9 @@ type API struct {
 
 // New returns the REST API of cfg.
 func New(cfg Config) *API {
+	if cfg.UploadIdleTimeout == 0 {
+		cfg.UploadIdleTimeout = 60 * time.Second
+	}
 	return &API{cfg: cfg, svc: cfg.Service, creds: cfg.Credentials, store: cfg.Store, host: cfg.Host, log: cfg.Log}
 }
 

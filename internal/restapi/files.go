@@ -21,6 +21,7 @@ import (
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/uploadbody"
 )
 
 // maxPathLen bounds a path given to the file API.
@@ -95,12 +96,25 @@ func (a *API) handleReadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleWriteFile streams the request body into a file in the sandbox.
+//
+// The body is bounded three ways before any of it reaches the guest: a
+// Content-Length over MaxFileBytes is refused at once (413, the sandbox not
+// even looked up, let alone woken); a body longer than it says or without a
+// length is cut at MaxFileBytes (413); a body that stalls — a Content-Length
+// larger than what is sent, a client gone silent — is refused after
+// UploadIdleTimeout without a byte (400). The guest keeps the previous file
+// in each case (it renames a complete upload into place).
 func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > a.cfg.MaxFileBytes {
+		a.writeError(w, r, fmt.Errorf("%w: the body's Content-Length %d is over the %d byte file limit", errTooLarge, r.ContentLength, a.cfg.MaxFileBytes))
+		return
+	}
 	g, path, ok := a.fileTarget(w, r)
 	if !ok {
 		return
 	}
-	body := largeCopyReader{http.MaxBytesReader(w, r.Body, a.cfg.MaxFileBytes)}
+	idle := uploadbody.Limit(w, r, a.cfg.MaxFileBytes, a.cfg.UploadIdleTimeout)
+	body := largeCopyReader{idle}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, guestFilesURL(g, path, r.URL.Query().Get("user")), body)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = r.ContentLength
@@ -108,6 +122,10 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if isMaxBytes(err) {
 			a.writeError(w, r, fmt.Errorf("%w: file is over the %d byte limit", errTooLarge, a.cfg.MaxFileBytes))
+			return
+		}
+		if idle.Stalled() {
+			a.writeError(w, r, fmt.Errorf("%w: write %s: the upload's body sent nothing for %s (a Content-Length larger than the body?); the file was not written", errdefs.ErrInvalidArgument, path, a.cfg.UploadIdleTimeout))
 			return
 		}
 		a.writeError(w, r, transportError("write "+path, err))

@@ -112,6 +112,12 @@ type e2bPlane struct {
 
 func newE2BPlane(t *testing.T) *e2bPlane {
 	t.Helper()
+	return newE2BPlaneWith(t, nil)
+}
+
+// newE2BPlaneWith is newE2BPlane with its server's Config changed by set.
+func newE2BPlaneWith(t *testing.T, set func(*Config)) *e2bPlane {
+	t.Helper()
 	ctx := t.Context()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -145,7 +151,11 @@ func newE2BPlane(t *testing.T) *e2bPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.srv = New(Config{Signer: signer, Keys: keys, CASealer: sealer}, st, nodes, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Signer: signer, Keys: keys, CASealer: sealer}
+	if set != nil {
+		set(&cfg)
+	}
+	p.srv = New(cfg, st, nodes, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	api := httptest.NewUnstartedServer(p.srv.Handler())
 	api.Config.Protocols = apiProtocols() // as Run serves it
 	api.Start()

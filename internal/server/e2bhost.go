@@ -70,5 +70,6 @@ func (s *Server) newE2B() *e2bapi.API {
 	return e2bapi.New(e2bapi.Config{
 		Service: s.svc, Host: e2bHost{s}, TokenKey: s.e2bTokenKey(),
 		IngressDomain: s.ingressDomain(), Log: s.log,
+		MaxFileBytes: s.cfg.MaxFileBytes, UploadIdleTimeout: s.cfg.UploadIdleTimeout,
 	})
 }

@@ -54,7 +54,7 @@ func (h restHost) SetNodeState(ctx context.Context, id string, state store.NodeS
 func (s *Server) newREST() *restapi.API {
 	return restapi.New(restapi.Config{
 		Service: s.svc, Credentials: s.creds, Store: s.store, Host: restHost{s}, Log: s.log,
-		Listen: s.cfg.Listen, IngressDomain: s.ingressDomain(), MaxFileBytes: s.cfg.MaxFileBytes,
+		Listen: s.cfg.Listen, IngressDomain: s.ingressDomain(), MaxFileBytes: s.cfg.MaxFileBytes, UploadIdleTimeout: s.cfg.UploadIdleTimeout,
 		DefaultEgress: s.cfg.DefaultEgress, Builtins: s.cfg.Builtins, Keyring: s.cfg.Keyring, KMS: s.cfg.KMS,
 	})
 }

@@ -56,6 +56,9 @@ type Config struct {
 	WarmupWait time.Duration
 	// MaxFileBytes bounds one file upload.
 	MaxFileBytes int64
+	// UploadIdleTimeout bounds the wait for the next byte of an upload's
+	// body (0: 60 s).
+	UploadIdleTimeout time.Duration
 	// CreateTimeout bounds how long POST /v1/sandboxes waits for running.
 	CreateTimeout time.Duration
 	// Builtins are the template sources the server knows by name ("minimal").

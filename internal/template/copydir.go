@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -20,6 +19,11 @@ import (
 // are copied as links and never followed, so a link pointing out of src
 // copies as the same link and nothing outside src is read. Device nodes and
 // sockets are skipped; extended attributes are not copied. progress receives a line about once a second, and one at the end.
+//
+// src is read through an os.Root: every name is resolved beneath it, so a
+// directory swapped for a symbolic link to a host path while the copy runs
+// (src may be a tree others write) makes that entry fail, never a read of the
+// host path.
 func copyDir(ctx context.Context, src, dest string, progress io.Writer) error {
 	fi, err := os.Stat(src)
 	if err != nil {
@@ -28,22 +32,23 @@ func copyDir(ctx context.Context, src, dest string, progress io.Writer) error {
 	if !fi.IsDir() {
 		return invalid("source %s is not a directory", src)
 	}
-	c := copier{t: tree{root: dest}, src: src, links: map[inode]string{}, shown: time.Now()}
-	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(src)
+	if err != nil {
+		return fmt.Errorf("source directory: %w", err)
+	}
+	defer root.Close()
+	c := copier{t: tree{root: dest}, src: root, links: map[inode]string{}, shown: time.Now()}
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
 		if rel == "." {
 			rel = ""
 		}
-		if err := c.copy(path, filepath.ToSlash(rel)); err != nil {
+		if err := c.copy(rel); err != nil {
 			return err
 		}
 		if time.Since(c.shown) >= time.Second {
@@ -70,7 +75,7 @@ type inode struct{ dev, ino uint64 }
 // copier carries the state of one copyDir.
 type copier struct {
 	t     tree
-	src   string
+	src   *os.Root
 	links map[inode]string // first destination path of each multiply-linked file
 	dirs  []dirMeta
 	// files and bytes count the regular files copied, for progress;
@@ -79,14 +84,18 @@ type copier struct {
 	shown        time.Time
 }
 
-func (c *copier) copy(path, rel string) error {
-	fi, err := os.Lstat(path)
+func (c *copier) copy(rel string) error {
+	name := rel
+	if name == "" {
+		name = "."
+	}
+	fi, err := c.src.Lstat(name)
 	if err != nil {
 		return err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("%s: no stat data", path)
+		return fmt.Errorf("%s: no stat data", name)
 	}
 	mtime := unix.NsecToTimespec(fi.ModTime().UnixNano())
 	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
@@ -106,7 +115,7 @@ func (c *copier) copy(path, rel string) error {
 		c.dirs = append(c.dirs, dirMeta{path: dst, mode: mode, mtime: mtime})
 		return lchown(dst, int(st.Uid), int(st.Gid))
 	case t == fs.ModeSymlink:
-		target, err := os.Readlink(path)
+		target, err := c.src.Readlink(rel)
 		if err != nil {
 			return err
 		}
@@ -118,7 +127,7 @@ func (c *copier) copy(path, rel string) error {
 		if first, ok := c.links[key]; ok && st.Nlink > 1 {
 			return os.Link(first, dst)
 		}
-		if err := copyFile(path, dst); err != nil {
+		if err := copyFile(c.src, rel, dst); err != nil {
 			return err
 		}
 		c.files, c.bytes = c.files+1, c.bytes+fi.Size()
@@ -143,9 +152,10 @@ func (c *copier) copy(path, rel string) error {
 	return lutimes(dst, mtime)
 }
 
-// copyFile copies a regular file without following a symlink at either end.
-func copyFile(src, dst string) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+// copyFile copies the regular file rel of src without following a symlink
+// at either end.
+func copyFile(src *os.Root, rel, dst string) error {
+	in, err := src.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}

@@ -74,17 +74,37 @@ func stream(t testing.TB, entries ...entry) []byte {
 	return buf.Bytes()
 }
 
+// attackBase is the directory attackDirs builds in: one per top-level
+// test, known before the entries are built.
+func attackBase(t *testing.T) string {
+	t.Helper()
+	name := strings.SplitN(t.Name(), "/", 2)[0]
+	if b, ok := attackBases[name]; ok {
+		return b
+	}
+	b := t.TempDir()
+	attackBases[name] = b
+	return b
+}
+
+var attackBases = map[string]string{}
+
 // attackDirs returns a target tree and an "outside" directory with a
 // sentinel file, and a function that fails the test if outside changed.
 func attackDirs(t *testing.T) (target, outside string, check func()) {
 	t.Helper()
-	dir := t.TempDir()
+	dir := attackBase(t)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 	target, outside = filepath.Join(dir, "target"), filepath.Join(dir, "outside")
 	write(t, filepath.Join(outside, "secret"), "secret", 0o600)
 	write(t, filepath.Join(target, "sub/file"), "in base", 0o644)
-	os.Symlink(outside, filepath.Join(target, "baselink"))    // absolute, planted in the base
-	os.Symlink("sub", filepath.Join(target, "innerlink"))     // relative, inside
-	os.Symlink("../outside", filepath.Join(target, "relout")) // relative, escaping
+	os.Symlink(outside, filepath.Join(target, "baselink"))           // absolute, planted in the base
+	os.Symlink("sub", filepath.Join(target, "innerlink"))            // relative, inside
+	os.Symlink("../outside", filepath.Join(target, "relout"))        // relative, escaping
+	os.Symlink("/proc/self/root", filepath.Join(target, "procroot")) // a magic link's path, planted
+	os.Symlink("/proc/self/cwd", filepath.Join(target, "proccwd"))
 	return target, outside, func() {
 		t.Helper()
 		ents, _ := os.ReadDir(outside)
@@ -97,13 +117,19 @@ func attackDirs(t *testing.T) (target, outside string, check func()) {
 
 func TestApplyAttacks(t *testing.T) {
 	testenv.RequiresRoot(t)
+	// The entries through /proc/self/root name the outside directory by its
+	// absolute path, which attackDirs fixes under this one.
+	outsideRel := filepath.Join(attackBase(t), "outside")
 	tests := []struct {
 		name    string
 		entries []entry
 		lim     Limits
 		class   error // the error class expected, nil for any error
 	}{
-		{name: "symlink to outside then a file through it", entries: []entry{symlink("a", "/etc"), reg("a/passwd", "pwned")}},
+		// Links point at the test's own outside directory, never at the
+		// host's /etc: with a defence removed (as its removal check does)
+		// the write lands there, where check sees it, not in /etc/passwd.
+		{name: "symlink to outside then a file through it", entries: []entry{symlink("a", outsideRel), reg("a/passwd", "pwned")}},
 		{name: "file through a base symlink to outside", entries: []entry{reg("baselink/x", "pwned")}},
 		{name: "file through a relative escaping symlink", entries: []entry{reg("relout/x", "pwned")}},
 		{name: "file through a symlink inside the tree", entries: []entry{reg("innerlink/x", "no")}},
@@ -131,6 +157,13 @@ func TestApplyAttacks(t *testing.T) {
 		{name: "uid outside the range", entries: []entry{{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "f", Uid: 70000}}}, class: errdefs.ErrPermissionDenied},
 		{name: "negative gid", entries: []entry{{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "f", Gid: -1}}}},
 		{name: "self hard link", entries: []entry{hardlink("sub/file", "sub/file")}, class: errdefs.ErrInvalidArgument},
+		// B-4: /proc magic links, as symlink targets in the stream and in the base.
+		{name: "symlink to /proc/self/root then a file through it", entries: []entry{symlink("p", "/proc/self/root"), reg("p"+filepath.Join(outsideRel, "x"), "pwned")}},
+		{name: "file through a base link to /proc/self/root", entries: []entry{reg("procroot"+filepath.Join(outsideRel, "x"), "pwned")}},
+		{name: "dir through a base link to /proc/self/cwd", entries: []entry{dirEntry("proccwd/d")}},
+		{name: "whiteout through a base link to /proc/self/root", entries: []entry{whiteout("procroot" + filepath.Join(outsideRel, "secret"))}},
+		{name: "hard link through /proc/self/root", entries: []entry{hardlink("h", "procroot"+filepath.Join(outsideRel, "secret"))}},
+		{name: "symlink to /proc/self/fd then a file through it", entries: []entry{symlink("fd", "/proc/self/fd"), reg("fd/3", "pwned")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,7 +188,7 @@ func TestApplyAttacks(t *testing.T) {
 func TestApplyReplacesSymlinksWithoutFollowing(t *testing.T) {
 	testenv.RequiresRoot(t)
 	target, outside, check := attackDirs(t)
-	s := stream(t, dirEntry("baselink"), reg("relout", "now a file"), whiteout("innerlink"), symlink("x", "/etc"), dirEntry("x"), reg("x/f", "inside"))
+	s := stream(t, dirEntry("baselink"), reg("relout", "now a file"), whiteout("innerlink"), symlink("x", outside), dirEntry("x"), reg("x/f", "inside"))
 	if _, err := Apply(context.Background(), target, bytes.NewReader(s), Limits{}); err != nil {
 		t.Fatal(err)
 	}

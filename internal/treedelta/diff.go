@@ -49,8 +49,25 @@ type Stats struct {
 // (see the package documentation for the format). It never follows a symlink
 // in either tree, and neither tree may change while it runs (tree is a
 // snapshot, or the sandbox is paused).
+//
+// Diff refuses (ResourceExhausted) a tree whose stream Apply would refuse
+// with its default Limits — over 1,000,000 entries or 64 GiB of content — as
+// soon as it passes them, rather than writing a stream no one will take;
+// DiffLimited takes other limits.
+//
+// A regular file with more links than the tree holds has a hard link outside
+// the tree: its content is another file's (the host's, when the tree sits on
+// a host filesystem). Diff refuses such a tree (PermissionDenied) once it has
+// seen all of it; the stream written until then has no end marker, so no
+// Apply takes it, and the caller discards it.
 func Diff(ctx context.Context, base, tree string, w io.Writer) (Stats, error) {
-	d := &differ{ctx: ctx, tw: tar.NewWriter(w), links: map[uint64]*linkLeader{}}
+	return DiffLimited(ctx, base, tree, w, Limits{})
+}
+
+// DiffLimited is Diff with the entry, content and file size limits of lim
+// (zero fields take Apply's defaults; its ID and set-id fields are unused).
+func DiffLimited(ctx context.Context, base, tree string, w io.Writer, lim Limits) (Stats, error) {
+	d := &differ{ctx: ctx, tw: tar.NewWriter(w), links: map[uint64]*linkLeader{}, lim: lim.withDefaults()}
 	bfd, err := openDir(base)
 	if err != nil {
 		return d.st, err
@@ -79,6 +96,11 @@ func Diff(ctx context.Context, base, tree string, w io.Writer) (Stats, error) {
 	if err := d.dir(bfd, tfd, "", 1); err != nil {
 		return d.st, fmt.Errorf("treedelta: diff %s against %s: %w", tree, base, err)
 	}
+	for _, l := range d.links {
+		if uint64(l.seen) < l.nlink {
+			return d.st, fmt.Errorf("treedelta: diff %s: %s has %d links, %d of them in the tree: a hard link to a file outside the tree, whose content is not the sandbox's to export: %w", tree, l.path, l.nlink, l.seen, errdefs.ErrPermissionDenied)
+		}
+	}
 	end := map[string]string{paxEnd: strconv.FormatInt(d.st.Entries, 10)}
 	if err := d.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: end, Format: tar.FormatPAX}); err != nil {
 		return d.st, fmt.Errorf("treedelta: write stream: %w", err)
@@ -95,11 +117,14 @@ type differ struct {
 	tw    *tar.Writer
 	st    Stats
 	links map[uint64]*linkLeader // tree inode -> first path, for nlink > 1
+	lim   Limits
 }
 
 // linkLeader is the first path of a multiply linked inode of the tree.
 type linkLeader struct {
 	path    string
+	nlink   uint64 // the inode's link count
+	seen    int    // links of it found in the tree
 	baseIno uint64 // the base inode at path, 0 when none
 	emitted bool
 }
@@ -107,8 +132,8 @@ type linkLeader struct {
 // dir compares the directory dir (rel, "" for the root) in both trees; bfd
 // is -1 when base has no directory there.
 func (d *differ) dir(bfd, tfd int, rel string, depth int) error {
-	if depth > MaxDepth {
-		return fmt.Errorf("%s: nested deeper than %d directories: %w", rel, MaxDepth, errdefs.ErrResourceExhausted)
+	if depth > d.lim.MaxDepth {
+		return fmt.Errorf("%s: nested deeper than %d directories: %w", rel, d.lim.MaxDepth, errdefs.ErrResourceExhausted)
 	}
 	if err := d.ctx.Err(); err != nil {
 		return err
@@ -223,8 +248,11 @@ func (d *differ) subdir(bfd, tfd int, p, name string, tst *unix.Stat_t, inBase b
 // same link is unchanged in the base. done reports that p is handled.
 func (d *differ) hardLink(p string, tst, bst *unix.Stat_t) (done bool, err error) {
 	l := d.links[tst.Ino]
+	if l != nil {
+		l.seen++
+	}
 	if l == nil {
-		l = &linkLeader{path: p}
+		l = &linkLeader{path: p, nlink: uint64(tst.Nlink), seen: 1}
 		if bst != nil && bst.Mode&unix.S_IFMT == unix.S_IFREG {
 			l.baseIno = bst.Ino
 		}
@@ -356,6 +384,12 @@ func (d *differ) emit(p string, st *unix.Stat_t, tfd int, target string) error {
 		d.st.FIFOs++
 	case unix.S_IFREG:
 		hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+		if st.Size > d.lim.MaxFileSize {
+			return fmt.Errorf("%q: %d bytes, over the %d byte file limit: %w", p, st.Size, d.lim.MaxFileSize, errdefs.ErrResourceExhausted)
+		}
+		if d.st.Bytes+st.Size > d.lim.MaxBytes {
+			return fmt.Errorf("%q: the tree's files pass %d bytes: %w", p, d.lim.MaxBytes, errdefs.ErrResourceExhausted)
+		}
 		d.st.Files++
 		d.st.Bytes += st.Size
 		f, err := openFileAt(tfd, path.Base(p), st.Size)
@@ -389,6 +423,9 @@ func (d *differ) whiteout(p string) error {
 }
 
 func (d *differ) write(hdr *tar.Header) error {
+	if d.st.Entries >= d.lim.MaxEntries {
+		return fmt.Errorf("%q: the stream passes %d entries: %w", hdr.Name, d.lim.MaxEntries, errdefs.ErrResourceExhausted)
+	}
 	d.st.Entries++
 	if err := d.tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("write stream entry %q: %w", hdr.Name, err)

@@ -1,6 +1,7 @@
 package ns
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -213,9 +214,12 @@ func setupRoot(guestFD int) error {
 	if err := setupDev(); err != nil {
 		return err
 	}
-	// sysfs is only mountable when the kernel lets this user namespace see
-	// it; without it /sys stays an empty directory.
-	_ = unix.Mount("sysfs", newRoot+"/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if err := setupSys(); err != nil {
+		return err
+	}
+	if err := maskBootID(); err != nil {
+		return err
+	}
 	if _, err := os.Lstat(newRoot + "/tmp"); errors.Is(err, fs.ErrNotExist) {
 		if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
 			return fmt.Errorf("create /tmp: %w", err)
@@ -230,6 +234,87 @@ func setupRoot(guestFD int) error {
 	}
 	if err := unix.MoveMount(guestFD, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach guest binary at %s: %w", GuestPath, err)
+	}
+	return nil
+}
+
+// sysVisible are the parts of sysfs a sandbox sees: the CPU and NUMA
+// topology (glibc's sysconf, runtimes sizing thread pools) and the network
+// interfaces of its own network namespace (class/net links into
+// devices/virtual/net). Everything else — firmware and ACPI tables, DMI
+// (vendor, product, serial numbers), the hypervisor's uuid, block devices,
+// buses, the PCI and platform device trees, kernel modules — names the host
+// or its hardware and is left out. An allowlist, so what a newer kernel adds
+// to sysfs stays hidden until someone decides it may be seen.
+var sysVisible = []string{"devices/system/cpu", "devices/system/node", "devices/virtual/net", "class/net"}
+
+// setupSys mounts sysfs on a staging directory, binds the sysVisible parts
+// of it into a tmpfs at /sys and makes that read-only. The sandbox cannot
+// undo it: its seccomp filter refuses mount and umount. sysfs is only
+// mountable when the kernel lets this user namespace see it; without it /sys
+// stays the rootfs's own directory.
+func setupSys() error {
+	staging := stageDir + "/sys"
+	if err := os.Mkdir(staging, 0o700); err != nil {
+		return fmt.Errorf("staging /sys: %w", err)
+	}
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("sysfs", staging, "sysfs", unix.MS_RDONLY|flags, ""); err != nil {
+		return nil
+	}
+	defer unix.Unmount(staging, unix.MNT_DETACH)
+	sys := newRoot + "/sys"
+	if err := unix.Mount("tmpfs", sys, "tmpfs", flags, "mode=755,size=16k"); err != nil {
+		return fmt.Errorf("mount /sys: %w", err)
+	}
+	for _, rel := range sysVisible {
+		src := staging + "/" + rel
+		if _, err := os.Lstat(src); err != nil {
+			continue // not in this kernel
+		}
+		dst := sys + "/" + rel
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return fmt.Errorf("create /sys/%s: %w", rel, err)
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind /sys/%s: %w", rel, err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|flags, ""); err != nil {
+			return fmt.Errorf("make /sys/%s read-only: %w", rel, err)
+		}
+	}
+	if err := unix.Mount("", sys, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
+		return fmt.Errorf("make /sys read-only: %w", err)
+	}
+	return nil
+}
+
+// maskBootID binds a file holding a fresh UUID over
+// /proc/sys/kernel/random/boot_id: the node's boot id is the same for every
+// sandbox on it until the node reboots, so two sandboxes comparing theirs
+// would learn they share a node. (/proc/cpuinfo stays: it names a CPU model
+// shared by a fleet, not a host, and programs read its flags.)
+func maskBootID() error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	src := stageDir + "/boot_id"
+	if err := os.WriteFile(src, []byte(id), 0o444); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	dst := newRoot + "/proc/sys/kernel/random/boot_id"
+	if _, err := os.Lstat(dst); err != nil {
+		return nil // a kernel without it
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mask %s: %w", dst, err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", dst, err)
 	}
 	return nil
 }

@@ -3,7 +3,8 @@ package ns
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -103,37 +104,115 @@ func setAttr(fd int, attr uint64, userns int) error {
 // [base, base+RangeSize), keeping set-id bits (chown clears them). Entries
 // already in the range are left alone, so a second run is a no-op; an owner
 // outside both means the tree was shifted for another range, which is refused.
-// Symbolic links are changed themselves, never followed.
+//
+// The tree is the sandbox's own and a sandbox may change it while this runs
+// (another execution, or links it left behind), so nothing is resolved by
+// path: each directory is opened beneath root with openat2
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, each entry with O_PATH|O_NOFOLLOW
+// relative to that directory, and the owner and mode are changed on that file
+// descriptor. A directory swapped for a symbolic link to a host path between
+// the listing and the chown gets the link itself chowned, or the walk refused
+// (ELOOP), never the host path.
 func shiftOwners(root string, base uint32) error {
-	return filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
+	rootFD, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("shift rootfs owners: open %s: %w", root, err)
+	}
+	defer unix.Close(rootFD)
+	if err := shiftFD(rootFD, root, base); err != nil {
+		return err
+	}
+	// Directories are visited breadth first by their path beneath root, so
+	// a deep tree holds two file descriptors at a time, not one per level.
+	queue := []string{"."}
+	for len(queue) > 0 {
+		rel := queue[0]
+		queue = queue[1:]
+		dirs, err := shiftDir(rootFD, root, rel, base)
 		if err != nil {
-			return fmt.Errorf("shift rootfs owners: %w", err)
+			return err
 		}
-		var sb unix.Stat_t
-		if err := unix.Lstat(path, &sb); err != nil {
-			return fmt.Errorf("shift rootfs owners: %w", err)
-		}
-		uid, err := shiftID(sb.Uid, base)
-		if err != nil {
-			return fmt.Errorf("shift rootfs owners: %s: uid %w", path, err)
-		}
-		gid, err := shiftID(sb.Gid, base)
-		if err != nil {
-			return fmt.Errorf("shift rootfs owners: %s: gid %w", path, err)
-		}
-		if uid == sb.Uid && gid == sb.Gid {
-			return nil
-		}
-		if err := unix.Lchown(path, int(uid), int(gid)); err != nil {
-			return fmt.Errorf("shift rootfs owners: %s: %w", path, err)
-		}
-		if sb.Mode&unix.S_IFMT != unix.S_IFLNK && sb.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			if err := unix.Chmod(path, sb.Mode&0o7777); err != nil {
-				return fmt.Errorf("shift rootfs owners: %s: restore mode: %w", path, err)
+		queue = append(queue, dirs...)
+	}
+	return nil
+}
+
+// shiftDir shifts the entries of the directory rel beneath rootFD and returns
+// its subdirectories (paths beneath root).
+func shiftDir(rootFD int, root, rel string, base uint32) ([]string, error) {
+	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shift rootfs owners: open %s beneath %s (was it replaced while being shifted?): %w", rel, root, err)
+	}
+	dir := os.NewFile(uintptr(fd), filepath.Join(root, rel))
+	defer dir.Close()
+	var subdirs []string
+	for {
+		names, err := dir.Readdirnames(1024)
+		for _, name := range names {
+			isDir, err := shiftEntry(fd, filepath.Join(root, rel, name), name, base)
+			if err != nil {
+				return nil, err
+			}
+			if isDir {
+				subdirs = append(subdirs, filepath.Join(rel, name))
 			}
 		}
+		if errors.Is(err, io.EOF) {
+			return subdirs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shift rootfs owners: list %s: %w", filepath.Join(root, rel), err)
+		}
+	}
+}
+
+// shiftEntry opens name in dirFD without following it and shifts it.
+func shiftEntry(dirFD int, path, name string, base uint32) (isDir bool, err error) {
+	fd, err := unix.Openat(dirFD, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("shift rootfs owners: open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var sb unix.Stat_t
+	if err := unix.Fstat(fd, &sb); err != nil {
+		return false, fmt.Errorf("shift rootfs owners: stat %s: %w", path, err)
+	}
+	return sb.Mode&unix.S_IFMT == unix.S_IFDIR, shiftFD(fd, path, base)
+}
+
+// shiftFD shifts the owner of the file fd refers to (an O_PATH descriptor of
+// any type, a symbolic link included, or a directory).
+func shiftFD(fd int, path string, base uint32) error {
+	var sb unix.Stat_t
+	if err := unix.Fstat(fd, &sb); err != nil {
+		return fmt.Errorf("shift rootfs owners: stat %s: %w", path, err)
+	}
+	uid, err := shiftID(sb.Uid, base)
+	if err != nil {
+		return fmt.Errorf("shift rootfs owners: %s: uid %w", path, err)
+	}
+	gid, err := shiftID(sb.Gid, base)
+	if err != nil {
+		return fmt.Errorf("shift rootfs owners: %s: gid %w", path, err)
+	}
+	if uid == sb.Uid && gid == sb.Gid {
 		return nil
-	})
+	}
+	if err := unix.Fchownat(fd, "", int(uid), int(gid), unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("shift rootfs owners: %s: %w", path, err)
+	}
+	if sb.Mode&unix.S_IFMT != unix.S_IFLNK && sb.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		// chmod has no call on an O_PATH descriptor; its /proc/self/fd
+		// link names the very inode held, not a path in the tree.
+		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), sb.Mode&0o7777); err != nil {
+			return fmt.Errorf("shift rootfs owners: %s: restore mode: %w", path, err)
+		}
+	}
+	return nil
 }
 
 func shiftID(id, base uint32) (uint32, error) {

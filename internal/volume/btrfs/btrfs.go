@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -225,14 +226,8 @@ func deleteSubvolume(ctx context.Context, p string) error {
 	if err := run(ctx, "subvolume", "delete", p); err == nil {
 		return nil
 	}
-	nested, err := nestedSubvolumes(p)
-	if err != nil {
+	if err := deleteNested(ctx, p); err != nil {
 		return err
-	}
-	for i := len(nested) - 1; i >= 0; i-- { // deepest first
-		if err := run(ctx, "subvolume", "delete", nested[i]); err != nil {
-			return fmt.Errorf("delete nested subvolume %s: %w", nested[i], err)
-		}
 	}
 	if err := run(ctx, "subvolume", "delete", p); err != nil {
 		return fmt.Errorf("delete subvolume %s: %w", p, err)
@@ -240,31 +235,91 @@ func deleteSubvolume(ctx context.Context, p string) error {
 	return nil
 }
 
-// nestedSubvolumes lists subvolume roots below p (a btrfs subvolume's root
-// directory has inode 256), parents before children. Symbolic links are not
-// followed.
-func nestedSubvolumes(p string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(p, func(path string, de fs.DirEntry, err error) error {
+// deleteNested deletes the subvolumes below the subvolume p, deepest first
+// (btrfs refuses to delete one that holds another).
+//
+// The tree is a sandbox's and it may still be changing it, so nothing is
+// resolved by path (a walk by path, then "btrfs subvolume delete" of a joined
+// path, follows a directory swapped for a symbolic link meanwhile — to
+// another sandbox's volume): each directory is opened O_NOFOLLOW relative to
+// its parent's descriptor, a subvolume root is known by its inode (256), and
+// it is destroyed with BTRFS_IOC_SNAP_DESTROY on its parent's descriptor by
+// name, which never follows a link either.
+func deleteNested(_ context.Context, p string) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("delete nested subvolumes of %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	if err := deleteNestedAt(fd, p, 0); err != nil {
+		return fmt.Errorf("delete nested subvolumes of %s: %w", p, err)
+	}
+	return nil
+}
+
+// maxNestedDepth bounds how deep deleteNestedAt descends (one descriptor
+// per level).
+const maxNestedDepth = 4096
+
+func deleteNestedAt(dirFD int, path string, depth int) error {
+	if depth > maxNestedDepth {
+		return fmt.Errorf("%s: nested deeper than %d directories", path, maxNestedDepth)
+	}
+	dup, err := unix.Dup(dirFD)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(dup), path)
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("list %s: %w", path, err)
+	}
+	for _, name := range names {
+		sub, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT) {
+			continue // not a directory (a link is never followed), or gone
+		}
+		if err != nil {
+			return fmt.Errorf("open %s/%s: %w", path, name, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(sub, &st)
+		if err == nil {
+			err = deleteNestedAt(sub, path+"/"+name, depth+1)
+		}
+		unix.Close(sub)
 		if err != nil {
 			return err
 		}
-		if path == p || !de.IsDir() {
-			return nil
+		if st.Ino == subvolRootIno {
+			if err := snapDestroy(dirFD, name); err != nil {
+				return fmt.Errorf("delete nested subvolume %s/%s: %w", path, name, err)
+			}
 		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			return err
-		}
-		if st.Ino == 256 {
-			out = append(out, path)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("find nested subvolumes of %s: %w", p, err)
 	}
-	return out, nil
+	return nil
+}
+
+// subvolRootIno is the inode number of every btrfs subvolume's root.
+const subvolRootIno = 256
+
+// snapDestroy deletes the subvolume name in the directory dirFD
+// (BTRFS_IOC_SNAP_DESTROY).
+func snapDestroy(dirFD int, name string) error {
+	var args struct {
+		fd   int64
+		name [4088]byte
+	}
+	if len(name) >= len(args.name) {
+		return fmt.Errorf("name too long")
+	}
+	copy(args.name[:], name)
+	const iocSnapDestroy = 0x5000940f // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(dirFD), iocSnapDestroy, uintptr(unsafe.Pointer(&args))); e != 0 {
+		return e
+	}
+	return nil
 }
 
 func run(ctx context.Context, args ...string) error {

@@ -1,7 +1,9 @@
 // Package copyvol is the volume driver for filesystems without snapshots:
 // templates are plain directories and a clone is "cp -a --reflink=auto" (a
 // reflink, so still copy-on-write, on XFS and other reflink filesystems; a
-// full copy on ext4). It is the slower fallback to volume/btrfs.
+// full copy on ext4). It is the slower fallback to volume/btrfs. Snapshots
+// and clones of snapshots copy a tree a sandbox writes, so they walk it by
+// file descriptor (copyAt), not with cp; templates are the node's own.
 package copyvol
 
 import (
@@ -258,11 +260,11 @@ func (d *Driver) copyTree(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	// -a implies -P: symbolic links are copied as links, never followed.
-	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src+"/.", tmp+"/").CombinedOutput()
-	if err != nil {
+	// Not cp -a: src may be a volume its sandbox is writing, and cp
+	// resolves paths (copyAt says why that matters).
+	if err := copyAt(ctx, src, tmp); err != nil {
 		os.RemoveAll(tmp)
-		return fmt.Errorf("copy: %w: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("copy: %w", err)
 	}
 	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
 		os.RemoveAll(tmp)
