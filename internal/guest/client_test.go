@@ -117,3 +117,31 @@ func TestOversizedAnswerRefused(t *testing.T) {
 		t.Fatalf("Ready with a 32 MiB answer: %v (code %v), want resource exhausted", err, code)
 	}
 }
+
+// TestOversizedControlAnswerRefused: the control service's answers are
+// small, and one of 1 MiB — under MaxMessageBytes — is refused at
+// MaxControlAnswerBytes: a guest answering the bridge's Ready polls with
+// megabytes makes it buffer no more than that.
+func TestOversizedControlAnswerRefused(t *testing.T) {
+	server, conn := socketPair(t)
+	srv := &http2.Server{}
+	go srv.ServeConn(server, &http2.ServeConnOpts{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+		// A ReadyResponse whose version is 1 MiB long.
+		msg := binary.AppendUvarint([]byte{0x0a}, 1<<20)
+		w.Write(append(msg, make([]byte, 1<<20)...))
+	})})
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+	if code := connect.CodeOf(err); code != connect.CodeResourceExhausted {
+		t.Fatalf("Ready with a 1 MiB answer: %v (code %v), want resource exhausted", err, code)
+	}
+}
