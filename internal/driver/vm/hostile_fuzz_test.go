@@ -51,9 +51,14 @@ func FuzzConsole(f *testing.F) {
 	f.Add([]byte("Linux version 6.1\r\n\x1b[0m"), uint16(7), uint16(100))
 	f.Add(bytes.Repeat([]byte{0}, 5000), uint16(1), uint16(1))
 	f.Add([]byte("x"), uint16(0), uint16(0))
+	// One directory for every input (a directory per input made the
+	// fuzzer spend its time creating them).
+	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, out []byte, chunk, limit uint16) {
 		lim := int64(limit%4096) + 1
-		path := filepath.Join(t.TempDir(), "console.log")
+		path := filepath.Join(dir, "console.log")
+		os.Remove(path)
+		os.Remove(path + ".1")
 		l, err := openCappedLog(path, lim)
 		if err != nil {
 			t.Fatal(err)
