@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -35,6 +36,28 @@ func serverBytes(status string, body []byte, extra func(*http2.Framer)) []byte {
 	return out.Bytes()
 }
 
+// awaitRequest reads the client's preface and frames up to the HEADERS of
+// its first request (stream 1), and leaves the rest of its writes drained.
+func awaitRequest(peer net.Conn) {
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer peer.SetReadDeadline(time.Time{})
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(peer, preface[:]); err != nil {
+		return
+	}
+	fr := http2.NewFramer(nil, peer)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		if _, ok := f.(*http2.HeadersFrame); ok {
+			go io.Copy(io.Discard, peer)
+			return
+		}
+	}
+}
+
 // FuzzGuestAnswer is the host's HTTP/2 client of the guest channel — the
 // one the bridge owns — reading whatever a hostile guest writes back
 // (catalogue A-1): frames of any type, length and order, HPACK of any
@@ -59,10 +82,9 @@ func FuzzGuestAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		peer, conn := socketPair(t)
 		go func() {
-			// Read the client's preface first so that the answer
-			// follows it, as a guest's would; then keep draining.
-			var preface [24]byte
-			io.ReadFull(peer, preface[:])
+			// The answer follows the client's request, as a guest's
+			// would; then the guest hangs up.
+			awaitRequest(peer)
 			peer.Write(answer)
 			peer.Close()
 		}()
@@ -83,4 +105,28 @@ func FuzzGuestAnswer(f *testing.F) {
 			t.Fatal("the client did not see the channel end")
 		}
 	})
+}
+
+// TestGuestAnswerSeed: the fuzz seed built by serverBytes is an answer the
+// client takes (Ready with its version), so that the fuzzer starts from
+// the paths a well-behaved guest takes, not only from refusals.
+func TestGuestAnswerSeed(t *testing.T) {
+	peer, conn := socketPair(t)
+	go func() {
+		awaitRequest(peer)
+		peer.Write(serverBytes("200", []byte{0x0a, 0x03, 'v', '0', '1'}, nil))
+		io.Copy(io.Discard, peer)
+	}()
+	defer peer.Close()
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+	if err != nil || resp.Msg.GetVersion() != "v01" {
+		t.Fatalf("Ready on the seed answer: %v, %v; want version v01", resp, err)
+	}
 }
