@@ -39,4 +39,15 @@ func TestRootInputs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "which sandboxes write into") {
 		t.Errorf("rootInputs with the guest binary in a sandbox's root = %v, want its refusal", err)
 	}
+	// The programs it runs by name are checked as found: here one given by
+	// path (LookPath takes it as it is) that anyone could rewrite.
+	loose := filepath.Join(t.TempDir(), "qemu-system-x86_64")
+	os.WriteFile(loose, []byte("#!/bin/sh\n"), 0o755)
+	os.Chmod(loose, 0o777)
+	if err := rootInputs(data, guest, append(rootTools, loose)...); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+		t.Errorf("rootInputs with a world-writable tool = %v, want its refusal", err)
+	}
+	if err := rootInputs(data, guest, rootTools...); err != nil {
+		t.Errorf("rootInputs with this system's tools: %v", err)
+	}
 }
