@@ -69,6 +69,10 @@ func runNodeManager(args []string) int {
 		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 1
 	}
+	if err := rootInputs(dir, *guestBin, rootTools...); err != nil {
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
+		return 1
+	}
 	var uids []uint32
 	for _, s := range strings.Split(*allow, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -90,6 +94,42 @@ func runNodeManager(args []string) int {
 	}
 	return 0
 }
+
+// rootInputs makes RootPATH this process's PATH and refuses to start when
+// what it runs or hands to every sandbox could be changed by a sandbox or
+// another user (catalogue ): the programs of its PATH, its own binary
+// (the VMM jail helper is a re-exec of it) and the guest binary copied into
+// every sandbox must lie outside dataDir — where sandbox roots, volumes,
+// disks and execution directories are — and be root's alone; so must each of
+// tools found on RootPATH (one not installed is reported where it is
+// needed).
+func rootInputs(dataDir, guestBin string, tools ...string) error {
+	if err := hostbin.SetRootPATH(dataDir); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("the path of this binary: %w", err)
+	}
+	for _, p := range []string{self, guestBin} {
+		if err := hostbin.CheckRootExec(p, dataDir); err != nil {
+			return err
+		}
+	}
+	for _, name := range tools {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if err := hostbin.CheckRootExec(p, dataDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rootTools are the programs the node-manager runs by name.
+var rootTools = []string{"qemu-system-x86_64", "btrfs", "mkfs.btrfs", "mount", "umount", "losetup", "cp", "debootstrap"}
 
 // newVMDriver sets up the vm runtime when QEMU is installed, on the kernel
 // kernels chooses; later says that kernels.follow may move it to the minimal

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -59,4 +61,33 @@ func FuzzStreamFrames(f *testing.F) {
 			t.Fatal("a frame read past the end of the stream")
 		}
 	})
+}
+
+// TestStreamFrameLengthGuard: a guest's VMM declaring a frame longer than
+// the link's MTU allows — 4 GiB with 10 bytes behind it, or only a little
+// over maxFrame — ends the link with "framing lost" before anything is
+// read or allocated for it (catalogue A-2), even when the caller's buffer
+// could hold more.
+func TestStreamFrameLengthGuard(t *testing.T) {
+	for _, n := range []uint32{0xffffffff, 1 << 31, maxFrame + 1, 0} {
+		in := append(binary.BigEndian.AppendUint32(nil, n), bytes.Repeat([]byte{'x'}, maxFrame+16)...)
+		s := &streamIO{r: bufio.NewReader(bytes.NewReader(in))}
+		buf := make([]byte, 64<<10)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fr, err := s.ReadFrame(buf)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "framing lost") {
+			t.Errorf("a frame declared %d bytes long: read %d bytes, err %v; want framing lost", n, len(fr), err)
+		}
+		if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<20 {
+			t.Errorf("a frame declared %d bytes long allocated %d bytes", n, grown)
+		}
+	}
+	// The longest frame allowed still passes.
+	in := append(binary.BigEndian.AppendUint32(nil, maxFrame), bytes.Repeat([]byte{'x'}, maxFrame)...)
+	s := &streamIO{r: bufio.NewReader(bytes.NewReader(in))}
+	if fr, err := s.ReadFrame(make([]byte, maxFrame)); err != nil || len(fr) != maxFrame {
+		t.Errorf("a frame of maxFrame bytes: %d bytes, %v", len(fr), err)
+	}
 }

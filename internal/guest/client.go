@@ -32,6 +32,14 @@ const BaseURL = "http://guest"
 // guest cannot exhaust host memory with one answer.
 const MaxMessageBytes = 16 << 20
 
+// MaxControlAnswerBytes bounds an answer of the guest's control service
+// (Ready, Init, Activity, Freeze, Thaw, Reseed, SetClock: a version, a few
+// timestamps and counters), so that a guest answering the bridge's own calls
+// with megabytes makes it hold no more than this for each: the bridge polls
+// Ready while a hostile guest has the channel, and a 16 MiB answer costs it
+// three times that in buffers.
+const MaxControlAnswerBytes = 64 << 10
+
 // Client talks to one guest daemon over one stream.
 type Client struct {
 	conn *watchedConn
@@ -67,7 +75,8 @@ func NewClient(conn net.Conn) (*Client, error) {
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(MaxMessageBytes), connect.WithSendMaxBytes(MaxMessageBytes)}
 	c.process = processv1connect.NewProcessClient(c.http, BaseURL, opts...)
 	c.filesystem = filesystemv1connect.NewFilesystemClient(c.http, BaseURL, opts...)
-	c.control = controlv1connect.NewControlClient(c.http, BaseURL, opts...)
+	c.control = controlv1connect.NewControlClient(c.http, BaseURL,
+		connect.WithReadMaxBytes(MaxControlAnswerBytes), connect.WithSendMaxBytes(MaxMessageBytes))
 	return c, nil
 }
 

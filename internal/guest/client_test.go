@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/guest"
 )
 
@@ -115,5 +117,79 @@ func TestOversizedAnswerRefused(t *testing.T) {
 	_, err = c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{}))
 	if code := connect.CodeOf(err); code != connect.CodeResourceExhausted {
 		t.Fatalf("Ready with a 32 MiB answer: %v (code %v), want resource exhausted", err, code)
+	}
+}
+
+// TestOversizedControlAnswerRefused: the control service's answers are
+// small, and one of 1 MiB — under MaxMessageBytes — is refused at
+// MaxControlAnswerBytes: a guest answering the bridge's Ready polls with
+// megabytes makes it buffer no more than that.
+func TestOversizedControlAnswerRefused(t *testing.T) {
+	server, conn := socketPair(t)
+	srv := &http2.Server{}
+	go srv.ServeConn(server, &http2.ServeConnOpts{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+		// A ReadyResponse whose version is 1 MiB long.
+		msg := binary.AppendUvarint([]byte{0x0a}, 1<<20)
+		w.Write(append(msg, make([]byte, 1<<20)...))
+	})})
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{}))
+	if code := connect.CodeOf(err); code != connect.CodeResourceExhausted {
+		t.Fatalf("Ready with a 1 MiB answer: %v (code %v), want resource exhausted", err, code)
+	}
+}
+
+// TestLyingEnvelopeLength (catalogue A-2): a guest streaming a process's
+// events declares a 4 GiB message and sends 64 MiB of it, then ends the
+// stream: the client refuses it at MaxMessageBytes and discards what comes,
+// holding no more than a small part of it — never the declared size nor
+// what was sent.
+func TestLyingEnvelopeLength(t *testing.T) {
+	server, conn := socketPair(t)
+	srv := &http2.Server{}
+	go srv.ServeConn(server, &http2.ServeConnOpts{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/connect+proto")
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte{0, 0xff, 0xff, 0xff, 0xff})
+		chunk := make([]byte, 1<<20)
+		for i := 0; i < 64; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})})
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	stream, err := c.Process().Start(ctx, connect.NewRequest(&processv1.StartRequest{Process: &processv1.ProcessConfig{Cmd: "true"}}))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	for stream.Receive() {
+		t.Fatal("a message of a 4 GiB declaration was received")
+	}
+	runtime.ReadMemStats(&after)
+	if code := connect.CodeOf(stream.Err()); code != connect.CodeResourceExhausted {
+		t.Errorf("a 4 GiB declaration: %v (code %v), want resource exhausted", stream.Err(), code)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Errorf("%d MiB allocated reading a 4 GiB declaration with 64 MiB behind it", alloc>>20)
 	}
 }

@@ -124,3 +124,74 @@ func DataDir(flagValue string) (string, error) {
 	}
 	return dir, nil
 }
+
+// RootPATH is the PATH of the node's root process (the node-manager) and of
+// every program it runs by name (QEMU, btrfs, mount, cp, the kernel build's
+// tools): system directories only, whatever PATH it was started with — an
+// inherited PATH could name a directory a sandbox or an unprivileged user
+// writes, and root would run what they put there (catalogue A-8).
+const RootPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SetRootPATH checks every directory of RootPATH with CheckRootExec against
+// sandboxTrees (the directories sandboxes can write into: the data
+// directory, which holds their roots, volumes, disks and execution
+// directories) and makes RootPATH this process's PATH.
+func SetRootPATH(sandboxTrees ...string) error {
+	for _, dir := range filepath.SplitList(RootPATH) {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			continue // not on this system (a merged /usr has no /sbin of its own, say)
+		}
+		if err := CheckRootExec(dir, sandboxTrees...); err != nil {
+			return fmt.Errorf("PATH: %w", err)
+		}
+	}
+	return os.Setenv("PATH", RootPATH)
+}
+
+// CheckRootExec refuses a program (or a directory of programs) that a root
+// process would run or read its configuration from when someone other than
+// root could change it (catalogue ): it, resolved through symlinks,
+// lies under one of sandboxTrees; or it or a directory above it belongs to
+// another user than root (or this process's, for an unprivileged node), or is
+// writable by its group or others — a world-writable directory with the
+// sticky bit (/tmp) is allowed above it, where others cannot replace what
+// is not theirs.
+func CheckRootExec(path string, sandboxTrees ...string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, tree := range sandboxTrees {
+		t, err := filepath.EvalSymlinks(tree)
+		if err != nil {
+			t = filepath.Clean(tree)
+		}
+		if rel, err := filepath.Rel(t, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return fmt.Errorf("%s (%s) is under %s, which sandboxes write into: install it outside the data directory", path, real, tree)
+		}
+	}
+	euid := uint32(os.Geteuid())
+	for p, last := real, true; ; p, last = filepath.Dir(p), false {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("%s: no owner for %s", path, p)
+		}
+		if st.Uid != 0 && st.Uid != euid {
+			return fmt.Errorf("%s: %s belongs to uid %d, who could replace what root runs: make it root's (chown root)", path, p, st.Uid)
+		}
+		sticky := fi.Mode()&os.ModeSticky != 0 && fi.IsDir() && !last
+		if fi.Mode().Perm()&0o022 != 0 && !sticky {
+			return fmt.Errorf("%s: %s is writable by its group or others (mode %v), who could replace what root runs: chmod go-w %s", path, p, fi.Mode().Perm(), p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}

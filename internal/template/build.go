@@ -46,6 +46,9 @@ func Build(ctx context.Context, src Source, dest string, progress io.Writer) err
 	if err := finish(dest); err != nil {
 		return fmt.Errorf("template from %s: %w", src, err)
 	}
+	if err := lintRootPATH(dest); err != nil {
+		return fmt.Errorf("template from %s: %w", src, err)
+	}
 	return nil
 }
 

@@ -2,12 +2,15 @@ package template
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // checkFinished checks what every template gets.
@@ -180,4 +183,58 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestBuildRefusesWritableRootPATH (catalogue A-8): a template in which a
+// directory on root's PATH — or one above it, through symlinks too — is
+// writable by group or others is refused with the directory named; sticky
+// /tmp-like parents and the usual layout pass.
+func TestBuildRefusesWritableRootPATH(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
+	for name, tc := range map[string]struct {
+		setup func(src string)
+		want  string // "" for accepted
+	}{
+		"usual layout": {func(src string) {
+			os.MkdirAll(filepath.Join(src, "usr/local/bin"), 0o755)
+			os.Symlink("usr/bin", filepath.Join(src, "bin"))
+			os.MkdirAll(filepath.Join(src, "usr/bin"), 0o755)
+		}, ""},
+		"world-writable /usr/local/bin": {func(src string) {
+			os.MkdirAll(filepath.Join(src, "usr/local/bin"), 0o755)
+			os.Chmod(filepath.Join(src, "usr/local/bin"), 0o777)
+		}, "/usr/local/bin is writable by its group or others"},
+		"group-writable /usr through /bin's symlink": {func(src string) {
+			os.MkdirAll(filepath.Join(src, "usr/bin"), 0o755)
+			os.Chmod(filepath.Join(src, "usr"), 0o775)
+			os.Symlink("/usr/bin", filepath.Join(src, "bin"))
+		}, "/usr is writable by its group or others"},
+		"symlinked PATH dir into a writable one": {func(src string) {
+			os.MkdirAll(filepath.Join(src, "usr/bin"), 0o755)
+			os.MkdirAll(filepath.Join(src, "srv/drop"), 0o755)
+			os.Chmod(filepath.Join(src, "srv/drop"), 0o777|os.ModeSticky)
+			os.MkdirAll(filepath.Join(src, "usr/local"), 0o755)
+			os.Symlink("../../srv/drop", filepath.Join(src, "usr/local/sbin"))
+		}, "/srv/drop is writable by its group or others"},
+		"sticky parent": {func(src string) {
+			os.MkdirAll(filepath.Join(src, "opt/tools/bin"), 0o755)
+			os.Chmod(filepath.Join(src, "opt"), 0o777|os.ModeSticky)
+			os.MkdirAll(filepath.Join(src, "usr"), 0o755)
+			os.Symlink("../opt/tools/bin", filepath.Join(src, "usr/bin"))
+		}, ""},
+	} {
+		src := t.TempDir()
+		tc.setup(src)
+		source, err := ParseSource("dir:" + src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Build(t.Context(), source, filepath.Join(t.TempDir(), "tpl"), nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: Build = %v, want it built", name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errdefs.ErrInvalidArgument)):
+			t.Errorf("%s: Build = %v, want an invalid-argument refusal naming %q", name, err, tc.want)
+		}
+	}
 }
