@@ -15,7 +15,7 @@ import (
 // testRef is a test named in the catalogue's table: `pkg.TestName`,
 // `pkg.FuzzName` or `pkg.BenchmarkName`, pkg being the last element of the
 // package's directory (a subtest after a slash is not checked).
-var testRef = regexp.MustCompile("`([a-z0-9]+)\\.((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]*)")
+var testRef = regexp.MustCompile("`([a-z0-9-]+)\\.((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]*)")
 
 // TestSecurityTableNamesRealTests fails for every test docs/SECURITY.md
 // names that no package of that name defines, so that a rename or a move
