@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -184,6 +186,14 @@ func (a *API) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
 		a.serveE2BEnvdMetrics(w, r, sb)
 		return
 	}
+	// Every envd request in flight holds one of the sandbox's stream slots
+	// (a process stream, a watch, a transfer, or a short call).
+	release, err := a.host.OpenStream(sb.ID)
+	if err != nil {
+		writeE2BTooManyStreams(w, r, err)
+		return
+	}
+	defer release()
 	transport, err := a.host.GuestTransport(r.Context(), sb, bridge.GuestOp(r.URL.Path))
 	if err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
@@ -289,6 +299,28 @@ func writeE2BEnvdError(w http.ResponseWriter, r *http.Request, status int, conne
 		return
 	}
 	writeE2BError(w, status, msg)
+}
+
+// writeE2BTooManyStreams answers a request refused by the per-sandbox
+// stream cap (Host.OpenStream) with an error its client reads as such: a
+// Connect streaming call (process Start and Connect, WatchDir) gets the
+// protocol's end-of-stream error with code resource_exhausted (a bare 429
+// would read as "unavailable"); the others 429, as writeE2BEnvdError
+// answers. The message starts with the reason, too_many_streams.
+func writeE2BTooManyStreams(w http.ResponseWriter, r *http.Request, err error) {
+	msg := string(errdefs.ReasonOf(err)) + ": " + err.Error()
+	ct := r.Header.Get("Content-Type")
+	if !strings.HasPrefix(ct, "application/connect+") {
+		writeE2BEnvdError(w, r, http.StatusTooManyRequests, "resource_exhausted", msg)
+		return
+	}
+	end, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "resource_exhausted", "message": msg}})
+	frame := make([]byte, 5, 5+len(end))
+	frame[0] = 0x02 // end of stream
+	binary.BigEndian.PutUint32(frame[1:], uint32(len(end)))
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(frame, end...))
 }
 
 // e2bAuthorized reports whether r carries sandbox id's access token, or a

@@ -18,7 +18,8 @@ const (
 	ReasonDNSResolver  = "dns_other_resolver" // TCP or UDP to port 53 or 853 of anything but the gateway
 	ReasonUDP          = "udp"
 	ReasonICMP         = "icmp"
-	ReasonFlowLimit    = "flow_limit"
+	ReasonFlowLimit    = "flow_limit"        // MaxFlows open: the SYN is answered with a RST
+	ReasonPendingSYN   = "pending_syn_limit" // maxPendingSYN requests being decided: the SYN is dropped
 	ReasonUnreachable  = "upstream_unreachable"
 	ReasonSniffFailure = "bad_first_bytes"
 )

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -214,10 +215,30 @@ func (g *Sandbox) buildStack() error {
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
 	})
 	tf := tcp.NewForwarder(s, 0, maxPendingSYN, g.admitTCP)
-	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, g.countPendingSYNDrops(tf.HandlePacket))
 	uf := udp.NewForwarder(s, g.refuseUDP)
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
 	return nil
+}
+
+// countPendingSYNDrops wraps the TCP forwarder's packet handler: a SYN it
+// dropped because maxPendingSYN connection requests were already being
+// decided (a SYN flood, or upstreams slow to answer) is counted as
+// ReasonPendingSYN. The forwarder drops it silently; the sandbox's TCP
+// retransmits it later, as after any lost SYN. Frames come in one at a
+// time (inbound), so the stack's drop counter moving during the call is
+// this packet's drop.
+func (g *Sandbox) countPendingSYNDrops(handle func(stack.TransportEndpointID, *stack.PacketBuffer) bool) func(stack.TransportEndpointID, *stack.PacketBuffer) bool {
+	drops := g.stack.Stats().TCP.ForwardMaxInFlightDrop
+	return func(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
+		before := drops.Value()
+		handled := handle(id, pkt)
+		if drops.Value() != before {
+			dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+			g.refused(ReasonPendingSYN, dst, "", "too many connection requests being decided at once ("+strconv.Itoa(maxPendingSYN)+"); the SYN was dropped")
+		}
+		return handled
+	}
 }
 
 // inbound moves frames from the guest into the stack.

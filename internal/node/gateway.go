@@ -162,7 +162,7 @@ func (m *Manager) SetEgress(execID string, raw json.RawMessage) error {
 func (m *Manager) writeGatewayMetrics(w io.Writer) {
 	metrics.WriteCounter(w, "space_gateway_flows_total",
 		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
-		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy, gateway.ReasonInternalService}, m.gateways.counters.Snapshot())
+		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy, gateway.ReasonInternalService, gateway.ReasonFlowLimit, gateway.ReasonPendingSYN, gateway.ReasonUDP}, m.gateways.counters.Snapshot())
 	metrics.WriteCounter(w, "space_gateway_credential_redactions_total",
 		"Occurrences of an injected credential's secret removed from responses before the sandbox read them, and responses refused because their content coding could not be scanned.",
 		"what", nil, map[string]uint64{

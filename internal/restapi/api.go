@@ -51,6 +51,11 @@ type Host interface {
 	// waking a sandbox that idles (*sb becomes the woken record); a
 	// sandbox that is not running is Conflict.
 	Guest(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (*Guest, error)
+	// OpenStream takes one of sandbox sandboxID's stream slots for a
+	// long-lived guest operation (an exec, a watch, a file transfer) until
+	// release is called; past the per-sandbox cap it is refused with
+	// errdefs.ErrTooManyStreams.
+	OpenStream(sandboxID string) (release func(), err error)
 	// EnsureTemplate queues the build of recorded template name from
 	// source unless it is ready or building.
 	EnsureTemplate(ctx context.Context, name, source string) error

@@ -51,6 +51,12 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, err := a.host.OpenStream(sb.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer release()
 	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
 		a.writeError(w, r, err)

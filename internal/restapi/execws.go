@@ -28,6 +28,14 @@ func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	// The slot is taken before the upgrade: a refusal is a plain 429
+	// too_many_streams the client reads, not a WebSocket that closes.
+	release, err := a.host.OpenStream(sb.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer release()
 	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
 		a.writeError(w, r, err)
@@ -40,7 +48,7 @@ func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(maxWSMessage)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	if err := a.streamExec(ctx, ws, g); err != nil {
+	if err := a.streamExec(ctx, cancel, ws, g); err != nil {
 		_ = writeWS(ctx, ws, sandboxv1.ExecMessage{Type: "error", Message: err.Error()})
 		ws.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
 		return
@@ -48,7 +56,12 @@ func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	ws.Close(websocket.StatusNormalClosure, "")
 }
 
-func (a *API) streamExec(ctx context.Context, ws *websocket.Conn, g *Guest) error {
+// streamExec runs the session; cancel ends it. The request's context is not
+// cancelled when the client of a hijacked connection leaves, so the input
+// reader cancels when the WebSocket fails: a command that prints nothing
+// would otherwise hold the session, its stream slot and its process until it
+// ended by itself.
+func (a *API) streamExec(ctx context.Context, cancel context.CancelFunc, ws *websocket.Conn, g *Guest) error {
 	startCtx, done := context.WithTimeout(ctx, 30*time.Second)
 	var st sandboxv1.ExecStart
 	err := readWS(startCtx, ws, &st)
@@ -91,6 +104,7 @@ func (a *API) streamExec(ctx context.Context, ws *websocket.Conn, g *Guest) erro
 			pid = ev.GetStart().GetPid()
 			go func() {
 				defer close(inputDone)
+				defer cancel() // the client is gone: end the session
 				forwardInput(ctx, ws, g, pid, st.TTY)
 			}()
 			out = sandboxv1.ExecMessage{Type: "started", Pid: pid}

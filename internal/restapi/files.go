@@ -44,22 +44,44 @@ func pathParam(r *http.Request, name string) (string, error) {
 }
 
 func (a *API) fileTarget(w http.ResponseWriter, r *http.Request) (*Guest, string, bool) {
+	g, path, release, ok := a.fileTargetOf(w, r, false)
+	if ok {
+		release()
+	}
+	return g, path, ok
+}
+
+// fileStreamTarget is fileTarget for a long-lived operation (a transfer, a
+// watch): it holds one of the sandbox's stream slots until release.
+func (a *API) fileStreamTarget(w http.ResponseWriter, r *http.Request) (*Guest, string, func(), bool) {
+	return a.fileTargetOf(w, r, true)
+}
+
+func (a *API) fileTargetOf(w http.ResponseWriter, r *http.Request, stream bool) (*Guest, string, func(), bool) {
 	sb, err := a.sandboxFor(r)
 	if err != nil {
 		a.writeError(w, r, err)
-		return nil, "", false
+		return nil, "", nil, false
 	}
 	path, err := pathParam(r, "path")
 	if err != nil {
 		a.writeError(w, r, err)
-		return nil, "", false
+		return nil, "", nil, false
+	}
+	release := func() {}
+	if stream {
+		if release, err = a.host.OpenStream(sb.ID); err != nil {
+			a.writeError(w, r, err)
+			return nil, "", nil, false
+		}
 	}
 	g, err := a.host.Guest(r.Context(), sb, capability.OpFiles)
 	if err != nil {
+		release()
 		a.writeError(w, r, err)
-		return nil, "", false
+		return nil, "", nil, false
 	}
-	return g, path, true
+	return g, path, release, true
 }
 
 func guestFilesURL(g *Guest, path, user string) string {
@@ -72,10 +94,11 @@ func guestFilesURL(g *Guest, path, user string) string {
 
 // handleReadFile streams a file out of the sandbox.
 func (a *API) handleReadFile(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := a.fileTarget(w, r)
+	g, path, release, ok := a.fileStreamTarget(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, guestFilesURL(g, path, r.URL.Query().Get("user")), nil)
 	resp, err := g.HTTP.Do(req)
 	if err != nil {
@@ -109,10 +132,11 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, fmt.Errorf("%w: the body's Content-Length %d is over the %d byte file limit", errTooLarge, r.ContentLength, a.cfg.MaxFileBytes))
 		return
 	}
-	g, path, ok := a.fileTarget(w, r)
+	g, path, release, ok := a.fileStreamTarget(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	idle := uploadbody.Limit(w, r, a.cfg.MaxFileBytes, a.cfg.UploadIdleTimeout)
 	body := largeCopyReader{idle}
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, guestFilesURL(g, path, r.URL.Query().Get("user")), body)
@@ -293,10 +317,11 @@ func fileEntry(e *filesystemv1.EntryInfo) sandboxv1.FileEntry {
 
 // handleWatch streams file events of a directory over a WebSocket.
 func (a *API) handleWatch(w http.ResponseWriter, r *http.Request) {
-	g, path, ok := a.fileTarget(w, r)
+	g, path, release, ok := a.fileStreamTarget(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	recursive := r.URL.Query().Get("recursive") == "true"
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

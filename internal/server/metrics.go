@@ -85,6 +85,7 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
 	s.metrics.write(&b)
+	s.streams.write(&b)
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if sbs, err := s.store.ListSandboxes(ctx, store.SandboxFilter{}); err == nil {

@@ -36,6 +36,10 @@ func (h restHost) Guest(ctx context.Context, sb *sandbox.Sandbox, op capability.
 	return h.s.guestFor(ctx, sb, op)
 }
 
+func (h restHost) OpenStream(sandboxID string) (func(), error) {
+	return h.s.streams.acquire(surfaceREST, sandboxID)
+}
+
 func (h restHost) EnsureTemplate(ctx context.Context, name, source string) error {
 	return h.s.EnsureTemplate(ctx, name, source)
 }

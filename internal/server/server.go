@@ -59,6 +59,9 @@ type Config struct {
 	// UploadIdleTimeout bounds the wait for the next byte of an upload's
 	// body (0: 60 s).
 	UploadIdleTimeout time.Duration
+	// MaxSandboxStreams bounds the guest streams one sandbox may have open
+	// at the API at once (0: DefaultMaxSandboxStreams; streams.go).
+	MaxSandboxStreams int
 	// CreateTimeout bounds how long POST /v1/sandboxes waits for running.
 	CreateTimeout time.Duration
 	// Builtins are the template sources the server knows by name ("minimal").
@@ -117,6 +120,8 @@ type Server struct {
 	svc     *service.Sandboxes
 	creds   *service.Credentials
 	metrics *metrics
+	// streams caps each sandbox's open guest streams (streams.go).
+	streams *streamLimiter
 	// routes caches where each sandbox's guest requests go.
 	routes *route.Cache
 
@@ -146,7 +151,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), streams: newStreamLimiter(cfg.MaxSandboxStreams), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
 	svc := service.Config{
 		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
 		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress, Egress: egressNodes{nodes},
