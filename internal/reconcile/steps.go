@@ -134,7 +134,7 @@ func (r *Reconciler) startRequest(ctx context.Context, sb *sandbox.Sandbox) (nod
 // checkRunning fails a running sandbox whose node reports its execution dead
 // or, after a grace period, no longer reports it at all; it deletes an expired one.
 func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
-	if sb.Expired(time.Now()) {
+	if now, steady := r.wallNow(); steady && sb.Expired(now) {
 		if err := sb.Apply(sandbox.OpDelete); err != nil {
 			return 0, err
 		}
