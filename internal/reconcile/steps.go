@@ -162,7 +162,15 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		}
 		after, err := r.scheduleSnapshots(ctx, sb)
 		if !sb.ExpiresAt.IsZero() {
-			if until := time.Until(sb.ExpiresAt) + time.Millisecond; after == 0 || until < after {
+			now, _ := r.wallNow()
+			until := sb.ExpiresAt.Sub(now) + time.Millisecond
+			if until <= time.Millisecond {
+				// Past it and not deleted above: a wall-clock jump holds
+				// the timeout (clock.go); look again in a while, not in a
+				// loop.
+				until = time.Second
+			}
+			if after == 0 || until < after {
 				after = until
 			}
 		}
