@@ -270,6 +270,15 @@ func (o serverOptions) storage(ctx context.Context) (objstore.Store, *localkms.K
 		objs.Close()
 		return nil, nil, fmt.Errorf("kms: %w", err)
 	}
+	// Every use of a tenant key is audited first, and refused when the
+	// audit log cannot be written (F-10). The file stays open for the
+	// process's life; several processes may append to it.
+	audit, err := localkms.OpenAuditFile(filepath.Join(o.dataDir, "kms-audit.log"))
+	if err != nil {
+		objs.Close()
+		return nil, nil, fmt.Errorf("kms: %w", err)
+	}
+	k.SetAuditor(audit)
 	return objs, k, nil
 }
 

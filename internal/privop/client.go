@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/progress"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -35,7 +36,7 @@ func (c *Client) call(ctx context.Context, req Request) (*Response, []*os.File, 
 func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(progress.Report)) (*Response, []*os.File, error) {
 	conn, err := unixsock.Dial(ctx, c.socket)
 	if err != nil {
-		return nil, nil, fmt.Errorf("node-manager %s: connect %s: %w (is `space node-manager` running?)", req.Op, c.socket, err)
+		return nil, nil, fmt.Errorf("node-manager %s: connect %s: %w (is `space node-manager` running?): %w", req.Op, c.socket, err, errdefs.ErrUnavailable)
 	}
 	uc := conn.(*net.UnixConn)
 	defer uc.Close()
@@ -45,7 +46,7 @@ func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(
 	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := WriteMessage(uc, req); err != nil {
-		return nil, nil, fmt.Errorf("node-manager %s: send: %w", req.Op, err)
+		return nil, nil, fmt.Errorf("node-manager %s: send: %w: %w", req.Op, err, errdefs.ErrUnavailable)
 	}
 	var resp Response
 	var files []*os.File
@@ -54,9 +55,12 @@ func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(
 		files, err = ReadMessage(uc, &resp)
 		if err != nil {
 			if ctx.Err() != nil {
-				err = ctx.Err()
+				return nil, nil, fmt.Errorf("node-manager %s: receive: %w", req.Op, ctx.Err())
 			}
-			return nil, nil, fmt.Errorf("node-manager %s: receive: %w", req.Op, err)
+			// The node-manager went away (killed, restarting) before it
+			// answered: whether the operation happened is unknown, and
+			// every operation is safe to retry.
+			return nil, nil, fmt.Errorf("node-manager %s: receive: %w (the node-manager went away before it answered; retry): %w", req.Op, err, errdefs.ErrUnavailable)
 		}
 		if resp.Progress == nil || resp.Error != "" {
 			break

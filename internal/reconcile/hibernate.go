@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -204,21 +206,51 @@ func (r *Reconciler) refuseRestore(ctx context.Context, sb *sandbox.Sandbox, sna
 	return r.update(ctx, sb)
 }
 
-// deleteObjects removes a snapshot's own objects (not the shared ones):
-// everything under its prefix, recorded or not (an upload that was refused
-// after it stored objects left them unrecorded).
+// deleteObjects removes a snapshot's own objects (not the shared ones), each
+// by its key: the ones its row records, then any other the store lists
+// under its prefix (an upload that was refused after it stored objects left
+// them unrecorded). A key the listing answers that is not under the
+// snapshot's own prefix is never deleted: a store that lies, or one whose
+// prefix match is looser than S3's, must not make this delete another
+// snapshot's objects; and a truncated listing cannot leave a recorded
+// object behind.
 func (r *Reconciler) deleteObjects(ctx context.Context, snap store.Snapshot) error {
 	if r.cfg.Objects == nil {
 		return nil
 	}
-	infos, err := r.cfg.Objects.List(ctx, snapshotPrefix(snap.Tenant, snap.ID))
-	if err != nil {
-		return fmt.Errorf("snapshot %s: list objects: %w", snap.ID, err)
+	prefix := snapshotPrefix(snap.Tenant, snap.ID)
+	own := func(key string) bool { return strings.HasPrefix(key, prefix) && len(key) > len(prefix) }
+	var keys []string
+	if snap.Artifacts != "" {
+		var arts nodev1.Artifacts
+		if err := json.Unmarshal([]byte(snap.Artifacts), &arts); err != nil {
+			// The listing below still finds what is under the prefix.
+			r.log.Warn("the snapshot's recorded artifacts do not decode; deleting what the store lists", "snapshot", snap.ID, "err", err)
+		}
+		for _, obj := range arts.Objects {
+			if own(obj.Key) { // the shared ones stay
+				keys = append(keys, obj.Key)
+			}
+		}
 	}
-	var errs []error
+	infos, lerr := r.cfg.Objects.List(ctx, prefix)
+	if lerr != nil {
+		lerr = fmt.Errorf("snapshot %s: list objects: %w", snap.ID, lerr)
+	}
 	for _, info := range infos {
-		if err := r.cfg.Objects.Delete(ctx, info.Key); err != nil {
-			errs = append(errs, err)
+		if !own(info.Key) {
+			r.log.Warn("the object store listed a key outside the snapshot's prefix; not deleting it",
+				"snapshot", snap.ID, "prefix", prefix, "key", info.Key)
+			continue
+		}
+		if !slices.Contains(keys, info.Key) {
+			keys = append(keys, info.Key)
+		}
+	}
+	errs := []error{lerr}
+	for _, key := range keys {
+		if err := r.cfg.Objects.Delete(ctx, key); err != nil {
+			errs = append(errs, fmt.Errorf("snapshot %s: delete object %s: %w", snap.ID, key, err))
 		}
 	}
 	return errors.Join(errs...)

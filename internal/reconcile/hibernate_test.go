@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -560,5 +561,49 @@ func TestRestoreOnAThirdNodeDoesNotOrphanTheNodeCopy(t *testing.T) {
 		if n.holds(snap.ID) {
 			t.Errorf("node %s still holds %s after its sandbox was deleted", n.id, snap.ID)
 		}
+	}
+}
+
+// lyingLister is an object store whose listings are what the test says:
+// truncated (nothing) or with keys from elsewhere.
+type lyingLister struct {
+	objstore.Store
+	list func(prefix string) []objstore.Info
+}
+
+func (l lyingLister) List(_ context.Context, prefix string) ([]objstore.Info, error) {
+	return l.list(prefix), nil
+}
+
+// TestDeleteObjectsByKey: a snapshot's objects are deleted by their keys —
+// the recorded ones even when the store's listing leaves them out, and
+// never a key the listing answers from outside the snapshot's own prefix
+// (another snapshot's, the tenant's shared objects).
+func TestDeleteObjectsByKey(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{}, true)
+	sb := h.newSandbox(sandbox.StateRunning, "vm", nil)
+	mine := h.snapshot(sb, func(s *store.Snapshot) { s.Node, s.Tier = "", "hibernate" })
+	theirs := h.snapshot(sb, func(s *store.Snapshot) { s.Node, s.Tier = "", "hibernate" })
+	shared := h.putObject(sharedPrefix(h.tenant)+"base-0001", "base stream")
+	own := h.uploaded(mine, "memory", "disk")
+	unrecorded := h.uploaded(mine, "left-by-a-refused-upload")
+	other := h.uploaded(theirs, "memory")
+	h.setArtifacts(mine.ID, append(slices.Clone(own), shared))
+	h.setArtifacts(theirs.ID, append(slices.Clone(other), shared))
+
+	var listed []objstore.Info
+	for _, o := range append(append(other, shared), unrecorded...) {
+		listed = append(listed, objstore.Info{Key: o.Key, Size: o.Size})
+	}
+	h.r.cfg.Objects = lyingLister{Store: h.objs, list: func(string) []objstore.Info { return listed }}
+	if err := h.r.deleteObjects(h.ctx, h.getSnapshot(mine.ID)); err != nil {
+		t.Fatalf("delete objects: %v", err)
+	}
+	for _, o := range append(own, unrecorded...) {
+		h.wantObject(o.Key, false)
+	}
+	for _, o := range append(other, shared) {
+		h.wantObject(o.Key, true)
 	}
 }

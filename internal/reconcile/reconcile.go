@@ -118,6 +118,9 @@ type Reconciler struct {
 	// started is when New made the reconciler: nodes are not declared lost
 	// before it has listened for their heartbeats for NodeLostAfter.
 	started time.Time
+	// clock notices wall-clock jumps, which hold the decisions that
+	// depend on wall time (clock.go).
+	clock *wallWatch
 	// storeFailed is when a resync last failed to read the store (Unix
 	// nanoseconds; 0: never): nodes are not declared lost before the
 	// store has worked for NodeLostAfter since (nodeloss.go).
@@ -168,7 +171,7 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 		cfg: cfg, store: st, log: log, q: newQueue(),
 		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{}, gone: map[string]time.Time{},
 		thawed:  map[string]time.Time{},
-		started: time.Now(),
+		started: time.Now(), clock: newWallWatch(),
 	}
 	r.node = func(id string) (NodeAPI, error) {
 		api, err := node(id)
@@ -382,7 +385,7 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 	if after, err := r.pendingSnapshots(ctx, sb); after != 0 || err != nil {
 		return after, err
 	}
-	if sb.Expired(time.Now()) && !sb.State.Transitional() && sb.State != sandbox.StateDeleted {
+	if now, steady := r.wallNow(); steady && sb.Expired(now) && !sb.State.Transitional() && sb.State != sandbox.StateDeleted {
 		// The timeout applies in every settled state, not only running.
 		if err := sb.Apply(sandbox.OpDelete); err == nil {
 			r.event(ctx, sb.ID, "state", "timeout reached: deleting")

@@ -53,7 +53,10 @@ func (r *Reconciler) scheduleSnapshots(ctx context.Context, sb *sandbox.Sandbox)
 	// The first scheduled snapshot comes one period after the sandbox was
 	// created, not at once.
 	lastDisk, lastFull = later(lastDisk, sb.CreatedAt), later(lastFull, sb.CreatedAt)
-	now := time.Now()
+	now, steady := r.wallNow()
+	if !steady {
+		return time.Second, nil // the schedule and the retention tiers wait for a steady clock
+	}
 	if kind, due := sched.Due(now, lastDisk, lastFull); due {
 		snap := store.Snapshot{
 			ID: sandbox.NewSnapshotID(), SandboxID: sb.ID, Tenant: sb.Tenant, Kind: store.SnapshotKind(kind), Tier: autoTier,
@@ -117,8 +120,12 @@ func (r *Reconciler) idleCheck(ctx context.Context, sb *sandbox.Sandbox, ex node
 	if sb.IdleTimeout <= 0 || ex.LastActivity.IsZero() {
 		return 0, false, nil
 	}
+	now, steady := r.wallNow()
+	if !steady {
+		return 0, false, nil
+	}
 	last := later(ex.LastActivity, sb.UpdatedAt)
-	idle := time.Since(last)
+	idle := now.Sub(last)
 	if idle < sb.IdleTimeout {
 		return 0, false, nil
 	}

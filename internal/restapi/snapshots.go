@@ -32,14 +32,16 @@ func (a *API) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 
 // handleCreateSnapshot takes a snapshot of a running or paused sandbox and
 // answers it once it is ready (201), failed (409 with the reason) or still
-// being taken after the wait (202).
+// being taken after the wait (202). With an Idempotency-Key the snapshot's
+// id is derived from the sandbox and the key, so a retry never takes a
+// second one.
 func (a *API) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req sandboxv1.CreateSnapshotRequest
 	if err := decodeOptionalJSON(w, r, &req); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	snap, err := a.svc.TakeSnapshot(r.Context(), a.caller(r), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual)
+	snap, err := a.svc.TakeSnapshotWithKey(r.Context(), a.caller(r), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual, idempotencyKeyOf(r.Context()))
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
 		writeJSON(w, http.StatusAccepted, apiSnapshot(snap))

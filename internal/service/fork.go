@@ -86,7 +86,7 @@ func (s *Sandboxes) forkSnapshot(ctx context.Context, parent *sandbox.Sandbox, i
 	if parent.Runtime == "vm" {
 		kind = store.SnapshotFull
 	}
-	snap, err := s.snapshot(ctx, parent, kind, TierFork)
+	snap, err := s.snapshot(ctx, parent, kind, TierFork, "")
 	if errors.Is(err, ErrStillWorking) {
 		// Not the fork's ErrStillWorking: there is no child yet.
 		err = fmt.Errorf("%w: the fork's snapshot %s is still being taken; retry", errdefs.ErrUnavailable, snap.ID)

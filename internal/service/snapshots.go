@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -53,6 +54,16 @@ func (s *Sandboxes) GetSnapshot(ctx context.Context, c Caller, id string) (store
 // the reason it failed, or ErrStillWorking with the snapshot still being
 // taken.
 func (s *Sandboxes) TakeSnapshot(ctx context.Context, c Caller, id string, kind store.SnapshotKind, tier string) (store.Snapshot, error) {
+	return s.TakeSnapshotWithKey(ctx, c, id, kind, tier, "")
+}
+
+// TakeSnapshotWithKey is TakeSnapshot with the request's Idempotency-Key
+// ("": none): the snapshot's id is derived from the sandbox and the key, so
+// a retry whose first attempt recorded the snapshot and never answered (a
+// server that died, or a connection reset after which Go's HTTP client
+// re-sends a POST that carries an Idempotency-Key) waits on that snapshot
+// instead of taking a second one.
+func (s *Sandboxes) TakeSnapshotWithKey(ctx context.Context, c Caller, id string, kind store.SnapshotKind, tier, key string) (store.Snapshot, error) {
 	sb, err := s.Get(ctx, c, id)
 	if err != nil {
 		return store.Snapshot{}, err
@@ -60,12 +71,43 @@ func (s *Sandboxes) TakeSnapshot(ctx context.Context, c Caller, id string, kind 
 	if kind == "" {
 		kind = store.SnapshotDisk
 	}
-	return s.snapshot(ctx, sb, kind, tier)
+	snapID := ""
+	if key != "" {
+		snapID = KeyedSnapshotID(sb.Tenant, sb.ID, key)
+	}
+	return s.snapshot(ctx, sb, kind, tier, snapID)
 }
 
-// snapshot records a new snapshot of sb for the reconciler to take and waits
-// for the outcome (see TakeSnapshot).
-func (s *Sandboxes) snapshot(ctx context.Context, sb *sandbox.Sandbox, kind store.SnapshotKind, tier string) (store.Snapshot, error) {
+// KeyedSnapshotID is the id of the snapshot of sandbox id that a request
+// with Idempotency-Key key takes.
+func KeyedSnapshotID(tenant, id, key string) string {
+	return "sn-" + sandbox.DerivedID("snapshot", tenant, id, key)
+}
+
+// earlierSnapshot answers a snapshot request retried with the key of an
+// earlier attempt that recorded prev: prev's outcome, when it is a
+// snapshot of the same sandbox and kind (else the key was used for another
+// request).
+func (s *Sandboxes) earlierSnapshot(ctx context.Context, sb *sandbox.Sandbox, prev store.Snapshot, kind store.SnapshotKind) (store.Snapshot, error) {
+	if prev.SandboxID != sb.ID || prev.Kind != kind {
+		return store.Snapshot{}, fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict)
+	}
+	wait := s.rec.Watch(sb.ID)
+	defer wait.Stop()
+	s.rec.Enqueue(sb.ID)
+	return s.settledSnapshot(ctx, sb, prev, wait)
+}
+
+// snapshot records a new snapshot of sb (id "": a new id) for the
+// reconciler to take and waits for the outcome (see TakeSnapshot).
+func (s *Sandboxes) snapshot(ctx context.Context, sb *sandbox.Sandbox, kind store.SnapshotKind, tier, id string) (store.Snapshot, error) {
+	if id != "" {
+		if prev, err := s.store.GetSnapshot(ctx, sb.Tenant, id); err == nil {
+			return s.earlierSnapshot(ctx, sb, prev, kind)
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return store.Snapshot{}, err
+		}
+	}
 	if kind != store.SnapshotDisk && kind != store.SnapshotFull {
 		return store.Snapshot{}, fmt.Errorf("%w: snapshot kind %q: want disk or full", errdefs.ErrInvalidArgument, Clip(string(kind)))
 	}
@@ -75,17 +117,32 @@ func (s *Sandboxes) snapshot(ctx context.Context, sb *sandbox.Sandbox, kind stor
 	if sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
 		return store.Snapshot{}, fmt.Errorf("%w: cannot snapshot a sandbox that is %s (it must be running or paused)", errdefs.ErrConflict, sb.State)
 	}
+	if id == "" {
+		id = sandbox.NewSnapshotID()
+	}
 	snap := store.Snapshot{
-		ID: sandbox.NewSnapshotID(), SandboxID: sb.ID, Tenant: sb.Tenant, Kind: kind, Tier: tier,
+		ID: id, SandboxID: sb.ID, Tenant: sb.Tenant, Kind: kind, Tier: tier,
 		State: store.SnapshotCreating, Node: sb.Node, Runtime: sb.Runtime, Template: sb.Template,
 		CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Generation: sb.Generation, CreatedAt: time.Now().UTC(),
 	}
 	wait := s.rec.Watch(sb.ID)
 	defer wait.Stop()
 	if err := s.store.CreateSnapshot(ctx, snap); err != nil {
+		if errors.Is(err, errdefs.ErrConflict) {
+			// Another attempt with this key recorded it meanwhile.
+			if prev, gerr := s.store.GetSnapshot(ctx, sb.Tenant, snap.ID); gerr == nil {
+				return s.earlierSnapshot(ctx, sb, prev, kind)
+			}
+		}
 		return snap, err
 	}
 	s.rec.Enqueue(sb.ID)
+	return s.settledSnapshot(ctx, sb, snap, wait)
+}
+
+// settledSnapshot waits until snap is ready or failed (ErrStillWorking when
+// that takes longer than a lifecycle wait).
+func (s *Sandboxes) settledSnapshot(ctx context.Context, sb *sandbox.Sandbox, snap store.Snapshot, wait *reconcile.Watch) (store.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, lifecycleWait)
 	defer cancel()
 	for {

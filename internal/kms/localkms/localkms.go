@@ -15,6 +15,10 @@
 // not overwritten: on a journaling or copy-on-write filesystem the old bytes
 // may survive in free space until reused, so the directory belongs on a
 // filesystem the operator trusts (or on encrypted storage).
+//
+// With an Auditor (SetAuditor; the server's is DATA/kms-audit.log) every
+// wrap and unwrap is recorded before it answers, and refused when it cannot
+// be recorded.
 package localkms
 
 import (
@@ -48,7 +52,8 @@ const (
 type KMS struct {
 	dir string
 
-	mu       sync.Mutex // guards cache and cacheSum
+	mu       sync.Mutex // guards cache, cacheSum and audit
+	audit    Auditor    // records every key use first; nil: none
 	cache    map[string]*entry
 	cacheSum [sha256.Size]byte // of the key file bytes the cache was built from
 	now      func() time.Time
@@ -149,25 +154,25 @@ func (k *KMS) installLocked(kf *keyFile, sum [sha256.Size]byte) error {
 	return nil
 }
 
-// sealer returns the sealer of an active key, or the error that explains
-// why there is none.
-func (k *KMS) sealer(keyID string) (*seal.Sealer, error) {
+// sealer returns the sealer of an active key and its tenant, or the error
+// that explains why there is none.
+func (k *KMS) sealer(keyID string) (*seal.Sealer, string, error) {
 	if err := kms.ValidKeyID(keyID); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := k.refreshLocked(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	e, ok := k.cache[keyID]
 	switch {
 	case !ok:
-		return nil, &kms.KeyNotFoundError{KeyID: keyID}
+		return nil, "", &kms.KeyNotFoundError{KeyID: keyID}
 	case e.sealer == nil:
-		return nil, &kms.KeyRevokedError{KeyID: keyID}
+		return nil, "", &kms.KeyRevokedError{KeyID: keyID}
 	}
-	return e.sealer, nil
+	return e.sealer, e.Tenant, nil
 }
 
 // wrapAAD binds the key id and the caller's aad; the key id is validated and
@@ -190,9 +195,12 @@ func (k *KMS) WrapKey(ctx context.Context, keyID string, dataKey, aad []byte) ([
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sealer, err := k.sealer(keyID)
+	sealer, tenant, err := k.sealer(keyID)
 	if err != nil {
 		return nil, fmt.Errorf("wrap with key %s: %w", keyID, err)
+	}
+	if err := k.record(ctx, "wrap", keyID, tenant); err != nil {
+		return nil, err
 	}
 	out := make([]byte, 1, 1+len(dataKey)+sealer.Overhead())
 	out[0] = wrapVersion
@@ -204,9 +212,12 @@ func (k *KMS) UnwrapKey(ctx context.Context, keyID string, wrapped, aad []byte) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sealer, err := k.sealer(keyID)
+	sealer, tenant, err := k.sealer(keyID)
 	if err != nil {
 		return nil, fmt.Errorf("unwrap with key %s: %w", keyID, err)
+	}
+	if err := k.record(ctx, "unwrap", keyID, tenant); err != nil {
+		return nil, err
 	}
 	if len(wrapped) > kms.MaxWrappedLen || len(wrapped) < 1+sealer.Overhead()+1 || wrapped[0] != wrapVersion {
 		return nil, fmt.Errorf("unwrap with key %s: malformed wrapped key (%d bytes): %w", keyID, len(wrapped), kms.ErrInvalidWrappedKey)
