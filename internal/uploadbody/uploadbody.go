@@ -25,7 +25,7 @@ type Body struct {
 }
 
 // Limit replaces r.Body with a Body that reads at most max bytes and waits
-// at most idle for each read, and returns it.
+// at most idle for each read (no bound when idle is 0), and returns it.
 func Limit(w http.ResponseWriter, r *http.Request, max int64, idle time.Duration) *Body {
 	b := &Body{r: http.MaxBytesReader(w, r.Body, max), rc: http.NewResponseController(w), idle: idle, sizeLimit: max}
 	r.Body = b
@@ -34,8 +34,10 @@ func Limit(w http.ResponseWriter, r *http.Request, max int64, idle time.Duration
 
 // Read reads with a read deadline idle from now.
 func (b *Body) Read(p []byte) (int, error) {
-	if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return 0, err
+	if b.idle > 0 {
+		if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return 0, err
+		}
 	}
 	n, err := b.r.Read(p)
 	var mb *http.MaxBytesError
