@@ -41,8 +41,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -220,11 +222,15 @@ func (d *Driver) leftoverGroups() ([]string, error) {
 }
 
 // removeLeftoverGroups removes the leftover groups (leftoverGroups) that
-// hold no task any more, and returns their ids. One that still holds a
-// task is left: its QEMU runs in a directory that was renamed, not removed
+// hold no task any more, and those of killed, the executions whose QEMU the
+// pass has just killed, and returns their ids. A killed QEMU may still sit
+// in its group: its main thread is a zombie (so it counts as gone) while its
+// other threads still exit and its memory is torn down; its group is killed
+// again and removed once empty. Any other group that still holds a task is
+// left: its QEMU runs in a directory that was renamed, not removed
 // (StopRemoved kills the QEMU of a removed one first), and only an explicit
 // Cleanup stops it.
-func (d *Driver) removeLeftoverGroups(ctx context.Context) ([]string, error) {
+func (d *Driver) removeLeftoverGroups(ctx context.Context, killed []string) ([]string, error) {
 	ids, err := d.leftoverGroups()
 	if err != nil {
 		return nil, err
@@ -237,10 +243,13 @@ func (d *Driver) removeLeftoverGroups(ctx context.Context) ([]string, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if pids, err := g.Procs(); err == nil && len(pids) > 0 {
+		if pids, err := g.Procs(); err == nil && len(pids) > 0 && !slices.Contains(killed, id) {
 			continue
 		}
-		if err := d.removeVMMGroups(ctx, id, nil); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, leftoverExitTimeout)
+		err = d.removeVMMGroups(rctx, id, nil)
+		cancel()
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -249,6 +258,10 @@ func (d *Driver) removeLeftoverGroups(ctx context.Context) ([]string, error) {
 	}
 	return removed, errors.Join(errs...)
 }
+
+// leftoverExitTimeout bounds the wait for the tasks of a killed QEMU's group
+// to finish exiting.
+const leftoverExitTimeout = 10 * time.Second
 
 // tcgAccelOption is the -accel value under TCG: the translation buffer
 // bounded to what vmmOverheadBytes counts.

@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/driver"
@@ -483,4 +486,60 @@ func TestStopRemovedPassesTakeTurns(t *testing.T) {
 		}
 	}
 	checkNoParent(t, d)
+}
+
+// TestLeftoverGroupOfKilledQEMU: a pass of StopRemoved removes the group of
+// an execution whose QEMU it has just killed even when the group still lists
+// a task (a QEMU whose main thread is a zombie while its other threads exit),
+// so a later pass does not report that execution again; a group with a task
+// whose QEMU the pass did not kill (a renamed directory) stays.
+func TestLeftoverGroupOfKilledQEMU(t *testing.T) {
+	testenv.RequiresRoot(t)
+	d, err := New(Config{StateDir: t.TempDir(), Kernel: fakeKernel(t), QEMU: "/bin/true", Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	inGroup := func(id string) *exec.Cmd {
+		g, err := d.vmmGroup(d.cgroupParent, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Create(cgroup.Limits{MemoryBytes: 64 << 20, PidsMax: 8}); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			_ = d.removeVMMGroups(ctx, id, nil)
+		})
+		if err := g.AddProc(cmd.Process.Pid); err != nil {
+			t.Fatalf("move pid %d into %s: %v", cmd.Process.Pid, id, err)
+		}
+		return cmd
+	}
+	killed, renamed := inGroup("killed-x"), inGroup("renamed-y")
+	left, err := d.removeLeftoverGroups(ctx, []string{"killed-x"})
+	if err != nil {
+		t.Fatalf("removeLeftoverGroups: %v", err)
+	}
+	if !slices.Equal(left, []string{"killed-x"}) {
+		t.Errorf("removed %v, want [killed-x]", left)
+	}
+	if g, _ := d.vmmGroup(d.cgroupParent, "killed-x"); g.Exists() {
+		t.Fatal("the killed QEMU's group is still there")
+	}
+	if err := killed.Wait(); err == nil {
+		t.Error("the task left in the killed QEMU's group exited by itself")
+	}
+	if g, _ := d.vmmGroup(d.cgroupParent, "renamed-y"); !g.Exists() {
+		t.Error("the group of a QEMU the pass did not kill was removed")
+	}
+	if renamed.ProcessState != nil || unix.Kill(renamed.Process.Pid, 0) != nil {
+		t.Error("the task of a QEMU the pass did not kill was killed")
+	}
 }

@@ -119,7 +119,7 @@ func (d *Driver) StopRemoved(ctx context.Context) ([]string, error) {
 			stopped = append(stopped, p.execID)
 		}
 	}
-	left, err := d.removeLeftoverGroups(ctx)
+	left, err := d.removeLeftoverGroups(ctx, stopped)
 	if err != nil {
 		errs = append(errs, err)
 	}
