@@ -32,13 +32,16 @@ func (sb *sandbox) cmdlines(t *testing.T) string {
 	return sb.sh(t, `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done`)
 }
 
-// testKernel: Features.SharesHostKernel tells the truth. The kernel's boot
-// time (/proc/stat's btime, in seconds) is the host's exactly when the
-// sandbox runs on the host's kernel: a kernel of its own booted long after.
-// (The boot id would say so too, but the ns runtime gives each execution its
-// own, so that sandboxes cannot compare theirs.)
+// testKernel: Features.SharesHostKernel tells the truth. The kernel's count
+// of context switches since boot (/proc/stat's ctxt) is the host's exactly
+// when the sandbox runs on the host's kernel: read on the host before and
+// after the sandbox reads it, it falls between the two; a kernel of its own
+// counts its own switches, millions fewer than a host that has run for a
+// while. (The boot id and the boot time would say so too, but the ns runtime
+// gives each execution its own boot id and, in a time namespace, its own
+// boot time, so that sandboxes cannot compare theirs.)
 func testKernel(t *testing.T, sb *sandbox, ownKernel bool) {
-	host, err := os.ReadFile("/proc/stat")
+	before, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		t.Skipf("skipping: the host has no /proc/stat: %v", err)
 	}
@@ -46,22 +49,25 @@ func testKernel(t *testing.T, sb *sandbox, ownKernel bool) {
 	if err != nil {
 		t.Fatalf("read /proc/stat in the sandbox: %v", err)
 	}
-	hb, gb := btime(host), btime(got)
-	if hb == 0 || gb == 0 {
-		t.Fatalf("no btime in /proc/stat: host %d, sandbox %d (%q)", hb, gb, got)
+	after, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Seconds from the wall clock: a step of it between the two reads
-	// could move btime by one.
-	same := hb-gb <= 1 && gb-hb <= 1
+	hb, gc, ha := statField(before, "ctxt"), statField(got, "ctxt"), statField(after, "ctxt")
+	if hb == 0 || gc == 0 || ha == 0 {
+		t.Fatalf("no ctxt in /proc/stat: host %d then %d, sandbox %d (%q)", hb, ha, gc, got)
+	}
+	same := hb <= gc && gc <= ha
 	if same == ownKernel {
-		t.Errorf("the sandbox's kernel boot time %d vs the host's %d: same is %v, but Features().SharesHostKernel is %v", gb, hb, same, !ownKernel)
+		t.Errorf("the sandbox's kernel counts %d context switches, the host's %d before and %d after: same kernel is %v, but Features().SharesHostKernel is %v", gc, hb, ha, same, !ownKernel)
 	}
 }
 
-// btime returns the boot time /proc/stat shows, 0 if none.
-func btime(stat []byte) int64 {
+// statField returns the value of a one-number line of /proc/stat (btime,
+// ctxt, processes), 0 if none.
+func statField(stat []byte, name string) int64 {
 	for _, line := range strings.Split(string(stat), "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n
 		}

@@ -69,6 +69,9 @@ type Driver struct {
 	cfg  Config
 	hier *cgroup.Hierarchy
 	log  *slog.Logger
+	// timeNS: the kernel has time namespaces, and each sandbox gets its own
+	// clocks (clock.go).
+	timeNS bool
 
 	// mu serialises, inside this process, what the state-directory flock
 	// serialises across processes.
@@ -111,7 +114,10 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ns: %w", err)
 	}
-	d := &Driver{cfg: cfg, hier: hier, log: cfg.Log.With("driver", "ns")}
+	d := &Driver{cfg: cfg, hier: hier, log: cfg.Log.With("driver", "ns"), timeNS: timeNamespaces()}
+	if !d.timeNS {
+		d.log.Warn("this kernel has no time namespaces (CONFIG_TIME_NS): sandboxes read the node's uptime and boot time")
+	}
 	if err := mkdirs(d); err != nil {
 		return nil, err
 	}

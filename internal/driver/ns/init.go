@@ -60,6 +60,11 @@ func initSandbox() error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("new cgroup namespace: %w", err)
 	}
+	if cfg.OwnClock {
+		if err := unshareClock(); err != nil {
+			return err
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}

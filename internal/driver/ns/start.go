@@ -34,6 +34,9 @@ type initConfig struct {
 	// follow the root and the guest binary among the message's fds; n of
 	// the sandbox group's follow them (reserve.go). 0 on a cgroup v2 host.
 	WorkloadTasks int `json:"workload_tasks,omitempty"`
+	// OwnClock asks for a time namespace whose clocks start with the
+	// sandbox (clock.go); false on a kernel without time namespaces.
+	OwnClock bool `json:"own_clock,omitempty"`
 }
 
 // maxInitMessage bounds the sync messages in both directions.
@@ -230,7 +233,7 @@ func (d *Driver) handshake(ctx context.Context, spec driver.Spec, st *state, g *
 	if hostname == "" {
 		hostname = spec.SandboxID
 	}
-	msg, err := json.Marshal(initConfig{Hostname: hostname, Env: envList(spec.Env), Network: spec.Network, WorkloadTasks: len(tasks) / 2})
+	msg, err := json.Marshal(initConfig{Hostname: hostname, Env: envList(spec.Env), Network: spec.Network, WorkloadTasks: len(tasks) / 2, OwnClock: d.timeNS})
 	if err != nil {
 		return nil, err
 	}
