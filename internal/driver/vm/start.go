@@ -165,20 +165,43 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	return d.connectChannel(ctx, st, link)
 }
 
-// awaitQMP returns once st's QMP socket accepts connections, so that a
-// pause, snapshot or stop right after Start finds it. An unconfined QEMU
-// binds its sockets one after another, QMP's after the console and the guest
-// channel, so those being there says nothing about QMP (a QMP command right
-// after Start failed under load: "connect qmp.sock: no such file"). The jail
-// helper binds every socket before it execs QEMU; then this returns at once.
-// (A restore talks to QMP before it returns, through openQMP.)
+// awaitQMP returns once QEMU greets on st's QMP socket: QEMU has then
+// finished starting (machine built, disk and fw_cfg files opened) and runs
+// its main loop, so that a pause, snapshot or stop right after Start finds
+// it, and a removal of the execution's directory right after Start cannot
+// make it fail to open its files. The socket accepting connections says
+// less: it listens from the moment it is bound — by an unconfined QEMU
+// before it opens the disk and the fw_cfg file, by the jail helper before
+// it even execs QEMU — and the kernel queues connections QEMU has not yet
+// accepted. (An unconfined QEMU binds QMP after the console and the guest
+// channel, so those being there says nothing of QMP: a QMP command right
+// after Start failed under load, "connect qmp.sock: no such file"; and a
+// directory removed right after Start made QEMU exit with "could not open
+// disk.img", TestStopRemoved/Unconfined.) A restore talks to QMP before it
+// returns, through openQMP.
 func (d *Driver) awaitQMP(ctx context.Context, st *state) error {
 	c, err := d.dialRetry(ctx, st, qmpSock)
 	if err != nil {
 		return err
 	}
-	return c.Close()
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(qmpStartTimeout))
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	q := &qmpConn{rw: c, r: newReader(c)}
+	if err := q.readGreeting(); err != nil {
+		if !driver.ProcAlive(st.Pid, st.StartTime) {
+			return fmt.Errorf("QEMU exited while starting: %w", err)
+		}
+		return fmt.Errorf("QEMU did not finish starting: %w", errors.Join(err, ctx.Err()))
+	}
+	return nil
 }
+
+// qmpStartTimeout bounds how long QEMU may take from binding its QMP socket
+// to greeting on it (building the machine; seconds under TCG on a loaded
+// host).
+const qmpStartTimeout = 30 * time.Second
 
 // startQEMU runs cmd, records QEMU's pid and start time in the state file
 // and starts copying the console into its log.
