@@ -69,10 +69,6 @@ func runNodeManager(args []string) int {
 		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 1
 	}
-	if err := rootInputs(dir, *guestBin, rootTools...); err != nil {
-		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
-		return 1
-	}
 	var uids []uint32
 	for _, s := range strings.Split(*allow, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -84,6 +80,14 @@ func runNodeManager(args []string) int {
 			return 2
 		}
 		uids = append(uids, uint32(u))
+	}
+	if err := rootInputs(dir, *guestBin, rootTools...); err != nil {
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
+		return 1
+	}
+	if err := rootDirs(dir, *cacheDir, *socket, uids); err != nil {
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
+		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -123,6 +127,27 @@ func rootInputs(dataDir, guestBin string, tools ...string) error {
 		}
 		if err := hostbin.CheckRootExec(p, dataDir); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// rootDirs refuses to start when a directory the node-manager keeps its
+// state in or reads from could be changed by another user than root or the
+// uids it serves (catalogue A-9; docs/SECURITY.md lists every input): the
+// data directory, whose execution state files name the processes it kills
+// and the uids it claims; the cache directory, whose guest kernel every VM
+// boots and whose accelerator probe decides KVM or TCG; the directory of its
+// socket, where another socket could be put in its place.
+func rootDirs(dataDir, cacheDir, socket string, uids []uint32) error {
+	for _, d := range []struct{ flag, dir string }{
+		{"--data-dir", dataDir}, {"--cache-dir", cacheDir}, {"--socket", filepath.Dir(socket)},
+	} {
+		if d.dir == "" {
+			continue
+		}
+		if err := hostbin.CheckRootDir(d.dir, uids...); err != nil {
+			return fmt.Errorf("%s: %w", d.flag, err)
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -173,6 +174,47 @@ func CheckRootExec(path string, sandboxTrees ...string) error {
 			return fmt.Errorf("%s (%s) is under %s, which sandboxes write into: install it outside the data directory", path, real, tree)
 		}
 	}
+	return checkOwners(path, real, "replace what root runs", nil)
+}
+
+// CheckRootDir refuses a directory a root process keeps its state in or
+// reads its configuration from — the data directory (execution state files
+// name the processes root kills and the uids it hands out), the cache
+// directory (the guest kernel, the accelerator probe's answer), the
+// directory of its socket — when someone other than root, this process's
+// user or one of owners (the unprivileged node's uid, which writes its own
+// records there) could change what it holds (catalogue A-9): it, resolved
+// through symlinks, or a directory above it belongs to another user or is
+// writable by its group or others (a sticky world-writable directory such
+// as /tmp is allowed above it). A path that does not exist yet is checked
+// from its nearest existing ancestor, under which root will create it.
+func CheckRootDir(path string, owners ...uint32) error {
+	p := filepath.Clean(path)
+	for {
+		if _, err := os.Lstat(p); err == nil || !errors.Is(err, os.ErrNotExist) || p == filepath.Dir(p) {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if fi, err := os.Stat(real); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, real)
+	}
+	return checkOwners(path, real, "change what root keeps or reads there", owners)
+}
+
+// checkOwners walks real (path resolved) and every directory above it: each
+// must belong to root, this process's user or one of owners, and not be
+// writable by its group or others, except a sticky directory above it.
+func checkOwners(path, real, could string, owners []uint32) error {
 	euid := uint32(os.Geteuid())
 	for p, last := real, true; ; p, last = filepath.Dir(p), false {
 		fi, err := os.Lstat(p)
@@ -183,12 +225,12 @@ func CheckRootExec(path string, sandboxTrees ...string) error {
 		if !ok {
 			return fmt.Errorf("%s: no owner for %s", path, p)
 		}
-		if st.Uid != 0 && st.Uid != euid {
-			return fmt.Errorf("%s: %s belongs to uid %d, who could replace what root runs: make it root's (chown root)", path, p, st.Uid)
+		if st.Uid != 0 && st.Uid != euid && !slices.Contains(owners, st.Uid) {
+			return fmt.Errorf("%s: %s belongs to uid %d, who could %s: make it root's (chown root %s)", path, p, st.Uid, could, p)
 		}
 		sticky := fi.Mode()&os.ModeSticky != 0 && fi.IsDir() && !last
 		if fi.Mode().Perm()&0o022 != 0 && !sticky {
-			return fmt.Errorf("%s: %s is writable by its group or others (mode %v), who could replace what root runs: chmod go-w %s", path, p, fi.Mode().Perm(), p)
+			return fmt.Errorf("%s: %s is writable by its group or others (mode %v), who could %s: chmod go-w %s", path, p, fi.Mode().Perm(), could, p)
 		}
 		if p == "/" {
 			return nil

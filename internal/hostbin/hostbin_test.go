@@ -108,3 +108,46 @@ func TestSetRootPATH(t *testing.T) {
 		t.Error("SetRootPATH with /usr as a sandbox tree = nil, want its refusal")
 	}
 }
+
+// TestCheckRootDir: a directory root keeps state in must be root's (or an
+// allowed uid's) alone, up to /; one still to be made is checked from its
+// nearest existing ancestor; a file is not a directory.
+func TestCheckRootDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: chown needs root")
+	}
+	base := t.TempDir()
+	good := filepath.Join(base, "good")
+	loose := filepath.Join(base, "loose")
+	theirs := filepath.Join(base, "theirs")
+	file := filepath.Join(base, "file")
+	for _, d := range []string{good, loose, theirs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(loose, 0o775)
+	os.Chown(theirs, 4242, 4242)
+	os.WriteFile(file, nil, 0o600)
+	if err := os.Symlink(loose, filepath.Join(good, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path   string
+		owners []uint32
+		want   string // "" for nil
+	}{
+		{good, nil, ""},
+		{filepath.Join(good, "a", "b"), nil, ""},
+		{filepath.Join(loose, "a"), nil, "writable by its group or others"},
+		{filepath.Join(good, "link"), nil, "writable by its group or others"},
+		{theirs, nil, "belongs to uid 4242"},
+		{theirs, []uint32{4242}, ""},
+		{file, nil, "is not a directory"},
+	} {
+		err := CheckRootDir(tc.path, tc.owners...)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckRootDir(%s, %v) = %v, want %q", tc.path, tc.owners, err, tc.want)
+		}
+	}
+}
