@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,6 +71,11 @@ func TestHibernateRestoreOnAnotherNode(t *testing.T) {
 	if got.Node != "node-b" || got.State != "running" {
 		t.Errorf("after restore --node node-b: %+v", got)
 	}
+
+	// Artifacts changed in the object store (F-3): a restore elsewhere,
+	// which must download them, is refused with the reason and leaves the
+	// sandbox hibernated; once the bytes are back it restores intact.
+	testCorruptArtifactsRefused(t, in, dirA, sb, before)
 
 	// Revoke the tenant's key: the hibernated sandbox cannot come back.
 	if _, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
@@ -308,4 +315,122 @@ func stopNodeProcesses(tb testing.TB, in *instance, procs ...*exec.Cmd) {
 			<-done
 		}
 	}
+}
+
+// testCorruptArtifactsRefused hibernates sb (running on node-b) and, for
+// each way an object of its snapshot can be wrong in the store — cut
+// short, a byte flipped at the same size, another object's bytes in its
+// place — asks for a restore on the --dev node, which has no copy and must
+// download it: each is refused (409, the reason recorded) and the sandbox
+// stays hibernated. With the object's bytes put back, the restore there
+// succeeds with sb's files (sum is what /home/user/w/sum held).
+func testCorruptArtifactsRefused(t *testing.T, in *instance, dirA string, sb sandbox, sum string) {
+	t.Helper()
+	since := time.Now()
+	if _, e, c := in.cli("", "sandbox", "hibernate", sb.ID); c != 0 {
+		t.Fatalf("hibernate before the corrupt restores: %d %s", c, e)
+	}
+	objs, older := objectsSince(t, filepath.Join(dirA, "objects"), since)
+	if len(objs) == 0 || len(older) == 0 {
+		t.Fatalf("the hibernation wrote objects %v, the earlier ones are %v: want some of each", objs, older)
+	}
+	big, other := objs[0], older[0] // largest first: this snapshot's, and an earlier one's
+	orig, err := os.ReadFile(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherBytes, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := append([]byte(nil), orig...)
+	flipped[len(flipped)/2] ^= 0xff
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+	}{
+		{"truncated", orig[:len(orig)/2]},
+		{"a byte flipped", flipped},
+		{"another object's bytes", otherBytes},
+	} {
+		// In place: the file keeps its inode and the store's digest
+		// attribute, as a store that lies about its content would.
+		if err := os.WriteFile(big, tc.bytes, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var refusal struct{ Code, Message string }
+		code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/restore", map[string]string{"node": "local"}, &refusal)
+		var got sandbox
+		in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+		if code != http.StatusConflict || got.State != "hibernated" || got.Reason == "" {
+			t.Errorf("restore with %s in the store: HTTP %d %+v; sandbox %+v; want 409 and hibernated with the reason\n%s", tc.name, code, refusal, got, in.logs())
+		} else {
+			t.Logf("restore with %s: %s (reason %q)", tc.name, refusal.Message, got.Reason)
+		}
+	}
+	if err := os.WriteFile(big, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, c := in.cli("", "sandbox", "restore", "--node", "local", sb.ID); c != 0 {
+		t.Fatalf("restore once the object is whole again: %d %s\n%s", c, e, in.logs())
+	}
+	var got sandbox
+	in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+	if got.Node != "local" || got.State != "running" {
+		t.Errorf("after the restore with the object whole again: %+v, want running on local", got)
+	}
+	if after := in.exec(sb.ID, "cat", "/home/user/w/sum").Stdout; after != sum {
+		t.Errorf("files after the restore: %q, want %q", after, sum)
+	}
+}
+
+// objectsSince lists the object files of a filestore written since t and
+// those written before, largest first.
+func objectsSince(t *testing.T, dir string, since time.Time) (newer, older []string) {
+	t.Helper()
+	type obj struct {
+		path string
+		size int64
+	}
+	var objs []obj
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".tmp" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() && strings.HasSuffix(d.Name(), "@") {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			objs = append(objs, obj{p, fi.Size()})
+			if fi.ModTime().Before(since) {
+				objs[len(objs)-1].size = -1 - fi.Size() // older: sorted after, largest first
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Newer (size ≥ 0) before older (−1−size), each largest first.
+	slices.SortFunc(objs, func(a, b obj) int {
+		if (a.size >= 0) != (b.size >= 0) {
+			return cmp.Compare(b.size, a.size)
+		}
+		if a.size >= 0 {
+			return cmp.Compare(b.size, a.size)
+		}
+		return cmp.Compare(a.size, b.size)
+	})
+	for _, o := range objs {
+		if o.size >= 0 {
+			newer = append(newer, o.path)
+		} else {
+			older = append(older, o.path)
+		}
+	}
+	return newer, older
 }
