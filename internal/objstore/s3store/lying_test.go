@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/objstore"
@@ -27,9 +28,33 @@ type liar struct {
 	mu   sync.Mutex
 	lie  string // "", "bytes", "listing", "etag", "short"
 	addr string
+	// throttle: the next this many requests are answered 503 SlowDown
+	// with Retry-After, as a throttling S3 does (-1: every one);
+	// throttled counts those answers.
+	throttle, throttled int
 }
 
 func (l *liar) set(lie string) { l.mu.Lock(); l.lie = lie; l.mu.Unlock() }
+
+// slowDown makes the next n requests (every one: -1) answer 503 SlowDown.
+func (l *liar) slowDown(n int) { l.mu.Lock(); l.throttle, l.throttled = n, 0; l.mu.Unlock() }
+
+// throttledSoFar is how many requests were answered 503 since slowDown.
+func (l *liar) throttledSoFar() int { l.mu.Lock(); defer l.mu.Unlock(); return l.throttled }
+
+// throttleNext reports whether this request is answered 503.
+func (l *liar) throttleNext() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.throttle == 0 {
+		return false
+	}
+	if l.throttle > 0 {
+		l.throttle--
+	}
+	l.throttled++
+	return true
+}
 
 var listEntry = regexp.MustCompile(`(?s)<Contents>.*?</Contents>`)
 
@@ -90,7 +115,17 @@ func startLiar(t *testing.T, srv *s3test.Server) *liar {
 		}
 		return nil
 	}
-	hs := httptest.NewServer(p)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.throttleNext() {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
+			return
+		}
+		p.ServeHTTP(w, r)
+	}))
 	t.Cleanup(hs.Close)
 	l.addr = strings.TrimPrefix(hs.URL, "http://")
 	return l
@@ -155,5 +190,60 @@ func TestLyingServer(t *testing.T) {
 		if err := objstore.Verify(ctx, s, key, want); err != nil {
 			t.Errorf("after the lies: Verify %s: %v (an acknowledged object was lost)", key, err)
 		}
+	}
+}
+
+// TestThrottlingServer (F-5): an S3 server that answers 503 SlowDown with
+// Retry-After, as S3 does under load. A few such answers are retried
+// within the call (the object is written and reads back whole); a server
+// that keeps throttling makes the call fail as Unavailable — the class a
+// hibernation retries and then refuses on, leaving the sandbox paused —
+// within its operation timeout, after a bounded number of attempts, never
+// a hang and never a success.
+func TestThrottlingServer(t *testing.T) {
+	srv := s3test.Start(t)
+	l := startLiar(t, srv)
+	cfg := config(srv, "throttled")
+	cfg.Endpoint = l.addr
+	cfg.OpTimeout = 20 * time.Second
+	s := open(t, cfg)
+	ctx := t.Context()
+
+	l.slowDown(2)
+	const size = 5000
+	info, err := s.Put(ctx, "through", objstoretest.Generator(7, size), size)
+	if err != nil {
+		t.Fatalf("Put through two 503 SlowDown answers: %v", err)
+	}
+	if n := l.throttledSoFar(); n != 2 {
+		t.Fatalf("the server answered 503 %d times, want 2: the test did not throttle", n)
+	}
+	l.slowDown(2)
+	if err := objstore.Verify(ctx, s, "through", info); err != nil {
+		t.Errorf("Verify through two 503 SlowDown answers: %v", err)
+	}
+
+	l.slowDown(-1)
+	start := time.Now()
+	_, err = s.Put(ctx, "never", objstoretest.Generator(8, size), size)
+	took := time.Since(start)
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Put against a server that always throttles = %v, want Unavailable", err)
+	} else if !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "SlowDown") {
+		t.Errorf("Put against a throttling server: %v, want the 503 SlowDown named", err)
+	}
+	if took > cfg.OpTimeout+5*time.Second {
+		t.Errorf("Put against a throttling server took %v, over its operation timeout %v", took, cfg.OpTimeout)
+	}
+	if n := l.throttledSoFar(); n > cfg.MaxRetries+1 && cfg.MaxRetries > 0 || n == 0 {
+		t.Errorf("the store made %d attempts against the throttling server, want 1…%d (Config.MaxRetries)", n, cfg.MaxRetries+1)
+	}
+	t.Logf("always throttled: %d attempts in %v: %v", l.throttledSoFar(), took.Round(time.Millisecond), err)
+	l.slowDown(0)
+	if _, err := s.Stat(ctx, "never"); !errdefs.IsNotFound(err) {
+		t.Errorf("Stat of the object whose every Put was throttled = %v, want NotFound", err)
+	}
+	if err := objstore.Verify(ctx, s, "through", info); err != nil {
+		t.Errorf("after the throttling: Verify: %v (an acknowledged object was lost)", err)
 	}
 }
