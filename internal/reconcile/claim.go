@@ -71,16 +71,12 @@ func claimOf(ctx context.Context) *claim {
 // replica holds the lease the pass is skipped and requeued, unless that
 // replica is gone and the lease is taken over from it.
 func (r *Reconciler) claimed(ctx context.Context, id string) (time.Duration, error) {
-	l, err := r.store.AcquireLease(ctx, leaseName(id), r.cfg.Replica, r.cfg.LeaseTTL)
-	if errors.Is(err, errdefs.ErrConflict) {
-		var ok bool
-		if l, ok = r.takeOver(ctx, id, err); !ok {
-			return time.Second, nil // another replica is on it
-		}
-		err = nil
-	}
+	l, ok, err := r.claim(ctx, id)
 	if err != nil {
-		return time.Second, fmt.Errorf("sandbox %s: claim: %w", id, err)
+		return time.Second, err
+	}
+	if !ok {
+		return time.Second, nil // another replica is on it
 	}
 	pctx, cancel := context.WithCancelCause(ctx)
 	c := &claim{cancel: cancel, lease: l}
@@ -110,6 +106,36 @@ func (r *Reconciler) claimed(ctx context.Context, id string) (time.Duration, err
 		r.log.Warn("release sandbox lease", "sandbox", id, "err", rerr)
 	}
 	return after, err
+}
+
+// claim takes the lease of sandbox id, or takes it over from a replica that
+// is gone; false: another replica holds it. The lease's Expires is this
+// process's deadline, not the store's (see localExpiry).
+func (r *Reconciler) claim(ctx context.Context, id string) (store.Lease, bool, error) {
+	sent := time.Now()
+	l, err := r.store.AcquireLease(ctx, leaseName(id), r.cfg.Replica, r.cfg.LeaseTTL)
+	if errors.Is(err, errdefs.ErrConflict) {
+		var ok bool
+		if l, ok = r.takeOver(ctx, id, err); !ok {
+			return store.Lease{}, false, nil
+		}
+		err = nil
+	}
+	if err != nil {
+		return store.Lease{}, false, fmt.Errorf("sandbox %s: claim: %w", id, err)
+	}
+	l.Expires = r.localExpiry(sent)
+	return l, true, nil
+}
+
+// localExpiry is when a lease granted (or renewed) for LeaseTTL by a request
+// sent at sent expires, on this process's clock: the store measures Expires
+// by its own wall clock, which may be ahead of ours or jump (F-8); the store
+// granted the lease after sent, so sent + TTL is never later than the real
+// expiry, and time.Time keeps the monotonic reading, so comparisons with it
+// ignore steps of our wall clock too.
+func (r *Reconciler) localExpiry(sent time.Time) time.Time {
+	return sent.Add(r.cfg.LeaseTTL)
 }
 
 // keepLease renews c's lease every third of its TTL until stop closes; it
@@ -142,6 +168,7 @@ func (r *Reconciler) keepLease(ctx context.Context, c *claim, stop <-chan struct
 func (r *Reconciler) renew(ctx context.Context, c *claim) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	sent := time.Now()
 	l, err := r.store.RenewLease(ctx, c.lease, r.cfg.LeaseTTL)
 	if errdefs.IsConflict(err) || errdefs.IsNotFound(err) {
 		err = fmt.Errorf("%w: %w", errLeaseLost, err)
@@ -151,10 +178,8 @@ func (r *Reconciler) renew(ctx context.Context, c *claim) error {
 	if err != nil {
 		return err
 	}
-	// Expires is measured by the store's clock; the local deadline is
-	// counted from now, which is never later.
 	c.lease = l
-	c.lease.Expires = time.Now().Add(r.cfg.LeaseTTL)
+	c.lease.Expires = r.localExpiry(sent)
 	return nil
 }
 
