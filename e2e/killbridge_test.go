@@ -224,11 +224,13 @@ func (in *instance) converges(name, id string) {
 		}
 		switch got.State {
 		case "failed":
+			in.t.Logf("%s: sandbox %s failed: %s", name, id, got.Reason)
 			if got.Reason == "" {
 				in.t.Errorf("%s: sandbox %s failed with no reason", name, id)
 			}
 			return
 		case "paused", "stopped":
+			in.t.Logf("%s: sandbox %s %s", name, id, got.State)
 			return
 		case "hibernated":
 			if restored {
@@ -246,6 +248,7 @@ func (in *instance) converges(name, id string) {
 			var res execResult
 			code := in.do("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"echo", "ok"}}, &res)
 			if code == http.StatusOK && res.Stdout == "ok\n" {
+				in.t.Logf("%s: sandbox %s serves", name, id)
 				return
 			}
 			if code == http.StatusInternalServerError {

@@ -613,6 +613,7 @@ func TestCrashDuringEachOperation(t *testing.T) {
 		got := in.settle(sb.ID, step.op)
 		// The request may have been lost before it was recorded: then
 		// the sandbox is where it was and the operation is repeated.
+		t.Logf("%s: after the crash %s %s", step.op, got.State, got.Reason)
 		if got.State != step.want {
 			var e struct{ Message string }
 			if code := in.do("POST", "/v1/sandboxes/"+sb.ID+step.path, jsonBody(step.body), &e); code >= 300 {
@@ -632,12 +633,21 @@ func TestCrashDuringEachOperation(t *testing.T) {
 	// The fork, when the crash left it recorded, settles like any sandbox
 	// and has the parent's data; it is deleted with the rest.
 	in.do("GET", "/v1/sandboxes", nil, &list)
+	if len(list.Sandboxes) == 1 {
+		// The crash lost the fork before it was recorded: repeat it.
+		var e struct{ Message string }
+		if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", nil, &e); code != http.StatusCreated && code != http.StatusAccepted {
+			t.Fatalf("fork repeated after the crash: HTTP %d %s\n%s", code, e.Message, in.logs())
+		}
+		in.do("GET", "/v1/sandboxes", nil, &list)
+	}
 	for _, child := range list.Sandboxes {
 		if child.ID == sb.ID {
 			continue
 		}
 		ids = append(ids, child.ID)
 		got := in.settle(child.ID, "fork child")
+		t.Logf("fork child %s after the crash: %s %s", child.ID, got.State, got.Reason)
 		if got.State == "failed" && got.Reason == "" {
 			t.Errorf("fork child %s failed with no reason", child.ID)
 		}
