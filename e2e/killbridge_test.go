@@ -39,6 +39,7 @@ func TestKillBridgeOrGuestDuringEachOperation(t *testing.T) {
 		{"hibernate", "POST", "/hibernate", "", "running"},
 		{"restore", "POST", "/restore", "", "hibernated"},
 		{"snapshot", "POST", "/snapshots", `{"kind":"disk"}`, "running"},
+		{"rollback", "POST", "/rollback", "", "running"}, // to a disk snapshot taken first
 		{"fork", "POST", "/fork", "", "running"},
 		{"delete", "DELETE", "", "", "running"},
 	}
@@ -53,8 +54,16 @@ func TestKillBridgeOrGuestDuringEachOperation(t *testing.T) {
 				in.bringTo(sb.ID, op.from)
 				path += "/" + sb.ID + op.path
 			}
+			body := op.body
+			if op.op == "rollback" {
+				var snap snapshotJSON
+				if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]string{"kind": "disk"}, &snap); code != http.StatusCreated {
+					t.Fatalf("snapshot before the rollback: HTTP %d %+v", code, snap)
+				}
+				body = `{"snapshot":"` + snap.ID + `"}`
+			}
 			before := time.Now()
-			code, msg, killed := in.doKilling(op.method, path, op.body, sb.ID, target)
+			code, msg, killed := in.doKilling(op.method, path, body, sb.ID, target)
 			t.Logf("%s: HTTP %d %s (killed %s, after %s)", name, code, msg, killed, time.Since(before).Round(time.Millisecond))
 			if code >= 500 && code != http.StatusServiceUnavailable && code != http.StatusBadGateway && code != http.StatusGatewayTimeout {
 				t.Errorf("%s: HTTP %d %q, want a success or a classed error", name, code, msg)
