@@ -251,6 +251,17 @@ func (in *instance) do(method, path string, body, out any) int {
 
 func (in *instance) doKey(key, method, path string, body, out any) int {
 	in.t.Helper()
+	return in.doHeader(key, "", method, path, body, out)
+}
+
+// doIdem is do with an Idempotency-Key.
+func (in *instance) doIdem(idem, method, path string, body, out any) int {
+	in.t.Helper()
+	return in.doHeader(in.key, idem, method, path, body, out)
+}
+
+func (in *instance) doHeader(key, idem, method, path string, body, out any) int {
+	in.t.Helper()
 	var r io.Reader
 	if body != nil {
 		if b, ok := body.([]byte); ok {
@@ -264,6 +275,9 @@ func (in *instance) doKey(key, method, path string, body, out any) int {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, method, in.url+path, r)
 	req.Header.Set("Authorization", "Bearer "+key)
+	if idem != "" {
+		req.Header.Set("Idempotency-Key", idem)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

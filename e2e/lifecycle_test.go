@@ -546,14 +546,49 @@ func TestCrashDuringHibernate(t *testing.T) {
 }
 
 // TestCrashDuringEachOperation kills the whole server (control plane, node
-// and node-manager) right after each lifecycle operation is accepted,
-// restarts it on the same data, and checks that the sandbox settles in the
-// operation's target state with its acknowledged data — nothing half done.
+// and node-manager) right after each lifecycle operation is accepted —
+// create, exec, stop, start, pause, resume, hibernate, restore, rollback,
+// snapshot, fork, delete — restarts it on the same data, and checks that
+// the sandbox settles in the operation's target state (repeating the
+// operation when the crash lost it before it was recorded) with its
+// acknowledged data, nothing half done; and that at the end the host holds
+// nothing of the platform it did not hold before (inventory).
 func TestCrashDuringEachOperation(t *testing.T) {
 	dir := newDataDir(t)
+	before := inventory(dir)
 	in := startServer(t, dir)
-	sb := in.create("minimal")
+	var ids []string
+
+	// create, with an Idempotency-Key so that the repeat after the crash
+	// finds the sandbox the first attempt recorded.
+	createBody := `{"template":"minimal","runtime":"ns","memory_mib":256}`
+	in = crashDuring(t, in, dir, "POST", "/v1/sandboxes", createBody, "crash-create")
+	var sb sandbox
+	if code := in.doIdem("crash-create", "POST", "/v1/sandboxes", []byte(createBody), &sb); code != http.StatusCreated {
+		t.Fatalf("create repeated after the crash: HTTP %d %+v\n%s", code, sb, in.logs())
+	}
+	ids = append(ids, sb.ID)
+	var list struct{ Sandboxes []sandbox }
+	in.do("GET", "/v1/sandboxes", nil, &list)
+	if len(list.Sandboxes) != 1 {
+		t.Fatalf("after a crash mid-create and its repeat: %+v, want the one sandbox", list.Sandboxes)
+	}
 	in.exec(sb.ID, "sh", "-c", "echo acknowledged > /home/user/ack")
+	// The inventory sees the platform: processes, mounts, the cgroups.
+	if running := inventory(dir, sb.ID).extra(before); !inventorySees(running, "process", "mount", "cgroup") {
+		t.Fatalf("the inventory of a running sandbox misses a kind:\n%s", strings.Join(running, "\n"))
+	}
+
+	// exec: the crash loses the command's answer, never the sandbox or
+	// what an earlier exec wrote.
+	in = crashDuring(t, in, dir, "POST", "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":["sh","-c","echo unacknowledged > /home/user/maybe; sleep 1"]}`, "")
+	if got := in.settle(sb.ID, "exec"); got.State != "running" {
+		t.Fatalf("exec: after the crash the sandbox is %+v, want running", got)
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/ack"); res.Stdout != "acknowledged\n" {
+		t.Errorf("exec: acknowledged data after the crash: %+v", res)
+	}
+
 	var snap snapshotJSON
 	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &snap); code != http.StatusCreated {
 		t.Fatalf("snapshot: HTTP %d %+v", code, snap)
@@ -566,41 +601,19 @@ func TestCrashDuringEachOperation(t *testing.T) {
 		{"stop", "/stop", "", "stopped"},
 		{"start", "/start", "", "running"},
 		{"pause", "/pause", "", "paused"},
+		{"resume", "/resume", "", "running"},
 		{"hibernate", "/hibernate", "", "hibernated"},
 		{"restore", "/restore", "", "running"},
 		{"rollback", "/rollback", `{"snapshot":"` + snap.ID + `"}`, "running"},
 		{"snapshot", "/snapshots", `{"kind":"disk"}`, "running"},
+		{"fork", "/fork", "", "running"},
 	}
 	for _, step := range steps {
-		accepted := make(chan struct{})
-		go func() {
-			req, _ := http.NewRequest("POST", in.url+"/v1/sandboxes/"+sb.ID+step.path, strings.NewReader(step.body))
-			req.Header.Set("Authorization", "Bearer "+in.key)
-			req.Header.Set("Content-Type", "application/json")
-			close(accepted)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		<-accepted
-		time.Sleep(50 * time.Millisecond) // the request is being worked on
-		in.kill()
-		in = startServer(t, dir)
-		deadline := time.Now().Add(3 * time.Minute)
-		var got sandbox
-		for {
-			in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
-			settled := got.State == "running" || got.State == "paused" || got.State == "stopped" || got.State == "hibernated" || got.State == "failed"
-			if settled {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: after the crash the sandbox is still %+v\n%s", step.op, got, in.logs())
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		in = crashDuring(t, in, dir, "POST", "/v1/sandboxes/"+sb.ID+step.path, step.body, "")
+		got := in.settle(sb.ID, step.op)
 		// The request may have been lost before it was recorded: then
 		// the sandbox is where it was and the operation is repeated.
+		t.Logf("%s: after the crash %s %s", step.op, got.State, got.Reason)
 		if got.State != step.want {
 			var e struct{ Message string }
 			if code := in.do("POST", "/v1/sandboxes/"+sb.ID+step.path, jsonBody(step.body), &e); code >= 300 {
@@ -616,15 +629,100 @@ func TestCrashDuringEachOperation(t *testing.T) {
 				t.Errorf("%s: acknowledged data after the crash: %+v", step.op, res)
 			}
 		}
-		if step.op == "pause" {
-			// Resume so that the next step starts from running.
-			if _, e, c := in.cli("", "sandbox", "resume", sb.ID); c != 0 {
-				t.Fatalf("resume: %s", e)
+	}
+	// The fork, when the crash left it recorded, settles like any sandbox
+	// and has the parent's data; it is deleted with the rest.
+	in.do("GET", "/v1/sandboxes", nil, &list)
+	if len(list.Sandboxes) == 1 {
+		// The crash lost the fork before it was recorded: repeat it.
+		var e struct{ Message string }
+		if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", nil, &e); code != http.StatusCreated && code != http.StatusAccepted {
+			t.Fatalf("fork repeated after the crash: HTTP %d %s\n%s", code, e.Message, in.logs())
+		}
+		in.do("GET", "/v1/sandboxes", nil, &list)
+	}
+	for _, child := range list.Sandboxes {
+		if child.ID == sb.ID {
+			continue
+		}
+		ids = append(ids, child.ID)
+		got := in.settle(child.ID, "fork child")
+		t.Logf("fork child %s after the crash: %s %s", child.ID, got.State, got.Reason)
+		if got.State == "failed" && got.Reason == "" {
+			t.Errorf("fork child %s failed with no reason", child.ID)
+		}
+		if got.State == "running" {
+			if res := in.exec(child.ID, "cat", "/home/user/ack"); res.Stdout != "acknowledged\n" {
+				t.Errorf("fork child: parent's acknowledged data: %+v", res)
 			}
 		}
+		in.delete(child.ID)
 	}
-	in.delete(sb.ID)
+
+	// delete: after the crash the sandbox is gone, or deleting it again
+	// finishes it.
+	in = crashDuring(t, in, dir, "DELETE", "/v1/sandboxes/"+sb.ID, "", "")
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		var got sandbox
+		code := in.do("GET", "/v1/sandboxes/"+sb.ID, nil, &got)
+		if code == http.StatusNotFound {
+			break
+		}
+		if got.State != "deleting" {
+			if code := in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil); code != http.StatusNoContent && code != http.StatusNotFound {
+				t.Fatalf("delete repeated after the crash: HTTP %d (state %+v)\n%s", code, got, in.logs())
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delete: after the crash the sandbox is still %+v\n%s", got, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	in.stop()
+	checkInventory(t, before, dir, ids...)
+}
+
+// crashDuring sends a request, kills the server while it is being worked
+// on, and returns the server restarted on the same data.
+func crashDuring(t *testing.T, in *instance, dir, method, path, body, idemKey string) *instance {
+	t.Helper()
+	accepted := make(chan struct{})
+	go func() {
+		req, _ := http.NewRequest(method, in.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+in.key)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if idemKey != "" {
+			req.Header.Set("Idempotency-Key", idemKey)
+		}
+		close(accepted)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-accepted
+	time.Sleep(50 * time.Millisecond) // the request is being worked on
+	in.kill()
+	return startServer(t, dir)
+}
+
+// settle waits until sandbox id is in a settled state and returns it.
+func (in *instance) settle(id, op string) sandbox {
+	in.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	var got sandbox
+	for {
+		in.do("GET", "/v1/sandboxes/"+id, nil, &got)
+		switch got.State {
+		case "running", "paused", "stopped", "hibernated", "failed":
+			return got
+		}
+		if time.Now().After(deadline) {
+			in.t.Fatalf("%s: after the crash the sandbox is still %+v\n%s", op, got, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // jsonBody turns a literal JSON body into what instance.do sends (nil for

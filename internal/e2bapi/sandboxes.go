@@ -120,7 +120,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb.State == sandbox.StateFailed {
-		a.writeE2BErr(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s failed to start: %s; delete it and create another", errdefs.ErrFailedPrecondition, sb.ID, sb.Reason))
 		return
 	}
 	if err := a.e2bOpenPorts(r.Context(), c, sb.ID, public); err != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -10,7 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
 )
 
 // TestBridgeKilledDuringStart: a host bridge killed (SIGKILL) while the
@@ -60,5 +64,36 @@ func TestBridgeKilledDuringStart(t *testing.T) {
 		}
 	case <-time.After(timeout / 2):
 		t.Fatalf("waitReady still waiting %s after the bridge was killed", timeout/2)
+	}
+}
+
+// TestFullSnapshotRefusedWithoutBridge: a full snapshot (what hibernate
+// takes) of an execution whose host bridge was killed is refused as
+// FailedPrecondition with the reason, not handed to the node-manager and
+// acknowledged as an image a restore would resume without its bridge.
+func TestFullSnapshotRefusedWithoutBridge(t *testing.T) {
+	testenvSkipWithoutProc(t)
+	m, _ := bridgeTestManager(t)
+	rec := nsRecord("sb1-g1-snap")
+	spawnTestBridge(t, m, rec, nsChannel(t))
+	readyBridge(t, m, rec)
+	// With the bridge serving, the snapshot goes on to the node-manager
+	// (absent here, so it fails there, not on the bridge check).
+	_, err := m.Snapshot(t.Context(), rec.ExecID, nodev1.TakeSnapshot{SnapshotID: "snap-1", Kind: privop.SnapshotFull})
+	if err == nil || strings.Contains(err.Error(), "full snapshot refused") {
+		t.Fatalf("full snapshot with the bridge serving = %v, want it past the bridge check", err)
+	}
+	if err := syscall.Kill(rec.BridgePid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(rec.BridgePid, 0) == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed bridge is still there")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err = m.Snapshot(t.Context(), rec.ExecID, nodev1.TakeSnapshot{SnapshotID: "snap-2", Kind: privop.SnapshotFull})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "host bridge") {
+		t.Fatalf("full snapshot with the bridge killed = %v, want FailedPrecondition naming the host bridge", err)
 	}
 }

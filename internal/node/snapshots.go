@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,6 +24,14 @@ func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSn
 	rec, err := m.records.load(execID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID)
+	}
+	if req.Kind == privop.SnapshotFull {
+		// A full snapshot is what a restore resumes: an execution whose
+		// host bridge is not serving its guest would come back without
+		// one, so it is refused rather than acknowledged.
+		if err := m.bridgeServing(ctx, rec); err != nil {
+			return nil, fmt.Errorf("%w: exec %s: full snapshot refused: %s; stop the sandbox (its disk is kept) or take a disk snapshot", errdefs.ErrFailedPrecondition, execID, err)
+		}
 	}
 	if req.Kind == privop.SnapshotDisk && rec.Runtime == "vm" && !rec.Paused {
 		bc, err := m.bridge(rec)
@@ -85,4 +94,20 @@ func snapshotOf(info privop.SnapshotInfo) nodev1.Snapshot {
 		ID: info.ID, Kind: info.Kind, Runtime: info.Runtime, SandboxID: info.SandboxID, Template: info.Template,
 		CreatedAt: info.CreatedAt, SizeBytes: info.SizeBytes, MemoryMiB: info.MemoryMiB, CPUs: info.CPUs,
 	}
+}
+
+// bridgeServing checks that rec's host bridge answers and serves its guest.
+func (m *Manager) bridgeServing(ctx context.Context, rec *Record) error {
+	bc, err := m.bridge(rec)
+	if err != nil {
+		return err
+	}
+	st, err := bc.status(ctx)
+	if err != nil {
+		return errors.New(m.failureReason(rec, err))
+	}
+	if !st.Ready || st.Reason != "" {
+		return fmt.Errorf("host bridge does not serve its guest (ready %t, reason %q)", st.Ready, st.Reason)
+	}
+	return nil
 }

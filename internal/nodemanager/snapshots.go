@@ -66,8 +66,10 @@ func (s *Server) snapshot(ctx context.Context, a *privop.SnapshotArgs) (*privop.
 		return nil, invalid("snapshot: runtime %q of exec %s is not on this node", a.Runtime, a.ExecID)
 	}
 	d := drivers[0]
-	if alive, err := d.Alive(ctx, a.ExecID); err != nil || !alive {
-		return nil, fmt.Errorf("%w: exec %s is not running (%v)", errdefs.ErrFailedPrecondition, a.ExecID, err)
+	if alive, err := d.Alive(ctx, a.ExecID); err != nil {
+		return nil, fmt.Errorf("%w: exec %s is not running: %v", errdefs.ErrFailedPrecondition, a.ExecID, err)
+	} else if !alive {
+		return nil, fmt.Errorf("%w: exec %s is not running: its sandbox has exited", errdefs.ErrFailedPrecondition, a.ExecID)
 	}
 	if err := s.removeSnapshot(ctx, a.SnapshotID); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
 )
@@ -37,7 +38,7 @@ func (a *API) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb.State == sandbox.StateFailed {
-		a.writeError(w, r, fmt.Errorf("sandbox %s failed to start: %s", sb.ID, sb.Reason))
+		a.writeError(w, r, fmt.Errorf("%w: sandbox %s failed to start: %s; delete it and create another", errdefs.ErrFailedPrecondition, sb.ID, sb.Reason))
 		return
 	}
 	a.host.ObserveCreate(time.Since(start))

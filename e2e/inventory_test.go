@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hostInventory is what the platform holds on the host for one data
+// directory: its processes (the binaries this package built, or any
+// process naming the directory), mounts under the directory, loop devices
+// backed by files in it, and the network namespaces and cgroups (under
+// SPACE's "space" groups) named after the test's sandboxes. The machine is
+// shared, so what belongs to other servers is left out.
+type hostInventory []string
+
+// inventory lists what the platform holds for dataDir and the sandboxes ids.
+func inventory(dataDir string, ids ...string) hostInventory {
+	var out []string
+	for _, m := range mountsUnder(dataDir) {
+		out = append(out, "mount "+m)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if (bin.dir != "" && strings.HasPrefix(exe, bin.dir+"/")) || bytes.Contains(cmdline, []byte(dataDir)) {
+			out = append(out, "process "+e.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, err := os.ReadFile(l); err == nil && strings.HasPrefix(string(b), dataDir) {
+			out = append(out, "loop "+l+" "+strings.TrimSpace(string(b)))
+		}
+	}
+	named := func(kind, pattern string) {
+		paths, _ := filepath.Glob(pattern)
+		for _, p := range paths {
+			for _, id := range ids {
+				if id != "" && strings.Contains(filepath.Base(p), id) {
+					out = append(out, kind+" "+p)
+				}
+			}
+		}
+	}
+	named("netns", "/run/netns/*")
+	named("cgroup", "/sys/fs/cgroup/*/space/*")
+	named("cgroup", "/sys/fs/cgroup/space/*")
+	slices.Sort(out)
+	return out
+}
+
+// extra is what now holds that before did not.
+func (now hostInventory) extra(before hostInventory) []string {
+	var out []string
+	for _, s := range now {
+		if !slices.Contains(before, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkInventory fails the test when, within a few seconds (a stopped
+// process's groups go after it), the host still holds for dataDir and ids
+// anything that before did not.
+func checkInventory(t *testing.T, before hostInventory, dataDir string, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		extra := inventory(dataDir, ids...).extra(before)
+		if len(extra) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left on the host:\n%s", strings.Join(extra, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// inventorySees reports whether inv has an entry of every kind.
+func inventorySees(inv []string, kinds ...string) bool {
+	for _, k := range kinds {
+		if !slices.ContainsFunc(inv, func(s string) bool { return strings.HasPrefix(s, k+" ") }) {
+			return false
+		}
+	}
+	return true
+}
