@@ -64,6 +64,7 @@ func TestUniquenessAfterRestore(t *testing.T) {
 			t.Errorf("restore %d: HTTP %d %.300s, want 2xx (joined) or 409", i, a.code, a.body)
 		}
 	}
+	t.Logf("%d racing restores: %d joined the activation, %d refused with 409", racers, ok, racers-ok)
 	if ok == 0 {
 		t.Fatalf("no restore succeeded: %+v\n%s", answers, in.logs())
 	}
