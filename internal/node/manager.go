@@ -54,6 +54,10 @@ type Config struct {
 	// Gateway, when set, gives every execution a network interface into
 	// this node's gateway.
 	Gateway *GatewayConfig
+	// MaxStreamsPerExecution bounds the requests the node forwards to one
+	// execution at once (0: DefaultMaxStreamsPerExecution); the next is
+	// refused 429 too_many_streams.
+	MaxStreamsPerExecution int
 }
 
 // Manager runs sandbox executions on this node.
@@ -131,6 +135,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged,
 		serving: make(chan struct{})}
+	m.streams.max, m.streams.refused = cfg.MaxStreamsPerExecution, m.refusals.streams
 	m.pool.init()
 	m.testOffset.path = os.Getenv(TestClockOffsetEnv)
 	logTestClockOffset(log, m.testOffset.path)
