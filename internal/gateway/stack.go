@@ -97,6 +97,9 @@ type Config struct {
 	Internal *egress.InternalHolder
 	// Counters receives every decision; nil counts nowhere.
 	Counters *Counters
+	// DNSTotals receives every DNS query's decision (dnsgw); nil counts
+	// only in the sandbox's DNS stats.
+	DNSTotals *dnsgw.Totals
 	// Log receives refusals (rate limited) and errors.
 	Log *slog.Logger
 }
@@ -137,7 +140,7 @@ func Attach(link *driver.Link, cfg Config) (*Sandbox, error) {
 	}
 	log = log.With("component", "gateway", "sandbox", cfg.Sandbox, "exec", cfg.Execution)
 	names := dnsgw.NewNameTable(0, nil)
-	dns, err := dnsgw.New(dnsgw.Config{Policy: cfg.Policy, Upstream: cfg.Upstream, Names: names, Log: log})
+	dns, err := dnsgw.New(dnsgw.Config{Policy: cfg.Policy, Upstream: cfg.Upstream, Names: names, Log: log, Totals: cfg.DNSTotals})
 	if err != nil {
 		fio.Close()
 		return nil, err

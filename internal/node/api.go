@@ -107,7 +107,11 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 	// never sees it.
 	// The request holds a lease on the execution: retiring or stopping it
 	// cuts the request (a stream stops at once).
-	leaseCtx, release := m.streams.acquire(r.Context(), execID)
+	leaseCtx, release, err := m.streams.acquire(r.Context(), surfaceGuest, execID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	defer release()
 	r = r.WithContext(leaseCtx)
 	bc, err := m.bridge(rec)

@@ -91,7 +91,7 @@ func TestFenceFreezesWhenLeaseEnds(t *testing.T) {
 	for _, rec := range []*Record{running, paused, pooled, retired} {
 		saveRecord(t, m, rec)
 	}
-	stream, release := m.streams.acquire(context.Background(), running.ExecID)
+	stream, release, _ := m.streams.acquire(context.Background(), surfaceGuest, running.ExecID)
 	defer release()
 
 	m.renewLease(time.Now(), 300*time.Millisecond)

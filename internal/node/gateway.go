@@ -43,6 +43,8 @@ type gateways struct {
 	mu       sync.Mutex
 	byExec   map[string]*execGateway
 	counters gateway.Counters
+	// dns counts the DNS queries of every sandbox by decision.
+	dns dnsgw.Totals
 	// internal is the deployment's internal-service list from the last
 	// heartbeat answer, shared by every gateway (internalnet.go).
 	internal egress.InternalHolder
@@ -85,7 +87,7 @@ func (m *Manager) attachGateway(rec *Record, link *driver.Link) error {
 	cfg := gateway.Config{
 		Sandbox: rec.SandboxID, Execution: rec.ExecID,
 		Policy: holder, Upstream: m.cfg.Gateway.Upstream, Dialer: m.cfg.Gateway.Dialer,
-		Counters: &m.gateways.counters, Log: m.log, HostAddrs: m.cfg.Gateway.HostAddrs,
+		Counters: &m.gateways.counters, DNSTotals: &m.gateways.dns, Log: m.log, HostAddrs: m.cfg.Gateway.HostAddrs,
 		Internal: &m.gateways.internal,
 	}
 	if rec.CA != nil && m.cfg.Gateway.Credentials != nil {
@@ -163,6 +165,9 @@ func (m *Manager) writeGatewayMetrics(w io.Writer) {
 	metrics.WriteCounter(w, "space_gateway_flows_total",
 		"Sandbox network flows by the gateway's decision: allowed, intercepted, or the reason of a refusal.",
 		"decision", []string{gateway.ReasonAllowed, gateway.ReasonPolicy, gateway.ReasonInternalService, gateway.ReasonFlowLimit, gateway.ReasonPendingSYN, gateway.ReasonUDP}, m.gateways.counters.Snapshot())
+	metrics.WriteCounter(w, "space_gateway_dns_queries_total",
+		"Sandbox DNS queries by the gateway's decision: answered, or refused by policy, over the per-sandbox rate (rate_limited), failed upstream, malformed or unsupported.",
+		"decision", dnsgw.Decisions, m.gateways.dns.Snapshot())
 	metrics.WriteCounter(w, "space_gateway_credential_redactions_total",
 		"Occurrences of an injected credential's secret removed from responses before the sandbox read them, and responses refused because their content coding could not be scanned.",
 		"what", nil, map[string]uint64{

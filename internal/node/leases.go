@@ -7,6 +7,8 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/metrics"
 )
 
 // Stream leases. Every request the node forwards to a guest (exec output, a
@@ -15,22 +17,57 @@ import (
 // output stop at once instead of running on against an execution that no
 // longer owns the sandbox.
 
+// DefaultMaxStreamsPerExecution is how many requests the node forwards to
+// one execution at once (guest routes, port ingress, TCP tunnels). Each
+// costs the node a goroutine, buffers and a connection (an fd), so a client
+// opening ten thousand watches or tunnels into one sandbox gets refusals,
+// not the node's fd table or memory, and other executions are untouched.
+const DefaultMaxStreamsPerExecution = 1024
+
+// Surfaces of a forwarded request: the surface label of
+// space_node_streams_refused_total.
+const (
+	surfaceGuest    = "guest"     // a public guest route through the host bridge
+	surfacePortHTTP = "port_http" // HTTP ingress to a guest port
+	surfacePortTCP  = "port_tcp"  // a TCP tunnel to a guest port
+)
+
+var streamSurfaces = []string{surfaceGuest, surfacePortHTTP, surfacePortTCP}
+
 // leases tracks the in-flight forwarded requests per execution.
 type leases struct {
 	mu sync.Mutex
 	m  map[string]map[*lease]struct{}
+	// max bounds the leases of one execution (0: DefaultMaxStreamsPerExecution).
+	max int
+	// refused counts the requests refused over max, by surface (nil: not counted).
+	refused *metrics.CounterVec
 }
 
 type lease struct {
 	cancel context.CancelCauseFunc
 }
 
-// acquire returns a context for a request to execID, cancelled when the
-// execution is retired or stopped, and the release to call when done.
-func (l *leases) acquire(ctx context.Context, execID string) (context.Context, func()) {
+// acquire returns a context for a request of surface to execID, cancelled
+// when the execution is retired or stopped, and the release to call when
+// done. With max leases held on execID already it is refused with
+// errdefs.ErrTooManyStreams (429 too_many_streams) and counted.
+func (l *leases) acquire(ctx context.Context, surface, execID string) (context.Context, func(), error) {
+	max := l.max
+	if max <= 0 {
+		max = DefaultMaxStreamsPerExecution
+	}
+	l.mu.Lock()
+	if len(l.m[execID]) >= max {
+		l.mu.Unlock()
+		if l.refused != nil {
+			l.refused.Inc(surface)
+		}
+		return nil, nil, fmt.Errorf("%w: exec %s has %d requests in flight on this node (exec sessions, watches, transfers, port connections), the most it may; close one or wait for one to end",
+			errdefs.ErrTooManyStreams, execID, max)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	ls := &lease{cancel: cancel}
-	l.mu.Lock()
 	if l.m == nil {
 		l.m = map[string]map[*lease]struct{}{}
 	}
@@ -47,7 +84,7 @@ func (l *leases) acquire(ctx context.Context, execID string) (context.Context, f
 		}
 		l.mu.Unlock()
 		cancel(nil)
-	}
+	}, nil
 }
 
 // revoke cancels every lease on execID with cause and returns how many.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -54,6 +55,10 @@ type Config struct {
 	// Gateway, when set, gives every execution a network interface into
 	// this node's gateway.
 	Gateway *GatewayConfig
+	// MaxStreamsPerExecution bounds the requests the node forwards to one
+	// execution at once (0: DefaultMaxStreamsPerExecution); the next is
+	// refused 429 too_many_streams.
+	MaxStreamsPerExecution int
 }
 
 // Manager runs sandbox executions on this node.
@@ -131,6 +136,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged,
 		serving: make(chan struct{})}
+	m.streams.max, m.streams.refused = cfg.MaxStreamsPerExecution, m.refusals.streams
 	m.pool.init()
 	m.testOffset.path = os.Getenv(TestClockOffsetEnv)
 	logTestClockOffset(log, m.testOffset.path)
@@ -332,6 +338,12 @@ func pidsFor(memoryMiB int) int {
 // is that process. An ns channel is a socketpair the node-manager made; its
 // peer credentials name the node-manager and no other process can reach it,
 // so it is not checked (see internal/bridge/peer.go).
+// BridgeMaxFiles is the RLIMIT_NOFILE (soft and hard) of every host bridge:
+// room for its DefaultMaxStreams guest requests (bridge.DefaultMaxStreams)
+// and their connections, and no more, so a sandbox whose clients open
+// streams without end exhausts its own bridge's fds, not the node's.
+const BridgeMaxFiles = 4096
+
 func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	logf, err := os.OpenFile(m.records.logFile(rec.ExecID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -358,6 +370,14 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
+	}
+	// The bridge holds a socket per guest request it carries: its own fd
+	// limit keeps one sandbox's flood from the node's fd table.
+	lim := unix.Rlimit{Cur: BridgeMaxFiles, Max: BridgeMaxFiles}
+	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("exec %s: limit the host bridge's open files to %d: %w", rec.ExecID, BridgeMaxFiles, err)
 	}
 	// Start returned after the exec: /proc/<pid>/exe is the file the bridge
 	// runs, whatever happens to m.cfg.HostBridge's path from now on.

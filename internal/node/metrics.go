@@ -55,6 +55,7 @@ var peerChecks = []string{peerCheckCred, peerCheckUID, peerCheckPid, peerCheckSt
 type refusalMetrics struct {
 	capability *metrics.CounterVec // by reason
 	bridgePeer *metrics.CounterVec // by failed check
+	streams    *metrics.CounterVec // forwarded requests over the per-execution cap, by surface
 }
 
 func newRefusalMetrics() *refusalMetrics {
@@ -63,6 +64,8 @@ func newRefusalMetrics() *refusalMetrics {
 			"Requests the node refused at its capability check, by reason.", "reason").Always(capabilityReasons...),
 		bridgePeer: metrics.NewCounterVec("space_node_bridge_peer_refusals_total",
 			"Connections to a host bridge socket refused because the peer was not the bridge the node started, by failed check.", "check").Always(peerChecks...),
+		streams: metrics.NewCounterVec("space_node_streams_refused_total",
+			"Requests the node refused to forward because their execution had as many in flight as it may (too_many_streams), by surface.", "surface").Always(streamSurfaces...),
 	}
 }
 
@@ -70,6 +73,7 @@ func newRefusalMetrics() *refusalMetrics {
 func (r *refusalMetrics) write(w io.Writer) {
 	r.capability.Write(w)
 	r.bridgePeer.Write(w)
+	r.streams.Write(w)
 }
 
 // handleMetrics serves GET /node/v1/metrics: the refusal counters as

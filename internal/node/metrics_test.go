@@ -174,7 +174,7 @@ func TestMetricsExposition(t *testing.T) {
 	r.bridgePeer.Inc(peerCheckExe)
 	var b strings.Builder
 	r.write(&b)
-	sample := regexp.MustCompile(`^(space_node_[a-z_]+)\{(reason|check)="([a-z-]+)"\} ([0-9]+)$`)
+	sample := regexp.MustCompile(`^(space_node_[a-z_]+)\{(reason|check|surface)="([a-z_-]+)"\} ([0-9]+)$`)
 	typed := map[string]bool{}
 	got := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {

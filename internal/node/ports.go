@@ -30,7 +30,11 @@ func (m *Manager) handlePort(w http.ResponseWriter, r *http.Request) {
 	}
 	// Ingress holds a lease like every stream: a replaced or stopped
 	// execution cuts it.
-	leaseCtx, release := m.streams.acquire(r.Context(), execID)
+	leaseCtx, release, err := m.streams.acquire(r.Context(), surfacePortHTTP, execID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	defer release()
 	r = r.WithContext(leaseCtx)
 	path := "/" + r.PathValue("rest")
@@ -105,7 +109,11 @@ func (m *Manager) handlePortTCP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	leaseCtx, release := m.streams.acquire(context.WithoutCancel(r.Context()), execID)
+	leaseCtx, release, err := m.streams.acquire(context.WithoutCancel(r.Context()), surfacePortTCP, execID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	defer release()
 	dctx, cancel := context.WithTimeout(leaseCtx, 30*time.Second)
 	guestConn, err := g.gw.DialGuest(dctx, port)

@@ -56,9 +56,9 @@ func TestRetirement(t *testing.T) {
 	if err := m.checkCapability(header, rec, capability.OpExec, time.Now()); err != nil {
 		t.Fatalf("before retirement: %v", err)
 	}
-	stream, release := m.streams.acquire(context.Background(), rec.ExecID)
+	stream, release, _ := m.streams.acquire(context.Background(), surfaceGuest, rec.ExecID)
 	defer release()
-	other, releaseOther := m.streams.acquire(context.Background(), "sb2-g1-y")
+	other, releaseOther, _ := m.streams.acquire(context.Background(), surfaceGuest, "sb2-g1-y")
 	defer releaseOther()
 
 	m.Retire([]nodev1.Retirement{
@@ -122,7 +122,7 @@ func TestRetireOlder(t *testing.T) {
 // cause when its execution stops.
 func TestLeases(t *testing.T) {
 	var l leases
-	ctx, release := l.acquire(context.Background(), "e1")
+	ctx, release, _ := l.acquire(context.Background(), surfaceGuest, "e1")
 	if l.count("e1") != 1 {
 		t.Fatalf("count = %d, want 1", l.count("e1"))
 	}
@@ -130,7 +130,7 @@ func TestLeases(t *testing.T) {
 	if l.count("e1") != 0 || ctx.Err() == nil {
 		t.Fatalf("after release: count %d, ctx err %v", l.count("e1"), ctx.Err())
 	}
-	ctx, release = l.acquire(context.Background(), "e1")
+	ctx, release, _ = l.acquire(context.Background(), surfaceGuest, "e1")
 	defer release()
 	if n := l.revoke("e1", errors.New("stopped")); n != 1 {
 		t.Errorf("revoke = %d, want 1", n)

@@ -534,10 +534,15 @@ func (s *jailSpec) pivot() error {
 	return unix.Chdir(s.Dir)
 }
 
+// QEMUMaxFiles is the RLIMIT_NOFILE (soft and hard) of a confined QEMU: its
+// disks, sockets and event fds take tens, and a guest that makes it open
+// more exhausts its own QEMU's table, not the node's.
+const QEMUMaxFiles = 4096
+
 // dropPrivileges switches every thread to uid and gid with only groups as
 // supplementary groups (which clears all capabilities), and sets
-// no_new_privs and a zero core-size limit (a QEMU core holds guest memory)
-// on this thread, the one that execs.
+// no_new_privs, a zero core-size limit (a QEMU core holds guest memory) and
+// an open-file limit of QEMUMaxFiles on this thread, the one that execs.
 func dropPrivileges(uid, gid uint32, groups []uint32) error {
 	gs := make([]int, len(groups))
 	for i, g := range groups {
@@ -545,6 +550,9 @@ func dropPrivileges(uid, gid uint32, groups []uint32) error {
 	}
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
 		return fmt.Errorf("core-size limit: %w", err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: QEMUMaxFiles, Max: QEMUMaxFiles}); err != nil {
+		return fmt.Errorf("open-file limit %d: %w", QEMUMaxFiles, err)
 	}
 	if err := syscall.Setgroups(gs); err != nil {
 		return fmt.Errorf("setgroups: %w", err)

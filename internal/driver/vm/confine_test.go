@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -462,6 +463,14 @@ func checkQEMUProcess(t *testing.T, d *Driver, st *state) {
 		if got := statusField(t, st.Pid, field); got != want {
 			t.Errorf("exec %s: QEMU %s = %q, want %q", st.ExecID, field, got, want)
 		}
+	}
+	limits, err := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/limits")
+	if err != nil {
+		t.Errorf("exec %s: QEMU's limits: %v", st.ExecID, err)
+	}
+	nofile := regexp.MustCompile(`Max open files\s+(\d+)\s+(\d+)`).FindStringSubmatch(string(limits))
+	if want := strconv.Itoa(QEMUMaxFiles); nofile == nil || nofile[1] != want || nofile[2] != want {
+		t.Errorf("exec %s: QEMU's open-file limit %q, want %s soft and hard", st.ExecID, nofile, want)
 	}
 	for _, ns := range []string{"mnt", "net", "ipc", "uts"} {
 		mine, err1 := os.Readlink("/proc/self/ns/" + ns)

@@ -79,6 +79,9 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock of the rate limits. Default time.Now.
 	Now func() time.Time
+	// Totals, when set, also counts every decision (shared by the Servers
+	// of a node). Nil: only Stats counts.
+	Totals *Totals
 }
 
 // Server answers the DNS queries of one sandbox; see the package doc for
@@ -94,7 +97,59 @@ type Server struct {
 	rate    *tokenBucket
 	logRate *tokenBucket
 
-	answered, refused, rateLimited, failed, malformed, unsupported atomic.Uint64
+	counts [numDecisions]atomic.Uint64
+	// totals, when set, counts the decisions of every Server of a node.
+	totals *Totals
+}
+
+// Decisions of a query, as counted (Stats) and exposed by the node
+// (space_gateway_dns_queries_total{decision}).
+const (
+	DecisionAnswered    = "answered"
+	DecisionRefused     = "refused"
+	DecisionRateLimited = "rate_limited"
+	DecisionFailed      = "failed"
+	DecisionMalformed   = "malformed"
+	DecisionUnsupported = "unsupported"
+)
+
+// Decisions lists every decision, in the order of Stats' fields.
+var Decisions = []string{DecisionAnswered, DecisionRefused, DecisionRateLimited, DecisionFailed, DecisionMalformed, DecisionUnsupported}
+
+type decision int
+
+const (
+	answered decision = iota
+	refused
+	rateLimited
+	failed
+	malformed
+	unsupported
+	numDecisions
+)
+
+// Totals counts the decisions of several Servers together: a node's, all
+// its sandboxes' (a per-sandbox label would be unbounded). The zero value
+// is ready; share one through Config.Totals.
+type Totals struct {
+	counts [numDecisions]atomic.Uint64
+}
+
+// Snapshot returns the totals by decision (Decisions).
+func (t *Totals) Snapshot() map[string]uint64 {
+	m := make(map[string]uint64, len(Decisions))
+	for i, d := range Decisions {
+		m[d] = t.counts[i].Load()
+	}
+	return m
+}
+
+// count counts one query's decision d, in this Server and its totals.
+func (s *Server) count(d decision) {
+	s.counts[d].Add(1)
+	if s.totals != nil {
+		s.totals.counts[d].Add(1)
+	}
 }
 
 // Stats counts the decisions of a Server since New.
@@ -174,18 +229,19 @@ func New(cfg Config) (*Server, error) {
 		log:     log,
 		rate:    newTokenBucket(qps, burst, now),
 		logRate: newTokenBucket(logPerSecond, logBurst, now),
+		totals:  cfg.Totals,
 	}, nil
 }
 
 // Stats returns the decision counters.
 func (s *Server) Stats() Stats {
 	return Stats{
-		Answered:    s.answered.Load(),
-		Refused:     s.refused.Load(),
-		RateLimited: s.rateLimited.Load(),
-		Failed:      s.failed.Load(),
-		Malformed:   s.malformed.Load(),
-		Unsupported: s.unsupported.Load(),
+		Answered:    s.counts[answered].Load(),
+		Refused:     s.counts[refused].Load(),
+		RateLimited: s.counts[rateLimited].Load(),
+		Failed:      s.counts[failed].Load(),
+		Malformed:   s.counts[malformed].Load(),
+		Unsupported: s.counts[unsupported].Load(),
 	}
 }
 
@@ -198,30 +254,30 @@ func (s *Server) Answer(ctx context.Context, query []byte) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(query)
 	if err != nil || h.Response {
-		s.malformed.Add(1)
+		s.count(malformed)
 		return nil
 	}
 	q, qerr := oneQuestion(&p)
 	if !s.rate.allow() {
-		s.rateLimited.Add(1)
+		s.count(rateLimited)
 		return s.reply(h, q, dnsmessage.RCodeRefused)
 	}
 	switch {
 	case len(query) > MaxMessageSize:
-		s.malformed.Add(1)
+		s.count(malformed)
 		return s.reply(h, q, dnsmessage.RCodeFormatError)
 	case h.OpCode != 0:
-		s.unsupported.Add(1)
+		s.count(unsupported)
 		return s.reply(h, q, dnsmessage.RCodeNotImplemented)
 	case qerr != nil:
-		s.malformed.Add(1)
+		s.count(malformed)
 		return s.reply(h, nil, dnsmessage.RCodeFormatError)
 	case q.Class != dnsmessage.ClassINET:
-		s.unsupported.Add(1)
+		s.count(unsupported)
 		return s.reply(h, q, dnsmessage.RCodeRefused)
 	}
 	if d := s.policy.Load().AllowQuery(q.Name.String()); !d.Allow {
-		s.refused.Add(1)
+		s.count(refused)
 		s.logAt(ctx, slog.LevelDebug, "dns query refused by policy", "name", q.Name.String(), "type", q.Type, "reason", d.Reason)
 		return s.reply(h, q, dnsmessage.RCodeRefused)
 	}
@@ -233,7 +289,7 @@ func (s *Server) Answer(ctx context.Context, query []byte) []byte {
 	default:
 		// Tunnel carriers (TXT, NULL, MX, ANY...): "no records of this
 		// type", never asked upstream. See the package doc.
-		s.unsupported.Add(1)
+		s.count(unsupported)
 		return s.reply(h, q, dnsmessage.RCodeSuccess)
 	}
 }
@@ -263,11 +319,11 @@ func (s *Server) resolve(ctx context.Context, h dnsmessage.Header, q *dnsmessage
 	addrs, err := s.up.LookupNetIP(ctx, family, fqdn)
 	if err != nil {
 		if !isNotFound(err) {
-			s.failed.Add(1)
+			s.count(failed)
 			s.logAt(ctx, slog.LevelDebug, "dns upstream lookup failed", "name", name, "network", family, "err", err)
 			return s.reply(h, q, dnsmessage.RCodeServerFailure)
 		}
-		s.answered.Add(1)
+		s.count(answered)
 		return s.reply(h, q, s.negative(ctx, family, fqdn))
 	}
 	addrs = pickFamily(addrs, family, MaxAnswers)
@@ -275,7 +331,7 @@ func (s *Server) resolve(ctx context.Context, h dnsmessage.Header, q *dnsmessage
 	if n > 0 {
 		s.names.Record(name, addrs[:n], s.nameTTL)
 	}
-	s.answered.Add(1)
+	s.count(answered)
 	return msg
 }
 

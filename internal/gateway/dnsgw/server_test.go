@@ -3,6 +3,7 @@ package dnsgw
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -576,5 +577,25 @@ func TestAnswerConcurrent(t *testing.T) {
 	st := e.srv.Stats()
 	if st.Answered != 8*200 {
 		t.Errorf("Stats %+v, want Answered %d", st, 8*200)
+	}
+}
+
+// TestTotals: Servers sharing a Totals count into it together, by decision,
+// each keeping its own Stats: the node's rate-limit refusals are a metric,
+// not only a sandbox's stats.
+func TestTotals(t *testing.T) {
+	var tot Totals
+	a := newTestEnv(t, func(c *Config) { c.QueriesPerSecond = 1; c.Burst = 1; c.Totals = &tot })
+	b := newTestEnv(t, func(c *Config) { c.Totals = &tot })
+	for i := range 3 {
+		a.answer(t, query(t, uint16(i), "example.com.", dnsmessage.TypeA))
+	}
+	b.answer(t, query(t, 7, "example.com.", dnsmessage.TypeA))
+	want := map[string]uint64{DecisionAnswered: 2, DecisionRateLimited: 2, DecisionRefused: 0, DecisionFailed: 0, DecisionMalformed: 0, DecisionUnsupported: 0}
+	if got := tot.Snapshot(); !maps.Equal(got, want) {
+		t.Errorf("totals %v, want %v", got, want)
+	}
+	if st := a.srv.Stats(); st != (Stats{Answered: 1, RateLimited: 2}) {
+		t.Errorf("rate-limited server's Stats %+v, want Answered 1 RateLimited 2", st)
 	}
 }
