@@ -182,7 +182,7 @@ func bridgeGet(t *testing.T, socket, path, tok string) (int, string) {
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b)
 }
 

@@ -289,7 +289,7 @@ func (s *secondNode) nodeAPI(method, path, capabilityToken string) (int, string)
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20)) // the node's metrics included
 	return resp.StatusCode, string(b)
 }
 

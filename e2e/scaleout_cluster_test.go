@@ -435,7 +435,7 @@ func (c *cluster) nodeAPI(i int, method, path, capabilityToken string) (int, str
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b)
 }
 

@@ -40,12 +40,17 @@ func (c *Client) callProgress(ctx context.Context, req Request, onProgress func(
 	}
 	uc := conn.(*net.UnixConn)
 	defer uc.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = uc.SetDeadline(dl)
-	}
+	// The connection's deadline is set once ctx is done, not to ctx's
+	// deadline: a socket deadline can fire before ctx's own timer has
+	// marked it done, and the failed read would then look like a
+	// node-manager that went away (Unavailable) instead of the caller's
+	// deadline (TestNodeManagerGone, under load).
 	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := WriteMessage(uc, req); err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("node-manager %s: send: %w", req.Op, ctx.Err())
+		}
 		return nil, nil, fmt.Errorf("node-manager %s: send: %w: %w", req.Op, err, errdefs.ErrUnavailable)
 	}
 	var resp Response
