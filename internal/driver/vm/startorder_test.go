@@ -113,32 +113,11 @@ func runFakeQEMU(args []string) {
 // fake QEMU here takes fakeQMPDelay between them; without the wait in
 // Start, the QMP command right after it fails.
 func TestStartWaitsForQMP(t *testing.T) {
-	dir := t.TempDir()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	qemu := filepath.Join(dir, fakeQEMUName)
-	if err := os.Symlink(self, qemu); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{}
-	for _, name := range []string{"vmlinuz", "space-guest", "root.img"} {
-		files[name] = filepath.Join(dir, name)
-		if err := os.WriteFile(files[name], []byte(name), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d, err := New(Config{
-		StateDir: filepath.Join(dir, "state"), QEMU: qemu, Accel: AccelTCG, ColdBoot: true, Unconfined: true, Log: testLogger(t),
-		Kernel: &vmimage.Kernel{Vmlinuz: files["vmlinuz"], SHA256: "fake", Minimal: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, spec := fakeQEMUDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	inst, err := d.Start(ctx, driver.Spec{ExecID: "qmp-order", SandboxID: "sbx-qmp-order", RootFS: files["root.img"], GuestBinary: files["space-guest"], MemoryMiB: 256})
+	spec.ExecID, spec.SandboxID = "qmp-order", "sbx-qmp-order"
+	inst, err := d.Start(ctx, spec)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -169,6 +148,31 @@ func TestStartWaitsForQMP(t *testing.T) {
 // opening its files; without the greeting wait in Start it finds them
 // removed and exits.
 func TestStartWaitsForQEMUInit(t *testing.T) {
+	d, spec := fakeQEMUDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const id = "init-order"
+	spec.ExecID, spec.SandboxID = id, "sbx-init-order"
+	inst, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	inst.Channel.Close()
+	defer d.Wait()
+	defer killProc(inst.Pid, inst.StartTime)
+	if err := os.RemoveAll(d.execDir(id)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(fakeInitDelay + time.Second)
+	if !driver.ProcAlive(inst.Pid, inst.StartTime) {
+		t.Error("QEMU exited when its directory was removed right after Start: Start returned before QEMU opened its files")
+	}
+}
+
+// fakeQEMUDriver is an unconfined driver whose QEMU is this test binary
+// playing fakeQEMUName, and the spec of a VM for it (ids to fill in).
+func fakeQEMUDriver(t *testing.T) (*Driver, driver.Spec) {
+	t.Helper()
 	dir := t.TempDir()
 	self, err := os.Executable()
 	if err != nil {
@@ -192,21 +196,5 @@ func TestStartWaitsForQEMUInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const id = "init-order"
-	inst, err := d.Start(ctx, driver.Spec{ExecID: id, SandboxID: "sbx-init-order", RootFS: files["root.img"], GuestBinary: files["space-guest"], MemoryMiB: 256})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	inst.Channel.Close()
-	defer d.Wait()
-	defer killProc(inst.Pid, inst.StartTime)
-	if err := os.RemoveAll(d.execDir(id)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(fakeInitDelay + time.Second)
-	if !driver.ProcAlive(inst.Pid, inst.StartTime) {
-		t.Error("QEMU exited when its directory was removed right after Start: Start returned before QEMU opened its files")
-	}
+	return d, driver.Spec{RootFS: files["root.img"], GuestBinary: files["space-guest"], MemoryMiB: 256}
 }
