@@ -60,17 +60,7 @@ func TestServicePortIngress(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &Record{StartExecution: nodev1.StartExecution{ExecID: "sb1-g8-x", SandboxID: "sb1", Generation: 8, ActivationID: "a-1", Runtime: "ns", Egress: []byte(`{"allow_internet": false}`)}}
-	if err := os.MkdirAll(m.records.execDir(rec.ExecID), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.records.save(rec); err != nil {
-		t.Fatal(err)
-	}
-	link, guest := gatewaytest.NewLink(t)
-	if err := m.attachGateway(rec, link); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.detachGateway(rec.ExecID) })
+	guest := attachTestExecution(t, m, rec)
 	ln, err := guest.Listen(8080)
 	if err != nil {
 		t.Fatal(err)
@@ -184,4 +174,22 @@ func TestServicePortIngress(t *testing.T) {
 	if code, _ := get("/node/v1/executions/sb1-g8-x/ports/9090/", mint(id, 9090, "http")); code != http.StatusServiceUnavailable {
 		t.Errorf("closed guest port: HTTP %d, want 503", code)
 	}
+}
+
+// attachTestExecution records rec on m and attaches a test gateway link for
+// it, returning the link's guest end (detached when the test ends).
+func attachTestExecution(t *testing.T, m *Manager, rec *Record) *gatewaytest.Guest {
+	t.Helper()
+	if err := os.MkdirAll(m.records.execDir(rec.ExecID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.records.save(rec); err != nil {
+		t.Fatal(err)
+	}
+	link, guest := gatewaytest.NewLink(t)
+	if err := m.attachGateway(rec, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.detachGateway(rec.ExecID) })
+	return guest
 }

@@ -9,13 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/capability"
-	"github.com/spacesandbox/space/internal/gateway/gatewaytest"
 	"github.com/spacesandbox/space/internal/privop"
 )
 
@@ -44,17 +42,7 @@ func TestStreamCapPerExecution(t *testing.T) {
 	ids := map[string]capability.Identity{}
 	for _, sb := range []string{"sb1", "sb2"} {
 		rec := &Record{StartExecution: nodev1.StartExecution{ExecID: sb + "-g1-x", SandboxID: sb, Generation: 1, ActivationID: "a-" + sb, Runtime: "ns", Egress: []byte(`{"allow_internet": false}`)}}
-		if err := os.MkdirAll(m.records.execDir(rec.ExecID), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.records.save(rec); err != nil {
-			t.Fatal(err)
-		}
-		link, guest := gatewaytest.NewLink(t)
-		if err := m.attachGateway(rec, link); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.detachGateway(rec.ExecID) })
+		guest := attachTestExecution(t, m, rec)
 		ln, err := guest.Listen(8080)
 		if err != nil {
 			t.Fatal(err)
