@@ -40,9 +40,10 @@ type Config struct {
 	PrepareWorkload bool
 	// WorkloadTasks and DaemonTasks are the tasks files of the workload's
 	// cgroup and of the daemon's, one per cgroup v1 hierarchy, in the same
-	// order: every process the daemon starts is forked by a thread moved
-	// into the workload's group for the fork (the ns runtime's reserve, see
-	// forkInWorkload). Empty: processes start in the daemon's groups, or
+	// order: every process the daemon starts is forked by one thread
+	// moved into the workload's groups once and kept there (the ns
+	// runtime's reserve, see forkInWorkload); DaemonTasks takes it back if
+	// it entered only some of them. Empty: processes start in the daemon's groups, or
 	// in the workload group PrepareWorkload made.
 	WorkloadTasks, DaemonTasks []*os.File
 	// PasswdPath and GroupPath name the account files (default /etc/passwd, /etc/group).
@@ -94,6 +95,10 @@ type Daemon struct {
 
 	lastActivity atomic.Int64 // unix nanoseconds
 	workload     workload
+	forkerOnce   sync.Once        // starts runForker
+	forks        chan forkRequest // to runForker
+	closed       chan struct{}    // closed by Close
+	closeOnce    sync.Once
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -102,7 +107,7 @@ type Daemon struct {
 // New builds a daemon and starts its reaper; Close stops it.
 func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg = cfg.withDefaults()
-	d := &Daemon{cfg: cfg, log: log, started: time.Now(), workload: workload{fd: -1}}
+	d := &Daemon{cfg: cfg, log: log, started: time.Now(), workload: workload{fd: -1}, closed: make(chan struct{})}
 	d.reaper = newReaper(cfg.ReapAll, log)
 	if cfg.ReapAll && cfg.PrepareWorkload {
 		if err := d.prepareWorkload(); err != nil {
@@ -165,6 +170,7 @@ func (d *Daemon) ServeConn(ctx context.Context, conn net.Conn) error {
 func (d *Daemon) Close() error {
 	d.procs.killAll()
 	d.watchers.closeAll()
+	d.closeOnce.Do(func() { close(d.closed) })
 	d.stop()
 	d.wg.Wait()
 	return nil

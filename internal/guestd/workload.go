@@ -184,41 +184,80 @@ func memTotal(meminfo []byte) (uint64, error) {
 	return 0, errors.New("no MemTotal in /proc/meminfo")
 }
 
-// forkInWorkload runs fork on a thread of its own moved into the workload's
-// v1 groups (Config.WorkloadTasks), so that the process it forks is born
-// there, and moves the thread back into the daemon's groups. A thread that
-// cannot be moved back is not used again: its goroutine ends locked to it,
-// and the Go runtime ends the thread. Without tasks files fork runs as is.
+// forkInWorkload runs fork on the daemon's forker: one OS thread, moved into
+// the workload's v1 groups (Config.WorkloadTasks) once and kept there, so
+// that every process it forks is born in the workload's groups. Moving a
+// thread between v1 groups takes the kernel's global cgroup threadgroup lock
+// for writing, which waits for every fork in flight on the host; moving a
+// thread in and out for each fork made a quiet sandbox's execs wait behind a
+// neighbour's fork bomb (catalogue C-4). Without tasks files fork runs as is.
 func (d *Daemon) forkInWorkload(fork func() (int, error)) (int, error) {
-	into, back := d.cfg.WorkloadTasks, d.cfg.DaemonTasks
-	if len(into) == 0 {
+	if len(d.cfg.WorkloadTasks) == 0 {
 		return fork()
 	}
-	type result struct {
-		pid int
-		err error
+	d.forkerOnce.Do(func() {
+		d.forks = make(chan forkRequest)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.runForker(d.forks)
+		}()
+	})
+	req := forkRequest{fork: fork, done: make(chan forkResult, 1)}
+	select {
+	case d.forks <- req:
+	case <-d.closed:
+		return 0, errors.New("the daemon is closing")
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		tid := []byte(strconv.Itoa(unix.Gettid()))
-		if err := writeTID(into, tid); err != nil {
-			if writeTID(back, tid) == nil {
-				runtime.UnlockOSThread()
-			}
-			done <- result{err: fmt.Errorf("enter the workload's cgroup: %w", err)}
+	r := <-req.done
+	return r.pid, r.err
+}
+
+type forkRequest struct {
+	fork func() (int, error)
+	done chan forkResult
+}
+
+type forkResult struct {
+	pid int
+	err error
+}
+
+// runForker serves fork requests on a thread locked to it for the daemon's
+// life: a thread in the workload's groups is never handed back to the Go
+// runtime, which would run other goroutines there (and, on an unlocked
+// thread, clone its new threads from it, into the workload's pids cap). The
+// runtime creates its threads from a thread of its own while this one is
+// locked. A thread that could not enter every group answers each request
+// with the error and tries again at the next. It ends when the daemon
+// closes, and the thread with it.
+func (d *Daemon) runForker(reqs <-chan forkRequest) {
+	runtime.LockOSThread()
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	entered := false
+	for {
+		var req forkRequest
+		select {
+		case req = <-reqs:
+		case <-d.closed:
+			// The thread ends with its goroutine, still locked.
 			return
 		}
-		pid, err := fork()
-		if berr := writeTID(back, tid); berr != nil {
-			d.log.Error("a thread stays in the workload's cgroup; it is dropped", "err", berr)
-		} else {
-			runtime.UnlockOSThread()
+		if !entered {
+			if err := writeTID(d.cfg.WorkloadTasks, tid); err != nil {
+				// Partly entered: back into the daemon's groups, so that no
+				// fork starts in a mix of the two.
+				if berr := writeTID(d.cfg.DaemonTasks, tid); berr != nil {
+					d.log.Error("the forker thread is in part of the workload's cgroups", "err", berr)
+				}
+				req.done <- forkResult{err: fmt.Errorf("enter the workload's cgroup: %w", err)}
+				continue
+			}
+			entered = true
 		}
-		done <- result{pid, err}
-	}()
-	r := <-done
-	return r.pid, r.err
+		pid, err := req.fork()
+		req.done <- forkResult{pid, err}
+	}
 }
 
 // writeTID writes tid to each tasks file.

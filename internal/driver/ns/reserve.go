@@ -12,8 +12,8 @@ package ns
 // accounting the sandbox reach every task, and the child goes with the
 // sandbox's group.
 //
-// The daemon starts each process in the child: it moves the one thread that
-// forks into the child's tasks files, forks, and moves the thread back
+// The daemon starts each process in the child: one thread of it, moved
+// once into the child's tasks files and kept there, forks every process
 // (guestd.Config.WorkloadTasks), through files this driver opens and passes
 // down. A sandbox that misuses them can only move its own tasks between its
 // own two groups, both within its limits.
