@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,9 +86,54 @@ func TestNodeGC(t *testing.T) {
 	if again := nodeGC(t, dataDir, 0); len(again.Orphans) != 0 {
 		t.Errorf("a second gc found %+v; want nothing", again)
 	}
+
+	// A root volume no runtime holds, as a node-manager killed between
+	// the clone and the runtime's state leaves it (catalogue F-12).
+	leftover := orphan + "-vol"
+	vol := leftoverVolume(t, dataDir, leftover)
+	dry = nodeGC(t, dataDir, 0, "--dry-run")
+	if len(dry.Orphans) != 1 || dry.Orphans[0].ExecID != leftover || !dry.Orphans[0].VolumeOnly || dry.Orphans[0].Cleaned {
+		t.Fatalf("gc --dry-run with a leftover volume = %+v; want %s, volume only, not cleaned", dry, leftover)
+	}
+	if _, err := os.Lstat(vol); err != nil {
+		t.Fatalf("the leftover volume after gc --dry-run: %v; want it left", err)
+	}
+	done = nodeGC(t, dataDir, 0)
+	if len(done.Orphans) != 1 || done.Orphans[0].ExecID != leftover || !done.Orphans[0].Cleaned {
+		t.Fatalf("gc with a leftover volume = %+v; want %s cleaned", done, leftover)
+	}
+	if _, err := os.Lstat(vol); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the leftover volume after gc: %v; want it deleted", err)
+	}
 	if res := in.exec(sb.ID, "echo", "still here"); res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "still here" {
 		t.Errorf("the control plane's sandbox after gc: %+v", res)
 	}
+}
+
+// leftoverVolume makes volume id in the node's volume store as a clone of
+// the minimal template, behind the node-manager's back, and returns its
+// path; the test's cleanup deletes it if gc did not.
+func leftoverVolume(t *testing.T, dataDir, id string) string {
+	t.Helper()
+	tpls, _ := filepath.Glob(filepath.Join(dataDir, "*", "templates", "minimal"))
+	if len(tpls) != 1 {
+		t.Fatalf("the minimal template in %s: found %v", dataDir, tpls)
+	}
+	vol := filepath.Join(filepath.Dir(filepath.Dir(tpls[0])), "volumes", id)
+	snap := exec.Command("btrfs", "subvolume", "snapshot", tpls[0], vol)
+	if out, err := snap.CombinedOutput(); err != nil {
+		// The copy backend: plain directories.
+		if out2, err2 := exec.Command("cp", "-a", tpls[0], vol).CombinedOutput(); err2 != nil {
+			t.Fatalf("make a leftover volume: btrfs: %v %s; cp: %v %s", err, out, err2, out2)
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := os.Lstat(vol); err == nil {
+			exec.Command("btrfs", "subvolume", "delete", vol).Run()
+			os.RemoveAll(vol)
+		}
+	})
+	return vol
 }
 
 // nodeGC runs `space node gc -o json` with args and checks its exit code.

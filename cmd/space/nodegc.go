@@ -19,7 +19,8 @@ import (
 
 // runNodeGC is `space node gc [--dry-run]`: the node running on this
 // machine finds the executions its runtimes hold that no runtime record
-// refers to, and stops and cleans them (lists them with --dry-run). It
+// refers to, and the root volumes no runtime holds, and stops and cleans
+// them (lists them with --dry-run). It
 // talks to the node-api with the node's token, so it runs as the node's
 // user (or root) on the node's machine.
 func runNodeGC(args []string, stdout, stderr io.Writer) int {
@@ -81,14 +82,19 @@ func runNodeGC(args []string, stdout, stderr io.Writer) int {
 // became of it.
 func printOrphans(stdout, stderr io.Writer, found *nodev1.Orphans, dryRun bool) {
 	for _, o := range found.Orphans {
-		what := "stopped and cleaned up"
+		what, runtime := "stopped and cleaned up", o.Runtime
+		if o.VolumeOnly {
+			what, runtime = "root volume deleted", "(volume only)"
+		}
 		switch {
+		case dryRun && o.VolumeOnly:
+			what = "a root volume no runtime holds (--dry-run: left)"
 		case dryRun:
 			what = "no record (--dry-run: left running)"
 		case o.Error != "":
 			what = "cleanup failed: " + o.Error
 		}
-		fmt.Fprintf(stdout, "%s\t%s\t%s\n", o.ExecID, o.Runtime, what)
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", o.ExecID, runtime, what)
 	}
 	if len(found.Orphans) == 0 {
 		fmt.Fprintln(stderr, "no execution without a record")

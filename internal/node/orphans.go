@@ -53,7 +53,7 @@ func (m *Manager) CollectOrphans(ctx context.Context, dryRun bool) (*nodev1.Orph
 		if known[h.ExecID] {
 			continue
 		}
-		o := nodev1.Orphan{ExecID: h.ExecID, Runtime: h.Runtime}
+		o := nodev1.Orphan{ExecID: h.ExecID, Runtime: h.Runtime, VolumeOnly: h.VolumeOnly}
 		if !dryRun {
 			still, cerr := m.cleanOrphan(ctx, h)
 			if !still {
@@ -89,7 +89,11 @@ func (m *Manager) cleanOrphan(ctx context.Context, h privop.HeldExecution) (bool
 	if !slices.Contains(held.Executions, h) {
 		return false, nil
 	}
-	m.log.Warn("stopping an execution no runtime record refers to", "exec", h.ExecID, "runtime", h.Runtime)
+	if h.VolumeOnly {
+		m.log.Warn("deleting a root volume no runtime holds and no runtime record refers to", "exec", h.ExecID)
+	} else {
+		m.log.Warn("stopping an execution no runtime record refers to", "exec", h.ExecID, "runtime", h.Runtime)
+	}
 	if err := m.cfg.Privileged.Cleanup(ctx, h.ExecID, h.Runtime); err != nil {
 		return true, fmt.Errorf("exec %s: cleanup: %w", h.ExecID, err)
 	}
@@ -131,6 +135,10 @@ func (m *Manager) LogOrphans(ctx context.Context) {
 		found, err := m.CollectOrphans(ctx, true)
 		if err == nil && (len(found.Pending) == 0 || time.Now().After(deadline)) {
 			for _, o := range found.Orphans {
+				if o.VolumeOnly {
+					m.log.Warn("a root volume no runtime holds and no runtime record refers to is left on this node: `space node gc` deletes it", "exec", o.ExecID)
+					continue
+				}
 				m.log.Warn("an execution no runtime record refers to runs on this node: `space node gc` stops it", "exec", o.ExecID, "runtime", o.Runtime)
 			}
 			if len(found.Pending) > 0 {

@@ -660,6 +660,9 @@ func (s *Server) relocateBoot(staged, cpDir string, e *privop.Export) error {
 	return os.WriteFile(metaPath, out, 0o600)
 }
 
+// importVolumePrefix starts the name of an import's scratch volume.
+const importVolumePrefix = "import-"
+
 // importTree rebuilds an ns snapshot as a volume snapshot: a clone of the
 // base tree with the delta applied.
 func (s *Server) importTree(ctx context.Context, staged string, e *privop.Export) error {
@@ -667,7 +670,18 @@ func (s *Server) importTree(ctx context.Context, staged string, e *privop.Export
 	if err != nil {
 		return err
 	}
-	vol := "import-" + e.Snapshot.ID
+	vol := importVolumePrefix + e.Snapshot.ID
+	s.mu.Lock()
+	if s.importing == nil {
+		s.importing = map[string]bool{}
+	}
+	s.importing[vol] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.importing, vol)
+		s.mu.Unlock()
+	}()
 	_ = s.cfg.Storage.Delete(ctx, vol)
 	root, err := s.cfg.Storage.Clone(ctx, baseTpl, vol)
 	if err != nil {

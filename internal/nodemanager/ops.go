@@ -364,6 +364,14 @@ func (s *Server) listExecutions(ctx context.Context) (*privop.Executions, error)
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	// Volumes first: a start clones its volume before its runtime holds
+	// it, so a volume listed before the runtimes were asked and running by
+	// then is listed with its runtime, never as a leftover.
+	vols, err := s.cfg.Storage.Volumes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the volumes: %w", err)
+	}
+	held := map[string]bool{}
 	for _, name := range names {
 		ids, err := drivers[name].List(ctx)
 		if err != nil {
@@ -371,9 +379,23 @@ func (s *Server) listExecutions(ctx context.Context) (*privop.Executions, error)
 		}
 		for _, id := range ids {
 			out.Executions = append(out.Executions, privop.HeldExecution{ExecID: id, Runtime: name})
+			held[id] = true
 		}
 	}
 	out.Pending = s.hello().Pending
+	if len(out.Pending) > 0 {
+		// A runtime not set up yet may hold a volume's execution.
+		return out, nil
+	}
+	s.mu.Lock()
+	for _, v := range vols {
+		if !held[v] && !s.importing[v] && privop.ValidExecID(v) == nil {
+			// A root no runtime holds: a start or a cleanup that died
+			// between the volume and the runtime's state.
+			out.Executions = append(out.Executions, privop.HeldExecution{ExecID: v, VolumeOnly: true})
+		}
+	}
+	s.mu.Unlock()
 	return out, nil
 }
 

@@ -96,6 +96,16 @@ func (m *memStorage) CloneSnapshot(_ context.Context, snap, id string) (string, 
 	m.clones[id] = true
 	return filepath.Join(m.dir, "c-"+id), nil
 }
+func (m *memStorage) Volumes(context.Context) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []string{}
+	for id := range m.clones {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out, nil
+}
 func (m *memStorage) DeleteSnapshot(_ context.Context, snap string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -496,5 +506,36 @@ func TestListExecutions(t *testing.T) {
 	want := []privop.HeldExecution{{ExecID: "sb1-g1-a", Runtime: "ns"}}
 	if err != nil || !slices.Equal(got.Executions, want) || len(got.Pending) != 0 {
 		t.Errorf("ListExecutions = %+v, %v; want %v and nothing pending", got, err, want)
+	}
+}
+
+// TestListLeftoverVolumes: a root volume no runtime holds (a node-manager
+// killed between the clone and the runtime's state, or during a cleanup)
+// is listed as volume-only, and a cleanup with no runtime deletes it.
+func TestListLeftoverVolumes(t *testing.T) {
+	c, st, _ := startServer(t)
+	ctx := context.Background()
+	if _, err := c.EnsureTemplate(ctx, "minimal", "builtin:minimal"); err != nil {
+		t.Fatal(err)
+	}
+	_, ch, _, err := c.Start(ctx, privop.StartArgs{ExecID: "sb1-g1-a", SandboxID: "sb1", Template: "minimal", Runtime: "ns", Hostname: "h", CPUs: 1, MemoryMiB: 256, PidsMax: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	if _, err := st.Clone(ctx, "minimal", "sb2-g1-left"); err != nil {
+		t.Fatal(err)
+	}
+	st.Clone(ctx, "minimal", "Not_An_Exec_ID")
+	got, err := c.ListExecutions(ctx)
+	want := []privop.HeldExecution{{ExecID: "sb1-g1-a", Runtime: "ns"}, {ExecID: "sb2-g1-left", VolumeOnly: true}}
+	if err != nil || !slices.Equal(got.Executions, want) {
+		t.Fatalf("ListExecutions = %+v, %v; want %v", got, err, want)
+	}
+	if err := c.Cleanup(ctx, "sb2-g1-left", ""); err != nil {
+		t.Fatalf("cleanup of the leftover volume: %v", err)
+	}
+	if vols, _ := st.Volumes(ctx); slices.Contains(vols, "sb2-g1-left") {
+		t.Errorf("volumes after the cleanup: %v; want sb2-g1-left deleted", vols)
 	}
 }

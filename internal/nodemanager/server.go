@@ -37,6 +37,7 @@ type Storage interface {
 	Snapshot(ctx context.Context, id, snap string) (string, error)
 	CloneSnapshot(ctx context.Context, snap, id string) (string, error)
 	DeleteSnapshot(ctx context.Context, snap string) error
+	Volumes(ctx context.Context) ([]string, error)
 }
 
 // Builder fills dest with a template's root filesystem built from source.
@@ -90,9 +91,12 @@ type Server struct {
 	// next must find the execution whole, not half made (execLock).
 	execs keylock.Map
 
-	mu      sync.Mutex        // guards owner, drivers and pending
-	owner   map[string]string // exec id -> runtime, for executions started by this process
-	drivers map[string]driver.Driver
+	mu    sync.Mutex        // guards owner, drivers, pending and importing
+	owner map[string]string // exec id -> runtime, for executions started by this process
+	// importing holds the scratch volumes of the snapshot imports under
+	// way (importTree): not leftovers.
+	importing map[string]bool
+	drivers   map[string]driver.Driver
 	// pending names the runtimes being set up (ExpectDriver) that have
 	// not joined or failed yet: Hello reports them, so the control plane
 	// waits for them rather than placing a create elsewhere.

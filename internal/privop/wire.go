@@ -136,6 +136,9 @@ type Executions struct {
 type HeldExecution struct {
 	ExecID  string `json:"exec_id"`
 	Runtime string `json:"runtime"`
+	// VolumeOnly: no runtime holds the execution, only its root volume
+	// is left (Runtime is empty); Cleanup with no runtime deletes it.
+	VolumeOnly bool `json:"volume_only,omitempty"`
 }
 
 // Hello describes the node-manager.

@@ -62,6 +62,22 @@ func (l Layout) Snapshots() ([]string, error) {
 	return out, nil
 }
 
+// Volumes lists the validly named volumes, sorted.
+func (l Layout) Volumes() ([]string, error) {
+	entries, err := os.ReadDir(l.VolumesDir())
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && ValidName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // TmpDir holds work in progress.
 func (l Layout) TmpDir() string { return filepath.Join(l.Root, "tmp") }
 

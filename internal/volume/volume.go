@@ -54,6 +54,8 @@ type Driver interface {
 	DeleteSnapshot(ctx context.Context, snap string) error
 	// Snapshots lists the snapshots, sorted.
 	Snapshots(ctx context.Context) ([]string, error)
+	// Volumes lists the volumes, sorted.
+	Volumes(ctx context.Context) ([]string, error)
 	// Usage reports the capacity of the storage backing the driver.
 	Usage(ctx context.Context) (Usage, error)
 }

@@ -321,6 +321,9 @@ type Orphans struct {
 type Orphan struct {
 	ExecID  string `json:"exec_id"`
 	Runtime string `json:"runtime"`
+	// VolumeOnly: only the execution's root volume is left, no runtime
+	// holds it (Runtime is empty); cleaning it deletes the volume.
+	VolumeOnly bool `json:"volume_only,omitempty"`
 	// Cleaned says it was stopped and cleaned up; Error why not.
 	Cleaned bool   `json:"cleaned"`
 	Error   string `json:"error,omitempty"`

@@ -184,7 +184,7 @@ func TemplateReadyFromWire(w *nodeapiv1.TemplateReady) TemplateReady {
 func (o Orphans) ToWire() *nodeapiv1.CollectOrphansResponse {
 	w := &nodeapiv1.CollectOrphansResponse{Pending: o.Pending}
 	for _, x := range o.Orphans {
-		w.Orphans = append(w.Orphans, &nodeapiv1.Orphan{ExecId: x.ExecID, Runtime: x.Runtime, Cleaned: x.Cleaned, Error: x.Error})
+		w.Orphans = append(w.Orphans, &nodeapiv1.Orphan{ExecId: x.ExecID, Runtime: x.Runtime, Cleaned: x.Cleaned, Error: x.Error, VolumeOnly: x.VolumeOnly})
 	}
 	return w
 }
@@ -193,7 +193,7 @@ func (o Orphans) ToWire() *nodeapiv1.CollectOrphansResponse {
 func OrphansFromWire(w *nodeapiv1.CollectOrphansResponse) Orphans {
 	o := Orphans{Orphans: []Orphan{}, Pending: w.GetPending()}
 	for _, x := range w.GetOrphans() {
-		o.Orphans = append(o.Orphans, Orphan{ExecID: x.GetExecId(), Runtime: x.GetRuntime(), Cleaned: x.GetCleaned(), Error: x.GetError()})
+		o.Orphans = append(o.Orphans, Orphan{ExecID: x.GetExecId(), Runtime: x.GetRuntime(), Cleaned: x.GetCleaned(), Error: x.GetError(), VolumeOnly: x.GetVolumeOnly()})
 	}
 	return o
 }

@@ -543,3 +543,41 @@ func TestLeftoverGroupOfKilledQEMU(t *testing.T) {
 		t.Error("the task of a QEMU the pass did not kill was killed")
 	}
 }
+
+// TestLeftoverScratchVMs: List leaves out the scratch VM of a template
+// snapshot whose builder runs, and lists one whose builder died (its pid
+// gone or reused, or an id of the form before builders were named), so
+// that a node's gc cleans up what a node-manager killed mid-build left
+// (catalogue F-12).
+func TestLeftoverScratchVMs(t *testing.T) {
+	testenv.RequiresRoot(t)
+	dir := t.TempDir()
+	d, err := New(Config{StateDir: dir, Kernel: fakeKernel(t), QEMU: "/bin/true", Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	key := "0123456789abcdef0123456789abcdef"
+	building := scratchID(key)
+	start, err := driver.ProcStartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("tpl-%s-%d-%d-00000001", key[:16], gone.Process.Pid, start)
+	reused := fmt.Sprintf("tpl-%s-%d-%d-00000002", key[:16], os.Getpid(), start+1)
+	old := "tpl-" + key[:16] + "-00000003"
+	for _, id := range []string{building, dead, reused, old, "sb1-g1-a"} {
+		if err := os.MkdirAll(d.execDir(id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := d.List(context.Background())
+	want := []string{"sb1-g1-a", dead, reused, old}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(ids, want) {
+		t.Errorf("List = %v, %v; want %v (not %s, whose builder is this test)", ids, err, want, building)
+	}
+}

@@ -62,6 +62,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,12 +279,29 @@ func (d *Driver) Alive(ctx context.Context, execID string) (bool, error) {
 // itself to save template snapshots (template.go).
 const scratchPrefix = "tpl-"
 
+// scratchLeftover reports whether scratch VM id has no live builder: the
+// process its id names is gone (or is another process with its pid), or the
+// id is of a form without one (a driver before scratchID).
+func scratchLeftover(id string) bool {
+	f := strings.Split(strings.TrimPrefix(id, scratchPrefix), "-")
+	if len(f) < 4 {
+		return true
+	}
+	pid, err1 := strconv.Atoi(f[len(f)-3])
+	start, err2 := strconv.ParseUint(f[len(f)-2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return !driver.ProcAlive(pid, start)
+}
+
 // List returns the executions with a directory under StateDir/exec, and
 // those whose VMM cgroup is left without one (cgroup.go; Cleanup removes
-// it), but for the driver's own scratch VMs of template snapshots, which no
-// node knows of: the driver removes them when the snapshot is saved. A VM
-// whose directory was removed is not listed by its directory; WatchRemoved
-// stops it.
+// it), but for the scratch VMs of the template snapshots being built, which
+// no node knows of: their builder removes them when the snapshot is saved.
+// A scratch VM whose builder died is listed, so that a node's gc cleans it
+// up. A VM whose directory was removed is not listed by its directory;
+// WatchRemoved stops it.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
 	ids, err := driver.ListStateDirs(filepath.Join(d.cfg.StateDir, "exec"))
 	if err != nil {
@@ -299,7 +317,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 		}
 	}
 	slices.Sort(ids)
-	return slices.DeleteFunc(ids, func(id string) bool { return strings.HasPrefix(id, scratchPrefix) }), nil
+	return slices.DeleteFunc(ids, func(id string) bool { return strings.HasPrefix(id, scratchPrefix) && !scratchLeftover(id) }), nil
 }
 
 // Kill stops the VM: QMP quit, then SIGKILL of the QEMU process if it has not

@@ -180,6 +180,18 @@ func (t *templates) remember(key string, cp *driver.Checkpoint, err error) {
 	delete(t.failed, key)
 }
 
+// scratchID names a scratch VM for the template snapshot of key: the
+// prefix, the key, and the pid and start time of the process booting it,
+// so that a scratch VM whose builder died (a node-manager killed during a
+// template build) is told from one being built (scratchLeftover).
+func scratchID(key string) string {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	pid := os.Getpid()
+	start, _ := driver.ProcStartTime(pid)
+	return fmt.Sprintf("%s%s-%d-%d-%s", scratchPrefix, key[:min(16, len(key))], pid, start, hex.EncodeToString(rnd[:]))
+}
+
 // buildTemplate boots a scratch VM for spec, waits for its guest, saves it
 // into dir and removes the scratch VM.
 func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver.Spec, boot bootFiles) (*driver.Checkpoint, error) {
@@ -194,10 +206,8 @@ func (d *Driver) buildTemplate(ctx context.Context, key, dir string, spec driver
 		return nil, fmt.Errorf("template snapshot: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	var rnd [4]byte
-	rand.Read(rnd[:])
 	scratch := driver.Spec{
-		ExecID:    scratchPrefix + key[:16] + "-" + hex.EncodeToString(rnd[:]),
+		ExecID:    scratchID(key),
 		SandboxID: "template", RootFS: spec.RootFS, GuestBinary: spec.GuestBinary,
 		MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs, Network: spec.Network,
 	}

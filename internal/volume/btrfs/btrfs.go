@@ -405,3 +405,6 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, snap string) error {
 
 // Snapshots lists snapshots/.
 func (d *Driver) Snapshots(ctx context.Context) ([]string, error) { return d.layout.Snapshots() }
+
+// Volumes lists volumes/.
+func (d *Driver) Volumes(ctx context.Context) ([]string, error) { return d.layout.Volumes() }

@@ -250,6 +250,9 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, snap string) error {
 // Snapshots lists snapshots/.
 func (d *Driver) Snapshots(ctx context.Context) ([]string, error) { return d.layout.Snapshots() }
 
+// Volumes lists volumes/.
+func (d *Driver) Volumes(ctx context.Context) ([]string, error) { return d.layout.Volumes() }
+
 // copyTree copies src into dst, which must not exist, through a temporary
 // directory renamed into place (a crash leaves no half copy under dst).
 func (d *Driver) copyTree(ctx context.Context, src, dst string) error {

@@ -29,6 +29,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) volume.Driver) {
 		{"OwnersAndModes", testOwnersAndModes},
 		{"ConcurrentClones", testConcurrentClones},
 		{"DeleteIdempotent", testDeleteIdempotent},
+		{"Volumes", testVolumes},
 		{"Usage", testUsage},
 		{"Snapshots", testSnapshots},
 		{"SnapshotErrors", testSnapshotErrors},
@@ -244,6 +245,31 @@ func testDeleteIdempotent(t *testing.T, d volume.Driver) {
 	}
 	if err := d.DeleteTemplate(ctx, "never-existed"); err != nil {
 		t.Errorf("DeleteTemplate(missing) = %v, want nil", err)
+	}
+}
+
+// testVolumes: Volumes lists what Clone and CloneSnapshot made and Delete
+// has not removed (the node-manager finds a leftover volume by it).
+func testVolumes(t *testing.T, d volume.Driver) {
+	ctx := context.Background()
+	if got, err := d.Volumes(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("Volumes of a new store = %v, %v; want none", got, err)
+	}
+	sealedTemplate(t, d, "base")
+	_, err := d.Clone(ctx, "base", "vol-b")
+	must(t, err)
+	_, err = d.Clone(ctx, "base", "vol-a")
+	must(t, err)
+	_, err = d.Snapshot(ctx, "vol-a", "snap")
+	must(t, err)
+	_, err = d.CloneSnapshot(ctx, "snap", "vol-c")
+	must(t, err)
+	if got, err := d.Volumes(ctx); err != nil || !slices.Equal(got, []string{"vol-a", "vol-b", "vol-c"}) {
+		t.Errorf("Volumes = %v, %v; want [vol-a vol-b vol-c] (no template, no snapshot)", got, err)
+	}
+	must(t, d.Delete(ctx, "vol-b"))
+	if got, err := d.Volumes(ctx); err != nil || !slices.Equal(got, []string{"vol-a", "vol-c"}) {
+		t.Errorf("Volumes after Delete(vol-b) = %v, %v; want [vol-a vol-c]", got, err)
 	}
 }
 

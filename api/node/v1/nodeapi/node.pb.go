@@ -247,8 +247,11 @@ type Orphan struct {
 	ExecId  string                 `protobuf:"bytes,1,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
 	Runtime string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// cleaned says it was stopped and cleaned up; error why not.
-	Cleaned       bool   `protobuf:"varint,3,opt,name=cleaned,proto3" json:"cleaned,omitempty"`
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Cleaned bool   `protobuf:"varint,3,opt,name=cleaned,proto3" json:"cleaned,omitempty"`
+	Error   string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// volume_only: no runtime holds the execution, only its root volume is
+	// left (runtime is empty); cleaning it deletes the volume.
+	VolumeOnly    bool `protobuf:"varint,5,opt,name=volume_only,json=volumeOnly,proto3" json:"volume_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +312,13 @@ func (x *Orphan) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Orphan) GetVolumeOnly() bool {
+	if x != nil {
+		return x.VolumeOnly
+	}
+	return false
 }
 
 // Execution is what a node reports of one execution it holds.
@@ -2660,12 +2670,14 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\"c\n" +
 	"\x16CollectOrphansResponse\x12/\n" +
 	"\aorphans\x18\x01 \x03(\v2\x15.space.node.v1.OrphanR\aorphans\x12\x18\n" +
-	"\apending\x18\x02 \x03(\tR\apending\"k\n" +
+	"\apending\x18\x02 \x03(\tR\apending\"\x8c\x01\n" +
 	"\x06Orphan\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x18\n" +
 	"\acleaned\x18\x03 \x01(\bR\acleaned\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x94\x03\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1f\n" +
+	"\vvolume_only\x18\x05 \x01(\bR\n" +
+	"volumeOnly\"\x94\x03\n" +
 	"\tExecution\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x1d\n" +
 	"\n" +
