@@ -107,22 +107,6 @@ func (e *egressNet) serveHTTPS(t *testing.T, pki *testPKI, addr, host string) *s
 	return seen
 }
 
-// buildHTTPSGet builds the static HTTPS client the test runs in the sandbox.
-func buildHTTPSGet(t *testing.T) []byte {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "httpsget")
-	cmd := exec.Command("go", "build", "-tags", "netgo,osusergo", "-o", out, "./testdata/httpsget")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build httpsget: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestCredentialInjection(t *testing.T) { testCredentialInjection(t, "ns") }
 
 // TestCredentialInjectionVM: the same with a microVM guest (its trust store
@@ -158,7 +142,7 @@ func testCredentialInjection(t *testing.T, runtime string) {
 	if strings.Contains(fmt.Sprint(cred), secret) {
 		t.Fatalf("the create answer carries the secret: %v", cred)
 	}
-	if code := in.do("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/usr/local/bin/httpsget", buildHTTPSGet(t), nil); code/100 != 2 {
+	if code := in.do("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/usr/local/bin/httpsget", buildTestBinary(t, "httpsget"), nil); code/100 != 2 {
 		t.Fatalf("upload httpsget: HTTP %d", code)
 	}
 	in.sh(sb.ID, "chmod 755 /usr/local/bin/httpsget")
