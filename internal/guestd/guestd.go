@@ -56,6 +56,11 @@ type Config struct {
 	MaxProcesses int
 	// MaxWatchers bounds the directory watchers (default 64).
 	MaxWatchers int
+	// MaxWatches bounds the inotify watches (one per watched directory) of
+	// all the watchers together (default 32,768): in the ns runtime they
+	// count against the node's per-user inotify budget, which every sandbox
+	// shares (watch.go).
+	MaxWatches int
 }
 
 func (c Config) withDefaults() Config {
@@ -76,6 +81,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = 64
+	}
+	if c.MaxWatches == 0 {
+		c.MaxWatches = defaultMaxWatches
 	}
 	return c
 }
@@ -111,7 +119,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		}
 	}
 	d.procs = newProcessTable(cfg.MaxProcesses)
-	d.watchers = newWatcherTable(cfg.MaxWatchers)
+	d.watchers = newWatcherTable(cfg.MaxWatchers, cfg.MaxWatches)
 	d.touch()
 	d.handler = d.routes()
 
