@@ -33,8 +33,9 @@ func userNSOwner(t *testing.T, pid int) uint32 {
 
 // TestOwnInotifyBudget: a sandbox's user namespace is owned by the sandbox's
 // own host uid, so the kernel's per-user inotify budget it draws from is its
-// own: the sandbox can take every inotify instance fs.inotify.max_user_instances
-// allows, and the node's root still creates one meanwhile. (Under a
+// own: a sandbox can take every inotify instance fs.inotify.max_user_instances
+// allows, and meanwhile a neighbour sandbox can too and the node's root still
+// creates one. (Under a
 // root-owned namespace the sandbox would share root's budget and take it:
 // the test stops at the owner check before trying, so as not to take it
 // from the node's other users of inotify.)
@@ -59,8 +60,19 @@ func TestOwnInotifyBudget(t *testing.T) {
 	}
 	out, _ := s.run(t, "!inotify")
 	defer s.run(t, "!inotify-close")
-	if want := fmt.Sprintf("%d EMFILE", limit); strings.TrimSpace(out) != want {
+	want := fmt.Sprintf("%d EMFILE", limit)
+	if strings.TrimSpace(out) != want {
 		t.Errorf("inotify instances a sandbox can hold: %q, want %q (all of fs.inotify.max_user_instances, none taken by others)", strings.TrimSpace(out), want)
+	}
+	// A driver of its own (startSandbox's cleanup waits for every execution
+	// of its driver), over another uid range.
+	cfg := testConfig(t, t.TempDir())
+	cfg.UIDBase += uint32(cfg.Slots) * RangeSize
+	neighbour := startSandbox(t, newDriver(t, cfg), spec(t, "ino2"))
+	out, _ = neighbour.run(t, "!inotify")
+	defer neighbour.run(t, "!inotify-close")
+	if strings.TrimSpace(out) != want {
+		t.Errorf("inotify instances a neighbour can hold while the first sandbox holds all it may: %q, want %q", strings.TrimSpace(out), want)
 	}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 	if err != nil {
