@@ -57,9 +57,7 @@ type Config struct {
 	// MaxWatchers bounds the directory watchers (default 64).
 	MaxWatchers int
 	// MaxWatches bounds the inotify watches (one per watched directory) of
-	// all the watchers together (default 32,768): in the ns runtime they
-	// count against the node's per-user inotify budget, which every sandbox
-	// shares (watch.go).
+	// all the watchers together (default 32,768; watch.go).
 	MaxWatches int
 }
 

@@ -38,16 +38,13 @@ var networkFilesystems = map[int64]string{
 
 // watchBudget bounds the inotify watches of all of a daemon's watchers.
 //
-// In the ns runtime the guest daemon shares the node's kernel, and every
-// inotify watch in any sandbox is charged, up the chain of user namespaces,
-// to the user that owns the sandbox's namespace in the node's: one budget
-// (fs.inotify.max_user_watches) for all sandboxes and the node's own root
-// processes. Raising nothing there is possible from inside, and limiting the
-// sandbox's namespace (/proc/sys/user/max_inotify_watches) does not hold:
-// that limit is per user inside it, and the sandbox's root may raise it. So
-// what the API makes the daemon watch is bounded here, per sandbox; a
-// recursive watch that would pass the budget is refused whole rather than
-// left watching part of its tree.
+// The kernel bounds a sandbox's watches as well (fs.inotify.max_user_watches,
+// charged to the user owning the sandbox's user namespace: in the ns runtime
+// the sandbox's own host uid, see ns/owner.go; in a VM its own kernel). This
+// budget is the part the API can take of it: what the host asks the daemon
+// to watch stays bounded whatever tree it names, and a recursive watch that
+// would pass the budget is refused whole rather than left watching part of
+// its tree.
 type watchBudget struct {
 	mu   sync.Mutex // guards used
 	used int
