@@ -338,3 +338,46 @@ func TestWatchDeepTree(t *testing.T) {
 		t.Errorf("a refused watch of a 1,000-deep tree left %d kernel watches", got)
 	}
 }
+
+// TestListDirPagedRPC pages a directory through the Filesystem service: the
+// pages hold every entry once, a damaged token is invalid_argument, and a
+// paged listing of more than one level is refused.
+func TestListDirPagedRPC(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	fsc := c.Filesystem()
+	dir := t.TempDir()
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	token, pages := "", 0
+	for {
+		resp, err := fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, PageSize: 2, PageToken: token}))
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		for _, e := range resp.Msg.GetEntries() {
+			if seen[e.GetName()] {
+				t.Fatalf("%s served twice", e.GetName())
+			}
+			seen[e.GetName()] = true
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+		if pages > 3 {
+			t.Fatalf("%d pages of 2 for 5 entries and still a next token", pages)
+		}
+	}
+	if pages != 3 || len(seen) != 5 {
+		t.Errorf("%d pages, %d entries; want 3 pages of all 5", pages, len(seen))
+	}
+	_, err := fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, PageSize: 2, PageToken: "garbage"}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, Depth: 2, PageSize: 2}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+}
