@@ -14,7 +14,7 @@ func init() {
 	commands = append(commands,
 		&command{path: "files read", args: "ID PATH", summary: "print a file of a sandbox on stdout", run: filesRead},
 		&command{path: "files write", args: "ID PATH", summary: "write stdin to a file of a sandbox", run: filesWrite},
-		&command{path: "files ls", args: "ID [PATH] [--depth N] [-o json]", summary: "list a directory of a sandbox (default /)", run: filesList},
+		&command{path: "files ls", args: "ID [PATH] [--depth N | --limit N [--page-token T]] [-o json]", summary: "list a directory of a sandbox (default /); by pages with --limit", run: filesList},
 		&command{path: "files rm", args: "ID PATH", summary: "remove a file or directory tree", run: filesRemove},
 		&command{path: "files mv", args: "ID FROM TO", summary: "rename a file or directory", run: filesMove},
 		&command{path: "files mkdir", args: "ID PATH", summary: "create a directory and its parents", run: filesMkdir},
@@ -90,6 +90,8 @@ func filesMove(ctx context.Context, e *env, args []string) error {
 func filesList(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("files ls")
 	depth := fs.Int("depth", 1, "levels to descend")
+	limit := fs.Int("limit", 0, "list one page of at most N entries (one level, in the directory's order); the next page's token is printed")
+	pageToken := fs.String("page-token", "", "continue a paged listing where the page that printed this token ended")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -101,16 +103,30 @@ func filesList(ctx context.Context, e *env, args []string) error {
 	if *depth < 1 {
 		return usagef(fs, "--depth %d: want 1 or more", *depth)
 	}
+	paged := *limit != 0 || *pageToken != ""
+	if *limit < 0 || (paged && *depth != 1) {
+		return usagef(fs, "--limit %d --depth %d: a paged listing takes a limit of 1 or more and lists one level", *limit, *depth)
+	}
 	path := "/"
 	if len(pos) == 2 {
 		path = pos[1]
 	}
-	entries, err := e.c.ListFiles(ctx, pos[0], path, *depth)
+	var list sandboxv1.FileList
+	if paged {
+		list, err = e.c.ListFilesPage(ctx, pos[0], path, *limit, *pageToken)
+	} else {
+		list.Entries, err = e.c.ListFiles(ctx, pos[0], path, *depth)
+	}
 	if err != nil {
 		return err
 	}
+	entries := list.Entries
 	if out.json() {
-		return writeJSON(e.stdout, sandboxv1.FileList{Entries: nonNil(entries)})
+		list.Entries = nonNil(entries)
+		return writeJSON(e.stdout, list)
+	}
+	if list.NextPageToken != "" {
+		defer fmt.Fprintf(e.stderr, "more entries follow: --page-token %s\n", list.NextPageToken)
 	}
 	rows := make([][]string, 0, len(entries))
 	for _, f := range entries {

@@ -80,6 +80,14 @@ func TestFilesReadLsWatch(t *testing.T) {
 		io.WriteString(w, "content of "+r.URL.Query().Get("path"))
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", func(w http.ResponseWriter, r *http.Request) {
+		if q := r.URL.Query(); q.Get("limit") != "" || q.Get("page_token") != "" {
+			next := ""
+			if q.Get("page_token") == "" {
+				next = "tok-2"
+			}
+			writeJSONResp(w, 200, sandboxv1.FileList{Entries: []sandboxv1.FileEntry{{Name: "p", Path: "/many/p" + q.Get("limit") + q.Get("page_token")}}, NextPageToken: next})
+			return
+		}
 		writeJSONResp(w, 200, sandboxv1.FileList{Entries: []sandboxv1.FileEntry{
 			{Name: "a", Path: r.URL.Query().Get("path") + "/a", Type: "file", Size: 12, Mode: 0o644, Owner: "user", ModifiedAt: created},
 			{Name: "l", Path: "/l", Type: "symlink", Mode: 0o777, SymlinkTarget: "/etc"},
@@ -105,6 +113,17 @@ func TestFilesReadLsWatch(t *testing.T) {
 	code, out, errOut := run(t, nil, "files", "ls", "sb-1", "/home")
 	if code != 0 || !strings.Contains(out, "/home/a") || !strings.Contains(out, "/l -> /etc") || !strings.Contains(out, "0644") {
 		t.Errorf("ls: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, nil, "files", "ls", "sb-1", "/many", "--limit", "2")
+	if code != 0 || !strings.Contains(out, "/many/p2") || errOut != "more entries follow: --page-token tok-2\n" {
+		t.Errorf("ls --limit 2: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, nil, "files", "ls", "sb-1", "/many", "--page-token", "tok-2", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"/many/ptok-2"`) || strings.Contains(out, "next_page_token") || errOut != "" {
+		t.Errorf("ls --page-token tok-2: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, _ := run(t, nil, "files", "ls", "sb-1", "/many", "--limit", "2", "--depth", "2"); code != 2 {
+		t.Errorf("ls --limit with --depth 2: exit %d, want 2", code)
 	}
 	if code, out, errOut := run(t, nil, "files", "watch", "sb-1", "/tmp", "--recursive"); code != 0 || out != "create /tmp/new\nwrite /tmp/new\n" {
 		t.Errorf("watch: exit %d, stdout %q, stderr %q", code, out, errOut)

@@ -19,7 +19,7 @@ func codeOf(err error) connect.Code {
 	switch {
 	case errors.As(err, &ce):
 		return ce.Code()
-	case errors.Is(err, errBadPath), errors.Is(err, errBadRequest),
+	case errors.Is(err, errBadPath), errors.Is(err, errBadRequest), errors.Is(err, errBadPageToken),
 		errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR),
 		errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOEXEC):
 		return connect.CodeInvalidArgument

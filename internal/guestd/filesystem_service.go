@@ -17,7 +17,8 @@ import (
 	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 )
 
-// maxListEntries bounds one ListDir answer.
+// maxListEntries bounds one unpaged ListDir answer; past it the listing is
+// refused and must be paged (listpage.go).
 const maxListEntries = 100000
 
 // filesystemService implements filesystem.Filesystem with envd's semantics.
@@ -110,6 +111,16 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if depth < 1 {
 		depth = 1
 	}
+	if m := req.Msg; m.GetPageSize() > 0 || m.GetPageToken() != "" {
+		if depth > 1 {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("list %s: a paged listing lists one level (depth 1), not %d: page each subdirectory on its own", root, depth))
+		}
+		entries, next, err := listPage(ctx, root, pageSizeOf(m.GetPageSize()), m.GetPageToken(), u.db)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		return connect.NewResponse(&filesystemv1.ListDirResponse{Entries: entries, NextPageToken: next}), nil
+	}
 	var entries []*filesystemv1.EntryInfo
 	if err := listTree(ctx, root, depth, u.db, &entries, maxListEntries); err != nil {
 		return nil, rpcError(err)
@@ -138,7 +149,7 @@ func listTree(ctx context.Context, dir string, depth int, db *accountDB, out *[]
 		des = append(des, batch...)
 		if len(*out)+len(des) > limit {
 			f.Close()
-			return fmt.Errorf("list %s: more than %d entries, list with a smaller depth: %w", dir, limit, errTooMany)
+			return fmt.Errorf("list %s: more than %d entries: list it by pages (page_size, page_token) or with a smaller depth: %w", dir, limit, errTooMany)
 		}
 		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
 			break

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,4 +255,129 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// kernelWatches counts the inotify watches this process holds, as the kernel
+// reports them in /proc/self/fdinfo (the daemon under test runs in it).
+func kernelWatches(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		n += strings.Count(string(b), "inotify wd:")
+	}
+	return n
+}
+
+// TestWatchBudget: the inotify watches of all of a daemon's watchers are
+// bounded together, counted by the real kernel. A recursive watch that would
+// pass the budget is refused whole with a clear error and holds no watch
+// after; removing a watcher gives its watches back.
+func TestWatchBudget(t *testing.T) {
+	const budget, subdirs = 60, 40
+	c := startGuest(t, guestd.Config{MaxWatches: budget})
+	ctx := testCtx(t)
+	fsc := c.Filesystem()
+	dir := t.TempDir()
+	for i := range subdirs {
+		if err := os.Mkdir(filepath.Join(dir, strconv.Itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := kernelWatches(t)
+	first, err := fsc.CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir, Recursive: true}))
+	if err != nil {
+		t.Fatalf("a recursive watch of %d directories in a budget of %d: %v", subdirs+1, budget, err)
+	}
+	if got := kernelWatches(t) - base; got != subdirs+1 {
+		t.Fatalf("the kernel holds %d watches for a watch of %d directories", got, subdirs+1)
+	}
+	_, err = fsc.CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir, Recursive: true}))
+	wantCode(t, err, connect.CodeResourceExhausted)
+	if !strings.Contains(err.Error(), "inotify watches") {
+		t.Errorf("refusal %q does not say which limit", err)
+	}
+	if got := kernelWatches(t) - base; got != subdirs+1 {
+		t.Errorf("after the refused watch the kernel holds %d watches, want %d: a refused watch kept part of its tree", got, subdirs+1)
+	}
+	if _, err := fsc.CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir})); err != nil {
+		t.Errorf("a one-directory watch within the budget after a refusal: %v (the refused watch leaked budget)", err)
+	}
+	if _, err := fsc.RemoveWatcher(ctx, connect.NewRequest(&filesystemv1.RemoveWatcherRequest{WatcherId: first.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsc.CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: dir, Recursive: true})); err != nil {
+		t.Errorf("a recursive watch after its twin was removed: %v (removal did not give its watches back)", err)
+	}
+}
+
+// TestWatchDeepTree watches the root of a tree 1,000 directories deep with a
+// budget of 500: refused, and no watch is left in the kernel.
+func TestWatchDeepTree(t *testing.T) {
+	c := startGuest(t, guestd.Config{MaxWatches: 500})
+	ctx := testCtx(t)
+	root := t.TempDir()
+	p := root
+	for range 1000 {
+		p = filepath.Join(p, "d")
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := kernelWatches(t)
+	_, err := c.Filesystem().CreateWatcher(ctx, connect.NewRequest(&filesystemv1.CreateWatcherRequest{Path: root, Recursive: true}))
+	wantCode(t, err, connect.CodeResourceExhausted)
+	if got := kernelWatches(t) - base; got != 0 {
+		t.Errorf("a refused watch of a 1,000-deep tree left %d kernel watches", got)
+	}
+}
+
+// TestListDirPagedRPC pages a directory through the Filesystem service: the
+// pages hold every entry once, a damaged token is invalid_argument, and a
+// paged listing of more than one level is refused.
+func TestListDirPagedRPC(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	fsc := c.Filesystem()
+	dir := t.TempDir()
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	token, pages := "", 0
+	for {
+		resp, err := fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, PageSize: 2, PageToken: token}))
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		for _, e := range resp.Msg.GetEntries() {
+			if seen[e.GetName()] {
+				t.Fatalf("%s served twice", e.GetName())
+			}
+			seen[e.GetName()] = true
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+		if pages > 3 {
+			t.Fatalf("%d pages of 2 for 5 entries and still a next token", pages)
+		}
+	}
+	if pages != 3 || len(seen) != 5 {
+		t.Errorf("%d pages, %d entries; want 3 pages of all 5", pages, len(seen))
+	}
+	_, err := fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, PageSize: 2, PageToken: "garbage"}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, Depth: 2, PageSize: 2}))
+	wantCode(t, err, connect.CodeInvalidArgument)
 }

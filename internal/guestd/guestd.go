@@ -57,6 +57,9 @@ type Config struct {
 	MaxProcesses int
 	// MaxWatchers bounds the directory watchers (default 64).
 	MaxWatchers int
+	// MaxWatches bounds the inotify watches (one per watched directory) of
+	// all the watchers together (default 32,768; watch.go).
+	MaxWatches int
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +80,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = 64
+	}
+	if c.MaxWatches == 0 {
+		c.MaxWatches = defaultMaxWatches
 	}
 	return c
 }
@@ -116,7 +122,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		}
 	}
 	d.procs = newProcessTable(cfg.MaxProcesses)
-	d.watchers = newWatcherTable(cfg.MaxWatchers)
+	d.watchers = newWatcherTable(cfg.MaxWatchers, cfg.MaxWatches)
 	d.touch()
 	d.handler = d.routes()
 

@@ -20,6 +20,9 @@ import (
 const (
 	// maxWatchedDirs bounds the inotify watches of one recursive watcher.
 	maxWatchedDirs = 8192
+	// defaultMaxWatches bounds the inotify watches of all of a daemon's
+	// watchers together (Config.MaxWatches).
+	defaultMaxWatches = 32768
 	// watchQueue bounds the events a watcher holds before its reader blocks
 	// (then the kernel queue overflows and drops events).
 	watchQueue  = 1024
@@ -33,6 +36,39 @@ var networkFilesystems = map[int64]string{
 	0x6969: "nfs", 0xFF534D42: "cifs", 0xFE534D42: "smb2", 0x517B: "smb", 0x65735546: "fuse",
 }
 
+// watchBudget bounds the inotify watches of all of a daemon's watchers.
+//
+// The kernel bounds a sandbox's watches as well (fs.inotify.max_user_watches,
+// charged to the user owning the sandbox's user namespace: in the ns runtime
+// the sandbox's own host uid, see ns/owner.go; in a VM its own kernel). This
+// budget is the part the API can take of it: what the host asks the daemon
+// to watch stays bounded whatever tree it names, and a recursive watch that
+// would pass the budget is refused whole rather than left watching part of
+// its tree.
+type watchBudget struct {
+	mu   sync.Mutex // guards used
+	used int
+	max  int
+}
+
+// take reserves one watch for dir.
+func (b *watchBudget) take(dir string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used >= b.max {
+		return fmt.Errorf("watch %s: the sandbox's %d inotify watches (one per watched directory, across all its watchers) are in use; watch a smaller tree or remove a watcher: %w", dir, b.max, errTooMany)
+	}
+	b.used++
+	return nil
+}
+
+// give returns n watches.
+func (b *watchBudget) give(n int) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
 // dirWatch is one inotify instance watching a directory, optionally with its
 // whole subtree. Its reader goroutine exits when close is called.
 type dirWatch struct {
@@ -42,9 +78,11 @@ type dirWatch struct {
 	db           *accountDB
 	log          *slog.Logger
 	f            *os.File // inotify fd, non-blocking, poller-managed
+	budget       *watchBudget
 
-	mu  sync.Mutex // guards wds
-	wds map[int32]string
+	mu      sync.Mutex // guards wds and stopped
+	wds     map[int32]string
+	stopped bool // closed: its watches are given back, no more are added
 
 	events chan *filesystemv1.FilesystemEvent // closed when the reader exits
 	closed chan struct{}
@@ -52,7 +90,7 @@ type dirWatch struct {
 }
 
 // newDirWatch starts watching root, which must be a directory.
-func newDirWatch(root string, recursive, includeEntry, allowNetwork bool, db *accountDB, log *slog.Logger) (*dirWatch, error) {
+func newDirWatch(root string, recursive, includeEntry, allowNetwork bool, budget *watchBudget, db *accountDB, log *slog.Logger) (*dirWatch, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", root, err)
@@ -67,16 +105,19 @@ func newDirWatch(root string, recursive, includeEntry, allowNetwork bool, db *ac
 		}
 	}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if errors.Is(err, unix.EMFILE) {
+		return nil, fmt.Errorf("watch %s: the kernel's inotify instance limit (fs.inotify.max_user_instances) is reached: %w", root, errTooMany)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: inotify: %w", root, err)
 	}
 	w := &dirWatch{
 		root: root, recursive: recursive, includeEntry: includeEntry, db: db, log: log,
-		f: os.NewFile(uintptr(fd), "inotify"), wds: map[int32]string{},
+		f: os.NewFile(uintptr(fd), "inotify"), budget: budget, wds: map[int32]string{},
 		events: make(chan *filesystemv1.FilesystemEvent, watchQueue), closed: make(chan struct{}),
 	}
 	if err := w.add(root, nil); err != nil {
-		w.f.Close()
+		w.close()
 		return nil, err
 	}
 	go w.read()
@@ -86,6 +127,11 @@ func newDirWatch(root string, recursive, includeEntry, allowNetwork bool, db *ac
 // add watches dir and, when recursive, every directory below it. emit, when
 // set, receives a create event for each entry found below dir, which appeared
 // before its directory was watched.
+//
+// Reaching a limit (the watcher's, the sandbox's budget, the kernel's) stops
+// the walk with its error: a watch is refused rather than left watching part
+// of its tree. A subdirectory that cannot be watched otherwise (removed
+// meanwhile, unreadable) is skipped.
 func (w *dirWatch) add(dir string, emit func(string)) error {
 	if err := w.addOne(dir); err != nil {
 		return err
@@ -102,6 +148,9 @@ func (w *dirWatch) add(dir string, emit func(string)) error {
 		}
 		if de.IsDir() {
 			if err := w.addOne(p); err != nil {
+				if errors.Is(err, errTooMany) {
+					return err
+				}
 				w.log.Warn("watch subdirectory", "dir", p, "err", err)
 				return fs.SkipDir
 			}
@@ -113,11 +162,18 @@ func (w *dirWatch) add(dir string, emit func(string)) error {
 func (w *dirWatch) addOne(dir string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.stopped {
+		return fmt.Errorf("watch %s: %w", dir, os.ErrClosed)
+	}
 	if len(w.wds) >= maxWatchedDirs {
-		return fmt.Errorf("watch %s: more than %d directories: %w", dir, maxWatchedDirs, errTooMany)
+		return fmt.Errorf("watch %s: more than %d directories in one watcher: %w", dir, maxWatchedDirs, errTooMany)
+	}
+	if err := w.budget.take(dir); err != nil {
+		return err
 	}
 	rc, err := w.f.SyscallConn()
 	if err != nil {
+		w.budget.give(1)
 		return err
 	}
 	var wd int
@@ -125,10 +181,19 @@ func (w *dirWatch) addOne(dir string) error {
 	if err := rc.Control(func(fd uintptr) {
 		wd, addErr = unix.InotifyAddWatch(int(fd), dir, inotifyMask|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
 	}); err != nil {
+		w.budget.give(1)
 		return err
 	}
+	if errors.Is(addErr, unix.ENOSPC) {
+		w.budget.give(1)
+		return fmt.Errorf("watch %s: the kernel's inotify watch limit (fs.inotify.max_user_watches, shared on the node) is reached: %w", dir, errTooMany)
+	}
 	if addErr != nil {
+		w.budget.give(1)
 		return fmt.Errorf("watch %s: %w", dir, addErr)
+	}
+	if _, ok := w.wds[int32(wd)]; ok {
+		w.budget.give(1) // a directory already watched (a bind mount, say): no new watch
 	}
 	w.wds[int32(wd)] = dir
 	return nil
@@ -158,8 +223,9 @@ func (w *dirWatch) read() {
 func (w *dirWatch) handle(rec inotifyRecord) bool {
 	w.mu.Lock()
 	dir, ok := w.wds[rec.wd]
-	if rec.mask&unix.IN_IGNORED != 0 {
-		delete(w.wds, rec.wd)
+	if ok && rec.mask&unix.IN_IGNORED != 0 {
+		delete(w.wds, rec.wd) // the kernel dropped the watch (its directory is gone)
+		w.budget.give(1)
 	}
 	w.mu.Unlock()
 	if !ok || rec.mask&unix.IN_IGNORED != 0 {
@@ -204,11 +270,18 @@ func (w *dirWatch) emit(full string, typ filesystemv1.EventType) bool {
 	}
 }
 
-// close stops the watcher; the events channel is closed once the reader exits.
+// close stops the watcher and gives its watches back to the budget; the
+// events channel is closed once the reader exits.
 func (w *dirWatch) close() {
 	w.once.Do(func() {
 		close(w.closed)
-		w.f.Close()
+		w.mu.Lock()
+		w.stopped = true
+		w.f.Close() // the kernel drops all its watches
+		n := len(w.wds)
+		w.wds = map[int32]string{}
+		w.mu.Unlock()
+		w.budget.give(n)
 	})
 }
 

@@ -26,10 +26,13 @@ type watcherTable struct {
 	byID   map[string]*polledWatch
 	active int
 	max    int
+
+	// watches is the inotify watch budget all the watchers draw from.
+	watches *watchBudget
 }
 
-func newWatcherTable(max int) *watcherTable {
-	return &watcherTable{byID: map[string]*polledWatch{}, max: max}
+func newWatcherTable(max, maxWatches int) *watcherTable {
+	return &watcherTable{byID: map[string]*polledWatch{}, max: max, watches: &watchBudget{max: maxWatches}}
 }
 
 func (t *watcherTable) acquire() error {
@@ -95,7 +98,7 @@ func (s *filesystemService) startWatch(h http.Header, path string, recursive, in
 	if err := s.d.watchers.acquire(); err != nil {
 		return nil, err
 	}
-	w, err := newDirWatch(root, recursive, includeEntry, allowNetwork, u.db, s.d.log)
+	w, err := newDirWatch(root, recursive, includeEntry, allowNetwork, s.d.watchers.watches, u.db, s.d.log)
 	if err != nil {
 		s.d.watchers.release()
 		return nil, err

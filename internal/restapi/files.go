@@ -287,17 +287,49 @@ func (a *API) handleListFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		depth = uint32(n)
 	}
-	req := asUser(connect.NewRequest(&filesystemv1.ListDirRequest{Path: path, Depth: depth}), r.URL.Query().Get("user"))
-	resp, err := g.Files.ListDir(r.Context(), req)
-	if err != nil {
-		a.writeError(w, r, GuestError("list "+path, err))
+	msg := &filesystemv1.ListDirRequest{Path: path, Depth: depth}
+	if err := pageParams(r, msg); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
-	out := sandboxv1.FileList{Entries: []sandboxv1.FileEntry{}}
+	req := asUser(connect.NewRequest(msg), r.URL.Query().Get("user"))
+	resp, err := g.Files.ListDir(r.Context(), req)
+	if err != nil {
+		refused := connect.CodeOf(err) == connect.CodeResourceExhausted && msg.PageSize == 0 && msg.PageToken == ""
+		err = GuestError("list "+path, err)
+		if refused {
+			err = fmt.Errorf("%w; list it by pages: ?limit=N, then &page_token= each answer's next_page_token", err)
+		}
+		a.writeError(w, r, err)
+		return
+	}
+	out := sandboxv1.FileList{Entries: []sandboxv1.FileEntry{}, NextPageToken: resp.Msg.GetNextPageToken()}
 	for _, e := range resp.Msg.GetEntries() {
 		out.Entries = append(out.Entries, fileEntry(e))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// maxListPage bounds the limit of a paged listing (the guest daemon's own
+// maximum page).
+const maxListPage = 10000
+
+// pageParams reads the optional limit and page_token of a listing into msg.
+// A token is opaque here: the guest daemon that issued it validates it.
+func pageParams(r *http.Request, msg *filesystemv1.ListDirRequest) error {
+	q := r.URL.Query()
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.ParseUint(l, 10, 32)
+		if err != nil || n < 1 || n > maxListPage {
+			return fmt.Errorf("%w: limit %q: want 1..%d", errdefs.ErrInvalidArgument, l, maxListPage)
+		}
+		msg.PageSize = uint32(n)
+	}
+	msg.PageToken = q.Get("page_token")
+	if len(msg.PageToken) > 256 {
+		return fmt.Errorf("%w: page_token of %d bytes is no token this API issued", errdefs.ErrInvalidArgument, len(msg.PageToken))
+	}
+	return nil
 }
 
 func fileEntry(e *filesystemv1.EntryInfo) sandboxv1.FileEntry {

@@ -94,6 +94,41 @@ func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]s
 	return list.Entries, nil
 }
 
+// ListFilesPage lists one page of a directory's own entries (one level), at
+// most limit of them (0 lets the server choose), from where pageToken left
+// off ("" for the first page). The answer's NextPageToken is the pageToken
+// of the next page; it is empty once the listing is complete. Entries come
+// in the directory's order, not sorted by name. A directory past the
+// server's unpaged limit can only be listed this way.
+func (c *Client) ListFilesPage(ctx context.Context, id, path string, limit int, pageToken string) (sandboxv1.FileList, error) {
+	p, err := filesPath(id, "/list", path)
+	if err != nil {
+		return sandboxv1.FileList{}, fmt.Errorf("list files: %w", err)
+	}
+	if limit < 0 {
+		return sandboxv1.FileList{}, fmt.Errorf("list %s in sandbox %s: limit %d: want 0 or more", path, id, limit)
+	}
+	if limit == 0 && pageToken == "" {
+		limit = defaultFilesPage
+	}
+	q := url.Values{"path": {path}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if pageToken != "" {
+		q.Set("page_token", pageToken)
+	}
+	var list sandboxv1.FileList
+	if err := c.call(ctx, request{method: http.MethodGet, path: p, query: q}, nil, &list, maxJSONBody); err != nil {
+		return sandboxv1.FileList{}, fmt.Errorf("list %s in sandbox %s: %w", path, id, err)
+	}
+	return list, nil
+}
+
+// defaultFilesPage is the page size ListFilesPage asks for when given none,
+// so that its first request is a paged one.
+const defaultFilesPage = 1000
+
 // filesPath returns /v1/sandboxes/{id}/files{suffix}, refusing an empty path.
 func filesPath(id, suffix, path string) (string, error) {
 	if path == "" {

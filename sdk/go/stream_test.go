@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -382,5 +383,62 @@ func TestWatchFiles(t *testing.T) {
 	want := []sandboxv1.FileEvent{{Name: "/tmp/x", Type: "create"}, {Name: "true", Type: "write"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("events = %v, want %v", got, want)
+	}
+}
+
+// TestListFilesPage pages through a listing: limit and page_token reach the
+// server, next_page_token comes back, and the pages end when it is empty.
+func TestListFilesPage(t *testing.T) {
+	const total = 7
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		limit, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || limit < 1 || q.Get("depth") != "" {
+			writeErr(w, 400, sandboxv1.CodeInvalidArgument, "want a limit and no depth, got "+r.URL.RawQuery)
+			return
+		}
+		from := 0
+		if tok := q.Get("page_token"); tok != "" {
+			if from, err = strconv.Atoi(strings.TrimPrefix(tok, "at-")); err != nil {
+				writeErr(w, 400, sandboxv1.CodeInvalidArgument, "bad page token")
+				return
+			}
+		}
+		var out sandboxv1.FileList
+		for i := from; i < total && i < from+limit; i++ {
+			out.Entries = append(out.Entries, sandboxv1.FileEntry{Name: strconv.Itoa(i), Path: q.Get("path") + "/" + strconv.Itoa(i)})
+		}
+		if from+limit < total {
+			out.NextPageToken = "at-" + strconv.Itoa(from+limit)
+		}
+		writeJSON(w, 200, out)
+	})
+	c := newTestServer(t, mux)
+	ctx := context.Background()
+	var names []string
+	token, pages := "", 0
+	for {
+		page, err := c.ListFilesPage(ctx, "sb-1", "/many", 3, token)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		for _, e := range page.Entries {
+			names = append(names, e.Name)
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		token = page.NextPageToken
+	}
+	if pages != 3 || strings.Join(names, ",") != "0,1,2,3,4,5,6" {
+		t.Errorf("%d pages of %v, want 3 pages of 0…6", pages, names)
+	}
+	if _, err := c.ListFilesPage(ctx, "sb-1", "/many", 3, "at-x"); !IsCode(err, sandboxv1.CodeInvalidArgument) {
+		t.Errorf("a bad token: %v, want invalid_argument", err)
+	}
+	if _, err := c.ListFilesPage(ctx, "sb-1", "/many", -1, ""); err == nil {
+		t.Error("limit -1 accepted")
 	}
 }

@@ -235,9 +235,13 @@ type FileEntry struct {
 	SymlinkTarget string    `json:"symlink_target,omitempty"`
 }
 
-// FileList is the body of GET /v1/sandboxes/{id}/files/list?path=&depth=.
+// FileList is the body of GET /v1/sandboxes/{id}/files/list?path=&depth=
+// (&limit=&page_token= for a paged listing).
 type FileList struct {
 	Entries []FileEntry `json:"entries"`
+	// NextPageToken is set on a paged answer when entries may follow: the
+	// page_token of the next page.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
 // FileEvent is one WebSocket text message of GET /v1/sandboxes/{id}/files/watch.

@@ -1,7 +1,8 @@
 // Package ns is the namespaces runtime: each sandbox execution is a process
 // tree in its own user, mount, pid, network, IPC, UTS and cgroup namespaces,
 // pivot_root'ed into its own root filesystem, with root mapped to an
-// unprivileged host uid range, no_new_privs, a seccomp deny list and cgroup
+// unprivileged host uid range (whose first uid owns the user namespace, so the
+// kernel's per-user budgets are the sandbox's own: owner.go), no_new_privs, a seccomp deny list and cgroup
 // limits. It shares the host kernel, so it isolates less than the vm runtime
 // and says so (Features.SharesHostKernel).
 //

@@ -155,7 +155,7 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	defer syncConn.Close()
 
 	cmd := d.initCommand(st, chanChild, syncChild)
-	err = cmd.Start()
+	err = startOwned(cmd, st.UIDBase) // owner.go: the sandbox's kernel budgets are its own
 	// The child's ends must close here: the sync socket reports the exec by
 	// reaching EOF, which it cannot while this process holds a copy.
 	chanChild.Close()

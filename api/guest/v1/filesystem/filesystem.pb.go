@@ -617,9 +617,18 @@ func (x *EntryInfo) GetMetadata() map[string]string {
 }
 
 type ListDirRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Depth         uint32                 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Depth uint32                 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	// SPACE additions, numbered clear of envd's. A request with page_size or
+	// page_token set is paged: it lists one level (depth 0 or 1) in the
+	// directory's own order (not sorted by name), at most page_size entries
+	// (0: the daemon's default; more than its maximum: the maximum), starting
+	// where the page_token of the previous answer left off. A request with
+	// neither is envd's: the whole listing, sorted, refused past the daemon's
+	// limit.
+	PageSize      uint32 `protobuf:"varint,100,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,101,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,9 +677,26 @@ func (x *ListDirRequest) GetDepth() uint32 {
 	return 0
 }
 
+func (x *ListDirRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListDirRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListDirResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*EntryInfo           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*EntryInfo           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// SPACE addition: set on a paged answer when entries may follow; pass it
+	// as page_token for the next page. Empty when the listing is complete.
+	NextPageToken string `protobuf:"bytes,100,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -710,6 +736,13 @@ func (x *ListDirResponse) GetEntries() []*EntryInfo {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ListDirResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type WatchDirRequest struct {
@@ -1328,12 +1361,16 @@ const file_filesystem_filesystem_proto_rawDesc = "" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x11\n" +
-	"\x0f_symlink_target\":\n" +
+	"\x0f_symlink_target\"v\n" +
 	"\x0eListDirRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05depth\x18\x02 \x01(\rR\x05depth\"B\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x1b\n" +
+	"\tpage_size\x18d \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18e \x01(\tR\tpageToken\"j\n" +
 	"\x0fListDirResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.filesystem.EntryInfoR\aentries\"\x9a\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.filesystem.EntryInfoR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18d \x01(\tR\rnextPageToken\"\x9a\x01\n" +
 	"\x0fWatchDirRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\x12#\n" +

@@ -1,7 +1,7 @@
 // Command guest is the ns driver tests' stand-in for space-guest: it reads
 // command lines from the channel on fd 3, runs each with "sh -c" and answers
 // with the combined output followed by a line "@@exit N". Lines starting with
-// "!" are probes run in this process (mount, unshare); "--alloc N" as argv
+// "!" are probes run in this process (mount, unshare, inotify instances); "--alloc N" as argv
 // allocates and touches N MiB (the memory limit test).
 package main
 
@@ -48,6 +48,14 @@ func run(line string) (string, int) {
 		return errnoName(unix.Unshare(unix.CLONE_NEWNS)) + "\n", 0
 	case "!subvol":
 		return errnoName(subvolCreate("/", "inner")) + "\n", 0
+	case "!inotify":
+		return inotifyAll(), 0
+	case "!inotify-close":
+		for _, fd := range inotifyFDs {
+			unix.Close(fd)
+		}
+		inotifyFDs = nil
+		return "ok\n", 0
 	}
 	cmd := exec.Command("/bin/sh", "-c", line)
 	out, err := cmd.CombinedOutput()
@@ -62,6 +70,25 @@ func run(line string) (string, int) {
 		return string(out) + err.Error() + "\n", 127
 	}
 	return string(out), 0
+}
+
+// inotifyFDs are the inotify instances "!inotify" opened, held until
+// "!inotify-close".
+var inotifyFDs []int
+
+// inotifyAll opens inotify instances until the kernel refuses one and
+// reports how many it holds and why the next was refused.
+func inotifyAll() string {
+	for {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			if errors.Is(err, unix.EMFILE) {
+				return fmt.Sprintf("%d EMFILE\n", len(inotifyFDs))
+			}
+			return fmt.Sprintf("%d %v\n", len(inotifyFDs), err)
+		}
+		inotifyFDs = append(inotifyFDs, fd)
+	}
 }
 
 func errnoName(err error) string {
