@@ -3,10 +3,7 @@ package guestd
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"testing"
 
 	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
@@ -23,14 +20,8 @@ func TestListDirBounded(t *testing.T) {
 		t.Skip("creates 50,000 files")
 	}
 	const files, limit = 50_000, 1000
-	dir := t.TempDir()
-	for i := range files {
-		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
+	dir := memDir(t)
+	makeFiles(t, dir, files)
 	db := &accountDB{}
 	ctx := context.Background()
 
