@@ -8,6 +8,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -70,6 +71,9 @@ func (r *Reconciler) takeSnapshot(ctx context.Context, sb *sandbox.Sandbox, snap
 		}
 		r.failSnapshot(ctx, snap, err.Error())
 		return err
+	}
+	if snap.Tier != "hibernate" && snap.Tier != "stop" {
+		failpoint.SnapshotAfterTake.Hit()
 	}
 	snap.State, snap.Reason, snap.Node, snap.SizeBytes = store.SnapshotReady, "", sb.Node, got.SizeBytes
 	if err := r.store.UpdateSnapshot(ctx, *snap); err != nil {
