@@ -281,5 +281,6 @@ func (r *Reconciler) dropSnapshot(ctx context.Context, snap store.Snapshot) erro
 	if err := r.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
+	r.collectTenantObjects(ctx, snap.Tenant)
 	return nil
 }

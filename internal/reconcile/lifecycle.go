@@ -241,6 +241,9 @@ func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) e
 			return err
 		}
 	}
+	if len(snaps) > 0 {
+		r.collectTenantObjects(ctx, sb.Tenant)
+	}
 	return nil
 }
 

@@ -272,7 +272,10 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(r.cfg.Resync)
 	defer t.Stop()
+	gc := time.NewTicker(objectGCEvery)
+	defer gc.Stop()
 	r.resync(ctx)
+	r.sweepObjects(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -281,6 +284,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			r.resync(ctx)
+		case <-gc.C:
+			r.sweepObjects(ctx)
 		}
 	}
 }

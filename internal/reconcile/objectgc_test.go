@@ -1,0 +1,58 @@
+package reconcile
+
+import (
+	"testing"
+
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+)
+
+// TestObjectGC: objects written before the row that would record them was
+// committed (a crash between Put and commit) are deleted; what a row
+// records, and shared objects while an upload may be under way, stay.
+func TestObjectGC(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{}, true)
+	sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	kept := h.snapshot(sb, func(s *store.Snapshot) { s.Node, s.Tier = "", "hibernate" })
+	keptObjs := h.uploaded(kept, "disk")
+	base := h.putObject(sharedPrefix(h.tenant)+"k1/bases/b1", "base recorded")
+	h.setArtifacts(kept.ID, append(keptObjs, base))
+	// A snapshot whose row is gone (the parts were stored, the row never
+	// committed or deleted meanwhile), and a shared base only it used.
+	gone := store.Snapshot{ID: "sn-gone", Tenant: h.tenant}
+	goneObjs := h.uploaded(gone, "disk", "memory")
+	orphanBase := h.putObject(sharedPrefix(h.tenant)+"k1/bases/b2", "base of nobody")
+	foreign := h.putObject("elsewhere/not-ours", "not under tenants/")
+
+	// An upload may be under way (a hibernate row without artifacts): the
+	// shared orphan stays, the row-less snapshot's objects go.
+	pending := h.snapshot(sb, func(s *store.Snapshot) { s.Tier, s.State = "hibernate", store.SnapshotCreating })
+	if _, err := h.r.collectAllObjects(h.ctx); err != nil {
+		t.Fatalf("object gc: %v", err)
+	}
+	for _, o := range goneObjs {
+		h.wantObject(o.Key, false)
+	}
+	h.wantObject(orphanBase.Key, true)
+
+	// The upload is over: the shared orphan goes too.
+	if err := h.st.DeleteSnapshot(h.ctx, pending.ID); err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.r.collectObjects(h.ctx, h.tenant)
+	if err != nil || n != 1 {
+		t.Fatalf("object gc: deleted %d, %v; want the one shared orphan", n, err)
+	}
+	h.wantObject(orphanBase.Key, false)
+	for _, o := range append(keptObjs, base, foreign) {
+		h.wantObject(o.Key, true)
+	}
+
+	// Deleting the last snapshot that records the base frees it at once.
+	if err := h.r.dropSnapshot(h.ctx, h.getSnapshot(kept.ID)); err != nil {
+		t.Fatalf("drop snapshot: %v", err)
+	}
+	h.wantObject(base.Key, false)
+	h.wantObject(foreign.Key, true)
+}
