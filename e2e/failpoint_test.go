@@ -1,0 +1,305 @@
+package e2e
+
+import (
+	"io/fs"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/failpoint"
+)
+
+// TestFailpoints kills the server (control plane and node in one process)
+// at every failpoint of internal/failpoint's registry — each named step of
+// create, snapshot, hibernate, restore, fork and delete, not a sample —
+// by arming the point in a server's environment and running the
+// operation; it sees the process die there (status 137, the point named),
+// restarts the server on the same data, and checks that nothing
+// acknowledged is lost, that the sandbox converges to a legal state of the
+// operation (the previous generation authoritative until the new one is
+// verified: a hibernation completes and restores the data written before
+// it), that after deleting everything the object store holds no object
+// (the orphans of a crash between Put and commit are collected), and that
+// the host holds nothing of the platform it did not hold before
+// (processes, mounts, loop devices, netns, cgroups).
+func TestFailpoints(t *testing.T) {
+	dir := newDataDir(t)
+	before := inventory(dir)
+	for _, p := range failpoint.All() {
+		t.Run(p.Name, func(t *testing.T) {
+			ids := crashAtFailpoint(t, dir, p)
+			checkInventory(t, before, dir, ids...)
+		})
+	}
+}
+
+// ackFile is what a sandbox was told to write, and answered, before the
+// crash: it must survive everything.
+const ackFile = "/home/user/ack"
+
+// crashAtFailpoint runs p's operation on a server armed with p, sees it
+// die at p, restarts, checks the outcome, deletes what the run made and
+// stops the server. It returns the sandboxes the run made.
+func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point) []string {
+	in := launchServer(t, dir, []string{failpoint.EnvVar + "=" + p.Name + "=exit"})
+	in.waitTemplate("minimal")
+	var id string
+	if p.Op != "create" {
+		id = in.createWith("minimal", "ns").ID
+		in.exec(id, "sh", "-c", "echo acknowledged > "+ackFile)
+	}
+	if p.Op == "restore" {
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/hibernate", "")
+		if got := in.settle(id, "hibernate"); got.State != "hibernated" {
+			t.Fatalf("hibernate before the restore: %+v", got)
+		}
+	}
+	idem := "failpoint-" + strings.ReplaceAll(p.Name, "/", "-")
+	createBody := `{"template":"minimal","runtime":"ns","memory_mib":256}`
+	switch p.Op {
+	case "create":
+		in.send("POST", "/v1/sandboxes", createBody, idem)
+	case "snapshot":
+		in.send("POST", "/v1/sandboxes/"+id+"/snapshots", `{"kind":"disk"}`, "")
+	case "hibernate", "restore", "fork":
+		in.send("POST", "/v1/sandboxes/"+id+"/"+p.Op, "", "")
+	case "delete":
+		in.send("DELETE", "/v1/sandboxes/"+id, "", "")
+	default:
+		t.Fatalf("failpoint %s: this test does not know how to drive operation %q; add it", p.Name, p.Op)
+	}
+	in.waitFailpoint(p.Name)
+
+	in = startServer(t, dir)
+	ids := []string{id}
+	switch p.Op {
+	case "create":
+		var sb sandbox
+		if code := in.doIdem(idem, "POST", "/v1/sandboxes", []byte(createBody), &sb); code != http.StatusCreated || sb.State != "running" {
+			t.Fatalf("create repeated after the crash: HTTP %d %+v\n%s", code, sb, in.logs())
+		}
+		ids = []string{sb.ID}
+		in.exec(sb.ID, "sh", "-c", "echo acknowledged > "+ackFile)
+		in.wantAck(sb.ID, "after the create")
+		// The inventory sees what a sandbox holds (else its emptiness
+		// at the end would prove nothing).
+		if inv := inventory(dir, sb.ID); !inventorySees(inv, "subvolume", "cgroup") {
+			t.Fatalf("the inventory of a running sandbox misses a kind:\n%s", strings.Join(inv, "\n"))
+		}
+	case "snapshot":
+		in.wantRunning(id, "snapshot")
+		snaps := in.settleSnapshots(id)
+		for _, s := range snaps {
+			if s.State == "failed" && s.Reason == "" {
+				t.Errorf("snapshot %s failed without a reason", s.ID)
+			}
+			if s.State == "ready" && s.Kind == "disk" && s.Tier == "manual" {
+				// The crash lost the answer, not the snapshot: it restores.
+				in.mustDo("POST", "/v1/sandboxes/"+id+"/rollback", `{"snapshot":"`+s.ID+`"}`)
+				in.wantRunning(id, "rollback to the snapshot")
+			}
+		}
+	case "hibernate":
+		// Every step is re-driven: the hibernation completes, and the
+		// restore brings back what was acknowledged before it.
+		if got := in.settle(id, "hibernate"); got.State != "hibernated" {
+			t.Fatalf("after the crash: %+v, want hibernated\n%s", got, in.logs())
+		}
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/restore", "")
+		in.wantRunning(id, "restore after the crashed hibernation")
+	case "restore":
+		in.wantRunning(id, "restore")
+	case "fork":
+		in.wantRunning(id, "fork's parent")
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, child := range list.Sandboxes {
+			if child.ID == id {
+				continue
+			}
+			ids = append(ids, child.ID)
+			got := in.settle(child.ID, "fork child")
+			if got.State != "running" {
+				t.Errorf("fork child %s after the crash: %+v, want running", child.ID, got)
+				continue
+			}
+			in.wantAck(child.ID, "fork child")
+		}
+		if p == failpoint.ForkAfterRecord && len(ids) != 2 {
+			t.Errorf("the child recorded before the crash is gone: sandboxes %+v", list.Sandboxes)
+		}
+	case "delete":
+		in.waitGone(id)
+	}
+	for _, id := range ids {
+		if id != "" {
+			in.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
+			in.waitGone(id)
+		}
+	}
+	in.waitNoObjects()
+	in.waitNoVolumes(ids)
+	in.stop()
+	return ids
+}
+
+// send sends a request the server is expected to die under; its answer
+// (if any) is ignored.
+func (in *instance) send(method, path, body, idemKey string) {
+	req, err := http.NewRequest(method, in.url+path, strings.NewReader(body))
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+in.key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+}
+
+// waitFailpoint waits until the server dies at the failpoint name: status
+// 137 and the point's line in its log, nothing else.
+func (in *instance) waitFailpoint(name string) {
+	in.t.Helper()
+	select {
+	case <-in.exited:
+	case <-time.After(3 * time.Minute):
+		in.kill()
+		in.t.Fatalf("failpoint %s armed: the server did not die within 3m\n%s", name, in.logs())
+	}
+	if code := in.cmd.ProcessState.ExitCode(); code != failpoint.ExitCode || !strings.Contains(in.logs(), "failpoint "+name+": exit") {
+		in.t.Fatalf("failpoint %s armed: the server exited with %d, want %d at the point\n%s", name, code, failpoint.ExitCode, in.logs())
+	}
+}
+
+// mustDo sends a request that must be accepted.
+func (in *instance) mustDo(method, path, body string) {
+	in.t.Helper()
+	var e struct{ Message string }
+	if code := in.do(method, path, jsonBody(body), &e); code >= 300 {
+		in.t.Fatalf("%s %s: HTTP %d %s\n%s", method, path, code, e.Message, in.logs())
+	}
+}
+
+// wantRunning waits until sandbox id settles, wants it running and its
+// acknowledged data there.
+func (in *instance) wantRunning(id, what string) {
+	in.t.Helper()
+	if got := in.settle(id, what); got.State != "running" {
+		in.t.Fatalf("%s: after the crash the sandbox is %+v, want running\n%s", what, got, in.logs())
+	}
+	in.wantAck(id, what)
+}
+
+// wantAck checks that sandbox id still has what it acknowledged.
+func (in *instance) wantAck(id, what string) {
+	in.t.Helper()
+	if res := in.exec(id, "cat", ackFile); res.Stdout != "acknowledged\n" {
+		in.t.Errorf("%s: the acknowledged data: %+v, want it kept", what, res)
+	}
+}
+
+// settleSnapshots waits until no snapshot of sandbox id is being taken
+// and returns them.
+func (in *instance) settleSnapshots(id string) []snapshotJSON {
+	in.t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		var list struct{ Snapshots []snapshotJSON }
+		in.do("GET", "/v1/sandboxes/"+id+"/snapshots", nil, &list)
+		if !slices.ContainsFunc(list.Snapshots, func(s snapshotJSON) bool { return s.State == "creating" }) {
+			return list.Snapshots
+		}
+		if time.Now().After(deadline) {
+			in.t.Fatalf("snapshots of %s still being taken: %+v\n%s", id, list.Snapshots, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitGone waits until sandbox id is deleted, repeating a delete the
+// crash may have lost (only when the sandbox is not already deleting).
+func (in *instance) waitGone(id string) {
+	in.t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		var got sandbox
+		if code := in.do("GET", "/v1/sandboxes/"+id, nil, &got); code == http.StatusNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Fatalf("sandbox %s not deleted: %+v\n%s", id, got, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitNoObjects waits until the data directory's object store holds no
+// object: everything of the run is deleted, so whatever stays is an
+// orphan no row will ever delete.
+func (in *instance) waitNoObjects() {
+	in.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		objs := storedObjects(filepath.Join(in.dataDir, "objects"))
+		if len(objs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Errorf("every sandbox is deleted and the object store still holds:\n%s", strings.Join(objs, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitNoVolumes waits until the volume store holds no subvolume of the
+// sandboxes ids (checked while the server runs: on a loopback image the
+// store is not mounted once it stops).
+func (in *instance) waitNoVolumes(ids []string) {
+	in.t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var left []string
+		for _, s := range inventory(in.dataDir, ids...) {
+			if strings.HasPrefix(s, "subvolume ") {
+				left = append(left, s)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Errorf("every sandbox is deleted and the volume store still holds:\n%s", strings.Join(left, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// storedObjects lists the keys of the objects in a file:// object store
+// (internal/objstore/filestore: an object is a file named KEY@; .tmp holds
+// Puts in progress).
+func storedObjects(root string) []string {
+	var keys []string
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && d.Name() == ".tmp" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, "@") {
+			rel, _ := filepath.Rel(root, path)
+			keys = append(keys, strings.TrimSuffix(rel, "@"))
+		}
+		return nil
+	})
+	return keys
+}
