@@ -71,13 +71,16 @@ func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point) []string {
 	default:
 		t.Fatalf("failpoint %s: this test does not know how to drive operation %q; add it", p.Name, p.Op)
 	}
-	in.waitFailpoint(p.Name)
+	in.waitFailpoint(p)
 
 	in = startServer(t, dir)
 	ids := []string{id}
 	switch p.Op {
 	case "create":
-		var sb sandbox
+		var sb struct {
+			sandbox
+			Message string `json:"message"`
+		}
 		if code := in.doIdem(idem, "POST", "/v1/sandboxes", []byte(createBody), &sb); code != http.StatusCreated || sb.State != "running" {
 			t.Fatalf("create repeated after the crash: HTTP %d %+v\n%s", code, sb, in.logs())
 		}
@@ -167,19 +170,48 @@ func (in *instance) send(method, path, body, idemKey string) {
 	}()
 }
 
-// waitFailpoint waits until the server dies at the failpoint name: status
-// 137 and the point's line in its log, nothing else.
-func (in *instance) waitFailpoint(name string) {
+// waitFailpoint waits until the process p names dies at p. A server
+// point: the server exits with status 137, the point's line in its log. A
+// node-manager point: the line in the log (the node-manager writes to the
+// server's stderr) and the node-manager gone; the server, which starts the
+// node-manager only with itself under --dev, is then killed too.
+func (in *instance) waitFailpoint(p *failpoint.Point) {
 	in.t.Helper()
+	line := "failpoint " + p.Name + ": exit"
+	deadline := time.After(3 * time.Minute)
+	if p.Process == failpoint.NodeManager {
+		for !strings.Contains(in.logs(), line) || nodeManagerRunning(in.dataDir) {
+			select {
+			case <-in.exited:
+				in.t.Fatalf("failpoint %s armed: the server exited before the node-manager died at the point\n%s", p.Name, in.logs())
+			case <-deadline:
+				in.kill()
+				in.t.Fatalf("failpoint %s armed: the node-manager did not die at it within 3m\n%s", p.Name, in.logs())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		in.kill()
+		return
+	}
 	select {
 	case <-in.exited:
-	case <-time.After(3 * time.Minute):
+	case <-deadline:
 		in.kill()
-		in.t.Fatalf("failpoint %s armed: the server did not die within 3m\n%s", name, in.logs())
+		in.t.Fatalf("failpoint %s armed: the server did not die within 3m\n%s", p.Name, in.logs())
 	}
-	if code := in.cmd.ProcessState.ExitCode(); code != failpoint.ExitCode || !strings.Contains(in.logs(), "failpoint "+name+": exit") {
-		in.t.Fatalf("failpoint %s armed: the server exited with %d, want %d at the point\n%s", name, code, failpoint.ExitCode, in.logs())
+	if code := in.cmd.ProcessState.ExitCode(); code != failpoint.ExitCode || !strings.Contains(in.logs(), line) {
+		in.t.Fatalf("failpoint %s armed: the server exited with %d, want %d at the point\n%s", p.Name, code, failpoint.ExitCode, in.logs())
 	}
+}
+
+// nodeManagerRunning reports whether a node-manager of dataDir runs.
+func nodeManagerRunning(dataDir string) bool {
+	for _, s := range inventory(dataDir) {
+		if strings.HasPrefix(s, "process ") && strings.Contains(s, "space-node-manager --data-dir "+dataDir+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // mustDo sends a request that must be accepted.

@@ -42,6 +42,8 @@ type Point struct {
 	Op string
 	// Doc says where the point is: what is done and what is not yet.
 	Doc string
+	// Process is the process that hits the point.
+	Process Process
 
 	// fireAt is the hit that fires (0: disarmed); hits counts them.
 	fireAt atomic.Int64
@@ -52,9 +54,24 @@ type Point struct {
 // package-level declarations of points.go and never changes afterwards.
 var registry []*Point
 
-// register declares a point; only points.go calls it.
-func register(name, op, doc string) *Point {
-	p := &Point{Name: name, Op: op, Doc: doc}
+// Process names a binary that hits points.
+type Process string
+
+// The processes with points.
+const (
+	// Server is space server (control plane, and the node under --dev)
+	// or space node (the sandbox manager).
+	Server Process = "server"
+	// NodeManager is space-node-manager, the node's root process.
+	NodeManager Process = "node-manager"
+)
+
+// register declares a point of the Server; only points.go calls it.
+func register(name, op, doc string) *Point { return registerIn(name, op, Server, doc) }
+
+// registerIn declares a point hit by process; only points.go calls it.
+func registerIn(name, op string, process Process, doc string) *Point {
+	p := &Point{Name: name, Op: op, Doc: doc, Process: process}
 	registry = append(registry, p)
 	return p
 }

@@ -1,9 +1,10 @@
 package failpoint
 
 // The registry: every point the binaries hit, in the order of the
-// operations' steps. A point is hit by the process named in its doc — "the
-// control plane" (space server), "the node" (the sandbox manager: space
-// node, or in the same process as the control plane under --dev). Adding a
+// operations' steps. A point is hit by the process its Process names
+// (Server: space server or space node — the control plane and the sandbox
+// manager, one process under --dev; NodeManager: space-node-manager), and
+// its doc says which part of it ("control plane", "node"). Adding a
 // point here is enough for the e2e crash test (e2e.TestFailpoints) to kill
 // the process there, once it knows how to drive the point's operation.
 var (
@@ -11,6 +12,14 @@ var (
 	// has not handed it to the reconciler or answered.
 	CreateAfterRecord = register("create/after-record", "create",
 		"control plane: the sandbox row is recorded; not yet enqueued, not answered")
+	// NodeManagerAfterClone: the node-manager cloned the execution's
+	// root volume; no runtime is started.
+	NodeManagerAfterClone = registerIn("create/nm-after-clone", "create", NodeManager,
+		"node-manager: the root volume is cloned (and bounded); no runtime started, nothing answered")
+	// NodeManagerAfterRuntime: the node-manager started the runtime and
+	// has not answered the start.
+	NodeManagerAfterRuntime = registerIn("create/nm-after-runtime", "create", NodeManager,
+		"node-manager: the runtime (netns, cgroup, processes) is started; the start is not answered")
 	// StartAfterRuntime: the node-manager started the execution's
 	// runtime; the node has recorded nothing of it.
 	StartAfterRuntime = register("create/after-runtime", "create",
@@ -27,6 +36,10 @@ var (
 	// creating.
 	SnapshotAfterTake = register("snapshot/after-take", "snapshot",
 		"control plane: the node holds the new snapshot; its row still says creating")
+	// NodeManagerAfterVolumeSnapshot: the node-manager made the snapshot
+	// subvolume and has not answered.
+	NodeManagerAfterVolumeSnapshot = registerIn("snapshot/nm-after-volume", "snapshot", NodeManager,
+		"node-manager: the snapshot's subvolume is made; its size not read, nothing answered")
 	// HibernateAfterPart: the node stored one artifact of the snapshot
 	// (arm it with @k to die after the k-th of n).
 	HibernateAfterPart = register("hibernate/after-part", "hibernate",
@@ -70,6 +83,10 @@ var (
 	// rows) are gone; its execution still runs.
 	DeleteAfterSnapshots = register("delete/after-snapshots", "delete",
 		"control plane: the sandbox's snapshots are deleted; its execution still runs, its row remains")
+	// NodeManagerAfterKill: the node-manager killed the execution and
+	// cleaned its runtime up; its root volume remains.
+	NodeManagerAfterKill = registerIn("delete/nm-after-kill", "delete", NodeManager,
+		"node-manager: the execution is killed and its runtime cleaned up; its root volume remains")
 	// DeleteAfterStop: the execution is stopped; the sandbox row remains.
 	DeleteAfterStop = register("delete/after-stop", "delete",
 		"control plane: the execution is stopped and released; the sandbox row remains")

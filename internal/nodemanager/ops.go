@@ -14,6 +14,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/progress"
 )
@@ -182,6 +183,7 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 			return nil, nil, fmt.Errorf("exec %s: root filesystem: %w", a.ExecID, err)
 		}
 	}
+	failpoint.NodeManagerAfterClone.Hit()
 	tCloned := time.Now()
 	spec := driver.Spec{
 		ExecID:      a.ExecID,
@@ -211,6 +213,7 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 		_ = s.cfg.Storage.Delete(context.WithoutCancel(ctx), a.ExecID)
 		return nil, nil, fmt.Errorf("exec %s: start %s: %w", a.ExecID, a.Runtime, err)
 	}
+	failpoint.NodeManagerAfterRuntime.Hit()
 	s.mu.Lock()
 	s.owner[a.ExecID] = a.Runtime
 	s.mu.Unlock()
@@ -266,6 +269,7 @@ func (s *Server) cleanup(ctx context.Context, execID, runtime string) error {
 			errs = append(errs, fmt.Errorf("cleanup: %w", err))
 		}
 	}
+	failpoint.NodeManagerAfterKill.Hit()
 	if err := s.cfg.Storage.Delete(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		errs = append(errs, fmt.Errorf("delete root: %w", err))
 	}
