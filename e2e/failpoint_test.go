@@ -29,10 +29,19 @@ func TestFailpoints(t *testing.T) {
 	dir := newDataDir(t)
 	before := inventory(dir)
 	for _, p := range failpoint.All() {
-		t.Run(p.Name, func(t *testing.T) {
-			ids := crashAtFailpoint(t, dir, p)
-			checkInventory(t, before, dir, ids...)
-		})
+		arm := []string{p.Name + "=exit"}
+		if p == failpoint.HibernateAfterPart {
+			// An ns snapshot has n = 2 artifacts (the template's base
+			// tree, the delta): after the first, and after both but
+			// before the node answers.
+			arm = []string{p.Name + "=exit@1", p.Name + "=exit@2"}
+		}
+		for _, spec := range arm {
+			t.Run(strings.TrimSuffix(strings.Replace(spec, "=exit", "", 1), "@1"), func(t *testing.T) {
+				ids := crashAtFailpoint(t, dir, p, spec)
+				checkInventory(t, before, dir, ids...)
+			})
+		}
 	}
 }
 
@@ -40,21 +49,23 @@ func TestFailpoints(t *testing.T) {
 // crash: it must survive everything.
 const ackFile = "/home/user/ack"
 
-// crashAtFailpoint runs p's operation on a server armed with p, sees it
-// die at p, restarts, checks the outcome, deletes what the run made and
-// stops the server. It returns the sandboxes the run made.
-func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point) []string {
-	in := launchServer(t, dir, []string{failpoint.EnvVar + "=" + p.Name + "=exit"})
+// crashAtFailpoint runs p's operation on a server armed with spec (p's
+// entry of SPACE_FAILPOINTS), sees it die at p, restarts, checks the
+// outcome, deletes what the run made and stops the server. It returns the
+// sandboxes the run made.
+func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec string) []string {
+	in := launchServer(t, dir, []string{failpoint.EnvVar + "=" + spec})
 	in.waitTemplate("minimal")
 	var id string
 	if p.Op != "create" {
 		id = in.createWith("minimal", "ns").ID
 		in.exec(id, "sh", "-c", "echo acknowledged > "+ackFile)
 	}
-	if p.Op == "restore" {
-		in.mustDo("POST", "/v1/sandboxes/"+id+"/hibernate", "")
-		if got := in.settle(id, "hibernate"); got.State != "hibernated" {
-			t.Fatalf("hibernate before the restore: %+v", got)
+	// The state the operation starts from.
+	if prep, ok := map[string]string{"restore": "hibernate", "resume": "pause"}[p.Op]; ok {
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/"+prep, "")
+		if got := in.settle(id, prep); got.State != prep+"d" {
+			t.Fatalf("%s before the %s: %+v", prep, p.Op, got)
 		}
 	}
 	idem := "failpoint-" + strings.ReplaceAll(p.Name, "/", "-")
@@ -64,7 +75,7 @@ func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point) []string {
 		in.send("POST", "/v1/sandboxes", createBody, idem)
 	case "snapshot":
 		in.send("POST", "/v1/sandboxes/"+id+"/snapshots", `{"kind":"disk"}`, "")
-	case "hibernate", "restore", "fork":
+	case "hibernate", "restore", "fork", "stop", "pause", "resume":
 		in.send("POST", "/v1/sandboxes/"+id+"/"+p.Op, "", "")
 	case "delete":
 		in.send("DELETE", "/v1/sandboxes/"+id, "", "")
@@ -113,8 +124,19 @@ func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point) []string {
 		}
 		in.mustDo("POST", "/v1/sandboxes/"+id+"/restore", "")
 		in.wantRunning(id, "restore after the crashed hibernation")
-	case "restore":
-		in.wantRunning(id, "restore")
+	case "restore", "resume":
+		in.wantRunning(id, p.Op)
+	case "stop", "pause":
+		// The operation completes; the sandbox comes back with its data.
+		want, back := "stopped", "start"
+		if p.Op == "pause" {
+			want, back = "paused", "resume"
+		}
+		if got := in.settle(id, p.Op); got.State != want {
+			t.Fatalf("after the crash: %+v, want %s\n%s", got, want, in.logs())
+		}
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/"+back, "")
+		in.wantRunning(id, back+" after the crashed "+p.Op)
 	case "fork":
 		in.wantRunning(id, "fork's parent")
 		var list struct{ Sandboxes []sandbox }

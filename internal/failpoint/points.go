@@ -40,6 +40,22 @@ var (
 	// subvolume and has not answered.
 	NodeManagerAfterVolumeSnapshot = registerIn("snapshot/nm-after-volume", "snapshot", NodeManager,
 		"node-manager: the snapshot's subvolume is made; its size not read, nothing answered")
+	// StopAfterSnapshot: the stop's disk snapshot is taken and
+	// recorded; the execution still runs.
+	StopAfterSnapshot = register("stop/after-snapshot", "stop",
+		"control plane: the stop's disk snapshot is ready on its row; the execution still runs")
+	// StopAfterRelease: the execution is stopped; the sandbox row still
+	// says stopping.
+	StopAfterRelease = register("stop/after-release", "stop",
+		"control plane: the execution is stopped; the sandbox row still says stopping")
+	// PauseAfterNode: the node froze the execution; the row still says
+	// pausing.
+	PauseAfterNode = register("pause/after-node", "pause",
+		"control plane: the node froze the execution; the sandbox row still says pausing")
+	// ResumeAfterNode: the node thawed the execution; the row still says
+	// resuming.
+	ResumeAfterNode = register("resume/after-node", "resume",
+		"control plane: the node thawed the execution; the sandbox row still says resuming")
 	// HibernateAfterPart: the node stored one artifact of the snapshot
 	// (arm it with @k to die after the k-th of n).
 	HibernateAfterPart = register("hibernate/after-part", "hibernate",
@@ -69,9 +85,10 @@ var (
 	RestoreAfterDownload = register("restore/after-download", "restore",
 		"control plane: the node rebuilt the snapshot from object storage; the snapshot row does not name it")
 	// RestoreAfterNodeStart: the node runs the restored execution; the
-	// sandbox row still says restoring.
+	// sandbox row still says restoring (a restore after hibernate, a start
+	// after stop and a rollback all pass it).
 	RestoreAfterNodeStart = register("restore/after-node-start", "restore",
-		"control plane: the node runs the restored execution; the sandbox row still says restoring")
+		"control plane: the node runs the restored execution (restore, start, rollback); the sandbox row still says restoring")
 	// ForkAfterSnapshot: the fork's snapshot is taken and recorded; no
 	// child is recorded.
 	ForkAfterSnapshot = register("fork/after-snapshot", "fork",

@@ -126,6 +126,7 @@ func (r *Reconciler) stopSandbox(ctx context.Context, sb *sandbox.Sandbox) (time
 			return r.failSandbox(ctx, sb, "stop: keep the disk: "+err.Error())
 		}
 	}
+	failpoint.StopAfterSnapshot.Hit()
 	api, err := r.node(sb.Node)
 	if err != nil {
 		return time.Second, err
@@ -133,6 +134,7 @@ func (r *Reconciler) stopSandbox(ctx context.Context, sb *sandbox.Sandbox) (time
 	if err := api.Stop(ctx, sb.ExecID); err != nil {
 		return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
 	}
+	failpoint.StopAfterRelease.Hit()
 	sb.StartFrom = snap.ID
 	sb.State = sandbox.Settled(sb.State)
 	after, err := r.update(ctx, sb)

@@ -293,6 +293,11 @@ func (r *Reconciler) pauseResume(ctx context.Context, sb *sandbox.Sandbox) (time
 	op := map[bool]string{true: "pause", false: "resume"}[pause]
 	switch {
 	case err == nil:
+		if pause {
+			failpoint.PauseAfterNode.Hit()
+		} else {
+			failpoint.ResumeAfterNode.Hit()
+		}
 		sb.State = sandbox.Settled(sb.State)
 		after, uerr := r.update(ctx, sb)
 		if uerr == nil && after == 0 {
