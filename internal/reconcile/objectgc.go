@@ -32,8 +32,15 @@ const objectGCEvery = 10 * time.Minute
 //     that no snapshot row of T records, collected only while no upload of
 //     T can be under way — no sandbox of T hibernating and no hibernate
 //     snapshot of T without recorded artifacts, before and after the
-//     listing — since an upload reuses (Stat) a shared object it finds
-//     before its row records it.
+//     listing and again right before each delete — since an upload reuses
+//     (Stat) a shared object it finds before its row records it. What is
+//     left is a hibernation that goes from its API request to the Stat of
+//     the object between that last look and the delete (a pause, a
+//     snapshot and an export at least): its verify fails and the
+//     hibernation is refused (the sandbox stays paused, nothing lost), or
+//     — only if the store applies the delete later than the hibernation
+//     records its artifacts — the restore is refused for the missing
+//     object.
 //
 // Nothing else under tenants/ (an unknown layout) is touched.
 
@@ -117,6 +124,17 @@ func (r *Reconciler) collectObjects(ctx context.Context, tenant string) (int, er
 			orphan = id != "" && !after.snapshots[id]
 		case strings.HasPrefix(rest, "shared/"):
 			orphan = !uploading && !after.keys[info.Key]
+			if orphan {
+				// Looked at again right before the delete: an upload
+				// that began since (its sandbox hibernating) may have
+				// found this object and be about to record it.
+				now, err := r.objectOwners(ctx, tenant)
+				if err != nil {
+					return n, err
+				}
+				uploading = now.uploading
+				orphan = !uploading && !now.keys[info.Key]
+			}
 		}
 		if !orphan {
 			continue

@@ -1,8 +1,10 @@
 package reconcile
 
 import (
+	"context"
 	"testing"
 
+	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -55,4 +57,46 @@ func TestObjectGC(t *testing.T) {
 	}
 	h.wantObject(base.Key, false)
 	h.wantObject(foreign.Key, true)
+}
+
+// deleteHook is a store that runs before ahead of every Delete.
+type deleteHook struct {
+	objstore.Store
+	before func(key string)
+}
+
+func (d deleteHook) Delete(ctx context.Context, key string) error {
+	d.before(key)
+	return d.Store.Delete(ctx, key)
+}
+
+// TestObjectGCLooksAgainBeforeEachSharedDelete: a hibernation that begins
+// while the GC deletes (its sandbox now hibernating: its upload may reuse
+// a shared object it found) stops the GC from deleting the tenant's
+// remaining shared objects.
+func TestObjectGCLooksAgainBeforeEachSharedDelete(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{}, true)
+	sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	first := h.putObject(sharedPrefix(h.tenant)+"k1/bases/b1", "unrecorded base 1")
+	second := h.putObject(sharedPrefix(h.tenant)+"k1/bases/b2", "unrecorded base 2")
+	deletes := 0
+	h.r.cfg.Objects = deleteHook{Store: h.objs, before: func(string) {
+		if deletes++; deletes == 1 {
+			cur, err := h.st.GetSandboxByID(h.ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur.State = sandbox.StateHibernating
+			if err := h.st.UpdateSandbox(h.ctx, cur); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}}
+	n, err := h.r.collectObjects(h.ctx, h.tenant)
+	if err != nil || n != 1 {
+		t.Fatalf("object gc: deleted %d, %v; want the first shared object only", n, err)
+	}
+	h.wantObject(first.Key, false)
+	h.wantObject(second.Key, true)
 }
