@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io/fs"
 	"net/http"
 	"path/filepath"
@@ -253,6 +254,37 @@ func (in *instance) wantRunning(id, what string) {
 		in.t.Fatalf("%s: after the crash the sandbox is %+v, want running\n%s", what, got, in.logs())
 	}
 	in.wantAck(id, what)
+	in.wantOneExecution(id, what)
+}
+
+// wantOneExecution checks the host against what the control plane says of
+// running sandbox id: the subvolumes and cgroups named after it belong to
+// one execution (no earlier one left by the crash), of its current
+// generation.
+func (in *instance) wantOneExecution(id, what string) {
+	in.t.Helper()
+	var sb sandbox
+	in.do("GET", "/v1/sandboxes/"+id, nil, &sb)
+	gen := fmt.Sprintf("%s-g%d-", id, sb.Generation)
+	var execs, seen []string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		execs, seen = nil, nil
+		for _, s := range inventory(in.dataDir, id) {
+			kind, path, _ := strings.Cut(s, " ")
+			if (kind == "cgroup" || kind == "subvolume" && strings.Contains(path, "/volumes/volumes/")) && !slices.Contains(execs, filepath.Base(path)) {
+				execs = append(execs, filepath.Base(path))
+			}
+			seen = append(seen, s)
+		}
+		if len(execs) == 1 && strings.HasPrefix(execs[0], gen) {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Errorf("%s: sandbox %s (generation %d) holds on the host the executions %v, want one of its generation:\n%s", what, id, sb.Generation, execs, strings.Join(seen, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // wantAck checks that sandbox id still has what it acknowledged.
@@ -315,8 +347,8 @@ func (in *instance) waitNoObjects() {
 }
 
 // waitNoVolumes waits until the volume store holds no subvolume of the
-// sandboxes ids (checked while the server runs: on a loopback image the
-// store is not mounted once it stops).
+// sandboxes ids and no node snapshot at all (checked while the server
+// runs: on a loopback image the store is not mounted once it stops).
 func (in *instance) waitNoVolumes(ids []string) {
 	in.t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); ; {
@@ -324,6 +356,17 @@ func (in *instance) waitNoVolumes(ids []string) {
 		for _, s := range inventory(in.dataDir, ids...) {
 			if strings.HasPrefix(s, "subvolume ") {
 				left = append(left, s)
+			}
+		}
+		// Every sandbox is gone, so every node snapshot (a manual
+		// snapshot's id does not name its sandbox) must be too; the
+		// store's own dot directories (.bases, .import) stay.
+		for _, dir := range []string{"snapshots", "node-snapshots"} {
+			snaps, _ := filepath.Glob(filepath.Join(in.dataDir, "volumes", dir, "*"))
+			for _, p := range snaps {
+				if !strings.HasPrefix(filepath.Base(p), ".") {
+					left = append(left, "snapshot "+p)
+				}
 			}
 		}
 		if len(left) == 0 {
