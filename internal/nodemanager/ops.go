@@ -138,6 +138,12 @@ func (s *Server) templatePresent(ctx context.Context, template string) error {
 }
 
 func (s *Server) start(ctx context.Context, a *privop.StartArgs) (*privop.Started, []*os.File, error) {
+	if s.settingUp(a.Runtime) {
+		// Hello reports it pending, so the control plane places on this
+		// node (and restores here) while it is set up: a start now waits
+		// for it, it is not a request for a runtime the node lacks.
+		return nil, nil, fmt.Errorf("%w: the %s runtime is still being set up on this node (after a start of the node-manager); retry", errdefs.ErrUnavailable, a.Runtime)
+	}
 	if err := a.Validate(s.runtimes()); err != nil {
 		return nil, nil, err
 	}
