@@ -44,6 +44,20 @@ const objectGCEvery = 10 * time.Minute
 //
 // Nothing else under tenants/ (an unknown layout) is touched.
 
+// sweepObjectsEvery sweeps at once, then every period, until ctx is done.
+func (r *Reconciler) sweepObjectsEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		r.sweepObjects(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // sweepObjects is one pass of collectAllObjects, its outcome logged.
 func (r *Reconciler) sweepObjects(ctx context.Context) {
 	n, err := r.collectAllObjects(ctx)

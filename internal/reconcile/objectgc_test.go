@@ -3,7 +3,9 @@ package reconcile
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -99,4 +101,60 @@ func TestObjectGCLooksAgainBeforeEachSharedDelete(t *testing.T) {
 	}
 	h.wantObject(first.Key, false)
 	h.wantObject(second.Key, true)
+}
+
+// TestRunSweepsObjectsAtStart: a control plane that starts (after a crash
+// between an object's Put and its row's commit) deletes the orphan without
+// waiting for a snapshot's delete.
+func TestRunSweepsObjectsAtStart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Workers: 1, Resync: time.Hour}, true)
+	orphan := h.uploaded(store.Snapshot{ID: "sn-crashed", Tenant: h.tenant}, "disk")[0]
+	stop := runReconciler(t, h)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := h.objs.Stat(h.ctx, orphan.Key); errdefs.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %s still stored 30 s after Run started", orphan.Key)
+		}
+	}
+}
+
+// hungLister is a store whose List answers only when ctx ends.
+type hungLister struct{ objstore.Store }
+
+func (hungLister) List(ctx context.Context, _ string) ([]objstore.Info, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestObjectSweepDoesNotHoldUpResync: a hung object store does not stop
+// Run from driving sandboxes.
+func TestObjectSweepDoesNotHoldUpResync(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Workers: 1, Resync: 10 * time.Millisecond}, true)
+	h.r.cfg.Objects = hungLister{Store: h.objs}
+	stop := runReconciler(t, h)
+	defer stop()
+	sb := h.newSandbox(sandbox.StateCreating, "ns", nil)
+	for deadline := time.Now().Add(30 * time.Second); h.get(sb.ID).State != sandbox.StateRunning; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox still %s: the resync is held up", h.get(sb.ID).State)
+		}
+	}
+}
+
+// runReconciler runs h's reconciler until the returned stop is called.
+func runReconciler(t *testing.T, h *harness) (stop func()) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.r.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
 }

@@ -270,12 +270,16 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			r.work(ctx)
 		}()
 	}
+	// The object GC has its own goroutine: a slow or hung object store
+	// must not hold up the resync.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.sweepObjectsEvery(ctx, objectGCEvery)
+	}()
 	t := time.NewTicker(r.cfg.Resync)
 	defer t.Stop()
-	gc := time.NewTicker(objectGCEvery)
-	defer gc.Stop()
 	r.resync(ctx)
-	r.sweepObjects(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -284,8 +288,6 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			r.resync(ctx)
-		case <-gc.C:
-			r.sweepObjects(ctx)
 		}
 	}
 }
