@@ -13,7 +13,8 @@ import (
 // hostInventory is what the platform holds on the host for one data
 // directory: its processes (the binaries this package built, or any
 // process naming the directory), mounts under the directory, loop devices
-// backed by files in it, and the network namespaces and cgroups (under
+// backed by files in it, the volume store's subvolumes and work in
+// progress, and the network namespaces and cgroups (under
 // SPACE's "space" groups) named after the test's sandboxes. The machine is
 // shared, so what belongs to other servers is left out.
 type hostInventory []string
@@ -50,6 +51,16 @@ func inventory(dataDir string, ids ...string) hostInventory {
 				}
 			}
 		}
+	}
+	// The btrfs volume store's subvolumes (node-manager's DATA/volumes:
+	// volumes/<exec>, snapshots/<snapshot>, tmp/ for work in progress),
+	// visible while its filesystem is mounted (always, when DATA is on
+	// btrfs itself).
+	named("subvolume", filepath.Join(dataDir, "volumes", "volumes", "*"))
+	named("subvolume", filepath.Join(dataDir, "volumes", "snapshots", "*"))
+	tmp, _ := filepath.Glob(filepath.Join(dataDir, "volumes", "tmp", "*"))
+	for _, p := range tmp {
+		out = append(out, "subvolume "+p)
 	}
 	named("netns", "/run/netns/*")
 	named("cgroup", "/sys/fs/cgroup/*/space/*")

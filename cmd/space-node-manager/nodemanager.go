@@ -19,6 +19,7 @@ import (
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/driver/ns"
 	"github.com/spacesandbox/space/internal/driver/vm"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guestbin"
 	"github.com/spacesandbox/space/internal/hostbin"
 	"github.com/spacesandbox/space/internal/nodemanager"
@@ -43,6 +44,12 @@ func runNodeManager(args []string) int {
 		return 2
 	}
 	if err := validKernelBuild(*kernelBuild); err != nil {
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
+		return 2
+	}
+	// A name no point has stops the node-manager: a typo in a test's
+	// SPACE_FAILPOINTS must not silently disarm the crash it wants.
+	if err := failpoint.FromEnvironment(); err != nil {
 		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
 		return 2
 	}

@@ -10,13 +10,14 @@ import (
 	"os"
 
 	"github.com/spacesandbox/space/internal/cli"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/hostbin"
 )
 
 func main() {
 	extra := map[string]func([]string) int{
-		"server":       runServer,
-		"node":         runNode,
+		"server":       withFailpoints(runServer),
+		"node":         withFailpoints(runNode),
 		"node-manager": launcher(hostbin.NodeManager),
 		"host-bridge":  launcher(hostbin.HostBridge),
 	}
@@ -30,5 +31,18 @@ func launcher(name string) func([]string) int {
 		err := hostbin.Exec(name, args)
 		os.Stderr.WriteString("space: " + err.Error() + "\n")
 		return 1
+	}
+}
+
+// withFailpoints arms the failpoints SPACE_FAILPOINTS names before the
+// service verb runs (internal/failpoint); a name no point has stops it, so a
+// test's typo cannot silently disarm the crash it wants.
+func withFailpoints(run func([]string) int) func([]string) int {
+	return func(args []string) int {
+		if err := failpoint.FromEnvironment(); err != nil {
+			os.Stderr.WriteString("space: " + err.Error() + "\n")
+			return 2
+		}
+		return run(args)
 	}
 }

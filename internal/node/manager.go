@@ -25,6 +25,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/objstore"
@@ -204,6 +205,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	if err != nil {
 		return nil, err
 	}
+	failpoint.StartAfterRuntime.Hit()
 	defer channel.Close()
 	rec := &Record{StartExecution: req, SandboxPid: started.Pid, SandboxStartTime: started.StartTime, StartedAt: time.Now().UTC()}
 	// The gateway is up before the guest runs anything of the caller's.
@@ -219,6 +221,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	if err := m.records.save(rec); err != nil {
 		return nil, err
 	}
+	failpoint.StartAfterBridge.Hit()
 	bc, err := m.bridge(rec)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/envelope"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/progress"
@@ -88,6 +89,7 @@ func (m *Manager) Upload(ctx context.Context, snapshotID string, req nodev1.Uplo
 			tr.Set(before+f.Size, "") // already stored: nothing was read
 		}
 		out.Objects = append(out.Objects, obj)
+		failpoint.HibernateAfterPart.Hit()
 		if f.Size > 0 {
 			out.PlainBytes += f.Size
 		}

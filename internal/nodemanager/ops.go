@@ -14,6 +14,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/progress"
 )
@@ -137,6 +138,12 @@ func (s *Server) templatePresent(ctx context.Context, template string) error {
 }
 
 func (s *Server) start(ctx context.Context, a *privop.StartArgs) (*privop.Started, []*os.File, error) {
+	if s.settingUp(a.Runtime) {
+		// Hello reports it pending, so the control plane places on this
+		// node (and restores here) while it is set up: a start now waits
+		// for it, it is not a request for a runtime the node lacks.
+		return nil, nil, fmt.Errorf("%w: the %s runtime is still being set up on this node (after a start of the node-manager); retry", errdefs.ErrUnavailable, a.Runtime)
+	}
 	if err := a.Validate(s.runtimes()); err != nil {
 		return nil, nil, err
 	}
@@ -182,6 +189,7 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 			return nil, nil, fmt.Errorf("exec %s: root filesystem: %w", a.ExecID, err)
 		}
 	}
+	failpoint.NodeManagerAfterClone.Hit()
 	tCloned := time.Now()
 	spec := driver.Spec{
 		ExecID:      a.ExecID,
@@ -211,6 +219,7 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 		_ = s.cfg.Storage.Delete(context.WithoutCancel(ctx), a.ExecID)
 		return nil, nil, fmt.Errorf("exec %s: start %s: %w", a.ExecID, a.Runtime, err)
 	}
+	failpoint.NodeManagerAfterRuntime.Hit()
 	s.mu.Lock()
 	s.owner[a.ExecID] = a.Runtime
 	s.mu.Unlock()
@@ -266,6 +275,7 @@ func (s *Server) cleanup(ctx context.Context, execID, runtime string) error {
 			errs = append(errs, fmt.Errorf("cleanup: %w", err))
 		}
 	}
+	failpoint.NodeManagerAfterKill.Hit()
 	if err := s.cfg.Storage.Delete(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		errs = append(errs, fmt.Errorf("delete root: %w", err))
 	}

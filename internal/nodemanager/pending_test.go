@@ -2,6 +2,7 @@ package nodemanager
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/spacesandbox/space/internal/driver"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
 )
 
 // TestHelloPendingRuntimes: a runtime being set up is reported as pending
@@ -73,5 +76,25 @@ func TestHelloRuntimeStatus(t *testing.T) {
 	srv.SetRuntimeStatus("vm", "")
 	if h := srv.hello(); h.Status != nil {
 		t.Errorf("after removal: %v", h.Status)
+	}
+}
+
+// TestStartWaitsForARuntimeBeingSetUp: a start for a runtime still being
+// set up (pending in Hello, so the control plane places there) is
+// Unavailable — retried — not InvalidArgument, which fails the sandbox
+// for good (a restore right after a node restart, before its vm runtime
+// is back); a runtime the node will never have stays InvalidArgument.
+func TestStartWaitsForARuntimeBeingSetUp(t *testing.T) {
+	srv := &Server{drivers: map[string]driver.Driver{"ns": &pipeDriver{peers: map[string]*os.File{}}}, cfg: Config{Storage: &memStorage{}}}
+	args := func(runtime string) *privop.StartArgs {
+		return &privop.StartArgs{ExecID: "sbx1-g1-abcdefgh", SandboxID: "sbx1", Template: "minimal", Runtime: runtime, CPUs: 1, MemoryMiB: 256, PidsMax: 64}
+	}
+	srv.ExpectDriver("vm")
+	if _, _, err := srv.start(context.Background(), args("vm")); !errdefs.IsUnavailable(err) {
+		t.Errorf("start on vm while it is set up: %v, want Unavailable", err)
+	}
+	srv.DropDriver("vm")
+	if _, _, err := srv.start(context.Background(), args("vm")); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not available") {
+		t.Errorf("start on vm after its setup failed: %v, want InvalidArgument", err)
 	}
 }

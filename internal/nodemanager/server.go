@@ -147,6 +147,14 @@ func (s *Server) ExpectDriver(name string) {
 	}
 }
 
+// settingUp reports whether runtime name is expected (ExpectDriver) and
+// has not joined or failed yet.
+func (s *Server) settingUp(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending[name] && s.drivers[name] == nil
+}
+
 // DropDriver says that the setup of runtime name failed: it is no longer
 // expected.
 func (s *Server) DropDriver(name string) {

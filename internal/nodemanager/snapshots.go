@@ -14,6 +14,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/privop"
 )
 
@@ -132,6 +133,7 @@ func (s *Server) takeSnapshot(ctx context.Context, d driver.Driver, a *privop.Sn
 		if err != nil {
 			return err
 		}
+		failpoint.NodeManagerAfterVolumeSnapshot.Hit()
 		info.SizeBytes = dirSize(p)
 		return nil
 	}

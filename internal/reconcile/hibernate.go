@@ -11,6 +11,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -64,6 +65,7 @@ func (r *Reconciler) hibernateSandbox(ctx context.Context, sb *sandbox.Sandbox) 
 		if err != nil {
 			return r.retryOrRefuse(ctx, sb, "upload", err)
 		}
+		failpoint.HibernateAfterParts.Hit()
 		for _, obj := range arts.Objects {
 			if err := objstore.Verify(ctx, r.cfg.Objects, obj.Key, objstore.Info{Key: obj.Key, Size: obj.Size, Digest: obj.Digest}); err != nil {
 				return r.retryOrRefuse(ctx, sb, "verify "+obj.Key, err)
@@ -77,21 +79,25 @@ func (r *Reconciler) hibernateSandbox(ctx context.Context, sb *sandbox.Sandbox) 
 		if err := r.store.UpdateSnapshot(ctx, snap); err != nil {
 			return time.Second, err
 		}
+		failpoint.HibernateAfterManifest.Hit()
 		r.event(ctx, sb.ID, "snapshot", fmt.Sprintf("snapshot %s uploaded: %d objects, %d bytes of artifacts, %d bytes written",
 			snap.ID, len(arts.Objects), arts.PlainBytes, arts.StoredBytes))
 	}
 	if err := api.Stop(ctx, sb.ExecID); err != nil {
 		return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
 	}
+	failpoint.HibernateAfterStop.Hit()
 	if snap.Node != "" {
 		if err := api.DeleteSnapshot(ctx, snap.ID); err != nil {
 			return time.Second, err
 		}
+		failpoint.HibernateAfterLocalDelete.Hit()
 		snap.Node = ""
 		if err := r.store.UpdateSnapshot(ctx, snap); err != nil {
 			return time.Second, err
 		}
 	}
+	failpoint.HibernateBeforeCommit.Hit()
 	from := sb.Node
 	sb.StartFrom, sb.Node = snap.ID, ""
 	sb.State = sandbox.Settled(sb.State)
@@ -176,6 +182,7 @@ func (r *Reconciler) ensureLocal(ctx context.Context, sb *sandbox.Sandbox, api N
 		after, err = r.refuseRestore(ctx, sb, &snap, err)
 		return after, err, false
 	}
+	failpoint.RestoreAfterDownload.Hit()
 	if _, lost := r.lostNode(ctx, snap.Node); !lost && snap.Node != "" {
 		// The row names one node: the copy on the other one goes (else
 		// nothing would ever remove it). A lost node's copy stays.
@@ -274,5 +281,6 @@ func (r *Reconciler) dropSnapshot(ctx context.Context, snap store.Snapshot) erro
 	if err := r.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
+	r.collectTenantObjects(ctx, snap.Tenant)
 	return nil
 }

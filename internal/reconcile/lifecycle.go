@@ -8,6 +8,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -71,6 +72,9 @@ func (r *Reconciler) takeSnapshot(ctx context.Context, sb *sandbox.Sandbox, snap
 		r.failSnapshot(ctx, snap, err.Error())
 		return err
 	}
+	if snap.Tier != "hibernate" && snap.Tier != "stop" {
+		failpoint.SnapshotAfterTake.Hit()
+	}
 	snap.State, snap.Reason, snap.Node, snap.SizeBytes = store.SnapshotReady, "", sb.Node, got.SizeBytes
 	if err := r.store.UpdateSnapshot(ctx, *snap); err != nil {
 		return fmt.Errorf("%w: snapshot %s: record: %v", errdefs.ErrUnavailable, snap.ID, err)
@@ -122,6 +126,7 @@ func (r *Reconciler) stopSandbox(ctx context.Context, sb *sandbox.Sandbox) (time
 			return r.failSandbox(ctx, sb, "stop: keep the disk: "+err.Error())
 		}
 	}
+	failpoint.StopAfterSnapshot.Hit()
 	api, err := r.node(sb.Node)
 	if err != nil {
 		return time.Second, err
@@ -129,6 +134,7 @@ func (r *Reconciler) stopSandbox(ctx context.Context, sb *sandbox.Sandbox) (time
 	if err := api.Stop(ctx, sb.ExecID); err != nil {
 		return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
 	}
+	failpoint.StopAfterRelease.Hit()
 	sb.StartFrom = snap.ID
 	sb.State = sandbox.Settled(sb.State)
 	after, err := r.update(ctx, sb)
@@ -236,6 +242,9 @@ func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) e
 		if err := r.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
+	}
+	if len(snaps) > 0 {
+		r.collectTenantObjects(ctx, sb.Tenant)
 	}
 	return nil
 }

@@ -270,6 +270,13 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			r.work(ctx)
 		}()
 	}
+	// The object GC has its own goroutine: a slow or hung object store
+	// must not hold up the resync.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.sweepObjectsEvery(ctx, objectGCEvery)
+	}()
 	t := time.NewTicker(r.cfg.Resync)
 	defer t.Stop()
 	r.resync(ctx)

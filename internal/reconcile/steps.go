@@ -8,6 +8,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
@@ -79,6 +80,12 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		return fail("start: " + err.Error())
 	case ex.State == nodev1.ExecFailed:
 		return fail("start: " + ex.Reason)
+	}
+	switch sb.State {
+	case sandbox.StateCreating:
+		failpoint.CreateAfterNodeStart.Hit()
+	case sandbox.StateRestoring:
+		failpoint.RestoreAfterNodeStart.Hit()
 	}
 	// Re-read: the sandbox may have been deleted while the node worked.
 	cur, err := r.store.GetSandboxByID(ctx, sb.ID)
@@ -231,6 +238,7 @@ func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (ti
 	if err := r.deleteSnapshots(ctx, sb); err != nil {
 		return time.Second, err
 	}
+	failpoint.DeleteAfterSnapshots.Hit()
 	if _, lost := r.lostNode(ctx, sb.Node); !lost && sb.Node != "" && sb.ExecID != "" {
 		// A lost node's execution is retired when it comes back.
 		api, err := r.node(sb.Node)
@@ -241,6 +249,7 @@ func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (ti
 			return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
 		}
 	}
+	failpoint.DeleteAfterStop.Hit()
 	if err := r.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return time.Second, err
 	}
@@ -284,6 +293,11 @@ func (r *Reconciler) pauseResume(ctx context.Context, sb *sandbox.Sandbox) (time
 	op := map[bool]string{true: "pause", false: "resume"}[pause]
 	switch {
 	case err == nil:
+		if pause {
+			failpoint.PauseAfterNode.Hit()
+		} else {
+			failpoint.ResumeAfterNode.Hit()
+		}
 		sb.State = sandbox.Settled(sb.State)
 		after, uerr := r.update(ctx, sb)
 		if uerr == nil && after == 0 {

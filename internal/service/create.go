@@ -11,6 +11,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
@@ -109,6 +110,7 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 		}
 		return nil, err
 	}
+	failpoint.CreateAfterRecord.Hit()
 	s.recordWarmup(ctx, sb.ID, w)
 	if runtimeNote != "" {
 		s.Event(ctx, sb.ID, "runtime", runtimeNote)

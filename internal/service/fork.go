@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -54,6 +55,7 @@ func (s *Sandboxes) Fork(ctx context.Context, c Caller, parentID string, req For
 	if err != nil {
 		return nil, err
 	}
+	failpoint.ForkAfterSnapshot.Hit()
 	child, err := s.newFork(parent, snap, req.Name, childID)
 	if err != nil {
 		return nil, err
@@ -70,6 +72,7 @@ func (s *Sandboxes) Fork(ctx context.Context, c Caller, parentID string, req For
 		}
 		return nil, err
 	}
+	failpoint.ForkAfterRecord.Hit()
 	s.Event(ctx, child.ID, "scheduled", fmt.Sprintf("fork of %s from snapshot %s on %s", parent.ID, snap.ID, snap.Node))
 	s.Event(ctx, parent.ID, "fork", fmt.Sprintf("forked into %s from snapshot %s", child.ID, snap.ID))
 	s.rec.Enqueue(child.ID)

@@ -1,0 +1,432 @@
+package e2e
+
+import (
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/failpoint"
+)
+
+// TestFailpoints kills the server (control plane and node in one process)
+// at every failpoint of internal/failpoint's registry — each named step of
+// create, snapshot, hibernate, restore, fork and delete, not a sample —
+// by arming the point in a server's environment and running the
+// operation; it sees the process die there (status 137, the point named),
+// restarts the server on the same data, and checks that nothing
+// acknowledged is lost, that the sandbox converges to a legal state of the
+// operation (the previous generation authoritative until the new one is
+// verified: a hibernation completes and restores the data written before
+// it), that after deleting everything the object store holds no object
+// (the orphans of a crash between Put and commit are collected), and that
+// the host holds nothing of the platform it did not hold before
+// (processes, mounts, loop devices, netns, cgroups).
+func TestFailpoints(t *testing.T) {
+	dir := newDataDir(t)
+	before := inventory(dir)
+	for _, p := range failpoint.All() {
+		arm := []string{p.Name + "=exit"}
+		if p == failpoint.HibernateAfterPart {
+			// An ns snapshot has n = 2 artifacts (the template's base
+			// tree, the delta): after the first, and after both but
+			// before the node answers.
+			arm = []string{p.Name + "=exit@1", p.Name + "=exit@2"}
+		}
+		for _, spec := range arm {
+			t.Run(strings.TrimSuffix(strings.Replace(spec, "=exit", "", 1), "@1"), func(t *testing.T) {
+				ids := crashAtFailpoint(t, dir, p, spec, "ns")
+				checkInventory(t, before, dir, ids...)
+			})
+		}
+	}
+	// The vm runtime's hibernation (a full snapshot: memory too) and
+	// restore, on request: QEMU under TCG takes minutes for all of them.
+	if os.Getenv("SPACE_TEST_FAILPOINTS_VM") == "" {
+		return
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("SPACE_TEST_FAILPOINTS_VM: QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	for _, p := range failpoint.All() {
+		if p.Op != "hibernate" && p.Op != "restore" {
+			continue
+		}
+		t.Run("vm/"+p.Name, func(t *testing.T) {
+			ids := crashAtFailpoint(t, dir, p, p.Name+"=exit", "vm")
+			checkInventory(t, before, dir, ids...)
+		})
+	}
+}
+
+// ackFile is what a sandbox was told to write, and answered, before the
+// crash: it must survive everything.
+const ackFile = "/home/user/ack"
+
+// crashAtFailpoint runs p's operation on a sandbox of runtime on a server
+// armed with spec (p's entry of SPACE_FAILPOINTS), sees it die at p,
+// restarts, checks the outcome, deletes what the run made and stops the
+// server. It returns the sandboxes the run made.
+func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec, runtime string) []string {
+	in := launchServer(t, dir, []string{failpoint.EnvVar + "=" + spec})
+	in.waitTemplate("minimal")
+	var id string
+	if p.Op != "create" {
+		id = in.createWith("minimal", runtime).ID
+		in.exec(id, "sh", "-c", "echo acknowledged > "+ackFile)
+	}
+	// The state the operation starts from.
+	if prep, ok := map[string]string{"restore": "hibernate", "resume": "pause"}[p.Op]; ok {
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/"+prep, "")
+		if got := in.settle(id, prep); got.State != prep+"d" {
+			t.Fatalf("%s before the %s: %+v", prep, p.Op, got)
+		}
+	}
+	idem := "failpoint-" + strings.ReplaceAll(p.Name, "/", "-")
+	createBody := `{"template":"minimal","runtime":"` + runtime + `","memory_mib":256}`
+	switch p.Op {
+	case "create":
+		in.send("POST", "/v1/sandboxes", createBody, idem)
+	case "snapshot":
+		in.send("POST", "/v1/sandboxes/"+id+"/snapshots", `{"kind":"disk"}`, "")
+	case "hibernate", "restore", "fork", "stop", "pause", "resume":
+		in.send("POST", "/v1/sandboxes/"+id+"/"+p.Op, "", "")
+	case "delete":
+		in.send("DELETE", "/v1/sandboxes/"+id, "", "")
+	default:
+		t.Fatalf("failpoint %s: this test does not know how to drive operation %q; add it", p.Name, p.Op)
+	}
+	in.waitFailpoint(p)
+
+	in = startServer(t, dir)
+	ids := []string{id}
+	switch p.Op {
+	case "create":
+		var sb struct {
+			sandbox
+			Message string `json:"message"`
+		}
+		if code := in.doIdem(idem, "POST", "/v1/sandboxes", []byte(createBody), &sb); code != http.StatusCreated || sb.State != "running" {
+			t.Fatalf("create repeated after the crash: HTTP %d %+v\n%s", code, sb, in.logs())
+		}
+		ids = []string{sb.ID}
+		in.exec(sb.ID, "sh", "-c", "echo acknowledged > "+ackFile)
+		in.wantAck(sb.ID, "after the create")
+		// The inventory sees what a sandbox holds (else its emptiness
+		// at the end would prove nothing).
+		if inv := inventory(dir, sb.ID); !inventorySees(inv, "subvolume", "cgroup") {
+			t.Fatalf("the inventory of a running sandbox misses a kind:\n%s", strings.Join(inv, "\n"))
+		}
+	case "snapshot":
+		in.wantRunning(id, "snapshot")
+		snaps := in.settleSnapshots(id)
+		for _, s := range snaps {
+			if s.State == "failed" && s.Reason == "" {
+				t.Errorf("snapshot %s failed without a reason", s.ID)
+			}
+			if s.State == "ready" && s.Kind == "disk" && s.Tier == "manual" {
+				// The crash lost the answer, not the snapshot: it restores.
+				in.mustDo("POST", "/v1/sandboxes/"+id+"/rollback", `{"snapshot":"`+s.ID+`"}`)
+				in.wantRunning(id, "rollback to the snapshot")
+			}
+		}
+	case "hibernate":
+		// Every step is re-driven: the hibernation completes, and the
+		// restore brings back what was acknowledged before it.
+		if got := in.settle(id, "hibernate"); got.State != "hibernated" {
+			t.Fatalf("after the crash: %+v, want hibernated\n%s", got, in.logs())
+		}
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/restore", "")
+		in.wantRunning(id, "restore after the crashed hibernation")
+	case "restore", "resume":
+		in.wantRunning(id, p.Op)
+	case "stop", "pause":
+		// The operation completes; the sandbox comes back with its data.
+		want, back := "stopped", "start"
+		if p.Op == "pause" {
+			want, back = "paused", "resume"
+		}
+		if got := in.settle(id, p.Op); got.State != want {
+			t.Fatalf("after the crash: %+v, want %s\n%s", got, want, in.logs())
+		}
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/"+back, "")
+		in.wantRunning(id, back+" after the crashed "+p.Op)
+	case "fork":
+		in.wantRunning(id, "fork's parent")
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, child := range list.Sandboxes {
+			if child.ID == id {
+				continue
+			}
+			ids = append(ids, child.ID)
+			got := in.settle(child.ID, "fork child")
+			if got.State != "running" {
+				t.Errorf("fork child %s after the crash: %+v, want running", child.ID, got)
+				continue
+			}
+			in.wantAck(child.ID, "fork child")
+		}
+		if p == failpoint.ForkAfterRecord && len(ids) != 2 {
+			t.Errorf("the child recorded before the crash is gone: sandboxes %+v", list.Sandboxes)
+		}
+	case "delete":
+		in.waitGone(id)
+	}
+	for _, id := range ids {
+		if id != "" {
+			in.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
+			in.waitGone(id)
+		}
+	}
+	in.waitNoObjects()
+	in.waitNoVolumes(ids)
+	in.stop()
+	return ids
+}
+
+// send sends a request the server is expected to die under; its answer
+// (if any) is ignored.
+func (in *instance) send(method, path, body, idemKey string) {
+	req, err := http.NewRequest(method, in.url+path, strings.NewReader(body))
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+in.key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+}
+
+// waitFailpoint waits until the process p names dies at p. A server
+// point: the server exits with status 137, the point's line in its log. A
+// node-manager point: the line in the log (the node-manager writes to the
+// server's stderr) and the node-manager gone; the server, which starts the
+// node-manager only with itself under --dev, is then killed too.
+func (in *instance) waitFailpoint(p *failpoint.Point) {
+	in.t.Helper()
+	line := "failpoint " + p.Name + ": exit"
+	deadline := time.After(3 * time.Minute)
+	if p.Process == failpoint.NodeManager {
+		for !strings.Contains(in.logs(), line) || nodeManagerRunning(in.dataDir) {
+			select {
+			case <-in.exited:
+				in.t.Fatalf("failpoint %s armed: the server exited before the node-manager died at the point\n%s", p.Name, in.logs())
+			case <-deadline:
+				in.kill()
+				in.t.Fatalf("failpoint %s armed: the node-manager did not die at it within 3m\n%s", p.Name, in.logs())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		in.kill()
+		return
+	}
+	select {
+	case <-in.exited:
+	case <-deadline:
+		in.kill()
+		in.t.Fatalf("failpoint %s armed: the server did not die within 3m\n%s", p.Name, in.logs())
+	}
+	if code := in.cmd.ProcessState.ExitCode(); code != failpoint.ExitCode || !strings.Contains(in.logs(), line) {
+		in.t.Fatalf("failpoint %s armed: the server exited with %d, want %d at the point\n%s", p.Name, code, failpoint.ExitCode, in.logs())
+	}
+}
+
+// nodeManagerRunning reports whether a node-manager of dataDir runs.
+func nodeManagerRunning(dataDir string) bool {
+	for _, s := range inventory(dataDir) {
+		if strings.HasPrefix(s, "process ") && strings.Contains(s, "space-node-manager --data-dir "+dataDir+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// mustDo sends a request that must be accepted. A 503 is retried for a
+// while: a restarted node offers vm only once its runtime is set up again.
+func (in *instance) mustDo(method, path, body string) {
+	in.t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		var e struct{ Message string }
+		code := in.do(method, path, jsonBody(body), &e)
+		if code < 300 {
+			return
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			in.t.Fatalf("%s %s: HTTP %d %s\n%s", method, path, code, e.Message, in.logs())
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// wantRunning waits until sandbox id settles, wants it running and its
+// acknowledged data there.
+func (in *instance) wantRunning(id, what string) {
+	in.t.Helper()
+	if got := in.settle(id, what); got.State != "running" {
+		in.t.Fatalf("%s: after the crash the sandbox is %+v, want running\n%s", what, got, in.logs())
+	}
+	in.wantAck(id, what)
+	in.wantOneExecution(id, what)
+}
+
+// wantOneExecution checks the host against what the control plane says of
+// running sandbox id: the subvolumes and cgroups named after it belong to
+// one execution (no earlier one left by the crash), of its current
+// generation.
+func (in *instance) wantOneExecution(id, what string) {
+	in.t.Helper()
+	var sb sandbox
+	in.do("GET", "/v1/sandboxes/"+id, nil, &sb)
+	gen := fmt.Sprintf("%s-g%d-", id, sb.Generation)
+	var execs, seen []string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		execs, seen = nil, nil
+		for _, s := range inventory(in.dataDir, id) {
+			kind, path, _ := strings.Cut(s, " ")
+			if (kind == "cgroup" || kind == "subvolume" && strings.Contains(path, "/volumes/volumes/")) && !slices.Contains(execs, filepath.Base(path)) {
+				execs = append(execs, filepath.Base(path))
+			}
+			seen = append(seen, s)
+		}
+		if len(execs) == 1 && strings.HasPrefix(execs[0], gen) {
+			return
+		}
+		if sb.Runtime == "vm" && len(execs) == 0 {
+			return // its disk is an image, its cgroup the VMM's: not named here
+		}
+		if time.Now().After(deadline) {
+			in.t.Errorf("%s: sandbox %s (generation %d) holds on the host the executions %v, want one of its generation:\n%s", what, id, sb.Generation, execs, strings.Join(seen, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// wantAck checks that sandbox id still has what it acknowledged.
+func (in *instance) wantAck(id, what string) {
+	in.t.Helper()
+	if res := in.exec(id, "cat", ackFile); res.Stdout != "acknowledged\n" {
+		in.t.Errorf("%s: the acknowledged data: %+v, want it kept", what, res)
+	}
+}
+
+// settleSnapshots waits until no snapshot of sandbox id is being taken
+// and returns them.
+func (in *instance) settleSnapshots(id string) []snapshotJSON {
+	in.t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		var list struct{ Snapshots []snapshotJSON }
+		in.do("GET", "/v1/sandboxes/"+id+"/snapshots", nil, &list)
+		if !slices.ContainsFunc(list.Snapshots, func(s snapshotJSON) bool { return s.State == "creating" }) {
+			return list.Snapshots
+		}
+		if time.Now().After(deadline) {
+			in.t.Fatalf("snapshots of %s still being taken: %+v\n%s", id, list.Snapshots, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitGone waits until sandbox id is deleted, repeating a delete the
+// crash may have lost (only when the sandbox is not already deleting).
+func (in *instance) waitGone(id string) {
+	in.t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		var got sandbox
+		if code := in.do("GET", "/v1/sandboxes/"+id, nil, &got); code == http.StatusNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Fatalf("sandbox %s not deleted: %+v\n%s", id, got, in.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitNoObjects waits until the data directory's object store holds no
+// object: everything of the run is deleted, so whatever stays is an
+// orphan no row will ever delete.
+func (in *instance) waitNoObjects() {
+	in.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		objs := storedObjects(filepath.Join(in.dataDir, "objects"))
+		if len(objs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Errorf("every sandbox is deleted and the object store still holds:\n%s", strings.Join(objs, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitNoVolumes waits until the volume store holds no subvolume of the
+// sandboxes ids and no node snapshot at all (checked while the server
+// runs: on a loopback image the store is not mounted once it stops).
+func (in *instance) waitNoVolumes(ids []string) {
+	in.t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var left []string
+		for _, s := range inventory(in.dataDir, ids...) {
+			if strings.HasPrefix(s, "subvolume ") {
+				left = append(left, s)
+			}
+		}
+		// Every sandbox is gone, so every node snapshot (a manual
+		// snapshot's id does not name its sandbox) must be too; the
+		// store's own dot directories (.bases, .import) stay.
+		for _, dir := range []string{"snapshots", "node-snapshots"} {
+			snaps, _ := filepath.Glob(filepath.Join(in.dataDir, "volumes", dir, "*"))
+			for _, p := range snaps {
+				if !strings.HasPrefix(filepath.Base(p), ".") {
+					left = append(left, "snapshot "+p)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			in.t.Errorf("every sandbox is deleted and the volume store still holds:\n%s", strings.Join(left, "\n"))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// storedObjects lists the keys of the objects in a file:// object store
+// (internal/objstore/filestore: an object is a file named KEY@; .tmp holds
+// Puts in progress).
+func storedObjects(root string) []string {
+	var keys []string
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && d.Name() == ".tmp" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, "@") {
+			rel, _ := filepath.Rel(root, path)
+			keys = append(keys, strings.TrimSuffix(rel, "@"))
+		}
+		return nil
+	})
+	return keys
+}

@@ -1,0 +1,110 @@
+package failpoint
+
+// The registry: every point the binaries hit, in the order of the
+// operations' steps. A point is hit by the process its Process names
+// (Server: space server or space node — the control plane and the sandbox
+// manager, one process under --dev; NodeManager: space-node-manager), and
+// its doc says which part of it ("control plane", "node"). Adding a
+// point here is enough for the e2e crash test (e2e.TestFailpoints) to kill
+// the process there, once it knows how to drive the point's operation.
+var (
+	// CreateAfterRecord: the control plane recorded the new sandbox and
+	// has not handed it to the reconciler or answered.
+	CreateAfterRecord = register("create/after-record", "create",
+		"control plane: the sandbox row is recorded; not yet enqueued, not answered")
+	// NodeManagerAfterClone: the node-manager cloned the execution's
+	// root volume; no runtime is started.
+	NodeManagerAfterClone = registerIn("create/nm-after-clone", "create", NodeManager,
+		"node-manager: the root volume is cloned (and bounded); no runtime started, nothing answered")
+	// NodeManagerAfterRuntime: the node-manager started the runtime and
+	// has not answered the start.
+	NodeManagerAfterRuntime = registerIn("create/nm-after-runtime", "create", NodeManager,
+		"node-manager: the runtime (netns, cgroup, processes) is started; the start is not answered")
+	// StartAfterRuntime: the node-manager started the execution's
+	// runtime; the node has recorded nothing of it.
+	StartAfterRuntime = register("create/after-runtime", "create",
+		"node: the runtime (netns, cgroup, root volume, processes) is started; no runtime record, no bridge")
+	// StartAfterBridge: the node recorded the execution (starting) and
+	// spawned its bridge; the guest has no identity yet.
+	StartAfterBridge = register("create/after-bridge", "create",
+		"node: runtime record saved (starting), bridge spawned; identity not installed")
+	// CreateAfterNodeStart: the node answered the start; the sandbox row
+	// still says creating.
+	CreateAfterNodeStart = register("create/after-node-start", "create",
+		"control plane: the node runs the execution; the sandbox row still says creating")
+	// SnapshotAfterTake: the node took a snapshot; its row still says
+	// creating.
+	SnapshotAfterTake = register("snapshot/after-take", "snapshot",
+		"control plane: the node holds the new snapshot; its row still says creating")
+	// NodeManagerAfterVolumeSnapshot: the node-manager made the snapshot
+	// subvolume and has not answered.
+	NodeManagerAfterVolumeSnapshot = registerIn("snapshot/nm-after-volume", "snapshot", NodeManager,
+		"node-manager: the snapshot's subvolume is made; its size not read, nothing answered")
+	// StopAfterSnapshot: the stop's disk snapshot is taken and
+	// recorded; the execution still runs.
+	StopAfterSnapshot = register("stop/after-snapshot", "stop",
+		"control plane: the stop's disk snapshot is ready on its row; the execution still runs")
+	// StopAfterRelease: the execution is stopped; the sandbox row still
+	// says stopping.
+	StopAfterRelease = register("stop/after-release", "stop",
+		"control plane: the execution is stopped; the sandbox row still says stopping")
+	// PauseAfterNode: the node froze the execution; the row still says
+	// pausing.
+	PauseAfterNode = register("pause/after-node", "pause",
+		"control plane: the node froze the execution; the sandbox row still says pausing")
+	// ResumeAfterNode: the node thawed the execution; the row still says
+	// resuming.
+	ResumeAfterNode = register("resume/after-node", "resume",
+		"control plane: the node thawed the execution; the sandbox row still says resuming")
+	// HibernateAfterPart: the node stored one artifact of the snapshot
+	// (arm it with @k to die after the k-th of n).
+	HibernateAfterPart = register("hibernate/after-part", "hibernate",
+		"node: k of the snapshot's n artifacts are stored (arm with @k); the others are not")
+	// HibernateAfterParts: every artifact is stored; nothing records
+	// them (the manifest is the snapshot row's artifact list).
+	HibernateAfterParts = register("hibernate/after-parts", "hibernate",
+		"control plane: every artifact is stored; not verified, no manifest recorded")
+	// HibernateAfterManifest: the verified artifacts are recorded on the
+	// snapshot's row; the execution still runs (paused) on its node.
+	HibernateAfterManifest = register("hibernate/after-manifest", "hibernate",
+		"control plane: artifacts verified and recorded on the snapshot row; the execution and the local snapshot remain")
+	// HibernateAfterStop: the execution is stopped; the node's copy of
+	// the snapshot remains.
+	HibernateAfterStop = register("hibernate/after-stop", "hibernate",
+		"control plane: the execution is stopped; the node's copy of the snapshot remains")
+	// HibernateAfterLocalDelete: the node's copy is deleted; the
+	// snapshot row still names the node.
+	HibernateAfterLocalDelete = register("hibernate/after-local-delete", "hibernate",
+		"control plane: the node's copy of the snapshot is deleted; its row still names the node")
+	// HibernateBeforeCommit: the snapshot row says object storage only;
+	// the sandbox row still says hibernating on its node.
+	HibernateBeforeCommit = register("hibernate/before-commit", "hibernate",
+		"control plane: the snapshot row says object storage only; the sandbox row still says hibernating")
+	// RestoreAfterDownload: the node rebuilt the snapshot from object
+	// storage; the snapshot row does not say so.
+	RestoreAfterDownload = register("restore/after-download", "restore",
+		"control plane: the node rebuilt the snapshot from object storage; the snapshot row does not name it")
+	// RestoreAfterNodeStart: the node runs the restored execution; the
+	// sandbox row still says restoring (a restore after hibernate, a start
+	// after stop and a rollback all pass it).
+	RestoreAfterNodeStart = register("restore/after-node-start", "restore",
+		"control plane: the node runs the restored execution (restore, start, rollback); the sandbox row still says restoring")
+	// ForkAfterSnapshot: the fork's snapshot is taken and recorded; no
+	// child is recorded.
+	ForkAfterSnapshot = register("fork/after-snapshot", "fork",
+		"control plane: the fork's snapshot is ready; the child sandbox is not recorded")
+	// ForkAfterRecord: the child is recorded; not enqueued, not answered.
+	ForkAfterRecord = register("fork/after-record", "fork",
+		"control plane: the child sandbox row is recorded; not enqueued, not answered")
+	// DeleteAfterSnapshots: the sandbox's snapshots (node copies, objects,
+	// rows) are gone; its execution still runs.
+	DeleteAfterSnapshots = register("delete/after-snapshots", "delete",
+		"control plane: the sandbox's snapshots are deleted; its execution still runs, its row remains")
+	// NodeManagerAfterKill: the node-manager killed the execution and
+	// cleaned its runtime up; its root volume remains.
+	NodeManagerAfterKill = registerIn("delete/nm-after-kill", "delete", NodeManager,
+		"node-manager: the execution is killed and its runtime cleaned up; its root volume remains")
+	// DeleteAfterStop: the execution is stopped; the sandbox row remains.
+	DeleteAfterStop = register("delete/after-stop", "delete",
+		"control plane: the execution is stopped and released; the sandbox row remains")
+)
