@@ -651,3 +651,27 @@ func TestPausedExecutionDies(t *testing.T) {
 	h3.mustPass(sb3.ID)
 	h3.wantState(sb3.ID, sandbox.StatePaused, sandbox.StatePaused)
 }
+
+// TestSnapshotAskedOfADeletedSandboxIsDropped (F-7: delete ‖ snapshot): a
+// snapshot request whose row is written after the delete removed the
+// sandbox's snapshots and its row is dropped by the pass its enqueue runs,
+// on the node too, so its caller's wait ends (NotFound) instead of
+// lasting until it runs out. TestConcurrentLifecycle in internal/service
+// found it.
+func TestSnapshotAskedOfADeletedSandboxIsDropped(t *testing.T) {
+	h := newHarness(t, Config{}, false)
+	sb := h.newSandbox(sandbox.StateDeleting, "ns", nil)
+	h.mustPass(sb.ID) // the delete: snapshots, execution, row
+	if _, err := h.st.GetSandboxByID(h.ctx, sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("after the delete pass: %v, want the row gone", err)
+	}
+	// The request, checked against the sandbox before the delete, lands now.
+	late := h.snapshot(sb, func(s *store.Snapshot) { s.State = store.SnapshotCreating })
+	h.mustPass(sb.ID)
+	if got := h.snapshots(sb.ID); len(got) != 0 {
+		t.Fatalf("snapshot rows of the deleted sandbox after its pass: %+v, want none", got)
+	}
+	if calls := h.nodes["n1"].callsTo("DeleteSnapshot"); len(calls) != 1 || calls[len(calls)-1].Arg != late.ID {
+		t.Fatalf("node DeleteSnapshot calls %v, want one of %s", calls, late.ID)
+	}
+}
