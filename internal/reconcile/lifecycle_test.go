@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -673,5 +674,36 @@ func TestSnapshotAskedOfADeletedSandboxIsDropped(t *testing.T) {
 	}
 	if calls := h.nodes["n1"].callsTo("DeleteSnapshot"); len(calls) != 1 || calls[len(calls)-1].Arg != late.ID {
 		t.Fatalf("node DeleteSnapshot calls %v, want one of %s", calls, late.ID)
+	}
+}
+
+// TestDeleteOvertakingARollbackStopsTheReplacedExecution (F-7: rollback ‖
+// delete): a delete accepted after a rollback recorded its new execution,
+// before the rollback's start stopped the old one, stops both: the old one
+// would otherwise run on, with no record, until the orphan sweep's grace
+// ran out. TestConcurrentLifecycle in internal/service found it.
+func TestDeleteOvertakingARollbackStopsTheReplacedExecution(t *testing.T) {
+	h := newHarness(t, Config{}, false)
+	sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	old := sb.ExecID
+	h.observe("n1", exec(sb, nodev1.ExecRunning))
+	snap := h.snapshot(sb, nil)
+	if err := sb.Apply(sandbox.OpRollback); err != nil {
+		t.Fatal(err)
+	}
+	sb.StartFrom, sb.Node = snap.ID, "n1"
+	if err := sb.Apply(sandbox.OpDelete); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.st.UpdateSandbox(h.ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	h.mustPass(sb.ID)
+	var stopped []string
+	for _, c := range h.nodes["n1"].callsTo("Stop") {
+		stopped = append(stopped, c.Arg)
+	}
+	if !slices.Contains(stopped, old) || !slices.Contains(stopped, sb.ExecID) {
+		t.Fatalf("node stops %q, want the replaced execution %s and the new one %s", stopped, old, sb.ExecID)
 	}
 }

@@ -101,11 +101,11 @@ func (env *raceEnv) newSandbox(t *rapid.T) *sandbox.Sandbox {
 	return sb
 }
 
-// run runs op on sandbox id through replica s and returns its error.
-// snaps are the sandbox's ready snapshots (a rollback picks one).
-func (env *raceEnv) run(ctx context.Context, s *Sandboxes, id string, op raceOp, snap string) error {
+// run runs op on sandbox id through replica s and returns its error; snap
+// is the snapshot a rollback goes back to. A fork that succeeded returns
+// its child.
+func (env *raceEnv) run(ctx context.Context, s *Sandboxes, id string, op raceOp, snap string) (child string, err error) {
 	c := Caller{Tenant: env.tenant}
-	var err error
 	switch op {
 	case racePause, raceResume, raceStop:
 		_, err = s.Lifecycle(ctx, c, id, sandbox.Op(op))
@@ -119,10 +119,71 @@ func (env *raceEnv) run(ctx context.Context, s *Sandboxes, id string, op raceOp,
 		err = s.Delete(ctx, c, id)
 	case raceTTL:
 		_, err = s.SetTimeout(ctx, c, id, time.Nanosecond)
+	case raceFork:
+		var sb *sandbox.Sandbox
+		if sb, err = s.Fork(ctx, c, id, ForkParams{}); err == nil {
+			child = sb.ID
+		}
 	default:
 		panic("unknown op " + op)
 	}
-	return err
+	return child, err
+}
+
+// checkForks fails unless every fork of parent (a sandbox started from one
+// of its snapshots) has settled running with exactly its execution on the
+// node, or failed with none; the children forks answered are running.
+func (env *raceEnv) checkForks(t *rapid.T, parent string, answered []string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		why := env.forksWrong(parent, answered)
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("forks of %s: %s", parent, why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (env *raceEnv) forksWrong(parent string, answered []string) string {
+	ctx := context.Background()
+	sbs, err := env.st.ListSandboxes(ctx, store.SandboxFilter{Tenant: env.tenant})
+	if err != nil {
+		return err.Error()
+	}
+	seen := map[string]bool{}
+	for _, sb := range sbs {
+		if sb.StartFrom == "" {
+			continue
+		}
+		snap, err := env.st.GetSnapshot(ctx, "", sb.StartFrom)
+		if sb.ID == parent || (err == nil && snap.SandboxID != parent) || (err != nil && !slices.Contains(answered, sb.ID)) {
+			continue
+		}
+		seen[sb.ID] = true
+		var want []string
+		switch sb.State {
+		case sandbox.StateRunning:
+			want = []string{sb.ExecID}
+		case sandbox.StateFailed:
+		default:
+			return fmt.Sprintf("fork %s is %s", sb.ID, sb.State)
+		}
+		if live := env.node.live(sb.ID); !slices.Equal(live, want) {
+			return fmt.Sprintf("fork %s is %s; the node runs %q", sb.ID, sb.State, live)
+		}
+		if slices.Contains(answered, sb.ID) && sb.State != sandbox.StateRunning {
+			return fmt.Sprintf("fork %s was answered ok and is %s (%s)", sb.ID, sb.State, sb.Reason)
+		}
+	}
+	for _, id := range answered {
+		if !seen[id] {
+			return fmt.Sprintf("fork %s was answered ok and is not recorded", id)
+		}
+	}
+	return ""
 }
 
 // observed reads what the sandbox is now as the model sees it; the row
@@ -264,6 +325,7 @@ func TestConcurrentLifecycle(t *testing.T) {
 			}
 			got := make([]outcome, n)
 			errs := make([]error, n)
+			children := make([]string, n)
 			var wg sync.WaitGroup
 			for i := range ops {
 				wg.Add(1)
@@ -271,12 +333,13 @@ func TestConcurrentLifecycle(t *testing.T) {
 					defer wg.Done()
 					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 					defer cancel()
-					errs[i] = env.run(ctx, env.replicas[on[i]], sb.ID, ops[i], snaps[i])
+					children[i], errs[i] = env.run(ctx, env.replicas[on[i]], sb.ID, ops[i], snaps[i])
 					got[i] = classify(errs[i])
 				}()
 			}
 			wg.Wait()
 			after, rec := env.quiet(t, sb.ID)
+			env.checkForks(t, sb.ID, slices.DeleteFunc(children, func(id string) bool { return id == "" }))
 			if v := env.node.takeViolations(); len(v) > 0 {
 				t.Fatalf("zombie activations after %v from %s: %q", ops, m, v)
 			}

@@ -30,9 +30,10 @@ const (
 	raceSnapshot raceOp = "snapshot"
 	raceDelete   raceOp = "delete"
 	raceTTL      raceOp = "ttl"
+	raceFork     raceOp = "fork"
 )
 
-var raceOps = []raceOp{racePause, raceResume, raceStop, raceStart, raceRollback, raceSnapshot, raceDelete, raceTTL}
+var raceOps = []raceOp{racePause, raceResume, raceStop, raceStart, raceRollback, raceSnapshot, raceDelete, raceTTL, raceFork}
 
 // outcome is how an operation answered.
 type outcome string
@@ -119,7 +120,9 @@ func (m modelSandbox) step(op raceOp) (next modelSandbox, accepted bool, final o
 		return m, false, gone
 	}
 	switch op {
-	case raceSnapshot:
+	case raceSnapshot, raceFork:
+		// Both take a snapshot of the sandbox (a fork then starts a new
+		// sandbox from it) and leave it as it is.
 		if m.State != sandbox.StateRunning && m.State != sandbox.StatePaused {
 			return m, false, refused
 		}

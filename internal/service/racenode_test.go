@@ -45,11 +45,11 @@ func newRaceNode() *raceNode {
 	return &raceNode{execs: map[string]*raceExec{}, newest: map[string]uint64{}, snapshots: map[string]bool{}}
 }
 
-// adopt makes the node hold a running execution, as if started earlier.
+// adopt makes the node hold a running execution, started now.
 func (n *raceNode) adopt(ex nodev1.Execution) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ex.State = nodev1.ExecRunning
+	ex.State, ex.StartedAt = nodev1.ExecRunning, time.Now()
 	n.execs[ex.ExecID] = &raceExec{Execution: ex}
 	n.newest[ex.SandboxID] = max(n.newest[ex.SandboxID], ex.Generation)
 }
@@ -64,6 +64,9 @@ func (n *raceNode) Start(ctx context.Context, req nodev1.StartExecution) (*nodev
 		}
 		out := ex.Execution
 		return &out, nil
+	}
+	if req.Snapshot != "" && !n.snapshots[req.Snapshot] {
+		return nil, fmt.Errorf("race node: start %s from snapshot %s: not on this node: %w", req.ExecID, req.Snapshot, errdefs.ErrFailedPrecondition)
 	}
 	if newest := n.newest[req.SandboxID]; req.Generation < newest {
 		n.violations = append(n.violations, fmt.Sprintf("start of execution %s of generation %d after generation %d started", req.ExecID, req.Generation, newest))
