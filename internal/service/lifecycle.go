@@ -127,6 +127,9 @@ func (s *Sandboxes) apply(ctx context.Context, c Caller, id string, op sandbox.O
 	s.rec.Enqueue(sb.ID)
 	sb, err = s.WaitSettled(ctx, sb, wait)
 	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		// A delete overtook the operation (F-7): the loser is told so.
+		return nil, fmt.Errorf("%w: sandbox %s was deleted before the %s completed", errdefs.ErrNotFound, id, op)
 	case err != nil:
 		return sb, err
 	case sb.State != target:

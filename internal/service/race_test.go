@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/objstore/filestore"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
@@ -39,7 +41,13 @@ func newRaceEnv(t *testing.T) *raceEnv {
 	t.Helper()
 	db, tenant, _ := newTestStore(t)
 	st := newAnnouncingStore(db)
-	env := &raceEnv{st: st, tenant: tenant, node: newRaceNode()}
+	objs, err := filestore.Open(t.Context(), filepath.Join(t.TempDir(), "objects"))
+	if err != nil {
+		t.Fatalf("open object store: %v", err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	env := &raceEnv{st: st, tenant: tenant, node: newRaceNode(objs)}
+	env.putNode(t.Context(), t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -52,6 +60,7 @@ func newRaceEnv(t *testing.T) *raceEnv {
 		rec := reconcile.New(reconcile.Config{
 			Workers: 4, Resync: 200 * time.Millisecond, StartTimeout: 5 * time.Second,
 			NodeLostAfter: -1, Replica: fmt.Sprintf("replica-%d", i),
+			Objects: objs, TenantKey: func(ctx context.Context, tenant string) (string, error) { return "key-" + tenant, nil },
 		}, st, func(id string) (reconcile.NodeAPI, error) {
 			if id != raceNodeID {
 				return nil, fmt.Errorf("node %s: %w", id, errdefs.ErrUnavailable)
@@ -59,7 +68,7 @@ func newRaceEnv(t *testing.T) *raceEnv {
 			return env.node, nil
 		}, log)
 		recs = append(recs, rec)
-		env.replicas = append(env.replicas, New(Config{}, st, rec, nil, time.Now(), log))
+		env.replicas = append(env.replicas, New(Config{}, st, rec, raceBeats{}, time.Now(), log))
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -81,6 +90,7 @@ func newRaceEnv(t *testing.T) *raceEnv {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				env.st.Heartbeat(ctx, raceNodeID, time.Now().UTC())
 				for _, rec := range recs {
 					rec.Observe(raceNodeID, env.node.report())
 				}
@@ -88,6 +98,17 @@ func newRaceEnv(t *testing.T) *raceEnv {
 		}
 	}()
 	return env
+}
+
+// putNode registers the node, big enough for every sandbox of the test.
+func (env *raceEnv) putNode(ctx context.Context, t *testing.T) {
+	err := env.st.PutNode(ctx, store.Node{
+		ID: raceNodeID, Address: raceNodeID + ":7071", Runtimes: []string{"ns"}, State: store.NodeReady,
+		Capacity: store.Resources{CPUs: 1 << 20, MemoryMiB: 1 << 30, DiskMiB: 1 << 30}, LastHeartbeat: time.Now().UTC(),
+	})
+	if err != nil {
+		t.Fatalf("put node: %v", err)
+	}
 }
 
 // newSandbox records a running sandbox whose first execution the node runs.
@@ -107,7 +128,7 @@ func (env *raceEnv) newSandbox(t *rapid.T) *sandbox.Sandbox {
 func (env *raceEnv) run(ctx context.Context, s *Sandboxes, id string, op raceOp, snap string) (child string, err error) {
 	c := Caller{Tenant: env.tenant}
 	switch op {
-	case racePause, raceResume, raceStop:
+	case racePause, raceResume, raceStop, raceHibernate, raceRestore:
 		_, err = s.Lifecycle(ctx, c, id, sandbox.Op(op))
 	case raceStart:
 		_, err = s.Start(ctx, c, id)
@@ -132,11 +153,13 @@ func (env *raceEnv) run(ctx context.Context, s *Sandboxes, id string, op raceOp,
 
 // checkForks fails unless every fork of parent (a sandbox started from one
 // of its snapshots) has settled running with exactly its execution on the
-// node, or failed with none; the children forks answered are running.
-func (env *raceEnv) checkForks(t *rapid.T, parent string, answered []string) {
+// node, or failed with none; the children forks answered are running. A
+// fork of a sandbox with a timeout inherits it: when expiring, an answered
+// child may be deleted already (and its node then runs nothing of it).
+func (env *raceEnv) checkForks(t *rapid.T, parent string, answered []string, expiring bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		why := env.forksWrong(parent, answered)
+		why := env.forksWrong(parent, answered, expiring)
 		if why == "" {
 			return
 		}
@@ -147,7 +170,7 @@ func (env *raceEnv) checkForks(t *rapid.T, parent string, answered []string) {
 	}
 }
 
-func (env *raceEnv) forksWrong(parent string, answered []string) string {
+func (env *raceEnv) forksWrong(parent string, answered []string, expiring bool) string {
 	ctx := context.Background()
 	sbs, err := env.st.ListSandboxes(ctx, store.SandboxFilter{Tenant: env.tenant})
 	if err != nil {
@@ -179,8 +202,12 @@ func (env *raceEnv) forksWrong(parent string, answered []string) string {
 		}
 	}
 	for _, id := range answered {
-		if !seen[id] {
+		switch {
+		case seen[id]:
+		case !expiring:
 			return fmt.Sprintf("fork %s was answered ok and is not recorded", id)
+		case len(env.node.live(id)) > 0:
+			return fmt.Sprintf("fork %s expired and is deleted; the node runs %q", id, env.node.live(id))
 		}
 	}
 	return ""
@@ -203,7 +230,7 @@ func (env *raceEnv) observed(id string) (modelSandbox, *sandbox.Sandbox, error) 
 // taken, and the node runs exactly the execution the record names (none
 // when it holds none), and returns the settled record; after a wait it
 // fails with what differs.
-func (env *raceEnv) quiet(t *rapid.T, id string) (modelSandbox, *sandbox.Sandbox) {
+func (env *raceEnv) quiet(t *rapid.T, id, batch string) (modelSandbox, *sandbox.Sandbox) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m, sb, err := env.observed(id)
@@ -237,7 +264,7 @@ func (env *raceEnv) quiet(t *rapid.T, id string) (modelSandbox, *sandbox.Sandbox
 			return m, sb
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not quiet 10 s after the batch: %s", why)
+			t.Fatalf("not quiet 10 s after %s: %s", batch, why)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -276,11 +303,17 @@ func (env *raceEnv) left(id string) []string {
 	return out
 }
 
-// readySnapshot returns one of the sandbox's ready snapshots ("" when
-// none), for a rollback.
+// readySnapshot returns one of the sandbox's ready snapshots on its node
+// ("" when none), for a rollback.
 func (env *raceEnv) readySnapshot(t *rapid.T, id string) string {
-	snaps, err := env.st.ListSnapshots(context.Background(), store.SnapshotFilter{SandboxID: id, State: store.SnapshotReady})
-	if err != nil || len(snaps) == 0 {
+	all, err := env.st.ListSnapshots(context.Background(), store.SnapshotFilter{SandboxID: id, State: store.SnapshotReady})
+	if err != nil {
+		return ""
+	}
+	// A rollback starts from a snapshot on a node (one only in object
+	// storage, a hibernation's, is refused whatever else happens).
+	snaps := slices.DeleteFunc(all, func(s store.Snapshot) bool { return s.Node == "" })
+	if len(snaps) == 0 {
 		return ""
 	}
 	return snaps[rapid.IntRange(0, len(snaps)-1).Draw(t, "snapshot")].ID
@@ -338,8 +371,8 @@ func TestConcurrentLifecycle(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			after, rec := env.quiet(t, sb.ID)
-			env.checkForks(t, sb.ID, slices.DeleteFunc(children, func(id string) bool { return id == "" }))
+			after, rec := env.quiet(t, sb.ID, fmt.Sprintf("%v from %s (outcomes %v, errors %v)", ops, m, got, errs))
+			env.checkForks(t, sb.ID, slices.DeleteFunc(children, func(id string) bool { return id == "" }), m.Expiring || slices.Contains(ops, raceTTL))
 			if v := env.node.takeViolations(); len(v) > 0 {
 				t.Fatalf("zombie activations after %v from %s: %q", ops, m, v)
 			}

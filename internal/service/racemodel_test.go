@@ -22,18 +22,20 @@ type raceOp string
 // The operations the model knows. ttl sets a timeout that expires at once
 // (the reconciler deletes the sandbox when it next settles).
 const (
-	racePause    raceOp = "pause"
-	raceResume   raceOp = "resume"
-	raceStop     raceOp = "stop"
-	raceStart    raceOp = "start"
-	raceRollback raceOp = "rollback"
-	raceSnapshot raceOp = "snapshot"
-	raceDelete   raceOp = "delete"
-	raceTTL      raceOp = "ttl"
-	raceFork     raceOp = "fork"
+	racePause     raceOp = "pause"
+	raceResume    raceOp = "resume"
+	raceStop      raceOp = "stop"
+	raceStart     raceOp = "start"
+	raceRollback  raceOp = "rollback"
+	raceSnapshot  raceOp = "snapshot"
+	raceDelete    raceOp = "delete"
+	raceTTL       raceOp = "ttl"
+	raceFork      raceOp = "fork"
+	raceHibernate raceOp = "hibernate"
+	raceRestore   raceOp = "restore"
 )
 
-var raceOps = []raceOp{racePause, raceResume, raceStop, raceStart, raceRollback, raceSnapshot, raceDelete, raceTTL, raceFork}
+var raceOps = []raceOp{racePause, raceResume, raceStop, raceStart, raceRollback, raceSnapshot, raceDelete, raceTTL, raceFork, raceHibernate, raceRestore}
 
 // outcome is how an operation answered.
 type outcome string
@@ -93,9 +95,10 @@ func (m modelSandbox) String() string {
 // deleting.
 func (m modelSandbox) settle() modelSandbox {
 	switch {
-	case m.State == sandbox.StateStopping:
+	case m.State == sandbox.StateStopping, m.State == sandbox.StateHibernating:
+		// Both keep the sandbox in a snapshot its next start begins from.
 		m.StartFrom = true
-		m.State = sandbox.StateStopped
+		m.State = sandbox.Settled(m.State)
 	case m.State.Transitional():
 		m.State = sandbox.Settled(m.State)
 	case m.Expiring && m.State != sandbox.StateDeleted:
