@@ -77,12 +77,10 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 // lifecycle operation moved the sandbox under it (a pause, hibernate, stop,
 // rollback or delete accepted while the exec started or ran), a conflict
 // naming the state the sandbox is in now, or NotFound once it is deleted —
-// the loser of the race told why, not the guest channel's 503. Any other
-// failure is err as it was.
+// the loser of the race told why, not what the cut channel looked like
+// (a 503, or a 400 for the stream's "incomplete envelope"). While the
+// sandbox still runs the same execution, err is the answer as it was.
 func (a *API) overtaken(r *http.Request, was *sandbox.Sandbox, err error) error {
-	if !errors.Is(err, errdefs.ErrUnavailable) {
-		return err
-	}
 	cur, gerr := a.svc.Get(r.Context(), a.caller(r), was.ID)
 	switch {
 	case errors.Is(gerr, errdefs.ErrNotFound):
