@@ -81,6 +81,9 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 // (a 503, or a 400 for the stream's "incomplete envelope"). While the
 // sandbox still runs the same execution, err is the answer as it was.
 func (a *API) overtaken(r *http.Request, was *sandbox.Sandbox, err error) error {
+	if was.State != sandbox.StateRunning {
+		return err // refused for the state it was in, which err names
+	}
 	cur, gerr := a.svc.Get(r.Context(), a.caller(r), was.ID)
 	switch {
 	case errors.Is(gerr, errdefs.ErrNotFound):
