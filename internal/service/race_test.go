@@ -100,6 +100,24 @@ func newRaceEnv(t *testing.T) *raceEnv {
 	return env
 }
 
+// deleteAll deletes every sandbox of the test's tenant (a check's sandbox
+// and its forks), so that each check starts from an empty store and the
+// reconcilers' resyncs stay small.
+func (env *raceEnv) deleteAll(t *rapid.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sbs, err := env.st.ListSandboxes(ctx, store.SandboxFilter{Tenant: env.tenant})
+	if err != nil {
+		t.Fatalf("list sandboxes: %v", err)
+	}
+	for _, sb := range sbs {
+		err := env.replicas[0].Delete(ctx, Caller{Tenant: env.tenant}, sb.ID)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("clean up sandbox %s (%s): %v", sb.ID, sb.State, err)
+		}
+	}
+}
+
 // putNode registers the node, big enough for every sandbox of the test.
 func (env *raceEnv) putNode(ctx context.Context, t *testing.T) {
 	err := env.st.PutNode(ctx, store.Node{
@@ -334,12 +352,13 @@ func (env *raceEnv) readySnapshot(t *rapid.T, id string) string {
 //     zombie activation).
 func TestConcurrentLifecycle(t *testing.T) {
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
-		// About 20 s; -rapid.checks=N runs more.
-		f.Value.Set("150")
+		// About 20 s on an idle machine; -rapid.checks=N runs more or fewer.
+		f.Value.Set("800")
 	}
 	env := newRaceEnv(t)
 	rapid.Check(t, func(t *rapid.T) {
 		sb := env.newSandbox(t)
+		defer env.deleteAll(t)
 		m := modelSandbox{State: sb.State, Generation: sb.Generation}
 		steps := rapid.IntRange(1, 5).Draw(t, "steps")
 		for range steps {
