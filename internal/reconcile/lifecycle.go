@@ -57,6 +57,27 @@ func (r *Reconciler) pendingSnapshots(ctx context.Context, sb *sandbox.Sandbox) 
 	return 0, nil
 }
 
+// dropRequestsOfGone removes the snapshots still asked of sandbox id after
+// its row is gone. A snapshot request races a delete (or an expiry): the
+// API checks the sandbox, the delete removes its snapshots and its row, then
+// the request's row is written, and nobody would ever take or fail it — its
+// caller would wait for it until its wait ran out. The request's own
+// enqueue brings its pass here, after its row was written, so the row goes
+// and the caller's wait ends with NotFound, as the sandbox's does.
+func (r *Reconciler) dropRequestsOfGone(ctx context.Context, id string) (time.Duration, error) {
+	pending, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: id, State: store.SnapshotCreating})
+	if err != nil {
+		return time.Second, fmt.Errorf("sandbox %s is gone: its pending snapshots: %w", id, err)
+	}
+	for _, snap := range pending {
+		if err := r.dropSnapshot(ctx, snap); err != nil {
+			return time.Second, fmt.Errorf("sandbox %s is gone: drop its pending snapshot %s: %w", id, snap.ID, err)
+		}
+		r.event(ctx, id, "snapshot", fmt.Sprintf("snapshot %s dropped: the sandbox was deleted before it was taken", snap.ID))
+	}
+	return 0, nil
+}
+
 // takeSnapshot has sb's node take snap and records the outcome on its row.
 // A failure other than an unreachable node fails the row and is returned.
 func (r *Reconciler) takeSnapshot(ctx context.Context, sb *sandbox.Sandbox, snap *store.Snapshot, leavePaused bool) error {

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -650,4 +651,59 @@ func TestPausedExecutionDies(t *testing.T) {
 	h3.observe("n1", exec(sb3, nodev1.ExecRunning))
 	h3.mustPass(sb3.ID)
 	h3.wantState(sb3.ID, sandbox.StatePaused, sandbox.StatePaused)
+}
+
+// TestSnapshotAskedOfADeletedSandboxIsDropped (F-7: delete ‖ snapshot): a
+// snapshot request whose row is written after the delete removed the
+// sandbox's snapshots and its row is dropped by the pass its enqueue runs,
+// on the node too, so its caller's wait ends (NotFound) instead of
+// lasting until it runs out. TestConcurrentLifecycle in internal/service
+// found it.
+func TestSnapshotAskedOfADeletedSandboxIsDropped(t *testing.T) {
+	h := newHarness(t, Config{}, false)
+	sb := h.newSandbox(sandbox.StateDeleting, "ns", nil)
+	h.mustPass(sb.ID) // the delete: snapshots, execution, row
+	if _, err := h.st.GetSandboxByID(h.ctx, sb.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("after the delete pass: %v, want the row gone", err)
+	}
+	// The request, checked against the sandbox before the delete, lands now.
+	late := h.snapshot(sb, func(s *store.Snapshot) { s.State = store.SnapshotCreating })
+	h.mustPass(sb.ID)
+	if got := h.snapshots(sb.ID); len(got) != 0 {
+		t.Fatalf("snapshot rows of the deleted sandbox after its pass: %+v, want none", got)
+	}
+	if calls := h.nodes["n1"].callsTo("DeleteSnapshot"); len(calls) != 1 || calls[len(calls)-1].Arg != late.ID {
+		t.Fatalf("node DeleteSnapshot calls %v, want one of %s", calls, late.ID)
+	}
+}
+
+// TestDeleteOvertakingARollbackStopsTheReplacedExecution (F-7: rollback ‖
+// delete): a delete accepted after a rollback recorded its new execution,
+// before the rollback's start stopped the old one, stops both: the old one
+// would otherwise run on, with no record, until the orphan sweep's grace
+// ran out. TestConcurrentLifecycle in internal/service found it.
+func TestDeleteOvertakingARollbackStopsTheReplacedExecution(t *testing.T) {
+	h := newHarness(t, Config{}, false)
+	sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	old := sb.ExecID
+	h.observe("n1", exec(sb, nodev1.ExecRunning))
+	snap := h.snapshot(sb, nil)
+	if err := sb.Apply(sandbox.OpRollback); err != nil {
+		t.Fatal(err)
+	}
+	sb.StartFrom, sb.Node = snap.ID, "n1"
+	if err := sb.Apply(sandbox.OpDelete); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.st.UpdateSandbox(h.ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	h.mustPass(sb.ID)
+	var stopped []string
+	for _, c := range h.nodes["n1"].callsTo("Stop") {
+		stopped = append(stopped, c.Arg)
+	}
+	if !slices.Contains(stopped, old) || !slices.Contains(stopped, sb.ExecID) {
+		t.Fatalf("node stops %q, want the replaced execution %s and the new one %s", stopped, old, sb.ExecID)
+	}
 }

@@ -384,7 +384,7 @@ func (r *Reconciler) stopOrphans(ctx context.Context, current map[string]bool) {
 func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, error) {
 	sb, err := r.store.GetSandboxByID(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return 0, nil
+		return r.dropRequestsOfGone(ctx, id)
 	}
 	if err != nil {
 		return time.Second, err

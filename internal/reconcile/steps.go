@@ -245,6 +245,13 @@ func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (ti
 		if err != nil {
 			return time.Second, err
 		}
+		// A rollback or recovery that the delete overtook before its
+		// start stopped the execution it replaces leaves that one
+		// running: the delete stops it too, or it would run on, with no
+		// record, until the orphan sweep's grace ran out.
+		if err := r.stopPrevious(ctx, sb, api); err != nil {
+			return time.Second, err
+		}
 		if err := api.Stop(ctx, sb.ExecID); err != nil {
 			return time.Second, fmt.Errorf("sandbox %s: stop %s: %w", sb.ID, sb.ExecID, err)
 		}

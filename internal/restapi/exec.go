@@ -14,6 +14,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
 )
 
 const (
@@ -59,17 +60,39 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
 	if err != nil {
-		a.writeError(w, r, err)
+		a.writeError(w, r, a.overtaken(r, sb, err))
 		return
 	}
 	start := time.Now()
 	res, err := runToCompletion(r.Context(), g, &req, timeout)
 	a.host.ObserveExec(time.Since(start))
 	if err != nil {
-		a.writeError(w, r, err)
+		a.writeError(w, r, a.overtaken(r, sb, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// overtaken is the answer to an exec whose guest channel failed: when a
+// lifecycle operation moved the sandbox under it (a pause, hibernate, stop,
+// rollback or delete accepted while the exec started or ran), a conflict
+// naming the state the sandbox is in now, or NotFound once it is deleted —
+// the loser of the race told why, not what the cut channel looked like
+// (a 503, or a 400 for the stream's "incomplete envelope"). While the
+// sandbox still runs the same execution, err is the answer as it was.
+func (a *API) overtaken(r *http.Request, was *sandbox.Sandbox, err error) error {
+	if was.State != sandbox.StateRunning {
+		return err // refused for the state it was in, which err names
+	}
+	cur, gerr := a.svc.Get(r.Context(), a.caller(r), was.ID)
+	switch {
+	case errors.Is(gerr, errdefs.ErrNotFound):
+		return fmt.Errorf("%w: sandbox %s was deleted while the command started or ran", errdefs.ErrNotFound, was.ID)
+	case gerr != nil || cur.State == sandbox.StateRunning && cur.Generation == was.Generation:
+		return err
+	}
+	return fmt.Errorf("%w: sandbox %s is %s now (generation %d): the command was cut or never started (%v)",
+		errdefs.ErrConflict, was.ID, cur.State, cur.Generation, err)
 }
 
 // runToCompletion starts a command, feeds it req.Stdin, and collects its output

@@ -25,7 +25,8 @@ func (s *Sandboxes) Lifecycle(ctx context.Context, c Caller, id string, op sandb
 
 // RestoreOn brings hibernated sandbox id back from object storage on node
 // (to move a sandbox, or to measure a restore on another node). Choosing
-// the node needs an admin.
+// the node needs an admin. On a sandbox already restoring it joins that
+// restore, wherever it was placed.
 func (s *Sandboxes) RestoreOn(ctx context.Context, c Caller, id, node string) (*sandbox.Sandbox, error) {
 	if !c.Admin {
 		return nil, fmt.Errorf("%w: choosing the node of a restore needs an admin key", errdefs.ErrPermissionDenied)
@@ -95,7 +96,13 @@ func (s *Sandboxes) apply(ctx context.Context, c Caller, id string, op sandbox.O
 	for {
 		from := sb.State
 		err = sb.Apply(op)
-		if err == nil && prepare != nil {
+		// A repeat of an operation under way (a start or restore of a
+		// restoring sandbox) joins it as it is: preparing it again would
+		// re-pin an execution already placed and perhaps starting, or
+		// refuse it for a snapshot the restore is bringing to its node
+		// (TestConcurrentLifecycle: start ‖ restore of a hibernated sandbox).
+		repeat := from == sb.State && from.Transitional()
+		if err == nil && prepare != nil && !repeat {
 			err = prepare(sb)
 		}
 		var why string
@@ -127,6 +134,9 @@ func (s *Sandboxes) apply(ctx context.Context, c Caller, id string, op sandbox.O
 	s.rec.Enqueue(sb.ID)
 	sb, err = s.WaitSettled(ctx, sb, wait)
 	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		// A delete overtook the operation (F-7): the loser is told so.
+		return nil, fmt.Errorf("%w: sandbox %s was deleted before the %s completed", errdefs.ErrNotFound, id, op)
 	case err != nil:
 		return sb, err
 	case sb.State != target:

@@ -147,6 +147,11 @@ func (s *Sandboxes) settledSnapshot(ctx context.Context, sb *sandbox.Sandbox, sn
 	defer cancel()
 	for {
 		cur, err := s.store.GetSnapshot(ctx, sb.Tenant, snap.ID)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// Rows being taken are removed only with their sandbox (F-7:
+			// delete ‖ snapshot).
+			return snap, fmt.Errorf("%w: snapshot %s is gone: sandbox %s was deleted before it was taken", errdefs.ErrNotFound, snap.ID, sb.ID)
+		}
 		if err != nil {
 			return snap, err
 		}
