@@ -239,7 +239,6 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
-
 // Bounds of one hostile guest on the host (TestHostileGuestProcess): the
 // resident memory its bridge may reach, what the node (the server process,
 // in --dev) may grow by, and the CPU the bridge may spend per frame of a
