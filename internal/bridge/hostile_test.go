@@ -241,6 +241,10 @@ func TestHostileGuest(t *testing.T) {
 			g.sent.Add(1)
 		}},
 		{"SettingsFlood", false, true, func(t *testing.T, g *fakeGuest) {
+			// The bridge reads these at guest.MaxAnsweredFramesPerSecond:
+			// the flood stops when the channel is full for a while.
+			g.conn.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			defer g.conn.SetWriteDeadline(time.Time{})
 			for i := 0; i < 200_000; i++ {
 				if g.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(i)}) != nil {
 					return
@@ -249,6 +253,10 @@ func TestHostileGuest(t *testing.T) {
 			}
 		}},
 		{"PingFlood", false, true, func(t *testing.T, g *fakeGuest) {
+			// The bridge reads these at guest.MaxAnsweredFramesPerSecond:
+			// the flood stops when the channel is full for a while.
+			g.conn.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			defer g.conn.SetWriteDeadline(time.Time{})
 			for i := 0; i < 200_000; i++ {
 				if g.fr.WritePing(false, [8]byte{byte(i), byte(i >> 8), byte(i >> 16)}) != nil {
 					return

@@ -71,7 +71,7 @@ type Client struct {
 // from now on: Close closes it.
 func NewClient(conn net.Conn) (*Client, error) {
 	errs := newProtocolErrors()
-	wc := &watchedConn{Conn: conn, done: make(chan struct{}), errs: errs}
+	wc := &watchedConn{Conn: conn, done: make(chan struct{}), errs: errs, meter: newFrameMeter()}
 	// The flow-control windows are set through net/http's HTTP2Config, the
 	// only way the HTTP/2 client takes them.
 	t1 := &http.Transport{HTTP2: &http.HTTP2Config{
@@ -173,6 +173,7 @@ type watchedConn struct {
 	once     sync.Once
 	done     chan struct{}
 	errs     *ProtocolErrors
+	meter    *frameMeter // only the HTTP/2 client's read loop reads
 	readDead atomic.Bool // a read failed: the guest's end closed or broke
 	owned    atomic.Bool // Client.Close was called
 }
@@ -188,6 +189,13 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	if err != nil {
 		c.readDead.Store(true)
 		c.dead()
+	}
+	if wait := c.meter.observe(b[:n], time.Now()); wait > 0 {
+		// The guest floods control frames: it waits, not the host.
+		select {
+		case <-time.After(wait):
+		case <-c.done:
+		}
 	}
 	return n, err
 }
