@@ -119,11 +119,8 @@ func abuse(mode string, conn net.Conn) {
 		}
 	case "datapastwindow":
 		h.dataPastWindow()
-	case "flood":
-		// A bounded flood, so a test can tell the bridge's CPU per frame.
-		h.flood(200_000)
 	case "floodforever":
-		h.flood(-1)
+		h.flood()
 	case "slowloris":
 		h.slowloris()
 	}
@@ -171,10 +168,10 @@ func (h *hostile) dataPastWindow() {
 	}
 }
 
-// flood writes n PING and n SETTINGS frames (n < 0: until the channel
-// ends), each of which the bridge must answer.
-func (h *hostile) flood(n int) {
-	for i := 0; n < 0 || i < n; i++ {
+// flood writes PING and SETTINGS frames, each of which the bridge must
+// answer, until the channel ends.
+func (h *hostile) flood() {
+	for i := 0; ; i++ {
 		if h.fr.WritePing(false, [8]byte{byte(i), byte(i >> 8), byte(i >> 16)}) != nil {
 			return
 		}
