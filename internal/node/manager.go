@@ -348,9 +348,10 @@ const BridgeMaxFiles = 4096
 
 // BridgeMemoryLimit is the GOMEMLIMIT of every host bridge: the heap its
 // garbage collector keeps under. A bridge holds at most
-// guest.MaxInFlightBytes of its guest's answers, plus buffers for its
-// bridge.DefaultMaxStreams requests; this leaves room for both.
-const BridgeMemoryLimit = 192 << 20
+// guest.MaxInFlightBytes of its guest's answers (32 MiB), plus a
+// bridge.CopyBufferSize buffer for each of its bridge.DefaultMaxStreams
+// requests (256 MiB when all 1,024 are open); this leaves room for both.
+const BridgeMemoryLimit = 320 << 20
 
 // BridgeMaxData is the RLIMIT_DATA (soft and hard) of every host bridge:
 // the private writable memory it may map, its hard memory bound. Past it
@@ -359,7 +360,7 @@ const BridgeMemoryLimit = 192 << 20
 // (its heap arena index); the rest is heap and stacks. A cgroup would need
 // the node-manager (the node runs unprivileged), a limit on the process
 // does not.
-const BridgeMaxData = 512 << 20
+const BridgeMaxData = 768 << 20
 
 func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	logf, err := os.OpenFile(m.records.logFile(rec.ExecID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
