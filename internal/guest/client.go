@@ -87,10 +87,12 @@ func NewClient(conn net.Conn) (*Client, error) {
 	t.MaxHeaderListSize = 1 << 20
 	t.MaxReadFrameSize = 1 << 20
 	t.DisableCompression = true
-	// A guest that stops reading or answering pings is declared dead
-	// instead of hanging writers forever.
-	t.ReadIdleTimeout = 30 * time.Second
-	t.PingTimeout = 15 * time.Second
+	// A guest that stops reading is declared dead instead of hanging
+	// writers forever. There are no health-check pings (ReadIdleTimeout):
+	// the channel is a local socket, whose end is always seen when the
+	// guest's process (or its VMM) dies, and a paused sandbox's guest is
+	// frozen and answers no ping — with them every sandbox paused for 45 s
+	// lost its channel (conn_close_lost_ping) and failed.
 	t.WriteByteTimeout = 30 * time.Second
 	t.CountError = errs.count
 	cc, err := t.NewClientConn(wc)
@@ -164,8 +166,8 @@ func (c *Client) Wait(ctx context.Context) error {
 //
 // It also tells who ended the channel. The HTTP/2 client names some
 // protocol errors (CountError) but not all: a WINDOW_UPDATE overflowing the
-// window, a PUSH_PROMISE, a guest that stops answering pings or reading
-// make it close the connection without naming why. A close by the client
+// window, a PUSH_PROMISE or a guest that stops reading make it close the
+// connection without naming why. A close by the client
 // while its reads still succeed, and not asked for by the Client's owner,
 // is such an end, counted as hostEndedChannel.
 type watchedConn struct {
