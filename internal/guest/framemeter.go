@@ -47,7 +47,13 @@ func newFrameMeter() *frameMeter {
 // observe reads b, the next bytes from the guest, and returns how long the
 // reader must wait before passing them on.
 func (m *frameMeter) observe(b []byte, now time.Time) time.Duration {
-	var answered, control int
+	answered, control := m.count(b)
+	return max(delay(m.answered, answered, now), delay(m.control, control, now))
+}
+
+// count reads b, the next bytes from the guest, and returns how many
+// control frames began in it: those that need an answer, and the others.
+func (m *frameMeter) count(b []byte) (answered, control int) {
 	for len(b) > 0 {
 		if m.skip > 0 {
 			k := min(uint32(len(b)), m.skip)
@@ -76,7 +82,7 @@ func (m *frameMeter) observe(b []byte, now time.Time) time.Duration {
 			control++
 		}
 	}
-	return max(delay(m.answered, answered, now), delay(m.control, control, now))
+	return answered, control
 }
 
 // delay takes n tokens of l and returns the wait they cost.
