@@ -119,6 +119,9 @@ func abuse(mode string, conn net.Conn) {
 		}
 	case "datapastwindow":
 		h.dataPastWindow()
+	case "dataunopened":
+		// DATA on a stream the host never opened: a connection error.
+		h.fr.WriteData(h.stream+100, false, []byte("unasked"))
 	case "floodforever":
 		h.flood()
 	case "slowloris":
@@ -155,7 +158,10 @@ func (h *hostile) endlessContinuation() {
 	}
 }
 
-// dataPastWindow answers with 256 MiB of DATA, far past any window.
+// dataPastWindow answers with 256 MiB of DATA, far past any window. The
+// bridge may reset the stream (its answer is over the control service's
+// bound) before the stream's window runs out: then the rest is discarded
+// as it comes, and the channel goes on.
 func (h *hostile) dataPastWindow() {
 	if h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: h.stream, BlockFragment: headerBlock(":status", "200", "content-type", "application/proto"), EndHeaders: true}) != nil {
 		return
