@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -85,4 +86,61 @@ func percentileMS(d []time.Duration, p float64) float64 {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000
+}
+
+// BenchmarkNeighbourExecHostileGuest measures what a hostile guest
+// (catalogue A-3) costs its neighbour on the same node: the exec latency of
+// a quiet sandbox while nothing else runs, then while another sandbox's
+// guest — a real process on its real channel, the hostile harness's
+// (hostileguest_test.go) — floods its bridge with PING and SETTINGS frames,
+// trickles its answer a byte every 100 ms (slowloris), or never reads its
+// channel. Each phase reports its p50 and p99 and the ratio of its p99 to
+// the idle p99 of the same run. Run with
+//
+//	go test ./e2e -run '^$' -bench NeighbourExecHostileGuest -benchtime 1x
+//
+// Each phase times neighbourExecs execs while the hostile execution is
+// starting (the node gives up on its guest after its ready timeout).
+func BenchmarkNeighbourExecHostileGuest(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: the all-in-one server starts the root node-manager")
+	}
+	in := startHostileServer(b, b.TempDir())
+	b.Cleanup(in.stop)
+	quiet := in.createSized("minimal", "ns", 1)
+	defer in.do("DELETE", "/v1/sandboxes/"+quiet.ID, nil, nil)
+	for b.Loop() {
+		idle := in.execLatencies(quiet.ID)
+		b.ReportMetric(percentileMS(idle, 0.5), "idle-p50-ms")
+		b.ReportMetric(percentileMS(idle, 0.99), "idle-p99-ms")
+		for _, mode := range []string{"floodforever", "slowloris", "noread"} {
+			var d []time.Duration
+			run := runHostile(b, in, mode, func(stop <-chan struct{}) {
+				// Let the abuse begin before timing.
+				time.Sleep(500 * time.Millisecond)
+				for len(d) < neighbourExecs {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					start := time.Now()
+					var res execResult
+					if code := in.do("POST", "/v1/sandboxes/"+quiet.ID+"/exec", map[string]any{"cmd": []string{"true"}}, &res); code != http.StatusOK || res.ExitCode != 0 {
+						b.Errorf("exec true beside a guest doing %s: HTTP %d %+v", mode, code, res)
+						return
+					}
+					d = append(d, time.Since(start))
+				}
+			})
+			if len(d) < neighbourExecs {
+				b.Fatalf("%s: only %d of %d neighbour execs ran while the hostile execution lasted (%v)", mode, len(d), neighbourExecs, run.wall)
+			}
+			b.ReportMetric(percentileMS(d, 0.5), mode+"-p50-ms")
+			b.ReportMetric(percentileMS(d, 0.99), mode+"-p99-ms")
+			b.ReportMetric(percentileMS(d, 0.99)/percentileMS(idle, 0.99), mode+"-p99/idle")
+			b.ReportMetric(float64(run.bridgeHWM>>20), mode+"-bridge-peak-MiB")
+			in.do("DELETE", "/v1/sandboxes/"+run.sandbox, nil, nil)
+		}
+	}
 }

@@ -105,6 +105,13 @@ func startServerEnv(t testing.TB, dataDir string, env []string, extra ...string)
 // serves, its templates possibly still building.
 func launchServer(t testing.TB, dataDir string, env []string, extra ...string) *instance {
 	t.Helper()
+	return launchServerBinary(t, bin.space, dataDir, env, extra...)
+}
+
+// launchServerBinary is launchServer with the space binary at space (whose
+// node-manager and guest are the ones beside it).
+func launchServerBinary(t testing.TB, space, dataDir string, env []string, extra ...string) *instance {
+	t.Helper()
 	if bin.err != nil {
 		t.Fatalf("build: %v", bin.err)
 	}
@@ -116,7 +123,7 @@ func launchServer(t testing.TB, dataDir string, env []string, extra ...string) *
 		// The Debian template takes minutes to build; tests use minimal.
 		args = append(args, "--no-base-template")
 	}
-	cmd := exec.Command(bin.space, args...)
+	cmd := exec.Command(space, args...)
 	cmd.Env = append(append(os.Environ(), "SPACE_DATA_DIR="+dataDir), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -28,6 +28,7 @@ func runHostBridge(args []string) int {
 	execID := fs.String("exec-id", "", "execution this bridge serves")
 	socket := fs.String("socket", "", "unix socket to serve the sandbox manager on")
 	exitFile := fs.String("exit-file", "", "file that receives the reason the bridge stopped")
+	errorsFile := fs.String("errors-file", "", "file that receives the guest's protocol errors by kind (JSON) when the bridge stops after any")
 	guestFD := fs.Int("guest-fd", 3, "inherited descriptor of the guest channel")
 	guestPid := fs.Int("guest-pid", 0, "pid of the VMM the guest channel must be connected to (vm); 0: the channel is a socketpair from the node-manager (ns) and is not checked")
 	guestStart := fs.Uint64("guest-start-time", 0, "start time (/proc/<pid>/stat field 22) of the process --guest-pid names")
@@ -46,7 +47,7 @@ func runHostBridge(args []string) int {
 	}
 	// The bridge runs in the execution's directory (the sandbox manager
 	// starts it there): it stops when that directory is removed.
-	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile, Dir: "."}
+	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile, ErrorsFile: *errorsFile, Dir: "."}
 	if *guestPid != 0 {
 		cfg.Guest = &bridge.Process{Pid: *guestPid, StartTime: *guestStart}
 	}

@@ -33,7 +33,7 @@ func hostileGuest(t *testing.T, readyTimeout time.Duration) (guestEnd net.Conn, 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "b.sock")
 	exitFile = filepath.Join(dir, "exit")
-	b, err := New(Config{ExecID: "e1", Socket: sock, Channel: hostConn, ExitFile: exitFile, ReadyTimeout: readyTimeout},
+	b, err := New(Config{ExecID: "e1", Socket: sock, Channel: hostConn, ExitFile: exitFile, ErrorsFile: filepath.Join(dir, ProtocolErrorsFile), ReadyTimeout: readyTimeout},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -293,8 +293,17 @@ func identityString(id *capability.Identity) string {
 	return fmt.Sprintf("%s/g%d@%s/%s/%s", id.Sandbox, id.Generation, id.Node, id.Substrate, id.Activation)
 }
 
-// handleMetrics serves GET /bridge/v1/metrics: the refusal counts, for the
-// node to add up.
+// Metrics is the body of GET /bridge/v1/metrics: what this execution's
+// bridge counted, for the node to add up.
+type Metrics struct {
+	// Refusals counts the requests the bridge refused, by reason.
+	Refusals map[string]uint64 `json:"refusals"`
+	// GuestProtocolErrors counts the guest's protocol errors on its
+	// channel, by kind (guest.ProtocolErrors).
+	GuestProtocolErrors map[string]uint64 `json:"guest_protocol_errors,omitempty"`
+}
+
+// handleMetrics serves GET /bridge/v1/metrics.
 func (b *Bridge) handleMetrics(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"refusals": b.adm.Refusals()})
+	writeJSON(w, http.StatusOK, Metrics{Refusals: b.adm.Refusals(), GuestProtocolErrors: b.client.ProtocolErrors()})
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// ExitFile receives the reason the bridge stopped, for the manager to read
 	// after the bridge is gone.
 	ExitFile string
+	// ErrorsFile receives the guest's protocol errors by kind (JSON, see
+	// ProtocolErrorsFile) when the bridge stops after any; "" writes none.
+	ErrorsFile string
 	// ReadyTimeout bounds the wait for the guest daemon's first answer.
 	ReadyTimeout time.Duration
 	// Guest is the process the channel must be connected to (the VMM of a
@@ -195,11 +198,17 @@ func (b *Bridge) Run(ctx context.Context) error {
 		reason = "stopped: " + context.Cause(ctx).Error()
 	case <-b.client.Done():
 		reason = "guest channel closed"
+		if err := b.client.Err(); err != nil {
+			// The guest broke the protocol: the reason says how, and the
+			// sandbox's event (which carries the reason) names it.
+			reason += ": " + err.Error()
+		}
 	case err := <-serveErr:
 		reason = fmt.Sprintf("manager socket failed: %v", err)
 	}
 	b.setReason(reason)
 	b.log.Info("bridge stopping", "reason", reason)
+	b.writeProtocolErrors()
 	if b.cfg.ExitFile != "" {
 		if err := os.WriteFile(b.cfg.ExitFile, []byte(reason+"\n"), 0o600); err != nil {
 			b.log.Warn("write exit file", "err", err)

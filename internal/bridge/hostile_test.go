@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -15,6 +17,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/spacesandbox/space/internal/guest"
 )
 
 // fakeGuest is the guest end of a bridge's channel, driven by a test: it
@@ -237,6 +241,10 @@ func TestHostileGuest(t *testing.T) {
 			g.sent.Add(1)
 		}},
 		{"SettingsFlood", false, true, func(t *testing.T, g *fakeGuest) {
+			// The bridge reads these at guest.MaxAnsweredFramesPerSecond:
+			// the flood stops when the channel is full for a while.
+			g.conn.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			defer g.conn.SetWriteDeadline(time.Time{})
 			for i := 0; i < 200_000; i++ {
 				if g.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(i)}) != nil {
 					return
@@ -245,6 +253,10 @@ func TestHostileGuest(t *testing.T) {
 			}
 		}},
 		{"PingFlood", false, true, func(t *testing.T, g *fakeGuest) {
+			// The bridge reads these at guest.MaxAnsweredFramesPerSecond:
+			// the flood stops when the channel is full for a while.
+			g.conn.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			defer g.conn.SetWriteDeadline(time.Time{})
 			for i := 0; i < 200_000; i++ {
 				if g.fr.WritePing(false, [8]byte{byte(i), byte(i >> 8), byte(i >> 16)}) != nil {
 					return
@@ -270,7 +282,7 @@ func TestHostileGuest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := measure()
-			guestConn, status, _ := hostileGuest(t, 1500*time.Millisecond)
+			guestConn, status, exitFile := hostileGuest(t, 1500*time.Millisecond)
 			g := greet(t, guestConn)
 			stop := make(chan struct{})
 			peak := peakHeap(stop)
@@ -282,6 +294,7 @@ func TestHostileGuest(t *testing.T) {
 				case <-time.After(30 * time.Second):
 					t.Fatalf("the bridge still serves a guest that did %s: %+v", tc.name, st)
 				}
+				checkProtocolErrorCounted(t, tc.name, exitFile)
 			} else if st.Ready {
 				t.Fatalf("the bridge believes a guest that did %s ready: %+v", tc.name, st)
 			}
@@ -320,5 +333,29 @@ func TestHostileGuest(t *testing.T) {
 		if n > baseGoroutines+2 {
 			t.Errorf("%d goroutines left after the bridge of a guest that did %s stopped, %d before", n, tc.name, baseGoroutines)
 		}
+	}
+}
+
+// checkProtocolErrorCounted (catalogue A-1): a guest whose abuse ended its
+// channel has the channel's end recorded as a protocol error — in the
+// bridge's exit reason, which becomes its sandbox's event, and by kind in
+// the errors file the node adds to its counter.
+func checkProtocolErrorCounted(t *testing.T, abuse, exitFile string) {
+	t.Helper()
+	var reason []byte
+	for i := 0; i < 100 && len(reason) == 0; i++ { // written as Run returns
+		reason, _ = os.ReadFile(exitFile)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(string(reason), guest.ErrProtocol.Error()) {
+		t.Errorf("a guest that did %s: the bridge's exit reason is %q, want it to name a %q", abuse, reason, guest.ErrProtocol)
+	}
+	counts, err := ReadProtocolErrors(filepath.Join(filepath.Dir(exitFile), ProtocolErrorsFile))
+	var total uint64
+	for _, n := range counts {
+		total += n
+	}
+	if err != nil || total == 0 {
+		t.Errorf("a guest that did %s: protocol errors counted %v (%v), want at least one", abuse, counts, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -405,22 +406,26 @@ func (b *bridgeConn) pushClock(ctx context.Context, v bridge.ClockRequest) error
 	return nil
 }
 
-// refusals reads the bridge's refusal counts.
-func (b *bridgeConn) refusals(ctx context.Context) (map[string]uint64, error) {
+// metrics reads the bridge's counts: its refusals and its guest's
+// protocol errors.
+func (b *bridgeConn) metrics(ctx context.Context) (bridge.Metrics, error) {
+	var out bridge.Metrics
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://bridge/bridge/v1/metrics", nil)
 	resp, err := b.client.Do(req)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bridge metrics: HTTP %d", resp.StatusCode)
+		return out, fmt.Errorf("bridge metrics: HTTP %d", resp.StatusCode)
 	}
-	var out struct {
-		Refusals map[string]uint64 `json:"refusals"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out); err != nil {
-		return nil, err
-	}
-	return out.Refusals, nil
+	err = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&out)
+	return out, err
+}
+
+// dir is the execution directory the bridge runs in (where its socket is).
+func (b *bridgeConn) dir() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return filepath.Dir(b.socket)
 }

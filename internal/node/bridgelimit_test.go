@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -14,11 +15,13 @@ import (
 	"github.com/spacesandbox/space/internal/privop"
 )
 
-// TestSpawnedBridgeFDLimit: the host bridge the node starts for an
+// TestSpawnedBridgeLimits: the host bridge the node starts for an
 // execution runs with RLIMIT_NOFILE BridgeMaxFiles, soft and hard, whatever
 // the node's own limit: one sandbox's streams cannot take the node's fd
-// table through its bridge.
-func TestSpawnedBridgeFDLimit(t *testing.T) {
+// table through its bridge. Its memory is bound likewise (catalogue A-2):
+// RLIMIT_DATA BridgeMaxData, soft and hard, the hard bound, and
+// GOMEMLIMIT BridgeMemoryLimit, the heap its collector keeps under.
+func TestSpawnedBridgeLimits(t *testing.T) {
 	dir := t.TempDir()
 	// A stand-in bridge that ignores its arguments and waits.
 	fake := filepath.Join(dir, "space-host-bridge")
@@ -46,9 +49,21 @@ func TestSpawnedBridgeFDLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := regexp.MustCompile(`Max open files\s+(\d+)\s+(\d+)`).FindStringSubmatch(string(limits))
-	want := strconv.Itoa(BridgeMaxFiles)
-	if got == nil || got[1] != want || got[2] != want {
-		t.Fatalf("bridge pid %d open-file limit %q, want %s soft and hard:\n%s", rec.BridgePid, got, want, limits)
+	for _, l := range []struct {
+		name string
+		want int
+	}{{"Max open files", BridgeMaxFiles}, {"Max data size", BridgeMaxData}} {
+		got := regexp.MustCompile(l.name + `\s+(\d+)\s+(\d+)`).FindStringSubmatch(string(limits))
+		want := strconv.Itoa(l.want)
+		if got == nil || got[1] != want || got[2] != want {
+			t.Errorf("bridge pid %d %q limit %q, want %s soft and hard:\n%s", rec.BridgePid, l.name, got, want, limits)
+		}
+	}
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(rec.BridgePid) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "GOMEMLIMIT=" + strconv.Itoa(BridgeMemoryLimit); !strings.Contains("\x00"+string(environ)+"\x00", "\x00"+want+"\x00") {
+		t.Errorf("bridge pid %d environment %q, want %s", rec.BridgePid, strings.ReplaceAll(string(environ), "\x00", " "), want)
 	}
 }

@@ -47,6 +47,7 @@ func testHostBridge(args []string) int {
 	execID := fs.String("exec-id", "", "")
 	socket := fs.String("socket", "", "")
 	exitFile := fs.String("exit-file", "", "")
+	errorsFile := fs.String("errors-file", "", "")
 	guestFD := fs.Int("guest-fd", 3, "")
 	guestPid := fs.Int("guest-pid", 0, "")
 	guestStart := fs.Uint64("guest-start-time", 0, "")
@@ -59,7 +60,7 @@ func testHostBridge(args []string) int {
 		fmt.Fprintf(os.Stderr, "space host-bridge: %v\n", err)
 		return 1
 	}
-	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile}
+	cfg := bridge.Config{ExecID: *execID, Socket: *socket, Channel: conn, ExitFile: *exitFile, ErrorsFile: *errorsFile}
 	if *guestPid != 0 {
 		cfg.Guest = &bridge.Process{Pid: *guestPid, StartTime: *guestStart}
 	}

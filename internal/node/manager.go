@@ -70,6 +70,8 @@ type Manager struct {
 	locks   keylock.Map
 	// refusals counts the requests and bridge peers this node refused.
 	refusals *refusalMetrics
+	// guestErrors counts the guests' protocol errors.
+	guestErrors *guestErrorMetrics
 
 	mu      sync.Mutex // guards bridges and starting
 	bridges map[string]*bridgeConn
@@ -135,7 +137,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged,
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), guestErrors: newGuestErrorMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged,
 		serving: make(chan struct{})}
 	m.streams.max, m.streams.refused = cfg.MaxStreamsPerExecution, m.refusals.streams
 	m.pool.init()
@@ -347,6 +349,22 @@ func pidsFor(memoryMiB int) int {
 // streams without end exhausts its own bridge's fds, not the node's.
 const BridgeMaxFiles = 4096
 
+// BridgeMemoryLimit is the GOMEMLIMIT of every host bridge: the heap its
+// garbage collector keeps under. A bridge holds at most
+// guest.MaxInFlightBytes of its guest's answers (32 MiB), plus a
+// bridge.CopyBufferSize buffer for each of its bridge.DefaultMaxStreams
+// requests (256 MiB when all 1,024 are open); this leaves room for both.
+const BridgeMemoryLimit = 320 << 20
+
+// BridgeMaxData is the RLIMIT_DATA (soft and hard) of every host bridge:
+// the private writable memory it may map, its hard memory bound. Past it
+// an allocation fails and the bridge exits, ending its own execution's
+// channel and no other. The Go runtime maps some 70 MiB of this at start
+// (its heap arena index); the rest is heap and stacks. A cgroup would need
+// the node-manager (the node runs unprivileged), a limit on the process
+// does not.
+const BridgeMaxData = 768 << 20
+
 func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	logf, err := os.OpenFile(m.records.logFile(rec.ExecID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -359,6 +377,7 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	args := []string{"--exec-id", rec.ExecID,
 		"--socket", filepath.Base(m.records.socket(rec.ExecID)),
 		"--exit-file", filepath.Base(m.records.exitFile(rec.ExecID)),
+		"--errors-file", bridge.ProtocolErrorsFile,
 		"--guest-fd", "3"}
 	if rec.Runtime == "vm" {
 		args = append(args,
@@ -370,17 +389,17 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	cmd.Dir = m.records.execDir(rec.ExecID)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMEMLIMIT=" + strconv.Itoa(BridgeMemoryLimit)}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
 	}
 	// The bridge holds a socket per guest request it carries: its own fd
 	// limit keeps one sandbox's flood from the node's fd table.
-	lim := unix.Rlimit{Cur: BridgeMaxFiles, Max: BridgeMaxFiles}
-	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+	// Its memory limit keeps a sandbox's flood from the node's memory.
+	if err := limitBridge(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return fmt.Errorf("exec %s: limit the host bridge's open files to %d: %w", rec.ExecID, BridgeMaxFiles, err)
+		return fmt.Errorf("exec %s: %w", rec.ExecID, err)
 	}
 	// Start returned after the exec: /proc/<pid>/exe is the file the bridge
 	// runs, whatever happens to m.cfg.HostBridge's path from now on.
@@ -392,19 +411,41 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 		_ = cmd.Wait()
 		return fmt.Errorf("exec %s: host bridge identity: %w%s", rec.ExecID, err, m.bridgeLogTail(rec.ExecID))
 	}
-	// Reap the bridge if it exits while this process lives (after a restart
-	// of this process its parent is init), and report the change at once.
-	go func() {
-		_ = cmd.Wait()
-		m.notifyChanged()
-	}()
 	// The connection to it logs refused peers (m.bridge finds it).
+	bc := m.connectBridge(rec)
 	m.mu.Lock()
 	if old := m.bridges[rec.ExecID]; old != nil {
 		old.close()
 	}
-	m.bridges[rec.ExecID] = m.connectBridge(rec)
+	m.bridges[rec.ExecID] = bc
 	m.mu.Unlock()
+	// Reap the bridge if it exits while this process lives (after a restart
+	// of this process its parent is init), count what its guest broke, and
+	// report the change at once.
+	go func() {
+		_ = cmd.Wait()
+		m.countProtocolErrors(bc)
+		m.notifyChanged()
+	}()
+	return nil
+}
+
+// limitBridge sets the resource limits of the host bridge pid: its open
+// files (BridgeMaxFiles) and its memory (BridgeMaxData).
+func limitBridge(pid int) error {
+	for _, l := range []struct {
+		what     string
+		resource int
+		n        uint64
+	}{
+		{"open files", unix.RLIMIT_NOFILE, BridgeMaxFiles},
+		{"data memory", unix.RLIMIT_DATA, BridgeMaxData},
+	} {
+		lim := unix.Rlimit{Cur: l.n, Max: l.n}
+		if err := unix.Prlimit(pid, l.resource, &lim, nil); err != nil {
+			return fmt.Errorf("limit the host bridge's %s to %d: %w", l.what, l.n, err)
+		}
+	}
 	return nil
 }
 

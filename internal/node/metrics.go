@@ -81,9 +81,11 @@ func (r *refusalMetrics) write(w io.Writer) {
 func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
 	m.refusals.write(&b)
+	refusals, protocolErrors := m.bridgeCounts(r.Context())
 	metrics.WriteCounter(&b, "space_bridge_capability_refusals_total",
 		"Requests the host bridges of this node's executions refused at their own capability check, by reason.",
-		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute, bridge.RefusedClock, bridge.RefusedNotYetValid}, m.bridgeRefusals(r.Context()))
+		"reason", []string{bridge.RefusedDeny, bridge.RefusedRefreshRoute, bridge.RefusedClock, bridge.RefusedNotYetValid}, refusals)
+	m.guestErrors.write(&b, protocolErrors)
 	m.writeGatewayMetrics(&b)
 	m.writeClockMetrics(&b)
 	w.Header().Set("Content-Type", metrics.ContentType)
@@ -168,10 +170,12 @@ func opsString(ops capability.Op) string {
 	return strings.Join(names, ",")
 }
 
-// bridgeRefusals adds up the refusal counts of the host bridges of this
-// node's executions (each bridge is its own process and counts its own).
-// A bridge that does not answer within the budget is skipped.
-func (m *Manager) bridgeRefusals(ctx context.Context) map[string]uint64 {
+// bridgeCounts adds up the counts of the host bridges of this node's
+// executions (each bridge is its own process and counts its own): their
+// refusals by reason and their guests' protocol errors by kind. A bridge
+// that does not answer within the budget is skipped; one that has exited
+// is counted by countProtocolErrors instead.
+func (m *Manager) bridgeCounts(ctx context.Context) (refusals, protocolErrors map[string]uint64) {
 	m.mu.Lock()
 	conns := make([]*bridgeConn, 0, len(m.bridges))
 	for _, bc := range m.bridges {
@@ -180,15 +184,18 @@ func (m *Manager) bridgeRefusals(ctx context.Context) map[string]uint64 {
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	total := map[string]uint64{}
+	refusals, protocolErrors = map[string]uint64{}, map[string]uint64{}
 	for _, bc := range conns {
-		counts, err := bc.refusals(ctx)
+		counts, err := bc.metrics(ctx)
 		if err != nil {
 			continue
 		}
-		for k, v := range counts {
-			total[k] += v
+		for k, v := range counts.Refusals {
+			refusals[k] += v
+		}
+		for k, v := range counts.GuestProtocolErrors {
+			protocolErrors[k] += v
 		}
 	}
-	return total
+	return refusals, protocolErrors
 }
