@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/spacesandbox/space/internal/failpoint"
+	"github.com/spacesandbox/space/internal/objstore/s3store/s3test"
 )
 
 // TestFailpoints kills the server (control plane and node in one process)
@@ -41,10 +44,27 @@ func TestFailpoints(t *testing.T) {
 		}
 		for _, spec := range arm {
 			t.Run(strings.TrimSuffix(strings.Replace(spec, "=exit", "", 1), "@1"), func(t *testing.T) {
-				ids := crashAtFailpoint(t, dir, p, spec, "ns")
+				ids := crashAtFailpoint(t, dir, p, spec, "ns", fileStore)
 				checkInventory(t, before, dir, ids...)
 			})
 		}
+	}
+	// The points of the operations that write and read the object store
+	// once more against a real S3 server (versitygw): its multipart
+	// uploads, listings and deletes are not the file store's.
+	s3 := s3Store(t)
+	for _, p := range failpoint.All() {
+		if p.Op != "hibernate" && p.Op != "restore" {
+			continue
+		}
+		spec := p.Name + "=exit"
+		if p == failpoint.HibernateAfterPart {
+			spec += "@1"
+		}
+		t.Run("s3/"+p.Name, func(t *testing.T) {
+			ids := crashAtFailpoint(t, dir, p, spec, "ns", s3)
+			checkInventory(t, before, dir, ids...)
+		})
 	}
 	// The vm runtime's hibernation (a full snapshot: memory too) and
 	// restore, on request: QEMU under TCG takes minutes for all of them.
@@ -59,7 +79,7 @@ func TestFailpoints(t *testing.T) {
 			continue
 		}
 		t.Run("vm/"+p.Name, func(t *testing.T) {
-			ids := crashAtFailpoint(t, dir, p, p.Name+"=exit", "vm")
+			ids := crashAtFailpoint(t, dir, p, p.Name+"=exit", "vm", fileStore)
 			checkInventory(t, before, dir, ids...)
 		})
 	}
@@ -73,8 +93,8 @@ const ackFile = "/home/user/ack"
 // armed with spec (p's entry of SPACE_FAILPOINTS), sees it die at p,
 // restarts, checks the outcome, deletes what the run made and stops the
 // server. It returns the sandboxes the run made.
-func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec, runtime string) []string {
-	in := launchServer(t, dir, []string{failpoint.EnvVar + "=" + spec})
+func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec, runtime string, store failpointStore) []string {
+	in := launchServer(t, dir, append([]string{failpoint.EnvVar + "=" + spec}, store.env...), store.flags...)
 	in.waitTemplate("minimal")
 	var id string
 	if p.Op != "create" {
@@ -104,7 +124,7 @@ func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec, runtim
 	}
 	in.waitFailpoint(p)
 
-	in = startServer(t, dir)
+	in = startServerEnv(t, dir, store.env, store.flags...)
 	ids := []string{id}
 	switch p.Op {
 	case "create":
@@ -185,7 +205,7 @@ func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec, runtim
 			in.waitGone(id)
 		}
 	}
-	in.waitNoObjects()
+	in.waitNoObjects(store)
 	in.waitNoVolumes(ids)
 	in.stop()
 	return ids
@@ -358,13 +378,57 @@ func (in *instance) waitGone(id string) {
 	}
 }
 
-// waitNoObjects waits until the data directory's object store holds no
-// object: everything of the run is deleted, so whatever stays is an
-// orphan no row will ever delete.
-func (in *instance) waitNoObjects() {
+// failpointStore is the object store of a failpoint run's servers: the
+// flags and environment that name it, and what it holds.
+type failpointStore struct {
+	flags, env []string
+	keys       func(in *instance) []string
+}
+
+// fileStore is the dev server's own file:// store in its data directory.
+var fileStore = failpointStore{keys: func(in *instance) []string { return storedObjects(filepath.Join(in.dataDir, "objects")) }}
+
+// s3Store starts a real S3 server (versitygw) for the test and names a
+// prefix of its bucket as the servers' object store.
+func s3Store(t *testing.T) failpointStore {
+	t.Helper()
+	srv := s3test.Start(t)
+	const prefix = "failpoints"
+	return failpointStore{
+		flags: []string{"--object-store", "s3://" + srv.Bucket + "/" + prefix + "?endpoint=" + srv.Endpoint + "&insecure=1"},
+		env:   []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey},
+		keys: func(in *instance) []string {
+			c, err := srv.Client()
+			if err != nil {
+				in.t.Fatal(err)
+			}
+			var keys []string
+			for o := range c.ListObjects(in.t.Context(), srv.Bucket, minio.ListObjectsOptions{Prefix: prefix + "/", Recursive: true}) {
+				if o.Err != nil {
+					in.t.Fatalf("list the S3 store: %v", o.Err)
+				}
+				keys = append(keys, o.Key)
+			}
+			// An upload that was begun and never completed holds parts
+			// no listing of objects shows.
+			for u := range c.ListIncompleteUploads(in.t.Context(), srv.Bucket, prefix+"/", true) {
+				if u.Err != nil {
+					in.t.Fatalf("list the S3 store's incomplete uploads: %v", u.Err)
+				}
+				keys = append(keys, "incomplete upload of "+u.Key)
+			}
+			return keys
+		},
+	}
+}
+
+// waitNoObjects waits until the object store holds no object: everything
+// of the run is deleted, so whatever stays is an orphan no row will ever
+// delete.
+func (in *instance) waitNoObjects(store failpointStore) {
 	in.t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		objs := storedObjects(filepath.Join(in.dataDir, "objects"))
+		objs := store.keys(in)
 		if len(objs) == 0 {
 			return
 		}
