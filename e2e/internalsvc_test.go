@@ -131,22 +131,26 @@ func (e *egressNet) scanFromSandbox(in *instance, id string) {
 	}
 }
 
+// countAccepts accepts and closes ln's connections, counting each in n,
+// until ln is closed.
+func countAccepts(ln net.Listener, n *atomic.Int64) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		n.Add(1)
+		c.Close()
+	}
+}
+
 // acceptAndClose listens on addr in the namespace and counts the
 // connections it accepts, closing each.
 func (e *egressNet) acceptAndClose(addr string) *atomic.Int64 {
 	ln := e.listen(func() (any, error) { return net.Listen("tcp", addr) }).(net.Listener)
 	e.t.Cleanup(func() { ln.Close() })
 	n := &atomic.Int64{}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	}()
+	go countAccepts(ln, n)
 	return n
 }
 

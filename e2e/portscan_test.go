@@ -32,16 +32,7 @@ func TestGatewayPortScan(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				canaryHits.Add(1)
-				c.Close()
-			}
-		}()
+		go countAccepts(ln, &canaryHits)
 		pc, err := net.ListenPacket("udp4", net.JoinHostPort(a, "0"))
 		if err != nil {
 			t.Fatal(err)
