@@ -67,9 +67,15 @@ func (s *Server) snapshot(ctx context.Context, a *privop.SnapshotArgs) (*privop.
 		return nil, invalid("snapshot: runtime %q of exec %s is not on this node", a.Runtime, a.ExecID)
 	}
 	d := drivers[0]
+	// A disk snapshot of a volume-backed execution (ns) copies the volume,
+	// which outlives the sandbox's processes: one whose sandbox has exited
+	// is kept as they left it (the disk a recovery starts from, a stop that
+	// keeps the disk of a sandbox whose guest was killed). Everything else
+	// needs the execution running.
+	volumeDisk := a.Kind == privop.SnapshotDisk && !s.cfg.ImageRuntimes[a.Runtime]
 	if alive, err := d.Alive(ctx, a.ExecID); err != nil {
 		return nil, fmt.Errorf("%w: exec %s is not running: %v", errdefs.ErrFailedPrecondition, a.ExecID, err)
-	} else if !alive {
+	} else if !alive && !volumeDisk {
 		return nil, fmt.Errorf("%w: exec %s is not running: its sandbox has exited", errdefs.ErrFailedPrecondition, a.ExecID)
 	}
 	if err := s.removeSnapshot(ctx, a.SnapshotID); err != nil {

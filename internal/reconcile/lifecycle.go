@@ -274,7 +274,8 @@ func (r *Reconciler) deleteSnapshots(ctx context.Context, sb *sandbox.Sandbox) e
 // before its death is recovered from the same snapshot again.
 const recoveryBackoff = time.Minute
 
-// recoverSandbox brings back a running sandbox whose execution died, from its
+// recoverSandbox brings back a running sandbox whose execution died: an
+// ns execution from its own disk as it died (crashSnapshot), else from its
 // latest snapshot on its node: a full snapshot (memory too) when there is
 // one, else the newest disk snapshot, booted. ok is false when there is
 // nothing to recover from, or recovery was already tried for this
@@ -283,7 +284,13 @@ func (r *Reconciler) recoverSandbox(ctx context.Context, sb *sandbox.Sandbox, re
 	if r.cfg.NoRecovery {
 		return 0, nil, false
 	}
-	snap, found, err := r.latestSnapshot(ctx, sb)
+	snap, found, err := r.crashSnapshot(ctx, sb)
+	if err != nil {
+		return time.Second, err, true
+	}
+	if !found {
+		snap, found, err = r.latestSnapshot(ctx, sb)
+	}
 	if err != nil {
 		return time.Second, err, true
 	}
@@ -307,6 +314,65 @@ func (r *Reconciler) recoverSandbox(ctx context.Context, sb *sandbox.Sandbox, re
 		after = time.Millisecond
 	}
 	return after, err, true
+}
+
+// crashTier is the tier of the disk snapshot a recovery keeps of an ns
+// execution that died (crashSnapshot).
+const crashTier = "crash"
+
+// crashSnapshot keeps the disk of sb's dead ns execution as a snapshot for
+// its recovery to start from. An ns sandbox's disk is a volume on its node
+// that outlives its processes: when they die (its guest killed, its init
+// gone) the volume holds every write they made, as a disk holds after a
+// power cut, and a recovery from it loses none of them — where the newest
+// snapshot would lose everything written since. Only an execution its node
+// reports failed has its volume still (one gone from the node has none).
+// found is false when there is nothing to keep: another runtime, no such
+// execution, the snapshot refused (its row says why), or the execution that
+// died was itself started from a crash snapshot less than recoveryBackoff
+// ago (the caller's loop guard then judges the snapshot it started from).
+// An error is a node that did not answer: the pass is retried.
+func (r *Reconciler) crashSnapshot(ctx context.Context, sb *sandbox.Sandbox) (store.Snapshot, bool, error) {
+	if sb.Runtime != "ns" || sb.Node == "" || sb.ExecID == "" {
+		return store.Snapshot{}, false, nil
+	}
+	if obs, seen := r.observation(ctx, sb.Node); !seen || obs.executions[sb.ExecID].State != nodev1.ExecFailed {
+		return store.Snapshot{}, false, nil
+	}
+	if sb.StartFrom != "" && time.Since(sb.UpdatedAt) < recoveryBackoff {
+		if from, err := r.store.GetSnapshot(ctx, "", sb.StartFrom); err == nil && from.Tier == crashTier {
+			return store.Snapshot{}, false, nil
+		}
+	}
+	snap, err := r.lifecycleSnapshot(ctx, sb, crashTier, store.SnapshotDisk)
+	if err != nil {
+		return snap, false, err
+	}
+	if snap.State == store.SnapshotCreating {
+		if err := r.takeSnapshot(ctx, sb, &snap, false); err != nil {
+			if errdefs.IsUnavailable(err) || ctx.Err() != nil {
+				return snap, false, err
+			}
+			return snap, false, nil // the row records why
+		}
+	}
+	if snap.State != store.SnapshotReady {
+		return snap, false, nil
+	}
+	// The disks of earlier deaths are superseded by this one.
+	older, err := r.store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: sb.ID, State: store.SnapshotReady})
+	if err != nil {
+		return snap, true, nil // kept; the next death looks again
+	}
+	for _, o := range older {
+		if o.Tier == crashTier && o.ID != snap.ID {
+			o.State = store.SnapshotDeleting
+			if err := r.store.UpdateSnapshot(ctx, o); err != nil {
+				r.log.Warn("drop a superseded crash snapshot", "sandbox", sb.ID, "snapshot", o.ID, "err", err)
+			}
+		}
+	}
+	return snap, true, nil
 }
 
 // latestSnapshot returns the snapshot a recovery of sb starts from: the

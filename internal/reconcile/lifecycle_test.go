@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -189,7 +190,8 @@ func TestRunningExecutionDies(t *testing.T) {
 		runtime string
 		cfg     Config
 		snaps   []snap
-		want    int // index into snaps of the one recovered from; -1: failed
+		refuse  bool // the node refuses the crash snapshot of a dead ns execution
+		want    int  // index into snaps of the one recovered from; -1: failed; -2: the crash snapshot
 	}{
 		{name: "no snapshot", runtime: "vm", want: -1},
 		{
@@ -198,9 +200,18 @@ func TestRunningExecutionDies(t *testing.T) {
 			want:  1,
 		},
 		{
-			name: "newest disk", runtime: "ns",
+			name: "ns: its own disk as it died", runtime: "ns",
+			snaps: []snap{{store.SnapshotDisk, 2 * time.Hour, "n1", "ns"}, {store.SnapshotDisk, time.Hour, "n1", "ns"}},
+			want:  -2,
+		},
+		{
+			name: "ns: no disk to keep, so the newest disk snapshot", runtime: "ns", refuse: true,
 			snaps: []snap{{store.SnapshotDisk, 2 * time.Hour, "n1", "ns"}, {store.SnapshotDisk, time.Hour, "n1", "ns"}},
 			want:  1,
+		},
+		{
+			name: "ns: no snapshot but its own disk", runtime: "ns",
+			want: -2,
 		},
 		{
 			name: "only in object storage or of another runtime", runtime: "vm",
@@ -231,6 +242,14 @@ func TestRunningExecutionDies(t *testing.T) {
 			ex := exec(sb, nodev1.ExecFailed)
 			ex.Reason = "guest kernel panic"
 			h.observe("n1", ex)
+			if tc.refuse {
+				h.nodes["n1"].failAlways("Snapshot", fmt.Errorf("%w: volume gone", errdefs.ErrNotFound))
+			}
+			crash := sandbox.LifecycleSnapshotID(sb.ID, crashTier, sb.Generation)
+			if tc.want == -2 {
+				ids = append(ids, crash)
+				tc.want = len(ids) - 1
+			}
 
 			after := h.mustPass(sb.ID)
 			if after == 0 {
@@ -254,7 +273,17 @@ func TestRunningExecutionDies(t *testing.T) {
 			h.mustPass(sb.ID)
 			got = h.wantState(sb.ID, sandbox.StateRunning, sandbox.StateRunning)
 			n := h.nodes["n1"]
-			wantCalls(t, n, "Stop("+sb.ExecID+")", "Start("+got.ExecID+")")
+			if ids[tc.want] == crash {
+				// The dead execution's disk is kept before it is stopped.
+				wantCalls(t, n, "Snapshot("+sb.ExecID+")", "Stop("+sb.ExecID+")", "Start("+got.ExecID+")")
+				if c := h.getSnapshot(crash); c.State != store.SnapshotReady || c.Tier != crashTier || c.Kind != store.SnapshotDisk {
+					t.Errorf("crash snapshot = %+v, want a ready disk snapshot of tier %s", c, crashTier)
+				}
+			} else if tc.refuse {
+				wantCalls(t, n, "Snapshot("+sb.ExecID+")", "Stop("+sb.ExecID+")", "Start("+got.ExecID+")")
+			} else {
+				wantCalls(t, n, "Stop("+sb.ExecID+")", "Start("+got.ExecID+")")
+			}
 			if req := n.callsTo("Start")[0].Body.(nodev1.StartExecution); req.Snapshot != ids[tc.want] || req.Generation != sb.Generation+1 {
 				t.Errorf("Start from %q generation %d, want %q generation %d", req.Snapshot, req.Generation, ids[tc.want], sb.Generation+1)
 			}
@@ -265,35 +294,56 @@ func TestRunningExecutionDies(t *testing.T) {
 
 func TestRecoveryLoopGuard(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Config{}, false)
-	sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
-	from := h.snapshot(sb, nil)
-	// The sandbox was just recovered from that very snapshot.
-	sb.StartFrom = from.ID
-	if err := h.st.UpdateSandbox(h.ctx, sb); err != nil {
-		t.Fatal(err)
-	}
-	h.observe("n1", exec(sb, nodev1.ExecFailed))
-	h.mustPass(sb.ID)
-	got := h.wantState(sb.ID, sandbox.StateFailed, sandbox.StateFailed)
-	if got.Generation != sb.Generation {
-		t.Errorf("generation = %d, want %d (no new execution)", got.Generation, sb.Generation)
-	}
+	for _, tc := range []struct{ runtime, tier string }{
+		{"vm", "manual"},
+		// An ns execution that died right after a start from the disk of
+		// the previous death keeps no new one: it would loop.
+		{"ns", crashTier},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, Config{}, false)
+			sb := h.newSandbox(sandbox.StateRunning, tc.runtime, nil)
+			from := h.snapshot(sb, func(s *store.Snapshot) { s.Tier = tc.tier })
+			// The sandbox was just recovered from that very snapshot.
+			sb.StartFrom = from.ID
+			if err := h.st.UpdateSandbox(h.ctx, sb); err != nil {
+				t.Fatal(err)
+			}
+			h.observe("n1", exec(sb, nodev1.ExecFailed))
+			h.mustPass(sb.ID)
+			got := h.wantState(sb.ID, sandbox.StateFailed, sandbox.StateFailed)
+			if got.Generation != sb.Generation {
+				t.Errorf("generation = %d, want %d (no new execution)", got.Generation, sb.Generation)
+			}
+			if calls := h.nodes["n1"].callsTo("Snapshot"); len(calls) != 0 {
+				t.Errorf("snapshots taken: %v, want none", calls)
+			}
 
-	// The same death long after the start from that snapshot recovers.
-	h2 := newHarness(t, Config{}, false)
-	sb2 := h2.newSandbox(sandbox.StateRunning, "ns", nil)
-	from2 := h2.snapshot(sb2, nil)
-	sb2.StartFrom = from2.ID
-	if err := h2.st.UpdateSandbox(h2.ctx, sb2); err != nil {
-		t.Fatal(err)
-	}
-	h2.st.backdate(sb2.ID, recoveryBackoff+time.Minute)
-	h2.observe("n1", exec(sb2, nodev1.ExecFailed))
-	h2.mustPass(sb2.ID)
-	got = h2.wantState(sb2.ID, sandbox.StateRecovering, sandbox.StateRunning)
-	if got.StartFrom != from2.ID || got.Generation != sb2.Generation+1 {
-		t.Errorf("start from %s generation %d, want %s generation %d", got.StartFrom, got.Generation, from2.ID, sb2.Generation+1)
+			// The same death long after the start from that snapshot recovers.
+			h2 := newHarness(t, Config{}, false)
+			sb2 := h2.newSandbox(sandbox.StateRunning, tc.runtime, nil)
+			from2 := h2.snapshot(sb2, func(s *store.Snapshot) { s.Tier = tc.tier })
+			sb2.StartFrom = from2.ID
+			if err := h2.st.UpdateSandbox(h2.ctx, sb2); err != nil {
+				t.Fatal(err)
+			}
+			h2.st.backdate(sb2.ID, recoveryBackoff+time.Minute)
+			h2.observe("n1", exec(sb2, nodev1.ExecFailed))
+			h2.mustPass(sb2.ID)
+			got = h2.wantState(sb2.ID, sandbox.StateRecovering, sandbox.StateRunning)
+			want := from2.ID
+			if tc.runtime == "ns" {
+				// Its own disk, and the older crash snapshot superseded.
+				want = sandbox.LifecycleSnapshotID(sb2.ID, crashTier, sb2.Generation)
+				if old := h2.getSnapshot(from2.ID); old.State != store.SnapshotDeleting {
+					t.Errorf("the superseded crash snapshot is %s, want deleting", old.State)
+				}
+			}
+			if got.StartFrom != want || got.Generation != sb2.Generation+1 {
+				t.Errorf("start from %s generation %d, want %s generation %d", got.StartFrom, got.Generation, want, sb2.Generation+1)
+			}
+		})
 	}
 }
 
