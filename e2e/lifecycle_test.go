@@ -230,6 +230,10 @@ func lifecycleScenario(t *testing.T, runtime string, extraFlags ...string) {
 	if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]any{"kind": kind}, &snap); code != http.StatusCreated {
 		t.Fatalf("%s snapshot: HTTP %d %+v", kind, code, snap)
 	}
+	// Written after the snapshot: an ns sandbox's disk outlives its
+	// processes, so its recovery starts from the disk as it died and keeps
+	// this too; a vm's recovery starts from the full snapshot, without it.
+	in.exec(sb.ID, "sh", "-c", "echo late > /home/user/after-snapshot")
 	pid := sandboxPid(t, dataDir, sb.ID)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the sandbox's execution (pid %d): %v", pid, err)
@@ -248,6 +252,10 @@ func lifecycleScenario(t *testing.T, runtime string, extraFlags ...string) {
 	}
 	if res := in.exec(sb.ID, "cat", "/home/user/kept"); strings.TrimSpace(res.Stdout) != "kept" {
 		t.Errorf("after recovery: kept = %q", res.Stdout)
+	}
+	late := strings.TrimSpace(in.exec(sb.ID, "sh", "-c", "cat /home/user/after-snapshot 2>/dev/null || echo absent").Stdout)
+	if want := map[string]string{"ns": "late", "vm": "absent"}[runtime]; late != want {
+		t.Errorf("after recovery: the file written after the snapshot is %q, want %q (ns recovers from its own disk, vm from its full snapshot)", late, want)
 	}
 	if runtime == "vm" {
 		first := in.exec(sb.ID, "cat", "/home/user/counter").Stdout
