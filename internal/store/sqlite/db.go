@@ -16,29 +16,50 @@ type conns Store
 
 // Write implements sqlstore.DB.
 func (c *conns) Write(ctx context.Context, fn func(sqlstore.Tx) error) error {
-	return (*Store)(c).write(ctx, func(t *sql.Tx) error { return fn(tx{t}) })
+	err := (*Store)(c).write(ctx, func(t *sql.Tx) error { return fn(tx{t, c.ws}) })
+	c.ws.prepareWanted(ctx)
+	return err
 }
 
 // QueryRow implements sqlstore.DB.
 func (c *conns) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	if st := c.rs.get(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
 	return c.r.QueryRowContext(ctx, query, args...)
 }
 
 // Query implements sqlstore.DB.
 func (c *conns) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
-	rows, err := c.r.QueryContext(ctx, query, args...)
+	var rows *sql.Rows
+	var err error
+	if st := c.rs.get(ctx, query); st != nil {
+		rows, err = st.QueryContext(ctx, args...)
+	} else {
+		rows, err = c.r.QueryContext(ctx, query, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return rows, nil
 }
 
-// tx is a write transaction as sqlstore.Tx.
-type tx struct{ t *sql.Tx }
+// tx is a write transaction as sqlstore.Tx, running the writer's cached
+// statements.
+type tx struct {
+	t     *sql.Tx
+	stmts *stmtCache
+}
 
 // Exec implements sqlstore.Tx.
 func (t tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := t.t.ExecContext(ctx, query, args...)
+	var res sql.Result
+	var err error
+	if st := t.stmts.lookup(query); st != nil {
+		res, err = t.t.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		res, err = t.t.ExecContext(ctx, query, args...)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -47,6 +68,9 @@ func (t tx) Exec(ctx context.Context, query string, args ...any) (int64, error) 
 
 // QueryRow implements sqlstore.Tx.
 func (t tx) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	if st := t.stmts.lookup(query); st != nil {
+		return t.t.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
 	return t.t.QueryRowContext(ctx, query, args...)
 }
 

@@ -46,8 +46,10 @@ const (
 // package gives that its connections.
 type Store struct {
 	*tables
-	w *sql.DB // exactly one connection: the only writer
-	r *sql.DB // query-only connections for reads
+	w  *sql.DB // exactly one connection: the only writer
+	r  *sql.DB // query-only connections for reads
+	ws *stmtCache
+	rs *stmtCache
 }
 
 // tables is embedded under an unexported name, so that Store's fields stay
@@ -93,7 +95,7 @@ func open(ctx context.Context, path string, migs []migrations.Migration) (*Store
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(readPoolSize)
-	s := &Store{w: w, r: r}
+	s := &Store{w: w, r: r, ws: newStmtCache(w), rs: newStmtCache(r)}
 	s.tables = sqlstore.New((*conns)(s), dialect{})
 	return s, nil
 }
@@ -117,6 +119,8 @@ func dsn(path string, writer bool) string {
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	s.rs.close()
+	s.ws.close()
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
