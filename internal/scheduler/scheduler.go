@@ -184,6 +184,6 @@ func Place(req Request, st State) (Plan, error) {
 	}
 	return Plan{
 		Node:   best.ID,
-		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes%s, %d candidate node(s)%s", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, warm, len(fits), req.Tenant.explain()),
+		Reason: fmt.Sprintf("placed on %s: %d MiB committed of %d allowed (%d MiB of memory), %d sandboxes%s, %d candidate node(s)%s", best.ID, best.UsedMiB, st.Overcommit.limitMiB(best.CapacityMiB), best.CapacityMiB, best.Sandboxes, warm, len(fits), req.Tenant.explain()),
 	}, nil
 }
