@@ -59,6 +59,7 @@ func runServer(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm wherever a node offers it or is bringing it up; see --runtime-fallback)")
 	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
+	overcommit := fs.Float64("memory-overcommit", 1, "how many times a node's memory the sandboxes' memory limits on it may sum to (1: no overcommit; limits are caps and idle sandboxes use a fraction of them; nodes do not report their measured free memory yet, so above 1 only the committed sum bounds admission)")
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	kernelBuild := fs.String("kernel-build", vmimage.KernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")
@@ -147,7 +148,7 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
-	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild,
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
@@ -188,8 +189,10 @@ type serverOptions struct {
 	// WarmupWait.
 	runtimeFallback string
 	warmupWait      time.Duration
-	buildBase       bool
-	kernelBuild     string // --dev: the node-manager's --kernel-build
+	// memoryOvercommit is server.Config's MemoryOvercommit.
+	memoryOvercommit float64
+	buildBase        bool
+	kernelBuild      string // --dev: the node-manager's --kernel-build
 	// objectStore is the object store URL and kmsDir the local KMS's
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
@@ -384,7 +387,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
-		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, WarmupWait: o.warmupWait, Builtins: builtinTemplates,
+		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, MemoryOvercommit: o.memoryOvercommit, WarmupWait: o.warmupWait, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,

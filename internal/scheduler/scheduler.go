@@ -54,6 +54,32 @@ type NodeState struct {
 	CapacityCPUs, CapacityMiB int
 	UsedCPUs, UsedMiB         int
 	Sandboxes                 int
+	// AvailableMiB is the node's measured free memory (MemAvailable) as
+	// last reported; negative when the node has not reported it, and then
+	// only the committed sum admits.
+	AvailableMiB int
+	// Pressure is non-empty while the node reports memory pressure (PSI or
+	// low MemAvailable) and says why; such a node takes no new sandbox.
+	Pressure string
+}
+
+// Overcommit is how far a placement may commit memory beyond what nodes have.
+type Overcommit struct {
+	// Ratio bounds the sum of the sandboxes' memory limits on a node to
+	// Ratio × its memory. Zero or below 1 means 1: the committed sum alone
+	// admits, as before overcommit existed.
+	Ratio float64
+	// ReserveMiB is what a node's measured free memory must keep after the
+	// new sandbox's limit when Ratio > 1, so admission follows real use.
+	ReserveMiB int
+}
+
+// limitMiB is what Ratio lets a node of capMiB commit.
+func (o Overcommit) limitMiB(capMiB int) int {
+	if o.Ratio <= 1 {
+		return capMiB
+	}
+	return int(float64(capMiB) * o.Ratio)
 }
 
 // State is the cluster snapshot a placement reads.
@@ -63,6 +89,8 @@ type State struct {
 	// request (its warm pool, as last reported): a node with one is
 	// preferred, since a create there claims it instead of starting one.
 	Warm map[string]int
+	// Overcommit is the memory overcommit policy (zero: none).
+	Overcommit Overcommit
 }
 
 // StateFrom builds a State from the store's nodes and sandboxes at now.
@@ -71,7 +99,7 @@ func StateFrom(nodes []store.Node, sandboxes []*sandbox.Sandbox, now time.Time) 
 	var st State
 	for _, n := range nodes {
 		st.Nodes = append(st.Nodes, NodeState{
-			ID: n.ID, Runtimes: n.Runtimes,
+			ID: n.ID, Runtimes: n.Runtimes, AvailableMiB: -1,
 			Live:         n.State == store.NodeReady && now.Sub(n.LastHeartbeat) < HeartbeatTimeout,
 			CapacityCPUs: n.Capacity.CPUs, CapacityMiB: n.Capacity.MemoryMiB,
 		})
@@ -121,8 +149,12 @@ func Place(req Request, st State) (Plan, error) {
 			why = append(why, n.ID+": not live")
 		case !slices.Contains(n.Runtimes, req.Runtime):
 			why = append(why, fmt.Sprintf("%s: no %s runtime", n.ID, req.Runtime))
-		case n.CapacityMiB-n.UsedMiB < req.MemoryMiB:
-			why = append(why, fmt.Sprintf("%s: %d MiB free, %d needed", n.ID, n.CapacityMiB-n.UsedMiB, req.MemoryMiB))
+		case n.Pressure != "":
+			why = append(why, fmt.Sprintf("%s: memory pressure (%s)", n.ID, n.Pressure))
+		case st.Overcommit.limitMiB(n.CapacityMiB)-n.UsedMiB < req.MemoryMiB:
+			why = append(why, fmt.Sprintf("%s: %d MiB committed of %d allowed, %d needed", n.ID, n.UsedMiB, st.Overcommit.limitMiB(n.CapacityMiB), req.MemoryMiB))
+		case st.Overcommit.Ratio > 1 && n.AvailableMiB >= 0 && n.AvailableMiB-req.MemoryMiB < st.Overcommit.ReserveMiB:
+			why = append(why, fmt.Sprintf("%s: %d MiB really free, %d needed plus a %d MiB reserve", n.ID, n.AvailableMiB, req.MemoryMiB, st.Overcommit.ReserveMiB))
 		case n.CapacityCPUs*overcommitCPU-n.UsedCPUs < req.CPUs:
 			why = append(why, fmt.Sprintf("%s: no CPU left", n.ID))
 		default:
@@ -152,6 +184,6 @@ func Place(req Request, st State) (Plan, error) {
 	}
 	return Plan{
 		Node:   best.ID,
-		Reason: fmt.Sprintf("placed on %s: %d MiB free of %d, %d sandboxes%s, %d candidate node(s)%s", best.ID, best.CapacityMiB-best.UsedMiB, best.CapacityMiB, best.Sandboxes, warm, len(fits), req.Tenant.explain()),
+		Reason: fmt.Sprintf("placed on %s: %d MiB committed of %d allowed (%d MiB of memory), %d sandboxes%s, %d candidate node(s)%s", best.ID, best.UsedMiB, st.Overcommit.limitMiB(best.CapacityMiB), best.CapacityMiB, best.Sandboxes, warm, len(fits), req.Tenant.explain()),
 	}, nil
 }

@@ -85,3 +85,37 @@ func TestPlaceExplainsQuota(t *testing.T) {
 		}
 	}
 }
+
+func TestPlaceOvercommit(t *testing.T) {
+	node := func(usedMiB, availMiB int, pressure string) NodeState {
+		return NodeState{ID: "a", Live: true, Runtimes: []string{"ns"}, CapacityCPUs: 2, CapacityMiB: 1024, UsedMiB: usedMiB, AvailableMiB: availMiB, Pressure: pressure}
+	}
+	req := Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}
+	tests := []struct {
+		name    string
+		oc      Overcommit
+		n       NodeState
+		wantWhy string // empty: admitted
+	}{
+		{"no overcommit refuses beyond the sum", Overcommit{}, node(1024, 900, ""), "1024 MiB committed of 1024 allowed"},
+		{"ratio admits beyond the sum", Overcommit{Ratio: 4, ReserveMiB: 128}, node(1024, 900, ""), ""},
+		{"ratio bounds the committed sum", Overcommit{Ratio: 2, ReserveMiB: 128}, node(1800, 900, ""), "1800 MiB committed of 2048 allowed"},
+		{"real use leaves no reserve", Overcommit{Ratio: 4, ReserveMiB: 128}, node(1024, 600, ""), "600 MiB really free"},
+		{"unreported use: the sum alone admits", Overcommit{Ratio: 4, ReserveMiB: 128}, node(1024, -1, ""), ""},
+		{"pressure refuses with its reason", Overcommit{Ratio: 4}, node(0, 900, "psi some avg10=35.00"), "memory pressure (psi some avg10=35.00)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := Place(req, State{Nodes: []NodeState{tt.n}, Overcommit: tt.oc})
+			if tt.wantWhy == "" {
+				if err != nil || plan.Node != "a" {
+					t.Fatalf("Place = %+v, %v; want node a", plan, err)
+				}
+				return
+			}
+			if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), tt.wantWhy) {
+				t.Fatalf("Place = %+v, %v; want ResourceExhausted saying %q", plan, err, tt.wantWhy)
+			}
+		})
+	}
+}

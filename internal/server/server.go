@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"log/slog"
 	"net"
 	"net/http"
@@ -51,6 +52,9 @@ type Config struct {
 	// such a create (never a silent downgrade), "ns" runs it on ns with an
 	// event saying so.
 	RuntimeFallback string
+	// MemoryOvercommit lets the sandboxes' memory limits on a node sum to
+	// this many times its memory (<= 1: no overcommit).
+	MemoryOvercommit float64
 	// WarmupWait bounds how long a create waits for its template to finish
 	// building and for its runtime to come up on a live node (0: 10m).
 	WarmupWait time.Duration
@@ -154,6 +158,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), streams: newStreamLimiter(cfg.MaxSandboxStreams), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
 	svc := service.Config{
 		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
+		Overcommit:    scheduler.Overcommit{Ratio: cfg.MemoryOvercommit},
 		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress, Egress: egressNodes{nodes},
 	}
 	if cfg.CASealer != nil {

@@ -177,6 +177,7 @@ func (s *Sandboxes) place(ctx context.Context, sb *sandbox.Sandbox) (string, str
 		return "", "", err
 	}
 	st := scheduler.StateFrom(nodes, all, time.Now())
+	st.Overcommit = s.cfg.Overcommit
 	st.Warm = s.beats.WarmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
 	tq, err := s.tenantQuota(ctx, sb.Tenant)
 	if err != nil {
@@ -215,7 +216,9 @@ func (s *Sandboxes) placeOn(ctx context.Context, sb *sandbox.Sandbox, node strin
 	if err != nil {
 		return "", err
 	}
-	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq}, scheduler.StateFrom(only, all, time.Now()))
+	st := scheduler.StateFrom(only, all, time.Now())
+	st.Overcommit = s.cfg.Overcommit
+	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq}, st)
 	if err != nil {
 		return "", err
 	}

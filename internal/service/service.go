@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"log/slog"
 	"time"
 
@@ -72,6 +73,9 @@ type Config struct {
 	// CAKeys seals each sandbox's interception CA key (ca.go). nil:
 	// sandboxes get no CA.
 	CAKeys CAKeys
+	// Overcommit is the memory overcommit placements admit under (zero:
+	// the sum of the sandboxes' limits stays within each node's memory).
+	Overcommit scheduler.Overcommit
 }
 
 // Sandboxes runs the operations on sandboxes over the store, the
