@@ -44,7 +44,7 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 	}
 	m.clock.startHeartbeats()
 	client := nodeapiv1connect.NewControlPlaneServiceClient(&http.Client{Timeout: 10 * time.Second}, strings.TrimRight(cfg.Server, "/"),
-		connect.WithReadMaxBytes(4<<20))
+		connect.WithReadMaxBytes(4<<20), connect.WithAcceptCompression("gzip", nil, nil)) // small messages: see nodeclient.New
 	failures := 0
 	for {
 		if err := m.sendHeartbeat(ctx, client, cfg); err != nil && ctx.Err() == nil {

@@ -81,7 +81,11 @@ func New(addr, token string) (*Client, error) {
 	rt := tokenTransport{token: token, next: tr}
 	plain := &http.Client{Transport: rt, Timeout: 10 * time.Minute}
 	stream := &http.Client{Transport: rt}
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAnswer)}
+	// No gzip: Connect clients offer it by default and the node then
+	// compresses every answer (a fresh compressor each), for messages of a
+	// few hundred bytes; the large transfers are streams of sealed bytes
+	// that do not compress.
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAnswer), connect.WithAcceptCompression("gzip", nil, nil)}
 	return &Client{
 		addr: addr, base: base, token: token, stream: stream, dial: dial,
 		node:          nodeapiv1connect.NewNodeServiceClient(plain, base, opts...),
