@@ -302,14 +302,20 @@ func TestRecoveryLoopGuard(t *testing.T) {
 	} {
 		t.Run(tc.runtime, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, Config{}, false)
-			sb := h.newSandbox(sandbox.StateRunning, tc.runtime, nil)
-			from := h.snapshot(sb, func(s *store.Snapshot) { s.Tier = tc.tier })
-			// The sandbox was just recovered from that very snapshot.
-			sb.StartFrom = from.ID
-			if err := h.st.UpdateSandbox(h.ctx, sb); err != nil {
-				t.Fatal(err)
+			// startedFrom is a running sandbox started from a snapshot of
+			// tc's tier, as a recovery leaves it.
+			startedFrom := func() (*harness, *sandbox.Sandbox, store.Snapshot) {
+				h := newHarness(t, Config{}, false)
+				sb := h.newSandbox(sandbox.StateRunning, tc.runtime, nil)
+				from := h.snapshot(sb, func(s *store.Snapshot) { s.Tier = tc.tier })
+				sb.StartFrom = from.ID
+				if err := h.st.UpdateSandbox(h.ctx, sb); err != nil {
+					t.Fatal(err)
+				}
+				return h, sb, from
 			}
+			// The sandbox was just recovered from that very snapshot.
+			h, sb, _ := startedFrom()
 			h.observe("n1", exec(sb, nodev1.ExecFailed))
 			h.mustPass(sb.ID)
 			got := h.wantState(sb.ID, sandbox.StateFailed, sandbox.StateFailed)
@@ -321,13 +327,7 @@ func TestRecoveryLoopGuard(t *testing.T) {
 			}
 
 			// The same death long after the start from that snapshot recovers.
-			h2 := newHarness(t, Config{}, false)
-			sb2 := h2.newSandbox(sandbox.StateRunning, tc.runtime, nil)
-			from2 := h2.snapshot(sb2, func(s *store.Snapshot) { s.Tier = tc.tier })
-			sb2.StartFrom = from2.ID
-			if err := h2.st.UpdateSandbox(h2.ctx, sb2); err != nil {
-				t.Fatal(err)
-			}
+			h2, sb2, from2 := startedFrom()
 			h2.st.backdate(sb2.ID, recoveryBackoff+time.Minute)
 			h2.observe("n1", exec(sb2, nodev1.ExecFailed))
 			h2.mustPass(sb2.ID)
