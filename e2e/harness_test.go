@@ -130,6 +130,10 @@ func launchServerBinary(t testing.TB, space, dataDir string, env []string, extra
 		t.Fatal(err)
 	}
 	cmd.Stderr = &lockedWriter{in: in}
+	// The server's children (its node-manager) write to the same pipes:
+	// one that outlives a killed server must not keep Wait, and the test,
+	// from seeing the server gone.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start server: %v", err)
 	}
