@@ -73,7 +73,8 @@ func (s *Server) snapshot(ctx context.Context, a *privop.SnapshotArgs) (*privop.
 	// keeps the disk of a sandbox whose guest was killed). Everything else
 	// needs the execution running.
 	volumeDisk := a.Kind == privop.SnapshotDisk && !s.cfg.ImageRuntimes[a.Runtime]
-	if alive, err := d.Alive(ctx, a.ExecID); err != nil {
+	alive, err := d.Alive(ctx, a.ExecID)
+	if err != nil {
 		return nil, fmt.Errorf("%w: exec %s is not running: %v", errdefs.ErrFailedPrecondition, a.ExecID, err)
 	} else if !alive && !volumeDisk {
 		return nil, fmt.Errorf("%w: exec %s is not running: its sandbox has exited", errdefs.ErrFailedPrecondition, a.ExecID)
@@ -90,6 +91,9 @@ func (s *Server) snapshot(ctx context.Context, a *privop.SnapshotArgs) (*privop.
 	info := &privop.SnapshotInfo{ID: a.SnapshotID, Kind: a.Kind, Runtime: a.Runtime, SandboxID: a.SandboxID, Template: a.Template, CreatedAt: time.Now().UTC()}
 	if err := s.takeSnapshot(ctx, d, a, dir, info); err != nil {
 		_ = s.removeSnapshot(context.WithoutCancel(ctx), a.SnapshotID)
+		if !alive && errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: exec %s is not running and has no disk on this node", errdefs.ErrFailedPrecondition, a.ExecID)
+		}
 		return nil, fmt.Errorf("snapshot %s of exec %s: %w", a.SnapshotID, a.ExecID, err)
 	}
 	if err := writeSnapshotInfo(dir, info); err != nil {
