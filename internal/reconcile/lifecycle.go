@@ -307,8 +307,11 @@ func (r *Reconciler) recoverSandbox(ctx context.Context, sb *sandbox.Sandbox, re
 		return 0, nil, false
 	}
 	sb.StartFrom, sb.Node = snap.ID, snap.Node
-	r.event(ctx, sb.ID, "recovering", fmt.Sprintf("execution %s died (%s); recovering from %s snapshot %s taken %s",
-		died, reason, snap.Kind, snap.ID, snap.CreatedAt.Format(time.RFC3339)))
+	from := fmt.Sprintf("%s snapshot %s taken %s", snap.Kind, snap.ID, snap.CreatedAt.Format(time.RFC3339))
+	if snap.Tier == crashTier {
+		from = fmt.Sprintf("its disk as it died (snapshot %s)", snap.ID)
+	}
+	r.event(ctx, sb.ID, "recovering", fmt.Sprintf("execution %s died (%s); recovering from %s", died, reason, from))
 	after, err = r.update(ctx, sb)
 	if err == nil && after == 0 {
 		after = time.Millisecond
