@@ -6,10 +6,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	nodeapiv1 "github.com/spacesandbox/space/api/node/v1/nodeapi"
+	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/nodeclient"
 	"github.com/spacesandbox/space/internal/privop"
@@ -70,4 +75,66 @@ func TestConnectRoutesNeedTheNodeToken(t *testing.T) {
 
 func nodev1UploadForTest() nodev1.UploadSnapshot {
 	return nodev1.UploadSnapshot{Tenant: "t1", Prefix: "tenants/t1/snapshots/snap/", SharedPrefix: "tenants/t1/shared/", KeyID: "k1"}
+}
+
+// TestListSandboxReportsOnlyThatSandbox: a List filtered by sandbox (what a
+// delete or a rollback asks for the executions it replaces) answers that
+// sandbox's executions, every generation of them, and no other sandbox's
+// or the warm pool's; unfiltered, every sandbox's.
+func TestListSandboxReportsOnlyThatSandbox(t *testing.T) {
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true",
+		Token: "node-token"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []*Record{
+		{StartExecution: nodev1.StartExecution{ExecID: "sb1-g1-a", SandboxID: "sb1", Generation: 1, Runtime: "ns"}, Retired: true, RetiredBy: 2},
+		{StartExecution: nodev1.StartExecution{ExecID: "sb1-g2-b", SandboxID: "sb1", Generation: 2, Runtime: "ns"}},
+		{StartExecution: nodev1.StartExecution{ExecID: "sb2-g1-c", SandboxID: "sb2", Generation: 1, Runtime: "ns"}},
+		{StartExecution: nodev1.StartExecution{ExecID: "pool-x1", Runtime: "ns"}, Pool: true},
+	} {
+		saveRecord(t, m, rec)
+	}
+	api := httptest.NewServer(m.Handler())
+	t.Cleanup(api.Close)
+	c, err := nodeclient.New(strings.TrimPrefix(api.URL, "http://"), "node-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(execs []nodev1.Execution) []string {
+		var out []string
+		for _, ex := range execs {
+			out = append(out, ex.ExecID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	execs, err := c.ListSandbox(t.Context(), "sb1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(execs), []string{"sb1-g1-a", "sb1-g2-b"}; !slices.Equal(got, want) {
+		t.Errorf("ListSandbox(sb1) = %v, want %v", got, want)
+	}
+	// The node filters, not only the client: the wire answer holds sb1's.
+	raw := nodeapiv1connect.NewExecutionServiceClient(http.DefaultClient, api.URL)
+	req := connect.NewRequest(&nodeapiv1.ListExecutionsRequest{SandboxId: "sb1"})
+	req.Header().Set("X-Space-Node-Token", "node-token")
+	resp, err := raw.List(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(nodev1.ExecutionsFromWire(resp.Msg.GetExecutions())); !slices.Equal(got, []string{"sb1-g1-a", "sb1-g2-b"}) {
+		t.Errorf("the node answers List(sandbox sb1) with %v", got)
+	}
+	if got := m.ListSandbox(t.Context(), ""); len(got) != 0 {
+		t.Errorf("ListSandbox of no sandbox = %v, want none", ids(got))
+	}
+	all, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(all), []string{"sb1-g1-a", "sb1-g2-b", "sb2-g1-c"}; !slices.Equal(got, want) {
+		t.Errorf("List = %v, want %v", got, want)
+	}
 }

@@ -597,6 +597,21 @@ func killIfSame(pid int, start uint64) {
 
 // List reports every execution on the node as observed now.
 func (m *Manager) List(ctx context.Context) []nodev1.Execution {
+	return m.list(ctx, "")
+}
+
+// ListSandbox reports the executions of sandbox sandboxID on the node as
+// observed now. Only those are observed: a delete or a rollback that looks
+// for the executions it replaces asks no other execution's bridge.
+func (m *Manager) ListSandbox(ctx context.Context, sandboxID string) []nodev1.Execution {
+	if sandboxID == "" {
+		return nil
+	}
+	return m.list(ctx, sandboxID)
+}
+
+// list observes the executions of sandboxID (empty: every sandbox).
+func (m *Manager) list(ctx context.Context, sandboxID string) []nodev1.Execution {
 	recs, errs := m.records.all()
 	for _, err := range errs {
 		m.log.Warn("unreadable runtime record", "err", err)
@@ -605,6 +620,9 @@ func (m *Manager) List(ctx context.Context) []nodev1.Execution {
 	for _, rec := range recs {
 		if rec.Pool {
 			continue // serves no sandbox: the pool reports it (PoolStatus)
+		}
+		if sandboxID != "" && rec.SandboxID != sandboxID {
+			continue
 		}
 		out = append(out, m.withActivity(ctx, rec, m.observe(ctx, rec)))
 	}

@@ -12,8 +12,12 @@ import (
 // executionService serves nodeapiv1connect.ExecutionServiceHandler.
 type executionService struct{ m *Manager }
 
-func (s executionService) List(ctx context.Context, _ *connect.Request[nodeapiv1.ListExecutionsRequest]) (*connect.Response[nodeapiv1.ListExecutionsResponse], error) {
-	return connect.NewResponse(&nodeapiv1.ListExecutionsResponse{Executions: nodev1.ExecutionsToWire(s.m.List(ctx))}), nil
+func (s executionService) List(ctx context.Context, req *connect.Request[nodeapiv1.ListExecutionsRequest]) (*connect.Response[nodeapiv1.ListExecutionsResponse], error) {
+	execs := s.m.List
+	if id := req.Msg.GetSandboxId(); id != "" {
+		execs = func(ctx context.Context) []nodev1.Execution { return s.m.ListSandbox(ctx, id) }
+	}
+	return connect.NewResponse(&nodeapiv1.ListExecutionsResponse{Executions: nodev1.ExecutionsToWire(execs(ctx))}), nil
 }
 
 func (s executionService) Start(ctx context.Context, req *connect.Request[nodeapiv1.StartExecutionRequest]) (*connect.Response[nodeapiv1.StartExecutionResponse], error) {

@@ -187,6 +187,23 @@ func (c *Client) List(ctx context.Context) ([]nodev1.Execution, error) {
 	return nodev1.ExecutionsFromWire(resp.Msg.GetExecutions()), nil
 }
 
+// ListSandbox reports the executions of sandbox sandboxID on the node. A
+// node older than the request's filter answers every execution: they are
+// filtered here.
+func (c *Client) ListSandbox(ctx context.Context, sandboxID string) ([]nodev1.Execution, error) {
+	resp, err := c.executions.List(ctx, connect.NewRequest(&nodeapiv1.ListExecutionsRequest{SandboxId: sandboxID}))
+	if err != nil {
+		return nil, c.fail("List", err)
+	}
+	var out []nodev1.Execution
+	for _, ex := range nodev1.ExecutionsFromWire(resp.Msg.GetExecutions()) {
+		if ex.SandboxID == sandboxID {
+			out = append(out, ex)
+		}
+	}
+	return out, nil
+}
+
 // DeleteTemplate removes a template from the node.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	_, err := c.templates.Delete(ctx, connect.NewRequest(&nodeapiv1.DeleteTemplateRequest{Name: name}))

@@ -295,14 +295,14 @@ func (f fencedNode) EnsureTemplate(ctx context.Context, name, source string) (*n
 	return f.api.EnsureTemplate(ctx, name, source)
 }
 
-// List forwards the node's optional listing of its executions (see
-// stopPrevious).
-func (f fencedNode) List(ctx context.Context) ([]nodev1.Execution, error) {
+// ListSandbox forwards the node's optional listing of one sandbox's
+// executions (see stopPrevious).
+func (f fencedNode) ListSandbox(ctx context.Context, sandboxID string) ([]nodev1.Execution, error) {
 	l, ok := f.api.(interface {
-		List(context.Context) ([]nodev1.Execution, error)
+		ListSandbox(context.Context, string) ([]nodev1.Execution, error)
 	})
 	if !ok {
 		return nil, fmt.Errorf("%w: the node client cannot list executions", errdefs.ErrFailedPrecondition)
 	}
-	return l.List(ctx)
+	return l.ListSandbox(ctx, sandboxID)
 }

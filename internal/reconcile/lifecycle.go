@@ -183,9 +183,9 @@ func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api 
 		}
 	}
 	if l, ok := api.(interface {
-		List(context.Context) ([]nodev1.Execution, error)
+		ListSandbox(context.Context, string) ([]nodev1.Execution, error)
 	}); ok {
-		if execs, err := l.List(ctx); err == nil {
+		if execs, err := l.ListSandbox(ctx, sb.ID); err == nil {
 			for _, ex := range execs {
 				if ex.SandboxID == sb.ID {
 					add(sb.Node, ex.ExecID)
@@ -193,11 +193,9 @@ func (r *Reconciler) stopPrevious(ctx context.Context, sb *sandbox.Sandbox, api 
 			}
 		}
 	}
-	for node, obs := range r.observations(ctx) {
-		for id, ex := range obs.executions {
-			if ex.SandboxID == sb.ID {
-				add(node, id)
-			}
+	for node, ids := range r.observedExecutionsOf(ctx, sb.ID) {
+		for _, id := range ids {
+			add(node, id)
 		}
 	}
 	for _, t := range old {

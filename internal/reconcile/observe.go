@@ -100,6 +100,40 @@ func (r *Reconciler) observations(ctx context.Context) map[string]observation {
 	return out
 }
 
+// observedExecutionsOf reports, per node, the ids of the executions of
+// sandbox sandboxID in that node's freshest observation (as observations
+// chooses it), without copying every node's observation.
+func (r *Reconciler) observedExecutionsOf(ctx context.Context, sandboxID string) map[string][]string {
+	shared := r.sharedObservations(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string][]string{}
+	for node, obs := range shared {
+		if own, ok := r.observed[node]; ok && !obs.at.After(own.at) {
+			continue // this replica's own observation is as fresh
+		}
+		for id, ex := range obs.executions {
+			if at, ok := r.gone[id]; ok && at.After(obs.at) {
+				continue
+			}
+			if ex.SandboxID == sandboxID {
+				out[node] = append(out[node], id)
+			}
+		}
+	}
+	for node, obs := range r.observed {
+		if cur, ok := shared[node]; ok && cur.at.After(obs.at) {
+			continue
+		}
+		for id, ex := range obs.executions {
+			if ex.SandboxID == sandboxID {
+				out[node] = append(out[node], id)
+			}
+		}
+	}
+	return out
+}
+
 // withoutGone drops from obs the executions this replica stopped after obs
 // was reported. r.mu must be held.
 func (r *Reconciler) withoutGone(obs observation) observation {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -289,4 +291,52 @@ func TestAPassHeldByAnotherReplicaIsSkipped(t *testing.T) {
 	}
 	wantCalls(t, h.nodes["n1"])
 	h.wantState(sb.ID, sandbox.StateCreating, sandbox.StateRunning)
+}
+
+// TestObservedExecutionsOfAgreesWithObservations: the executions of one
+// sandbox that stopPrevious looks up without copying every observation are
+// those of the freshest observation of each node (another replica's
+// report or this replica's own), less what this replica stopped since.
+func TestObservedExecutionsOfAgreesWithObservations(t *testing.T) {
+	h := newHarness(t, Config{}, false)
+	ex := func(sb, id string) nodev1.Execution {
+		return nodev1.Execution{ExecID: id, SandboxID: sb, Runtime: "ns", State: nodev1.ExecRunning}
+	}
+	now := time.Now()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		h.putNode(n, now)
+	}
+	// n1: another replica's report is fresher than this replica's.
+	h.observe("n1", ex("sb1", "sb1-g1-own"), ex("sb2", "sb2-g1-a"))
+	h.report("n1", now.Add(time.Minute), ex("sb1", "sb1-g2-shared"), ex("sb2", "sb2-g1-a"))
+	// n2: this replica's own observation is the fresher.
+	h.report("n2", now.Add(-time.Hour), ex("sb1", "sb1-g1-stale"))
+	h.observe("n2", ex("sb1", "sb1-g3-n2"))
+	// n3: only a report, one of whose executions this replica stopped since.
+	h.report("n3", now.Add(-time.Second), ex("sb1", "sb1-g4-n3"), ex("sb1", "sb1-g1-stopped"), ex("sb3", "sb3-g1-x"))
+	h.r.forget("n3", "sb1-g1-stopped")
+
+	for _, sb := range []string{"sb1", "sb2", "sb3", "sb4"} {
+		want := map[string][]string{}
+		for node, obs := range h.r.observations(h.ctx) {
+			for id, e := range obs.executions {
+				if e.SandboxID == sb {
+					want[node] = append(want[node], id)
+				}
+			}
+		}
+		got := h.r.observedExecutionsOf(h.ctx, sb)
+		for _, m := range []map[string][]string{want, got} {
+			for _, ids := range m {
+				slices.Sort(ids)
+			}
+		}
+		if !maps.EqualFunc(got, want, slices.Equal[[]string]) {
+			t.Errorf("%s: observedExecutionsOf = %v, observations say %v", sb, got, want)
+		}
+	}
+	want := map[string][]string{"n1": {"sb1-g2-shared"}, "n2": {"sb1-g3-n2"}, "n3": {"sb1-g4-n3"}}
+	if got := h.r.observedExecutionsOf(h.ctx, "sb1"); !maps.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Errorf("sb1's executions = %v, want %v", got, want)
+	}
 }

@@ -180,9 +180,16 @@ func (n *raceNode) EnsureTemplate(ctx context.Context, name, source string) (*no
 	return &nodev1.TemplateReady{Name: name}, nil
 }
 
-// List is what the node runs now (the reconciler's stopPrevious asks).
-func (n *raceNode) List(ctx context.Context) ([]nodev1.Execution, error) {
-	return n.report(), nil
+// ListSandbox is what the node runs now for one sandbox (the reconciler's
+// stopPrevious asks).
+func (n *raceNode) ListSandbox(ctx context.Context, sandboxID string) ([]nodev1.Execution, error) {
+	var out []nodev1.Execution
+	for _, ex := range n.report() {
+		if ex.SandboxID == sandboxID {
+			out = append(out, ex)
+		}
+	}
+	return out, nil
 }
 
 // report is the node's heartbeat: its live executions.

@@ -461,7 +461,11 @@ func (x *Execution) GetFenced() bool {
 }
 
 type ListExecutionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id, when set, limits the answer to that sandbox's executions
+	// (only those are observed). A node older than the field answers all of
+	// them: a caller filters the answer itself.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -494,6 +498,13 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
 	return file_nodeapi_node_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListExecutionsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
 }
 
 type ListExecutionsResponse struct {
@@ -2695,8 +2706,10 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\rlast_activity\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\x12\x12\n" +
 	"\x04warm\x18\v \x01(\bR\x04warm\x12\x16\n" +
-	"\x06fenced\x18\f \x01(\bR\x06fenced\"\x17\n" +
-	"\x15ListExecutionsRequest\"R\n" +
+	"\x06fenced\x18\f \x01(\bR\x06fenced\"6\n" +
+	"\x15ListExecutionsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"R\n" +
 	"\x16ListExecutionsResponse\x128\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2\x18.space.node.v1.ExecutionR\n" +

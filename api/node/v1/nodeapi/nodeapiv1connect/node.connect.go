@@ -194,7 +194,7 @@ func (UnimplementedNodeServiceHandler) CollectOrphans(context.Context, *connect.
 
 // ExecutionServiceClient is a client for the space.node.v1.ExecutionService service.
 type ExecutionServiceClient interface {
-	// List reports every execution on the node.
+	// List reports the node's executions (all, or one sandbox's).
 	List(context.Context, *connect.Request[nodeapi.ListExecutionsRequest]) (*connect.Response[nodeapi.ListExecutionsResponse], error)
 	// Start starts an execution and answers once its guest is ready.
 	Start(context.Context, *connect.Request[nodeapi.StartExecutionRequest]) (*connect.Response[nodeapi.StartExecutionResponse], error)
@@ -343,7 +343,7 @@ func (c *executionServiceClient) TakeSnapshot(ctx context.Context, req *connect.
 
 // ExecutionServiceHandler is an implementation of the space.node.v1.ExecutionService service.
 type ExecutionServiceHandler interface {
-	// List reports every execution on the node.
+	// List reports the node's executions (all, or one sandbox's).
 	List(context.Context, *connect.Request[nodeapi.ListExecutionsRequest]) (*connect.Response[nodeapi.ListExecutionsResponse], error)
 	// Start starts an execution and answers once its guest is ready.
 	Start(context.Context, *connect.Request[nodeapi.StartExecutionRequest]) (*connect.Response[nodeapi.StartExecutionResponse], error)
