@@ -129,11 +129,11 @@ func (r *Reconciler) placeRecovery(ctx context.Context, sb *sandbox.Sandbox) (no
 	if err != nil {
 		return "", "", err
 	}
-	all, err := r.store.ListSandboxes(ctx, store.SandboxFilter{})
+	usage, err := r.store.NodeUsage(ctx)
 	if err != nil {
 		return "", "", err
 	}
-	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB}, scheduler.StateFrom(nodes, all, time.Now()))
+	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB}, scheduler.StateFromUsage(nodes, usage, time.Now()))
 	if err != nil {
 		return "", "", err
 	}

@@ -117,6 +117,18 @@ func StateFrom(nodes []store.Node, sandboxes []*sandbox.Sandbox, now time.Time) 
 	return st
 }
 
+// StateFromUsage builds a State from the store's nodes and what their
+// sandboxes use (store.Nodes.NodeUsage) at now: StateFrom without reading
+// every sandbox.
+func StateFromUsage(nodes []store.Node, usage map[string]store.Usage, now time.Time) State {
+	st := StateFrom(nodes, nil, now)
+	for i := range st.Nodes {
+		u := usage[st.Nodes[i].ID]
+		st.Nodes[i].UsedCPUs, st.Nodes[i].UsedMiB, st.Nodes[i].Sandboxes = u.CPUs, u.MemoryMiB, u.Sandboxes
+	}
+	return st
+}
+
 // holdsResources reports whether a sandbox in state s occupies its node.
 func holdsResources(s sandbox.State) bool {
 	switch s {

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +119,32 @@ func TestPlaceOvercommit(t *testing.T) {
 				t.Fatalf("Place = %+v, %v; want ResourceExhausted saying %q", plan, err, tt.wantWhy)
 			}
 		})
+	}
+}
+
+// TestStateFromUsageAgreesWithStateFrom: the state built from the store's
+// per-node aggregate is the one built from every sandbox's row.
+func TestStateFromUsageAgreesWithStateFrom(t *testing.T) {
+	now := time.Now()
+	nodes := []store.Node{
+		{ID: "n1", State: store.NodeReady, LastHeartbeat: now, Runtimes: []string{"ns"}, Capacity: store.Resources{CPUs: 4, MemoryMiB: 4096}},
+		{ID: "n2", State: store.NodeReady, LastHeartbeat: now, Runtimes: []string{"ns"}, Capacity: store.Resources{CPUs: 2, MemoryMiB: 2048}},
+		{ID: "n3", State: store.NodeDown, LastHeartbeat: now.Add(-time.Hour), Runtimes: []string{"ns"}, Capacity: store.Resources{CPUs: 2, MemoryMiB: 2048}},
+	}
+	var sbs []*sandbox.Sandbox
+	usage := map[string]store.Usage{}
+	for i, st := range sandbox.States {
+		sb := &sandbox.Sandbox{ID: fmt.Sprint("sb", i), State: st, Node: []string{"n1", "n2", "elsewhere"}[i%3], CPUs: 1 + i%2, MemoryMiB: 256 * (1 + i%4)}
+		sbs = append(sbs, sb)
+		if store.HoldsResources(st) {
+			u := usage[sb.Node]
+			u.Sandboxes++
+			u.CPUs += sb.CPUs
+			u.MemoryMiB += sb.MemoryMiB
+			usage[sb.Node] = u
+		}
+	}
+	if got, want := StateFromUsage(nodes, usage, now), StateFrom(nodes, sbs, now); !reflect.DeepEqual(got, want) {
+		t.Errorf("StateFromUsage = %+v\nStateFrom = %+v", got, want)
 	}
 }

@@ -172,11 +172,11 @@ func (s *Sandboxes) place(ctx context.Context, sb *sandbox.Sandbox) (string, str
 	if err != nil {
 		return "", "", err
 	}
-	all, err := s.store.ListSandboxes(ctx, store.SandboxFilter{})
+	usage, err := s.store.NodeUsage(ctx)
 	if err != nil {
 		return "", "", err
 	}
-	st := scheduler.StateFrom(nodes, all, time.Now())
+	st := scheduler.StateFromUsage(nodes, usage, time.Now())
 	st.Overcommit = s.cfg.Overcommit
 	st.Warm = s.beats.WarmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
 	tq, err := s.tenantQuota(ctx, sb.Tenant)
@@ -208,7 +208,7 @@ func (s *Sandboxes) placeOn(ctx context.Context, sb *sandbox.Sandbox, node strin
 	if len(only) == 0 {
 		return "", fmt.Errorf("%w: node %q is not registered", errdefs.ErrNotFound, node)
 	}
-	all, err := s.store.ListSandboxes(ctx, store.SandboxFilter{})
+	usage, err := s.store.NodeUsage(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -216,7 +216,7 @@ func (s *Sandboxes) placeOn(ctx context.Context, sb *sandbox.Sandbox, node strin
 	if err != nil {
 		return "", err
 	}
-	st := scheduler.StateFrom(only, all, time.Now())
+	st := scheduler.StateFromUsage(only, usage, time.Now())
 	st.Overcommit = s.cfg.Overcommit
 	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq}, st)
 	if err != nil {

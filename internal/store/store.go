@@ -237,6 +237,11 @@ type Nodes interface {
 	GetNode(ctx context.Context, id string) (Node, error)
 	// ListNodes returns every node by id.
 	ListNodes(ctx context.Context) ([]Node, error)
+	// NodeUsage returns what the sandboxes that hold resources
+	// (HoldsResources) use together on each node, by node id; a node none
+	// is placed on is absent. It is what placement adds up, read as one
+	// aggregate instead of every sandbox's row.
+	NodeUsage(ctx context.Context) (map[string]Usage, error)
 	// Heartbeat records that the node was alive at the given time; an unknown
 	// node is ErrNotFound (it must register first).
 	Heartbeat(ctx context.Context, id string, at time.Time) error

@@ -21,5 +21,6 @@ func benchStore(b *testing.B) *Store {
 func BenchmarkCreateSandbox(b *testing.B)   { storetest.BenchCreateSandbox(b, benchStore(b)) }
 func BenchmarkGetSandbox(b *testing.B)      { storetest.BenchGetSandbox(b, benchStore(b)) }
 func BenchmarkListSandboxes(b *testing.B)   { storetest.BenchListSandboxes(b, benchStore(b)) }
+func BenchmarkNodeUsage(b *testing.B)       { storetest.BenchNodeUsage(b, benchStore(b)) }
 func BenchmarkUpdateSandbox(b *testing.B)   { storetest.BenchUpdateSandbox(b, benchStore(b)) }
 func BenchmarkRecordHeartbeat(b *testing.B) { storetest.BenchRecordHeartbeat(b, benchStore(b)) }

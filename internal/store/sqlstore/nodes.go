@@ -69,6 +69,31 @@ func (s *Store) GetNode(ctx context.Context, id string) (store.Node, error) {
 }
 
 // ListNodes implements store.Nodes.
+// nodeUsageQuery sums, per node, the sandboxes that hold resources.
+var nodeUsageQuery = `SELECT node_id, COUNT(*), COALESCE(SUM(memory_mib), 0), COALESCE(SUM(cpus), 0) FROM sandboxes
+	WHERE node_id <> '' AND state NOT IN (` + releasedList() + `) GROUP BY node_id`
+
+// NodeUsage implements store.Nodes.
+func (s *Store) NodeUsage(ctx context.Context) (map[string]store.Usage, error) {
+	type nodeUsage struct {
+		node string
+		u    store.Usage
+	}
+	rows, err := queryAll(ctx, s.db, func(r Row) (nodeUsage, error) {
+		var nu nodeUsage
+		err := r.Scan(&nu.node, &nu.u.Sandboxes, &nu.u.MemoryMiB, &nu.u.CPUs)
+		return nu, err
+	}, nodeUsageQuery)
+	if err != nil {
+		return nil, fmt.Errorf("node usage: %w", err)
+	}
+	out := make(map[string]store.Usage, len(rows))
+	for _, nu := range rows {
+		out[nu.node] = nu.u
+	}
+	return out, nil
+}
+
 func (s *Store) ListNodes(ctx context.Context) ([]store.Node, error) {
 	out, err := queryAll(ctx, s.db, scanNode, `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
 	if err != nil {

@@ -79,6 +79,27 @@ func BenchListSandboxes(b *testing.B, s store.Store) {
 	}
 }
 
+// BenchNodeUsage: what placement reads per create with 100 sandboxes on a
+// node (one aggregate; before it, ListSandboxes of every sandbox: compare
+// with BenchListSandboxes).
+func BenchNodeUsage(b *testing.B, s store.Store) {
+	tenant := BenchTenant(b, s)
+	ctx := context.Background()
+	for range 100 {
+		sb := BenchSandbox(tenant)
+		sb.Node = "n1"
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		u, err := s.NodeUsage(ctx)
+		if err != nil || u["n1"].Sandboxes != 100 {
+			b.Fatalf("NodeUsage = %+v, %v; want 100 sandboxes on n1", u, err)
+		}
+	}
+}
+
 // BenchUpdateSandbox: one optimistic-concurrency update of a sandbox (every
 // lifecycle step writes one or more).
 func BenchUpdateSandbox(b *testing.B, s store.Store) {

@@ -81,6 +81,52 @@ func testTenantUsage(t *testing.T, s store.Store) {
 	}
 }
 
+func testNodeUsage(t *testing.T, s store.Store) {
+	u, err := s.NodeUsage(ctx(t))
+	must(t, "NodeUsage", err)
+	if len(u) != 0 {
+		t.Fatalf("NodeUsage with no sandboxes = %+v, want none", u)
+	}
+	a := newTenant(t, s, "nodes-a", at(1))
+	b := newTenant(t, s, "nodes-b", at(2))
+	newSandbox(t, s, a.ID, at(3)) // placed nowhere yet: no node's
+	// One sandbox per state on n1, of either tenant: only those holding
+	// resources count; two on n2.
+	want := map[string]store.Usage{}
+	for i, st := range sandbox.States {
+		tn := a
+		if i%2 == 1 {
+			tn = b
+		}
+		sb := newSandbox(t, s, tn.ID, at(4+i))
+		sb.State, sb.Node = st, "n1"
+		sb.CPUs, sb.MemoryMiB = 1+i%3, 128*(i+1)
+		must(t, "UpdateSandbox to "+string(st), s.UpdateSandbox(ctx(t), sb))
+		if store.HoldsResources(st) {
+			w := want["n1"]
+			w.Sandboxes++
+			w.MemoryMiB += sb.MemoryMiB
+			w.CPUs += sb.CPUs
+			want["n1"] = w
+		}
+	}
+	for i := range 2 {
+		sb := newSandbox(t, s, b.ID, at(40+i))
+		sb.State, sb.Node = sandbox.StateRunning, "n2"
+		must(t, "UpdateSandbox on n2", s.UpdateSandbox(ctx(t), sb))
+		w := want["n2"]
+		w.Sandboxes++
+		w.MemoryMiB += sb.MemoryMiB
+		w.CPUs += sb.CPUs
+		want["n2"] = w
+	}
+	u, err = s.NodeUsage(ctx(t))
+	must(t, "NodeUsage", err)
+	if len(u) != len(want) || u["n1"] != want["n1"] || u["n2"] != want["n2"] {
+		t.Errorf("NodeUsage = %+v, want %+v", u, want)
+	}
+}
+
 // quotaSandbox is a new sandbox of tenant with mib MiB and cpus CPUs, not
 // yet stored.
 func quotaSandbox(tenant string, mib, cpus int) *sandbox.Sandbox {

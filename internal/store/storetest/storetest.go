@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LeaseTakeover", testLeaseTakeover}, // takeover.go
 		{"TenantQuota", testTenantQuota},
 		{"TenantUsage", testTenantUsage},
+		{"NodeUsage", testNodeUsage},
 		{"CreateWithinQuota", testCreateWithinQuota},
 		{"UpdateWithinQuota", testUpdateWithinQuota},
 		{"ConcurrentAdmissions", testConcurrentAdmissions},
