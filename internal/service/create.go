@@ -52,14 +52,11 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.store.GetTemplate(ctx, spec.Template); errors.Is(err, errdefs.ErrNotFound) {
-		return nil, fmt.Errorf("%w: template %q does not exist; `space template list` shows the templates", errdefs.ErrInvalidArgument, spec.Template)
-	} else if err != nil {
-		return nil, err
-	}
 	// A template still building is waited for (warmup.go).
 	tpl, err := s.awaitTemplate(ctx, w, spec.Template)
-	if err != nil {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, fmt.Errorf("%w: template %q does not exist; `space template list` shows the templates", errdefs.ErrInvalidArgument, spec.Template)
+	} else if err != nil {
 		return nil, err
 	}
 	// The create's own policy, else the template's default, else the
