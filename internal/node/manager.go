@@ -704,9 +704,10 @@ func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 
 // withActivity adds when the guest last served a request (for the control
 // plane's idle handling); it costs a guest round trip, so only the
-// heartbeat's report asks for it, not the create path.
+// heartbeat's report asks for it, not the create path, and only for a
+// sandbox with an idle timeout (StartExecution.NoActivity unset).
 func (m *Manager) withActivity(ctx context.Context, rec *Record, ex nodev1.Execution) nodev1.Execution {
-	if ex.State != nodev1.ExecRunning || rec.Paused {
+	if ex.State != nodev1.ExecRunning || rec.Paused || rec.NoActivity {
 		return ex
 	}
 	if bc, err := m.bridge(rec); err == nil {

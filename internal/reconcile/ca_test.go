@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -97,4 +98,24 @@ func TestStartWaitsForCA(t *testing.T) {
 		t.Errorf("Start CA = %+v after the source recovered", ca)
 	}
 	h.wantState(sb.ID, sandbox.StateRunning, sandbox.StateRunning)
+}
+
+// TestStartAsksActivityOnlyWithAnIdleTimeout: a start tells the node to
+// skip the guest's activity (a heartbeat round trip per execution) unless
+// the sandbox has an idle timeout, which is what reads it.
+func TestStartAsksActivityOnlyWithAnIdleTimeout(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{}, false)
+	plain := h.newSandbox(sandbox.StateCreating, "ns", nil)
+	h.mustPass(plain.ID)
+	if !lastStart(t, h.nodes["n1"]).NoActivity {
+		t.Error("a sandbox without an idle timeout starts with its activity asked for")
+	}
+	idle := h.newSandbox(sandbox.StateCreating, "ns", func(sb *sandbox.Sandbox) {
+		sb.IdleTimeout, sb.IdleAction = time.Minute, sandbox.IdlePause
+	})
+	h.mustPass(idle.ID)
+	if lastStart(t, h.nodes["n1"]).NoActivity {
+		t.Error("a sandbox with an idle timeout starts with its activity never asked for: it would never idle")
+	}
 }

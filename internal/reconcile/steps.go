@@ -127,6 +127,7 @@ func (r *Reconciler) startRequest(ctx context.Context, sb *sandbox.Sandbox) (nod
 		ExecID: sb.ExecID, SandboxID: sb.ID, Generation: sb.Generation, ActivationID: sb.ActivationID,
 		Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, DiskMiB: sb.DiskMiB, Env: sb.Env,
 		Snapshot: sb.StartFrom, TenantID: sb.Tenant, Egress: sandbox.EgressJSON(sb.EgressOr(r.DefaultEgress())),
+		NoActivity: sb.IdleTimeout <= 0, // idle handling is what reads the activity
 	}
 	if f := r.ca.Load(); f != nil {
 		ca, err := (*f)(ctx, sb)

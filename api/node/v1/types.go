@@ -51,6 +51,11 @@ type StartExecution struct {
 	// certificate): the gateway mints leaves with it for hosts that have a
 	// credential rule. Absent: no credential injection.
 	CA *SandboxCA `json:"ca,omitempty"`
+	// NoActivity says the sandbox has no idle timeout: nothing needs to
+	// know when its guest last served a request, so the node's heartbeats
+	// do not ask (a guest round trip per execution every heartbeat).
+	// False, as in requests and records from before it existed: asked.
+	NoActivity bool `json:"no_activity,omitempty"`
 }
 
 // SandboxCA is a sandbox's interception CA, PEM encoded

@@ -81,6 +81,7 @@ func (req StartExecution) ToWire() *nodeapiv1.StartExecutionRequest {
 		ExecId: req.ExecID, SandboxId: req.SandboxID, Generation: req.Generation, ActivationId: req.ActivationID,
 		Template: req.Template, Runtime: req.Runtime, Cpus: int64(req.CPUs), MemoryMib: int64(req.MemoryMiB),
 		DiskMib: int64(req.DiskMiB), Env: req.Env, Snapshot: req.Snapshot, TenantId: req.TenantID, Egress: req.Egress,
+		NoActivity: req.NoActivity,
 	}
 	if req.CA != nil {
 		w.Ca = &nodeapiv1.SandboxCA{CertPem: req.CA.CertPEM, KeyPem: req.CA.KeyPEM}
@@ -94,6 +95,7 @@ func StartExecutionFromWire(w *nodeapiv1.StartExecutionRequest) StartExecution {
 		ExecID: w.GetExecId(), SandboxID: w.GetSandboxId(), Generation: w.GetGeneration(), ActivationID: w.GetActivationId(),
 		Template: w.GetTemplate(), Runtime: w.GetRuntime(), CPUs: int(w.GetCpus()), MemoryMiB: int(w.GetMemoryMib()),
 		DiskMiB: int(w.GetDiskMib()), Env: w.GetEnv(), Snapshot: w.GetSnapshot(), TenantID: w.GetTenantId(), Egress: raw(w.GetEgress()),
+		NoActivity: w.GetNoActivity(),
 	}
 	if ca := w.GetCa(); ca != nil {
 		req.CA = &SandboxCA{CertPEM: ca.GetCertPem(), KeyPEM: ca.GetKeyPem()}

@@ -625,7 +625,11 @@ type StartExecutionRequest struct {
 	Ca *SandboxCA `protobuf:"bytes,13,opt,name=ca,proto3" json:"ca,omitempty"`
 	// disk_mib bounds what the execution writes to its root filesystem
 	// beyond what it starts from; 0 means the default of 2048.
-	DiskMib       int64 `protobuf:"varint,14,opt,name=disk_mib,json=diskMib,proto3" json:"disk_mib,omitempty"`
+	DiskMib int64 `protobuf:"varint,14,opt,name=disk_mib,json=diskMib,proto3" json:"disk_mib,omitempty"`
+	// no_activity says the sandbox has no idle timeout: the node never asks
+	// its guest when it last served a request (a heartbeat's round trip per
+	// execution). False (and from older control planes): asked.
+	NoActivity    bool `protobuf:"varint,15,opt,name=no_activity,json=noActivity,proto3" json:"no_activity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,6 +760,13 @@ func (x *StartExecutionRequest) GetDiskMib() int64 {
 		return x.DiskMib
 	}
 	return 0
+}
+
+func (x *StartExecutionRequest) GetNoActivity() bool {
+	if x != nil {
+		return x.NoActivity
+	}
+	return false
 }
 
 type StartExecutionResponse struct {
@@ -2716,7 +2727,7 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"executions\"?\n" +
 	"\tSandboxCA\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x17\n" +
-	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\"\x8c\x04\n" +
+	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\"\xad\x04\n" +
 	"\x15StartExecutionRequest\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x1d\n" +
 	"\n" +
@@ -2736,7 +2747,9 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\ttenant_id\x18\v \x01(\tR\btenantId\x12\x16\n" +
 	"\x06egress\x18\f \x01(\fR\x06egress\x12(\n" +
 	"\x02ca\x18\r \x01(\v2\x18.space.node.v1.SandboxCAR\x02ca\x12\x19\n" +
-	"\bdisk_mib\x18\x0e \x01(\x03R\adiskMib\x1a6\n" +
+	"\bdisk_mib\x18\x0e \x01(\x03R\adiskMib\x12\x1f\n" +
+	"\vno_activity\x18\x0f \x01(\bR\n" +
+	"noActivity\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
