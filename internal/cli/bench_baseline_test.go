@@ -9,9 +9,9 @@ import (
 	"github.com/spacesandbox/space/internal/testenv"
 )
 
-func TestBenchBaselinesFlagGoesWithAll(t *testing.T) {
-	code, out, errOut := run(t, nil, "bench", "create", "--baselines")
-	if code != 2 || out != "" || !strings.Contains(errOut, "--baselines goes with all") {
+func TestBenchBaselinesFlagGoesWithServerScenarios(t *testing.T) {
+	code, out, errOut := run(t, nil, "bench", "baseline", "--baselines")
+	if code != 2 || out != "" || !strings.Contains(errOut, "--baselines goes with the server's scenarios") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 2 and the usage error", code, out, errOut)
 	}
 }
