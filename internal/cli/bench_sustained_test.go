@@ -82,6 +82,21 @@ func TestBenchSustainedCountsFailedCreatesAndReportsThem(t *testing.T) {
 	}
 }
 
+// A delete that fails is counted, and the sandbox it left is deleted by the
+// run's cleanup: nothing stays behind.
+func TestBenchSustainedFailedDeleteIsCountedAndCleanedUp(t *testing.T) {
+	s := newBenchServer()
+	s.failDeletes = 2
+	fakeServer(t, s.mux(t))
+	code, out, errOut := run(t, nil, "bench", "sustained", "--clients", "1", "--duration", "300ms")
+	if code != 1 || !strings.Contains(out, "delete unavailable ×2") || !strings.Contains(out, "node busy") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1 and the two failed deletes reported", code, out, errOut)
+	}
+	if c := s.counts(); c.left != 0 {
+		t.Errorf("%d sandboxes left after %d creates; want the ones whose delete failed deleted at cleanup", c.left, c.creates)
+	}
+}
+
 func TestBenchMachineCPUOffLeavesTheColumnOut(t *testing.T) {
 	s := newBenchServer()
 	fakeServer(t, s.mux(t))

@@ -35,6 +35,8 @@ type benchServer struct {
 	barrier  int
 	failFrom int  // the create with this number (1-based) answers 503; 0: never
 	corrupt  bool // reads return the file with one byte changed
+	// failDeletes is how many of the first deletes answer 503.
+	failDeletes int
 }
 
 func newBenchServer() *benchServer {
@@ -137,6 +139,11 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 		id := r.PathValue("id")
 		if _, ok := s.sandboxes[id]; !ok {
 			writeErr(w, 404, sandboxv1.CodeNotFound, "sandbox not found")
+			return
+		}
+		if s.failDeletes > 0 {
+			s.failDeletes--
+			writeErr(w, 503, sandboxv1.CodeUnavailable, "node busy")
 			return
 		}
 		delete(s.sandboxes, id)
@@ -418,6 +425,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "create", "--count", "0"}, "--count 0"},
 		{[]string{"bench", "create", "--concurrency", "0"}, "--concurrency 0"},
 		{[]string{"bench", "exec", "--runtime", "xen"}, "want vm or ns"},
+		{[]string{"bench", "sustained", "--clients", "0"}, "--clients 0"},
+		{[]string{"bench", "sustained", "--duration", "0s"}, "--duration 0s"},
+		{[]string{"bench", "create", "--machine-cpu", "maybe"}, `--machine-cpu "maybe"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
