@@ -44,6 +44,13 @@ func TestBenchBaselineForReal(t *testing.T) {
 			t.Errorf("%s = %v, note %q; want one positive sample and a note", row, s, got.Notes[row])
 		}
 	}
+	// The baselines run here: the spawn and the boot have the machine's CPU;
+	// the restore's rounds share the run with the untimed save, so not it.
+	for row, want := range map[string]bool{"unshare_chroot_spawn": true, "qemu_cold_boot": true, "qemu_snapshot_restore": false} {
+		if _, has := got.Scenarios[row]["cpu_ms_per_op"]; has != want {
+			t.Errorf("%s has cpu_ms_per_op: %v, want %v", row, has, want)
+		}
+	}
 	if len(got.Scenarios) != 3 || got.Machine["cpus"] == nil {
 		t.Errorf("report = %s, want the machine and three rows", out)
 	}
