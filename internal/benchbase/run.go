@@ -40,6 +40,10 @@ type Config struct {
 	// Log receives the vm driver's warnings (the accelerator probe's);
 	// default: discarded.
 	Log *slog.Logger
+	// MachineCPU adds the machine's busy CPU time per round (/proc/stat) to
+	// the spawn and cold-boot rows. The restore row has none: its rounds
+	// share the run with the untimed save that precedes them.
+	MachineCPU bool
 }
 
 // DefaultCacheDir is the cache directory the node's vm runtime uses by
@@ -168,16 +172,29 @@ func Run(ctx context.Context, cfg Config, report *benchstat.Report) error {
 		return fmt.Errorf("baselines: guest: %w", err)
 	}
 
+	c0, err := cfg.readCPU()
+	if err != nil {
+		return err
+	}
 	spawn, err := spawnBaseline(ctx, tools, dir, cfg.Count)
 	if err != nil {
 		return fmt.Errorf("baseline %s: %w", RowSpawn, err)
 	}
+	if spawn, err = cfg.spreadCPU(spawn, c0); err != nil {
+		return err
+	}
 	report.Add(RowSpawn, spawn)
 	report.Note(RowSpawn, "util-linux unshare --fork --pid --mount --uts --ipc --net, chroot into busybox-static, /bin/true; start to exit")
 
+	if c0, err = cfg.readCPU(); err != nil {
+		return err
+	}
 	boot, err := coldBoot(ctx, g, cfg.Count)
 	if err != nil {
 		return fmt.Errorf("baseline %s: %w", RowBoot, err)
+	}
+	if boot, err = cfg.spreadCPU(boot, c0); err != nil {
+		return err
 	}
 	report.Add(RowBoot, boot)
 	report.Note(RowBoot, fmt.Sprintf("QEMU start to the init's first console line: %s, %s, kernel %s, %d MiB, 1 vCPU, busybox initramfs",
@@ -195,4 +212,25 @@ func Run(ctx context.Context, cfg Config, report *benchstat.Report) error {
 	report.Note(RowRestore, fmt.Sprintf("QEMU start (-incoming) to the guest's next console line after cont; cont answered at p50 %s; state file %.1f MiB, saved in %s",
 		benchstat.Summarize(conts, 0, 0).P50.Round(100*time.Microsecond), float64(saved.size)/benchstat.MiB, saved.took.Round(time.Millisecond)))
 	return nil
+}
+
+// readCPU samples the machine's CPU when cfg asks for it.
+func (cfg Config) readCPU() (benchstat.CPUTimes, error) {
+	if !cfg.MachineCPU {
+		return benchstat.CPUTimes{}, nil
+	}
+	return benchstat.ReadCPUTimes()
+}
+
+// spreadCPU adds the machine's CPU since start, per round, to s when cfg
+// asks for it.
+func (cfg Config) spreadCPU(s benchstat.Summary, start benchstat.CPUTimes) (benchstat.Summary, error) {
+	if !cfg.MachineCPU {
+		return s, nil
+	}
+	end, err := benchstat.ReadCPUTimes()
+	if err != nil {
+		return s, err
+	}
+	return s.WithCPU(end.BusySince(start)), nil
 }

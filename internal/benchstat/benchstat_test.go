@@ -113,7 +113,7 @@ func TestReportJSONShape(t *testing.T) {
 func TestReportTable(t *testing.T) {
 	var r Report
 	r.Add("exec", Summarize(ms2d(2, 3), 10*time.Millisecond, 0))
-	r.Add("files_read_1mib", Summarize(ms2d(8), 8*time.Millisecond, MiB))
+	r.Add("files_read_1mib", Summarize(ms2d(8), 8*time.Millisecond, MiB).WithCPU(30*time.Millisecond))
 	var buf bytes.Buffer
 	if err := r.WriteTable(&buf); err != nil {
 		t.Fatal(err)
@@ -122,14 +122,72 @@ func TestReportTable(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("table = %q, want a header and two rows", buf.String())
 	}
-	if got := strings.Join(strings.Fields(lines[0]), " "); got != "SCENARIO N P50 MS P90 MS P99 MS MAX MS OPS/S MIB/S" {
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "SCENARIO N P50 MS P90 MS P99 MS MAX MS OPS/S MIB/S CPU MS/OP" {
 		t.Errorf("header = %q", got)
 	}
-	if got := strings.Join(strings.Fields(lines[1]), " "); got != "exec 2 2.0 3.0 3.0 3.0 200.00 -" {
+	if got := strings.Join(strings.Fields(lines[1]), " "); got != "exec 2 2.0 3.0 3.0 3.0 200.00 - -" {
 		t.Errorf("exec row = %q", got)
 	}
-	if got := strings.Join(strings.Fields(lines[2]), " "); got != "files_read_1mib 1 8.0 8.0 8.0 8.0 125.00 125.0" {
+	if got := strings.Join(strings.Fields(lines[2]), " "); got != "files_read_1mib 1 8.0 8.0 8.0 8.0 125.00 125.0 30.0" {
 		t.Errorf("files row = %q", got)
+	}
+}
+
+func TestReportRatiosTableAndJSON(t *testing.T) {
+	var r Report
+	r.Add("create", Summarize(ms2d(300, 300, 900), time.Second, 0).WithCPU(600*time.Millisecond))
+	r.Add("exec", Summarize(ms2d(20), time.Second, 0))
+	r.Add("unshare_chroot_spawn", Summarize(ms2d(100, 100), time.Second, 0).WithCPU(100*time.Millisecond))
+	r.Add("qemu_cold_boot", Summarize(ms2d(0), time.Second, 0))
+	r.CPU = "the whole machine's"
+	if !r.Compare("create", "unshare_chroot_spawn") {
+		t.Fatal("Compare(create, unshare_chroot_spawn) = false with both rows present")
+	}
+	if r.Compare("exec", "unshare_chroot_spawn") != true || r.Ratios[1].CPU != 0 {
+		t.Errorf("exec without CPU: ratios %+v, want a p50 ratio and no CPU ratio", r.Ratios)
+	}
+	if r.Compare("create", "qemu_snapshot_restore") || r.Compare("create", "qemu_cold_boot") {
+		t.Errorf("a missing baseline or one of p50 0 gave a ratio: %+v", r.Ratios)
+	}
+	// create: p50 300 / 100; CPU per op 200 ms (600 over 3) / 50 ms (100 over 2).
+	if got := r.Ratios[0].String(); got != "create / unshare_chroot_spawn: p50 ×3.00, CPU/op ×4.00" {
+		t.Errorf("ratio text = %q", got)
+	}
+	if got := r.Ratios[1].String(); got != "exec / unshare_chroot_spawn: p50 ×0.20, CPU/op not measured" {
+		t.Errorf("ratio text = %q", got)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CPU MS/OP: the whole machine's\n", "ratio create / unshare_chroot_spawn: p50 ×3.00, CPU/op ×4.00\n"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Scenarios map[string]map[string]any `json:"scenarios"`
+		CPU       string                    `json:"cpu"`
+		Ratios    map[string]map[string]any `json:"ratios"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Scenarios["create"]["cpu_ms_per_op"] != 200.0 {
+		t.Errorf("create cpu_ms_per_op = %v, want 200: %s", got.Scenarios["create"]["cpu_ms_per_op"], b)
+	}
+	if _, ok := got.Scenarios["exec"]["cpu_ms_per_op"]; ok {
+		t.Errorf("exec has cpu_ms_per_op though not measured: %s", b)
+	}
+	if ra := got.Ratios["create/unshare_chroot_spawn"]; ra["p50"] != 3.0 || ra["cpu"] != 4.0 {
+		t.Errorf("ratio = %v, want p50 3 and cpu 4: %s", ra, b)
+	}
+	if _, ok := got.Ratios["exec/unshare_chroot_spawn"]["cpu"]; ok || got.CPU == "" {
+		t.Errorf("JSON = %s, want no cpu ratio for exec and the cpu remark", b)
 	}
 }
 

@@ -28,8 +28,8 @@ import (
 func init() {
 	commands = append(commands, &command{
 		path:    "bench",
-		args:    "create|exec|files|lifecycle|baseline|all [--baselines] [--runtime vm|ns] [--template T] [--concurrency N] [--count M] [-o json]",
-		summary: "measure a running server through the public API, or the bare primitives on this machine (baseline): p50/p90/p99/max latency and ops/s per scenario (docs/PERFORMANCE.md)",
+		args:    "create|exec|files|lifecycle|sustained|baseline|all [--baselines] [--machine-cpu auto|on|off] [--runtime vm|ns] [--template T] [--concurrency N] [--count M] [--clients N --duration D] [-o json]",
+		summary: "measure a running server through the public API, or the bare primitives on this machine (baseline): p50/p90/p99/max latency, ops/s and the machine's CPU per operation per scenario (docs/PERFORMANCE.md)",
 		// Its own signal handling: the first interrupt stops the measurements
 		// and still deletes what the benchmark created; a second one gives up.
 		ownSignals: true,
@@ -76,6 +76,11 @@ type bench struct {
 	unknown int
 
 	shared string // the sandbox exec, files and lifecycle run in; "" until made
+
+	cpu      machineCPU
+	sus      sustainedConfig
+	runtimes map[string]bool // guarded by mu: the runtimes the run's sandboxes got
+	susErr   error           // the sustained scenario's failed operations
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -89,7 +94,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&b.req.MemoryMiB, "memory", 0, "memory of each sandbox in MiB (default: the server's)")
 	// The baselines need root, QEMU and the local machine, so `all` runs
 	// them only when asked.
-	baselines := fs.Bool("baselines", false, "with all: also measure the bare primitives on this machine (the baseline scenario; needs root and QEMU)")
+	baselines := fs.Bool("baselines", false, "also measure the bare primitives on this machine (the baseline scenario; needs root and QEMU) and print each scenario's ratio to its baseline")
+	cpuMode := fs.String("machine-cpu", "auto", "measure the machine's CPU per operation from /proc/stat: on, off, or auto (on when the API URL is on this host)")
+	fs.IntVar(&b.sus.clients, "clients", 4, "sustained: clients, each looping create and delete")
+	fs.DurationVar(&b.sus.duration, "duration", 30*time.Second, "sustained: how long the clients start new creates")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -105,13 +113,28 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		if *baselines {
 			scenarios = append(slices.Clone(scenarios), "baseline")
 		}
-	case "create", "exec", "files", "lifecycle", "baseline":
+	case "create", "exec", "files", "lifecycle", "sustained":
+		if *baselines {
+			scenarios = append(scenarios, "baseline")
+		}
+	case "baseline":
+		if *baselines {
+			return usagef(fs, "--baselines goes with the server's scenarios; `space bench baseline` measures the baselines alone")
+		}
 	default:
-		return usagef(fs, "scenario %q: want create, exec, files, lifecycle, baseline or all", pos[0])
+		return usagef(fs, "scenario %q: want create, exec, files, lifecycle, sustained, baseline or all", pos[0])
 	}
-	if *baselines && pos[0] != "all" {
-		return usagef(fs, "--baselines goes with all; run `space bench baseline` for the baselines alone")
+	if b.sus.clients < 1 || b.sus.clients > maxBenchConcurrency {
+		return usagef(fs, "--clients %d: want 1 to %d", b.sus.clients, maxBenchConcurrency)
 	}
+	if b.sus.duration <= 0 || b.sus.duration > maxSustainedDuration {
+		return usagef(fs, "--duration %s: want more than 0 and at most %s", b.sus.duration, maxSustainedDuration)
+	}
+	b.cpu, err = newMachineCPU(*cpuMode, e.apiURL)
+	if err != nil {
+		return usagef(fs, "%v", err)
+	}
+	b.report.CPU = b.cpu.text
 	if b.req.Runtime != "" && b.req.Runtime != "vm" && b.req.Runtime != "ns" {
 		return usagef(fs, "--runtime %q: want vm or ns", b.req.Runtime)
 	}
@@ -166,6 +189,23 @@ func runBench(ctx context.Context, e *env, args []string) error {
 
 	runErr := b.run(runCtx, cleanCtx, scenarios)
 	cleanErr := b.cleanup(cleanCtx, "")
+	if runErr == nil && *baselines {
+		b.compare()
+	}
+	var susErr error
+	if runErr == nil && cleanErr == nil {
+		susErr = b.sustainedErrors()
+	}
+	if susErr != nil {
+		// The figures are complete and the failures are in them: the
+		// report goes to stdout, the exit status says some operations failed.
+		if out.json() {
+			_ = writeJSON(e.stdout, b.report)
+		} else {
+			_ = b.report.WriteTable(e.stdout)
+		}
+		return errors.New(benchMessage(e, susErr))
+	}
 	if err := errors.Join(runErr, cleanErr); err != nil {
 		if !out.json() && len(b.report.Scenarios) > 0 {
 			// Scenarios that finished before the failure, on stderr: stdout
@@ -213,11 +253,14 @@ func (b *bench) run(ctx, cleanCtx context.Context, scenarios []string) error {
 			err = b.files(ctx)
 		case "lifecycle":
 			err = b.lifecycle(ctx)
+		case "sustained":
+			err = b.sustained(ctx)
 		case "baseline":
 			// Local, without the server: see package benchbase.
 			err = benchbase.Run(ctx, benchbase.Config{
-				Count: b.count,
-				Log:   slog.New(slog.NewTextHandler(b.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+				Count:      b.count,
+				MachineCPU: b.cpu.local,
+				Log:        slog.New(slog.NewTextHandler(b.e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			}, &b.report)
 		}
 		if err != nil {
@@ -265,6 +308,12 @@ func (b *bench) createSandbox(ctx context.Context) (string, error) {
 		return "", err
 	}
 	b.remember(sb.ID)
+	b.mu.Lock()
+	if b.runtimes == nil {
+		b.runtimes = map[string]bool{}
+	}
+	b.runtimes[sb.Runtime] = true
+	b.mu.Unlock()
 	if sb.State != sandboxv1.StateRunning {
 		if _, err := b.e.c.WaitForState(ctx, sb.ID, sandboxv1.StateRunning); err != nil {
 			return "", err
@@ -290,6 +339,10 @@ func (b *bench) create(ctx context.Context) error {
 		wg        sync.WaitGroup
 	)
 	var ids []string // guarded by mu
+	c0, err := b.cpu.read()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for range min(b.concurrency, b.count) {
 		wg.Add(1)
@@ -325,7 +378,11 @@ func (b *bench) create(ctx context.Context) error {
 	if firstErr != nil {
 		return firstErr
 	}
-	b.report.Add("create", benchstat.Summarize(durations, wall, 0))
+	sum, err := b.cpu.spread(benchstat.Summarize(durations, wall, 0), c0)
+	if err != nil {
+		return err
+	}
+	b.report.Add("create", sum)
 	b.report.Note("create", fmt.Sprintf("%d of %d from a warm pool", b.warmCount(ctx, ids), len(ids)))
 	return nil
 }
@@ -365,19 +422,39 @@ func (b *bench) sandbox(ctx context.Context) (string, error) {
 }
 
 // timer collects the durations of one scenario's operations; its wall time
-// is their sum, for scenarios whose operations interleave with others.
+// is their sum, for scenarios whose operations interleave with others. With
+// cpu set it also sums the machine's busy CPU time over each operation.
 type timer struct {
 	durations []time.Duration
 	wall      time.Duration
+	cpu       bool
+	busy      time.Duration
 }
+
+// newTimer returns a timer that measures the machine's CPU when the run does.
+func (b *bench) newTimer() timer { return timer{cpu: b.cpu.server} }
 
 // time runs op and records how long it took when it succeeds.
 func (t *timer) time(op func() error) error {
+	var c0 benchstat.CPUTimes
+	if t.cpu {
+		var err error
+		if c0, err = benchstat.ReadCPUTimes(); err != nil {
+			return err
+		}
+	}
 	t0 := time.Now()
 	if err := op(); err != nil {
 		return err
 	}
 	d := time.Since(t0)
+	if t.cpu {
+		c1, err := benchstat.ReadCPUTimes()
+		if err != nil {
+			return err
+		}
+		t.busy += c1.BusySince(c0)
+	}
 	t.durations = append(t.durations, d)
 	t.wall += d
 	return nil
@@ -385,7 +462,11 @@ func (t *timer) time(op func() error) error {
 
 // summary returns the figures of the recorded operations.
 func (t *timer) summary(bytesPerOp int64) benchstat.Summary {
-	return benchstat.Summarize(t.durations, t.wall, bytesPerOp)
+	s := benchstat.Summarize(t.durations, t.wall, bytesPerOp)
+	if t.cpu {
+		s = s.WithCPU(t.busy)
+	}
+	return s
 }
 
 // exec times count runs of `true` to completion.
@@ -394,7 +475,7 @@ func (b *bench) exec(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var t timer
+	t := b.newTimer()
 	for i := range b.count {
 		err := t.time(func() error {
 			res, err := b.e.c.Exec(ctx, id, sandboxv1.ExecRequest{Cmd: []string{"true"}, Timeout: "60s"})
@@ -444,6 +525,7 @@ func (b *bench) files(ctx context.Context) error {
 // fileRounds writes a file of size bytes to sandbox id and reads it back,
 // rounds times, checking every byte (SHA-256), then removes it.
 func (b *bench) fileRounds(ctx context.Context, id string, size int64, rounds int) (w, r timer, err error) {
+	w, r = b.newTimer(), b.newTimer()
 	data := make([]byte, size)
 	if _, err := rand.Read(data); err != nil {
 		return w, r, fmt.Errorf("make test data: %w", err)
@@ -493,7 +575,7 @@ func (b *bench) lifecycle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var pause, resume, snap timer
+	pause, resume, snap := b.newTimer(), b.newTimer(), b.newTimer()
 	for i := range b.count {
 		if err := pause.time(func() error { return b.toState(ctx, id, "pause", sandboxv1.StatePaused) }); err != nil {
 			return fmt.Errorf("round %d of %d: %w", i+1, b.count, err)

@@ -9,9 +9,9 @@ import (
 	"github.com/spacesandbox/space/internal/testenv"
 )
 
-func TestBenchBaselinesFlagGoesWithAll(t *testing.T) {
-	code, out, errOut := run(t, nil, "bench", "create", "--baselines")
-	if code != 2 || out != "" || !strings.Contains(errOut, "--baselines goes with all") {
+func TestBenchBaselinesFlagGoesWithServerScenarios(t *testing.T) {
+	code, out, errOut := run(t, nil, "bench", "baseline", "--baselines")
+	if code != 2 || out != "" || !strings.Contains(errOut, "--baselines goes with the server's scenarios") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 2 and the usage error", code, out, errOut)
 	}
 }
@@ -42,6 +42,13 @@ func TestBenchBaselineForReal(t *testing.T) {
 		s := got.Scenarios[row]
 		if s["n"] != 1.0 || !(s["p50_ms"].(float64) > 0) || got.Notes[row] == "" {
 			t.Errorf("%s = %v, note %q; want one positive sample and a note", row, s, got.Notes[row])
+		}
+	}
+	// The baselines run here: the spawn and the boot have the machine's CPU;
+	// the restore's rounds share the run with the untimed save, so not it.
+	for row, want := range map[string]bool{"unshare_chroot_spawn": true, "qemu_cold_boot": true, "qemu_snapshot_restore": false} {
+		if _, has := got.Scenarios[row]["cpu_ms_per_op"]; has != want {
+			t.Errorf("%s has cpu_ms_per_op: %v, want %v", row, has, want)
 		}
 	}
 	if len(got.Scenarios) != 3 || got.Machine["cpus"] == nil {

@@ -29,7 +29,7 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 	}
 	rounds := min(b.count, benchMaxHeavy)
 	if sb.Runtime == "vm" {
-		var full timer
+		full := b.newTimer()
 		var snaps []string
 		var errs []error
 		for i := range min(b.count, benchMaxSnapshots) {
@@ -55,7 +55,7 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 		}
 		add("snapshot_full", full)
 	}
-	var hib, restore timer
+	hib, restore := b.newTimer(), b.newTimer()
 	for i := range rounds {
 		if err := hib.time(func() error { return b.toState(ctx, id, "hibernate", sandboxv1.StateHibernated) }); err != nil {
 			return nil, fmt.Errorf("hibernate %d of %d: %w", i+1, rounds, err)
@@ -76,7 +76,7 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 		add("restore_other_node", other)
 	}
 
-	var fork timer
+	fork := b.newTimer()
 	for i := range rounds {
 		var child string
 		err := fork.time(func() error {
@@ -95,7 +95,7 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 	}
 	add("fork", fork)
 
-	var rollback timer
+	rollback := b.newTimer()
 	for i := range rounds {
 		if err := rollback.time(func() error { return b.rollback(ctx, id, snap) }); err != nil {
 			return nil, fmt.Errorf("rollback %d of %d: %w", i+1, rounds, err)
@@ -111,6 +111,7 @@ func (b *bench) lifecycleHeavy(ctx context.Context, id, snap string) ([]benchsta
 // choose one) and two such nodes; otherwise why says what is missing and
 // nothing is timed.
 func (b *bench) restoreOtherNode(ctx context.Context, id string, rounds int) (t timer, why string, err error) {
+	t = b.newTimer()
 	nodes, err := b.e.c.ListNodes(ctx)
 	if err != nil {
 		return t, "not measured: listing the nodes needs an admin key (" + err.Error() + ")", nil

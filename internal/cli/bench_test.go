@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,8 @@ type benchServer struct {
 	barrier  int
 	failFrom int  // the create with this number (1-based) answers 503; 0: never
 	corrupt  bool // reads return the file with one byte changed
+	// failDeletes is how many of the first deletes answer 503.
+	failDeletes int
 }
 
 func newBenchServer() *benchServer {
@@ -136,6 +139,11 @@ func (s *benchServer) mux(t *testing.T) *http.ServeMux {
 		id := r.PathValue("id")
 		if _, ok := s.sandboxes[id]; !ok {
 			writeErr(w, 404, sandboxv1.CodeNotFound, "sandbox not found")
+			return
+		}
+		if s.failDeletes > 0 {
+			s.failDeletes--
+			writeErr(w, 503, sandboxv1.CodeUnavailable, "node busy")
 			return
 		}
 		delete(s.sandboxes, id)
@@ -356,18 +364,22 @@ func TestBenchAllTable(t *testing.T) {
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	want := []string{"create 6", "exec 6", "files_write_1mib 6", "files_read_1mib 6", "files_write_100mib 3", "files_read_100mib 3", "pause 6", "resume 6", "snapshot_disk 5",
 		"hibernate 3", "restore 3", "restore_other_node 3", "fork 3", "rollback 3"}
-	if len(lines) != len(want)+2 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "SCENARIO") {
+	if len(lines) != len(want)+3 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "SCENARIO") {
 		t.Fatalf("table = %q", out)
 	}
 	// The create setting up the shared sandbox is not timed: 3 of the 6
 	// timed ones are odd-numbered.
-	if note := lines[len(lines)-1]; note != "create: 3 of 6 from a warm pool" {
+	if note := lines[len(lines)-2]; note != "create: 3 of 6 from a warm pool" {
 		t.Errorf("note line = %q", note)
 	}
 	for i, w := range want {
 		f := strings.Fields(lines[i+1])
-		if len(f) != 8 || strings.Join(f[:2], " ") != w {
-			t.Errorf("row %d = %q, want %q and 8 columns", i+1, lines[i+1], w)
+		if len(f) != 9 || strings.Join(f[:2], " ") != w {
+			t.Errorf("row %d = %q, want %q and 9 columns", i+1, lines[i+1], w)
+		}
+		// The fake server runs on this host: every row has the machine's CPU.
+		if _, err := strconv.ParseFloat(f[8], 64); err != nil {
+			t.Errorf("row %q: CPU ms/op %q is not a number", lines[i+1], f[8])
 		}
 		if isFiles := strings.HasPrefix(w, "files"); isFiles == (f[7] == "-") {
 			t.Errorf("row %q: MiB/s %q", lines[i+1], f[7])
@@ -413,6 +425,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "create", "--count", "0"}, "--count 0"},
 		{[]string{"bench", "create", "--concurrency", "0"}, "--concurrency 0"},
 		{[]string{"bench", "exec", "--runtime", "xen"}, "want vm or ns"},
+		{[]string{"bench", "sustained", "--clients", "0"}, "--clients 0"},
+		{[]string{"bench", "sustained", "--duration", "0s"}, "--duration 0s"},
+		{[]string{"bench", "create", "--machine-cpu", "maybe"}, `--machine-cpu "maybe"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
