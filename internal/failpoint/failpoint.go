@@ -152,3 +152,12 @@ func Arm(spec string) error {
 	}
 	return nil
 }
+
+// TestProcess reports whether this process's environment sets EnvVar, even
+// empty: the mark of a test process. Test-only injections (fake memory
+// pressure, ...) are honoured only then, so a stray variable in a real
+// deployment cannot change what it measures.
+func TestProcess() bool {
+	_, ok := os.LookupEnv(EnvVar)
+	return ok
+}
