@@ -18,6 +18,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/hostbin"
 	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/mempressure"
 	"github.com/spacesandbox/space/internal/node"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
@@ -40,6 +41,7 @@ func runNode(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
 	hostBridge := fs.String("host-bridge", "", "space-host-bridge binary, started once per execution (default: beside this binary)")
+	memThreshold := addMemoryPressureFlag(fs)
 	gwFlags := addGatewayFlags(fs)
 	fs.Usage = func() {
 		// The first line stays flag's own: deploy/kubernetes checks it.
@@ -52,6 +54,11 @@ func runNode(args []string) int {
 		return 2
 	}
 	gw, err := gwFlags.config()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
+		return 2
+	}
+	mem, err := memoryMonitor(*memThreshold)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
 		return 2
@@ -92,7 +99,7 @@ func runNode(args []string) int {
 	err = runNodeWith(ctx, nodeOptions{
 		dataDir: dir, nodeID: id, server: *serverURL, joinToken: *joinToken,
 		listen: *listen, advertise: *advertise, pm: privop.NewClient(*pmSocket),
-		objects: objs, kms: keys, gateway: gw, hostBridge: *hostBridge,
+		objects: objs, kms: keys, gateway: gw, hostBridge: *hostBridge, memory: mem,
 	}, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space node: %v\n", err)
@@ -108,6 +115,31 @@ type nodeOptions struct {
 	objects                                               objstore.Store
 	kms                                                   kms.KMS
 	gateway                                               *node.GatewayConfig
+	// memory measures the node's memory for its heartbeats.
+	memory *mempressure.Monitor
+}
+
+// addMemoryPressureFlag adds --memory-pressure-threshold to fs.
+func addMemoryPressureFlag(fs *flag.FlagSet) *float64 {
+	return fs.Float64("memory-pressure-threshold", mempressure.DefaultThreshold, fmt.Sprintf("percent of the node's memory: while MemAvailable is below it (or memory PSI some avg10 is %g or more) the node reports memory pressure and the control plane places no new sandbox there; the pressure ends once MemAvailable is back to twice it and PSI below half its threshold (see docs/scale-out.md)", mempressure.DefaultPSIThreshold))
+}
+
+// memoryMonitor is the node's memory monitor for a threshold of pct percent.
+func memoryMonitor(pct float64) (*mempressure.Monitor, error) {
+	return mempressure.New(mempressure.Config{Threshold: pct, OverrideFile: mempressure.OverrideFromEnvironment()})
+}
+
+// logMemoryMonitor says how the node measures memory pressure.
+func logMemoryMonitor(log *slog.Logger, m *mempressure.Monitor) {
+	if m == nil {
+		return
+	}
+	if !m.HasPSI() {
+		log.Info("this kernel has no memory PSI ("+mempressure.PSIPath+" is absent): memory pressure is measured on MemAvailable alone", "threshold_percent", m.Threshold())
+	}
+	if f := mempressure.OverrideFromEnvironment(); f != "" {
+		log.Warn("TEST ONLY: the node reports the memory pressure written in "+mempressure.TestOverrideEnv, "file", f)
+	}
 }
 
 // hostBridgeBinary checks the space-host-bridge binary flagValue names, by
@@ -133,6 +165,7 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	if unix.Sysinfo(&si) == nil {
 		memMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
 	}
+	logMemoryMonitor(log, o.memory)
 	var m *node.Manager
 	if o.gateway != nil {
 		// The gateway asks the control plane for the credentials it
@@ -143,7 +176,7 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 		BridgeReadyTimeout: 20 * time.Second,
 		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, HostBridge: o.hostBridge, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
-		Objects: o.objects, KMS: o.kms, Gateway: o.gateway,
+		Objects: o.objects, KMS: o.kms, Gateway: o.gateway, Memory: o.memory,
 	}, log.With("component", "node"))
 	if err != nil {
 		return err

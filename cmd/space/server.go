@@ -29,6 +29,7 @@ import (
 	"github.com/spacesandbox/space/internal/hostbin"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/kms/localkms"
+	"github.com/spacesandbox/space/internal/mempressure"
 	"github.com/spacesandbox/space/internal/node"
 	"github.com/spacesandbox/space/internal/objstore"
 	_ "github.com/spacesandbox/space/internal/objstore/filestore" // file:// object stores
@@ -59,7 +60,8 @@ func runServer(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL (default file://DATA/objects)")
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm wherever a node offers it or is bringing it up; see --runtime-fallback)")
 	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
-	overcommit := fs.Float64("memory-overcommit", 1, "how many times a node's memory the sandboxes' memory limits on it may sum to (1: no overcommit; limits are caps and idle sandboxes use a fraction of them; nodes do not report their measured free memory yet, so above 1 only the committed sum bounds admission)")
+	overcommit := fs.Float64("memory-overcommit", 1, "how many times a node's memory the sandboxes' memory limits on it may sum to (1: no overcommit; limits are caps and idle sandboxes use a fraction of them; above 1 a node must also keep its measured MemAvailable after the new sandbox's limit; a node under memory pressure takes none, see --memory-pressure-threshold)")
+	memThreshold := addMemoryPressureFlag(fs)
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	kernelBuild := fs.String("kernel-build", vmimage.KernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")
@@ -116,6 +118,11 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
+	mem, err := memoryMonitor(*memThreshold)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
+		return 2
+	}
 	if *nodeLostAfter < time.Second {
 		fmt.Fprintf(os.Stderr, "space server: --node-lost-after %s: want at least 1s\n", *nodeLostAfter)
 		return 2
@@ -148,7 +155,7 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
-	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild,
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild, memory: mem,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
@@ -192,7 +199,8 @@ type serverOptions struct {
 	// memoryOvercommit is server.Config's MemoryOvercommit.
 	memoryOvercommit float64
 	buildBase        bool
-	kernelBuild      string // --dev: the node-manager's --kernel-build
+	kernelBuild      string               // --dev: the node-manager's --kernel-build
+	memory           *mempressure.Monitor // --dev: the node's memory monitor
 	// objectStore is the object store URL and kmsDir the local KMS's
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
@@ -412,7 +420,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		// whose node cannot start exits with the reason instead.
 		nodeUp := make(chan struct{})
 		g.Go(func() error {
-			return runDevNode(ctx, o.dataDir, o.kernelBuild, apiURL, joinToken, objs, keys, o.gateway, nodeUp, log)
+			return runDevNode(ctx, o.dataDir, o.kernelBuild, apiURL, joinToken, objs, keys, o.gateway, o.memory, nodeUp, log)
 		})
 		select {
 		case <-nodeUp:
@@ -518,7 +526,7 @@ func devBinaries() error {
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
 // sandboxes it started do not), and the sandbox manager in this process.
-func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, up chan<- struct{}, log *slog.Logger) error {
+func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, mem *mempressure.Monitor, up chan<- struct{}, log *slog.Logger) error {
 	nodeManager, err := hostbin.Find(hostbin.NodeManager)
 	if err != nil {
 		return err
@@ -563,7 +571,7 @@ func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken str
 	return runNodeWith(ctx, nodeOptions{
 		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
 		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys, gateway: gw,
-		hostBridge: hostBridge,
+		hostBridge: hostBridge, memory: mem,
 	}, log)
 }
 

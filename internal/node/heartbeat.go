@@ -16,6 +16,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/privop"
 )
 
 // HeartbeatConfig says where and how a node reports to the control plane.
@@ -71,12 +72,7 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client nodeapiv1connect.Con
 	if err != nil {
 		return fmt.Errorf("node-manager: %w", err)
 	}
-	req := connect.NewRequest(&nodeapiv1.Heartbeat{
-		NodeId: m.cfg.NodeID, Address: cfg.Advertise, Token: m.cfg.Token,
-		Runtimes: hello.Runtimes, RuntimesPending: hello.Pending, RuntimeStatus: hello.Status,
-		Cpus: int64(m.cfg.CPUs), MemoryMib: int64(m.cfg.MemoryMiB),
-		Executions: nodev1.ExecutionsToWire(m.List(ctx)), Pools: nodev1.PoolStatusesToWire(m.PoolStatus(ctx)),
-	})
+	req := connect.NewRequest(m.heartbeat(ctx, hello, cfg.Advertise))
 	req.Header().Set("Authorization", "Bearer "+cfg.JoinToken)
 	// The lease an answer renews runs from now: before the control plane
 	// saw the heartbeat, so the node's lease ends before its count does.
@@ -88,6 +84,19 @@ func (m *Manager) sendHeartbeat(ctx context.Context, client nodeapiv1connect.Con
 	}
 	clockReceived := m.readClock()
 	return m.applyHeartbeatReply(resp.Msg, sent, clockSent, clockReceived)
+}
+
+// heartbeat is the report a heartbeat sends: the node's address, capacity,
+// runtimes (hello, the node-manager's), executions, warm pool and memory.
+func (m *Manager) heartbeat(ctx context.Context, hello *privop.Hello, advertise string) *nodeapiv1.Heartbeat {
+	hb := &nodeapiv1.Heartbeat{
+		NodeId: m.cfg.NodeID, Address: advertise, Token: m.cfg.Token,
+		Runtimes: hello.Runtimes, RuntimesPending: hello.Pending, RuntimeStatus: hello.Status,
+		Cpus: int64(m.cfg.CPUs), MemoryMib: int64(m.cfg.MemoryMiB),
+		Executions: nodev1.ExecutionsToWire(m.List(ctx)), Pools: nodev1.PoolStatusesToWire(m.PoolStatus(ctx)),
+	}
+	m.memory.fill(hb)
+	return hb
 }
 
 // controlPlaneError is the error of a call to the control plane at server:

@@ -28,6 +28,7 @@ import (
 	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms"
+	"github.com/spacesandbox/space/internal/mempressure"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
 )
@@ -60,6 +61,10 @@ type Config struct {
 	// execution at once (0: DefaultMaxStreamsPerExecution); the next is
 	// refused 429 too_many_streams.
 	MaxStreamsPerExecution int
+	// Memory measures the node's memory and pressure for every heartbeat
+	// (nil: the node reports none, and admission goes by the committed
+	// sum alone).
+	Memory *mempressure.Monitor
 }
 
 // Manager runs sandbox executions on this node.
@@ -123,6 +128,8 @@ type Manager struct {
 	// to a node API that is not there yet.
 	serving     chan struct{}
 	servingOnce sync.Once
+	// memory reports the node's memory in its heartbeats (memory.go).
+	memory memoryReport
 }
 
 // NewManager returns a manager over cfg.DataDir/node.
@@ -141,6 +148,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 		serving: make(chan struct{})}
 	m.streams.max, m.streams.refused = cfg.MaxStreamsPerExecution, m.refusals.streams
 	m.pool.init()
+	m.memory = memoryReport{monitor: cfg.Memory, log: log}
 	m.testOffset.path = os.Getenv(TestClockOffsetEnv)
 	logTestClockOffset(log, m.testOffset.path)
 	m.loadKeys()

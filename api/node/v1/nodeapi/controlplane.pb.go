@@ -43,8 +43,20 @@ type Heartbeat struct {
 	DiskMib       int64             `protobuf:"varint,9,opt,name=disk_mib,json=diskMib,proto3" json:"disk_mib,omitempty"`
 	Executions    []*Execution      `protobuf:"bytes,10,rep,name=executions,proto3" json:"executions,omitempty"`
 	Pools         []*PoolStatus     `protobuf:"bytes,11,rep,name=pools,proto3" json:"pools,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// memory_measured says the node measured its memory for this report
+	// (/proc/meminfo); false: memory_total_mib and available_mib are unset
+	// and admission goes by the committed sum alone.
+	MemoryMeasured bool `protobuf:"varint,12,opt,name=memory_measured,json=memoryMeasured,proto3" json:"memory_measured,omitempty"`
+	// memory_total_mib is MemTotal, available_mib MemAvailable: what the
+	// kernel could give new work without swapping.
+	MemoryTotalMib int64 `protobuf:"varint,13,opt,name=memory_total_mib,json=memoryTotalMib,proto3" json:"memory_total_mib,omitempty"`
+	AvailableMib   int64 `protobuf:"varint,14,opt,name=available_mib,json=availableMib,proto3" json:"available_mib,omitempty"`
+	// memory_pressure is non-empty while the node is under memory pressure
+	// (low MemAvailable or PSI) and says why: the control plane places no
+	// new sandbox there.
+	MemoryPressure string `protobuf:"bytes,15,opt,name=memory_pressure,json=memoryPressure,proto3" json:"memory_pressure,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -152,6 +164,34 @@ func (x *Heartbeat) GetPools() []*PoolStatus {
 		return x.Pools
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetMemoryMeasured() bool {
+	if x != nil {
+		return x.MemoryMeasured
+	}
+	return false
+}
+
+func (x *Heartbeat) GetMemoryTotalMib() int64 {
+	if x != nil {
+		return x.MemoryTotalMib
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetAvailableMib() int64 {
+	if x != nil {
+		return x.AvailableMib
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetMemoryPressure() string {
+	if x != nil {
+		return x.MemoryPressure
+	}
+	return ""
 }
 
 // PoolKey names one kind of prepared execution in a node's warm pool.
@@ -910,7 +950,7 @@ var File_nodeapi_controlplane_proto protoreflect.FileDescriptor
 
 const file_nodeapi_controlplane_proto_rawDesc = "" +
 	"\n" +
-	"\x1anodeapi/controlplane.proto\x12\rspace.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12nodeapi/node.proto\"\xea\x03\n" +
+	"\x1anodeapi/controlplane.proto\x12\rspace.node.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12nodeapi/node.proto\"\x8b\x05\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -926,7 +966,11 @@ const file_nodeapi_controlplane_proto_rawDesc = "" +
 	"executions\x18\n" +
 	" \x03(\v2\x18.space.node.v1.ExecutionR\n" +
 	"executions\x12/\n" +
-	"\x05pools\x18\v \x03(\v2\x19.space.node.v1.PoolStatusR\x05pools\x1a@\n" +
+	"\x05pools\x18\v \x03(\v2\x19.space.node.v1.PoolStatusR\x05pools\x12'\n" +
+	"\x0fmemory_measured\x18\f \x01(\bR\x0ememoryMeasured\x12(\n" +
+	"\x10memory_total_mib\x18\r \x01(\x03R\x0ememoryTotalMib\x12#\n" +
+	"\ravailable_mib\x18\x0e \x01(\x03R\favailableMib\x12'\n" +
+	"\x0fmemory_pressure\x18\x0f \x01(\tR\x0ememoryPressure\x1a@\n" +
 	"\x12RuntimeStatusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"r\n" +
