@@ -37,6 +37,7 @@ import (
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/retention"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/server"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/postgres"
@@ -391,6 +392,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	rec := reconcile.New(reconcile.Config{
 		Objects: objs, TenantKey: tenantKey(keys), Schedule: o.schedule, Retention: o.retention,
 		NodeLostAfter: o.nodeLostAfter, SingleReplica: singleReplica(o.database),
+		Overcommit: scheduler.Overcommit{Ratio: o.memoryOvercommit}, NodeMemory: nodes.NodeMemory,
 	}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))

@@ -16,7 +16,7 @@ import (
 func init() {
 	commands = append(commands,
 		&command{path: "nodes list", args: "[-o json]",
-			summary: "list nodes: state, liveness, runtimes, sandboxes still on each, warm pool ready (admin key)", run: nodesList},
+			summary: "list nodes: state, liveness, runtimes, sandboxes still on each, warm pool ready, memory committed of allowed and available of total, memory pressure (admin key)", run: nodesList},
 		&command{path: "nodes drain", args: "ID [-o json]",
 			summary: "drain a node: place nothing more on it and move its running and paused sandboxes to other nodes (admin key)", run: nodesDrain},
 		&command{path: "nodes undrain", args: "ID [-o json]", summary: "return a draining node to ready (admin key)", run: nodesUndrain},
@@ -39,7 +39,7 @@ func nodesList(ctx context.Context, e *env, args []string) error {
 	for _, n := range list {
 		rows = append(rows, nodeRow(n))
 	}
-	return writeTable(e.stdout, []string{"ID", "STATE", "LIVE", "RUNTIMES", "SANDBOXES", "STOPPED-HERE", "WARM-READY", "STATUS"}, rows)
+	return writeTable(e.stdout, []string{"ID", "STATE", "LIVE", "RUNTIMES", "SANDBOXES", "STOPPED-HERE", "WARM-READY", "COMMITTED", "AVAILABLE", "STATUS"}, rows)
 }
 
 func nodeRow(n sandboxv1.Node) []string {
@@ -50,8 +50,31 @@ func nodeRow(n sandboxv1.Node) []string {
 	return []string{
 		printable(n.ID), printable(n.State), strconv.FormatBool(n.Live), printable(strings.Join(n.Runtimes, ",")),
 		strconv.Itoa(n.Sandboxes), strconv.Itoa(len(n.StoppedOnNode)), strconv.Itoa(ready),
-		printable(runtimeStatusText(n.RuntimeStatus)),
+		fmt.Sprintf("%d/%d MiB", n.CommittedMiB, n.MemoryLimitMiB), availableText(n),
+		printable(nodeStatusText(n)),
 	}
+}
+
+// availableText is a node's measured MemAvailable of MemTotal, or "-"
+// when it reports none.
+func availableText(n sandboxv1.Node) string {
+	if !n.MemoryMeasured {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d MiB", n.AvailableMiB, n.MemoryTotalMiB)
+}
+
+// nodeStatusText is a node's memory pressure, if any, then its runtime
+// status lines.
+func nodeStatusText(n sandboxv1.Node) string {
+	st := runtimeStatusText(n.RuntimeStatus)
+	if n.MemoryPressure == "" {
+		return st
+	}
+	if st == "-" {
+		return "memory pressure: " + n.MemoryPressure
+	}
+	return "memory pressure: " + n.MemoryPressure + "; " + st
 }
 
 // runtimeStatusText is a node's runtime status lines in one cell, by

@@ -133,7 +133,12 @@ func (r *Reconciler) placeRecovery(ctx context.Context, sb *sandbox.Sandbox) (no
 	if err != nil {
 		return "", "", err
 	}
-	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB}, scheduler.StateFromUsage(nodes, usage, time.Now()))
+	st := scheduler.StateFromUsage(nodes, usage, time.Now())
+	st.Overcommit = r.cfg.Overcommit
+	if r.cfg.NodeMemory != nil {
+		st.WithMemory(r.cfg.NodeMemory())
+	}
+	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB}, st)
 	if err != nil {
 		return "", "", err
 	}

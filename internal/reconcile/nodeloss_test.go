@@ -11,6 +11,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -193,4 +194,29 @@ func (f *failingList) ListSandboxes(ctx context.Context, flt store.SandboxFilter
 		return nil, fmt.Errorf("%w: database unreachable", errdefs.ErrUnavailable)
 	}
 	return f.Store.ListSandboxes(ctx, flt)
+}
+
+// TestLostNodeRecoveryAvoidsMemoryPressure: a recovery is placed as a
+// create is: the only other node, under memory pressure as its heartbeats
+// report, takes nothing until the pressure is over.
+func TestLostNodeRecoveryAvoidsMemoryPressure(t *testing.T) {
+	t.Parallel()
+	var mem atomic.Pointer[map[string]scheduler.Memory]
+	under := map[string]scheduler.Memory{"n2": {Measured: true, TotalMiB: 8192, AvailableMiB: 300, Pressure: "MemAvailable 300 MiB of 8.0 GiB (3.7%) below 10%"}}
+	mem.Store(&under)
+	h := lossHarness(t, Config{NodeMemory: func() map[string]scheduler.Memory { return *mem.Load() }})
+	sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	h.snapshot(sb, func(s *store.Snapshot) { s.Tier, s.Artifacts = "hibernate", `{"objects":[]}` })
+	h.r.resync(h.ctx)
+	after, err := h.pass(sb.ID)
+	if err == nil || after <= 0 || !strings.Contains(err.Error(), "n2: memory pressure (MemAvailable 300 MiB") {
+		t.Fatalf("pass = %v, %v; want a requeue saying n2 is under memory pressure", after, err)
+	}
+	h.wantState(sb.ID, sandbox.StateRunning, sandbox.StateRunning)
+	over := map[string]scheduler.Memory{"n2": {Measured: true, TotalMiB: 8192, AvailableMiB: 6000}}
+	mem.Store(&over)
+	h.mustPass(sb.ID)
+	if got := h.wantState(sb.ID, sandbox.StateRecovering, sandbox.StateRunning); got.Node != "n2" {
+		t.Fatalf("recovering on %s, want n2", got.Node)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/retention"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -84,6 +85,13 @@ type Config struct {
 	// TenantKey returns the tenant's KMS key id for new artifacts (creating
 	// it on first use).
 	TenantKey func(ctx context.Context, tenant string) (string, error)
+	// Overcommit is the memory overcommit a recovery placement admits
+	// under (zero: none), as a create's does.
+	Overcommit scheduler.Overcommit
+	// NodeMemory is each node's memory as its heartbeats report it
+	// (service.Heartbeats.NodeMemory): a node under memory pressure takes
+	// no recovered sandbox. nil: every node unreported.
+	NodeMemory func() map[string]scheduler.Memory
 }
 
 // Reconciler is the control plane's reconciler.

@@ -74,7 +74,9 @@ type Overcommit struct {
 	ReserveMiB int
 }
 
-// limitMiB is what Ratio lets a node of capMiB commit.
+// LimitMiB is what Ratio lets a node of capMiB commit.
+func (o Overcommit) LimitMiB(capMiB int) int { return o.limitMiB(capMiB) }
+
 func (o Overcommit) limitMiB(capMiB int) int {
 	if o.Ratio <= 1 {
 		return capMiB
@@ -127,6 +129,33 @@ func StateFromUsage(nodes []store.Node, usage map[string]store.Usage, now time.T
 		st.Nodes[i].UsedCPUs, st.Nodes[i].UsedMiB, st.Nodes[i].Sandboxes = u.CPUs, u.MemoryMiB, u.Sandboxes
 	}
 	return st
+}
+
+// Memory is a node's memory as its last heartbeat measured it.
+type Memory struct {
+	// Measured is false when the node reported no figures (it could not
+	// read them, or sent inconsistent ones): TotalMiB and AvailableMiB
+	// are then meaningless.
+	Measured               bool
+	TotalMiB, AvailableMiB int
+	// Pressure is the node's memory pressure reason ("": none).
+	Pressure string
+}
+
+// WithMemory sets each node's AvailableMiB and Pressure from what its
+// heartbeats report (mem, by node id); a node absent from mem, or that
+// measured nothing, stays unreported (AvailableMiB -1).
+func (st *State) WithMemory(mem map[string]Memory) {
+	for i := range st.Nodes {
+		m, ok := mem[st.Nodes[i].ID]
+		if !ok {
+			continue
+		}
+		if m.Measured {
+			st.Nodes[i].AvailableMiB = m.AvailableMiB
+		}
+		st.Nodes[i].Pressure = m.Pressure
+	}
 }
 
 // holdsResources reports whether a sandbox in state s occupies its node.

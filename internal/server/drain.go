@@ -87,7 +87,13 @@ func (s *Server) setNodeState(ctx context.Context, id string, state store.NodeSt
 	if state == store.NodeDraining {
 		s.enqueueOn(ctx, id)
 	}
-	return apiNode(n, s.nodes.Pools()[id], time.Now(), occ[id]), nil
+	usage, err := s.store.NodeUsage(ctx)
+	if err != nil {
+		return sandboxv1.Node{}, err
+	}
+	api := apiNode(n, s.nodes.Pools()[id], time.Now(), occ[id])
+	s.setNodeMemory(&api, usage[id], s.nodes.NodeMemory()[id])
+	return api, nil
 }
 
 // occupancy is what a node still holds: how many sandboxes have their

@@ -137,6 +137,8 @@ type controlPlane struct {
 	nodeCred string
 	// nodeAddr is where n1 (node) listens.
 	nodeAddr string
+	// nodes is the control plane's node registry.
+	nodes *Nodes
 }
 
 const testJoinToken = "join-token-for-egress-tests-0123456789"
@@ -190,6 +192,7 @@ func newControlPlaneOn(t *testing.T, cfg Config, logOut io.Writer, st store.Stor
 		cfg.DefaultRuntime = "ns"
 	}
 	srv := New(cfg, st, nodes, rec, log)
+	cp.nodes = nodes
 	api := httptest.NewServer(srv.Handler())
 	nodeSrv := httptest.NewServer(cp.node)
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -13,6 +13,7 @@ import (
 	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
 	"github.com/spacesandbox/space/internal/connecterr"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/scheduler"
 )
 
 // testHeartbeat is a node's heartbeat in the tests.
@@ -21,6 +22,8 @@ type testHeartbeat struct {
 	Runtimes, RuntimesPending []string
 	CPUs, MemoryMiB, DiskMiB  int
 	Executions                []nodev1.Execution
+	// Memory is what the node measured of its memory (zero: nothing).
+	Memory scheduler.Memory
 }
 
 // wire is hb of node id as it travels.
@@ -28,7 +31,9 @@ func (hb testHeartbeat) wire(id string) *nodeapiv1.Heartbeat {
 	return &nodeapiv1.Heartbeat{
 		NodeId: id, Address: hb.Address, Token: hb.Token, Runtimes: hb.Runtimes, RuntimesPending: hb.RuntimesPending,
 		Cpus: int64(hb.CPUs), MemoryMib: int64(hb.MemoryMiB), DiskMib: int64(hb.DiskMiB),
-		Executions: nodev1.ExecutionsToWire(hb.Executions),
+		Executions:     nodev1.ExecutionsToWire(hb.Executions),
+		MemoryMeasured: hb.Memory.Measured, MemoryTotalMib: int64(hb.Memory.TotalMiB), AvailableMib: int64(hb.Memory.AvailableMiB),
+		MemoryPressure: hb.Memory.Pressure,
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +49,9 @@ type Nodes struct {
 	// started is when this registry (this replica) started: a node whose
 	// last report in the store is older may be restarting with it.
 	started time.Time
+	// memoryWarned holds the nodes whose inconsistent memory figures
+	// were logged (once per node until they are consistent again).
+	memoryWarned map[string]bool
 }
 
 type observation struct {
@@ -57,6 +62,8 @@ type observation struct {
 	pending []string
 	// status is the node's line per runtime (runtimeStatus).
 	status map[string]string
+	// memory is the node's memory as it reported it (nodeMemory).
+	memory scheduler.Memory
 }
 
 // NewNodes returns an empty registry.
@@ -167,10 +174,75 @@ func (n *Nodes) client(id string) (*nodeclient.Client, error) {
 	return nil, fmt.Errorf("%w: node %q has not reported since the control plane started; retry shortly", errdefs.ErrUnavailable, id)
 }
 
-func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus, pending []string, status map[string]string) {
+func (n *Nodes) observe(id string, execs []nodev1.Execution, pools []nodev1.PoolStatus, pending []string, status map[string]string, mem scheduler.Memory) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools, pending: knownRuntimes(pending), status: runtimeStatus(status)}
+	n.observed[id] = observation{at: time.Now(), executions: execs, pools: pools, pending: knownRuntimes(pending), status: runtimeStatus(status), memory: mem}
+}
+
+// warnMemory logs, once per node, that its memory figures were dropped.
+func (n *Nodes) warnMemory(log *slog.Logger, id string, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.memoryWarned[id] {
+		return
+	}
+	if n.memoryWarned == nil {
+		n.memoryWarned = map[string]bool{}
+	}
+	n.memoryWarned[id] = true
+	log.Warn("node memory figures inconsistent", "node", id, "err", err)
+}
+
+// NodeMemory maps each node whose heartbeat reached this replica within
+// scheduler.HeartbeatTimeout to its memory as it reported it
+// (service.Heartbeats); a node not heard from is absent: unreported. Each
+// replica knows the nodes that report to it.
+func (n *Nodes) NodeMemory() map[string]scheduler.Memory {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]scheduler.Memory, len(n.observed))
+	for id, obs := range n.observed {
+		if time.Since(obs.at) < scheduler.HeartbeatTimeout {
+			out[id] = obs.memory
+		}
+	}
+	return out
+}
+
+// maxMemoryPressure bounds a node's memory pressure reason.
+const maxMemoryPressure = 200
+
+// nodeMemory is the memory hb reports: figures that contradict each other
+// (a total of 0, available below 0 or above the total) are dropped as
+// unreported, and the pressure reason, shown to admins and in refusals, is
+// cut to maxMemoryPressure bytes of printable ASCII. A reason is kept even
+// without figures: pressure errs on the side of refusing.
+func nodeMemory(hb *nodeapiv1.Heartbeat) (scheduler.Memory, error) {
+	m := scheduler.Memory{Pressure: printable(hb.GetMemoryPressure(), maxMemoryPressure)}
+	if !hb.GetMemoryMeasured() {
+		return m, nil
+	}
+	total, avail := hb.GetMemoryTotalMib(), hb.GetAvailableMib()
+	if total <= 0 || avail < 0 || avail > total || total > math.MaxInt32 {
+		return m, fmt.Errorf("node %s reports %d MiB available of %d MiB: figures ignored (the node is placed on by its committed memory alone)", hb.GetNodeId(), avail, total)
+	}
+	m.Measured, m.TotalMiB, m.AvailableMiB = true, int(total), int(avail)
+	return m, nil
+}
+
+// printable is s cut to max bytes of printable ASCII.
+func printable(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > max {
+		s = s[:max]
+	}
+	return s
 }
 
 // RuntimeStatus returns each node's line per runtime, as last reported.
@@ -194,15 +266,7 @@ const maxRuntimeStatus = 200
 func runtimeStatus(in map[string]string) map[string]string {
 	var out map[string]string
 	for _, name := range knownRuntimes(slices.Sorted(maps.Keys(in))) {
-		line := strings.Map(func(r rune) rune {
-			if r < 0x20 || r > 0x7e {
-				return -1
-			}
-			return r
-		}, in[name])
-		if len(line) > maxRuntimeStatus {
-			line = line[:maxRuntimeStatus]
-		}
+		line := printable(in[name], maxRuntimeStatus)
 		if line == "" {
 			continue
 		}
@@ -235,7 +299,11 @@ func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *
 	// What the node is bringing up is known before the store makes it
 	// live: a create in between would see a live node without vm, neither
 	// offered nor coming, and refuse (warmup.go).
-	s.nodes.observe(id, execs, nodev1.PoolStatusesFromWire(hb.GetPools()), hb.GetRuntimesPending(), hb.GetRuntimeStatus())
+	mem, err := nodeMemory(hb)
+	if err != nil {
+		s.nodes.warnMemory(s.log, id, err)
+	}
+	s.nodes.observe(id, execs, nodev1.PoolStatusesFromWire(hb.GetPools()), hb.GetRuntimesPending(), hb.GetRuntimeStatus(), mem)
 	if err := s.recordHeartbeat(ctx, id, hb, now); err != nil {
 		return nil, err
 	}
@@ -297,15 +365,32 @@ func (s *Server) nodeList(ctx context.Context) ([]sandboxv1.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	usage, err := s.store.NodeUsage(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := []sandboxv1.Node{}
 	now := time.Now()
-	pools, status := s.nodes.Pools(), s.nodes.RuntimeStatus()
+	pools, status, mem := s.nodes.Pools(), s.nodes.RuntimeStatus(), s.nodes.NodeMemory()
 	for _, n := range nodes {
 		api := apiNode(n, pools[n.ID], now, occ[n.ID])
 		api.RuntimeStatus = status[n.ID]
+		s.setNodeMemory(&api, usage[n.ID], mem[n.ID])
 		out = append(out, api)
 	}
 	return out, nil
+}
+
+// setNodeMemory sets api's memory figures: what its sandboxes commit (u),
+// what they may, and what the node measured (m; unreported: -1).
+func (s *Server) setNodeMemory(api *sandboxv1.Node, u store.Usage, m scheduler.Memory) {
+	api.CommittedMiB = u.MemoryMiB
+	api.MemoryLimitMiB = scheduler.Overcommit{Ratio: s.cfg.MemoryOvercommit}.LimitMiB(api.MemoryMiB)
+	api.MemoryMeasured, api.MemoryTotalMiB, api.AvailableMiB, api.UsedMiB = false, -1, -1, -1
+	if m.Measured {
+		api.MemoryMeasured, api.MemoryTotalMiB, api.AvailableMiB, api.UsedMiB = true, m.TotalMiB, m.AvailableMiB, m.TotalMiB-m.AvailableMiB
+	}
+	api.MemoryPressure = m.Pressure
 }
 
 // apiNode is n as the REST API reports it.

@@ -323,7 +323,7 @@ func TestNoNodeAfterWarmup(t *testing.T) {
 // the heartbeat is recent.
 func TestPendingRuntimesFromHeartbeat(t *testing.T) {
 	n := NewNodes()
-	n.observe("n1", nil, nil, []string{"vm", "bogus", "vm", strings.Repeat("x", 1<<16), "ns"}, nil)
+	n.observe("n1", nil, nil, []string{"vm", "bogus", "vm", strings.Repeat("x", 1<<16), "ns"}, nil, scheduler.Memory{})
 	if got := n.pendingRuntimes("n1"); strings.Join(got, ",") != "vm,ns" {
 		t.Errorf("pending %q, want vm,ns", got)
 	}
@@ -370,7 +370,7 @@ func TestRuntimeStatusFromHeartbeat(t *testing.T) {
 		"bogus":  "not a runtime",
 		"krun":   "", // known or not, an empty line is nothing
 		"\x00vm": "x",
-	})
+	}, scheduler.Memory{})
 	got := n.RuntimeStatus()["n1"]
 	want := map[string]string{
 		"vm": "q35 (Debian's cloud kernel); building the minimal kernel: compile: 3 objects[2J",
@@ -379,7 +379,7 @@ func TestRuntimeStatusFromHeartbeat(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("status %q, want %q", got, want)
 	}
-	n.observe("n1", nil, nil, nil, nil)
+	n.observe("n1", nil, nil, nil, nil, scheduler.Memory{})
 	if got := n.RuntimeStatus()["n1"]; got != nil {
 		t.Errorf("after a heartbeat without status: %q", got)
 	}

@@ -175,6 +175,7 @@ func (s *Sandboxes) place(ctx context.Context, sb *sandbox.Sandbox) (string, str
 	}
 	st := scheduler.StateFromUsage(nodes, usage, time.Now())
 	st.Overcommit = s.cfg.Overcommit
+	st.WithMemory(s.nodeMemory())
 	st.Warm = s.beats.WarmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
 	tq, err := s.tenantQuota(ctx, sb.Tenant)
 	if err != nil {
@@ -187,6 +188,15 @@ func (s *Sandboxes) place(ctx context.Context, sb *sandbox.Sandbox) (string, str
 		return "", "", err
 	}
 	return plan.Node, plan.Reason, nil
+}
+
+// nodeMemory is the nodes' memory as their heartbeats report it (none
+// without heartbeats: every node unreported).
+func (s *Sandboxes) nodeMemory() map[string]scheduler.Memory {
+	if s.beats == nil {
+		return nil
+	}
+	return s.beats.NodeMemory()
 }
 
 // placeOn checks that node can take sb as the scheduler would judge it
@@ -215,6 +225,7 @@ func (s *Sandboxes) placeOn(ctx context.Context, sb *sandbox.Sandbox, node strin
 	}
 	st := scheduler.StateFromUsage(only, usage, time.Now())
 	st.Overcommit = s.cfg.Overcommit
+	st.WithMemory(s.nodeMemory())
 	plan, err := scheduler.Place(scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq}, st)
 	if err != nil {
 		return "", err

@@ -14,6 +14,7 @@ import (
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -299,3 +300,4 @@ type raceBeats struct{}
 
 func (raceBeats) PendingRuntimes(string) []string         { return nil }
 func (raceBeats) WarmNodes(nodev1.PoolKey) map[string]int { return nil }
+func (raceBeats) NodeMemory() map[string]scheduler.Memory { return nil }

@@ -50,6 +50,9 @@ type Heartbeats interface {
 	// WarmNodes maps each node with ready warm executions of key to how
 	// many it has.
 	WarmNodes(key nodev1.PoolKey) map[string]int
+	// NodeMemory maps each node heard from recently to its memory as its
+	// last heartbeat reported it.
+	NodeMemory() map[string]scheduler.Memory
 }
 
 // Config is what the operations need to know of the deployment.

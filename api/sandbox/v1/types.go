@@ -389,6 +389,23 @@ type Node struct {
 	// cloud kernel); building the minimal kernel: compile: 458 of about
 	// 995 objects (46%)". Only runtimes with something to say.
 	RuntimeStatus map[string]string `json:"runtime_status,omitempty"`
+	// CommittedMiB sums the memory limits of the sandboxes that hold
+	// resources on the node; MemoryLimitMiB is what they may sum to:
+	// MemoryMiB times the server's --memory-overcommit.
+	CommittedMiB   int `json:"committed_mib"`
+	MemoryLimitMiB int `json:"memory_limit_mib"`
+	// MemoryMeasured is true while the node reports its measured memory
+	// in its heartbeats (to the replica answering). MemoryTotalMiB is the
+	// machine's MemTotal, AvailableMiB its MemAvailable (what new work
+	// can get without swapping), UsedMiB their difference; all -1 when
+	// not measured.
+	MemoryMeasured bool `json:"memory_measured"`
+	MemoryTotalMiB int  `json:"memory_total_mib"`
+	AvailableMiB   int  `json:"available_mib"`
+	UsedMiB        int  `json:"used_mib"`
+	// MemoryPressure is non-empty while the node is under memory
+	// pressure, and says why: no new sandbox is placed there.
+	MemoryPressure string `json:"memory_pressure,omitempty"`
 }
 
 // WarmPoolStatus is one kind of prepared sandbox on a node.
