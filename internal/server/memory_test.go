@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spacesandbox/space/internal/scheduler"
 )
@@ -67,5 +68,23 @@ func TestHeartbeatMemoryIsStoredListedAndAdmits(t *testing.T) {
 	beat(scheduler.Memory{Pressure: "psi some avg10=40.00 at or above 20"})
 	if code, e := cp.do(cp.key, http.MethodPost, "/v1/sandboxes", `{"template": "minimal", "memory_mib": 256}`, nil); code != http.StatusServiceUnavailable || !strings.Contains(e.Message, "memory pressure (psi some avg10=40.00") {
 		t.Fatalf("create under pressure without figures: HTTP %d %+v", code, e)
+	}
+}
+
+// TestNodeMemoryForgetsSilentNodes: a node whose last heartbeat reached this
+// replica longer than the heartbeat timeout ago is unreported, its old
+// pressure included.
+func TestNodeMemoryForgetsSilentNodes(t *testing.T) {
+	n := NewNodes()
+	n.observe("n1", nil, nil, nil, nil, scheduler.Memory{Measured: true, TotalMiB: 100, AvailableMiB: 5, Pressure: "low"})
+	n.observe("n2", nil, nil, nil, nil, scheduler.Memory{Measured: true, TotalMiB: 100, AvailableMiB: 50})
+	n.mu.Lock()
+	obs := n.observed["n1"]
+	obs.at = time.Now().Add(-scheduler.HeartbeatTimeout - time.Second)
+	n.observed["n1"] = obs
+	n.mu.Unlock()
+	got := n.NodeMemory()
+	if _, ok := got["n1"]; ok || got["n2"].AvailableMiB != 50 {
+		t.Fatalf("NodeMemory = %+v, want n2 only", got)
 	}
 }
