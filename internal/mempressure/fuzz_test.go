@@ -1,13 +1,9 @@
 package mempressure
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 )
-
-func fmtInt(n int) string   { return strconv.Itoa(n) }
-func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }
 
 // FuzzParseMeminfo: whatever the input, ParseMeminfo returns a consistent
 // reading or an error, never panics.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,7 +91,7 @@ func TestParsePSI(t *testing.T) {
 // negative, a PSI file with some avg10 = psi.
 func writeFiles(t *testing.T, dir string, availMiB, totalMiB int, psi float64) {
 	t.Helper()
-	mi := "MemTotal: " + itoa(totalMiB*1024) + " kB\nMemFree: 1 kB\nMemAvailable: " + itoa(availMiB*1024) + " kB\n"
+	mi := "MemTotal: " + strconv.Itoa(totalMiB*1024) + " kB\nMemFree: 1 kB\nMemAvailable: " + strconv.Itoa(availMiB*1024) + " kB\n"
 	if err := os.WriteFile(filepath.Join(dir, "meminfo"), []byte(mi), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func writeFiles(t *testing.T, dir string, availMiB, totalMiB int, psi float64) {
 		os.Remove(path)
 		return
 	}
-	line := "some avg10=" + strings.TrimRight(strings.TrimRight(ftoa(psi), "0"), ".") + " avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+	line := "some avg10=" + strconv.FormatFloat(psi, 'f', 2, 64) + " avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +229,3 @@ func TestOverrideOnlyInTestProcesses(t *testing.T) {
 		t.Fatalf("without %s: override %q, want it ignored", failpoint.EnvVar, got)
 	}
 }
-
-func itoa(n int) string { return fmtInt(n) }
