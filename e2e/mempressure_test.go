@@ -130,3 +130,93 @@ func TestMemoryPressureOverrideIgnoredOutsideTests(t *testing.T) {
 	sb := in.create("minimal")
 	in.delete(sb.ID)
 }
+
+// pressureEvent is the "idle" event memory pressure left on sandbox id, if any.
+func (in *instance) pressureEvent(id string) (time.Time, string, bool) {
+	in.t.Helper()
+	var ev struct {
+		Events []struct {
+			Time    time.Time `json:"time"`
+			Type    string    `json:"type"`
+			Message string    `json:"message"`
+		}
+	}
+	if code := in.do("GET", "/v1/sandboxes/"+id+"/events", nil, &ev); code != http.StatusOK {
+		in.t.Fatalf("events of %s: HTTP %d", id, code)
+	}
+	for _, e := range ev.Events {
+		if e.Type == "idle" && strings.Contains(e.Message, "memory pressure on node local") {
+			return e.Time, e.Message, true
+		}
+	}
+	return time.Time{}, "", false
+}
+
+// TestMemoryPressurePausesTheLongestIdle: under (injected) memory pressure
+// the server pauses the node's idle sandboxes that have an idle timeout,
+// longest idle first, one per heartbeat and ahead of their timeout, each
+// with an event saying why; a sandbox without an idle timeout runs on.
+func TestMemoryPressurePausesTheLongestIdle(t *testing.T) {
+	dir := newDataDir(t)
+	over := filepath.Join(dir, "test-memory-pressure")
+	in := startServerEnv(t, dir, []string{failpoint.EnvVar + "=", mempressure.TestOverrideEnv + "=" + over})
+	defer in.stop()
+	create := func(body map[string]any) sandbox {
+		t.Helper()
+		var sb sandbox
+		body["template"], body["runtime"], body["memory_mib"] = "minimal", "ns", 256
+		if code := in.do("POST", "/v1/sandboxes", body, &sb); code != http.StatusCreated {
+			t.Fatalf("create %v: HTTP %d", body, code)
+		}
+		return sb
+	}
+	older := create(map[string]any{"idle_timeout": "1h", "idle_action": "pause"})
+	defer in.delete(older.ID)
+	time.Sleep(2 * time.Second)
+	newer := create(map[string]any{"idle_timeout": "1h", "idle_action": "pause"})
+	defer in.delete(newer.ID)
+	always := create(map[string]any{})
+	defer in.delete(always.ID)
+	// Both must be idle for reconcile.MinIdleUnderPressure (10 s).
+	time.Sleep(12 * time.Second)
+
+	if err := os.WriteFile(over, []byte("e2e injected pressure\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) string {
+		var sb sandbox
+		in.do("GET", "/v1/sandboxes/"+id, nil, &sb)
+		return sb.State
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for state(older.ID) != "paused" || state(newer.ID) != "paused" {
+		if time.Now().After(deadline) {
+			t.Fatalf("under memory pressure after 45 s: older %s, newer %s, want both paused\n%s", state(older.ID), state(newer.ID), in.logs())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	at1, msg, ok1 := in.pressureEvent(older.ID)
+	at2, _, ok2 := in.pressureEvent(newer.ID)
+	if !ok1 || !ok2 || !strings.Contains(msg, "(test override: e2e injected pressure)") || !strings.Contains(msg, "idle timeout 1h0m0s") {
+		t.Fatalf("pause events: older %v %q, newer %v", ok1, msg, ok2)
+	}
+	if !at1.Before(at2) {
+		t.Errorf("the newer sandbox was paused at %s, not after the older (longest idle) at %s", at2, at1)
+	}
+	// Two more heartbeats under pressure: the sandbox without an idle
+	// timeout is not the node's to pause.
+	time.Sleep(5 * time.Second)
+	if s := state(always.ID); s != "running" {
+		t.Errorf("the sandbox without an idle timeout is %s under pressure, want running", s)
+	}
+	if _, _, ok := in.pressureEvent(always.ID); ok {
+		t.Errorf("the sandbox without an idle timeout has a memory pressure event")
+	}
+	if err := os.Remove(over); err != nil {
+		t.Fatal(err)
+	}
+	// A request wakes a paused one as usual.
+	if res := in.exec(older.ID, "echo", "awake"); res.Stdout != "awake\n" {
+		t.Errorf("exec in the sandbox paused for pressure: %+v", res)
+	}
+}

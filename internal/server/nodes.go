@@ -312,6 +312,15 @@ func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *
 	}
 	s.internal.heartbeat(from, hb.GetAddress())
 	s.rec.Observe(id, execs)
+	if mem.Pressure != "" {
+		// One sandbox per heartbeat: the node says again whether the
+		// pressure lasts.
+		if sb, err := s.rec.RelievePressure(ctx, id, mem.Pressure); err != nil {
+			s.log.Warn("memory pressure: could not pause an idle sandbox", "node", id, "err", err)
+		} else if sb != "" {
+			s.log.Info("memory pressure: idle sandbox paused or hibernated ahead of its idle timeout", "node", id, "sandbox", sb, "reason", mem.Pressure)
+		}
+	}
 	internal := s.internal.current()
 	reply := &nodeapiv1.HeartbeatReply{
 		Retire:         nodev1.RetirementsToWire(s.retirements(ctx, id, execs)),
