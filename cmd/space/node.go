@@ -41,7 +41,7 @@ func runNode(args []string) int {
 	objectStore := fs.String("object-store", "", "object store URL for hibernated snapshots (default file://DATA/objects; the control plane's)")
 	kmsDir := fs.String("kms-dir", "", "directory of the local-file KMS (default DATA/kms; the control plane's)")
 	hostBridge := fs.String("host-bridge", "", "space-host-bridge binary, started once per execution (default: beside this binary)")
-	memThreshold := addMemoryPressureFlag(fs)
+	memThreshold := addMemoryPressureFlag(fs, "")
 	gwFlags := addGatewayFlags(fs)
 	fs.Usage = func() {
 		// The first line stays flag's own: deploy/kubernetes checks it.
@@ -119,9 +119,10 @@ type nodeOptions struct {
 	memory *mempressure.Monitor
 }
 
-// addMemoryPressureFlag adds --memory-pressure-threshold to fs.
-func addMemoryPressureFlag(fs *flag.FlagSet) *float64 {
-	return fs.Float64("memory-pressure-threshold", mempressure.DefaultThreshold, fmt.Sprintf("percent of the node's memory: while MemAvailable is below it (or memory PSI some avg10 is %g or more) the node reports memory pressure and the control plane places no new sandbox there; the pressure ends once MemAvailable is back to twice it and PSI below half its threshold (see docs/scale-out.md)", mempressure.DefaultPSIThreshold))
+// addMemoryPressureFlag adds --memory-pressure-threshold to fs, its usage
+// starting with prefix.
+func addMemoryPressureFlag(fs *flag.FlagSet, prefix string) *float64 {
+	return fs.Float64("memory-pressure-threshold", mempressure.DefaultThreshold, prefix+fmt.Sprintf("percent of the node's memory: while MemAvailable is below it (or memory PSI some avg10 is %g or more) the node reports memory pressure and the control plane places no new sandbox there; the pressure ends once MemAvailable is back to twice it and PSI below half its threshold (see docs/scale-out.md)", mempressure.DefaultPSIThreshold))
 }
 
 // memoryMonitor is the node's memory monitor for a threshold of pct percent.

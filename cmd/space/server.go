@@ -62,7 +62,7 @@ func runServer(args []string) int {
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm wherever a node offers it or is bringing it up; see --runtime-fallback)")
 	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
 	overcommit := fs.Float64("memory-overcommit", 1, "how many times a node's memory the sandboxes' memory limits on it may sum to (1: no overcommit; limits are caps and idle sandboxes use a fraction of them; above 1 a node must also keep its measured MemAvailable after the new sandbox's limit; a node under memory pressure takes none, see --memory-pressure-threshold)")
-	memThreshold := addMemoryPressureFlag(fs)
+	memThreshold := addMemoryPressureFlag(fs, "--dev: ")
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	kernelBuild := fs.String("kernel-build", vmimage.KernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")

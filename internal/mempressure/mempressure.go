@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -279,7 +278,7 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.PSIThreshold == 0 {
 		cfg.PSIThreshold = DefaultPSIThreshold
 	}
-	if !(cfg.Threshold > 0 && cfg.Threshold < 50) || math.IsNaN(cfg.Threshold) {
+	if !(cfg.Threshold > 0 && cfg.Threshold < 50) { // NaN too
 		return nil, fmt.Errorf("%w: memory pressure threshold %v%%: want more than 0 and less than 50 (pressure ends at twice it)", errdefs.ErrInvalidArgument, cfg.Threshold)
 	}
 	if !(cfg.PSIThreshold > 0 && cfg.PSIThreshold <= 100) {
