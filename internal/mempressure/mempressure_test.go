@@ -229,3 +229,17 @@ func TestOverrideOnlyInTestProcesses(t *testing.T) {
 		t.Fatalf("without %s: override %q, want it ignored", failpoint.EnvVar, got)
 	}
 }
+
+// BenchmarkMeasure: what a node pays per heartbeat to measure its memory
+// on this machine (reads /proc/meminfo and /proc/pressure/memory).
+func BenchmarkMeasure(b *testing.B) {
+	m, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if r := m.Measure(); !r.Measured {
+			b.Fatal(r.Err)
+		}
+	}
+}
