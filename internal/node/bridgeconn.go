@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +46,15 @@ type bridgeConn struct {
 	refused   *metrics.CounterVec // refused peers by failed check
 	transport *http.Transport
 	client    *http.Client
+
+	heldMu sync.Mutex // guards heldAt
+	// heldAt is when the bridge last answered that its guest is ready and
+	// nothing is wrong (zero: no such answer held): the heartbeat's report
+	// takes it for a new answer while it is young and the bridge process
+	// lives (heldRunning), so an idle execution costs no round trip.
+	heldAt time.Time
+	// statusCalls counts the status round trips to the bridge.
+	statusCalls atomic.Int64
 }
 
 // connectBridge returns the verified connection to rec's bridge; refused
@@ -250,7 +260,42 @@ func exeIdentity(pid int) (dev, ino uint64, err error) {
 
 func (b *bridgeConn) close() { b.transport.CloseIdleConnections() }
 
+// holdRunning keeps that the bridge answered, at a status round trip begun
+// at asked, that its execution runs.
+func (b *bridgeConn) holdRunning(asked time.Time) {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	if asked.After(b.heldAt) {
+		b.heldAt = asked
+	}
+}
+
+// forget drops the held answer: the next report asks the bridge.
+func (b *bridgeConn) forget() {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	b.heldAt = time.Time{}
+}
+
+// heldRunning reports whether the held answer that the execution runs
+// still stands at now: it is younger than maxAge (the safety net for a
+// change the node is not told of, such as a hung bridge) and the bridge
+// process it came from is still alive, by pid and start time, and not a
+// zombie. A bridge that exits, the way every failure of its execution ends
+// (guest gone, directory removed, stop), fails the second test at once,
+// whether or not this process started it.
+func (b *bridgeConn) heldRunning(now time.Time, maxAge time.Duration) bool {
+	b.heldMu.Lock()
+	at := b.heldAt
+	b.heldMu.Unlock()
+	if at.IsZero() || now.Sub(at) >= maxAge || now.Before(at) {
+		return false
+	}
+	return driver.ProcAlive(b.want.pid, b.want.start)
+}
+
 func (b *bridgeConn) status(ctx context.Context) (bridge.Status, error) {
+	b.statusCalls.Add(1)
 	var st bridge.Status
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -211,6 +211,7 @@ func (m *Manager) fenceOne(ctx context.Context, execID string) error {
 	if err := m.pauser.Pause(ctx, rec.physicalID(), rec.Runtime); err != nil {
 		return err
 	}
+	m.forgetStatus(execID)
 	rec.Paused, rec.Fenced = true, true
 	if err := m.records.save(rec); err != nil {
 		return err

@@ -93,7 +93,7 @@ func (m *Manager) heartbeat(ctx context.Context, hello *privop.Hello, advertise 
 		NodeId: m.cfg.NodeID, Address: advertise, Token: m.cfg.Token,
 		Runtimes: hello.Runtimes, RuntimesPending: hello.Pending, RuntimeStatus: hello.Status,
 		Cpus: int64(m.cfg.CPUs), MemoryMib: int64(m.cfg.MemoryMiB),
-		Executions: nodev1.ExecutionsToWire(m.List(ctx)), Pools: nodev1.PoolStatusesToWire(m.PoolStatus(ctx)),
+		Executions: nodev1.ExecutionsToWire(m.report(ctx)), Pools: nodev1.PoolStatusesToWire(m.PoolStatus(ctx)),
 	}
 	m.memory.fill(hb)
 	return hb

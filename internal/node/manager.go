@@ -67,6 +67,11 @@ type Config struct {
 	Memory *mempressure.Monitor
 }
 
+// defaultStatusRefresh is Manager.statusRefresh: the heartbeat asks the
+// bridge of an execution that runs, and is not known to have changed, once
+// per 30 s instead of every heartbeat.
+const defaultStatusRefresh = 30 * time.Second
+
 // Manager runs sandbox executions on this node.
 type Manager struct {
 	cfg     Config
@@ -89,6 +94,9 @@ type Manager struct {
 	// changed wakes the heartbeat loop early when an execution ends, so the
 	// control plane learns of a dead sandbox in well under a second.
 	changed chan struct{}
+	// statusRefresh is how long a bridge's answer that its execution runs
+	// stands in the heartbeat's report while its process lives (report).
+	statusRefresh time.Duration
 
 	// streams holds the leases of forwarded guest requests per execution.
 	streams leases
@@ -144,7 +152,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), guestErrors: newGuestErrorMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), pauser: cfg.Privileged,
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), guestErrors: newGuestErrorMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), statusRefresh: defaultStatusRefresh, pauser: cfg.Privileged,
 		serving: make(chan struct{})}
 	m.streams.max, m.streams.refused = cfg.MaxStreamsPerExecution, m.refusals.streams
 	m.pool.init()
@@ -493,6 +501,7 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 	if err != nil {
 		return err
 	}
+	m.forgetStatus(execID)
 	// Either way the execution is no longer frozen by the fence: thawed by
 	// the control plane, or paused by its sandbox's owner (and thawed only
 	// by a resume).
@@ -507,6 +516,17 @@ func (m *Manager) PauseResume(ctx context.Context, execID string, pause bool) er
 type pauser interface {
 	Pause(ctx context.Context, execID, runtime string) error
 	Resume(ctx context.Context, execID, runtime string) error
+}
+
+// forgetStatus drops the held status of execID's bridge (a pause or a
+// resume changed the execution): the next heartbeat asks it.
+func (m *Manager) forgetStatus(execID string) {
+	m.mu.Lock()
+	bc := m.bridges[execID]
+	m.mu.Unlock()
+	if bc != nil {
+		bc.forget()
+	}
 }
 
 func (m *Manager) notifyChanged() {
@@ -618,8 +638,24 @@ func (m *Manager) ListSandbox(ctx context.Context, sandboxID string) []nodev1.Ex
 	return m.list(ctx, sandboxID)
 }
 
+// report lists every execution on the node for the heartbeat: an
+// execution whose bridge answered within Manager.statusRefresh that it runs,
+// and whose bridge process still lives, is reported running without a new
+// round trip (observeHeld). The rest of each entry is read from the
+// runtime records as List does, so a removed execution leaves the report
+// and a paused or fenced one is reported as such at once.
+func (m *Manager) report(ctx context.Context) []nodev1.Execution {
+	return m.listHeld(ctx, "", m.statusRefresh)
+}
+
 // list observes the executions of sandboxID (empty: every sandbox).
 func (m *Manager) list(ctx context.Context, sandboxID string) []nodev1.Execution {
+	return m.listHeld(ctx, sandboxID, 0)
+}
+
+// listHeld lists the executions of sandboxID (empty: every sandbox),
+// observed as observeHeld does with maxAge.
+func (m *Manager) listHeld(ctx context.Context, sandboxID string, maxAge time.Duration) []nodev1.Execution {
 	recs, errs := m.records.all()
 	for _, err := range errs {
 		m.log.Warn("unreadable runtime record", "err", err)
@@ -632,7 +668,7 @@ func (m *Manager) list(ctx context.Context, sandboxID string) []nodev1.Execution
 		if sandboxID != "" && rec.SandboxID != sandboxID {
 			continue
 		}
-		out = append(out, m.withActivity(ctx, rec, m.observe(ctx, rec)))
+		out = append(out, m.withActivity(ctx, rec, m.observeHeld(ctx, rec, maxAge)))
 	}
 	return out
 }
@@ -683,6 +719,13 @@ func (m *Manager) setStarting(execID string, on bool) {
 
 // observe asks the execution's bridge how it is.
 func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
+	return m.observeHeld(ctx, rec, 0)
+}
+
+// observeHeld observes the execution as observe does, but with maxAge > 0
+// takes the bridge's held answer that the execution runs
+// (bridgeConn.heldRunning) for a new one while it stands.
+func (m *Manager) observeHeld(ctx context.Context, rec *Record, maxAge time.Duration) nodev1.Execution {
 	ex := nodev1.Execution{
 		ExecID: rec.ExecID, SandboxID: rec.SandboxID, Generation: rec.Generation,
 		ActivationID: rec.ActivationID, Runtime: rec.Runtime, Template: rec.Template,
@@ -697,10 +740,17 @@ func (m *Manager) observe(ctx context.Context, rec *Record) nodev1.Execution {
 	}
 	bc, err := m.bridge(rec)
 	if err == nil {
+		asked := time.Now()
+		if maxAge > 0 && bc.heldRunning(asked, maxAge) {
+			return ex
+		}
 		var st bridge.Status
 		st, err = bc.status(ctx)
 		if err == nil && st.Reason != "" {
 			err = errors.New(st.Reason)
+		}
+		if err == nil && st.Ready {
+			bc.holdRunning(asked)
 		}
 	}
 	if err != nil {
