@@ -47,12 +47,16 @@ type bridgeConn struct {
 	transport *http.Transport
 	client    *http.Client
 
-	heldMu sync.Mutex // guards heldAt
+	heldMu sync.Mutex // guards heldAt and pidfd
 	// heldAt is when the bridge last answered that its guest is ready and
 	// nothing is wrong (zero: no such answer held): the heartbeat's report
 	// takes it for a new answer while it is young and the bridge process
 	// lives (heldRunning), so an idle execution costs no round trip.
 	heldAt time.Time
+	// pidfd is a pidfd of the bridge process, opened with the first held
+	// answer (-1: none): it turns readable when the process exits, which
+	// one poll tells without reading /proc.
+	pidfd int
 	// statusCalls counts the status round trips to the bridge.
 	statusCalls atomic.Int64
 }
@@ -66,7 +70,7 @@ func (m *Manager) connectBridge(rec *Record) *bridgeConn {
 // dialBridge returns the connection to rec's bridge at socket; refused
 // peers are counted in refused by check, and logged unless log is nil.
 func dialBridge(rec *Record, socket string, log *slog.Logger, refused *metrics.CounterVec) *bridgeConn {
-	b := &bridgeConn{execID: rec.ExecID, socket: socket, want: bridgeProcessOf(rec), log: log, refused: refused}
+	b := &bridgeConn{execID: rec.ExecID, socket: socket, want: bridgeProcessOf(rec), log: log, refused: refused, pidfd: -1}
 	if b.want.exeIno == 0 && log != nil {
 		// Logged once per connection pool, i.e. once per execution and
 		// run of the node.
@@ -258,7 +262,16 @@ func exeIdentity(pid int) (dev, ino uint64, err error) {
 	return st.Dev, st.Ino, nil
 }
 
-func (b *bridgeConn) close() { b.transport.CloseIdleConnections() }
+// close drops the idle connections and the held answer's pidfd.
+func (b *bridgeConn) close() {
+	b.transport.CloseIdleConnections()
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	if b.pidfd >= 0 {
+		unix.Close(b.pidfd)
+		b.pidfd = -1
+	}
+}
 
 // holdRunning keeps that the bridge answered, at a status round trip begun
 // at asked, that its execution runs.
@@ -268,6 +281,44 @@ func (b *bridgeConn) holdRunning(asked time.Time) {
 	if asked.After(b.heldAt) {
 		b.heldAt = asked
 	}
+	if b.pidfd < 0 {
+		b.pidfd = openBridgePidfd(b.want)
+	}
+}
+
+// pidfdOpen is unix.PidfdOpen (tests take it away).
+var pidfdOpen = unix.PidfdOpen
+
+// openBridgePidfd returns a pidfd of bridge process p, or -1 when there is
+// none (the kernel has no pidfd_open, or p is gone). It is checked after
+// the open: a process that has p's pid and start time then is the one the
+// pidfd names (a pid is not reused while its process lives).
+func openBridgePidfd(p bridgeProcess) int {
+	if p.pid <= 0 {
+		return -1
+	}
+	fd, err := pidfdOpen(p.pid, 0)
+	if err != nil {
+		return -1
+	}
+	if !driver.ProcAlive(p.pid, p.start) {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// processAlive reports whether the bridge process lives: by its pidfd
+// when there is one, else by pid and start time (not a zombie). The
+// caller holds heldMu.
+func (b *bridgeConn) processAlive() bool {
+	if b.pidfd >= 0 {
+		fds := []unix.PollFd{{Fd: int32(b.pidfd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err == nil {
+			return n == 0 || fds[0].Revents&unix.POLLIN == 0
+		}
+	}
+	return driver.ProcAlive(b.want.pid, b.want.start)
 }
 
 // forget drops the held answer: the next report asks the bridge.
@@ -280,18 +331,18 @@ func (b *bridgeConn) forget() {
 // heldRunning reports whether the held answer that the execution runs
 // still stands at now: it is younger than maxAge (the safety net for a
 // change the node is not told of, such as a hung bridge) and the bridge
-// process it came from is still alive, by pid and start time, and not a
-// zombie. A bridge that exits, the way every failure of its execution ends
-// (guest gone, directory removed, stop), fails the second test at once,
-// whether or not this process started it.
+// process it came from is still alive (processAlive). A bridge that exits,
+// the way every failure of its execution ends (guest gone, directory
+// removed, stop), fails the second test at once, whether or not this
+// process started it.
 func (b *bridgeConn) heldRunning(now time.Time, maxAge time.Duration) bool {
 	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
 	at := b.heldAt
-	b.heldMu.Unlock()
 	if at.IsZero() || now.Sub(at) >= maxAge || now.Before(at) {
 		return false
 	}
-	return driver.ProcAlive(b.want.pid, b.want.start)
+	return b.processAlive()
 }
 
 func (b *bridgeConn) status(ctx context.Context) (bridge.Status, error) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"golang.org/x/sys/unix"
+
 	"github.com/spacesandbox/space/internal/driver"
 )
 
@@ -30,17 +32,45 @@ func reportOne(t *testing.T, m *Manager) nodev1.Execution {
 }
 
 // waitBridgeGone kills the bridge of rec and waits until its process is
-// gone (reaped: a zombie does not count as alive).
+// reaped (the node that started it waits for it), as it is by the time the
+// node is told of the exit. A zombie is not enough: its other threads may
+// still be exiting, and its pidfd turns readable only once they are gone.
 func waitBridgeGone(t *testing.T, rec *Record) {
 	t.Helper()
 	if err := syscall.Kill(rec.BridgePid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); driver.ProcAlive(rec.BridgePid, rec.BridgeStartTime); {
+	reaped := func() bool {
+		st, err := driver.ProcStartTime(rec.BridgePid)
+		return err != nil || st != rec.BridgeStartTime
+	}
+	for deadline := time.Now().Add(30 * time.Second); !reaped(); {
 		if time.Now().After(deadline) {
 			t.Fatal("the killed bridge is still there")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// eachLivenessCheck runs test with the bridge process's liveness told by
+// its pidfd, and by /proc (a kernel without pidfd_open).
+func eachLivenessCheck(t *testing.T, test func(t *testing.T, pidfd bool)) {
+	t.Run("pidfd", func(t *testing.T) { test(t, true) })
+	t.Run("proc", func(t *testing.T) {
+		pidfdOpen = func(int, int) (int, error) { return -1, unix.ENOSYS }
+		defer func() { pidfdOpen = unix.PidfdOpen }()
+		test(t, false)
+	})
+}
+
+// checkPidfd fails t unless bc holds a pidfd exactly when want.
+func checkPidfd(t *testing.T, bc *bridgeConn, want bool) {
+	t.Helper()
+	bc.heldMu.Lock()
+	fd := bc.pidfd
+	bc.heldMu.Unlock()
+	if (fd >= 0) != want {
+		t.Fatalf("bridge pidfd = %d, want one: %v", fd, want)
 	}
 }
 
@@ -49,6 +79,10 @@ func waitBridgeGone(t *testing.T, rec *Record) {
 // the bridge exits, the next report says the execution failed, and why.
 func TestReportAsksAnUnchangedBridgeNothing(t *testing.T) {
 	testenvSkipWithoutProc(t)
+	eachLivenessCheck(t, testReportAsksAnUnchangedBridgeNothing)
+}
+
+func testReportAsksAnUnchangedBridgeNothing(t *testing.T, pidfd bool) {
 	m, _ := bridgeTestManager(t)
 	rec := heldRecord("sb1-g1-held")
 	spawnTestBridge(t, m, rec, nsChannel(t))
@@ -57,6 +91,7 @@ func TestReportAsksAnUnchangedBridgeNothing(t *testing.T) {
 	if ex := reportOne(t, m); ex.State != nodev1.ExecRunning {
 		t.Fatalf("first report = %+v, want running", ex)
 	}
+	checkPidfd(t, bc, pidfd)
 	asked := bc.statusCalls.Load()
 	for i := range 5 {
 		if ex := reportOne(t, m); ex.State != nodev1.ExecRunning {
@@ -79,6 +114,10 @@ func TestReportAsksAnUnchangedBridgeNothing(t *testing.T) {
 	if ex.State != nodev1.ExecFailed || !strings.Contains(ex.Reason, "host bridge") {
 		t.Fatalf("report after the bridge exited = %+v, want failed with the host bridge's reason", ex)
 	}
+	// Stopping the execution lets go of its pidfd (the node-manager's
+	// cleanup, absent here, fails after).
+	_ = m.Stop(t.Context(), rec.ExecID)
+	checkPidfd(t, bc, false)
 }
 
 // TestReportAfterPauseAsksAgain: a pause or a resume the node made drops
@@ -159,6 +198,10 @@ func TestReportRefreshCatchesAnUntoldChange(t *testing.T) {
 // report.
 func TestReportAfterRestartAsksOnceThenHolds(t *testing.T) {
 	testenvSkipWithoutProc(t)
+	eachLivenessCheck(t, testReportAfterRestartAsksOnceThenHolds)
+}
+
+func testReportAfterRestartAsksOnceThenHolds(t *testing.T, pidfd bool) {
 	m, _ := bridgeTestManager(t)
 	rec := heldRecord("sb1-g1-restart")
 	spawnTestBridge(t, m, rec, nsChannel(t))
@@ -179,6 +222,7 @@ func TestReportAfterRestartAsksOnceThenHolds(t *testing.T) {
 	if n := bc.statusCalls.Load(); n != 1 {
 		t.Fatalf("the first report after the restart asked the bridge %d times, want 1", n)
 	}
+	checkPidfd(t, bc, pidfd)
 	reportOne(t, m2)
 	if n := bc.statusCalls.Load(); n != 1 {
 		t.Fatalf("two reports after the restart asked the bridge %d times, want 1", n)
