@@ -29,6 +29,7 @@ import (
 	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/mempressure"
+	"github.com/spacesandbox/space/internal/metrics"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
 )
@@ -72,6 +73,13 @@ type Config struct {
 // per 30 s instead of every heartbeat.
 const defaultStatusRefresh = 30 * time.Second
 
+// How the heartbeat knew an execution's state: the status label of
+// space_node_heartbeat_executions_total.
+const (
+	reportHeld  = "held"
+	reportAsked = "asked"
+)
+
 // Manager runs sandbox executions on this node.
 type Manager struct {
 	cfg     Config
@@ -97,6 +105,9 @@ type Manager struct {
 	// statusRefresh is how long a bridge's answer that its execution runs
 	// stands in the heartbeat's report while its process lives (report).
 	statusRefresh time.Duration
+	// reported counts the executions the heartbeat reported, by how their
+	// state was known: "held" (a held answer), "asked" (a round trip).
+	reported *metrics.CounterVec
 
 	// streams holds the leases of forwarded guest requests per execution.
 	streams leases
@@ -153,6 +164,8 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
 	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), guestErrors: newGuestErrorMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), statusRefresh: defaultStatusRefresh, pauser: cfg.Privileged,
+		reported: metrics.NewCounterVec("space_node_heartbeat_executions_total",
+			"Executions the node's heartbeats reported, by how each one's state was known: held (the bridge's last answer, its process alive) or asked (a status round trip to its bridge).", "status").Always(reportHeld, reportAsked),
 		serving: make(chan struct{})}
 	m.streams.max, m.streams.refused = cfg.MaxStreamsPerExecution, m.refusals.streams
 	m.pool.init()
@@ -742,7 +755,11 @@ func (m *Manager) observeHeld(ctx context.Context, rec *Record, maxAge time.Dura
 	if err == nil {
 		asked := time.Now()
 		if maxAge > 0 && bc.heldRunning(asked, maxAge) {
+			m.reported.Inc(reportHeld)
 			return ex
+		}
+		if maxAge > 0 {
+			m.reported.Inc(reportAsked)
 		}
 		var st bridge.Status
 		st, err = bc.status(ctx)

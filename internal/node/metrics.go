@@ -76,11 +76,12 @@ func (r *refusalMetrics) write(w io.Writer) {
 	r.streams.Write(w)
 }
 
-// handleMetrics serves GET /node/v1/metrics: the refusal counters as
-// Prometheus text. Like every node-api route it needs the node token.
+// handleMetrics serves GET /node/v1/metrics: the refusal counters and the
+// heartbeat's report counts as Prometheus text. Like every node-api route it needs the node token.
 func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
 	m.refusals.write(&b)
+	m.reported.Write(&b)
 	refusals, protocolErrors := m.bridgeCounts(r.Context())
 	metrics.WriteCounter(&b, "space_bridge_capability_refusals_total",
 		"Requests the host bridges of this node's executions refused at their own capability check, by reason.",

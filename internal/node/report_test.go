@@ -101,6 +101,9 @@ func testReportAsksAnUnchangedBridgeNothing(t *testing.T, pidfd bool) {
 	if n := bc.statusCalls.Load() - asked; n != 0 {
 		t.Fatalf("5 reports of an unchanged execution asked its bridge %d times, want 0", n)
 	}
+	if held, asked := m.reported.Value(reportHeld), m.reported.Value(reportAsked); held != 5 || asked != 1 {
+		t.Fatalf("space_node_heartbeat_executions_total: held %d, asked %d; want 5 and 1", held, asked)
+	}
 	// The node-API List still observes now.
 	if execs := m.List(t.Context()); len(execs) != 1 || execs[0].State != nodev1.ExecRunning {
 		t.Fatalf("List = %+v, want the execution running", execs)
