@@ -167,6 +167,25 @@ func TestLargeFileAndWatch(t *testing.T) {
 	if ev.Type == "" {
 		t.Errorf("watch event without a type: %+v", ev)
 	}
+
+	// Overwriting it swaps the new file in: a second hard link to the old
+	// one keeps the old 100 MiB, now its only name.
+	if res := in.exec(sb.ID, "ln", "/home/user/big.bin", "/home/user/big.old"); res.ExitCode != 0 {
+		t.Fatalf("ln: %+v", res)
+	}
+	req, _ = http.NewRequestWithContext(ctx, "PUT", in.url+"/v1/sandboxes/"+sb.ID+"/files?path=/home/user/big.bin", strings.NewReader("small"))
+	req.Header.Set("Authorization", "Bearer "+in.key)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("overwrite big.bin: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if res := in.exec(sb.ID, "cat", "/home/user/big.bin"); res.Stdout != "small" {
+		t.Errorf("big.bin after the overwrite = %q, want %q", res.Stdout, "small")
+	}
+	if res := in.exec(sb.ID, "sh", "-c", "wc -c < /home/user/big.old; stat -c %h /home/user/big.old; ls -a /home/user"); !strings.HasPrefix(res.Stdout, "104857600\n1\n") || strings.Contains(res.Stdout, ".upload-") {
+		t.Errorf("the old file's other link after the overwrite: %q; want its 104857600 bytes, 1 link, no temporary file", res.Stdout)
+	}
 }
 
 // TestTTYAndCustomTemplate runs `space exec --tty` on a real terminal, and a

@@ -26,8 +26,11 @@ import (
 
 // admission is the bridge's verification state.
 type admission struct {
-	mu        sync.Mutex
-	keys      *capability.KeySet
+	mu   sync.Mutex
+	keys *capability.KeySet
+	// verifier verifies each token's signature once per key set
+	// (capability.Verifier); the rest of the check runs every time.
+	verifier  capability.Verifier
 	installed *capability.Identity
 	retired   bool
 	// clock is the node's last clock verdict and clockAt when it came
@@ -192,7 +195,7 @@ func (a *admission) check(header string, op capability.Op) *refusal {
 	if err != nil {
 		return &refusal{err, RefusedMalformed, nil}
 	}
-	c, err := capability.Verify(tok, keys, a.now())
+	c, err := a.verifier.Verify(tok, keys, a.now())
 	if errors.Is(err, capability.ErrNotYetValid) {
 		return &refusal{err, RefusedNotYetValid, nil}
 	}

@@ -205,17 +205,25 @@ func Verify(token []byte, keys *KeySet, now time.Time) (*Capability, error) {
 	if !ed25519.Verify(pub, msg, sig) {
 		return nil, ErrBadSignature
 	}
+	if err := checkWindow(c, now); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkWindow checks c's lifetime and that now is inside its validity window.
+func checkWindow(c *Capability, now time.Time) error {
 	if c.ExpiresAt.Sub(c.IssuedAt) > Lifetime || !c.ExpiresAt.After(c.IssuedAt) {
-		return nil, fmt.Errorf("%w: lifetime %s", ErrMalformed, c.ExpiresAt.Sub(c.IssuedAt))
+		return fmt.Errorf("%w: lifetime %s", ErrMalformed, c.ExpiresAt.Sub(c.IssuedAt))
 	}
 	if now.Before(c.IssuedAt.Add(-Skew)) {
-		return nil, fmt.Errorf("%w: issued at %s, %s after now", ErrNotYetValid,
+		return fmt.Errorf("%w: issued at %s, %s after now", ErrNotYetValid,
 			c.IssuedAt.UTC().Format(time.RFC3339), c.IssuedAt.Sub(now).Round(time.Second))
 	}
 	if now.After(c.ExpiresAt.Add(Skew)) {
-		return nil, ErrExpired
+		return ErrExpired
 	}
-	return c, nil
+	return nil
 }
 
 // Encode returns a token as text for an HTTP header.

@@ -127,7 +127,7 @@ func (m *Manager) checkCapabilityFor(header string, rec *Record, req capability.
 	token, err := capability.Decode(header)
 	if err == nil {
 		var c *capability.Capability
-		if c, err = capability.Verify(token, keys, now); err == nil {
+		if c, err = m.verifier.Verify(token, keys, now); err == nil {
 			installed := capability.Identity{
 				Sandbox: rec.SandboxID, Generation: rec.Generation, Node: m.cfg.NodeID,
 				Substrate: rec.Runtime, Activation: rec.ActivationID,

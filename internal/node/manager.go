@@ -90,6 +90,9 @@ type Manager struct {
 	refusals *refusalMetrics
 	// guestErrors counts the guests' protocol errors.
 	guestErrors *guestErrorMetrics
+	// verifier checks the capabilities of guest requests; it verifies
+	// each token's signature once per key set (capability.Verifier).
+	verifier capability.Verifier
 
 	mu      sync.Mutex // guards bridges and starting
 	bridges map[string]*bridgeConn

@@ -15,8 +15,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/spacesandbox/space/api/guest/v1/filesystem/filesystemv1connect"
-	"github.com/spacesandbox/space/api/guest/v1/process/processv1connect"
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -71,8 +69,8 @@ func (s *Server) guestFor(ctx context.Context, sb *sandbox.Sandbox, op capabilit
 	return &restapi.Guest{
 		HTTP:    hc,
 		Base:    guestBase,
-		Process: processv1connect.NewProcessClient(hc, guestBase, guestClientOptions...),
-		Files:   filesystemv1connect.NewFilesystemClient(hc, guestBase, guestClientOptions...),
+		Process: routedProcess{hc},
+		Files:   routedFiles{hc},
 	}, nil
 }
 

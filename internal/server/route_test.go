@@ -180,3 +180,82 @@ func TestRouteRepair(t *testing.T) {
 		t.Errorf("the node saw %d requests, want 1 (a repaired route is not repaired again)", n)
 	}
 }
+
+// TestGuestsShareClientsNotRoutes: guests made for two sandboxes share the
+// Connect clients but each call goes through its own guest's route: a node
+// that installed only the second sandbox's execution refuses the first's
+// calls and answers the second's, however the calls interleave.
+func TestGuestsShareClientsNotRoutes(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := capability.NewSigner("k1", priv)
+	keys := capability.KeySetFor(1, signer)
+	fake := &fakeNode{keys: keys, node: "node-a"}
+	fake.installed.Store(5)
+	srvNode := httptest.NewServer(fake)
+	defer srvNode.Close()
+	nodes := NewNodes()
+	if err := nodes.Register("node-a", strings.TrimPrefix(srvNode.URL, "http://"), "tok"); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Signer: signer, Keys: keys}, st, nodes, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if _, err := Bootstrap(ctx, st, filepath.Join(t.TempDir(), "admin.key")); err != nil {
+		t.Fatal(err)
+	}
+	tenants, _ := st.ListTenants(ctx)
+	guestOf := func(gen uint64) *restapi.Guest {
+		sb := sandbox.New(tenants[0].ID, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256}, time.Now())
+		sb.State, sb.Node, sb.Generation = sandbox.StateRunning, "node-a", gen
+		sb.ExecID = sandbox.NewExecID(sb.ID, gen)
+		if err := st.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		g, err := s.guestFor(ctx, sb, capability.OpFiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	// The fake compares generations only: generation 4 is refused
+	// (RefreshRoute, and the store names 4 still, so no repair), 5 served.
+	refused, served := guestOf(4), guestOf(5)
+	for i := range 3 {
+		if _, err := served.Files.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"})); err != nil {
+			t.Errorf("call %d on the served sandbox's guest: %v", i, err)
+		}
+		if _, err := refused.Files.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"})); err == nil {
+			t.Errorf("call %d on the other sandbox's guest succeeded: it went out on the served one's route", i)
+		}
+	}
+	if _, err := sharedFiles.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: "/"})); err == nil {
+		t.Error("a call on the shared client without a guest's route succeeded")
+	}
+}
+
+// BenchmarkGuestFor: what a guest request pays to get its Guest (route
+// cached).
+func BenchmarkGuestFor(b *testing.B) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := capability.NewSigner("k1", priv)
+	s := New(Config{Signer: signer, Keys: capability.KeySetFor(1, signer)}, st, NewNodes(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sb := sandbox.New("t", sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256}, time.Now())
+	sb.State, sb.Node, sb.Generation = sandbox.StateRunning, "node-a", 1
+	sb.ExecID = sandbox.NewExecID(sb.ID, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.guestFor(ctx, sb, capability.OpExec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
