@@ -176,9 +176,7 @@ func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 	}
 	perm := os.FileMode(0o644)
 	target := p
-	replacing := false
 	if fi, err := os.Stat(p); err == nil {
-		replacing = true
 		if !fi.Mode().IsRegular() {
 			return uploadedEntry{}, fmt.Errorf("write %s: exists and is not a regular file: %w", p, errBadRequest)
 		}
@@ -207,63 +205,13 @@ func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 		copyErr = chownTo(tmp, u.account)
 	}
 	if copyErr == nil {
-		copyErr = replaceFile(tmp, target, replacing)
+		copyErr = os.Rename(tmp, target)
 	}
 	if copyErr != nil {
-		// unlink, never rmdir: after a failed exchange tmp may name what
-		// was at target.
-		_ = unix.Unlink(tmp)
+		_ = os.Remove(tmp)
 		return uploadedEntry{}, fmt.Errorf("write %s (the previous content, if any, is kept): %w", p, copyErr)
 	}
 	return uploadedEntry{Path: p, Name: path.Base(p), Type: "file"}, nil
-}
-
-// beforeReplace, when set (by tests), runs between an upload's last write
-// and its replacement of the destination.
-var beforeReplace func(target string)
-
-// replaceFile puts the complete upload tmp in place of target, a regular
-// file when replacing (as writeUpload found it).
-//
-// An existing file is swapped with the upload (renameat2 RENAME_EXCHANGE) and
-// the old file, now named tmp, unlinked. A plain rename over a non-empty file
-// makes btrfs (an ns sandbox's root) and ext4 (auto_da_alloc) start writing
-// the new file back to disk inside the rename: for 100 MiB on this project's
-// loopback btrfs that was 100–900 ms of the upload's answer, about as much
-// as receiving it (docs/PERFORMANCE.md). With the exchange the kernel's
-// flusher writes it back later, as it does any new file. What differs is
-// only after a power loss within the flusher's delay: a renamed file was
-// then old or new, an exchanged one can be new and empty; the guest never
-// synced an upload either way, so nothing acknowledged was durable before.
-//
-// What the exchange put at tmp must be a file: had something swapped a
-// directory in at target meanwhile, unlinking fails, the exchange is undone
-// and the upload refused, as the rename over a directory would be.
-// Where the file system has no exchange (or target has gone), it renames.
-func replaceFile(tmp, target string, replacing bool) error {
-	if beforeReplace != nil {
-		beforeReplace(target)
-	}
-	if !replacing {
-		return os.Rename(tmp, target)
-	}
-	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, target, unix.RENAME_EXCHANGE)
-	switch {
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
-		return os.Rename(tmp, target)
-	case err != nil:
-		return &os.LinkError{Op: "exchange", Old: tmp, New: target, Err: err}
-	}
-	if err := unix.Unlinkat(unix.AT_FDCWD, tmp, 0); err != nil {
-		if back := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, target, unix.RENAME_EXCHANGE); back != nil {
-			return fmt.Errorf("remove the replaced %s: %v; and put it back: %v", target, err, back)
-		}
-		if errors.Is(err, unix.EISDIR) {
-			return fmt.Errorf("%s became a directory during the upload: %w", target, errBadRequest)
-		}
-		return fmt.Errorf("remove the replaced %s: %w", target, err)
-	}
-	return nil
 }
 
 // writeHTTPError answers err as envd does: a JSON {code, message} body.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -99,74 +98,4 @@ func trunc(b []byte) string {
 		return string(b[:40]) + "…"
 	}
 	return string(b)
-}
-
-// TestUploadReplacesByExchange overwrites a file that has a second hard link:
-// the destination gets the new content and keeps its mode, the other link
-// keeps the old content (the old file is unlinked from its name, not
-// rewritten), and no temporary file is left beside it.
-func TestUploadReplacesByExchange(t *testing.T) {
-	c := startGuest(t, guestd.Config{})
-	dir := t.TempDir()
-	dest := filepath.Join(dir, "data.bin")
-	other := filepath.Join(dir, "other-link")
-	if err := os.WriteFile(dest, []byte("old content"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(dest, other); err != nil {
-		t.Fatal(err)
-	}
-	resp := doHTTP(t, c, "POST", filesURL(dest, ""), "application/octet-stream", strings.NewReader("new content"))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("upload over an existing file: %s", resp.Status)
-	}
-	if got, err := os.ReadFile(dest); err != nil || string(got) != "new content" {
-		t.Errorf("%s = %q, %v; want %q", dest, got, err, "new content")
-	}
-	if got, err := os.ReadFile(other); err != nil || string(got) != "old content" {
-		t.Errorf("the other hard link = %q, %v; want the old content", got, err)
-	}
-	if fi, err := os.Stat(dest); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("replaced file mode = %v, %v; want the old file's 0600", fi.Mode(), err)
-	}
-	if fi, err := os.Stat(other); err != nil || fi.Sys().(*syscall.Stat_t).Nlink != 1 {
-		t.Errorf("the old file has %v links after the replacement (%v); want 1 (its name in %s removed)", fi.Sys().(*syscall.Stat_t).Nlink, err, dest)
-	}
-	if left := uploadTemps(t, dir); len(left) > 0 {
-		t.Errorf("temporary files left after a complete upload: %v", left)
-	}
-}
-
-// TestUploadOverFileTurnedDirectory replaces the destination file by a
-// directory while the upload is being written: the upload is refused and
-// the directory stays where it is, with its content (an exchange of the two
-// must be undone, never followed by removing what it swapped out).
-func TestUploadOverFileTurnedDirectory(t *testing.T) {
-	c := startGuest(t, guestd.Config{})
-	dir := t.TempDir()
-	dest := filepath.Join(dir, "target")
-	if err := os.WriteFile(dest, []byte("file"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	defer guestd.SetBeforeReplace(func(target string) {
-		if target != dest {
-			return
-		}
-		if err := os.Remove(dest); err != nil {
-			t.Error(err)
-		}
-		if err := os.Mkdir(dest, 0o755); err != nil {
-			t.Error(err)
-		}
-	})()
-	resp := doHTTP(t, c, "POST", filesURL(dest, ""), "application/octet-stream", strings.NewReader("upload"))
-	if resp.StatusCode == http.StatusOK {
-		t.Errorf("an upload whose destination became a directory answered %s", resp.Status)
-	}
-	if fi, err := os.Stat(dest); err != nil || !fi.IsDir() {
-		t.Errorf("%s after the refused upload: a directory %v (%v); want the directory still there", dest, err == nil && fi.IsDir(), err)
-	}
-	if left := uploadTemps(t, dir); len(left) > 0 {
-		t.Errorf("temporary files left after a refused upload: %v", left)
-	}
 }
