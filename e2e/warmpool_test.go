@@ -120,6 +120,21 @@ func TestWarmPool(t *testing.T) {
 	if got := strings.TrimSpace(in.exec(b.ID, "id", "-un").Stdout); got != "user" {
 		t.Errorf("default user in a claimed sandbox = %q, want user", got)
 	}
+	// Each claimed sandbox trusts its own interception CA and no other's:
+	// the bundle a claim appends to was read when the execution was
+	// prepared, before any tenant had it.
+	const anchor, bundle = "/usr/local/share/ca-certificates/space-sandbox-ca.crt", "/etc/ssl/certs/ca-certificates.crt"
+	caA := in.exec(a.ID, "cat", anchor).Stdout
+	caB := in.exec(b.ID, "cat", anchor).Stdout
+	if !strings.Contains(caA, "BEGIN CERTIFICATE") || !strings.Contains(caB, "BEGIN CERTIFICATE") || caA == caB {
+		t.Errorf("claimed sandboxes' CA anchors: a %q, b %q; want a certificate each, not the same", caA, caB)
+	}
+	for _, sb := range []struct{ id, own, other string }{{a.ID, caA, caB}, {b.ID, caB, caA}} {
+		got := in.exec(sb.id, "cat", bundle).Stdout
+		if strings.Count(got, sb.own) != 1 || strings.Contains(got, sb.other) {
+			t.Errorf("bundle of %s: has its own CA %d times (want 1), the other sandbox's: %v\n%s", sb.id, strings.Count(got, sb.own), strings.Contains(got, sb.other), got)
+		}
+	}
 
 	// Claimed executions are handed out once: the pool prepares new ones
 	// (reports lag by a heartbeat).

@@ -123,6 +123,13 @@ func (a *admission) install(id capability.Identity) {
 	a.retired = false
 }
 
+// identity is the installed execution identity, nil before Init.
+func (a *admission) identity() *capability.Identity {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.installed
+}
+
 func (a *admission) retire() {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -116,6 +116,8 @@ type Bridge struct {
 	reason  string
 	// adm admits public guest requests by their capability.
 	adm admission
+	// prefetched is the guest's bundle read for the next trust (trust.go).
+	prefetched prefetchedBundle
 	// streams holds a token per guest request in flight (Config.MaxStreams).
 	streams chan struct{}
 
@@ -299,6 +301,7 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 	mux.HandleFunc("POST /bridge/v1/retire", b.handleRetire)
 	mux.HandleFunc("POST /bridge/v1/thaw", b.handleThaw)
 	mux.HandleFunc("POST /bridge/v1/trust", b.handleTrust)
+	mux.HandleFunc("POST /bridge/v1/trust/prefetch", b.handleTrustPrefetch)
 	mux.HandleFunc("GET /bridge/v1/metrics", b.handleMetrics)
 	mux.HandleFunc("POST /bridge/v1/stop", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)

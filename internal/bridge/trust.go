@@ -8,8 +8,12 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/spacesandbox/space/internal/guest"
@@ -69,21 +73,66 @@ func onePEMCertificate(s string) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}), nil
 }
 
-func (b *Bridge) installTrust(ctx context.Context, cert []byte) error {
-	if err := b.writeGuestFile(ctx, TrustAnchorPath, cert); err != nil {
-		return err
+// prefetchedBundle is the guest's system bundle as it was read before the
+// execution had an identity (POST /bridge/v1/trust/prefetch: the warm
+// pool's preparation), so that the trust of its claim writes without a read
+// first. Nobody but the node has reached the guest then, so what was read
+// is what is there; the first trust takes it, and every later one reads
+// the guest again.
+type prefetchedBundle struct {
+	mu     sync.Mutex // guards the rest
+	bundle []byte
+	ok     bool
+}
+
+// take returns the prefetched bundle once.
+func (p *prefetchedBundle) take() ([]byte, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok := p.bundle, p.ok
+	p.bundle, p.ok = nil, false
+	return b, ok
+}
+
+// handleTrustPrefetch reads the guest's system bundle for the next trust
+// (POST /bridge/v1/trust/prefetch). It is refused once an identity is
+// installed: from then on the guest's files are the sandbox's to change.
+func (b *Bridge) handleTrustPrefetch(w http.ResponseWriter, r *http.Request) {
+	if b.adm.identity() != nil {
+		writeJSONError(w, http.StatusConflict, "trust prefetch: the execution has an identity; the guest's files are its sandbox's")
+		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
 	bundle, err := b.readGuestFile(ctx, TrustBundlePath)
 	if err != nil {
-		return err
+		writeJSONError(w, http.StatusBadGateway, "trust prefetch: "+err.Error())
+		return
 	}
-	if bytes.Contains(bundle, cert) {
-		return nil
+	b.prefetched.mu.Lock()
+	b.prefetched.bundle, b.prefetched.ok = bundle, true
+	b.prefetched.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// installTrust writes the anchor and the bundle with cert appended in one
+// guest request, reading the bundle first unless it was prefetched.
+func (b *Bridge) installTrust(ctx context.Context, cert []byte) error {
+	bundle, ok := b.prefetched.take()
+	if !ok {
+		var err error
+		if bundle, err = b.readGuestFile(ctx, TrustBundlePath); err != nil {
+			return err
+		}
 	}
-	if len(bundle) > 0 && !bytes.HasSuffix(bundle, []byte("\n")) {
-		bundle = append(bundle, '\n')
+	files := []guestFile{{TrustAnchorPath, cert}}
+	if !bytes.Contains(bundle, cert) {
+		if len(bundle) > 0 && !bytes.HasSuffix(bundle, []byte("\n")) {
+			bundle = append(bundle, '\n')
+		}
+		files = append(files, guestFile{TrustBundlePath, append(bundle, cert...)})
 	}
-	return b.writeGuestFile(ctx, TrustBundlePath, append(bundle, cert...))
+	return b.writeGuestFiles(ctx, files)
 }
 
 func guestFileURL(p string) string {
@@ -115,18 +164,42 @@ func (b *Bridge) readGuestFile(ctx context.Context, p string) ([]byte, error) {
 	return data, nil
 }
 
-// writeGuestFile writes a file as the guest's root, creating its directories.
-func (b *Bridge) writeGuestFile(ctx context.Context, p string, data []byte) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, guestFileURL(p), bytes.NewReader(data))
-	req.Header.Set("Content-Type", "application/octet-stream")
+// guestFile is a file to write in the guest: its absolute path and content.
+type guestFile struct {
+	path string
+	data []byte
+}
+
+// writeGuestFiles writes files in order as the guest's root, creating their
+// directories, in one request (a multipart upload whose part file names are
+// the absolute paths). Each file is replaced whole or kept as it was.
+func (b *Bridge) writeGuestFiles(ctx context.Context, files []guestFile) error {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for _, f := range files {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": "file", "filename": f.path}))
+		h.Set("Content-Type", "application/octet-stream")
+		pw, err := mw.CreatePart(h)
+		if err != nil {
+			return fmt.Errorf("write %s in the guest: %w", f.path, err)
+		}
+		_, _ = pw.Write(f.data)
+	}
+	if err := mw.Close(); err != nil {
+		return fmt.Errorf("write files in the guest: %w", err)
+	}
+	target := guest.BaseURL + "/files?" + url.Values{"username": {"root"}}.Encode()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target, &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
 	resp, err := b.client.HTTPClient().Do(req)
 	if err != nil {
-		return fmt.Errorf("write %s in the guest: %w", p, err)
+		return fmt.Errorf("write %s in the guest: %w", files[0].path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("write %s in the guest: HTTP %d %s", p, resp.StatusCode, msg)
+		return fmt.Errorf("write %s in the guest: HTTP %d %s", files[0].path, resp.StatusCode, msg)
 	}
 	return nil
 }

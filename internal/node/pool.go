@@ -402,6 +402,13 @@ func (m *Manager) prepare(ctx context.Context, key nodev1.PoolKey, version strin
 	if err := m.pushAdmission(ctx, bc); err != nil {
 		return fail(fmt.Errorf("prepared execution %s: %w", id, err))
 	}
+	if m.cfg.Gateway != nil {
+		// The claim's trust of the sandbox's CA then writes the guest's
+		// bundle without reading it first (bridge/trust.go).
+		if err := bc.post(ctx, "/bridge/v1/trust/prefetch"); err != nil {
+			return fail(fmt.Errorf("prepared execution %s: %w", id, err))
+		}
+	}
 	m.log.Debug("warm pool: execution prepared", "exec", id, "template", key.Template, "runtime", key.Runtime, "took", time.Since(t0))
 	return &pooled{rec: rec, link: l}, nil
 }
