@@ -441,6 +441,31 @@ func (r *Reconciler) event(ctx context.Context, id, typ, msg string) {
 	}
 }
 
+// updateWithEvent writes sb as update does and, once written, the event
+// typ/msg: in the same transaction where the store can
+// (store.SandboxEvents), so a settled create costs one commit.
+func (r *Reconciler) updateWithEvent(ctx context.Context, sb *sandbox.Sandbox, typ, msg string) (time.Duration, error) {
+	se, ok := r.store.(store.SandboxEvents)
+	if !ok {
+		after, err := r.update(ctx, sb)
+		if err == nil && after == 0 {
+			r.event(ctx, sb.ID, typ, msg)
+		}
+		return after, err
+	}
+	if err := r.fence(ctx); err != nil {
+		return time.Second, fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
+	}
+	err := se.UpdateSandboxAndEvents(ctx, sb, []store.Event{{SandboxID: sb.ID, Time: time.Now().UTC(), Type: typ, Message: msg}})
+	if errors.Is(err, errdefs.ErrConflict) {
+		return time.Millisecond, nil
+	}
+	if err != nil {
+		return time.Second, fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
+	}
+	return 0, nil
+}
+
 // update writes sb; a version conflict means someone else moved it, and the
 // next pass (queued at once) reads the news.
 func (r *Reconciler) update(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {

@@ -96,15 +96,11 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 		return time.Millisecond, nil
 	}
 	cur.State = sandbox.Settled(cur.State)
-	after, err := r.update(ctx, cur)
-	if err == nil && after == 0 {
-		how := ""
-		if ex.Warm {
-			how = ", a prepared execution from the node's warm pool"
-		}
-		r.event(ctx, sb.ID, "state", fmt.Sprintf("running on %s (generation %d, exec %s%s)", cur.Node, cur.Generation, cur.ExecID, how))
+	how := ""
+	if ex.Warm {
+		how = ", a prepared execution from the node's warm pool"
 	}
-	return after, err
+	return r.updateWithEvent(ctx, cur, "state", fmt.Sprintf("running on %s (generation %d, exec %s%s)", cur.Node, cur.Generation, cur.ExecID, how))
 }
 
 // retryLater reports whether a node's refusal may pass by itself: the node

@@ -95,7 +95,17 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 		return nil, err
 	}
 	sb.Node = nodeID
-	if err := s.store.CreateSandboxWithinQuota(ctx, sb); err != nil {
+	// What the create waited for, the runtime's choice and the placement
+	// are its first events: written with the sandbox in one transaction
+	// where the store can (one commit per create), else after it.
+	events := s.createEvents(sb.ID, w, runtimeNote, why)
+	se, together := s.store.(store.SandboxEvents)
+	if together {
+		err = se.CreateSandboxWithinQuotaAndEvents(ctx, sb, events)
+	} else {
+		err = s.store.CreateSandboxWithinQuota(ctx, sb)
+	}
+	if err != nil {
 		if req.Key != "" && errors.Is(err, errdefs.ErrConflict) {
 			// Another attempt with this key recorded it meanwhile.
 			if prev, gerr := s.store.GetSandboxByID(ctx, sb.ID); gerr == nil {
@@ -108,12 +118,36 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 		return nil, err
 	}
 	failpoint.CreateAfterRecord.Hit()
-	s.recordWarmup(ctx, sb.ID, w)
-	if runtimeNote != "" {
-		s.Event(ctx, sb.ID, "runtime", runtimeNote)
+	if !together {
+		s.appendEvents(ctx, events)
 	}
-	s.Event(ctx, sb.ID, "scheduled", why)
 	return s.waitCreated(ctx, sb)
+}
+
+// createEvents are the events of a new sandbox id: what its create waited
+// for (w), the runtime note when the server chose the runtime, and why its
+// node was chosen.
+func (s *Sandboxes) createEvents(id string, w *warmup, runtimeNote, why string) []store.Event {
+	now := time.Now().UTC()
+	events := make([]store.Event, 0, len(w.events)+2)
+	for _, e := range w.events {
+		e.SandboxID = id
+		events = append(events, e)
+	}
+	if runtimeNote != "" {
+		events = append(events, store.Event{SandboxID: id, Time: now, Type: "runtime", Message: runtimeNote})
+	}
+	return append(events, store.Event{SandboxID: id, Time: now, Type: "scheduled", Message: why})
+}
+
+// appendEvents appends events one by one (a store without
+// store.SandboxEvents); a failure is logged.
+func (s *Sandboxes) appendEvents(ctx context.Context, events []store.Event) {
+	for _, e := range events {
+		if _, err := s.store.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
+			s.log.Warn("append event", "sandbox", e.SandboxID, "err", err)
+		}
+	}
 }
 
 // sameCreate checks that the sandbox an earlier attempt with the same

@@ -73,16 +73,6 @@ func (w *warmup) wait(ctx context.Context, what string) error {
 	}
 }
 
-// recordWarmup appends the collected events to sandbox id's.
-func (s *Sandboxes) recordWarmup(ctx context.Context, id string, w *warmup) {
-	for _, e := range w.events {
-		e.SandboxID = id
-		if _, err := s.store.AppendEvent(context.WithoutCancel(ctx), e); err != nil {
-			s.log.Warn("append event", "sandbox", id, "err", err)
-		}
-	}
-}
-
 // liveNode is a node that heartbeats, with the runtimes it is bringing up.
 type liveNode struct {
 	store.Node

@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/spacesandbox/space/internal/sandbox"
+)
 
 // SandboxChanges is the optional ability of a store shared by several
 // control-plane replicas to announce that a sandbox changed, whichever replica
@@ -25,4 +29,19 @@ type SandboxChanges interface {
 	// changed and missed are called from one goroutine, one call at a time,
 	// and must not block for long: announcements queue up behind them.
 	WatchSandboxChanges(ctx context.Context, changed func(id string), missed func(cause error)) error
+}
+
+// SandboxEvents is the optional ability of a store to write a sandbox and the
+// events that say what happened to it in one transaction: one commit where a
+// create or a settled state would otherwise take one per row (the SQL stores
+// have it). Callers probe for it with a type assertion and otherwise write
+// the sandbox, then append the events.
+type SandboxEvents interface {
+	// CreateSandboxWithinQuotaAndEvents is CreateSandboxWithinQuota and, in
+	// the same transaction, AppendEvent of each event (all naming sb), in
+	// order: all of it is written or nothing. It sets each event's Seq.
+	CreateSandboxWithinQuotaAndEvents(ctx context.Context, sb *sandbox.Sandbox, events []Event) error
+	// UpdateSandboxAndEvents is UpdateSandbox with the events as above; a
+	// version conflict writes no event.
+	UpdateSandboxAndEvents(ctx context.Context, sb *sandbox.Sandbox, events []Event) error
 }

@@ -72,7 +72,10 @@ type Store struct {
 // private while the table methods are promoted.
 type tables = sqlstore.Store
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.SandboxEvents = (*Store)(nil)
+)
 
 // Open connects to the database named by dbURL, brings its schema up to date
 // and returns the Store. dbURL is a postgres:// or postgresql:// URL

@@ -56,7 +56,10 @@ type Store struct {
 // private while the table methods are promoted.
 type tables = sqlstore.Store
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.SandboxEvents = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the database at path, brings its schema up
 // to date and returns the Store. A database written by a newer SPACE (with

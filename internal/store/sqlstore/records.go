@@ -96,32 +96,54 @@ func (s *Store) DeleteIdempotencyBefore(ctx context.Context, t time.Time) (int, 
 // AppendEvent implements store.Events. The sequence number is computed in the
 // writing transaction (portable; no AUTOINCREMENT).
 func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, error) {
+	if err := checkEvent(&e); err != nil {
+		return store.Event{}, err
+	}
+	if err := s.db.Write(ctx, func(tx Tx) error { return appendEvent(ctx, tx, &e) }); err != nil {
+		return store.Event{}, err
+	}
+	return e, nil
+}
+
+// checkEvent refuses an event without its sandbox or type and dates one
+// without a time.
+func checkEvent(e *store.Event) error {
 	if e.SandboxID == "" || e.Type == "" {
-		return store.Event{}, fmt.Errorf("append event: empty sandbox id or type: %w", errdefs.ErrInvalidArgument)
+		return fmt.Errorf("append event: empty sandbox id or type: %w", errdefs.ErrInvalidArgument)
 	}
 	if e.Time.IsZero() {
 		e.Time = now()
 	}
-	err := s.db.Write(ctx, func(tx Tx) error {
-		var last *int64
-		if err := tx.QueryRow(ctx, `SELECT MAX(seq) FROM sandbox_events WHERE sandbox_id = ?`, e.SandboxID).Scan(&last); err != nil {
-			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
-		}
-		e.Seq = 1
-		if last != nil {
-			e.Seq = *last + 1
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message, progress) VALUES (?, ?, ?, ?, ?, ?)`,
-			e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message, e.Progress)
-		if err != nil {
-			return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return store.Event{}, err
+	return nil
+}
+
+// appendEvent inserts e in tx as the next of its sandbox's events and sets
+// its Seq.
+func appendEvent(ctx context.Context, tx Tx, e *store.Event) error {
+	var last *int64
+	if err := tx.QueryRow(ctx, `SELECT MAX(seq) FROM sandbox_events WHERE sandbox_id = ?`, e.SandboxID).Scan(&last); err != nil {
+		return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
 	}
-	return e, nil
+	e.Seq = 1
+	if last != nil {
+		e.Seq = *last + 1
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO sandbox_events (sandbox_id, seq, at, type, message, progress) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.SandboxID, e.Seq, ts(e.Time), e.Type, e.Message, e.Progress)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: append event: %w", e.SandboxID, err)
+	}
+	return nil
+}
+
+// appendEvents checks events and inserts them in tx in order.
+func appendEvents(ctx context.Context, tx Tx, events []store.Event) error {
+	for i := range events {
+		if err := appendEvent(ctx, tx, &events[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func scanEvent(sc Row) (store.Event, error) {

@@ -111,19 +111,27 @@ func scanSandbox(sc Row) (*sandbox.Sandbox, error) {
 
 // CreateSandbox implements store.Sandboxes.
 func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
-	return s.createSandbox(ctx, sb, false)
+	return s.createSandbox(ctx, sb, false, nil)
 }
 
 // CreateSandboxWithinQuota implements store.Sandboxes.
 func (s *Store) CreateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error {
-	return s.createSandbox(ctx, sb, true)
+	return s.createSandbox(ctx, sb, true, nil)
+}
+
+// CreateSandboxWithinQuotaAndEvents implements store.SandboxEvents.
+func (s *Store) CreateSandboxWithinQuotaAndEvents(ctx context.Context, sb *sandbox.Sandbox, events []store.Event) error {
+	return s.createSandbox(ctx, sb, true, events)
 }
 
 // createSandbox inserts sb, first admitting it under its tenant's quota if
-// withinQuota.
-func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
+// withinQuota, then events (each naming sb), in one transaction.
+func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool, events []store.Event) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := checkEvents(sb.ID, events); err != nil {
+		return err
 	}
 	env, md, err := encodeMaps(sb)
 	if err != nil {
@@ -162,7 +170,7 @@ func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 		if err != nil {
 			return fmt.Errorf("sandbox %s: create: %w", sb.ID, err)
 		}
-		return nil
+		return appendEvents(ctx, tx, events)
 	})
 	if err != nil {
 		return err
@@ -218,19 +226,41 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*sa
 
 // UpdateSandbox implements store.Sandboxes.
 func (s *Store) UpdateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
-	return s.updateSandbox(ctx, sb, false)
+	return s.updateSandbox(ctx, sb, false, nil)
 }
 
 // UpdateSandboxWithinQuota implements store.Sandboxes.
 func (s *Store) UpdateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error {
-	return s.updateSandbox(ctx, sb, true)
+	return s.updateSandbox(ctx, sb, true, nil)
+}
+
+// UpdateSandboxAndEvents implements store.SandboxEvents.
+func (s *Store) UpdateSandboxAndEvents(ctx context.Context, sb *sandbox.Sandbox, events []store.Event) error {
+	return s.updateSandbox(ctx, sb, false, events)
+}
+
+// checkEvents checks events to write with sandbox id's row.
+func checkEvents(id string, events []store.Event) error {
+	for i := range events {
+		if events[i].SandboxID != id {
+			return fmt.Errorf("sandbox %s: event for sandbox %q: %w", id, events[i].SandboxID, errdefs.ErrInvalidArgument)
+		}
+		if err := checkEvent(&events[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // updateSandbox writes sb, first admitting it under its tenant's quota if
-// withinQuota and the update makes it hold resources.
-func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool) error {
+// withinQuota and the update makes it hold resources, then events (each
+// naming sb), in one transaction.
+func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool, events []store.Event) error {
 	env, md, err := encodeMaps(sb)
 	if err != nil {
+		return err
+	}
+	if err := checkEvents(sb.ID, events); err != nil {
 		return err
 	}
 	at := now()
@@ -253,7 +283,7 @@ func (s *Store) updateSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 			return fmt.Errorf("sandbox %s: update: %w", sb.ID, err)
 		}
 		if n == 1 {
-			return nil
+			return appendEvents(ctx, tx, events)
 		}
 		var stored int64
 		err = tx.QueryRow(ctx, `SELECT version FROM sandboxes WHERE id = ?`, sb.ID).Scan(&stored)

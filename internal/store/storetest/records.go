@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
 
@@ -205,5 +207,51 @@ func testEvents(t *testing.T, s store.Store) {
 	}
 	if list[3].Progress != prog || list[0].Progress != "" {
 		t.Errorf("event progress = %q and %q, want %q and none", list[3].Progress, list[0].Progress, prog)
+	}
+}
+
+// testSandboxEvents: a store with store.SandboxEvents writes a sandbox and
+// its events in one transaction — both or neither: a refused create (over
+// quota) and a conflicting update append no event.
+func testSandboxEvents(t *testing.T, s store.Store) {
+	se, ok := s.(store.SandboxEvents)
+	if !ok {
+		t.Skip("the store does not write sandboxes and events together")
+	}
+	tn := newTenant(t, s, "events", at(1))
+	must(t, "SetTenantQuota", s.SetTenantQuota(ctx(t), tn.ID, store.Quota{MaxSandboxes: 1}))
+	sb := quotaSandbox(tn.ID, 128, 1)
+	evs := []store.Event{{SandboxID: sb.ID, Time: at(2), Type: "runtime", Message: "r"}, {SandboxID: sb.ID, Type: "scheduled", Message: "s"}}
+	must(t, "CreateSandboxWithinQuotaAndEvents", se.CreateSandboxWithinQuotaAndEvents(ctx(t), sb, evs))
+	if sb.Version != 1 || evs[0].Seq != 1 || evs[1].Seq != 2 {
+		t.Errorf("after create: version %d, event seqs %d %d; want 1, 1 2", sb.Version, evs[0].Seq, evs[1].Seq)
+	}
+	over := quotaSandbox(tn.ID, 128, 1)
+	wantQuotaError(t, "second create", se.CreateSandboxWithinQuotaAndEvents(ctx(t), over, []store.Event{{SandboxID: over.ID, Type: "scheduled"}}), "sandboxes")
+	if list, err := s.ListEvents(ctx(t), over.ID); err != nil || len(list) != 0 {
+		t.Errorf("events of a refused create: %+v, %v; want none", list, err)
+	}
+	bad := quotaSandbox(tn.ID, 128, 1)
+	wantClass(t, "event naming another sandbox", se.CreateSandboxWithinQuotaAndEvents(ctx(t), bad, []store.Event{{SandboxID: sb.ID, Type: "x"}}), errdefs.ErrInvalidArgument)
+
+	stale := sb.Clone()
+	sb.State = sandbox.StateRunning
+	must(t, "UpdateSandboxAndEvents", se.UpdateSandboxAndEvents(ctx(t), sb, []store.Event{{SandboxID: sb.ID, Type: "state", Message: "running"}}))
+	if sb.Version != 2 {
+		t.Errorf("version after update = %d, want 2", sb.Version)
+	}
+	stale.Node = "elsewhere"
+	wantClass(t, "stale UpdateSandboxAndEvents", se.UpdateSandboxAndEvents(ctx(t), stale, []store.Event{{SandboxID: sb.ID, Type: "state", Message: "stale"}}), errdefs.ErrConflict)
+	list, err := s.ListEvents(ctx(t), sb.ID)
+	must(t, "ListEvents", err)
+	var got []string
+	for _, e := range list {
+		got = append(got, e.Type+":"+e.Message)
+	}
+	if strings.Join(got, ",") != "runtime:r,scheduled:s,state:running" {
+		t.Errorf("events = %v, want runtime:r, scheduled:s, state:running (none of the stale update)", got)
+	}
+	if cur, err := s.GetSandboxByID(ctx(t), sb.ID); err != nil || cur.State != sandbox.StateRunning || cur.Node == "elsewhere" {
+		t.Errorf("stored sandbox %+v, %v", cur, err)
 	}
 }

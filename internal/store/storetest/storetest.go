@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RecordHeartbeatDrainRace", testRecordHeartbeatDrainRace},
 		{"Idempotency", testIdempotency},
 		{"Events", testEvents},
+		{"SandboxEvents", testSandboxEvents}, // records.go
 		{"Snapshots", testSnapshots},
 		{"SnapshotInvalid", testSnapshotInvalid},
 		{"SnapshotRoundTrip", testSnapshotRoundTrip},
