@@ -357,6 +357,10 @@ type InitRequest struct {
 	// PidsMax caps the tasks of the sandbox's processes where the guest
 	// kernel is its own (vm); 0 leaves it to the host.
 	PidsMax uint32 `json:"pids_max,omitempty"`
+	// CACertPEM, when set, is the sandbox's interception CA: the guest
+	// trusts it (as POST /bridge/v1/trust does) while it runs Init, and the
+	// identity is installed only once both are done.
+	CACertPEM string `json:"ca_cert_pem,omitempty"`
 }
 
 const maxInitBody = 1 << 20
@@ -366,6 +370,14 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxInitBody)).Decode(&req); err != nil {
 		writeJSONError(w, http.StatusBadRequest, "init: bad body: "+err.Error())
 		return
+	}
+	var cert []byte
+	if req.CACertPEM != "" {
+		var err error
+		if cert, err = onePEMCertificate(req.CACertPEM); err != nil {
+			writeJSONError(w, http.StatusBadRequest, "init: trust: "+err.Error())
+			return
+		}
 	}
 	entropy, err := freshEntropy()
 	if err != nil {
@@ -385,10 +397,29 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 		Entropy:        entropy,
 		Now:            nowProto(),
 	}
+	// The CA and Init are independent guest requests on the one HTTP/2
+	// connection to the guest: both run at once.
+	var trustErr error
+	var wg sync.WaitGroup
+	if cert != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+			defer cancel()
+			trustErr = b.installTrust(tctx, cert)
+		}()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := b.client.Control().Init(ctx, connect.NewRequest(msg)); err != nil {
+	_, err = b.client.Control().Init(ctx, connect.NewRequest(msg))
+	wg.Wait()
+	if err != nil {
 		writeJSONError(w, http.StatusBadGateway, "guest init: "+err.Error())
+		return
+	}
+	if trustErr != nil {
+		writeJSONError(w, http.StatusBadGateway, "init: trust: "+trustErr.Error())
 		return
 	}
 	b.adm.install(capability.Identity{

@@ -39,6 +39,8 @@ type fileGuest struct {
 	files map[string][]byte
 	reads int
 	posts int
+	// failWrites makes every write fail (a full guest disk).
+	failWrites bool
 }
 
 func (g *fileGuest) Ready(context.Context, *connect.Request[controlv1.ReadyRequest]) (*connect.Response[controlv1.ReadyResponse], error) {
@@ -67,6 +69,10 @@ func (g *fileGuest) serveFiles(w http.ResponseWriter, r *http.Request) {
 		w.Write(b)
 	case http.MethodPost:
 		g.posts++
+		if g.failWrites {
+			http.Error(w, `{"code":507,"message":"no space left on device"}`, http.StatusInsufficientStorage)
+			return
+		}
 		_, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || r.URL.Query().Get("path") != "" {
 			http.Error(w, "want a multipart body naming its files", http.StatusBadRequest)
@@ -279,5 +285,65 @@ func TestTrustPrefetchRefusedAfterInit(t *testing.T) {
 	}
 	if r, _ := g.counts(); r != 0 {
 		t.Errorf("a refused prefetch read the guest %d times", r)
+	}
+}
+
+// TestInitTrustsTheCA: an Init that carries the sandbox's CA has the guest
+// trust it in the same bridge request (after a prefetch: one guest file
+// request), and the identity is installed once both are done.
+func TestInitTrustsTheCA(t *testing.T) {
+	g := &fileGuest{files: map[string][]byte{TrustBundlePath: []byte("ROOTS\n")}}
+	hc := startFileBridge(t, g)
+	if code, msg := postBridge(t, hc, "/bridge/v1/trust/prefetch", nil); code != http.StatusNoContent {
+		t.Fatalf("prefetch: %d %s", code, msg)
+	}
+	ca := testCAPEM(t)
+	init := InitRequest{SandboxID: "sb1", Generation: 1, ActivationID: "a1", Node: "n1", Substrate: "ns", Hostname: "sb1", CACertPEM: ca}
+	if code, msg := postBridge(t, hc, "/bridge/v1/init", init); code != http.StatusNoContent {
+		t.Fatalf("init with a CA: %d %s", code, msg)
+	}
+	if r, p := g.counts(); r != 1 || p != 1 {
+		t.Errorf("prefetch + init with a CA: %d reads, %d writes in the guest, want 1 and 1", r, p)
+	}
+	if got, want := g.file(TrustBundlePath), "ROOTS\n"+ca; got != want {
+		t.Errorf("bundle = %q, want %q", got, want)
+	}
+	if code, _ := postBridge(t, hc, "/bridge/v1/trust/prefetch", nil); code != http.StatusConflict {
+		t.Errorf("prefetch after an init with a CA: %d, want 409 (the identity is installed)", code)
+	}
+}
+
+// TestInitWithABadCAInstallsNothing: a CA that is not one PEM CA
+// certificate refuses the Init before the guest is asked anything, and no
+// identity is installed.
+func TestInitWithABadCAInstallsNothing(t *testing.T) {
+	g := &fileGuest{files: map[string][]byte{}}
+	hc := startFileBridge(t, g)
+	init := InitRequest{SandboxID: "sb1", Generation: 1, ActivationID: "a1", Node: "n1", Substrate: "ns", Hostname: "sb1", CACertPEM: "not a certificate"}
+	code, msg := postBridge(t, hc, "/bridge/v1/init", init)
+	if code != http.StatusBadRequest || !strings.Contains(msg, "trust") {
+		t.Fatalf("init with a bad CA: %d %s, want 400 naming the trust", code, msg)
+	}
+	if r, p := g.counts(); r != 0 || p != 0 {
+		t.Errorf("a refused init reached the guest: %d reads, %d writes", r, p)
+	}
+	if code, _ := postBridge(t, hc, "/bridge/v1/trust/prefetch", nil); code != http.StatusNoContent {
+		t.Errorf("prefetch after a refused init: %d, want 204 (no identity installed)", code)
+	}
+}
+
+// TestInitWhoseTrustFailsInstallsNothing: when the guest cannot write the
+// CA, the Init fails and no identity is installed (the node tears the
+// execution down).
+func TestInitWhoseTrustFailsInstallsNothing(t *testing.T) {
+	g := &fileGuest{files: map[string][]byte{}, failWrites: true}
+	hc := startFileBridge(t, g)
+	init := InitRequest{SandboxID: "sb1", Generation: 1, ActivationID: "a1", Node: "n1", Substrate: "ns", Hostname: "sb1", CACertPEM: testCAPEM(t)}
+	code, msg := postBridge(t, hc, "/bridge/v1/init", init)
+	if code != http.StatusBadGateway || !strings.Contains(msg, "no space left") {
+		t.Fatalf("init whose trust fails: %d %s, want 502 with the guest's error", code, msg)
+	}
+	if code, _ := postBridge(t, hc, "/bridge/v1/trust/prefetch", nil); code != http.StatusNoContent {
+		t.Errorf("prefetch after the failed init: %d, want 204 (no identity installed)", code)
 	}
 }

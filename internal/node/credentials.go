@@ -1,11 +1,8 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -16,7 +13,6 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/api/node/v1/nodeapi/nodeapiv1connect"
-	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/gateway"
@@ -144,27 +140,4 @@ func (ci *credentialInterceptor) Serve(ctx context.Context, client net.Conn, f g
 	ic := ci.base
 	ic.DialUpstream = dial
 	return ic.Serve(ctx, client, intercept.Flow{Dst: f.Dst, ConnDomain: f.Domain, SNI: f.SNI})
-}
-
-// trustCA installs the sandbox's interception CA into the guest's trust
-// store through the host bridge.
-func (b *bridgeConn) trustCA(ctx context.Context, certPEM string) error {
-	body, err := json.Marshal(bridge.TrustRequest{CertPEM: certPEM})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://bridge/bridge/v1/trust", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("install the sandbox CA in the guest: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("install the sandbox CA in the guest: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
-	}
-	return nil
 }

@@ -288,20 +288,10 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 // the caller's runs.
 func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) error {
 	t0 := time.Now()
-	// Init and the CA are independent guest round trips: both run at once,
-	// and both are done before the caller gets the sandbox.
-	var trustErr error
-	var tTrust time.Duration
-	var wg sync.WaitGroup
-	if req.CA != nil && m.cfg.Gateway != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			trustErr = bc.trustCA(ctx, req.CA.CertPEM)
-			tTrust = time.Since(t0)
-		}()
-	}
-	err := bc.init(ctx, bridge.InitRequest{
+	// One bridge request: Init, and the CA, which the bridge has the guest
+	// trust at the same time; both are done before the caller gets the
+	// sandbox.
+	init := bridge.InitRequest{
 		SandboxID:      req.SandboxID,
 		Generation:     req.Generation,
 		ActivationID:   req.ActivationID,
@@ -312,16 +302,14 @@ func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev
 		DefaultUser:    "user",
 		DefaultWorkdir: "/home/user",
 		PidsMax:        guestPidsMax(req),
-	})
-	tInit := time.Since(t0)
-	wg.Wait()
-	if err != nil {
+	}
+	if req.CA != nil && m.cfg.Gateway != nil {
+		init.CACertPEM = req.CA.CertPEM
+	}
+	if err := bc.init(ctx, init); err != nil {
 		return fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
-	if trustErr != nil {
-		return fmt.Errorf("exec %s: %w", req.ExecID, trustErr)
-	}
-	m.log.Debug("identity installed", "exec", req.ExecID, "init", tInit, "trust", tTrust)
+	m.log.Debug("identity installed", "exec", req.ExecID, "took", time.Since(t0), "ca", init.CACertPEM != "")
 	return nil
 }
 
