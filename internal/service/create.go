@@ -87,10 +87,18 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 	}
 	// A create over quota is refused before placement; the admission
 	// below decides for creates racing to the last slot.
-	if err := s.quotaCheck(ctx, c.Tenant, store.UsageOf(sb)); err != nil {
+	// The tenant's quota and usage are read once, for this check and the
+	// scheduler's explanation.
+	tq, err := s.tenantQuota(ctx, c.Tenant)
+	if err != nil {
 		return nil, err
 	}
-	nodeID, why, err := s.awaitPlace(ctx, w, sb.Runtime, func() (string, string, error) { return s.place(ctx, sb) })
+	if tq != nil {
+		if err := tq.Quota.Admit(c.Tenant, tq.Usage, store.UsageOf(sb)); err != nil {
+			return nil, err
+		}
+	}
+	nodeID, why, err := s.awaitPlace(ctx, w, sb.Runtime, func() (string, string, error) { return s.placeWith(ctx, sb, tq) })
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +207,16 @@ func (s *Sandboxes) defaultRuntime(ctx context.Context, w *warmup) (runtime, not
 
 // place picks a node for a new execution of sb.
 func (s *Sandboxes) place(ctx context.Context, sb *sandbox.Sandbox) (string, string, error) {
+	tq, err := s.tenantQuota(ctx, sb.Tenant)
+	if err != nil {
+		return "", "", err
+	}
+	return s.placeWith(ctx, sb, tq)
+}
+
+// placeWith is place with the tenant's quota and usage already read (nil:
+// no quota).
+func (s *Sandboxes) placeWith(ctx context.Context, sb *sandbox.Sandbox, tq *scheduler.TenantQuota) (string, string, error) {
 	nodes, err := s.store.ListNodes(ctx)
 	if err != nil {
 		return "", "", err
@@ -211,10 +229,6 @@ func (s *Sandboxes) place(ctx context.Context, sb *sandbox.Sandbox) (string, str
 	st.Overcommit = s.cfg.Overcommit
 	st.WithMemory(s.nodeMemory())
 	st.Warm = s.beats.WarmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
-	tq, err := s.tenantQuota(ctx, sb.Tenant)
-	if err != nil {
-		return "", "", err
-	}
 	plan, err := scheduler.Place(scheduler.Request{
 		Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq,
 	}, st)

@@ -23,6 +23,7 @@ type countingStore struct {
 	*sqlite.Store
 	mu     sync.Mutex
 	writes map[string]int
+	reads  map[string]int
 }
 
 func (c *countingStore) count(op string) {
@@ -40,6 +41,43 @@ func (c *countingStore) total() (n int, by map[string]int) {
 		by[k] = v
 	}
 	return n, by
+}
+
+// reads counts the store's reads by method.
+func (c *countingStore) read(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads[op]++
+}
+
+func (c *countingStore) GetSandboxByID(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	c.read("GetSandboxByID")
+	return c.Store.GetSandboxByID(ctx, id)
+}
+
+func (c *countingStore) GetTemplate(ctx context.Context, name string) (store.Template, error) {
+	c.read("GetTemplate")
+	return c.Store.GetTemplate(ctx, name)
+}
+
+func (c *countingStore) ListNodes(ctx context.Context) ([]store.Node, error) {
+	c.read("ListNodes")
+	return c.Store.ListNodes(ctx)
+}
+
+func (c *countingStore) NodeUsage(ctx context.Context) (map[string]store.Usage, error) {
+	c.read("NodeUsage")
+	return c.Store.NodeUsage(ctx)
+}
+
+func (c *countingStore) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+	c.read("GetTenant")
+	return c.Store.GetTenant(ctx, id)
+}
+
+func (c *countingStore) TenantUsage(ctx context.Context, tenant string) (store.Usage, error) {
+	c.read("TenantUsage")
+	return c.Store.TenantUsage(ctx, tenant)
 }
 
 func (c *countingStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
@@ -80,14 +118,15 @@ func (c *countingStore) AppendEvent(ctx context.Context, e store.Event) (store.E
 // TestCreateCommitsTwice: a create that its node starts at once costs two
 // store commits — the sandbox recorded with its first events before the
 // node is asked, and the settled state with its "running" event — however
-// many events it has; the events are all there, in order.
+// many events it has; the events are all there, in order; its tenant is
+// read once.
 func TestCreateCommitsTwice(t *testing.T) {
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	st := &countingStore{Store: db, writes: map[string]int{}}
+	st := &countingStore{Store: db, writes: map[string]int{}, reads: map[string]int{}}
 	tn := store.Tenant{ID: sandbox.NewTenantID(), Name: "a", CreatedAt: time.Now().UTC()}
 	if err := st.CreateTenant(t.Context(), tn); err != nil {
 		t.Fatal(err)
@@ -118,6 +157,9 @@ func TestCreateCommitsTwice(t *testing.T) {
 	})
 
 	before, _ := st.total()
+	st.mu.Lock()
+	clear(st.reads)
+	st.mu.Unlock()
 	sb, err := svc.Create(t.Context(), Caller{Tenant: tn.ID}, CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256}})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +171,12 @@ func TestCreateCommitsTwice(t *testing.T) {
 	if after-before != 2 || by["CreateSandboxWithinQuotaAndEvents"] != 1 || by["UpdateSandboxAndEvents"] != 1 {
 		t.Errorf("a create wrote the store %d times (%v), want 2: the sandbox with its events, then its settled state with its event", after-before, by)
 	}
+	st.mu.Lock()
+	t.Logf("the create's store reads: %v", st.reads)
+	if n := st.reads["GetTenant"]; n != 1 {
+		t.Errorf("the create read its tenant %d times, want once (quota check and placement share it)", n)
+	}
+	st.mu.Unlock()
 	events, err := st.ListEvents(t.Context(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
