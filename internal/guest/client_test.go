@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/guest"
 )
@@ -191,5 +193,43 @@ func TestLyingEnvelopeLength(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
 		t.Errorf("%d MiB allocated reading a 4 GiB declaration with 64 MiB behind it", alloc>>20)
+	}
+}
+
+// TestClientsDoNotOfferGzip: the bridge's clients of the guest protocol
+// offer no compression, so the guest answers every message as it is (a
+// gzip writer's reset alone cost half the guest's CPU in a warm-pool
+// claim, for answers of a few bytes crossing a local socket).
+func TestClientsDoNotOfferGzip(t *testing.T) {
+	server, conn := socketPair(t)
+	got := make(chan http.Header, 8)
+	srv := &http2.Server{}
+	go srv.ServeConn(server, &http2.ServeConnOpts{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+	})})
+	c, err := guest.NewClient(conn)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	defer c.Close()
+	defer server.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calls := map[string]func(){
+		"Control.Init":    func() { c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{})) },
+		"Control.Ready":   func() { c.Control().Ready(ctx, connect.NewRequest(&controlv1.ReadyRequest{})) },
+		"Process.List":    func() { c.Process().List(ctx, connect.NewRequest(&processv1.ListRequest{})) },
+		"Filesystem.Stat": func() { c.Filesystem().Stat(ctx, connect.NewRequest(&filesystemv1.StatRequest{})) },
+	}
+	for name, call := range calls {
+		call()
+		h := <-got
+		for _, k := range []string{"Accept-Encoding", "Connect-Accept-Encoding"} {
+			if v := h.Get(k); strings.Contains(v, "gzip") {
+				t.Errorf("%s offers %s: %q", name, k, v)
+			}
+		}
 	}
 }
