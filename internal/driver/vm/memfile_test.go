@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -333,4 +334,75 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, b, 0o600)
+}
+
+// TestTemplateKeyHasMemoryFile: templates with RAM in the stream and with
+// a RAM file never share a snapshot (a restore follows the snapshot's kind).
+func TestTemplateKeyHasMemoryFile(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(img, []byte("image"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{StateDir: t.TempDir(), Kernel: &vmimage.Kernel{Vmlinuz: "/k", SHA256: "k", Minimal: true}, QEMU: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driver.Spec{ExecID: "e", SandboxID: "s", RootFS: img, GuestBinary: "/bin/true"}
+	keys := map[bool]string{}
+	for _, mf := range []bool{false, true} {
+		if keys[mf], err = d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if keys[false] == keys[true] {
+		t.Errorf("template keys with and without a RAM file are both %s", keys[true])
+	}
+}
+
+// TestMemoryFileArgs: a VM with a RAM file maps it shared, as the machine's
+// memory, at the VM's size; one without has no backend.
+func TestMemoryFileArgs(t *testing.T) {
+	for _, machine := range []string{MachineQ35, MachineMicrovm} {
+		st := &state{ExecID: "e", MemoryMiB: 384, CPUs: 1, Machine: machine, Accel: AccelTCG, Kernel: "/k", Initrd: "/i", MemoryFile: true}
+		args := strings.Join(qemuArgs(st), " ")
+		for _, want := range []string{",memory-backend=mem ", "-object memory-backend-file,id=mem,size=384M,mem-path=ram,share=on", "-m 384 "} {
+			if !strings.Contains(args, want) {
+				t.Errorf("%s: QEMU arguments lack %q: %s", machine, want, args)
+			}
+		}
+		st.MemoryFile = false
+		if args := strings.Join(qemuArgs(st), " "); strings.Contains(args, "memory-backend") {
+			t.Errorf("%s: a VM without a RAM file has a memory backend: %s", machine, args)
+		}
+	}
+}
+
+// TestProbeMemoryFiles: no RAM files where the state dir has no reflinks
+// (the test's temp dir on ext4 or tmpfs), nor with a QEMU without the
+// backend; RAM files on btrfs.
+func TestProbeMemoryFiles(t *testing.T) {
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Skip("no qemu-system-x86_64")
+	}
+	tmp := t.TempDir()
+	if probeReflink(tmp) == nil {
+		t.Logf("%s has reflinks; the no-reflink case is not covered here", tmp)
+	} else if why := probeMemoryFiles(context.Background(), qemu, tmp); !strings.Contains(why, "no reflinks") {
+		t.Errorf("probe on a dir without reflinks = %q; want it to say so", why)
+	}
+	dir := btrfsDir(t, 512<<20)
+	if why := probeMemoryFiles(context.Background(), qemu, dir); why != "" {
+		t.Errorf("probe on btrfs with %s = %q; want RAM files", qemu, why)
+	}
+	if why := probeMemoryFiles(context.Background(), "/bin/true", dir); !strings.Contains(why, "memory-backend-file") {
+		t.Errorf("probe with a QEMU that lists no backend = %q; want it to say so", why)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the probe left files in %s: %v", dir, ents)
+	}
 }
