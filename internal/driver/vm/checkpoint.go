@@ -66,7 +66,9 @@ const (
 // Checkpoint pauses the VM (QMP stop), writes its RAM and device state into
 // dir/memory as a QEMU migration stream (over a descriptor passed on the QMP
 // socket: -sandbox forbids QEMU to spawn or open files), then clones the disk
-// into dir and writes the manifest with every file's digest. The VM stays
+// into dir and writes the manifest with every file's digest. A VM whose RAM
+// is a file (memfile.go) writes only its device state into the stream, and
+// its RAM file is cloned into dir/ram. The VM stays
 // paused; Resume lets it continue, Kill ends it. dir must not exist; on
 // failure nothing of it is left.
 func (d *Driver) Checkpoint(ctx context.Context, execID, dir string) (*driver.Checkpoint, error) {

@@ -47,7 +47,8 @@
 //	qemu.log      the jail helper's and QEMU's standard output and error
 //
 // A checkpoint (Checkpoint, Restore) is a directory of its own: the migration
-// stream, a clone of the disk, the guest configuration, the machine's
+// stream, a clone of the RAM file (where RAM is a file, memfile.go), a clone
+// of the disk, the guest configuration, the machine's
 // description and the manifest with every file's digest; QEMU writes the
 // stream into a descriptor root opened, so every checkpoint file is root's.
 // Template snapshots are such checkpoints under CacheDir/snapshots/<key>.
