@@ -350,7 +350,11 @@ func BenchmarkCheckpoint(b *testing.B) {
 	for _, mib := range sizes {
 		b.Run(strconv.Itoa(mib)+"MiB", func(b *testing.B) {
 			stateDir := b.TempDir()
-			d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ColdBoot: true})
+			var logw io.Writer = io.Discard
+			if testing.Verbose() {
+				logw = os.Stderr // the driver's log has each save's steps
+			}
+			d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(logw, nil)), ColdBoot: true})
 			if err != nil {
 				b.Fatal(err)
 			}
