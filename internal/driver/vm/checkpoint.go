@@ -168,7 +168,17 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	cp := &driver.Checkpoint{Dir: dir, CreatedAt: time.Now().UTC(), Runtime: d.Name(), MemoryMiB: st.MemoryMiB, CPUs: st.CPUs, Kernel: st.Kernel}
 	var total int64
 	for _, name := range files {
-		f, err := driver.DescribeFile(dir, name)
+		fdir := dir
+		if name == cpRAM {
+			// The clone has the VM's RAM file's bytes and extents, and
+			// that file's pages are in the page cache, the clone's not
+			// (a reflink shares extents, not pages): hashing it reads no
+			// disk. Were it to differ from the clone (QEMU writing a
+			// paused guest's memory), the restore's check of the clone
+			// refuses it.
+			fdir = d.execDir(st.ExecID)
+		}
+		f, err := driver.DescribeFile(fdir, name)
 		if err != nil {
 			return nil, vmMeta{}, err
 		}
