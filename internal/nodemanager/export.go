@@ -607,13 +607,15 @@ func (s *Server) importImage(ctx context.Context, staged, dir string, e *privop.
 		return err
 	}
 	// The rebuilt disk has the same bytes but perhaps another extent
-	// layout, and vm.json may name a local initramfs: describe both anew.
+	// layout, as has a RAM file (staged whole, its holes written: its bytes
+	// were verified against the export's digest), and vm.json may name a
+	// local initramfs: describe them anew.
 	cp, err := driver.ReadCheckpoint(cpDir)
 	if err != nil {
 		return err
 	}
 	for i, f := range cp.Files {
-		if f.Name == "disk.img" || f.Name == "vm.json" {
+		if f.Name == "disk.img" || f.Name == "vm.json" || f.Name == "ram" {
 			if cp.Files[i], err = driver.DescribeFile(cpDir, f.Name); err != nil {
 				return err
 			}

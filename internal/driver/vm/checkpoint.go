@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/vmimage"
@@ -18,7 +20,8 @@ import (
 
 // Files of a vm checkpoint directory, beside driver.CheckpointManifest.
 const (
-	// cpMemory is QEMU's migration stream: RAM and device state.
+	// cpMemory is QEMU's migration stream: RAM and device state, or the
+	// device state alone in a MemoryFile checkpoint, whose RAM is cpRAM.
 	cpMemory = "memory"
 	// cpDisk is the reflink (or copy) of the disk at the time of the save.
 	cpDisk = diskFile
@@ -46,6 +49,11 @@ type vmMeta struct {
 	// state was saved: the restored guest then still serves that old
 	// session, and the host must wait for it to notice the disconnect.
 	HostConnected bool `json:"host_connected"`
+	// MemoryFile says the checkpoint's RAM is the file cpRAM (a reflink of
+	// the VM's RAM file, memfile.go) and the stream holds only the device
+	// state; false in checkpoints whose stream carries the RAM, as all did
+	// before RAM files.
+	MemoryFile bool `json:"memory_file,omitempty"`
 }
 
 // Timeouts of the checkpoint and restore steps (a TCG guest is slow).
@@ -58,7 +66,9 @@ const (
 // Checkpoint pauses the VM (QMP stop), writes its RAM and device state into
 // dir/memory as a QEMU migration stream (over a descriptor passed on the QMP
 // socket: -sandbox forbids QEMU to spawn or open files), then clones the disk
-// into dir and writes the manifest with every file's digest. The VM stays
+// into dir and writes the manifest with every file's digest. A VM whose RAM
+// is a file (memfile.go) writes only its device state into the stream, and
+// its RAM file is cloned into dir/ram. The VM stays
 // paused; Resume lets it continue, Kill ends it. dir must not exist; on
 // failure nothing of it is left.
 func (d *Driver) Checkpoint(ctx context.Context, execID, dir string) (*driver.Checkpoint, error) {
@@ -100,6 +110,12 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	if err != nil {
 		return nil, vmMeta{}, err
 	}
+	if st.MemoryFile {
+		// RAM stays out of the stream: it is the file, cloned below.
+		if _, err := s.run("migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}}}); err != nil {
+			return nil, vmMeta{}, err
+		}
+	}
 	// The default bandwidth cap (128 MiB/s) would slow a local save.
 	if _, err := s.run("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		return nil, vmMeta{}, err
@@ -121,10 +137,19 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	}
 	saved := time.Since(t0)
 	// Completing the migration flushed the disk; QEMU does not write it
-	// until the VM continues.
+	// until the VM continues. Nor the RAM: the vCPUs are stopped, and the
+	// clone writes back what the guest dirtied first.
 	if err := vmimage.CloneImage(ctx, filepath.Join(d.execDir(st.ExecID), diskFile), filepath.Join(dir, cpDisk)); err != nil {
 		return nil, vmMeta{}, err
 	}
+	files := []string{cpMemory, cpDisk, cpGuestConfig, cpMeta}
+	if st.MemoryFile {
+		if err := cloneRAM(ctx, filepath.Join(d.execDir(st.ExecID), memFile), filepath.Join(dir, cpRAM)); err != nil {
+			return nil, vmMeta{}, err
+		}
+		files = append(files, cpRAM)
+	}
+	cloned := time.Since(t0)
 	gc, err := os.ReadFile(filepath.Join(d.execDir(st.ExecID), guestConfig))
 	if err != nil {
 		return nil, vmMeta{}, err
@@ -132,7 +157,7 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	if err := os.WriteFile(filepath.Join(dir, cpGuestConfig), gc, 0o600); err != nil {
 		return nil, vmMeta{}, err
 	}
-	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, Machine: orQ35(st.Machine), Network: st.Network, HostConnected: connected}
+	meta := vmMeta{Accel: st.Accel, Kernel: st.Kernel, Initrd: st.Initrd, Machine: orQ35(st.Machine), Network: st.Network, HostConnected: connected, MemoryFile: st.MemoryFile}
 	metaBytes, err := json.Marshal(meta)
 	if err != nil {
 		return nil, vmMeta{}, err
@@ -142,8 +167,18 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 	}
 	cp := &driver.Checkpoint{Dir: dir, CreatedAt: time.Now().UTC(), Runtime: d.Name(), MemoryMiB: st.MemoryMiB, CPUs: st.CPUs, Kernel: st.Kernel}
 	var total int64
-	for _, name := range []string{cpMemory, cpDisk, cpGuestConfig, cpMeta} {
-		f, err := driver.DescribeFile(dir, name)
+	for _, name := range files {
+		fdir := dir
+		if name == cpRAM {
+			// The clone has the VM's RAM file's bytes and extents, and
+			// that file's pages are in the page cache, the clone's not
+			// (a reflink shares extents, not pages): hashing it reads no
+			// disk. Were it to differ from the clone (QEMU writing a
+			// paused guest's memory), the restore's check of the clone
+			// refuses it.
+			fdir = d.execDir(st.ExecID)
+		}
+		f, err := driver.DescribeFile(fdir, name)
 		if err != nil {
 			return nil, vmMeta{}, err
 		}
@@ -154,7 +189,7 @@ func (d *Driver) checkpoint(ctx context.Context, s *qmpSession, st *state, dir s
 		return nil, vmMeta{}, err
 	}
 	d.log.Info("checkpoint saved", "exec", st.ExecID, "dir", dir, "memory_bytes", cp.File(cpMemory).Size,
-		"save", saved.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond), "host_connected", connected)
+		"memory_file", st.MemoryFile, "save", saved.Round(time.Millisecond), "clone", cloned.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond), "host_connected", connected)
 	return cp, meta, nil
 }
 
@@ -166,11 +201,16 @@ type verified struct {
 	guestConfig []byte
 	memory      *os.File
 	disk        *os.File
+	// ram is the RAM file of a MemoryFile checkpoint; nil otherwise.
+	ram *os.File
 }
 
 func (v *verified) Close() {
 	v.memory.Close()
 	v.disk.Close()
+	if v.ram != nil {
+		v.ram.Close()
+	}
 }
 
 // verifyCheckpoint checks cp's form, that it fits spec, and every file's
@@ -223,6 +263,17 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 	if v.disk, err = cp.OpenVerified(cpDisk); err != nil {
 		v.memory.Close()
 		return nil, err
+	}
+	if v.meta.MemoryFile {
+		if v.ram, err = cp.OpenVerified(cpRAM); err == nil {
+			if err = checkRAMFile(v.ram, cp.Dir, cp.MemoryMiB); err != nil {
+				err = fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err)
+			}
+		}
+		if err != nil {
+			v.Close()
+			return nil, fmt.Errorf("the checkpoint's RAM is a file (%s says memory_file): %w", cpMeta, err)
+		}
 	}
 	return v, nil
 }
@@ -296,6 +347,8 @@ func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Check
 			"exec", spec.ExecID, "from", cp.Dir, "checkpoint_network", v.meta.Network, "spec_network", spec.Network)
 	}
 	st.Network = v.meta.Network
+	// The restored VM's RAM is of the checkpoint's kind.
+	st.MemoryFile = v.meta.MemoryFile
 	inst, err := d.launchRestore(ctx, st, v)
 	if err != nil {
 		return nil, d.failedStart(ctx, spec.ExecID, "restore", err)
@@ -314,6 +367,13 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 	if err := os.WriteFile(filepath.Join(dir, guestConfig), v.guestConfig, 0o600); err != nil {
 		return nil, err
 	}
+	if v.ram != nil {
+		// The VM's own copy-on-write clone: nothing it writes reaches the
+		// checkpoint or any other VM restored from it.
+		if err := vmimage.CloneImageFrom(ctx, v.ram, filepath.Join(dir, memFile)); err != nil {
+			return nil, fmt.Errorf("clone the checkpoint's RAM file: %w", err)
+		}
+	}
 	if err := d.saveState(st); err != nil {
 		return nil, err
 	}
@@ -329,6 +389,11 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 		return nil, err
 	}
 	defer s.Close()
+	if st.MemoryFile {
+		if err := loadDeviceState(s, v.memory); err != nil {
+			return nil, err
+		}
+	}
 	if err := waitLoaded(ctx, s, st); err != nil {
 		return nil, err
 	}
@@ -358,6 +423,35 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 		}
 	}
 	return d.connectChannel(ctx, st, link)
+}
+
+// cloneRAM clones the VM's RAM file src into the checkpoint file dst.
+func cloneRAM(ctx context.Context, src, dst string) error {
+	f, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("RAM file: %w", err)
+	}
+	defer f.Close()
+	if err := vmimage.CloneImageFrom(ctx, f, dst); err != nil {
+		return fmt.Errorf("clone the RAM file: %w", err)
+	}
+	return nil
+}
+
+// loadDeviceState has QEMU, waiting with -incoming defer, load the device
+// state from stream, with RAM left out (x-ignore-shared): the RAM is the
+// file QEMU mapped at start.
+func loadDeviceState(s *qmpSession, stream *os.File) error {
+	if _, err := s.run("migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}}}); err != nil {
+		return fmt.Errorf("load the saved state: %w", err)
+	}
+	if _, err := s.run("getfd", map[string]string{"fdname": "incoming"}, int(stream.Fd())); err != nil {
+		return fmt.Errorf("load the saved state: %w", err)
+	}
+	if _, err := s.run("migrate-incoming", map[string]string{"uri": "fd:incoming"}); err != nil {
+		return fmt.Errorf("load the saved state: %w", err)
+	}
+	return nil
 }
 
 // waitLoaded waits until QEMU has loaded the incoming state (it leaves the

@@ -583,7 +583,7 @@ func (d *Driver) confinedCommand(ctx context.Context, st *state, args []string) 
 	}
 	st.UID, st.GID = uid, uid
 	dir := d.execDir(st.ExecID)
-	if err := prepareExecDir(dir, uid); err != nil {
+	if err := prepareExecDir(dir, uid, st.MemoryFile); err != nil {
 		return nil, fmt.Errorf("hand the execution's files to uid %d: %w", uid, err)
 	}
 	qemu, err := filepath.EvalSymlinks(d.cfg.QEMU)
@@ -603,12 +603,16 @@ func (d *Driver) confinedCommand(ctx context.Context, st *state, args []string) 
 	if err != nil {
 		return nil, err
 	}
+	writable := []string{diskFile}
+	if st.MemoryFile {
+		writable = append(writable, memFile)
+	}
 	root := filepath.Join(d.cfg.StateDir, "jail")
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
 	spec, err := json.Marshal(jailSpec{
-		Root: root, Dir: dir, Log: qemuLog, Writable: []string{diskFile}, Files: files, Devices: devices,
+		Root: root, Dir: dir, Log: qemuLog, Writable: writable, Files: files, Devices: devices,
 		QEMU: qemu, Args: args, UID: uid, GID: uid, Groups: groups, Cgroup: cgroupDirs,
 	})
 	if err != nil {
@@ -627,16 +631,20 @@ func (d *Driver) confinedCommand(ctx context.Context, st *state, args []string) 
 
 // prepareExecDir lets the VM's group use the execution's directory without
 // owning anything in it: search only on the directory, read and write on the
-// disk, read on the guest configuration. Owning no file, QEMU cannot change
+// disk (and the RAM file), read on the guest configuration. Owning no file, QEMU cannot change
 // a mode either. Root's files (state, logs) stay 0600.
-func prepareExecDir(dir string, gid uint32) error {
-	steps := []struct {
+func prepareExecDir(dir string, gid uint32, ram bool) error {
+	type step struct {
 		path string
 		mode os.FileMode
-	}{
+	}
+	steps := []step{
 		{dir, 0o710},
 		{filepath.Join(dir, diskFile), 0o660},
 		{filepath.Join(dir, guestConfig), 0o640},
+	}
+	if ram {
+		steps = append(steps, step{filepath.Join(dir, memFile), 0o660})
 	}
 	for _, s := range steps {
 		fi, err := os.Lstat(s.path)

@@ -277,7 +277,7 @@ func TestPrepareExecDir(t *testing.T) {
 		}
 	}
 	const id = 910_100_000
-	if err := prepareExecDir(dir, id); err != nil {
+	if err := prepareExecDir(dir, id, false); err != nil {
 		t.Fatalf("prepareExecDir: %v", err)
 	}
 	for _, c := range []struct {
@@ -301,7 +301,7 @@ func TestPrepareExecDir(t *testing.T) {
 	}
 	link := t.TempDir()
 	os.Symlink("/etc/passwd", filepath.Join(link, diskFile))
-	if err := prepareExecDir(link, id); err == nil {
+	if err := prepareExecDir(link, id, false); err == nil {
 		t.Error("prepareExecDir chowned through a symlink")
 	}
 }

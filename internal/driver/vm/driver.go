@@ -38,6 +38,7 @@
 //	state.json    what a later process needs (see state)         root 0600
 //	disk.img      the sandbox's root disk (clone of Spec.RootFS) root:<vm gid> 0660
 //	guest.json    the per-VM guest configuration, via fw_cfg      root:<vm gid> 0640
+//	ram           the guest's RAM, where it is a file (memfile.go) root:<vm gid> 0660
 //	channel.sock  the guest channel (virtio-serial port "space.0")
 //	qmp.sock      QEMU's control socket
 //	net.sock      the network interface's frames (with Spec.Network only)
@@ -46,7 +47,8 @@
 //	qemu.log      the jail helper's and QEMU's standard output and error
 //
 // A checkpoint (Checkpoint, Restore) is a directory of its own: the migration
-// stream, a clone of the disk, the guest configuration, the machine's
+// stream, a clone of the RAM file (where RAM is a file, memfile.go), a clone
+// of the disk, the guest configuration, the machine's
 // description and the manifest with every file's digest; QEMU writes the
 // stream into a descriptor root opened, so every checkpoint file is root's.
 // Template snapshots are such checkpoints under CacheDir/snapshots/<key>.
@@ -172,6 +174,14 @@ type Driver struct {
 	bg sync.WaitGroup
 
 	templates templates
+
+	// memFileOnce decides once whether VMs get a file-backed RAM
+	// (memfile.go): memFileOn says they do, memFileWhy why not.
+	// noMemoryFile, set by tests before the first VM, keeps RAM anonymous.
+	memFileOnce  sync.Once
+	memFileOn    bool
+	memFileWhy   string
+	noMemoryFile bool
 
 	coldBoots, templateRestores, templateBuilds, templateFailures, restores atomic.Uint64
 }

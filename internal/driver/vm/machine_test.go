@@ -143,7 +143,7 @@ func TestTemplateKeyHasMachine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1)
+		key, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -154,12 +154,12 @@ func TestTemplateKeyHasNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := driver.Spec{ExecID: "e", SandboxID: "s", RootFS: img, GuestBinary: "/bin/true"}
-	without, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1)
+	without, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.Network = true
-	with, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1)
+	with, err := d.templateKey(spec, fi, bootFiles{d.current(), "/c/initrd.cpio"}, AccelTCG, 256, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -330,16 +330,35 @@ func reportPercentiles(b *testing.B, took []time.Duration) {
 
 // BenchmarkCheckpoint measures Checkpoint and Restore-to-Ready of a guest
 // whose memory is 40% filled with random data (in /dev/shm, which may hold half), for 256 MiB
-// and 1 GiB guests. Run with -benchtime=1x.
+// and 1 GiB guests (SPACE_BENCH_CHECKPOINT_MIB: other sizes, comma-separated).
+// The state is under TMPDIR: on btrfs the guests' RAM is a file (memfile.go)
+// unless SPACE_BENCH_CHECKPOINT_STREAM=1 keeps it in the stream. Run with
+// -benchtime=1x.
 func BenchmarkCheckpoint(b *testing.B) {
 	f := newFixture(b)
-	for _, mib := range []int{256, 1024} {
+	sizes := []int{256, 1024}
+	if env := os.Getenv("SPACE_BENCH_CHECKPOINT_MIB"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatalf("SPACE_BENCH_CHECKPOINT_MIB=%q: %v", env, err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, mib := range sizes {
 		b.Run(strconv.Itoa(mib)+"MiB", func(b *testing.B) {
 			stateDir := b.TempDir()
-			d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ColdBoot: true})
+			var logw io.Writer = io.Discard
+			if testing.Verbose() {
+				logw = os.Stderr // the driver's log has each save's steps
+			}
+			d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(logw, nil)), ColdBoot: true})
 			if err != nil {
 				b.Fatal(err)
 			}
+			d.noMemoryFile = os.Getenv("SPACE_BENCH_CHECKPOINT_STREAM") == "1"
 			defer d.Wait()
 			ctx := context.Background()
 			inst, err := d.Start(ctx, driver.Spec{ExecID: "cp-src", SandboxID: "bench", RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: mib})
@@ -385,6 +404,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 				rc.Close()
 				b.ReportMetric(float64(saved.Milliseconds()), "checkpoint-ms")
 				b.ReportMetric(float64(cp.File(cpMemory).Size>>20), "memory-MiB")
+				if ram := cp.File(cpRAM); ram != nil {
+					b.ReportMetric(float64(ram.Size>>20), "ram-file-MiB")
+				}
 				b.ReportMetric(float64(restored.Milliseconds()), "restore-to-ready-ms")
 				d.Cleanup(ctx, id)
 				d.Resume(ctx, "cp-src")

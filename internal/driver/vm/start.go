@@ -148,6 +148,11 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 		return nil, err
 	}
 	st.Accel = d.chooseAccel(ctx, st.Kernel, st.Initrd)
+	if st.MemoryFile = d.memoryFiles(ctx); st.MemoryFile {
+		if err := d.createMemoryFile(st); err != nil {
+			return nil, err
+		}
+	}
 	cmd, err := d.qemuCommand(ctx, st, nil)
 	if err != nil {
 		return nil, err
@@ -277,7 +282,11 @@ func writeGuestConfig(path string, spec driver.Spec) error {
 // directory are relative: QEMU runs there (see dialState).
 func qemuArgs(st *state) []string {
 	m := layoutFor(st.Machine, st.Network)
-	args := []string{"-M", m.machine}
+	machine := m.machine
+	if st.MemoryFile {
+		machine += ",memory-backend=" + memBackendID
+	}
+	args := []string{"-M", machine}
 	args = append(args, accelArgs(st.Accel)...)
 	args = append(args,
 		"-m", strconv.Itoa(st.MemoryMiB), "-smp", strconv.Itoa(st.CPUs),
@@ -298,6 +307,9 @@ func qemuArgs(st *state) []string {
 		"-device", m.rng,
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	)
+	if st.MemoryFile {
+		args = append(args, memoryFileArgs(st)...)
+	}
 	return append(args, networkArgs(m)...)
 }
 
@@ -313,7 +325,8 @@ func accelArgs(accel string) []string {
 
 // qemuCommand is QEMU's command for st. With incoming set, QEMU loads that
 // migration stream (inherited as fd 3) instead of booting, and stays paused
-// (-S) once loaded. QEMU's standard output and error go to qemu.log.
+// (-S) once loaded; for a VM with a RAM file, QEMU waits for the stream
+// instead (-incoming defer), which launchRestore passes over QMP. QEMU's standard output and error go to qemu.log.
 //
 // Unless Config.Unconfined is set, the command is the jail helper
 // (confine.go), which claims a uid for st (recorded in st, saved with the
@@ -329,7 +342,15 @@ func (d *Driver) qemuCommand(ctx context.Context, st *state, incoming *os.File) 
 		// be connected yet and dies on a NULL dereference (q35, about 1
 		// restore in 3, seen in dmesg). The gateway needs no gratuitous
 		// ARP: it is the guest's only neighbour.
-		args = append(args, "-global", "migration.announce-rounds=0", "-S", "-incoming", "fd:3")
+		args = append(args, "-global", "migration.announce-rounds=0", "-S")
+		if st.MemoryFile {
+			// The x-ignore-shared capability must be set before the
+			// load (QEMU 7.2 has no -global for it): launchRestore sets
+			// it and hands QEMU the stream over QMP.
+			args = append(args, "-incoming", "defer")
+		} else {
+			args = append(args, "-incoming", "fd:3")
+		}
 	}
 	var cmd *exec.Cmd
 	if d.cfg.Unconfined {
@@ -351,7 +372,7 @@ func (d *Driver) qemuCommand(ctx context.Context, st *state, incoming *os.File) 
 			return nil, fmt.Errorf("confine QEMU: %w", err)
 		}
 	}
-	if incoming != nil {
+	if incoming != nil && !st.MemoryFile {
 		cmd.ExtraFiles = []*os.File{incoming}
 	}
 	cmd.Env = []string{}

@@ -67,6 +67,9 @@ type state struct {
 	// Network says the VM has a network interface (driver.Spec.Network)
 	// whose backend is the stream socket netSock (see network.go).
 	Network bool `json:"network,omitempty"`
+	// MemoryFile says the guest's RAM is the file memFile in the
+	// execution's directory (memfile.go), left out of the migration stream.
+	MemoryFile bool `json:"memory_file,omitempty"`
 	// Origin says how the execution started: originBoot, originTemplate or
 	// originCheckpoint.
 	Origin string `json:"origin,omitempty"`

@@ -61,7 +61,7 @@ func (t *templates) init() {
 // edited), the kernel's digest, the initramfs (named by its content hash),
 // the accelerator, the machine type, the network interface, the VM's size,
 // and the QEMU binary.
-func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, boot bootFiles, accel string, memMiB, cpus int) (string, error) {
+func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, boot bootFiles, accel string, memMiB, cpus int, memoryFile bool) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "space-vm-template-v1\n")
 	for _, fi := range []fs.FileInfo{image, nil} {
@@ -89,6 +89,12 @@ func (d *Driver) templateKey(spec driver.Spec, image fs.FileInfo, boot bootFiles
 	if spec.Network {
 		fmt.Fprintf(h, "network\n")
 	}
+	// A snapshot's RAM is in the stream or a file (memfile.go): the two
+	// kinds are built apart, so a host that starts using RAM files builds
+	// its templates anew; keys of stream snapshots stay what they were.
+	if memoryFile {
+		fmt.Fprintf(h, "memory file\n")
+	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 
@@ -98,7 +104,7 @@ func (d *Driver) startFromTemplate(ctx context.Context, spec driver.Spec, image 
 	accel := d.chooseAccel(ctx, boot.kernel.Vmlinuz, boot.initrd)
 	spec.MemoryMiB = orDefault(spec.MemoryMiB, d.cfg.DefaultMemoryMiB)
 	spec.CPUs = max(spec.CPUs, 1)
-	key, err := d.templateKey(spec, image, boot, accel, spec.MemoryMiB, spec.CPUs)
+	key, err := d.templateKey(spec, image, boot, accel, spec.MemoryMiB, spec.CPUs, d.memoryFiles(ctx))
 	if err != nil {
 		return nil, err
 	}
