@@ -368,6 +368,9 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 		return nil, err
 	}
 	if v.ram != nil {
+		if err := memoryFileRoom(dir, st.MemoryMiB, d.statfs); err != nil {
+			return nil, fmt.Errorf("restore a checkpoint whose RAM is a file: %w", err)
+		}
 		// The VM's own copy-on-write clone: nothing it writes reaches the
 		// checkpoint or any other VM restored from it.
 		if err := vmimage.CloneImageFrom(ctx, v.ram, filepath.Join(dir, memFile)); err != nil {

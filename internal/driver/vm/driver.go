@@ -55,6 +55,8 @@
 package vm
 
 import (
+	"golang.org/x/sys/unix"
+
 	"context"
 	"errors"
 	"fmt"
@@ -182,6 +184,8 @@ type Driver struct {
 	memFileOn    bool
 	memFileWhy   string
 	noMemoryFile bool
+	// statfs is unix.Statfs (memoryFileRoom); a test seam.
+	statfs func(string, *unix.Statfs_t) error
 
 	coldBoots, templateRestores, templateBuilds, templateFailures, restores atomic.Uint64
 }
@@ -237,7 +241,7 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
 		}
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, cgroupParent: cgroupParent(cfg.StateDir)}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, cgroupParent: cgroupParent(cfg.StateDir), statfs: unix.Statfs}
 	// An unconfined driver makes no groups, but removes those a confined
 	// one left over the same state directory.
 	hier, err := cgroup.Detect()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/errdefs"
 )
 
 // File-backed guest RAM (issue 20 item 4). Where the execution directories
@@ -95,6 +97,30 @@ func probeReflink(dir string) error {
 	defer dst.Close()
 	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
 		return fmt.Errorf("FICLONE: %w", err)
+	}
+	return nil
+}
+
+// memFileReserveMiB is the free space a volume store keeps beyond a new
+// VM's whole RAM before the VM gets a RAM file there. A page of a shared file
+// mapping that the guest writes needs a block of the file system (a
+// reflinked one a copy); with none left the kernel answers the write with
+// SIGBUS and QEMU dies. So a RAM file is given only where all of the VM's RAM
+// fits with room to spare; elsewhere the VM's RAM is anonymous (a fresh
+// start) or its restore is refused (a checkpoint whose RAM is a file).
+const memFileReserveMiB = 1024
+
+// memoryFileRoom returns an error (ResourceExhausted) unless the file system
+// of dir has memMiB + memFileReserveMiB free for an unprivileged writer.
+func memoryFileRoom(dir string, memMiB int, statfs func(string, *unix.Statfs_t) error) error {
+	var fs unix.Statfs_t
+	if err := statfs(dir, &fs); err != nil {
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	free := int64(fs.Bavail) * int64(fs.Bsize) >> 20
+	if need := int64(memMiB + memFileReserveMiB); free < need {
+		return fmt.Errorf("%w: %s has %d MiB free, a RAM file of %d MiB needs %d (its size and a %d MiB reserve): free space on the node's volume store",
+			errdefs.ErrResourceExhausted, dir, free, memMiB, need, memFileReserveMiB)
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/driver"
+	"golang.org/x/sys/unix"
+
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/guest"
 	"github.com/spacesandbox/space/internal/testenv"
@@ -479,4 +481,28 @@ func smapsRollup(b *testing.B, pid int) (pss, rss float64) {
 		}
 	}
 	return pss, rss
+}
+
+// TestMemoryFileRoom: a VM gets a RAM file only where all of its RAM and
+// the reserve fit, since a shared mapping's page the file system has no
+// block for kills QEMU with SIGBUS: a small real btrfs is refused for a VM
+// its free space cannot hold, with the figures; enough free space is not.
+func TestMemoryFileRoom(t *testing.T) {
+	dir := btrfsDir(t, 512<<20)
+	err := memoryFileRoom(dir, 256, unix.Statfs)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "a RAM file of 256 MiB needs 1280") {
+		t.Errorf("room on a 512 MiB btrfs for 256 MiB of RAM: %v; want ResourceExhausted naming the 1280 MiB needed", err)
+	}
+	free := func(mib uint64) func(string, *unix.Statfs_t) error {
+		return func(_ string, fs *unix.Statfs_t) error { fs.Bsize, fs.Bavail = 4096, mib<<20/4096; return nil }
+	}
+	if err := memoryFileRoom(dir, 512, free(512+memFileReserveMiB)); err != nil {
+		t.Errorf("room with exactly the RAM and the reserve free: %v", err)
+	}
+	if err := memoryFileRoom(dir, 512, free(512+memFileReserveMiB-1)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("room with 1 MiB short: %v; want ResourceExhausted", err)
+	}
+	if err := memoryFileRoom(dir, 512, func(string, *unix.Statfs_t) error { return syscall.EIO }); err == nil || !strings.Contains(err.Error(), "statfs") {
+		t.Errorf("room when statfs fails: %v; want the statfs error", err)
+	}
 }

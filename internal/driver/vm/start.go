@@ -149,6 +149,12 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 	}
 	st.Accel = d.chooseAccel(ctx, st.Kernel, st.Initrd)
 	if st.MemoryFile = d.memoryFiles(ctx); st.MemoryFile {
+		if err := memoryFileRoom(dir, st.MemoryMiB, d.statfs); err != nil {
+			d.log.Warn("vm memory: anonymous RAM for this VM", "exec", st.ExecID, "why", err)
+			st.MemoryFile = false
+		}
+	}
+	if st.MemoryFile {
 		if err := d.createMemoryFile(st); err != nil {
 			return nil, err
 		}
