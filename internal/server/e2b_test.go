@@ -538,8 +538,12 @@ func TestE2BREST(t *testing.T) {
 			return out
 		}
 		all := ids(p.e2bCall("GET", "/v2/sandboxes", p.key, ""))
-		if strings.Join(all, ",") != run1.ID+":running,"+run2.ID+":running,"+paused.ID+":paused" {
-			t.Errorf("list = %v, want the tenant's running and paused sandboxes in start order", all)
+		if strings.Join(all, ",") != paused.ID+":paused,"+run2.ID+":running,"+run1.ID+":running" {
+			t.Errorf("list = %v, want the tenant's running and paused sandboxes newest first (E2B's default order)", all)
+		}
+		asc := ids(p.e2bCall("GET", "/v2/sandboxes?order=asc", p.key, ""))
+		if strings.Join(asc, ",") != run1.ID+":running,"+run2.ID+":running,"+paused.ID+":paused" {
+			t.Errorf("order=asc: %v, want oldest first", asc)
 		}
 		if got := ids(p.e2bCall("GET", "/v2/sandboxes?state=paused", p.key, "")); len(got) != 1 || got[0] != paused.ID+":paused" {
 			t.Errorf("state=paused: %v", got)
