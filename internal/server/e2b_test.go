@@ -416,7 +416,6 @@ func TestE2BSignedFiles(t *testing.T) {
 		{"read signature used to write", "POST", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), nil},
 		{"signature for another path", "GET", q("/b.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), nil},
 		{"signature for another user", "GET", q("/a.txt", "root", sign("/a.txt", "read", "user", tokA, 0), 0), nil},
-		{"expired", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 1000), 1000), nil},
 		{"expiry changed", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, future), future+60), nil},
 		{"A's signature routed to B", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), map[string]string{e2bapi.SandboxHeader: b.ID, e2bapi.PortHeader: "49983"}},
 		{"forged", "GET", q("/a.txt", "", sign("/a.txt", "read", "", "guess", 0), 0), nil},
@@ -424,8 +423,16 @@ func TestE2BSignedFiles(t *testing.T) {
 	}
 	for _, tc := range bad {
 		got := p.send(tc.method, tc.path, "", "", tc.headers)
-		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" {
-			t.Errorf("%s: HTTP %d %s, want 401", tc.name, got.status, got.body)
+		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" || strings.Contains(got.body, "expired") {
+			t.Errorf("%s: HTTP %d %s, want 401 (not expired)", tc.name, got.status, got.body)
+		}
+	}
+	// A genuine signature past its expiry gets envd's message, routed by
+	// headers or found by its signature alone.
+	for name, headers := range map[string]map[string]string{"unrouted": nil, "routed": {e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983"}} {
+		got := p.send(http.MethodGet, q("/a.txt", "", sign("/a.txt", "read", "", tokA, 1000), 1000), "", "", headers)
+		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" || !strings.Contains(got.body, `"message":"signature is already expired"`) {
+			t.Errorf("expired, %s: HTTP %d %s, want 401 signature is already expired", name, got.status, got.body)
 		}
 	}
 }
