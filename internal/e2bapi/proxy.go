@@ -112,6 +112,8 @@ func (a *API) WithData(next http.Handler) http.Handler {
 			envd.ServeHTTP(w, r)
 		case !ok:
 			next.ServeHTTP(w, r)
+		case t.port != EnvdPort && a.e2bSandboxGone(r, t.id):
+			writeE2BNotFound(w, t.id) // E2B's 502 for an unknown or deleted sandbox
 		case t.port != EnvdPort:
 			// Another port: SPACE's ServicePort ingress decides.
 			r.Header.Del(SandboxHeader)
@@ -121,6 +123,23 @@ func (a *API) WithData(next http.Handler) http.Handler {
 			envd.ServeHTTP(w, r)
 		}
 	})
+}
+
+// e2bSandboxGone reports whether a request routed by E2B's headers to a
+// port other than envd's names no sandbox that exists: an id that cannot
+// be one, unknown, or deleted. E2B's proxy answers those 502 "The sandbox
+// was not found" (writeE2BNotFound), where SPACE's ingress would say 404
+// "no exposed port". A request with a wrong traffic token is left to the
+// ingress, which refuses it before any lookup (403).
+func (a *API) e2bSandboxGone(r *http.Request, id string) bool {
+	if id == "" {
+		return true
+	}
+	if tok := r.Header.Get(TrafficHeader); tok != "" && !a.TrafficTokenValid(id, tok) {
+		return false
+	}
+	sb, err := a.svc.ByID(r.Context(), id)
+	return errors.Is(err, errdefs.ErrNotFound) || err == nil && e2bState(sb.State) == ""
 }
 
 // isSignedFiles reports whether r is a /files request carrying a

@@ -355,6 +355,31 @@ func TestE2BEnvdProxy(t *testing.T) {
 		}
 	}
 
+	t.Run("another port of an unknown or deleted sandbox is 502", func(t *testing.T) {
+		deleted := p.sandbox(p.tenant, sandbox.StateDeleted, nil)
+		for name, h := range map[string]map[string]string{
+			"unknown":                {e2bapi.SandboxHeader: sandbox.NewID(), e2bapi.PortHeader: "8000"},
+			"deleted":                {e2bapi.SandboxHeader: deleted.ID, e2bapi.PortHeader: "8000"},
+			"not a sandbox id":       {e2bapi.SandboxHeader: "NOT-AN-ID", e2bapi.PortHeader: "8000"},
+			"deleted, by host":       {"Host": "8000-" + deleted.ID + ".localhost", e2bapi.SandboxHeader: deleted.ID},
+			"deleted, traffic token": {e2bapi.SandboxHeader: deleted.ID, e2bapi.PortHeader: "8000", "e2b-traffic-access-token": p.srv.e2bAPI.TrafficToken(deleted.ID)},
+		} {
+			host := h["Host"]
+			delete(h, "Host")
+			got := p.send(http.MethodGet, "/", host, "", h)
+			var body e2bapi.ProxyError
+			_ = json.Unmarshal([]byte(got.body), &body)
+			if got.status != http.StatusBadGateway || body.Code != 502 || body.SandboxID != h[e2bapi.SandboxHeader] && name != "not a sandbox id" || body.Message != "The sandbox was not found" {
+				t.Errorf("%s: HTTP %d %s, want E2B's 502 The sandbox was not found", name, got.status, got.body)
+			}
+		}
+		// A wrong traffic token is refused before the sandbox is looked up.
+		got := p.send(http.MethodGet, "/", "", "", map[string]string{e2bapi.SandboxHeader: deleted.ID, e2bapi.PortHeader: "8000", "e2b-traffic-access-token": strings.Repeat("f", 64)})
+		if got.status != http.StatusForbidden {
+			t.Errorf("deleted with a wrong traffic token: HTTP %d %s, want 403", got.status, got.body)
+		}
+	})
+
 	t.Run("unknown, deleted and paused sandboxes are 502", func(t *testing.T) {
 		unknown := sandbox.NewID()
 		for _, id := range []string{unknown, paused.ID} {
