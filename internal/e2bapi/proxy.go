@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -278,6 +279,7 @@ func (a *API) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 			for _, h := range []string{TokenHeader, TrafficHeader, SandboxHeader, PortHeader, capability.Header, "Cookie"} {
 				pr.Out.Header.Del(h)
 			}
+			pr.Out.Header.Set(filesystemv1.EnvdCompatHeader, filesystemv1.EnvdCompatE2B) // envd's answers (Remove)
 		},
 		Transport:     transport,
 		FlushInterval: -1,

@@ -193,6 +193,9 @@ func (s *filesystemService) Remove(_ context.Context, req *connect.Request[files
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("remove /: refusing to remove the root directory"))
 	}
 	if _, err := os.Lstat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) && req.Header().Get(filesystemv1.EnvdCompatHeader) == filesystemv1.EnvdCompatE2B {
+			return connect.NewResponse(&filesystemv1.RemoveResponse{}), nil // envd removes a missing path without error
+		}
 		return nil, rpcError(fmt.Errorf("remove %s: %w", p, err))
 	}
 	if err := os.RemoveAll(p); err != nil {

@@ -381,3 +381,34 @@ func TestListDirPagedRPC(t *testing.T) {
 	_, err = fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, Depth: 2, PageSize: 2}))
 	wantCode(t, err, connect.CodeInvalidArgument)
 }
+
+// TestRemoveMissingAsEnvd: SPACE's Remove of a missing path is NotFound;
+// with the E2B proxy's compatibility header it succeeds, as envd's does,
+// and a path that exists is still removed.
+func TestRemoveMissingAsEnvd(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	remove := func(p string, compat bool) error {
+		req := connect.NewRequest(&filesystemv1.RemoveRequest{Path: p})
+		if compat {
+			req.Header().Set(filesystemv1.EnvdCompatHeader, filesystemv1.EnvdCompatE2B)
+		}
+		_, err := c.Filesystem().Remove(ctx, req)
+		return err
+	}
+	wantCode(t, remove(dir+"/missing", false), connect.CodeNotFound)
+	if err := remove(dir+"/missing", true); err != nil {
+		t.Errorf("Remove of a missing path as envd: %v, want success", err)
+	}
+	if err := os.WriteFile(dir+"/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := remove(dir+"/f", true); err != nil {
+		t.Fatalf("Remove as envd: %v", err)
+	}
+	if _, err := os.Lstat(dir + "/f"); !os.IsNotExist(err) {
+		t.Errorf("%s/f still exists after Remove: %v", dir, err)
+	}
+	wantCode(t, remove("/", true), connect.CodeInvalidArgument)
+}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
@@ -247,6 +248,9 @@ func TestE2BEnvdProxy(t *testing.T) {
 			got := guestSaw(t, p.envd(http.MethodPost, path, a.ID, tokA))
 			if got.Path != path || got.Header.Get(e2bapi.TokenHeader) != "" || got.Header.Get(e2bapi.SandboxHeader) != "" || got.Header.Get(capability.Header) != "" {
 				t.Errorf("%s: guest saw %+v, want the path without the token, routing or capability headers", path, got)
+			}
+			if got.Header.Get(filesystemv1.EnvdCompatHeader) != filesystemv1.EnvdCompatE2B {
+				t.Errorf("%s: guest saw %s %q, want %q (envd's answers)", path, filesystemv1.EnvdCompatHeader, got.Header.Get(filesystemv1.EnvdCompatHeader), filesystemv1.EnvdCompatE2B)
 			}
 			if c := p.node.last(); c == nil || c.Identity != identityOf(a) || c.Ops != op {
 				t.Errorf("%s: capability %+v, want %v for %+v", path, c, op, identityOf(a))
