@@ -48,6 +48,16 @@ await run('files', [
     eq(await sbx.files.exists(`${dir}/sub`), false, 'removed')
     await sbx.files.remove(`${dir}/sub`) // envd removes a missing path without error
   }],
+  ['getInfo of a symlink', async () => {
+    await sbx.files.write(`${dir}/target.txt`, 't')
+    await sbx.commands.run(`cd ${dir} && ln -s target.txt link1 && ln -s ./link1 link2 && ln -s nowhere dangling`)
+    for (const name of ['link1', 'link2']) {
+      const info = await sbx.files.getInfo(`${dir}/${name}`)
+      eq(info.type, FileType.SYMLINK, `${name} type`)
+      eq(info.symlinkTarget, `${dir}/target.txt`, `${name} symlinkTarget (resolved and absolute, as envd reports it)`)
+    }
+    eq((await sbx.files.getInfo(`${dir}/dangling`)).symlinkTarget, `${dir}/nowhere`, 'dangling symlinkTarget')
+  }],
   ['read missing is NotFoundError', async () => {
     await rejects(() => sbx.files.read(`${dir}/missing`), NotFoundError, 'read missing')
   }],
