@@ -58,6 +58,17 @@ await run('files', [
     }
     eq((await sbx.files.getInfo(`${dir}/dangling`)).symlinkTarget, `${dir}/nowhere`, 'dangling symlinkTarget')
   }],
+  ['write with metadata', async () => {
+    const w = await sbx.files.write(`${dir}/md.txt`, 'm', { metadata: { owner: 'alice', stage: 'raw data' } })
+    eq(JSON.stringify(w.metadata), JSON.stringify({ owner: 'alice', stage: 'raw data' }), 'metadata in the write answer')
+    const info = await sbx.files.getInfo(`${dir}/md.txt`)
+    eq(info.metadata?.owner, 'alice', 'getInfo metadata owner')
+    eq(info.metadata?.stage, 'raw data', 'getInfo metadata stage')
+    const listed = (await sbx.files.list(dir)).find((e) => e.name === 'md.txt')
+    eq(listed?.metadata?.owner, 'alice', 'list metadata')
+    await sbx.files.write(`${dir}/md.txt`, 'm2')
+    eq((await sbx.files.getInfo(`${dir}/md.txt`)).metadata, undefined, 'a write without metadata replaces it')
+  }],
   ['read missing is NotFoundError', async () => {
     await rejects(() => sbx.files.read(`${dir}/missing`), NotFoundError, 'read missing')
   }],
