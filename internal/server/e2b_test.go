@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/e2bapi"
@@ -721,4 +723,34 @@ func TestE2BCursorOfAnotherTenant(t *testing.T) {
 	edited := []byte(next)
 	edited[len(edited)/2] ^= 2
 	wantE2BError(t, "an edited token", p.e2bCall(http.MethodGet, "/v2/sandboxes?nextToken="+url.QueryEscape(string(edited)), p.key, ""), http.StatusBadRequest)
+}
+
+// TestE2BShapedKey: POST /v1/keys {"e2b": true} mints a key in E2B's shape
+// that authenticates as its tenant on the E2B API (X-API-Key) and SPACE's;
+// a change of one secret digit, and the key once revoked, are refused.
+func TestE2BShapedKey(t *testing.T) {
+	p := newE2BPlane(t)
+	mine := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	a := p.send("POST", "/v1/keys", "", `{"e2b":true}`, map[string]string{"Authorization": "Bearer " + p.key})
+	var created sandboxv1.CreateKeyResponse
+	if err := json.Unmarshal([]byte(a.body), &created); err != nil || a.status != http.StatusCreated {
+		t.Fatalf("POST /v1/keys e2b: HTTP %d %s", a.status, a.body)
+	}
+	key := created.Secret
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(key) || created.Key.Tenant != p.tenant || created.Key.Prefix != "e2b_"+key[4:12]+"…" {
+		t.Fatalf("minted %q (%+v), want e2b_ and 40 hex of tenant %s", key, created.Key, p.tenant)
+	}
+	if a := p.e2bCall("GET", "/sandboxes/"+mine.ID, key, ""); a.status != http.StatusOK {
+		t.Errorf("E2B API with the e2b key: HTTP %d %s", a.status, a.body)
+	}
+	if a := p.send("GET", "/v1/sandboxes/"+mine.ID, "", "", map[string]string{"Authorization": "Bearer " + key}); a.status != http.StatusOK {
+		t.Errorf("SPACE API with the e2b key: HTTP %d %s", a.status, a.body)
+	}
+	last := key[len(key)-1]
+	forged := key[:len(key)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", last)+1)%16])
+	wantE2BError(t, "one secret digit changed", p.e2bCall("GET", "/sandboxes/"+mine.ID, forged, ""), http.StatusUnauthorized)
+	if a := p.send("DELETE", "/v1/keys/"+url.PathEscape(created.Key.Prefix), "", "", map[string]string{"Authorization": "Bearer " + p.key}); a.status != http.StatusNoContent {
+		t.Fatalf("revoke %s: HTTP %d %s", created.Key.Prefix, a.status, a.body)
+	}
+	wantE2BError(t, "revoked e2b key", p.e2bCall("GET", "/sandboxes/"+mine.ID, key, ""), http.StatusUnauthorized)
 }
