@@ -32,14 +32,15 @@ import (
 // runs are the server configurations and the scripts run against each:
 // every script on namespace sandboxes, and on microVMs the ones whose
 // behaviour depends on the runtime (pause keeps memory, a fork carries the
-// parent's processes, guest ports are reached over the VM's network).
+// parent's processes, guest ports are reached over the VM's network, files
+// and their metadata xattrs live on the VM's own file system).
 // One script alone: go test ./compat/e2b/ -run 'TestE2BSDK/ns/ports' -v.
 var runs = []struct {
 	runtime string
 	scripts []string
 }{
 	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs"}},
-	{"vm", []string{"commands.mjs", "lifecycle.mjs", "ports.mjs"}},
+	{"vm", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "ports.mjs"}},
 }
 
 func TestE2BSDK(t *testing.T) {
