@@ -32,14 +32,15 @@ import (
 // runs are the server configurations and the scripts run against each:
 // every script on namespace sandboxes, and on microVMs the ones whose
 // behaviour depends on the runtime (pause keeps memory, a fork carries the
-// parent's processes, guest ports are reached over the VM's network).
+// parent's processes, guest ports are reached over the VM's network, files
+// and their metadata xattrs live on the VM's own file system).
 // One script alone: go test ./compat/e2b/ -run 'TestE2BSDK/ns/ports' -v.
 var runs = []struct {
 	runtime string
 	scripts []string
 }{
-	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs"}},
-	{"vm", []string{"commands.mjs", "lifecycle.mjs", "ports.mjs"}},
+	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs"}},
+	{"vm", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "ports.mjs"}},
 }
 
 func TestE2BSDK(t *testing.T) {
@@ -53,7 +54,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	modules := installSDK(t)
 	work := t.TempDir()
-	for _, name := range []string{"lib.mjs", "package.json", "commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs"} {
+	for _, name := range []string{"lib.mjs", "package.json", "commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs"} {
 		copyFile(t, name, filepath.Join(work, name))
 	}
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
@@ -79,8 +80,12 @@ func (s *server) runScript(t *testing.T, work, name string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", name)
 	cmd.Dir = work
+	key := s.key
+	if name == "keys.mjs" { // E2B's shape, for the SDK that checks it
+		key = s.e2bKey
+	}
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+s.e2bAPI, "E2B_SANDBOX_URL="+s.e2bSandbox, "E2B_API_KEY="+s.key,
+		"E2B_API_URL="+s.e2bAPI, "E2B_SANDBOX_URL="+s.e2bSandbox, "E2B_API_KEY="+key, "SPACE_KEY="+s.key,
 		"E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -162,6 +167,7 @@ func copyFile(t *testing.T, from, to string) {
 type server struct {
 	spaceAPI, e2bAPI, e2bSandbox string
 	key                          string
+	e2bKey                       string // `space key create --e2b`
 	mu                           sync.Mutex
 	log                          bytes.Buffer
 }
@@ -281,6 +287,13 @@ func startServer(t *testing.T, bin, runtime string) *server {
 		t.Fatalf("admin key: %v", err)
 	}
 	srv.key = strings.TrimSpace(string(key))
+	mint := exec.Command(filepath.Join(bin, "space"), "key", "create", "--e2b")
+	mint.Env = append(os.Environ(), "SPACE_API_URL="+srv.spaceAPI, "SPACE_API_KEY="+srv.key)
+	out, err := mint.Output()
+	if err != nil {
+		t.Fatalf("space key create --e2b: %v\n%s", err, out)
+	}
+	srv.e2bKey = strings.TrimSpace(string(out))
 	srv.waitTemplate(t, "minimal")
 	srv.waitRuntime(t, runtime)
 	return srv

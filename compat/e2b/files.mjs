@@ -46,6 +46,28 @@ await run('files', [
     eq(await sbx.files.read(`${dir}/sub/c.txt`), 'bb', 'renamed content')
     await sbx.files.remove(`${dir}/sub`)
     eq(await sbx.files.exists(`${dir}/sub`), false, 'removed')
+    await sbx.files.remove(`${dir}/sub`) // envd removes a missing path without error
+  }],
+  ['getInfo of a symlink', async () => {
+    await sbx.files.write(`${dir}/target.txt`, 't')
+    await sbx.commands.run(`cd ${dir} && ln -s target.txt link1 && ln -s ./link1 link2 && ln -s nowhere dangling`)
+    for (const name of ['link1', 'link2']) {
+      const info = await sbx.files.getInfo(`${dir}/${name}`)
+      eq(info.type, FileType.SYMLINK, `${name} type`)
+      eq(info.symlinkTarget, `${dir}/target.txt`, `${name} symlinkTarget (resolved and absolute, as envd reports it)`)
+    }
+    eq((await sbx.files.getInfo(`${dir}/dangling`)).symlinkTarget, `${dir}/nowhere`, 'dangling symlinkTarget')
+  }],
+  ['write with metadata', async () => {
+    const w = await sbx.files.write(`${dir}/md.txt`, 'm', { metadata: { owner: 'alice', stage: 'raw data' } })
+    eq(JSON.stringify(w.metadata), JSON.stringify({ owner: 'alice', stage: 'raw data' }), 'metadata in the write answer')
+    const info = await sbx.files.getInfo(`${dir}/md.txt`)
+    eq(info.metadata?.owner, 'alice', 'getInfo metadata owner')
+    eq(info.metadata?.stage, 'raw data', 'getInfo metadata stage')
+    const listed = (await sbx.files.list(dir)).find((e) => e.name === 'md.txt')
+    eq(listed?.metadata?.owner, 'alice', 'list metadata')
+    await sbx.files.write(`${dir}/md.txt`, 'm2')
+    eq((await sbx.files.getInfo(`${dir}/md.txt`)).metadata, undefined, 'a write without metadata replaces it')
   }],
   ['read missing is NotFoundError', async () => {
     await rejects(() => sbx.files.read(`${dir}/missing`), NotFoundError, 'read missing')
@@ -79,6 +101,9 @@ await run('files', [
     tampered.searchParams.set('signature', sig.slice(0, -1) + (sig.endsWith('A') ? 'B' : 'A'))
     const bad = await fetch(tampered)
     eq(bad.status, 401, 'tampered signature status')
+    const old = await fetch(await sbx.downloadUrl(`${dir}/signed.txt`, { useSignatureExpiration: -10 }))
+    eq(old.status, 401, 'expired signature status')
+    eq((await old.json()).message, 'signature is already expired', 'expired signature message (envd\'s)')
     const up = await sbx.uploadUrl(`${dir}/uploaded.txt`)
     const form = new FormData()
     form.append('file', new Blob(['via url']), 'uploaded.txt')

@@ -33,6 +33,8 @@ await run('lifecycle', [
     const second = await p.nextItems()
     eq(second.length, 1, 'second page')
     assert(first[0].sandboxId !== second[0].sandboxId, 'pages differ')
+    eq(first[0].sandboxId, extra.sandboxId, 'newest first (E2B\'s default order)')
+    eq(second[0].sandboxId, sbx.sandboxId, 'oldest last')
     eq(p.hasNext, false, 'no third page')
   }],
   ['getInfo and isRunning', async () => {

@@ -117,6 +117,13 @@ await run('ports', [
     eq(r.body, textOf(child), 'body')
     await child.kill()
     await Sandbox.deleteSnapshot(snap.snapshotId)
+    // A killed sandbox's port answers as E2B's proxy does.
+    const gone = await byHeader(child)
+    eq(gone.status, 502, 'a port of a killed sandbox: ' + gone.body)
+    const e = JSON.parse(gone.body)
+    eq(e.message, 'The sandbox was not found', 'message')
+    eq(e.sandboxId, child.sandboxId, 'sandboxId')
+    eq(e.code, 502, 'code')
   }],
 ], async () => {
   for (const o of others) await o.kill().catch(() => {})

@@ -2,10 +2,12 @@ package apikey
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -95,4 +97,84 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("key does not match its own hash")
 		}
 	})
+}
+
+// TestE2BShape: a key minted in E2B's shape is "e2b_" and 40 lowercase hex
+// (what E2B SDKs that check keys accept), parses back to the same id and
+// secret, and carries 128 bits of secret beside its 32-bit id.
+func TestE2BShape(t *testing.T) {
+	shape := regexp.MustCompile(`^e2b_[0-9a-f]{40}$`)
+	k := NewE2B()
+	s := k.String()
+	if !shape.MatchString(s) || !k.E2B() {
+		t.Fatalf("NewE2B().String() = %q, want e2b_ and 40 lowercase hex", s)
+	}
+	if k.ID != "k-"+E2BIDMark+s[4:12] || !sandbox.ValidKeyID(k.ID) {
+		t.Errorf("id %q: want k-%s and the key's first 8 hex digits, a valid key id", k.ID, E2BIDMark)
+	}
+	got, err := Parse(s)
+	if err != nil || got.ID != k.ID || got.String() != s || !got.E2B() || !got.Matches(k.Hash()) {
+		t.Fatalf("Parse(%q) = %+v, %v; want the same key, matching its hash", s, got, err)
+	}
+	if d := k.Display(); d != "e2b_"+s[4:12]+"…" || strings.Contains(d, s[12:]) {
+		t.Errorf("Display() = %q leaks or misses the id", d)
+	}
+	if IDOf(k.Display()) != k.ID || IDOf(s[:12]) != k.ID || IDOf(k.ID) != k.ID || IDOf(Prefix+"k-abc") != "k-abc" {
+		t.Errorf("IDOf does not read back the id of %q", k.Display())
+	}
+	// 128 bits of secret: distinct keys, and the secret is what follows the id.
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		s := NewE2B().String()[12:]
+		if len(s) != 32 || seen[s] {
+			t.Fatalf("secret %q repeated or not 32 hex", s)
+		}
+		seen[s] = true
+	}
+}
+
+// TestE2BMatchesNeedsTheSecret: an E2B-shaped key matches only its own
+// hash: a change of any secret digit, another id, or a SPACE key's hash of
+// the same id and secret bytes is refused.
+func TestE2BMatchesNeedsTheSecret(t *testing.T) {
+	k := NewE2B()
+	s, stored := k.String(), k.Hash()
+	for i := 12; i < len(s); i++ {
+		b := []byte(s)
+		b[i] = "0123456789abcdef"[(strings.IndexByte("0123456789abcdef", b[i])+1)%16]
+		other, err := Parse(string(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other.ID != k.ID {
+			t.Fatalf("digit %d of the secret changed the id", i)
+		}
+		if other.Matches(stored) {
+			t.Fatalf("a key differing in secret digit %d matched", i)
+		}
+	}
+	space := Key{ID: k.ID, secret: k.secret}
+	if space.Matches(stored) {
+		t.Error("a SPACE key with the same id and secret bytes matched an E2B key's hash")
+	}
+	if NewE2B().Matches(stored) {
+		t.Error("another E2B key matched")
+	}
+}
+
+func TestE2BParseRejects(t *testing.T) {
+	good := NewE2B().String()
+	for name, in := range map[string]string{
+		"short":      good[:len(good)-1],
+		"long":       good + "0",
+		"upper hex":  good[:len(good)-1] + "A",
+		"non hex":    good[:len(good)-1] + "g",
+		"prefix":     "e2b_",
+		"old e2b":    "e2b_53ae1fed82754c17ad8077fbc8bcdd90",
+		"E2B prefix": "E2B_" + good[4:],
+	} {
+		if _, err := Parse(in); !errors.Is(err, errdefs.ErrUnauthenticated) || len(in) > 4 && strings.Contains(err.Error(), in[4:]) {
+			t.Errorf("%s: Parse(%q) = %v, want an Unauthenticated error not echoing it", name, in, err)
+		}
+	}
 }

@@ -395,6 +395,7 @@ func keyCreate(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("key create")
 	var req sandboxv1.CreateKeyRequest
 	fs.StringVar(&req.Tenant, "tenant", "", "tenant of the key (default: the caller's)")
+	fs.BoolVar(&req.E2B, "e2b", false, "mint the key in E2B's shape, e2b_ and 40 hex, for E2B SDKs that check it (docs/e2b.md)")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {

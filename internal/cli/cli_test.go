@@ -215,7 +215,11 @@ func TestTenantAndKeyCreatePrintSecretAlone(t *testing.T) {
 	mux.HandleFunc("POST /v1/keys", func(w http.ResponseWriter, r *http.Request) {
 		var req sandboxv1.CreateKeyRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
-		writeJSONResp(w, 201, sandboxv1.CreateKeyResponse{Key: sandboxv1.APIKey{ID: "k-1", Tenant: req.Tenant}, Secret: "sk-for-" + req.Tenant})
+		secret := "sk-for-" + req.Tenant
+		if req.E2B {
+			secret = "e2b-for-" + req.Tenant
+		}
+		writeJSONResp(w, 201, sandboxv1.CreateKeyResponse{Key: sandboxv1.APIKey{ID: "k-1", Tenant: req.Tenant}, Secret: secret})
 	})
 	mux.HandleFunc("DELETE /v1/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("id") != "k-1" {
@@ -230,6 +234,9 @@ func TestTenantAndKeyCreatePrintSecretAlone(t *testing.T) {
 	}
 	if code, out, errOut := run(t, nil, "key", "create", "--tenant", "t-1"); code != 0 || out != "sk-for-t-1\n" {
 		t.Errorf("key create: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, errOut := run(t, nil, "key", "create", "--e2b", "--tenant", "t-1"); code != 0 || out != "e2b-for-t-1\n" {
+		t.Errorf("key create --e2b: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if code, _, errOut := run(t, nil, "key", "revoke", "k-1"); code != 0 {
 		t.Errorf("key revoke: exit %d, stderr %q", code, errOut)

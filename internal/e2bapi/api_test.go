@@ -271,3 +271,34 @@ func sign(path, op, user, token string, exp int64) string {
 	sum := sha256.Sum256([]byte(raw))
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
+
+// TestE2BSignatureExpired: a genuine signature past its expiry is told
+// apart (envd's "signature is already expired"); a forged or edited one
+// with a past expiry is only invalid.
+func TestE2BSignatureExpired(t *testing.T) {
+	tok := strings.Repeat("ab", 32)
+	now := time.Unix(2000, 0)
+	req := func(query string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/files", nil)
+		r.URL.RawQuery = query
+		return r
+	}
+	q := func(sig string, exp int64) string {
+		return "path=%2Fa&signature=" + url.QueryEscape(sig) + "&signature_expiration=" + strconv.FormatInt(exp, 10)
+	}
+	for name, tc := range map[string]struct {
+		query string
+		want  e2bAuth
+	}{
+		"valid":               {q(sign("/a", "read", "", tok, 3000), 3000), authOK},
+		"expired":             {q(sign("/a", "read", "", tok, 1000), 1000), authExpired},
+		"forged, expired":     {q(sign("/a", "read", "", "guess", 1000), 1000), authNone},
+		"expiry edited":       {q(sign("/a", "read", "", tok, 1000), 999), authNone},
+		"another path":        {"path=%2Fb&signature=" + url.QueryEscape(sign("/a", "read", "", tok, 1000)) + "&signature_expiration=1000", authNone},
+		"expiry not a number": {"path=%2Fa&signature=" + url.QueryEscape(sign("/a", "read", "", tok, 0)) + "&signature_expiration=soon", authNone},
+	} {
+		if got := e2bSignatureCheck(req(tc.query), tok, now); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,4 +95,32 @@ func BenchmarkPageToken(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestE2BPageOrder pins E2B's default order, newest first, and the two
+// explicit ones.
+func TestE2BPageOrder(t *testing.T) {
+	cur := pageCursor{key: []byte("0123456789abcdef0123456789abcdef"), tenant: "t", kind: pageSandboxes}
+	t0 := time.Unix(1700000000, 0)
+	items := func() []pageItem {
+		return []pageItem{{id: "b", at: t0.Add(time.Second)}, {id: "a", at: t0}, {id: "c", at: t0.Add(2 * time.Second)}}
+	}
+	for q, want := range map[string]string{"": "c,b,a", "order=desc": "c,b,a", "order=asc": "a,b,c"} {
+		vals, _ := url.ParseQuery(q)
+		p, err := parseE2BPage(vals, cur)
+		if err != nil {
+			t.Fatalf("%q: %v", q, err)
+		}
+		got, _ := p.apply(items())
+		var ids []string
+		for _, it := range got {
+			ids = append(ids, it.id)
+		}
+		if strings.Join(ids, ",") != want {
+			t.Errorf("%q: %v, want %s", q, ids, want)
+		}
+	}
+	if _, err := parseE2BPage(url.Values{"order": {"newest"}}, cur); err == nil || !strings.Contains(err.Error(), "want asc or desc") {
+		t.Errorf("order=newest: %v, want a clear error", err)
+	}
 }

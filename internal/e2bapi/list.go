@@ -22,7 +22,8 @@ import (
 const e2bMaxLimit = 100
 
 // e2bPage is a page request: its size, where it starts (after the item a
-// token names; none: the first page), and the order by start time.
+// token names; none: the first page), and the order by start time (E2B's
+// default is newest first: desc).
 type e2bPage struct {
 	limit  int
 	after  *pageItem
@@ -40,7 +41,7 @@ type pageItem struct {
 // parseE2BPage reads limit, nextToken and order from a query; the token
 // must be one cur sealed.
 func parseE2BPage(q url.Values, cur pageCursor) (e2bPage, error) {
-	p := e2bPage{limit: e2bMaxLimit, cursor: cur}
+	p := e2bPage{limit: e2bMaxLimit, desc: true, cursor: cur}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bMaxLimit {
@@ -56,9 +57,9 @@ func parseE2BPage(q url.Values, cur pageCursor) (e2bPage, error) {
 		p.after = after
 	}
 	switch q.Get("order") {
-	case "", "asc":
-	case "desc":
-		p.desc = true
+	case "", "desc":
+	case "asc":
+		p.desc = false
 	default:
 		return p, fmt.Errorf("%w: order %q: want asc or desc", errdefs.ErrInvalidArgument, service.Clip(q.Get("order")))
 	}

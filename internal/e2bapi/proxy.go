@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -112,6 +113,8 @@ func (a *API) WithData(next http.Handler) http.Handler {
 			envd.ServeHTTP(w, r)
 		case !ok:
 			next.ServeHTTP(w, r)
+		case t.port != EnvdPort && a.e2bSandboxGone(r, t.id):
+			writeE2BNotFound(w, t.id) // E2B's 502 for an unknown or deleted sandbox
 		case t.port != EnvdPort:
 			// Another port: SPACE's ServicePort ingress decides.
 			r.Header.Del(SandboxHeader)
@@ -121,6 +124,23 @@ func (a *API) WithData(next http.Handler) http.Handler {
 			envd.ServeHTTP(w, r)
 		}
 	})
+}
+
+// e2bSandboxGone reports whether a request routed by E2B's headers to a
+// port other than envd's names no sandbox that exists: an id that cannot
+// be one, unknown, or deleted. E2B's proxy answers those 502 "The sandbox
+// was not found" (writeE2BNotFound), where SPACE's ingress would say 404
+// "no exposed port". A request with a wrong traffic token is left to the
+// ingress, which refuses it before any lookup (403).
+func (a *API) e2bSandboxGone(r *http.Request, id string) bool {
+	if id == "" {
+		return true
+	}
+	if tok := r.Header.Get(TrafficHeader); tok != "" && !a.TrafficTokenValid(id, tok) {
+		return false
+	}
+	sb, err := a.svc.ByID(r.Context(), id)
+	return errors.Is(err, errdefs.ErrNotFound) || err == nil && e2bState(sb.State) == ""
 }
 
 // isSignedFiles reports whether r is a /files request carrying a
@@ -169,7 +189,12 @@ func (a *API) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
 	if t.id == "" && isSignedFiles(r) {
 		t.id = a.e2bSignedSandbox(r)
 	}
-	if !a.e2bAuthorized(r, t.id) {
+	switch a.e2bAuthorized(r, t.id) {
+	case authOK:
+	case authExpired:
+		writeE2BError(w, http.StatusUnauthorized, errSignatureExpired)
+		return
+	default:
 		writeE2BEnvdError(w, r, http.StatusUnauthorized, "unauthenticated",
 			"missing or invalid "+TokenHeader+" (the envdAccessToken of Sandbox.create or Sandbox.connect) or file URL signature")
 		return
@@ -254,6 +279,7 @@ func (a *API) e2bProxy(transport http.RoundTripper, id string) http.Handler {
 			for _, h := range []string{TokenHeader, TrafficHeader, SandboxHeader, PortHeader, capability.Header, "Cookie"} {
 				pr.Out.Header.Del(h)
 			}
+			pr.Out.Header.Set(filesystemv1.EnvdCompatHeader, filesystemv1.EnvdCompatE2B) // envd's answers (Remove)
 		},
 		Transport:     transport,
 		FlushInterval: -1,
@@ -323,50 +349,84 @@ func writeE2BTooManyStreams(w http.ResponseWriter, r *http.Request, err error) {
 	_, _ = w.Write(append(frame, end...))
 }
 
-// e2bAuthorized reports whether r carries sandbox id's access token, or a
-// valid envd signature for its /files operation.
-func (a *API) e2bAuthorized(r *http.Request, id string) bool {
+// e2bAuth is what a request's credentials prove.
+type e2bAuth int
+
+const (
+	authNone    e2bAuth = iota // no valid credential
+	authExpired                // a genuine envd URL signature past its expiry
+	authOK
+)
+
+// errSignatureExpired is envd's answer to a genuine signed URL past its
+// signature_expiration.
+const errSignatureExpired = "signature is already expired"
+
+// e2bAuthorized reports what r's credentials prove for sandbox id: its
+// access token, or a valid envd signature for its /files operation (a
+// genuine one past its expiry is authExpired).
+func (a *API) e2bAuthorized(r *http.Request, id string) e2bAuth {
 	if id == "" {
-		return false
+		return authNone
 	}
 	if tok := r.Header.Get(TokenHeader); tok != "" {
-		return a.AccessTokenValid(id, tok)
+		if a.AccessTokenValid(id, tok) {
+			return authOK
+		}
+		return authNone
 	}
 	if r.URL.Path == "/files" {
-		return e2bSignatureValid(r, a.AccessToken(id), time.Now())
+		return e2bSignatureCheck(r, a.AccessToken(id), time.Now())
 	}
-	return false
+	return authNone
 }
 
-// e2bSignatureValid checks envd's file URL signature:
-// "v1_" + base64(sha256("<path>:<read|write>:<username>:<token>[:<expiry>]"))
-// without padding, for GET (read) or POST (write), not expired.
+// e2bSignatureValid reports whether r carries a valid, unexpired envd
+// file URL signature for token.
 func e2bSignatureValid(r *http.Request, token string, now time.Time) bool {
+	return e2bSignatureCheck(r, token, now) == authOK
+}
+
+// e2bSignatureCheck checks envd's file URL signature:
+// "v1_" + base64(sha256("<path>:<read|write>:<username>:<token>[:<expiry>]"))
+// without padding, for GET (read) or POST (write). The expiry is judged
+// only for a signature that matches, so "expired" tells nothing to whoever
+// forged one.
+func e2bSignatureCheck(r *http.Request, token string, now time.Time) e2bAuth {
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" || len(q["signature"]) != 1 || len(q["path"]) > 1 || len(q["username"]) > 1 {
-		return false
+		return authNone
 	}
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
 	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+	expired := false
 	if exp := q.Get("signature_expiration"); exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
-		if err != nil || strconv.FormatInt(n, 10) != exp || now.Unix() > n {
-			return false
+		if err != nil || strconv.FormatInt(n, 10) != exp {
+			return authNone
 		}
+		expired = now.Unix() > n
 		raw += ":" + exp
 	}
 	sum := sha256.Sum256([]byte(raw))
 	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
-	return len(sig) == len(want) && subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+	if len(sig) != len(want) || subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
+		return authNone
+	}
+	if expired {
+		return authExpired
+	}
+	return authOK
 }
 
 // e2bSignedSandbox finds the sandbox whose token signs r, for a signed
 // /files URL that names none: the signature is tried with the token of
-// each running sandbox. "" when none matches.
+// each running sandbox (an expired signature finds its sandbox too, to be
+// answered as expired). "" when none matches.
 func (a *API) e2bSignedSandbox(r *http.Request) string {
 	sbs, err := a.svc.Running(r.Context())
 	if err != nil {
@@ -374,7 +434,7 @@ func (a *API) e2bSignedSandbox(r *http.Request) string {
 	}
 	now := time.Now()
 	for _, sb := range sbs {
-		if e2bSignatureValid(r, a.AccessToken(sb.ID), now) {
+		if e2bSignatureCheck(r, a.AccessToken(sb.ID), now) != authNone {
 			return sb.ID
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -16,16 +17,26 @@ import (
 // metadataXattrPrefix is where envd keeps user metadata of files.
 const metadataXattrPrefix = "user.e2b."
 
+// envdCaller reports whether h is a request the E2B proxy forwarded, to be
+// answered as envd answers (filesystemv1.EnvdCompatHeader).
+func envdCaller(h interface{ Get(string) string }) bool {
+	return h.Get(filesystemv1.EnvdCompatHeader) == filesystemv1.EnvdCompatE2B
+}
+
 // entryInfo describes the file at p without following a final symlink.
-func entryInfo(p string, db *accountDB) (*filesystemv1.EntryInfo, error) {
+// envd: a symlink's target as envd reports it (symlinkTarget).
+func entryInfo(p string, db *accountDB, envd bool) (*filesystemv1.EntryInfo, error) {
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return nil, err
 	}
-	return entryFromInfo(p, fi, db), nil
+	return entryFromInfo(p, fi, db, envd), nil
 }
 
-func entryFromInfo(p string, fi fs.FileInfo, db *accountDB) *filesystemv1.EntryInfo {
+// entryFromInfo describes the file at p whose Lstat is fi. A symlink's
+// target is the link's text (readlink) for SPACE's API; for envd's
+// (envd true) the absolute path it resolves to (linkTarget).
+func entryFromInfo(p string, fi fs.FileInfo, db *accountDB, envd bool) *filesystemv1.EntryInfo {
 	e := &filesystemv1.EntryInfo{
 		Name:         path.Base(p),
 		Path:         p,
@@ -40,12 +51,32 @@ func entryFromInfo(p string, fi fs.FileInfo, db *accountDB) *filesystemv1.EntryI
 		e.Group = db.groupNameOf(st.Gid)
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		if target, err := os.Readlink(p); err == nil {
+		if target, err := linkTarget(p, envd); err == nil {
 			e.SymlinkTarget = &target
 		}
 	}
 	e.Metadata = readMetadata(p)
 	return e
+}
+
+// linkTarget is the target of the symlink at p: the link's text, or with
+// envd the absolute path it resolves to, every link on the way followed
+// (envd's symlinkTarget). A link that resolves to nothing (dangling, a
+// loop) gives the absolute, cleaned form of its text.
+func linkTarget(p string, envd bool) (string, error) {
+	text, err := os.Readlink(p)
+	if err != nil || !envd {
+		return text, err
+	}
+	if resolved, err := filepath.EvalSymlinks(p); err == nil {
+		if abs, err := filepath.Abs(resolved); err == nil {
+			return abs, nil
+		}
+	}
+	if !path.IsAbs(text) {
+		text = path.Join(path.Dir(p), text)
+	}
+	return path.Clean(text), nil
 }
 
 func fileType(m fs.FileMode) filesystemv1.FileType {

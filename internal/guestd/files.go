@@ -26,6 +26,8 @@ type uploadedEntry struct {
 	Path string `json:"path"`
 	Name string `json:"name"`
 	Type string `json:"type"`
+	// Metadata is what the upload's X-Metadata-* headers set (metadata.go).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // getFile streams a regular file: GET /files?path=&username=.
@@ -77,6 +79,11 @@ func (d *Daemon) postFile(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, err)
 		return
 	}
+	md, err := parseMetadataHeaders(r.Header)
+	if err != nil {
+		writeHTTPError(w, err)
+		return
+	}
 	body := io.Reader(r.Body)
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		zr, err := gzip.NewReader(r.Body)
@@ -90,10 +97,10 @@ func (d *Daemon) postFile(w http.ResponseWriter, r *http.Request) {
 	var written []uploadedEntry
 	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mediaType == "multipart/form-data" {
-		written, err = d.writeMultipart(multipart.NewReader(body, params["boundary"]), q.Get("path"), u)
+		written, err = d.writeMultipart(multipart.NewReader(body, params["boundary"]), q.Get("path"), u, md)
 	} else {
 		var e uploadedEntry
-		e, err = writeUpload(q.Get("path"), body, u)
+		e, err = writeUpload(q.Get("path"), body, u, md)
 		written = []uploadedEntry{e}
 	}
 	if err != nil {
@@ -107,7 +114,8 @@ func (d *Daemon) postFile(w http.ResponseWriter, r *http.Request) {
 // writeMultipart writes every "file" part. With a path query there must be
 // one file part; without, each part's filename (directories included) names
 // its destination, relative to the user's home unless absolute.
-func (d *Daemon) writeMultipart(mr *multipart.Reader, queryPath string, u caller) ([]uploadedEntry, error) {
+// Each file gets the metadata md.
+func (d *Daemon) writeMultipart(mr *multipart.Reader, queryPath string, u caller, md map[string]string) ([]uploadedEntry, error) {
 	if mr == nil {
 		return nil, fmt.Errorf("multipart body without boundary: %w", errBadRequest)
 	}
@@ -133,7 +141,7 @@ func (d *Daemon) writeMultipart(mr *multipart.Reader, queryPath string, u caller
 		} else if len(out) > 0 {
 			return out, fmt.Errorf("path query names one file but the body has several file parts: %w", errBadRequest)
 		}
-		e, err := writeUpload(dest, part, u)
+		e, err := writeUpload(dest, part, u, md)
 		part.Close()
 		if err != nil {
 			return out, err
@@ -165,8 +173,9 @@ func partFilename(disposition string) string {
 // and no partial file behind. The replacement keeps the old file's
 // permission bits; a destination that is a symbolic link has its target
 // replaced, as writing through it would. Hard links to the old file keep the
-// old content.
-func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
+// old content. The new file's user.e2b.* extended attributes are md and
+// only md (envd's metadata), set before it is renamed into place.
+func writeUpload(dest string, src io.Reader, u caller, md map[string]string) (uploadedEntry, error) {
 	if dest == "" {
 		return uploadedEntry{}, fmt.Errorf("no destination: give the path query or a part filename: %w", errBadRequest)
 	}
@@ -197,6 +206,9 @@ func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 	if copyErr == nil {
 		copyErr = f.Chmod(perm)
 	}
+	if copyErr == nil && len(md) > 0 {
+		copyErr = setMetadata(int(f.Fd()), p, md)
+	}
 	closeErr := f.Close()
 	if copyErr == nil {
 		copyErr = closeErr
@@ -211,7 +223,7 @@ func writeUpload(dest string, src io.Reader, u caller) (uploadedEntry, error) {
 		_ = os.Remove(tmp)
 		return uploadedEntry{}, fmt.Errorf("write %s (the previous content, if any, is kept): %w", p, copyErr)
 	}
-	return uploadedEntry{Path: p, Name: path.Base(p), Type: "file"}, nil
+	return uploadedEntry{Path: p, Name: path.Base(p), Type: "file", Metadata: md}, nil
 }
 
 // writeHTTPError answers err as envd does: a JSON {code, message} body.

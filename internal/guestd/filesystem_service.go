@@ -42,7 +42,7 @@ func (s *filesystemService) Stat(_ context.Context, req *connect.Request[filesys
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	e, err := entryInfo(p, u.db)
+	e, err := entryInfo(p, u.db, envdCaller(req.Header()))
 	if err != nil {
 		return nil, rpcError(fmt.Errorf("stat %s: %w", p, err))
 	}
@@ -63,7 +63,7 @@ func (s *filesystemService) MakeDir(_ context.Context, req *connect.Request[file
 	if err := makeDirs(p, u.account); err != nil {
 		return nil, rpcError(err)
 	}
-	e, err := entryInfo(p, u.db)
+	e, err := entryInfo(p, u.db, envdCaller(req.Header()))
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -88,7 +88,7 @@ func (s *filesystemService) Move(_ context.Context, req *connect.Request[filesys
 	if err := os.Rename(src, dst); err != nil {
 		return nil, rpcError(fmt.Errorf("move %s to %s: %w", src, dst, err))
 	}
-	e, err := entryInfo(dst, u.db)
+	e, err := entryInfo(dst, u.db, envdCaller(req.Header()))
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -122,7 +122,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		return connect.NewResponse(&filesystemv1.ListDirResponse{Entries: entries, NextPageToken: next}), nil
 	}
 	var entries []*filesystemv1.EntryInfo
-	if err := listTree(ctx, root, depth, u.db, &entries, maxListEntries); err != nil {
+	if err := listTree(ctx, root, depth, u.db, envdCaller(req.Header()), &entries, maxListEntries); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&filesystemv1.ListDirResponse{Entries: entries}), nil
@@ -135,7 +135,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 // of a million entries costs limit entries of memory and is refused as soon
 // as the limit is passed, not after all of it is read and sorted (what
 // os.ReadDir does). What is listed is sorted by name, as os.ReadDir would.
-func listTree(ctx context.Context, dir string, depth int, db *accountDB, out *[]*filesystemv1.EntryInfo, limit int) error {
+func listTree(ctx context.Context, dir string, depth int, db *accountDB, envd bool, out *[]*filesystemv1.EntryInfo, limit int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -171,9 +171,9 @@ func listTree(ctx context.Context, dir string, depth int, db *accountDB, out *[]
 		if err != nil {
 			continue // removed meanwhile
 		}
-		*out = append(*out, entryFromInfo(p, fi, db))
+		*out = append(*out, entryFromInfo(p, fi, db, envd))
 		if depth > 1 && de.IsDir() {
-			if err := listTree(ctx, p, depth-1, db, out, limit); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
+			if err := listTree(ctx, p, depth-1, db, envd, out, limit); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
 				return err
 			}
 		}
@@ -193,6 +193,9 @@ func (s *filesystemService) Remove(_ context.Context, req *connect.Request[files
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("remove /: refusing to remove the root directory"))
 	}
 	if _, err := os.Lstat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) && envdCaller(req.Header()) {
+			return connect.NewResponse(&filesystemv1.RemoveResponse{}), nil // envd removes a missing path without error
+		}
 		return nil, rpcError(fmt.Errorf("remove %s: %w", p, err))
 	}
 	if err := os.RemoveAll(p); err != nil {

@@ -381,3 +381,89 @@ func TestListDirPagedRPC(t *testing.T) {
 	_, err = fsc.ListDir(ctx, connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir, Depth: 2, PageSize: 2}))
 	wantCode(t, err, connect.CodeInvalidArgument)
 }
+
+// TestRemoveMissingAsEnvd: SPACE's Remove of a missing path is NotFound;
+// with the E2B proxy's compatibility header it succeeds, as envd's does,
+// and a path that exists is still removed.
+func TestRemoveMissingAsEnvd(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	remove := func(p string, compat bool) error {
+		req := connect.NewRequest(&filesystemv1.RemoveRequest{Path: p})
+		if compat {
+			req.Header().Set(filesystemv1.EnvdCompatHeader, filesystemv1.EnvdCompatE2B)
+		}
+		_, err := c.Filesystem().Remove(ctx, req)
+		return err
+	}
+	wantCode(t, remove(dir+"/missing", false), connect.CodeNotFound)
+	if err := remove(dir+"/missing", true); err != nil {
+		t.Errorf("Remove of a missing path as envd: %v, want success", err)
+	}
+	if err := os.WriteFile(dir+"/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := remove(dir+"/f", true); err != nil {
+		t.Fatalf("Remove as envd: %v", err)
+	}
+	if _, err := os.Lstat(dir + "/f"); !os.IsNotExist(err) {
+		t.Errorf("%s/f still exists after Remove: %v", dir, err)
+	}
+	wantCode(t, remove("/", true), connect.CodeInvalidArgument)
+}
+
+// TestSymlinkTargetAsEnvd: SPACE's Stat and ListDir report a symlink's
+// text; the E2B proxy's requests get envd's symlinkTarget, the absolute
+// path the link resolves to (chains followed), or for a dangling link the
+// absolute form of its text.
+func TestSymlinkTargetAsEnvd(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	ctx := testCtx(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir+"/real", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/real/f", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, text := range map[string]string{"rel": "real/f", "chain": "rel", "up": "real/../real/f", "dangling": "nowhere/x", "dir": "real"} {
+		if err := os.Symlink(text, dir+"/"+link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"rel": dir + "/real/f", "chain": dir + "/real/f", "up": dir + "/real/f", "dangling": dir + "/nowhere/x", "dir": dir + "/real"}
+	stat := func(p string, envd bool) string {
+		req := connect.NewRequest(&filesystemv1.StatRequest{Path: p})
+		if envd {
+			req.Header().Set(filesystemv1.EnvdCompatHeader, filesystemv1.EnvdCompatE2B)
+		}
+		resp, err := c.Filesystem().Stat(ctx, req)
+		if err != nil {
+			t.Fatalf("Stat %s: %v", p, err)
+		}
+		return resp.Msg.GetEntry().GetSymlinkTarget()
+	}
+	for link, w := range want {
+		if got := stat(dir+"/"+link, true); got != w {
+			t.Errorf("envd Stat %s: symlinkTarget %q, want %q", link, got, w)
+		}
+	}
+	if got := stat(dir+"/chain", false); got != "rel" {
+		t.Errorf("SPACE Stat chain: symlink target %q, want the link's text rel", got)
+	}
+	req := connect.NewRequest(&filesystemv1.ListDirRequest{Path: dir})
+	req.Header().Set(filesystemv1.EnvdCompatHeader, filesystemv1.EnvdCompatE2B)
+	ls, err := c.Filesystem().ListDir(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ls.Msg.GetEntries() {
+		if w, ok := want[e.GetName()]; ok && e.GetSymlinkTarget() != w {
+			t.Errorf("envd ListDir %s: symlinkTarget %q, want %q", e.GetName(), e.GetSymlinkTarget(), w)
+		}
+	}
+}

@@ -26,7 +26,7 @@ func TestListDirBounded(t *testing.T) {
 	ctx := context.Background()
 
 	var small []*filesystemv1.EntryInfo
-	if err := listTree(ctx, dir, 1, db, &small, files); err != nil || len(small) != files {
+	if err := listTree(ctx, dir, 1, db, false, &small, files); err != nil || len(small) != files {
 		t.Fatalf("listing %d entries with room for all: %d entries, %v", files, len(small), err)
 	}
 	for i := 1; i < len(small); i++ {
@@ -39,7 +39,7 @@ func TestListDirBounded(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	var out []*filesystemv1.EntryInfo
-	err := listTree(ctx, dir, 1, db, &out, limit)
+	err := listTree(ctx, dir, 1, db, false, &out, limit)
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, errTooMany) {
 		t.Fatalf("listing %d entries with a limit of %d: %v, want errTooMany", files, limit, err)

@@ -177,7 +177,7 @@ func listPage(ctx context.Context, dir string, size int, token string, db *accou
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, entryFromInfo(p, fi, db))
+		out = append(out, entryFromInfo(p, fi, db, false)) // SPACE's paging: its own answers
 	}
 }
 

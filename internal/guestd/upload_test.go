@@ -3,6 +3,7 @@ package guestd_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	"github.com/spacesandbox/space/internal/guestd"
 )
 
@@ -98,4 +102,101 @@ func trunc(b []byte) string {
 		return string(b[:40]) + "…"
 	}
 	return string(b)
+}
+
+// TestUploadMetadata: an upload's X-Metadata-* headers become the file's
+// user.e2b.* attributes, answered by the upload and by Stat; the next
+// upload replaces them wholesale; bad metadata is refused (400) before
+// anything is written.
+func TestUploadMetadata(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	dir := t.TempDir()
+	dest := filepath.Join(dir, "m.txt")
+	upload := func(body string, md map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(testCtx(t), "POST", filesURL(dest, ""), strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		for k, v := range md {
+			req.Header[k] = []string{v} // as sent, not canonicalised
+		}
+		resp, err := c.HTTPClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	stat := func() map[string]string {
+		t.Helper()
+		resp, err := c.Filesystem().Stat(testCtx(t), connect.NewRequest(&filesystemv1.StatRequest{Path: dest}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.GetEntry().GetMetadata()
+	}
+	resp, body := upload("one", map[string]string{"X-Metadata-Owner": "alice", "x-metadata-stage": "raw data"})
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"metadata":{"owner":"alice","stage":"raw data"}`) {
+		t.Fatalf("upload with metadata: %s %s", resp.Status, body)
+	}
+	if got := stat(); len(got) != 2 || got["owner"] != "alice" || got["stage"] != "raw data" {
+		t.Errorf("Stat metadata %v, want owner=alice stage=raw data", got)
+	}
+	if resp, body = upload("two", map[string]string{"X-Metadata-Stage": "clean"}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("second upload: %s %s", resp.Status, body)
+	}
+	if got := stat(); len(got) != 1 || got["stage"] != "clean" {
+		t.Errorf("after a second upload, metadata %v, want only stage=clean (replaced wholesale)", got)
+	}
+	if resp, body = upload("three", nil); resp.StatusCode != http.StatusOK || strings.Contains(body, "metadata") {
+		t.Fatalf("upload without metadata: %s %s", resp.Status, body)
+	}
+	if got := stat(); len(got) != 0 {
+		t.Errorf("after an upload without metadata, metadata %v, want none", got)
+	}
+	for name, md := range map[string]map[string]string{
+		"value not ASCII": {"X-Metadata-K": "caf\xe9"},
+		"key too long":    {"X-Metadata-" + strings.Repeat("k", 247): "v"},
+		"no key":          {"X-Metadata-": "v"},
+		"over 4096 bytes": {"X-Metadata-A": strings.Repeat("v", 2100), "X-Metadata-B": strings.Repeat("v", 2100)},
+		"twice by case":   {"X-Metadata-K": "1", "x-metadata-k": "2"},
+	} {
+		resp, body := upload("refused", md)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "metadata") {
+			t.Errorf("%s: %s %s, want 400 naming the metadata", name, resp.Status, body)
+		}
+		if got, _ := os.ReadFile(dest); string(got) != "three" {
+			t.Errorf("%s: file is %q after a refused upload, want it unchanged", name, got)
+		}
+	}
+}
+
+func FuzzMetadataHeaders(f *testing.F) {
+	f.Add("X-Metadata-Owner", "alice", "x-metadata-b", "")
+	f.Add("X-Metadata-", "v", "Content-Type", "text/plain")
+	f.Add("x-METADATA-k", "\x7f", "X-Metadata-K", "x")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		md, err := guestd.ParseMetadataHeaders(http.Header{k1: {v1}, k2: {v2}})
+		if err != nil {
+			return
+		}
+		total := 0
+		for k, v := range md {
+			if k == "" || k != strings.ToLower(k) || len(k) > 246 {
+				t.Fatalf("accepted key %q", k)
+			}
+			for i := 0; i < len(v); i++ {
+				if v[i] < 0x20 || v[i] > 0x7e {
+					t.Fatalf("accepted value %q", v)
+				}
+			}
+			total += len("user.e2b.") + len(k) + 1 + len(v)
+		}
+		if total > 4096 {
+			t.Fatalf("accepted %d bytes of metadata", total)
+		}
+	})
 }

@@ -258,7 +258,7 @@ func (w *dirWatch) emit(full string, typ filesystemv1.EventType) bool {
 	rel := strings.TrimPrefix(strings.TrimPrefix(full, w.root), "/")
 	ev := &filesystemv1.FilesystemEvent{Name: rel, Type: typ}
 	if w.includeEntry && typ != filesystemv1.EventType_EVENT_TYPE_REMOVE && typ != filesystemv1.EventType_EVENT_TYPE_RENAME {
-		if e, err := entryInfo(full, w.db); err == nil {
+		if e, err := entryInfo(full, w.db, false); err == nil {
 			ev.Entry = e
 		}
 	}

@@ -139,7 +139,11 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	row, secret, err := service.MintKey(r.Context(), a.store, tenant, false)
+	mint := func() (store.APIKey, string, error) { return service.MintKey(r.Context(), a.store, tenant, false) }
+	if req.E2B {
+		mint = func() (store.APIKey, string, error) { return service.MintE2BKey(r.Context(), a.store, tenant) }
+	}
+	row, secret, err := mint()
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -149,7 +153,7 @@ func (a *API) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	id = strings.TrimPrefix(id, apikey.Prefix)
+	id = apikey.IDOf(id)
 	notFound := fmt.Errorf("%w: key %q", errdefs.ErrNotFound, clip(id))
 	k, err := a.store.GetAPIKey(r.Context(), id)
 	if errors.Is(err, errdefs.ErrNotFound) {

@@ -12,13 +12,16 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/e2bapi"
@@ -248,6 +251,9 @@ func TestE2BEnvdProxy(t *testing.T) {
 			if got.Path != path || got.Header.Get(e2bapi.TokenHeader) != "" || got.Header.Get(e2bapi.SandboxHeader) != "" || got.Header.Get(capability.Header) != "" {
 				t.Errorf("%s: guest saw %+v, want the path without the token, routing or capability headers", path, got)
 			}
+			if got.Header.Get(filesystemv1.EnvdCompatHeader) != filesystemv1.EnvdCompatE2B {
+				t.Errorf("%s: guest saw %s %q, want %q (envd's answers)", path, filesystemv1.EnvdCompatHeader, got.Header.Get(filesystemv1.EnvdCompatHeader), filesystemv1.EnvdCompatE2B)
+			}
 			if c := p.node.last(); c == nil || c.Identity != identityOf(a) || c.Ops != op {
 				t.Errorf("%s: capability %+v, want %v for %+v", path, c, op, identityOf(a))
 			}
@@ -355,6 +361,31 @@ func TestE2BEnvdProxy(t *testing.T) {
 		}
 	}
 
+	t.Run("another port of an unknown or deleted sandbox is 502", func(t *testing.T) {
+		deleted := p.sandbox(p.tenant, sandbox.StateDeleted, nil)
+		for name, h := range map[string]map[string]string{
+			"unknown":                {e2bapi.SandboxHeader: sandbox.NewID(), e2bapi.PortHeader: "8000"},
+			"deleted":                {e2bapi.SandboxHeader: deleted.ID, e2bapi.PortHeader: "8000"},
+			"not a sandbox id":       {e2bapi.SandboxHeader: "NOT-AN-ID", e2bapi.PortHeader: "8000"},
+			"deleted, by host":       {"Host": "8000-" + deleted.ID + ".localhost", e2bapi.SandboxHeader: deleted.ID},
+			"deleted, traffic token": {e2bapi.SandboxHeader: deleted.ID, e2bapi.PortHeader: "8000", "e2b-traffic-access-token": p.srv.e2bAPI.TrafficToken(deleted.ID)},
+		} {
+			host := h["Host"]
+			delete(h, "Host")
+			got := p.send(http.MethodGet, "/", host, "", h)
+			var body e2bapi.ProxyError
+			_ = json.Unmarshal([]byte(got.body), &body)
+			if got.status != http.StatusBadGateway || body.Code != 502 || body.SandboxID != h[e2bapi.SandboxHeader] && name != "not a sandbox id" || body.Message != "The sandbox was not found" {
+				t.Errorf("%s: HTTP %d %s, want E2B's 502 The sandbox was not found", name, got.status, got.body)
+			}
+		}
+		// A wrong traffic token is refused before the sandbox is looked up.
+		got := p.send(http.MethodGet, "/", "", "", map[string]string{e2bapi.SandboxHeader: deleted.ID, e2bapi.PortHeader: "8000", "e2b-traffic-access-token": strings.Repeat("f", 64)})
+		if got.status != http.StatusForbidden {
+			t.Errorf("deleted with a wrong traffic token: HTTP %d %s, want 403", got.status, got.body)
+		}
+	})
+
 	t.Run("unknown, deleted and paused sandboxes are 502", func(t *testing.T) {
 		unknown := sandbox.NewID()
 		for _, id := range []string{unknown, paused.ID} {
@@ -416,7 +447,6 @@ func TestE2BSignedFiles(t *testing.T) {
 		{"read signature used to write", "POST", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), nil},
 		{"signature for another path", "GET", q("/b.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), nil},
 		{"signature for another user", "GET", q("/a.txt", "root", sign("/a.txt", "read", "user", tokA, 0), 0), nil},
-		{"expired", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 1000), 1000), nil},
 		{"expiry changed", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, future), future+60), nil},
 		{"A's signature routed to B", "GET", q("/a.txt", "", sign("/a.txt", "read", "", tokA, 0), 0), map[string]string{e2bapi.SandboxHeader: b.ID, e2bapi.PortHeader: "49983"}},
 		{"forged", "GET", q("/a.txt", "", sign("/a.txt", "read", "", "guess", 0), 0), nil},
@@ -424,8 +454,16 @@ func TestE2BSignedFiles(t *testing.T) {
 	}
 	for _, tc := range bad {
 		got := p.send(tc.method, tc.path, "", "", tc.headers)
-		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" {
-			t.Errorf("%s: HTTP %d %s, want 401", tc.name, got.status, got.body)
+		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" || strings.Contains(got.body, "expired") {
+			t.Errorf("%s: HTTP %d %s, want 401 (not expired)", tc.name, got.status, got.body)
+		}
+	}
+	// A genuine signature past its expiry gets envd's message, routed by
+	// headers or found by its signature alone.
+	for name, headers := range map[string]map[string]string{"unrouted": nil, "routed": {e2bapi.SandboxHeader: a.ID, e2bapi.PortHeader: "49983"}} {
+		got := p.send(http.MethodGet, q("/a.txt", "", sign("/a.txt", "read", "", tokA, 1000), 1000), "", "", headers)
+		if got.status != http.StatusUnauthorized || got.header.Get("X-Guest") != "" || !strings.Contains(got.body, `"message":"signature is already expired"`) {
+			t.Errorf("expired, %s: HTTP %d %s, want 401 signature is already expired", name, got.status, got.body)
 		}
 	}
 }
@@ -538,8 +576,12 @@ func TestE2BREST(t *testing.T) {
 			return out
 		}
 		all := ids(p.e2bCall("GET", "/v2/sandboxes", p.key, ""))
-		if strings.Join(all, ",") != run1.ID+":running,"+run2.ID+":running,"+paused.ID+":paused" {
-			t.Errorf("list = %v, want the tenant's running and paused sandboxes in start order", all)
+		if strings.Join(all, ",") != paused.ID+":paused,"+run2.ID+":running,"+run1.ID+":running" {
+			t.Errorf("list = %v, want the tenant's running and paused sandboxes newest first (E2B's default order)", all)
+		}
+		asc := ids(p.e2bCall("GET", "/v2/sandboxes?order=asc", p.key, ""))
+		if strings.Join(asc, ",") != run1.ID+":running,"+run2.ID+":running,"+paused.ID+":paused" {
+			t.Errorf("order=asc: %v, want oldest first", asc)
 		}
 		if got := ids(p.e2bCall("GET", "/v2/sandboxes?state=paused", p.key, "")); len(got) != 1 || got[0] != paused.ID+":paused" {
 			t.Errorf("state=paused: %v", got)
@@ -681,4 +723,34 @@ func TestE2BCursorOfAnotherTenant(t *testing.T) {
 	edited := []byte(next)
 	edited[len(edited)/2] ^= 2
 	wantE2BError(t, "an edited token", p.e2bCall(http.MethodGet, "/v2/sandboxes?nextToken="+url.QueryEscape(string(edited)), p.key, ""), http.StatusBadRequest)
+}
+
+// TestE2BShapedKey: POST /v1/keys {"e2b": true} mints a key in E2B's shape
+// that authenticates as its tenant on the E2B API (X-API-Key) and SPACE's;
+// a change of one secret digit, and the key once revoked, are refused.
+func TestE2BShapedKey(t *testing.T) {
+	p := newE2BPlane(t)
+	mine := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	a := p.send("POST", "/v1/keys", "", `{"e2b":true}`, map[string]string{"Authorization": "Bearer " + p.key})
+	var created sandboxv1.CreateKeyResponse
+	if err := json.Unmarshal([]byte(a.body), &created); err != nil || a.status != http.StatusCreated {
+		t.Fatalf("POST /v1/keys e2b: HTTP %d %s", a.status, a.body)
+	}
+	key := created.Secret
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(key) || created.Key.Tenant != p.tenant || created.Key.Prefix != "e2b_"+key[4:12]+"…" {
+		t.Fatalf("minted %q (%+v), want e2b_ and 40 hex of tenant %s", key, created.Key, p.tenant)
+	}
+	if a := p.e2bCall("GET", "/sandboxes/"+mine.ID, key, ""); a.status != http.StatusOK {
+		t.Errorf("E2B API with the e2b key: HTTP %d %s", a.status, a.body)
+	}
+	if a := p.send("GET", "/v1/sandboxes/"+mine.ID, "", "", map[string]string{"Authorization": "Bearer " + key}); a.status != http.StatusOK {
+		t.Errorf("SPACE API with the e2b key: HTTP %d %s", a.status, a.body)
+	}
+	last := key[len(key)-1]
+	forged := key[:len(key)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", last)+1)%16])
+	wantE2BError(t, "one secret digit changed", p.e2bCall("GET", "/sandboxes/"+mine.ID, forged, ""), http.StatusUnauthorized)
+	if a := p.send("DELETE", "/v1/keys/"+url.PathEscape(created.Key.Prefix), "", "", map[string]string{"Authorization": "Bearer " + p.key}); a.status != http.StatusNoContent {
+		t.Fatalf("revoke %s: HTTP %d %s", created.Key.Prefix, a.status, a.body)
+	}
+	wantE2BError(t, "revoked e2b key", p.e2bCall("GET", "/sandboxes/"+mine.ID, key, ""), http.StatusUnauthorized)
 }

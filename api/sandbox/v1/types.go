@@ -339,8 +339,11 @@ type APIKeyList struct {
 }
 
 // CreateKeyRequest is the body of POST /v1/keys. Tenant defaults to the caller's.
+// E2B asks for a key in E2B's shape, "e2b_" and 40 hex (docs/e2b.md), for
+// E2B SDKs that check the shape; it is as strong as any key.
 type CreateKeyRequest struct {
 	Tenant string `json:"tenant,omitempty"`
+	E2B    bool   `json:"e2b,omitempty"`
 }
 
 // CreateKeyResponse carries the new key's secret, shown once.

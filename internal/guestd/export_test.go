@@ -1,0 +1,4 @@
+package guestd
+
+// ParseMetadataHeaders is parseMetadataHeaders, for the external tests.
+var ParseMetadataHeaders = parseMetadataHeaders
