@@ -2,9 +2,11 @@
 # density.sh BINDIR N PORT [OVERCOMMIT]: N idle ns sandboxes on one dev server
 # (docs/PERFORMANCE.md, "density"; issue 20 item 3). Runs `BINDIR/space
 # server --dev` on a fresh data dir with --memory-overcommit OVERCOMMIT
-# (default 3: N x 64 MiB must fit under ratio x the node's memory, 1,000 x 64
-# MiB = 62.5 GiB needs 2.7 on a 24 GiB machine) and --cpu-overcommit big
-# enough for N one-CPU sandboxes on this machine's cores. Then:
+# (default: the least whole ratio under which N+1 sandboxes of 64 MiB fit in
+# the node's memory, which a --dev node counts as 3/4 of MemTotal: 1,000 x 64
+# MiB on this 24 GiB machine, 18,078 MiB of node memory, need 3.55, so 4) and
+# --cpu-overcommit big enough for N+1 one-CPU sandboxes on this machine's
+# cores. Then:
 #  - a neighbour's exec p99 of `true` (`space bench exec --count 100`) with
 #    no sandbox alive;
 #  - N creates (ns, minimal, 64 MiB, no timeout), one at a time: refusals
@@ -20,7 +22,11 @@
 #    its executions.
 # Needs root. Example: scripts/density.sh /tmp/bin 200 18099
 set -u
-B=$1; N=$2; port=$3; OC=${4:-3}
+B=$1; N=$2; port=$3
+node_mib=$(awk '/^MemTotal:/ {print int(int($2/1024)*3/4)}' /proc/meminfo)
+OC=${4:-$(( ((N+1)*64 + node_mib - 1) / node_mib ))}
+[ $OC -lt 1 ] && OC=1
+echo "node memory $node_mib MiB, --memory-overcommit $OC (allows $((OC*node_mib)) MiB, $(( (N+1)*64 )) needed)"
 D=$(mktemp -d /tmp/density.XXXXXX)
 ncpu=$(nproc)
 cpuoc=$(( (N + 64) / ncpu + 64 ))

@@ -206,9 +206,9 @@ type serverOptions struct {
 	memoryOvercommit float64
 	// cpuOvercommit is server.Config's CPUOvercommit.
 	cpuOvercommit int
-	buildBase        bool
-	kernelBuild      string               // --dev: the node-manager's --kernel-build
-	memory           *mempressure.Monitor // --dev: the node's memory monitor
+	buildBase     bool
+	kernelBuild   string               // --dev: the node-manager's --kernel-build
+	memory        *mempressure.Monitor // --dev: the node's memory monitor
 	// objectStore is the object store URL and kmsDir the local KMS's
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
