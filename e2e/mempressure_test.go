@@ -241,16 +241,26 @@ func TestCPUOvercommitAdmission(t *testing.T) {
 	if cpus > 16 {
 		t.Skipf("the node has %d CPUs, more than one sandbox can take (16)", cpus)
 	}
+	var made []string // deleted before the server stops, whatever fails
+	defer func() {
+		for _, id := range made {
+			in.deleteAll(id)
+		}
+	}()
 	var all sandbox
 	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 64, "cpus": cpus}, &all); code != http.StatusCreated {
 		t.Fatalf("create with %d CPUs: HTTP %d", cpus, code)
 	}
+	made = append(made, all.ID)
 	var refused struct {
-		Code, Reason, Message string
+		ID, Code, Reason, Message string
 	}
 	want := strconv.Itoa(cpus) + " CPUs committed of " + strconv.Itoa(cpus) + " allowed (" + strconv.Itoa(cpus) + " CPUs × 1, --cpu-overcommit), 1 needed"
 	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 64, "cpus": 1}, &refused); code != http.StatusServiceUnavailable ||
 		refused.Reason != "no_capacity" || !strings.Contains(refused.Message, want) {
+		if refused.ID != "" {
+			made = append(made, refused.ID)
+		}
 		t.Fatalf("create beyond the node's CPUs: HTTP %d %+v, want 503 no_capacity saying %q", code, refused, want)
 	}
 	in.delete(all.ID)
@@ -258,5 +268,5 @@ func TestCPUOvercommitAdmission(t *testing.T) {
 	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 64, "cpus": 1}, &again); code != http.StatusCreated {
 		t.Fatalf("create once the CPUs are free: HTTP %d", code)
 	}
-	in.delete(again.ID)
+	made = append(made, again.ID)
 }
