@@ -220,3 +220,53 @@ func TestMemoryPressurePausesTheLongestIdle(t *testing.T) {
 		t.Errorf("exec in the sandbox paused for pressure: %+v", res)
 	}
 }
+
+// TestCPUOvercommitAdmission: `space server --cpu-overcommit 1` lets the
+// sandboxes' CPUs on the node sum to its CPUs and no more: a sandbox taking
+// all of them is admitted, the next one-CPU create is refused 503 naming the
+// committed and allowed CPUs, and admitted again once the first is deleted.
+func TestCPUOvercommitAdmission(t *testing.T) {
+	dir := newDataDir(t)
+	in := startServerEnv(t, dir, nil, "--cpu-overcommit", "1")
+	defer in.stop()
+	var list struct {
+		Nodes []struct {
+			CPUs int `json:"cpus"`
+		}
+	}
+	if code := in.do("GET", "/v1/nodes", nil, &list); code != http.StatusOK || len(list.Nodes) != 1 || list.Nodes[0].CPUs < 1 {
+		t.Fatalf("GET /v1/nodes: HTTP %d %+v", code, list)
+	}
+	cpus := list.Nodes[0].CPUs
+	if cpus > 16 {
+		t.Skipf("the node has %d CPUs, more than one sandbox can take (16)", cpus)
+	}
+	var made []string // deleted before the server stops, whatever fails
+	defer func() {
+		for _, id := range made {
+			in.deleteAll(id)
+		}
+	}()
+	var all sandbox
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 64, "cpus": cpus}, &all); code != http.StatusCreated {
+		t.Fatalf("create with %d CPUs: HTTP %d", cpus, code)
+	}
+	made = append(made, all.ID)
+	var refused struct {
+		ID, Code, Reason, Message string
+	}
+	want := strconv.Itoa(cpus) + " CPUs committed of " + strconv.Itoa(cpus) + " allowed (" + strconv.Itoa(cpus) + " CPUs × 1, --cpu-overcommit), 1 needed"
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 64, "cpus": 1}, &refused); code != http.StatusServiceUnavailable ||
+		refused.Reason != "no_capacity" || !strings.Contains(refused.Message, want) {
+		if refused.ID != "" {
+			made = append(made, refused.ID)
+		}
+		t.Fatalf("create beyond the node's CPUs: HTTP %d %+v, want 503 no_capacity saying %q", code, refused, want)
+	}
+	in.delete(all.ID)
+	var again sandbox
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 64, "cpus": 1}, &again); code != http.StatusCreated {
+		t.Fatalf("create once the CPUs are free: HTTP %d", code)
+	}
+	made = append(made, again.ID)
+}

@@ -62,6 +62,7 @@ func runServer(args []string) int {
 	runtime := fs.String("default-runtime", "auto", "runtime used when a create names none: vm, ns, or auto (vm wherever a node offers it or is bringing it up; see --runtime-fallback)")
 	fallback := fs.String("runtime-fallback", "", "with --default-runtime auto, the runtime of a create that names none when no node offers vm or is bringing it up: ns (recorded in the sandbox's events), or empty to refuse such a create")
 	overcommit := fs.Float64("memory-overcommit", 1, "how many times a node's memory the sandboxes' memory limits on it may sum to (1: no overcommit; limits are caps and idle sandboxes use a fraction of them; above 1 a node must also keep its measured MemAvailable after the new sandbox's limit; a node under memory pressure takes none, see --memory-pressure-threshold)")
+	cpuOvercommit := fs.Int("cpu-overcommit", scheduler.DefaultCPUOvercommit, "how many times a node's CPUs the sandboxes' CPUs on it may sum to (a sandbox's CPUs are a CFS quota, not a reservation; idle sandboxes use next to none)")
 	memThreshold := addMemoryPressureFlag(fs, "--dev: ")
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
@@ -136,6 +137,10 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: --runtime-fallback %q: want ns, or nothing to refuse\n", *fallback)
 		return 2
 	}
+	if *cpuOvercommit < 1 {
+		fmt.Fprintf(os.Stderr, "space server: --cpu-overcommit %d: want at least 1 (1: the sandboxes' CPUs sum to at most the node's)\n", *cpuOvercommit)
+		return 2
+	}
 	if *warmupWait <= 0 {
 		fmt.Fprintf(os.Stderr, "space server: --warmup-wait %s: want more than 0\n", *warmupWait)
 		return 2
@@ -156,7 +161,7 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
-	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild, memory: mem,
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, cpuOvercommit: *cpuOvercommit, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild, memory: mem,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
@@ -199,9 +204,11 @@ type serverOptions struct {
 	warmupWait      time.Duration
 	// memoryOvercommit is server.Config's MemoryOvercommit.
 	memoryOvercommit float64
-	buildBase        bool
-	kernelBuild      string               // --dev: the node-manager's --kernel-build
-	memory           *mempressure.Monitor // --dev: the node's memory monitor
+	// cpuOvercommit is server.Config's CPUOvercommit.
+	cpuOvercommit int
+	buildBase     bool
+	kernelBuild   string               // --dev: the node-manager's --kernel-build
+	memory        *mempressure.Monitor // --dev: the node's memory monitor
 	// objectStore is the object store URL and kmsDir the local KMS's
 	// directory; empty means DATA/objects and DATA/kms.
 	objectStore string
@@ -392,12 +399,12 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 	rec := reconcile.New(reconcile.Config{
 		Objects: objs, TenantKey: tenantKey(keys), Schedule: o.schedule, Retention: o.retention,
 		NodeLostAfter: o.nodeLostAfter, SingleReplica: singleReplica(o.database),
-		Overcommit: scheduler.Overcommit{Ratio: o.memoryOvercommit}, NodeMemory: nodes.NodeMemory,
+		Overcommit: scheduler.Overcommit{Ratio: o.memoryOvercommit, CPURatio: o.cpuOvercommit}, NodeMemory: nodes.NodeMemory,
 	}, st, func(id string) (reconcile.NodeAPI, error) {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
-		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, MemoryOvercommit: o.memoryOvercommit, WarmupWait: o.warmupWait, Builtins: builtinTemplates,
+		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, MemoryOvercommit: o.memoryOvercommit, CPUOvercommit: o.cpuOvercommit, WarmupWait: o.warmupWait, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,

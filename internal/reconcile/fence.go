@@ -33,7 +33,7 @@ func (r *Reconciler) FenceAfter() time.Duration {
 // thaw resumes sb's execution, which its node froze while it was cut off
 // from the control plane.
 func (r *Reconciler) thaw(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
-	obs, _ := r.observation(ctx, sb.Node)
+	obs, _ := r.observationOf(ctx, sb.Node, sb.ExecID)
 	r.mu.Lock()
 	thawedAt, thawed := r.thawed[sb.ExecID]
 	r.mu.Unlock()

@@ -337,7 +337,7 @@ func (r *Reconciler) crashSnapshot(ctx context.Context, sb *sandbox.Sandbox) (st
 	if sb.Runtime != "ns" || sb.Node == "" || sb.ExecID == "" {
 		return store.Snapshot{}, false, nil
 	}
-	if obs, seen := r.observation(ctx, sb.Node); !seen || obs.executions[sb.ExecID].State != nodev1.ExecFailed {
+	if obs, seen := r.observationOf(ctx, sb.Node, sb.ExecID); !seen || obs.executions[sb.ExecID].State != nodev1.ExecFailed {
 		return store.Snapshot{}, false, nil
 	}
 	if sb.StartFrom != "" && time.Since(sb.UpdatedAt) < recoveryBackoff {

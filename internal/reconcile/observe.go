@@ -83,6 +83,35 @@ func (r *Reconciler) observation(ctx context.Context, node string) (observation,
 	return observation{}, false
 }
 
+// observationOf is observation(ctx, node) cut to execution exec: its
+// executions hold exec alone, if the freshest report has it. It copies
+// nothing else of the node's report, so a sandbox's pass costs the same
+// however many executions its node runs (observation copies them all:
+// BenchmarkObservationOf, TestObservationOfAgreesWithObservation).
+func (r *Reconciler) observationOf(ctx context.Context, node, exec string) (observation, bool) {
+	shared, inStore := r.sharedObservations(ctx)[node]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	local, heard := r.observed[node]
+	var from observation
+	switch {
+	case inStore && (!heard || shared.at.After(local.at)):
+		from = shared
+		if at, ok := r.gone[exec]; ok && at.After(shared.at) {
+			return observation{at: shared.at, executions: map[string]nodev1.Execution{}}, true
+		}
+	case heard:
+		from = local
+	default:
+		return observation{}, false
+	}
+	out := observation{at: from.at, executions: make(map[string]nodev1.Execution, 1)}
+	if ex, ok := from.executions[exec]; ok {
+		out.executions[exec] = ex
+	}
+	return out, true
+}
+
 // observations returns the freshest report of every node.
 func (r *Reconciler) observations(ctx context.Context) map[string]observation {
 	shared := r.sharedObservations(ctx)

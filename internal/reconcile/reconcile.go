@@ -350,7 +350,7 @@ func (r *Reconciler) resync(ctx context.Context) {
 
 // holds reports whether sb's node still reports its execution.
 func (r *Reconciler) holds(ctx context.Context, sb *sandbox.Sandbox) bool {
-	obs, _ := r.observation(ctx, sb.Node)
+	obs, _ := r.observationOf(ctx, sb.Node, sb.ExecID)
 	_, ok := obs.executions[sb.ExecID]
 	return ok
 }

@@ -198,7 +198,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 // reason is why it is dead (empty while it lives); seen is false while the
 // node has not reported at all.
 func (r *Reconciler) deadExecution(ctx context.Context, sb *sandbox.Sandbox) (ex nodev1.Execution, reason string, seen bool) {
-	obs, seen := r.observation(ctx, sb.Node)
+	obs, seen := r.observationOf(ctx, sb.Node, sb.ExecID)
 	ex, has := obs.executions[sb.ExecID]
 	switch {
 	case !seen:

@@ -72,6 +72,17 @@ type Overcommit struct {
 	// ReserveMiB is what a node's measured free memory must keep after the
 	// new sandbox's limit when Ratio > 1, so admission follows real use.
 	ReserveMiB int
+	// CPURatio bounds the sum of the sandboxes' CPUs on a node to CPURatio
+	// × its CPUs; zero or below means DefaultCPUOvercommit.
+	CPURatio int
+}
+
+// cpuLimit is what CPURatio lets a node of capCPUs commit.
+func (o Overcommit) cpuLimit(capCPUs int) int {
+	if o.CPURatio <= 0 {
+		return capCPUs * DefaultCPUOvercommit
+	}
+	return capCPUs * o.CPURatio
 }
 
 // LimitMiB is what Ratio lets a node of capMiB commit.
@@ -173,10 +184,11 @@ type Plan struct {
 	Reason string
 }
 
-// overcommitCPU lets sandboxes share CPUs. A sandbox's CPUs are a cap (CFS
-// quota), not a reservation, and agent sandboxes idle most of their lives, so
-// memory is what really bounds a node; this only stops absurd stacking.
-const overcommitCPU = 64
+// DefaultCPUOvercommit lets sandboxes share CPUs. A sandbox's CPUs are a cap
+// (CFS quota), not a reservation, and agent sandboxes idle most of their
+// lives, so memory is what really bounds a node; this only stops absurd
+// stacking. Overcommit.CPURatio replaces it (space server --cpu-overcommit).
+const DefaultCPUOvercommit = 64
 
 // Place picks, among the live nodes offering the runtime with room for the
 // request, one with a matching prepared execution if any, then the one with
@@ -196,8 +208,8 @@ func Place(req Request, st State) (Plan, error) {
 			why = append(why, fmt.Sprintf("%s: %d MiB committed of %d allowed, %d needed", n.ID, n.UsedMiB, st.Overcommit.limitMiB(n.CapacityMiB), req.MemoryMiB))
 		case st.Overcommit.Ratio > 1 && n.AvailableMiB >= 0 && n.AvailableMiB-req.MemoryMiB < st.Overcommit.ReserveMiB:
 			why = append(why, fmt.Sprintf("%s: %d MiB really free, %d needed plus a %d MiB reserve", n.ID, n.AvailableMiB, req.MemoryMiB, st.Overcommit.ReserveMiB))
-		case n.CapacityCPUs*overcommitCPU-n.UsedCPUs < req.CPUs:
-			why = append(why, fmt.Sprintf("%s: no CPU left", n.ID))
+		case st.Overcommit.cpuLimit(n.CapacityCPUs)-n.UsedCPUs < req.CPUs:
+			why = append(why, fmt.Sprintf("%s: %d CPUs committed of %d allowed (%d CPUs × %d, --cpu-overcommit), %d needed", n.ID, n.UsedCPUs, st.Overcommit.cpuLimit(n.CapacityCPUs), n.CapacityCPUs, st.Overcommit.cpuLimit(1), req.CPUs))
 		default:
 			fits = append(fits, n)
 		}

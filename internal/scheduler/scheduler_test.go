@@ -122,6 +122,42 @@ func TestPlaceOvercommit(t *testing.T) {
 	}
 }
 
+// TestPlaceCPUOvercommit: the CPUs a node's sandboxes may sum to are its
+// CPUs times Overcommit.CPURatio, DefaultCPUOvercommit when unset (a 2-CPU
+// node refused the 129th one-CPU sandbox of a density run).
+func TestPlaceCPUOvercommit(t *testing.T) {
+	node := func(usedCPUs int) NodeState {
+		return NodeState{ID: "a", Live: true, Runtimes: []string{"ns"}, CapacityCPUs: 2, CapacityMiB: 1 << 20, UsedCPUs: usedCPUs, AvailableMiB: -1}
+	}
+	req := Request{Runtime: "ns", CPUs: 1, MemoryMiB: 64}
+	tests := []struct {
+		name    string
+		oc      Overcommit
+		n       NodeState
+		wantWhy string // empty: admitted
+	}{
+		{"default admits the 128th", Overcommit{}, node(127), ""},
+		{"default refuses the 129th", Overcommit{}, node(128), "128 CPUs committed of 128 allowed (2 CPUs × 64, --cpu-overcommit), 1 needed"},
+		{"ratio admits the 1000th", Overcommit{CPURatio: 564}, node(999), ""},
+		{"ratio bounds the sum", Overcommit{CPURatio: 564}, node(1128), "1128 CPUs committed of 1128 allowed (2 CPUs × 564"},
+		{"ratio 1: no sharing", Overcommit{CPURatio: 1}, node(2), "2 CPUs committed of 2 allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := Place(req, State{Nodes: []NodeState{tt.n}, Overcommit: tt.oc})
+			if tt.wantWhy == "" {
+				if err != nil || plan.Node != "a" {
+					t.Fatalf("Place = %+v, %v; want node a", plan, err)
+				}
+				return
+			}
+			if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), tt.wantWhy) {
+				t.Fatalf("Place = %+v, %v; want ResourceExhausted saying %q", plan, err, tt.wantWhy)
+			}
+		})
+	}
+}
+
 // TestStateFromUsageAgreesWithStateFrom: the state built from the store's
 // per-node aggregate is the one built from every sandbox's row.
 func TestStateFromUsageAgreesWithStateFrom(t *testing.T) {

@@ -342,11 +342,28 @@ func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *
 
 // retirements lists the executions a node reports that are not their
 // sandbox's current one: a newer generation (or none: the sandbox is gone)
-// serves it. A store error retires nothing.
+// serves it. A store error retires nothing. One read of the node's
+// sandboxes answers for every execution whose sandbox is still placed on the
+// node; only a sandbox that moved or is gone is read by id, so a heartbeat's
+// reads do not grow with the sandboxes it reports
+// (TestHeartbeatRetirementsReadTheStoreOnce).
 func (s *Server) retirements(ctx context.Context, nodeID string, execs []nodev1.Execution) []nodev1.Retirement {
+	if len(execs) == 0 {
+		return nil
+	}
+	var onNode map[string]*sandbox.Sandbox
+	if sbs, err := s.store.ListSandboxes(ctx, store.SandboxFilter{Node: nodeID}); err == nil {
+		onNode = make(map[string]*sandbox.Sandbox, len(sbs))
+		for _, sb := range sbs {
+			onNode[sb.ID] = sb
+		}
+	}
 	var out []nodev1.Retirement
 	for _, ex := range execs {
-		sb, err := s.store.GetSandboxByID(ctx, ex.SandboxID)
+		sb, err := onNode[ex.SandboxID], error(nil)
+		if sb == nil {
+			sb, err = s.store.GetSandboxByID(ctx, ex.SandboxID)
+		}
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
 			out = append(out, nodev1.Retirement{ExecID: ex.ExecID, SandboxID: ex.SandboxID})

@@ -55,6 +55,9 @@ type Config struct {
 	// MemoryOvercommit lets the sandboxes' memory limits on a node sum to
 	// this many times its memory (<= 1: no overcommit).
 	MemoryOvercommit float64
+	// CPUOvercommit lets the sandboxes' CPUs on a node sum to this many
+	// times its CPUs (<= 0: scheduler.DefaultCPUOvercommit).
+	CPUOvercommit int
 	// WarmupWait bounds how long a create waits for its template to finish
 	// building and for its runtime to come up on a live node (0: 10m).
 	WarmupWait time.Duration
@@ -158,7 +161,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), streams: newStreamLimiter(cfg.MaxSandboxStreams), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
 	svc := service.Config{
 		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
-		Overcommit:    scheduler.Overcommit{Ratio: cfg.MemoryOvercommit},
+		Overcommit:    scheduler.Overcommit{Ratio: cfg.MemoryOvercommit, CPURatio: cfg.CPUOvercommit},
 		CreateTimeout: cfg.CreateTimeout, DefaultEgress: cfg.DefaultEgress, Egress: egressNodes{nodes},
 	}
 	if cfg.CASealer != nil {
