@@ -31,9 +31,9 @@ const maxGroup = 64
 
 // The states of a queued write.
 const (
-	queued int32 = iota
-	taken        // a leader runs it; its answer comes on done
-	withdrawn    // its context ended first; nothing of it runs
+	queued    int32 = iota
+	taken           // a leader runs it; its answer comes on done
+	withdrawn       // its context ended first; nothing of it runs
 )
 
 // writeReq is one write waiting for the writer.

@@ -151,7 +151,9 @@ func (s *Store) writeAlone(ctx context.Context, fn func(tx *sql.Tx) error) error
 }
 
 // backoff is the wait before write attempt n (from 1).
-func backoff(attempt int) time.Duration { return time.Duration(attempt*attempt) * 50 * time.Millisecond }
+func backoff(attempt int) time.Duration {
+	return time.Duration(attempt*attempt) * 50 * time.Millisecond
+}
 
 func sleepBackoff(attempt int) { time.Sleep(backoff(attempt)) }
 
