@@ -50,6 +50,9 @@ type group struct {
 	mu      sync.Mutex
 	queue   []*writeReq
 	leading bool // a goroutine is running the queue
+	// max bounds a group (0: maxGroup; 1 commits every write alone, as
+	// the benchmark's baseline).
+	max int
 	// txs counts write transactions begun (tests: how many commits N
 	// writes took).
 	txs atomic.Uint64
@@ -92,7 +95,11 @@ func (s *Store) write(ctx context.Context, fn func(t *sql.Tx, grouped bool) erro
 func (s *Store) lead() {
 	g := &s.g
 	g.mu.Lock()
-	n := min(len(g.queue), maxGroup)
+	limit := g.max
+	if limit <= 0 {
+		limit = maxGroup
+	}
+	n := min(len(g.queue), limit)
 	batch := g.queue[:n:n]
 	g.queue = g.queue[n:]
 	g.mu.Unlock()

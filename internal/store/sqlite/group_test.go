@@ -82,7 +82,7 @@ func TestGroupCommit(t *testing.T) {
 	failed := errors.New("the function failed after its insert")
 	wg.Go(func() {
 		errs[n] = (*conns)(s).Write(ctx, func(tx sqlstore.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES ('t-failedfailedfail', 'x', '2026-01-01T00:00:00Z')`); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES ('t-failedfailedfail', 'x', 1)`); err != nil {
 				return err
 			}
 			return failed
@@ -206,5 +206,35 @@ func TestLoneWriteIsNotGrouped(t *testing.T) {
 	}
 	if got := s.g.txs.Load() - before; got != 3 {
 		t.Fatalf("3 serial writes took %d transactions", got)
+	}
+}
+
+// TestGroupSkipsACallerWhoLeft: a write whose context ends after the group
+// took it, before its turn, is not applied and gets its context's error
+// (its statements would run without its cancellation otherwise).
+func TestGroupSkipsACallerWhoLeft(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	release := holdWriter(t, s)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		errs[0] = (*conns)(s).Write(ctx, func(sqlstore.Tx) error { cancel(); return nil })
+	})
+	waitQueued(t, s, 1)
+	wg.Go(func() { errs[1] = s.CreateTenant(cctx, store.Tenant{ID: "t-leftleftleftlef", Name: "left"}) })
+	waitQueued(t, s, 2)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if errs[0] != nil || !errors.Is(errs[1], context.Canceled) {
+		t.Fatalf("answers %v, %v; want nil, context.Canceled", errs[0], errs[1])
+	}
+	if tenantExists(t, s, "t-leftleftleftlef") {
+		t.Fatal("the write of a caller who left was committed")
 	}
 }
