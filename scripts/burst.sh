@@ -5,7 +5,10 @@
 # `BINDIR/space server --dev` on a fresh data dir, waits until the pool is
 # full (and 5 s more), then `space bench create --runtime ns --memory 256
 # --count N --concurrency N`: p50/p90/p99 and the machine's CPU per create
-# (the whole machine, other load included). With TRACE a file name, the
+# (the whole machine, other load included); then, the pool refilled, the
+# same burst from burst-tree.py, which reads the CPU of the server's process
+# tree (server with its node, node-manager, bridges, guests) just before the
+# first request and after the last answer. With TRACE a file name, the
 # server's execution trace over the burst is written there (read it with
 # `go tool trace -pprof=sync TRACE`), or with PPROF=profile its CPU profile
 # (`go tool pprof -top TRACE`). Compare builds by interleaving runs:
@@ -33,7 +36,8 @@ if full; then
 	fi
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	$B/space bench create --runtime ns --memory 256 --count $N --concurrency $N -o json > $D/bench.json
-	python3 -c "import json,sys; d=json.load(open(sys.argv[1])); c=d['scenarios']['create']; print('$v burst: p50 %.1f p90 %.1f p99 %.1f ms, machine CPU %s ms/create, load %s; %s' % (c['p50_ms'], c['p90_ms'], c['p99_ms'], c.get('cpu_ms_per_op'), '$load', d.get('notes',{}).get('create','')))" $D/bench.json
+	read -r tree tp50 tp99 < <(full && $(dirname $0)/burst-tree.py $SPACE_API_URL $SPACE_API_KEY $N $spid)
+	python3 -c "import json,sys; d=json.load(open(sys.argv[1])); c=d['scenarios']['create']; print('$v burst: p50 %.1f p90 %.1f p99 %.1f ms, machine CPU %s ms/create; server tree CPU $tree ms/create (REST burst p50 $tp50 p99 $tp99 ms); load $load; %s' % (c['p50_ms'], c['p90_ms'], c['p99_ms'], c.get('cpu_ms_per_op'), d.get('notes',{}).get('create','')))" $D/bench.json
 	[ -n "$TRACE" ] && wait $tpid
 fi
 kill -TERM $spid; wait $spid
