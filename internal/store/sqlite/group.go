@@ -79,14 +79,33 @@ func (s *Store) write(ctx context.Context, fn func(t *sql.Tx, grouped bool) erro
 	}
 	select {
 	case <-r.done:
-		return r.err
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(queued, withdrawn) {
 			return ctx.Err()
 		}
 		<-r.done // a leader took it: its answer is the truth
-		return r.err
 	}
+	var p *fnPanic
+	if errors.As(r.err, &p) {
+		panic(p.v) // in the caller's goroutine, as without a group
+	}
+	return r.err
+}
+
+// fnPanic carries a write function's panic from the goroutine that ran it
+// (another caller's, or a leader's) to its own caller.
+type fnPanic struct{ v any }
+
+func (p *fnPanic) Error() string { return fmt.Sprintf("write function panicked: %v", p.v) }
+
+// call runs r's function, its panic turned into a *fnPanic.
+func (r *writeReq) call(t *sql.Tx, grouped bool) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &fnPanic{v}
+		}
+	}()
+	return r.fn(t, grouped)
 }
 
 // lead runs one group from the queue, then hands the queue to a new
@@ -126,7 +145,7 @@ func (s *Store) runGroup(batch []*writeReq) {
 	}
 	if len(live) == 1 {
 		r := live[0]
-		r.err = s.writeAlone(r.ctx, func(t *sql.Tx) error { return r.fn(t, false) })
+		r.err = s.writeAlone(r.ctx, func(t *sql.Tx) error { return r.call(t, false) })
 		close(r.done)
 		return
 	}
@@ -137,7 +156,7 @@ func (s *Store) runGroup(batch []*writeReq) {
 	for i, r := range live {
 		if err != nil {
 			// The group failed as a whole: each on its own, as before.
-			r.err = s.writeAlone(r.ctx, func(t *sql.Tx) error { return r.fn(t, false) })
+			r.err = s.writeAlone(r.ctx, func(t *sql.Tx) error { return r.call(t, false) })
 		} else {
 			r.err = errs[i]
 		}
@@ -181,7 +200,7 @@ func (s *Store) writeGroupOnce(ctx context.Context, live []*writeReq, errs []err
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT w`); err != nil {
 			return fail(fmt.Errorf("savepoint: %w", err))
 		}
-		ferr := r.fn(tx, true)
+		ferr := r.call(tx, true)
 		if isBusy(ferr) {
 			// Retried as a group: the lock is the group's problem.
 			return fail(ferr)

@@ -238,3 +238,38 @@ func TestGroupSkipsACallerWhoLeft(t *testing.T) {
 		t.Fatal("the write of a caller who left was committed")
 	}
 }
+
+// TestGroupPanicReachesItsCaller: a write function that panics in a group
+// panics in its own caller's goroutine, as it would alone; the group's
+// other writes commit and the writer stays usable.
+func TestGroupPanicReachesItsCaller(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := t.Context()
+	release := holdWriter(t, s)
+	errs := make([]error, 2)
+	var recovered any
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = s.CreateTenant(ctx, store.Tenant{ID: "t-aaaaaaaaaaaaaaaa", Name: "a"}) })
+	waitQueued(t, s, 1)
+	wg.Go(func() {
+		defer func() { recovered = recover() }()
+		(*conns)(s).Write(ctx, func(sqlstore.Tx) error { panic("boom") })
+	})
+	waitQueued(t, s, 2)
+	wg.Go(func() { errs[1] = s.CreateTenant(ctx, store.Tenant{ID: "t-bbbbbbbbbbbbbbbb", Name: "b"}) })
+	waitQueued(t, s, 3)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if recovered != "boom" {
+		t.Errorf("the panicking write's caller recovered %v, want boom", recovered)
+	}
+	if errs[0] != nil || errs[1] != nil {
+		t.Errorf("the others: %v, %v", errs[0], errs[1])
+	}
+	if err := s.CreateTenant(ctx, store.Tenant{ID: "t-cccccccccccccccc"}); err != nil {
+		t.Errorf("a write after the panic: %v", err)
+	}
+}
