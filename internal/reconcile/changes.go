@@ -105,12 +105,12 @@ func (r *Reconciler) requeueAll(ctx context.Context) {
 			r.Enqueue(sb.ID)
 		}
 	}
-	r.mu.Lock()
+	r.watchMu.Lock()
 	ids := make([]string, 0, len(r.watchers))
 	for id := range r.watchers {
 		ids = append(ids, id)
 	}
-	r.mu.Unlock()
+	r.watchMu.Unlock()
 	for _, id := range ids {
 		r.notify(id)
 	}

@@ -108,8 +108,12 @@ type Reconciler struct {
 	// ca supplies each start's interception CA (SetCA); nil: none.
 	ca atomic.Pointer[CAFunc]
 
-	mu       sync.Mutex // guards watchers, observed, gone and thawed
+	// watchMu guards watchers alone: every create waits on a Watch, and
+	// a burst's creates must not queue behind r.mu, which a pass holds
+	// while it copies a node's observation.
+	watchMu  sync.Mutex
 	watchers map[string]map[*Watch]struct{}
+	mu       sync.Mutex // guards observed, gone and thawed
 	// observed is what each node last reported to this replica.
 	observed map[string]observation
 	// gone holds when this replica stopped an execution (observe.go).
@@ -222,26 +226,26 @@ func (w *Watch) Stop() { w.stop() }
 // Watch subscribes to changes the reconciler makes to sandbox id.
 func (r *Reconciler) Watch(id string) *Watch {
 	w := &Watch{C: make(chan struct{}, 1)}
-	r.mu.Lock()
+	r.watchMu.Lock()
 	if r.watchers[id] == nil {
 		r.watchers[id] = map[*Watch]struct{}{}
 	}
 	r.watchers[id][w] = struct{}{}
-	r.mu.Unlock()
+	r.watchMu.Unlock()
 	w.stop = func() {
-		r.mu.Lock()
+		r.watchMu.Lock()
 		delete(r.watchers[id], w)
 		if len(r.watchers[id]) == 0 {
 			delete(r.watchers, id)
 		}
-		r.mu.Unlock()
+		r.watchMu.Unlock()
 	}
 	return w
 }
 
 func (r *Reconciler) notify(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
 	for w := range r.watchers[id] {
 		select {
 		case w.C <- struct{}{}:

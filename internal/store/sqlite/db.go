@@ -16,7 +16,7 @@ type conns Store
 
 // Write implements sqlstore.DB.
 func (c *conns) Write(ctx context.Context, fn func(sqlstore.Tx) error) error {
-	err := (*Store)(c).write(ctx, func(t *sql.Tx) error { return fn(tx{t, c.ws}) })
+	err := (*Store)(c).write(ctx, func(t *sql.Tx, grouped bool) error { return fn(tx{t, c.ws, grouped}) })
 	c.ws.prepareWanted(ctx)
 	return err
 }
@@ -45,14 +45,25 @@ func (c *conns) Query(ctx context.Context, query string, args ...any) (sqlstore.
 }
 
 // tx is a write transaction as sqlstore.Tx, running the writer's cached
-// statements.
+// statements. In a group commit (grouped) its statements run without their
+// context's cancellation: SQLite's interrupt of a statement can roll back
+// the whole transaction, which other callers' writes share.
 type tx struct {
-	t     *sql.Tx
-	stmts *stmtCache
+	t       *sql.Tx
+	stmts   *stmtCache
+	grouped bool
+}
+
+func (t tx) stmtCtx(ctx context.Context) context.Context {
+	if t.grouped {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // Exec implements sqlstore.Tx.
 func (t tx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	ctx = t.stmtCtx(ctx)
 	var res sql.Result
 	var err error
 	if st := t.stmts.lookup(query); st != nil {
@@ -68,6 +79,7 @@ func (t tx) Exec(ctx context.Context, query string, args ...any) (int64, error) 
 
 // QueryRow implements sqlstore.Tx.
 func (t tx) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	ctx = t.stmtCtx(ctx)
 	if st := t.stmts.lookup(query); st != nil {
 		return t.t.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}

@@ -5,7 +5,9 @@
 // pools. Writes go through a pool of exactly one connection whose transactions
 // begin IMMEDIATE (they take the write lock up front, so a read-then-write
 // transaction cannot fail half-way with SQLITE_BUSY); in-process writers queue
-// on that connection instead of spinning on the lock. Reads go through a
+// for that connection instead of spinning on the lock, and the writes that
+// queued while a transaction ran are committed together in the next one,
+// each in its own savepoint (group.go). Reads go through a
 // separate pool of query-only connections, which WAL mode lets run beside the
 // writer. A busy timeout covers other processes holding the lock (the CLI
 // reading the same file, a backup), and a write that still meets
@@ -50,6 +52,7 @@ type Store struct {
 	r  *sql.DB // query-only connections for reads
 	ws *stmtCache
 	rs *stmtCache
+	g  group // the writes waiting for w (group.go)
 }
 
 // tables is embedded under an unexported name, so that Store's fields stay
@@ -127,16 +130,16 @@ func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
-// write runs fn in a write transaction, retrying when the database is locked
-// by another process past the busy timeout.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// writeAlone runs fn in a write transaction of its own, retrying when the
+// database is locked by another process past the busy timeout.
+func (s *Store) writeAlone(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	var err error
 	for attempt := range writeAttempts {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
 				return errors.Join(ctx.Err(), err)
-			case <-time.After(time.Duration(attempt*attempt) * 50 * time.Millisecond):
+			case <-time.After(backoff(attempt)):
 			}
 		}
 		err = s.writeOnce(ctx, fn)
@@ -147,7 +150,15 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return fmt.Errorf("database stayed locked after %d attempts: %w: %w", writeAttempts, errdefs.ErrUnavailable, err)
 }
 
+// backoff is the wait before write attempt n (from 1).
+func backoff(attempt int) time.Duration {
+	return time.Duration(attempt*attempt) * 50 * time.Millisecond
+}
+
+func sleepBackoff(attempt int) { time.Sleep(backoff(attempt)) }
+
 func (s *Store) writeOnce(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.g.txs.Add(1)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
