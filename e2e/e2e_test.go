@@ -36,6 +36,7 @@ func checkNoLeftovers(t *testing.T, dir string) {
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("left behind under %s:\nmounts: %v\nprocesses: %v", dir, mounts, procs)
+			reclaim(t, dir)
 			return
 		}
 		time.Sleep(100 * time.Millisecond)

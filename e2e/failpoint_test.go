@@ -123,6 +123,15 @@ func crashAtFailpoint(t *testing.T, dir string, p *failpoint.Point, spec, runtim
 		t.Fatalf("failpoint %s: this test does not know how to drive operation %q; add it", p.Name, p.Op)
 	}
 	in.waitFailpoint(p)
+	crashed := in
+	// A node-manager whose server crashed exits on its own (its
+	// parent-death signal), within its bound; one that had to be cut off
+	// wrote what held it up.
+	defer func() {
+		if logs := crashed.logs(); strings.Contains(logs, "still not exited") {
+			t.Errorf("the crashed server's node-manager did not exit in time:\n%s", logs[strings.Index(logs, "space-node-manager: still not exited"):])
+		}
+	}()
 
 	in = startServerEnv(t, dir, store.env, store.flags...)
 	ids := []string{id}

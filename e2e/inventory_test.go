@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -93,6 +96,7 @@ func checkInventory(t *testing.T, before hostInventory, dataDir string, ids ...s
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("left on the host:\n%s", strings.Join(extra, "\n"))
+			reclaim(t, dataDir)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -107,4 +111,34 @@ func inventorySees(inv []string, kinds ...string) bool {
 		}
 	}
 	return true
+}
+
+// reclaim takes back what a failed test left of dataDir — its processes,
+// mounts and loop devices — so that the failure is reported once, not again
+// by every test after it that shares the directory or the machine.
+func reclaim(t testing.TB, dataDir string) {
+	t.Helper()
+	for _, p := range processesMentioning(dataDir) {
+		pid, _, _ := strings.Cut(p, ":")
+		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() {
+			_ = syscall.Kill(n, syscall.SIGKILL)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the killed release their mounts' files
+	mounts := mountsUnder(dataDir)
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) }) // deepest first
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			t.Logf("reclaim: unmount %s: %v", m, err)
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, err := os.ReadFile(l); err == nil && strings.HasPrefix(string(b), dataDir) {
+			dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(l)))
+			if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+				t.Logf("reclaim: losetup -d %s: %v %s", dev, err, out)
+			}
+		}
+	}
 }

@@ -98,6 +98,13 @@ func runNodeManager(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	boundExit(ctx, exitBound, os.Stderr, os.Exit)
+	lock, err := lockDataDir(ctx, dir, predecessorWait, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)
+		return 1
+	}
+	defer lock.Close()
 	vcfg := localvol.Config{DataDir: dir, NoDiskQuota: !*diskQuota}
 	if err := serveNodeManager(ctx, vcfg, *cacheDir, *kernelBuild, *socket, *guestBin, uids, log); err != nil {
 		fmt.Fprintf(os.Stderr, "space-node-manager: %v\n", err)

@@ -34,6 +34,7 @@ import (
 	"github.com/spacesandbox/space/internal/objstore"
 	_ "github.com/spacesandbox/space/internal/objstore/filestore" // file:// object stores
 	_ "github.com/spacesandbox/space/internal/objstore/s3store"   // s3:// object stores
+	"github.com/spacesandbox/space/internal/pinnedproc"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/retention"
@@ -555,25 +556,23 @@ func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken str
 	cmd := exec.Command(nodeManager, "--data-dir", dataDir, "--socket", pmSocket, "--kernel-build", kernelBuild)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	// Forked from a pinned thread: this process ends threads (the ns
+	// driver's), and the parent-death signal follows the thread.
+	child, err := pinnedproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("start node-manager: %w", err)
 	}
-	// exited is closed when the node-manager has exited, waitErr then
-	// says how; both the start-up wait and the stop below watch it.
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-child.Done():
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-child.Done()
 		}
 	}()
 	pm := privop.NewClient(pmSocket)
-	if err := waitNodeManager(ctx, pm, exited, func() error { return waitErr }); err != nil {
+	if err := waitNodeManager(ctx, pm, child.Done(), child.Wait); err != nil {
 		return err
 	}
 	close(up)

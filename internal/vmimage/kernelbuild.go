@@ -1,6 +1,7 @@
 package vmimage
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/pinnedproc"
 )
 
 // The minimal guest kernel: Debian's kernel sources configured with
@@ -385,18 +387,20 @@ func (b *kernelBuild) make(ctx context.Context, args ...string) error {
 	// counted, they are the compile's progress.
 	out := &buildOutput{w: logf, object: b.objectDone}
 	cmd.Stdout, cmd.Stderr = out, logf
-	if err := cmd.Run(); err != nil {
+	if err := pinnedproc.Run(cmd); err != nil {
 		return fmt.Errorf("make %s: %w: %s", strings.Join(args, " "), err, tailFile(logPath, 2048))
 	}
 	return nil
 }
 
 func (b *kernelBuild) makeOutput(ctx context.Context, args ...string) (string, error) {
-	out, err := b.makeCmd(ctx, args...).Output()
-	if err != nil {
+	var out bytes.Buffer
+	cmd := b.makeCmd(ctx, args...)
+	cmd.Stdout = &out
+	if err := pinnedproc.Run(cmd); err != nil {
 		return "", fmt.Errorf("make %s: %w", strings.Join(args, " "), err)
 	}
-	return string(out), nil
+	return out.String(), nil
 }
 
 func (b *kernelBuild) makeCmd(ctx context.Context, args ...string) *exec.Cmd {
@@ -409,7 +413,9 @@ func (b *kernelBuild) makeCmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), "KBUILD_BUILD_USER=space", "KBUILD_BUILD_HOST=space",
 		"KBUILD_BUILD_TIMESTAMP=1970-01-01", "LC_ALL=C")
 	// make and its compilers form a process group that ends with ctx or
-	// with this process: a build must not outlive its owner.
+	// with this process: a build must not outlive its owner (run it with
+	// pinnedproc, whose thread lives as long as the build: the
+	// node-manager, which builds in the background, ends threads).
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
 	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/guestinit"
+	"github.com/spacesandbox/space/internal/pinnedproc"
 )
 
 // probeResult is the accelerator probe's outcome, cached in
@@ -89,12 +90,19 @@ func (d *Driver) probeKVM(ctx context.Context, kernel, initrd string) error {
 	cmd.Dir = dir
 	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true, Pdeathsig: unix.SIGKILL}
 	cmd.WaitDelay = time.Second
-	out, err := cmd.StdoutPipe()
+	// A pipe of this function's own (not StdoutPipe, which Wait closes):
+	// Wait runs on the pinned thread that started QEMU, whose parent-death
+	// signal must not come from another of this process's threads ending.
+	out, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
+	defer out.Close()
+	cmd.Stdout = w
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
+	child, err := pinnedproc.Start(cmd)
+	w.Close()
+	if err != nil {
 		return fmt.Errorf("start %s: %w", d.cfg.QEMU, err)
 	}
 	found := false
@@ -107,7 +115,7 @@ func (d *Driver) probeKVM(ctx context.Context, kernel, initrd string) error {
 		}
 	}
 	cancel()
-	_ = cmd.Wait()
+	_ = child.Wait()
 	if !found {
 		return fmt.Errorf("a KVM guest did not reach its init within %s", d.cfg.ProbeTimeout)
 	}

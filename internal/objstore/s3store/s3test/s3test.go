@@ -28,7 +28,9 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/spacesandbox/space/internal/pinnedproc"
 )
 
 // Version is the versitygw release the Makefile builds.
@@ -141,10 +143,13 @@ func start(t testing.TB, bin string) (*Server, error) {
 	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	// Pinned: the parent-death signal follows the thread that forked, and
+	// tests end threads they moved into another namespace.
+	child, err := pinnedproc.Start(s.cmd)
+	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", bin, err)
 	}
-	go func() { s.cmd.Wait(); close(s.done) }()
+	go func() { child.Wait(); close(s.done) }()
 	t.Cleanup(s.Kill)
 	if err := s.waitReady(); err != nil {
 		s.Kill()

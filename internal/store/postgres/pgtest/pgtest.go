@@ -38,7 +38,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +46,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/spacesandbox/space/internal/pinnedproc"
 )
 
 // SuperUser is the superuser role of the servers pgtest starts; every local
@@ -191,11 +192,11 @@ func startPostgres(bin, dir, data string, port int, cred *syscall.Credential, lo
 		"-c", "unix_socket_permissions=0777")
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env(dir), logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred, Pdeathsig: syscall.SIGKILL}
-	exited, err := startPinned(cmd)
+	child, err := pinnedproc.Start(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	s := &Server{Dir: dir, Port: port, cmd: cmd, exited: exited, bin: bin, cred: cred, logPath: logPath}
+	s := &Server{Dir: dir, Port: port, cmd: cmd, exited: child.Done(), bin: bin, cred: cred, logPath: logPath}
 	if err := s.waitReady(); err != nil {
 		s.kill()
 		return nil, fmt.Errorf("%w%s", err, logTail(logPath))
@@ -348,42 +349,15 @@ func run(dir string, cred *syscall.Credential, logPath, name string, args ...str
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env(dir), logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred, Pdeathsig: syscall.SIGKILL}
-	exited, err := startPinned(cmd)
-	if err != nil {
-		return err
-	}
-	<-exited
-	if !cmd.ProcessState.Success() {
+	// Pinned: other tests end threads they moved into another namespace,
+	// and the parent-death signal follows the thread that forked.
+	if err := pinnedproc.Run(cmd); err != nil {
+		if cmd.ProcessState == nil {
+			return err
+		}
 		return errors.New(cmd.ProcessState.String())
 	}
 	return nil
-}
-
-// startPinned starts cmd from a goroutine locked to its OS thread, which then
-// waits for cmd and closes the returned channel. The child's parent-death
-// signal (Pdeathsig) fires when the thread that forked it exits, not the
-// process: Go ends a thread when a goroutine locked to it returns, which other
-// tests do to throw away threads they moved into another namespace. A thread
-// pinned here ends only after the child has, or with the test binary, which
-// is when the signal should come.
-func startPinned(cmd *exec.Cmd) (<-chan struct{}, error) {
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			runtime.UnlockOSThread()
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(exited) // returns still locked: the thread ends with the child
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return exited, nil
 }
 
 // traversable reports whether every user may pass through dir and its
