@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,7 +96,7 @@ func checkInventory(t *testing.T, before hostInventory, dataDir string, ids ...s
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("left on the host:\n%s", strings.Join(extra, "\n"))
+			t.Errorf("left on the host:\n%s%s", strings.Join(extra, "\n"), whereStuck(extra))
 			reclaim(t, dataDir)
 			return
 		}
@@ -139,6 +140,57 @@ func reclaim(t testing.TB, dataDir string) {
 			if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
 				t.Logf("reclaim: losetup -d %s: %v %s", dev, err, out)
 			}
+		}
+	}
+}
+
+// whereStuck describes the processes of an inventory's entries — their
+// state, threads, kernel wait channel and stack, and parent — so that a
+// process left behind says where it is stuck.
+func whereStuck(entries []string) string {
+	var b strings.Builder
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e, "process ")
+		if !ok {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, " ")
+		proc := filepath.Join("/proc", pid)
+		fmt.Fprintf(&b, "\nprocess %s:", pid)
+		if st, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+			for _, l := range strings.Split(string(st), "\n") {
+				if k, _, _ := strings.Cut(l, ":"); k == "State" || k == "PPid" || k == "Threads" || k == "SigCgt" || k == "SigBlk" {
+					fmt.Fprintf(&b, " %s;", strings.Join(strings.Fields(l), " "))
+				}
+			}
+		}
+		if w, err := os.ReadFile(filepath.Join(proc, "wchan")); err == nil {
+			fmt.Fprintf(&b, " wchan %s;", w)
+		}
+		tasks, _ := os.ReadDir(filepath.Join(proc, "task"))
+		for i, task := range tasks {
+			if i == 8 {
+				fmt.Fprintf(&b, "\n  … %d threads more", len(tasks)-i)
+				break
+			}
+			stack, _ := os.ReadFile(filepath.Join(proc, "task", task.Name(), "stack"))
+			fmt.Fprintf(&b, "\n  thread %s: %s", task.Name(), strings.Join(strings.Fields(string(stack)), " "))
+		}
+	}
+	return b.String()
+}
+
+func TestWhereStuckDescribesAProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(100 * time.Millisecond)
+	got := whereStuck([]string{"mount /x", "process " + strconv.Itoa(cmd.Process.Pid) + " sleep 30"})
+	for _, want := range []string{"process " + strconv.Itoa(cmd.Process.Pid) + ":", "State: S", "PPid: " + strconv.Itoa(os.Getpid()), "thread "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("whereStuck misses %q:\n%s", want, got)
 		}
 	}
 }
