@@ -19,8 +19,9 @@ const VerifierEntries = 4096
 // (the same *KeySet: a node or bridge installs a new set as a new value, and
 // the Verifier then forgets everything) and whose signing key the set still
 // holds, unchanged; its validity window is checked against now on every
-// call, as Verify does, and a token not remembered is verified in full. Only tokens that verified are remembered. Safe for
-// concurrent use; the zero value is ready.
+// call, as Verify does, and a token not remembered is verified in full.
+// Only tokens that verified are remembered. Safe for concurrent use; the
+// zero value is ready.
 type Verifier struct {
 	mu   sync.Mutex
 	keys *KeySet
