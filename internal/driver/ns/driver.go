@@ -51,6 +51,11 @@ type Config struct {
 	UIDBase uint32
 	// Slots is the number of uid ranges; default 1024.
 	Slots int
+	// HostRanges is the host-wide registry of the uid ranges in use, shared
+	// by every ns driver of the host so that none hands out a range another
+	// one gave (hostranges.go); default DefaultHostRanges. It must be a
+	// directory only root writes.
+	HostRanges string
 	// InitPath and InitArgs run ns-init: InitPath with argv[0] InitHelper
 	// and the arguments InitArgs; default this binary (reexec.Self), whose
 	// main hands over to InitMain (reexec.Run), without arguments.
@@ -77,6 +82,8 @@ type Driver struct {
 	// mu serialises, inside this process, what the state-directory flock
 	// serialises across processes.
 	mu sync.Mutex
+	// ranges is the host-wide registry of uid ranges in use.
+	ranges hostRanges
 	// reapers tracks the goroutines waiting on sandboxes started by this
 	// process; Wait blocks until they are gone.
 	reapers sync.WaitGroup
@@ -99,6 +106,9 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Slots == 0 {
 		cfg.Slots = 1024
 	}
+	if cfg.HostRanges == "" {
+		cfg.HostRanges = DefaultHostRanges
+	}
 	if cfg.UIDBase < RangeSize || uint64(cfg.UIDBase)+uint64(cfg.Slots)*RangeSize > 1<<32-2 {
 		return nil, fmt.Errorf("%w: ns: uid base %d with %d slots does not fit the uid space above %d", errdefs.ErrInvalidArgument, cfg.UIDBase, cfg.Slots, RangeSize)
 	}
@@ -115,11 +125,19 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ns: %w", err)
 	}
-	d := &Driver{cfg: cfg, hier: hier, log: cfg.Log.With("driver", "ns"), timeNS: timeNamespaces()}
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("ns: state dir: %w", err)
+	}
+	d := &Driver{cfg: cfg, hier: hier, log: cfg.Log.With("driver", "ns"), timeNS: timeNamespaces(),
+		ranges: hostRanges{dir: cfg.HostRanges, stateDir: stateDir}}
 	if !d.timeNS {
 		d.log.Warn("this kernel has no time namespaces (CONFIG_TIME_NS): sandboxes read the node's uptime and boot time")
 	}
 	if err := mkdirs(d); err != nil {
+		return nil, err
+	}
+	if err := d.claimSlotsOnTheHost(); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -105,16 +105,32 @@ func (d *Driver) slotPath(n int) string {
 	return filepath.Join(d.cfg.StateDir, "slots", strconv.Itoa(n))
 }
 
+// rangeBase is the first host uid of slot n.
+func (d *Driver) rangeBase(n int) uint32 { return d.cfg.UIDBase + uint32(n)*RangeSize }
+
 // allocSlot returns the slot of sandboxID, allocating the lowest free one when
-// it has none. Executions of one sandbox share its slot, so files it wrote in
-// an earlier execution keep their owners. Callers hold the lock.
+// it has none: free here, and its uid range claimed on the host by no live
+// sandbox of another driver (hostranges.go). Executions of one sandbox share
+// its slot, so files it wrote in an earlier execution keep their owners.
+// Callers hold the lock.
 func (d *Driver) allocSlot(sandboxID string) (int, error) {
+	unlock, err := d.ranges.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	free := -1
 	for n := 0; n < d.cfg.Slots; n++ {
 		b, err := os.ReadFile(d.slotPath(n))
 		if errors.Is(err, fs.ErrNotExist) {
 			if free < 0 {
-				free = n
+				ok, err := d.ranges.freeFor(d.rangeBase(n), sandboxID)
+				if err != nil {
+					return 0, err
+				}
+				if ok {
+					free = n
+				}
 			}
 			continue
 		}
@@ -122,16 +138,75 @@ func (d *Driver) allocSlot(sandboxID string) (int, error) {
 			return 0, fmt.Errorf("ns: read slot %d: %w", n, err)
 		}
 		if string(b) == sandboxID {
-			return n, nil
+			return n, d.claimOnTheHost(n, sandboxID)
 		}
 	}
 	if free < 0 {
-		return 0, fmt.Errorf("ns: all %d uid ranges are in use: %w", d.cfg.Slots, errdefs.ErrNoCapacity)
+		return 0, fmt.Errorf("ns: all %d uid ranges are in use (by this node's sandboxes or, on this host, another's): %w", d.cfg.Slots, errdefs.ErrNoCapacity)
+	}
+	if err := d.ranges.claim(d.rangeBase(free), free, sandboxID); err != nil {
+		return 0, err
 	}
 	if err := os.WriteFile(d.slotPath(free), []byte(sandboxID), 0o600); err != nil {
+		_ = d.ranges.release(d.rangeBase(free), sandboxID)
 		return 0, fmt.Errorf("ns: record slot %d: %w", free, err)
 	}
 	return free, nil
+}
+
+// claimOnTheHost makes sure the host registry names sandboxID for slot n,
+// which this driver gave it. A slot given before the registry existed may be
+// another driver's too: that is logged (the two share host uids until one of
+// them is deleted), and the claim is left to its live owner.
+func (d *Driver) claimOnTheHost(n int, sandboxID string) error {
+	base := d.rangeBase(n)
+	c, ok, err := d.ranges.owner(base)
+	if err != nil {
+		return err
+	}
+	if ok && c.stateDir == d.ranges.stateDir && c.sandboxID == sandboxID {
+		return nil
+	}
+	if ok && c.live() {
+		d.log.Warn("this sandbox's uid range is also another driver's sandbox's: they share host uids until one is deleted",
+			"sandbox", sandboxID, "uid_base", base, "other_state_dir", c.stateDir, "other_sandbox", c.sandboxID)
+		return nil
+	}
+	return d.ranges.claim(base, n, sandboxID)
+}
+
+// claimSlotsOnTheHost claims on the host the ranges of the slots this
+// driver's state directory already gives (a node-manager that ran before
+// the registry, or on a host whose /run was cleared).
+func (d *Driver) claimSlotsOnTheHost() error {
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "slots"))
+	if err != nil {
+		return fmt.Errorf("ns: list slots: %w", err)
+	}
+	unlockHost, err := d.ranges.lock()
+	if err != nil {
+		return err
+	}
+	defer unlockHost()
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n < 0 || n >= d.cfg.Slots {
+			continue
+		}
+		b, err := os.ReadFile(d.slotPath(n))
+		if err != nil {
+			continue
+		}
+		if err := d.claimOnTheHost(n, string(b)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseSlot frees the slot of sandboxID unless another execution of the same
@@ -150,8 +225,13 @@ func (d *Driver) releaseSlot(sandboxID string, uidBase uint32) error {
 	if b, err := os.ReadFile(d.slotPath(n)); err != nil || string(b) != sandboxID {
 		return nil // not ours (already released, or reused after a manual cleanup)
 	}
+	unlock, err := d.ranges.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := os.Remove(d.slotPath(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("ns: release slot %d: %w", n, err)
 	}
-	return nil
+	return d.ranges.release(d.rangeBase(n), sandboxID)
 }
