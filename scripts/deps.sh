@@ -23,6 +23,9 @@ fi
 # package may start on port 5432 is not used and does not get in the way.
 if [ "${1:-test}" = test ]; then
   want+=(postgresql)
+  # The MCP test (e2e TestMCP) and the Python SDK's tests run PyPI packages
+  # in virtual environments of their own.
+  want+=(python3 python3-venv python3-pip)
 fi
 missing=()
 for p in "${want[@]}"; do

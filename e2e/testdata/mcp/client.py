@@ -1,0 +1,179 @@
+"""Drives `space mcp` with the official MCP Python client (the `mcp` package,
+pinned in requirements.txt), over stdio or streamable HTTP, against a real
+SPACE server. Exits non-zero with a message on the first thing that is not
+as it should be.
+
+    client.py stdio SPACE_BINARY        (SPACE_API_URL, SPACE_API_KEY, OTHER_KEY set)
+    client.py http  MCP_URL             (SPACE_API_KEY, OTHER_KEY set)
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+import httpx2
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+WANT_TOOLS = {
+    "sandbox_create", "sandbox_list", "sandbox_get", "sandbox_delete", "run_command",
+    "file_read", "file_write", "file_list", "port_expose", "snapshot_create", "snapshot_list",
+    "sandbox_fork", "sandbox_hibernate", "sandbox_restore", "sandbox_pause", "sandbox_resume",
+}
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def result_json(res):
+    if res.structured_content is not None:
+        return res.structured_content
+    return json.loads("".join(c.text for c in res.content if getattr(c, "type", "") == "text"))
+
+
+def error_text(res):
+    return "".join(c.text for c in res.content if getattr(c, "type", "") == "text")
+
+
+async def call(session, name, args, want_error=None):
+    res = await session.call_tool(name, args)
+    if want_error is not None:
+        if not res.is_error or want_error not in error_text(res):
+            fail(f"{name} {args}: want a tool error with {want_error!r}, got is_error={res.is_error} {error_text(res)!r}")
+        return None
+    if res.is_error:
+        fail(f"{name} {args}: tool error {error_text(res)!r}")
+    return result_json(res)
+
+
+async def exercise(session):
+    await session.initialize()
+    tools = {t.name for t in (await session.list_tools()).tools}
+    if tools != WANT_TOOLS:
+        fail(f"tools {sorted(tools)}, want {sorted(WANT_TOOLS)}")
+
+    sb = await call(session, "sandbox_create", {"template": "minimal", "runtime": "ns", "timeout": "10m"})
+    if sb["state"] != "running" or sb["runtime"] != "ns":
+        fail(f"sandbox_create: {sb}")
+    sid = sb["id"]
+    try:
+        out = await call(session, "run_command", {"id": sid, "command": "echo hello from $0; echo oops >&2; exit 7"})
+        if out["exit_code"] != 7 or out["stdout"] != "hello from sh\n" or out["stderr"] != "oops\n":
+            fail(f"run_command: {out}")
+        await call(session, "file_write", {"id": sid, "path": "/tmp/mcp/note.txt", "content": "written by MCP\n"})
+        got = await call(session, "file_read", {"id": sid, "path": "/tmp/mcp/note.txt"})
+        if got["content"] != "written by MCP\n" or got["encoding"] != "utf-8":
+            fail(f"file_read: {got}")
+        await call(session, "file_write", {"id": sid, "path": "/tmp/mcp/bin", "content": "AP8=", "encoding": "base64"})
+        got = await call(session, "file_read", {"id": sid, "path": "/tmp/mcp/bin"})
+        if got["content"] != "AP8=" or got["encoding"] != "base64":
+            fail(f"file_read of binary content: {got}")
+        listing = await call(session, "file_list", {"id": sid, "path": "/tmp/mcp"})
+        if sorted(e["path"] for e in listing["entries"]) != ["/tmp/mcp/bin", "/tmp/mcp/note.txt"]:
+            fail(f"file_list: {listing}")
+        listed = await call(session, "sandbox_list", {})
+        if sid not in [s["id"] for s in listed["sandboxes"]]:
+            fail(f"sandbox_list misses {sid}: {listed}")
+        snap = await call(session, "snapshot_create", {"id": sid})
+        if snap["state"] != "ready":
+            fail(f"snapshot_create: {snap}")
+        snaps = await call(session, "snapshot_list", {"id": sid})
+        if snap["id"] not in [s["id"] for s in snaps["snapshots"]]:
+            fail(f"snapshot_list misses {snap['id']}: {snaps}")
+        fork = await call(session, "sandbox_fork", {"id": sid})
+        try:
+            got = await call(session, "run_command", {"id": fork["id"], "argv": ["cat", "/tmp/mcp/note.txt"]})
+            if got["stdout"] != "written by MCP\n":
+                fail(f"the fork does not have the parent's file: {got}")
+        finally:
+            await call(session, "sandbox_delete", {"id": fork["id"]})
+        port = await call(session, "port_expose", {"id": sid, "port": 8080})
+        if not port["url"] or not port["token"]:
+            fail(f"port_expose of a private port: {port}")
+        paused = await call(session, "sandbox_pause", {"id": sid})
+        resumed = await call(session, "sandbox_resume", {"id": sid})
+        if paused["state"] != "paused" or resumed["state"] != "running":
+            fail(f"pause/resume: {paused['state']} {resumed['state']}")
+
+        # Errors: the API's, as it said them; bad arguments, before sending.
+        await call(session, "sandbox_get", {"id": "doesnotexist0000000000000"}, want_error="not_found")
+        await call(session, "file_read", {"id": sid, "path": "relative"}, want_error="argument path")
+        await call(session, "file_read", {"id": sid, "path": "/no/such/file"}, want_error="not_found")
+        await call(session, "run_command", {"id": sid, "command": "true", "timeout": "soon"}, want_error="argument timeout")
+        return sid
+    except BaseException:
+        await session.call_tool("sandbox_delete", {"id": sid})
+        raise
+
+
+async def other_tenant(session, sid):
+    """The other tenant's key sees none of the first tenant's sandboxes."""
+    await session.initialize()
+    await call(session, "sandbox_get", {"id": sid}, want_error="not_found")
+    await call(session, "run_command", {"id": sid, "command": "true"}, want_error="not_found")
+    await call(session, "sandbox_delete", {"id": sid}, want_error="not_found")
+    listed = await call(session, "sandbox_list", {})
+    if sid in [s["id"] for s in listed["sandboxes"]]:
+        fail(f"the other tenant lists {sid}")
+
+
+async def stdio(space_binary):
+    def params(key):
+        env = dict(os.environ, SPACE_API_KEY=key)
+        return StdioServerParameters(command=space_binary, args=["mcp"], env=env)
+
+    async with stdio_client(params(os.environ["SPACE_API_KEY"])) as (r, w):
+        async with ClientSession(r, w) as session:
+            sid = await exercise(session)
+    async with stdio_client(params(os.environ["OTHER_KEY"])) as (r, w):
+        async with ClientSession(r, w) as session:
+            await other_tenant(session, sid)
+    async with stdio_client(params(os.environ["SPACE_API_KEY"])) as (r, w):
+        async with ClientSession(r, w) as session:
+            await session.initialize()
+            await call(session, "sandbox_delete", {"id": sid})
+
+
+async def http(url):
+    # No key: refused by the transport itself.
+    async with httpx2.AsyncClient() as raw:
+        resp = await raw.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+                              headers={"Accept": "application/json, text/event-stream"})
+        if resp.status_code != 401:
+            fail(f"a request without a key: HTTP {resp.status_code}, want 401")
+
+    def client(key):
+        return httpx2.AsyncClient(headers={"Authorization": "Bearer " + key}, timeout=httpx2.Timeout(120.0))
+
+    async with client(os.environ["SPACE_API_KEY"]) as hc:
+        async with streamable_http_client(url, http_client=hc) as (r, w):
+            async with ClientSession(r, w) as session:
+                sid = await exercise(session)
+    async with client(os.environ["OTHER_KEY"]) as hc:
+        async with streamable_http_client(url, http_client=hc) as (r, w):
+            async with ClientSession(r, w) as session:
+                await other_tenant(session, sid)
+    async with client("space_k-notakey_0000") as hc:
+        async with streamable_http_client(url, http_client=hc) as (r, w):
+            async with ClientSession(r, w) as session:
+                await session.initialize()
+                await call(session, "sandbox_list", {}, want_error="unauthenticated")
+    async with client(os.environ["SPACE_API_KEY"]) as hc:
+        async with streamable_http_client(url, http_client=hc) as (r, w):
+            async with ClientSession(r, w) as session:
+                await session.initialize()
+                await call(session, "sandbox_delete", {"id": sid})
+
+
+def main():
+    mode, target = sys.argv[1], sys.argv[2]
+    asyncio.run(stdio(target) if mode == "stdio" else http(target))
+    print("ok " + mode)
+
+
+if __name__ == "__main__":
+    main()
