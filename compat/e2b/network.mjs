@@ -96,6 +96,14 @@ await run('network', [
     // A refused update leaves the policy as it was.
     eq(await reach(sbx, domain), true, `${domain} after refused updates`)
   }],
+  ['updateNetwork of a paused sandbox applies when it resumes', async () => {
+    const s = await Sandbox.create(template, { timeoutMs: 120_000, network: { denyOut: [ALL_TRAFFIC], allowOut: [allowed] } })
+    others.push(s)
+    await s.pause()
+    await s.updateNetwork({ denyOut: [ALL_TRAFFIC], allowOut: [other] })
+    const back = await Sandbox.connect(s.sandboxId)
+    await expectReach(back, { [allowed]: false, [other]: true }, 'updated while paused')
+  }],
   ['updateNetwork of a killed sandbox', async () => {
     const s = await Sandbox.create(template, { timeoutMs: 60_000 })
     await s.kill()

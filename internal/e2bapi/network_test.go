@@ -145,9 +145,14 @@ func TestE2BNetworkOf(t *testing.T) {
 
 // e2bReference decides a connection as E2B's documentation says: an
 // allowOut entry that matches allows it, else a denyOut entry that matches
-// denies it, else it is allowed.
+// denies it, else it is allowed. ALL_TRAFFIC ("0.0.0.0/0") is every
+// destination, as the SDK calls it: E2B sandboxes have no IPv6, and SPACE's
+// mapping denies IPv6 under it too (the fuzzer's first find).
 func e2bReference(allowOut, denyOut []string, internet *bool, dst netip.Addr, domain string) bool {
 	match := func(e string) bool {
+		if e == e2bAllTraffic {
+			return true // ALL_TRAFFIC is every destination, IPv6 too
+		}
 		if pfx, err := netip.ParsePrefix(e); err == nil {
 			return pfx.Contains(dst)
 		}
@@ -188,6 +193,7 @@ func FuzzE2BEgressPolicy(f *testing.F) {
 	f.Add("*.pypi.org", "", byte(2), []byte{151, 101, 0, 1}, "files.pypi.org")
 	f.Add("", "9.0.0.0/8,9.9.9.9", byte(0), []byte{9, 9, 9, 9}, "")
 	f.Add("0.0.0.0/0", "1.0.0.0/8", byte(0), []byte{1, 2, 3, 4}, "")
+	f.Add("", "0.0.0.0/0", byte(0), []byte("0000000000000000"), "")
 	f.Fuzz(func(t *testing.T, allowS, denyS string, internetB byte, dstB []byte, domain string) {
 		split := func(s string) []string {
 			if s == "" {
