@@ -31,7 +31,8 @@ const (
 
 // TestE2BSDKNetwork runs network.mjs (network.allowOut/denyOut,
 // updateNetwork, getInfo's network, refusals) with the published SDK on
-// ns sandboxes.
+// ns sandboxes and, where QEMU is installed, on microVMs (their traffic
+// reaches the gateway through QEMU's network device).
 func TestE2BSDKNetwork(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the all-in-one server starts the root node-manager and the test makes a network namespace; run as root (CI does)")
@@ -58,12 +59,19 @@ func TestE2BSDKNetwork(t *testing.T) {
 	t.Cleanup(dns.Close)
 
 	bin := buildSpace(t)
-	srv := startServer(t, bin, "ns", "--egress-netns", ns.path, "--dns-upstream", netDNS+":53")
 	t.Setenv("NET_ALLOWED", netAllowed)
 	t.Setenv("NET_OTHER", netOther)
 	t.Setenv("NET_DOMAIN", netDomain)
 	t.Setenv("NET_DOMAIN_ADDR", netDomainAddr)
-	srv.runScript(t, work, "network.mjs")
+	for _, rt := range []string{"ns", "vm"} {
+		t.Run(rt, func(t *testing.T) {
+			if _, err := exec.LookPath("qemu-system-x86_64"); rt == "vm" && err != nil {
+				t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+			}
+			srv := startServer(t, bin, rt, "--egress-netns", ns.path, "--dns-upstream", netDNS+":53")
+			srv.runScript(t, work, "network.mjs")
+		})
+	}
 }
 
 // upstreamNetns is a network namespace standing for the internet: its
