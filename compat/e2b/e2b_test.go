@@ -81,7 +81,7 @@ func (s *server) runScript(t *testing.T, work, name string) {
 	cmd := exec.CommandContext(ctx, "node", name)
 	cmd.Dir = work
 	key := s.key
-	if name == "keys.mjs" { // E2B's shape, for the SDK that checks it
+	if name == "keys.mjs" || name == "network.mjs" { // E2B's shape, for the SDK that checks it (2.45)
 		key = s.e2bKey
 	}
 	cmd.Env = append(os.Environ(),

@@ -3,7 +3,8 @@
 // fields SPACE refuses by name. network_test.go serves NET_ALLOWED and
 // NET_OTHER (HTTP on port 80, answering "upstream ADDR host HOST") where
 // the sandboxes' gateway dials, and resolves NET_DOMAIN to NET_DOMAIN_ADDR.
-import { Sandbox, ALL_TRAFFIC } from 'e2b'
+// E2B_PACKAGE picks the SDK: e2b (the newest pinned) or e2b-2.45.
+const { Sandbox, ALL_TRAFFIC } = await import(process.env.E2B_PACKAGE || 'e2b')
 import { assert, eq, run, template } from './lib.mjs'
 
 const allowed = process.env.NET_ALLOWED

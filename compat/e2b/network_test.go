@@ -30,8 +30,8 @@ const (
 )
 
 // TestE2BSDKNetwork runs network.mjs (network.allowOut/denyOut,
-// updateNetwork, getInfo's network, refusals) with the published SDK on
-// ns sandboxes and, where QEMU is installed, on microVMs (their traffic
+// updateNetwork, getInfo's network, refusals) with the published SDK (the
+// newest pinned and 2.45) on ns sandboxes and, where QEMU is installed, on microVMs (their traffic
 // reaches the gateway through QEMU's network device).
 func TestE2BSDKNetwork(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -69,7 +69,16 @@ func TestE2BSDKNetwork(t *testing.T) {
 				t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
 			}
 			srv := startServer(t, bin, rt, "--egress-netns", ns.path, "--dns-upstream", netDNS+":53")
-			srv.runScript(t, work, "network.mjs")
+			pkgs := []string{"e2b"}
+			if rt == "ns" { // the SDK's side is the same on both runtimes
+				pkgs = append(pkgs, "e2b-2.45")
+			}
+			for _, pkg := range pkgs {
+				t.Run(pkg, func(t *testing.T) {
+					t.Setenv("E2B_PACKAGE", pkg)
+					srv.runScript(t, work, "network.mjs")
+				})
+			}
 		})
 	}
 }
