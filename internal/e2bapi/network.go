@@ -129,7 +129,9 @@ func e2bEgressPolicy(allowOut, denyOut []string, allowInternetAccess *bool) (*eg
 			denyAll = true
 			continue
 		}
-		denyCIDRs = append(denyCIDRs, pfx)
+		if !slices.Contains(denyCIDRs, pfx) { // a repeated entry would be cut again
+			denyCIDRs = append(denyCIDRs, pfx)
+		}
 	}
 	if allowInternetAccess != nil && !*allowInternetAccess {
 		denyAll = true
@@ -147,8 +149,14 @@ func e2bEgressPolicy(allowOut, denyOut []string, allowInternetAccess *bool) (*eg
 	default:
 		spec.AllowInternet = true
 		spec.Allow.CIDRs = prefixStrings(allowCIDRs)
+		// Each cut adds at most 127 prefixes to each denied prefix that
+		// contains the allowed one: bounded at every step, so that a body
+		// of many overlapping entries cannot grow it without end.
 		for _, a := range allowCIDRs {
-			denyCIDRs = subtractPrefix(denyCIDRs, a)
+			if denyCIDRs = subtractPrefix(denyCIDRs, a); len(denyCIDRs) > egress.MaxRules {
+				return nil, fmt.Errorf("%w: network: cutting the allowOut CIDRs out of denyOut makes more than %d denied CIDRs; deny %s and list what is allowed instead",
+					errdefs.ErrInvalidArgument, egress.MaxRules, e2bAllTraffic)
+			}
 		}
 		spec.Deny.CIDRs = prefixStrings(denyCIDRs)
 	}

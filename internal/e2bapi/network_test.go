@@ -3,6 +3,7 @@ package e2bapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -21,6 +22,7 @@ func TestE2BEgressPolicy(t *testing.T) {
 		allowOut, denyOut []string
 		internet          *bool
 		want              egress.Spec
+		wantDeny          int    // when set, only the count of deny CIDRs is checked
 		err               string // a part of the error, "" for none
 	}{
 		{name: "nothing: allow everything", want: egress.Spec{AllowInternet: true}},
@@ -65,6 +67,9 @@ func TestE2BEgressPolicy(t *testing.T) {
 		{name: "bare wildcard", denyOut: []string{"0.0.0.0/0"}, allowOut: []string{"*"}, err: `network.allowOut[0] "*"`},
 		{name: "mapped address", allowOut: []string{"::ffff:1.2.3.4"}, err: `network.allowOut[0] "::ffff:1.2.3.4": write an IPv4 address in its IPv4 form`},
 		{name: "too many", denyOut: make([]string, egress.MaxRules+1), err: "more than 1000"},
+		{name: "cut into too many pieces", denyOut: []string{"::/0", "8000::/1"}, allowOut: v6Addrs(500, 1<<20), err: "makes more than 1000 denied CIDRs"},
+		{name: "a repeated deny entry is cut once", denyOut: repeat("::/0", 500), allowOut: v6Addrs(5, 1), wantDeny: 127}, // as one ::/0 less ::1-::5
+		{name: "one cut of a /0 in IPv6", denyOut: []string{"::/0"}, allowOut: []string{"2001:db8::1"}, wantDeny: 128},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := e2bEgressPolicy(tc.allowOut, tc.denyOut, tc.internet)
@@ -77,11 +82,35 @@ func TestE2BEgressPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if tc.wantDeny != 0 {
+				if n := len(p.Spec().Deny.CIDRs); n != tc.wantDeny {
+					t.Errorf("%d deny CIDRs, want %d", n, tc.wantDeny)
+				}
+				return
+			}
 			if got := p.Spec(); !reflect.DeepEqual(normSpec(got), normSpec(tc.want)) {
 				t.Errorf("policy %+v\nwant   %+v", got, tc.want)
 			}
 		})
 	}
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// v6Addrs is n IPv6 addresses, step apart in their low 32 bits.
+func v6Addrs(n, step int) []string {
+	out := make([]string, n)
+	for i := range out {
+		v := (i + 1) * step
+		out[i] = fmt.Sprintf("2001:db8::%x:%x", v>>16, v&0xffff)
+	}
+	return out
 }
 
 func normSpec(s egress.Spec) egress.Spec {
