@@ -81,7 +81,7 @@ func (s *server) runScript(t *testing.T, work, name string) {
 	cmd := exec.CommandContext(ctx, "node", name)
 	cmd.Dir = work
 	key := s.key
-	if name == "keys.mjs" { // E2B's shape, for the SDK that checks it
+	if name == "keys.mjs" || name == "network.mjs" { // E2B's shape, for the SDK that checks it (2.45)
 		key = s.e2bKey
 	}
 	cmd.Env = append(os.Environ(),
@@ -216,14 +216,15 @@ func buildSpace(t *testing.T) string {
 }
 
 // startServer starts the all-in-one server from bin, creating sandboxes on
-// runtime, and waits until the minimal template and the runtime are ready.
+// runtime (extra: more flags), and waits until the minimal template and the
+// runtime are ready.
 // It is stopped (SIGTERM) when the test ends.
-func startServer(t *testing.T, bin, runtime string) *server {
+func startServer(t *testing.T, bin, runtime string, extra ...string) *server {
 	t.Helper()
 	data := t.TempDir()
 	srv := &server{}
-	cmd := exec.Command(filepath.Join(bin, "space"), "server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", data,
-		"--no-base-template", "--kernel-build", "wait", "--default-runtime", runtime, "--snapshot-every", "0", "--full-snapshot-every", "0")
+	cmd := exec.Command(filepath.Join(bin, "space"), append([]string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", data,
+		"--no-base-template", "--kernel-build", "wait", "--default-runtime", runtime, "--snapshot-every", "0", "--full-snapshot-every", "0"}, extra...)...)
 	cmd.Env = append(os.Environ(), "SPACE_DATA_DIR="+data)
 	cmd.Stderr = srv
 	stdout, err := cmd.StdoutPipe()

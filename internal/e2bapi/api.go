@@ -188,6 +188,7 @@ func (a *API) Register(mux Mux) {
 	route("GET /snapshots", a.handleE2BListSnapshots)
 	route("DELETE /templates/{id}", a.handleE2BDeleteSnapshot)
 	route("POST /sandboxes/{id}/fork", a.handleE2BFork)
+	route("PUT /sandboxes/{id}/network", a.handleE2BUpdateNetwork)
 	mux.Handle(PathPrefix+"/", a.e2bErrors(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, http.StatusNotFound, "no E2B route "+r.Method+" "+service.Clip(r.URL.Path)+" (docs/e2b.md lists what SPACE implements)")
 	})))

@@ -92,6 +92,11 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	policy, err := e2bCreateEgress(req.Network, req.AllowInternetAccess)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	timeout := int64(e2bDefaultTimeout / time.Second)
 	if req.Timeout != nil {
 		timeout = *req.Timeout
@@ -107,14 +112,22 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	c := a.host.Caller(r.Context())
 	if sandbox.ValidSnapshotID(req.TemplateID) {
+		if policy != nil {
+			a.writeE2BErr(w, r, errE2BSnapshotEgress)
+			return
+		}
 		a.e2bCreateFromSnapshot(w, r, c, req.TemplateID, ttl, public)
 		return
 	}
 	start := time.Now()
-	sb, err := a.svc.Create(r.Context(), c, service.CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
+	params := service.CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
 		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
-	}})
+	}}
+	if policy != nil { // allowOut/denyOut: the policy says allow_internet_access too
+		params.Egress, params.AllowInternetAccess = e2bEgressJSON(policy), nil
+	}
+	sb, err := a.svc.Create(r.Context(), c, params)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -180,6 +193,7 @@ func (a *API) handleE2BGet(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if ok {
 		out.Network = &e2bNetworkInfo{AllowPublicTraffic: public}
+		out.Network.AllowOut, out.Network.DenyOut = e2bNetworkOf(sb.EgressOr(a.svc.DefaultEgress()))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -74,7 +74,8 @@ func (a *API) e2bTrafficOf(id string, public bool) *string {
 
 // parseE2BNetwork reads the network field of an E2B create and returns
 // whether the sandbox's ports are public (E2B's allowPublicTraffic, true
-// when absent). Only allowPublicTraffic is implemented; another field with
+// when absent). allowOut and denyOut are read by e2bCreateEgress
+// (network.go); another field with
 // a value is refused rather than dropped (egress rules are SPACE's egress
 // policies, docs/network.md), and so is a private sandbox with secure false,
 // as E2B refuses it. Field names match in any case, as E2B's server (Go's
@@ -101,10 +102,12 @@ func parseE2BNetwork(raw json.RawMessage, secure *bool) (public bool, err error)
 			if p != nil && !*p {
 				public = false
 			}
+		case strings.EqualFold(name, "allowOut") || strings.EqualFold(name, "denyOut"):
+			// Egress rules: e2bCreateEgress (network.go).
 		case isJSONEmpty(v):
 			// An empty allowOut, rules or maskRequestHost asks for nothing.
 		default:
-			return false, fmt.Errorf("%w: network.%s is not supported by SPACE yet (only allowPublicTraffic is; for egress, allow_internet_access or SPACE's egress policies: docs/network.md)",
+			return false, fmt.Errorf("%w: network.%s is not supported by SPACE yet (allowPublicTraffic, allowOut and denyOut are; for more egress control, SPACE's egress policies: docs/network.md)",
 				errdefs.ErrInvalidArgument, service.Clip(name))
 		}
 	}

@@ -76,6 +76,10 @@ type SandboxDetail struct {
 // own API, which has no E2B port rule).
 type e2bNetworkInfo struct {
 	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+	// AllowOut and DenyOut are its egress policy as E2B says it
+	// (e2bNetworkOf).
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
 }
 
 // ListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).

@@ -250,6 +250,7 @@ var authzRows = []authzRow{
 	{pattern: "GET /e2b/snapshots", req: e2bCall("GET", "/snapshots", ""), want: tenantScope},
 	{pattern: "DELETE /e2b/templates/{id}", req: e2bCall("DELETE", "/templates/{snapshot}", ""), want: tenantResource},
 	{pattern: "POST /e2b/sandboxes/{id}/fork", req: e2bCall("POST", "/sandboxes/{sandbox}/fork", `{}`), want: tenantResource},
+	{pattern: "PUT /e2b/sandboxes/{id}/network", req: e2bCall("PUT", "/sandboxes/{sandbox}/network", `{}`), want: tenantResource},
 	{pattern: "/e2b/", req: e2bCall("GET", "/no/such/route", ""), want: noRoute},
 	{pattern: "/", req: get("/v1/no/such/route"), want: noRoute},
 

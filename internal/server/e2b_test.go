@@ -614,7 +614,7 @@ func TestE2BREST(t *testing.T) {
 	t.Run("refused before any work", func(t *testing.T) {
 		for body, why := range map[string]string{
 			`{"templateID":"minimal","timeout":300,"autoPause":true}`:                        "autoPause",
-			`{"templateID":"minimal","timeout":300,"network":{"denyOut":["1.1.1.1"]}}`:       "network",
+			`{"templateID":"minimal","timeout":300,"network":{"denyOut":["evil.com"]}}`:      "a domain in denyOut",
 			`{"templateID":"minimal","network":{"allowPublicTraffic":false},"secure":false}`: "private ports without secure",
 			`{"templateID":"minimal","network":{"maskRequestHost":"localhost:${PORT}"}}`:     "maskRequestHost",
 			`{"templateID":"minimal","network":{"allowPublicTraffic":"no"}}`:                 "allowPublicTraffic not a bool",
