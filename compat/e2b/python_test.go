@@ -1,0 +1,129 @@
+package e2b_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pythonRuns are the published `e2b` Python SDKs (PyPI; every package of
+// each pinned by its python/requirements-VERSION.txt) and the sections of
+// python/sdk.py each runs, per runtime: the newest on both runtimes, one
+// older on ns.
+var pythonRuns = []struct {
+	runtime, version string
+	sections         []string
+}{
+	{"ns", "2.63", []string{"commands", "pty", "files", "lifecycle", "network"}},
+	{"ns", "2.45", []string{"commands", "files", "lifecycle"}},
+	{"vm", "2.63", []string{"commands", "files", "lifecycle"}},
+}
+
+// TestE2BPythonSDK runs the published e2b Python SDK, unmodified, against
+// a real `space server --dev`, as TestE2BSDK runs the npm one: only
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (an E2B-shaped key) set.
+func TestE2BPythonSDK(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the all-in-one server starts the root node-manager; run as root (CI does)")
+	}
+	pythons := map[string]string{}
+	for _, r := range pythonRuns {
+		if pythons[r.version] == "" {
+			pythons[r.version] = pythonSDK(t, r.version)
+		}
+	}
+	script, err := filepath.Abs("python/sdk.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildSpace(t)
+	for _, runtime := range []string{"ns", "vm"} {
+		t.Run(runtime, func(t *testing.T) {
+			if _, err := exec.LookPath("qemu-system-x86_64"); runtime == "vm" && err != nil {
+				t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+			}
+			srv := startServer(t, bin, runtime)
+			for _, r := range pythonRuns {
+				if r.runtime != runtime {
+					continue
+				}
+				t.Run("e2b-"+r.version, func(t *testing.T) {
+					for _, section := range r.sections {
+						t.Run(section, func(t *testing.T) { srv.runPython(t, pythons[r.version], script, section, r.version) })
+					}
+				})
+			}
+		})
+	}
+}
+
+// runPython runs one section of python/sdk.py against srv.
+func (s *server) runPython(t *testing.T, python, script, section, version string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, script, section)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.e2bAPI, "E2B_SANDBOX_URL="+s.e2bSandbox,
+		"E2B_API_KEY="+s.e2bKey, "E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	t.Logf("python sdk.py %s:\n%s", section, out)
+	if err != nil {
+		t.Errorf("python sdk.py %s (e2b %s): %v\nserver log:\n%s", section, version, err, s.logs())
+	}
+}
+
+// pythonSDK returns the python of a virtual environment with the packages
+// of python/requirements-VERSION.txt, made once per file content in the
+// test cache.
+func pythonSDK(t *testing.T, version string) string {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is not installed (scripts/deps.sh test installs it; make test runs it)")
+	}
+	reqFile := filepath.Join("python", "requirements-"+version+".txt")
+	req, err := os.ReadFile(reqFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(req)
+	root := os.Getenv("SPACE_TEST_CACHE_DIR")
+	if root == "" {
+		if root, err = os.UserCacheDir(); err != nil {
+			root = os.TempDir()
+		}
+		root = filepath.Join(root, "space")
+	}
+	dir := filepath.Join(root, "e2b-python", version+"-"+hex.EncodeToString(sum[:8]))
+	python := filepath.Join(dir, "bin", "python")
+	if _, err := os.Stat(filepath.Join(dir, ".installed")); err == nil {
+		return python
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A venv's scripts name its path: it is made in place and marked
+	// installed only once pip has finished.
+	_ = os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	for _, step := range [][]string{
+		{"python3", "-m", "venv", dir},
+		{python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "-r", reqFile},
+	} {
+		if out, err := exec.CommandContext(ctx, step[0], step[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v (the e2b Python SDK %s, pinned by %s): %v\n%s", step, version, reqFile, err, strings.TrimSpace(string(out)))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".installed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return python
+}
