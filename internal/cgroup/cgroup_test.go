@@ -107,6 +107,16 @@ func TestParsers(t *testing.T) {
 	if _, err := ParseCPUStatUsage([]byte("user_usec 1\n")); err == nil {
 		t.Error("ParseCPUStatUsage without usage_usec: want an error")
 	}
+	stat := []byte("cache 8192\nrss 4096\ntotal_cache 16384\n")
+	if v, err := ParseStatValue(stat, "cache"); err != nil || v != 8192 {
+		t.Errorf("ParseStatValue(cache) = %d, %v; want 8192 (not total_cache)", v, err)
+	}
+	if _, err := ParseStatValue(stat, "file"); err == nil {
+		t.Error("ParseStatValue of a missing key: want an error")
+	}
+	if _, err := ParseStatValue([]byte("cache -1\n"), "cache"); err == nil {
+		t.Error("ParseStatValue of a negative value: want an error")
+	}
 }
 
 func FuzzParseMountinfo(f *testing.F) {

@@ -176,6 +176,9 @@ type Stats struct {
 	// memory.max_usage_in_bytes, v2's memory.peak; 0 on a v2 kernel
 	// without memory.peak, before 5.19).
 	MemoryPeakBytes uint64
+	// MemoryCacheBytes is the page cache charged to the group (memory.stat:
+	// v1's "cache", v2's "file"), part of MemoryBytes.
+	MemoryCacheBytes uint64
 	// Pids is the number of tasks.
 	Pids uint64
 	// CPUNanos is the CPU time used, 0 when not accounted.
@@ -207,6 +210,9 @@ func (g *Group) Stats() (Stats, error) {
 	if s.MemoryPeakBytes, err = readUint(mem, "memory.max_usage_in_bytes"); err != nil {
 		return s, err
 	}
+	if s.MemoryCacheBytes, err = readStat(mem, "memory.stat", "cache"); err != nil {
+		return s, err
+	}
 	if s.Pids, err = readUint(g.dirs["pids"], "pids.current"); err != nil {
 		return s, err
 	}
@@ -233,6 +239,9 @@ func (g *Group) statsV2() (Stats, error) {
 			return s, err
 		}
 	}
+	if s.MemoryCacheBytes, err = readStat(d, "memory.stat", "file"); err != nil {
+		return s, err
+	}
 	if s.Pids, err = readUint(d, "pids.current"); err != nil {
 		return s, err
 	}
@@ -257,6 +266,32 @@ func ParseCPUStatUsage(b []byte) (uint64, error) {
 		}
 	}
 	return 0, errors.New("no usage_usec line")
+}
+
+// readStat reads the value of key from a "key value" per line file of dir
+// (memory.stat).
+func readStat(dir, file, key string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, notFound(dir, err)
+	}
+	v, err := ParseStatValue(b, key)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup: %s/%s: %w", dir, file, err)
+	}
+	return v, nil
+}
+
+// ParseStatValue returns the value of key in a "key value" per line file
+// (memory.stat, cpu.stat).
+func ParseStatValue(b []byte, key string) (uint64, error) {
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == key {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s line", key)
 }
 
 // ParseUintOrMax parses a single-value cgroup file; "max" reads as 0

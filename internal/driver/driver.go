@@ -122,6 +122,9 @@ type Stats struct {
 	MemoryBytes uint64
 	// MemoryLimitBytes is the memory cap, 0 when unlimited.
 	MemoryLimitBytes uint64
+	// MemoryCacheBytes is the page cache in MemoryBytes, as the host
+	// accounts it (0 where the runtime does not: a VM's guest has its own).
+	MemoryCacheBytes uint64
 	// Pids is the number of tasks.
 	Pids uint64
 	// CPUNanos is the CPU time consumed, in nanoseconds.

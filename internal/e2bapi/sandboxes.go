@@ -375,9 +375,8 @@ func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool
 	writeJSON(w, status, a.e2bSandboxOf(sb, traffic))
 }
 
-// Metric is one sample of E2B's SandboxMetric: only what SPACE
-// measures (memory cache and disk use are not, and are left out rather than
-// reported as zero).
+// Metric is one sample of E2B's SandboxMetric: only what SPACE measures
+// (what is not measured is left out rather than reported as zero).
 type Metric struct {
 	Timestamp     time.Time `json:"timestamp"`
 	TimestampUnix int64     `json:"timestampUnix"`
@@ -385,8 +384,9 @@ type Metric struct {
 	CPUUsedPct    float64   `json:"cpuUsedPct"`
 	MemUsed       uint64    `json:"memUsed"`
 	MemTotal      uint64    `json:"memTotal"`
-	// MemCache is the guest's page cache; only a VM has its own (omitted
-	// for ns, whose /proc/meminfo is the host's).
+	// MemCache is the page cache: a VM guest's own (its /proc/meminfo),
+	// an ns sandbox's as its cgroup is charged (an ns sandbox's
+	// /proc/meminfo is the host's). E2B's Python SDK requires the field.
 	MemCache *uint64 `json:"memCache,omitempty"`
 	// DiskUsed and DiskTotal are what an ns sandbox's root volume is
 	// charged on the node and its limit (disk_mib); omitted where the node
@@ -534,9 +534,10 @@ func parseMeminfo(b []byte) (meminfo, error) {
 // e2bMetricOf makes a sample from two measures of one execution: CPU use
 // is the CPU time between them over the wall time, per allowed CPU.
 func e2bMetricOf(a, b *nodev1.ExecStats) Metric {
+	cache := b.MemoryCacheBytes // a vm's is replaced by its guest's (guestMemory)
 	m := Metric{
 		Timestamp: b.Time, TimestampUnix: b.Time.Unix(), CPUCount: max(b.CPUs, 1),
-		MemUsed: b.MemoryBytes, MemTotal: b.MemoryLimitBytes,
+		MemUsed: b.MemoryBytes, MemTotal: b.MemoryLimitBytes, MemCache: &cache,
 	}
 	if b.DiskLimitBytes > 0 {
 		used, total := b.DiskBytes, b.DiskLimitBytes

@@ -693,7 +693,7 @@ func (m *Manager) Stats(ctx context.Context, execID string) (*nodev1.ExecStats, 
 	return &nodev1.ExecStats{
 		Time: time.Now().UTC(), CPUNanos: st.CPUNanos, CPUs: rec.CPUs,
 		MemoryBytes: st.MemoryBytes, MemoryLimitBytes: uint64(rec.MemoryMiB) << 20, Pids: st.Pids,
-		DiskBytes: st.DiskBytes, DiskLimitBytes: st.DiskLimitBytes,
+		MemoryCacheBytes: st.MemoryCacheBytes, DiskBytes: st.DiskBytes, DiskLimitBytes: st.DiskLimitBytes,
 	}, nil
 }
 

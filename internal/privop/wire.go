@@ -177,8 +177,10 @@ type TemplateOK struct {
 // Stats is a point-in-time resource reading of one execution.
 type Stats struct {
 	MemoryBytes uint64 `json:"memory_bytes"`
-	Pids        uint64 `json:"pids"`
-	CPUNanos    uint64 `json:"cpu_nanos"`
+	// MemoryCacheBytes is the page cache in MemoryBytes (driver.Stats).
+	MemoryCacheBytes uint64 `json:"memory_cache_bytes,omitempty"`
+	Pids             uint64 `json:"pids"`
+	CPUNanos         uint64 `json:"cpu_nanos"`
 	// DiskBytes and DiskLimitBytes are what the execution's root volume is
 	// charged and its limit, when the volume store accounts them.
 	DiskBytes      uint64 `json:"disk_bytes,omitempty"`

@@ -186,6 +186,10 @@ type ExecStats struct {
 	CPUs             int    `json:"cpus"`
 	MemoryBytes      uint64 `json:"memory_bytes"`
 	MemoryLimitBytes uint64 `json:"memory_limit_bytes"`
+	// MemoryCacheBytes is the page cache in MemoryBytes as the host
+	// accounts it (ns: the cgroup's file pages); 0 for vm, whose guest
+	// reports its own.
+	MemoryCacheBytes uint64 `json:"memory_cache_bytes,omitempty"`
 	Pids             uint64 `json:"pids"`
 	// DiskBytes is what the execution's root filesystem is charged on the
 	// node (what it wrote beyond its template or snapshot, including what

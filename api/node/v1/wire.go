@@ -108,6 +108,7 @@ func (st ExecStats) ToWire() *nodeapiv1.ExecutionStatsResponse {
 	return &nodeapiv1.ExecutionStatsResponse{
 		Time: timestamp(st.Time), CpuNanos: st.CPUNanos, Cpus: int64(st.CPUs), MemoryBytes: st.MemoryBytes,
 		MemoryLimitBytes: st.MemoryLimitBytes, Pids: st.Pids, DiskBytes: st.DiskBytes, DiskLimitBytes: st.DiskLimitBytes,
+		MemoryCacheBytes: st.MemoryCacheBytes,
 	}
 }
 
@@ -116,6 +117,7 @@ func ExecStatsFromWire(w *nodeapiv1.ExecutionStatsResponse) ExecStats {
 	return ExecStats{
 		Time: fromTimestamp(w.GetTime()), CPUNanos: w.GetCpuNanos(), CPUs: int(w.GetCpus()), MemoryBytes: w.GetMemoryBytes(),
 		MemoryLimitBytes: w.GetMemoryLimitBytes(), Pids: w.GetPids(), DiskBytes: w.GetDiskBytes(), DiskLimitBytes: w.GetDiskLimitBytes(),
+		MemoryCacheBytes: w.GetMemoryCacheBytes(),
 	}
 }
 

@@ -289,7 +289,8 @@ func (d *Driver) Stats(ctx context.Context, execID string) (driver.Stats, error)
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("ns: exec %s: stats: %w", execID, err)
 	}
-	return driver.Stats{MemoryBytes: s.MemoryBytes, MemoryLimitBytes: s.MemoryLimitBytes, Pids: s.Pids, CPUNanos: s.CPUNanos}, nil
+	return driver.Stats{MemoryBytes: s.MemoryBytes, MemoryLimitBytes: s.MemoryLimitBytes, MemoryCacheBytes: s.MemoryCacheBytes,
+		Pids: s.Pids, CPUNanos: s.CPUNanos}, nil
 }
 
 // Pause freezes every process of the execution.

@@ -226,6 +226,11 @@ func TestIsolation(t *testing.T) {
 	if err != nil || stats.MemoryLimitBytes != 64<<20 || stats.Pids == 0 {
 		t.Errorf("Stats = %+v, %v; want a 64 MiB limit and some pids", stats, err)
 	}
+	// The page cache of what the sandbox wrote is charged to it, and read.
+	s.want(t, "dd if=/dev/zero of=/cached bs=1M count=8 2>/dev/null && echo done", "done")
+	if stats, err := d.Stats(ctx, "iso"); err != nil || stats.MemoryCacheBytes < 4<<20 || stats.MemoryCacheBytes > stats.MemoryBytes {
+		t.Errorf("Stats after writing 8 MiB = %+v, %v; want at least 4 MiB of page cache, within the memory charged", stats, err)
+	}
 
 	// Pause and resume.
 	if err := d.Pause(ctx, "iso"); err != nil {

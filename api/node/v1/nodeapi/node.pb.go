@@ -1288,8 +1288,11 @@ type ExecutionStatsResponse struct {
 	// disk_limit_bytes its limit; 0 where the node accounts no disk.
 	DiskBytes      uint64 `protobuf:"varint,7,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	DiskLimitBytes uint64 `protobuf:"varint,8,opt,name=disk_limit_bytes,json=diskLimitBytes,proto3" json:"disk_limit_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// memory_cache_bytes is the page cache in memory_bytes as the host
+	// accounts it (ns: the cgroup's file pages); 0 for vm.
+	MemoryCacheBytes uint64 `protobuf:"varint,9,opt,name=memory_cache_bytes,json=memoryCacheBytes,proto3" json:"memory_cache_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExecutionStatsResponse) Reset() {
@@ -1374,6 +1377,13 @@ func (x *ExecutionStatsResponse) GetDiskBytes() uint64 {
 func (x *ExecutionStatsResponse) GetDiskLimitBytes() uint64 {
 	if x != nil {
 		return x.DiskLimitBytes
+	}
+	return 0
+}
+
+func (x *ExecutionStatsResponse) GetMemoryCacheBytes() uint64 {
+	if x != nil {
+		return x.MemoryCacheBytes
 	}
 	return 0
 }
@@ -2773,7 +2783,7 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\x06egress\x18\x02 \x01(\fR\x06egress\"\x13\n" +
 	"\x11SetEgressResponse\"0\n" +
 	"\x15ExecutionStatsRequest\x12\x17\n" +
-	"\aexec_id\x18\x01 \x01(\tR\x06execId\"\xa7\x02\n" +
+	"\aexec_id\x18\x01 \x01(\tR\x06execId\"\xd5\x02\n" +
 	"\x16ExecutionStatsResponse\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1b\n" +
 	"\tcpu_nanos\x18\x02 \x01(\x04R\bcpuNanos\x12\x12\n" +
@@ -2783,7 +2793,8 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\x04pids\x18\x06 \x01(\x04R\x04pids\x12\x1d\n" +
 	"\n" +
 	"disk_bytes\x18\a \x01(\x04R\tdiskBytes\x12(\n" +
-	"\x10disk_limit_bytes\x18\b \x01(\x04R\x0ediskLimitBytes\"\x86\x01\n" +
+	"\x10disk_limit_bytes\x18\b \x01(\x04R\x0ediskLimitBytes\x12,\n" +
+	"\x12memory_cache_bytes\x18\t \x01(\x04R\x10memoryCacheBytes\"\x86\x01\n" +
 	"\x13TakeSnapshotRequest\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
