@@ -1,0 +1,86 @@
+package reconcile
+
+import (
+	"sync"
+)
+
+// A pass starts by asking the store for the snapshots its sandbox still
+// owes work to (pendingSnapshots: deleting and creating rows, two queries).
+// Nearly always there are none, and the resync passes over every sandbox
+// every Resync: for N idle sandboxes that is 2N queries a period for
+// nothing. So the resync lists the unsettled snapshots of every sandbox in
+// one query (store.Snapshots.ListUnsettledSnapshots) and leaves each
+// sandbox it found none for a hint; the next pass over it takes the hint
+// and skips the two queries.
+//
+// A hint is only as good as the listing, so whatever may have written one of
+// the sandbox's snapshot rows since the listing began drops it (touch):
+//
+//   - Enqueue: every API handler that writes a snapshot row (a request, a
+//     delete, a fork's) calls it after the write, and a pass over a hinted
+//     sandbox can run only after the resync's listing ended;
+//   - the end of every pass over the sandbox: a pass writes its own
+//     sandbox's snapshot rows (the schedule, crash and lifecycle
+//     snapshots), and may have done so while the listing ran.
+//
+// Touches while the listing runs are remembered (listing), so the resync
+// sets no hint for a sandbox touched during it. A hint is used once: the
+// next resync lists again. Another replica's writes are not seen here
+// (they touch that replica's hints): its own pass, or this replica's next
+// resync, which lists again, takes their rows — as before, one resync at
+// most.
+type snapshotHints struct {
+	mu sync.Mutex // guards every field below
+	// quiet holds the sandboxes the last listing found no unsettled
+	// snapshot of and that nothing touched since it began.
+	quiet map[string]bool
+	// listing holds what was touched since the running listing began; nil
+	// while none runs.
+	listing map[string]bool
+}
+
+func newSnapshotHints() *snapshotHints {
+	return &snapshotHints{quiet: map[string]bool{}}
+}
+
+// begin is called before the listing is read.
+func (h *snapshotHints) begin() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.listing = map[string]bool{}
+}
+
+// end is called after the listing was read: quiet are the sandboxes it found
+// no unsettled snapshot of. ok false (the listing failed) sets no hint.
+func (h *snapshotHints) end(quiet []string, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok {
+		for _, id := range quiet {
+			if !h.listing[id] {
+				h.quiet[id] = true
+			}
+		}
+	}
+	h.listing = nil
+}
+
+// touch drops sandbox id's hint: one of its snapshot rows may have been
+// written.
+func (h *snapshotHints) touch(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.quiet, id)
+	if h.listing != nil {
+		h.listing[id] = true
+	}
+}
+
+// take reports whether sandbox id has a hint, and drops it.
+func (h *snapshotHints) take(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ok := h.quiet[id]
+	delete(h.quiet, id)
+	return ok
+}
