@@ -364,6 +364,13 @@ func (r *Reconciler) resync(ctx context.Context) {
 		// Not fatal: every pass lists its own snapshots, as without hints.
 		r.log.Warn("reconcile resync: unsettled snapshots", "err", err)
 	}
+	view := &resyncView{}
+	if nodes, err := r.store.ListNodes(ctx); err == nil {
+		view.nodes = make(map[string]store.Node, len(nodes))
+		for _, n := range nodes {
+			view.nodes[n.ID] = n
+		}
+	}
 	owes := make(map[string]bool, len(unsettled))
 	for _, sn := range unsettled {
 		owes[sn.SandboxID] = true
@@ -383,7 +390,7 @@ func (r *Reconciler) resync(ctx context.Context) {
 			queue, quiet = append(queue, sb.ID), append(quiet, sb.ID)
 		}
 	}
-	r.hints.end(quiet, listed)
+	r.hints.end(quiet, view, listed)
 	for _, id := range queue {
 		r.q.add(id) // not Enqueue: that would drop the hints just set
 	}
@@ -447,7 +454,11 @@ func (r *Reconciler) stopOrphans(ctx context.Context, current map[string]bool) {
 // reconcile makes one step for sandbox id. It returns when to look again (0:
 // only on news) and an error worth logging.
 func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, error) {
-	quiet := r.hints.take(id)
+	view := r.hints.take(id)
+	quiet := view != nil
+	if quiet {
+		ctx = withResyncView(ctx, view)
+	}
 	sb, err := r.store.GetSandboxByID(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return r.dropRequestsOfGone(ctx, id)

@@ -1,7 +1,10 @@
 package reconcile
 
 import (
+	"context"
 	"sync"
+
+	"github.com/spacesandbox/space/internal/store"
 )
 
 // A pass starts by asking the store for the snapshots its sandbox still
@@ -29,18 +32,27 @@ import (
 // (they touch that replica's hints): its own pass, or this replica's next
 // resync, which lists again, takes their rows — as before, one resync at
 // most.
+//
+// The hint also carries the nodes as the resync listed them (one ListNodes),
+// so that the idle path of a pass (drainStep's draining, checkRunning's and
+// checkPaused's lostNode) does not read its node twice more. Only a "nothing
+// to do" answer is taken from it — the node neither draining nor down —
+// because a node enters those states only with an Enqueue of its
+// sandboxes after the write (the drain handler, declareLostNodes), which
+// drops their hints; any other answer is read from the store as before.
 type snapshotHints struct {
 	mu sync.Mutex // guards every field below
 	// quiet holds the sandboxes the last listing found no unsettled
-	// snapshot of and that nothing touched since it began.
-	quiet map[string]bool
+	// snapshot of and that nothing touched since it began, with what
+	// that resync read of the nodes.
+	quiet map[string]*resyncView
 	// listing holds what was touched since the running listing began; nil
 	// while none runs.
 	listing map[string]bool
 }
 
 func newSnapshotHints() *snapshotHints {
-	return &snapshotHints{quiet: map[string]bool{}}
+	return &snapshotHints{quiet: map[string]*resyncView{}}
 }
 
 // begin is called before the listing is read.
@@ -51,14 +63,15 @@ func (h *snapshotHints) begin() {
 }
 
 // end is called after the listing was read: quiet are the sandboxes it found
-// no unsettled snapshot of. ok false (the listing failed) sets no hint.
-func (h *snapshotHints) end(quiet []string, ok bool) {
+// no unsettled snapshot of, view what the resync read of the nodes. ok false
+// (the listing failed) sets no hint.
+func (h *snapshotHints) end(quiet []string, view *resyncView, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ok {
 		for _, id := range quiet {
 			if !h.listing[id] {
-				h.quiet[id] = true
+				h.quiet[id] = view
 			}
 		}
 	}
@@ -76,11 +89,35 @@ func (h *snapshotHints) touch(id string) {
 	}
 }
 
-// take reports whether sandbox id has a hint, and drops it.
-func (h *snapshotHints) take(id string) bool {
+// take returns sandbox id's hint (nil: none), and drops it.
+func (h *snapshotHints) take(id string) *resyncView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ok := h.quiet[id]
+	v := h.quiet[id]
 	delete(h.quiet, id)
-	return ok
+	return v
+}
+
+// resyncView is what a resync read for the hints of its passes.
+type resyncView struct {
+	// nodes by id, as listed after the hints' listing began; nil: the
+	// listing failed.
+	nodes map[string]store.Node
+}
+
+type resyncViewKey struct{}
+
+// withResyncView hands a pass its hint's view.
+func withResyncView(ctx context.Context, v *resyncView) context.Context {
+	return context.WithValue(ctx, resyncViewKey{}, v)
+}
+
+// viewedNode returns node id as the pass's hint listed it, if it has one.
+func viewedNode(ctx context.Context, id string) (store.Node, bool) {
+	v, _ := ctx.Value(resyncViewKey{}).(*resyncView)
+	if v == nil {
+		return store.Node{}, false
+	}
+	n, ok := v.nodes[id]
+	return n, ok
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +22,15 @@ type countingStore struct {
 	mu            sync.Mutex
 	lists         int // ListSnapshots
 	unsettled     int // ListUnsettledSnapshots
+	nodes         int // GetNode
 	duringListing func()
+}
+
+func (s *countingStore) GetNode(ctx context.Context, id string) (store.Node, error) {
+	s.mu.Lock()
+	s.nodes++
+	s.mu.Unlock()
+	return s.Store.GetNode(ctx, id)
 }
 
 func (s *countingStore) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]store.Snapshot, error) {
@@ -44,10 +53,10 @@ func (s *countingStore) ListUnsettledSnapshots(ctx context.Context) ([]store.Sna
 	return list, err
 }
 
-func (s *countingStore) counts() (lists, unsettled int) {
+func (s *countingStore) counts() (lists, unsettled, nodes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lists, s.unsettled
+	return s.lists, s.unsettled, s.nodes
 }
 
 // queued drains the reconciler's queue, returning the ids in it (sorted).
@@ -86,6 +95,7 @@ func TestResyncOfIdleSandboxesListsSnapshotsOnce(t *testing.T) {
 	t.Parallel()
 	cs := &countingStore{Store: openStore(t)}
 	h := newHarnessOn(t, Config{SingleReplica: true}, false, cs)
+	h.putNode("n1", time.Now())
 	var running, execs = []string{}, []nodev1.Execution{}
 	for range 5 {
 		sb := h.newSandbox(sandbox.StateRunning, "ns", nil)
@@ -103,11 +113,12 @@ func TestResyncOfIdleSandboxesListsSnapshotsOnce(t *testing.T) {
 	if got := runQueued(h); !slices.Equal(got, want) {
 		t.Errorf("resync queued %v, want the running and the owing sandboxes %v (not %s, %s)", got, want, stopped.ID, hib.ID)
 	}
-	lists, unsettled := cs.counts()
+	lists, unsettled, nodes := cs.counts()
 	// The owing sandbox's pass lists its deleting and creating snapshots;
-	// the running ones' list nothing.
-	if lists != 2 || unsettled != 1 {
-		t.Errorf("resync and its passes: %d ListSnapshots and %d ListUnsettledSnapshots, want 2 (the owing sandbox's pass) and 1", lists, unsettled)
+	// the running ones' list nothing, nor read their node.
+	if lists != 2 || unsettled != 1 || nodes != 0 {
+		t.Errorf("resync and its passes: %d ListSnapshots, %d ListUnsettledSnapshots, %d GetNode; want 2 (the owing sandbox's pass), 1, 0",
+			lists, unsettled, nodes)
 	}
 	if got := h.getSnapshot(h.snapshots(owing.ID)[0].ID); got.State != store.SnapshotFailed {
 		t.Errorf("the hibernated sandbox's snapshot request is %s, want failed", got.State)
@@ -177,4 +188,41 @@ func TestResyncHintIgnoresWritesDuringTheListing(t *testing.T) {
 	if snaps := h.snapshots(byPass.ID); len(snaps) != 1 || snaps[0].State != store.SnapshotReady {
 		t.Errorf("scheduled snapshot asked for during the listing: %+v, want one, ready after the next pass", snaps)
 	}
+}
+
+// TestResyncHintReadsANodeThatChanged: a pass takes only "neither draining
+// nor down" from its resync's node listing. A node drained or declared lost
+// after the listing (then its sandboxes queued, as the drain handler and
+// declareLostNodes do) is seen by the next pass; a node the listing saw
+// down that came back is read again, not recovered from.
+func TestResyncHintReadsANodeThatChanged(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{SingleReplica: true, NoRecovery: true}, false)
+	h.putNode("n1", time.Now())
+	drained := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	h.observe("n1", exec(drained, nodev1.ExecRunning))
+	h.r.resync(h.ctx)
+	h.setNodeState("n1", store.NodeDraining)
+	h.r.Enqueue(drained.ID)
+	runQueued(h)
+	if got := h.get(drained.ID); !strings.Contains(got.Reason, "is draining") {
+		t.Errorf("pass after the drain: reason %q, want the drain's refusal (no object store)", got.Reason)
+	}
+
+	h.setNodeState("n1", store.NodeReady)
+	lost := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	h.observe("n1", exec(drained, nodev1.ExecRunning), exec(lost, nodev1.ExecRunning))
+	h.r.resync(h.ctx)
+	h.setNodeState("n1", store.NodeDown)
+	h.r.Enqueue(lost.ID)
+	runQueued(h)
+	h.wantState(lost.ID, sandbox.StateFailed, sandbox.StateFailed)
+
+	// The listing saw n1 down; it is back before the pass.
+	back := h.newSandbox(sandbox.StateRunning, "ns", nil)
+	h.observe("n1", exec(drained, nodev1.ExecRunning), exec(back, nodev1.ExecRunning))
+	h.r.resync(h.ctx)
+	h.setNodeState("n1", store.NodeReady)
+	runQueued(h)
+	h.wantState(back.ID, sandbox.StateRunning, sandbox.StateRunning)
 }
