@@ -63,19 +63,21 @@ func (h *snapshotHints) begin() {
 }
 
 // end is called after the listing was read: quiet are the sandboxes it found
-// no unsettled snapshot of, view what the resync read of the nodes. ok false
-// (the listing failed) sets no hint.
+// no unsettled snapshot of, view what the resync read of the nodes. The
+// hints of earlier listings go (a sandbox gone since would keep its own
+// forever); ok false (the listing failed) leaves none.
 func (h *snapshotHints) end(quiet []string, view *resyncView, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	next := map[string]*resyncView{}
 	if ok {
 		for _, id := range quiet {
 			if !h.listing[id] {
-				h.quiet[id] = view
+				next[id] = view
 			}
 		}
 	}
-	h.listing = nil
+	h.quiet, h.listing = next, nil
 }
 
 // touch drops sandbox id's hint: one of its snapshot rows may have been

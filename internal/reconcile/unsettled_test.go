@@ -226,3 +226,30 @@ func TestResyncHintReadsANodeThatChanged(t *testing.T) {
 	runQueued(h)
 	h.wantState(back.ID, sandbox.StateRunning, sandbox.StateRunning)
 }
+
+// TestResyncHintsLastOneResync: a resync replaces the hints of the one
+// before, so a sandbox that is gone (its pass never ran here) leaves none
+// behind, and a failed listing leaves no hint at all.
+func TestResyncHintsLastOneResync(t *testing.T) {
+	t.Parallel()
+	h := newSnapshotHints()
+	v := &resyncView{}
+	h.begin()
+	h.end([]string{"a", "b"}, v, true)
+	h.begin()
+	h.end([]string{"b"}, v, true)
+	if len(h.quiet) != 1 || h.quiet["b"] != v {
+		t.Errorf("hints after two resyncs: %v, want only b", h.quiet)
+	}
+	h.begin()
+	h.touch("b")
+	h.end([]string{"b"}, v, true)
+	if h.take("b") != nil {
+		t.Error("b was touched during the listing and has a hint")
+	}
+	h.begin()
+	h.end([]string{"b"}, v, false)
+	if len(h.quiet) != 0 {
+		t.Errorf("hints after a failed listing: %v, want none", h.quiet)
+	}
+}
