@@ -67,6 +67,9 @@ func (r *Reconciler) drainStep(ctx context.Context, sb *sandbox.Sandbox) (after 
 		}
 		return after, true, err
 	case sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused:
+		if n, ok := viewedNode(ctx, sb.Node); ok && n.State != store.NodeDraining {
+			return 0, false, nil // as the resync read it (unsettled.go)
+		}
 		if !r.draining(ctx, sb.Node) {
 			return 0, false, nil
 		}

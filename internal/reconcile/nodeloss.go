@@ -81,6 +81,16 @@ func (r *Reconciler) lostNode(ctx context.Context, id string) (store.Node, bool)
 	return n, true
 }
 
+// lostNodeAtStart is lostNode for the start of a pass over a running or
+// paused sandbox: a node the pass's resync listed neither down nor draining
+// is not read again (unsettled.go).
+func (r *Reconciler) lostNodeAtStart(ctx context.Context, id string) (store.Node, bool) {
+	if n, ok := viewedNode(ctx, id); ok && n.State != store.NodeDown {
+		return store.Node{}, false
+	}
+	return r.lostNode(ctx, id)
+}
+
 // recoverElsewhere moves sb, which ran (or was paused) on the lost node n,
 // to another node from its latest snapshot in object storage, or fails it.
 func (r *Reconciler) recoverElsewhere(ctx context.Context, sb *sandbox.Sandbox, n store.Node) (time.Duration, error) {

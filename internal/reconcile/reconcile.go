@@ -113,7 +113,10 @@ type Reconciler struct {
 	// while it copies a node's observation.
 	watchMu  sync.Mutex
 	watchers map[string]map[*Watch]struct{}
-	mu       sync.Mutex // guards observed, gone and thawed
+	// hints say which sandboxes the last resync found no unsettled
+	// snapshot of (unsettled.go).
+	hints *snapshotHints
+	mu    sync.Mutex // guards observed, gone and thawed
 	// observed is what each node last reported to this replica.
 	observed map[string]observation
 	// gone holds when this replica stopped an execution (observe.go).
@@ -182,7 +185,7 @@ func New(cfg Config, st store.Store, node func(id string) (NodeAPI, error), log 
 	r := &Reconciler{
 		cfg: cfg, store: st, log: log, q: newQueue(),
 		watchers: map[string]map[*Watch]struct{}{}, observed: map[string]observation{}, gone: map[string]time.Time{},
-		thawed:  map[string]time.Time{},
+		thawed: map[string]time.Time{}, hints: newSnapshotHints(),
 		started: time.Now(), clock: newWallWatch(),
 	}
 	r.node = func(id string) (NodeAPI, error) {
@@ -210,8 +213,12 @@ func (r *Reconciler) DefaultEgress() *egress.Policy {
 	return sandbox.DefaultEgress()
 }
 
-// Enqueue asks for a pass over sandbox id.
-func (r *Reconciler) Enqueue(id string) { r.q.add(id) }
+// Enqueue asks for a pass over sandbox id. Whoever wrote one of its
+// snapshot rows must call it after the write (unsettled.go).
+func (r *Reconciler) Enqueue(id string) {
+	r.hints.touch(id)
+	r.q.add(id)
+}
 
 // Watch is a subscription to changes of one sandbox.
 type Watch struct {
@@ -310,28 +317,37 @@ func (r *Reconciler) work(ctx context.Context) {
 		if !ok {
 			return
 		}
-		var after time.Duration
-		var err error
-		if r.cfg.SingleReplica {
-			after, err = r.reconcile(ctx, id)
-		} else {
-			after, err = r.claimed(ctx, id)
-		}
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("reconcile", "sandbox", id, "err", err)
-			if after == 0 {
-				after = time.Second
-			}
-		}
-		r.q.done(id)
-		if after > 0 {
-			r.q.addAfter(id, after)
-		}
-		r.notify(id)
+		r.process(ctx, id)
 	}
 }
 
+// process runs the pass over sandbox id that the queue handed out, and
+// requeues it as the pass asks.
+func (r *Reconciler) process(ctx context.Context, id string) {
+	var after time.Duration
+	var err error
+	if r.cfg.SingleReplica {
+		after, err = r.reconcile(ctx, id)
+	} else {
+		after, err = r.claimed(ctx, id)
+	}
+	r.hints.touch(id) // the pass may have written its snapshot rows
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("reconcile", "sandbox", id, "err", err)
+		if after == 0 {
+			after = time.Second
+		}
+	}
+	r.q.done(id)
+	if after > 0 {
+		r.q.addAfter(id, after)
+	}
+	r.notify(id)
+}
+
 // resync queues every sandbox that may need work and stops orphan executions.
+// Two store reads whatever the number of sandboxes: the sandboxes, and the
+// snapshots that still ask for work (unsettled.go).
 func (r *Reconciler) resync(ctx context.Context) {
 	sbs, err := r.store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
@@ -341,15 +357,59 @@ func (r *Reconciler) resync(ctx context.Context) {
 		}
 		return
 	}
+	r.hints.begin()
+	unsettled, err := r.store.ListUnsettledSnapshots(ctx)
+	listed := err == nil
+	if err != nil && ctx.Err() == nil {
+		// Not fatal: every pass lists its own snapshots, as without hints.
+		r.log.Warn("reconcile resync: unsettled snapshots", "err", err)
+	}
+	view := &resyncView{}
+	if nodes, err := r.store.ListNodes(ctx); err == nil {
+		view.nodes = make(map[string]store.Node, len(nodes))
+		for _, n := range nodes {
+			view.nodes[n.ID] = n
+		}
+	}
+	owes := make(map[string]bool, len(unsettled))
+	for _, sn := range unsettled {
+		owes[sn.SandboxID] = true
+	}
 	current := map[string]bool{}
+	var queue, quiet []string
 	for _, sb := range sbs {
 		current[sb.ExecID] = true
-		if sb.State != sandbox.StateFailed || r.holds(ctx, sb) {
-			r.Enqueue(sb.ID)
+		if sb.State == sandbox.StateFailed && !r.holds(ctx, sb) {
+			continue // nothing left to release
 		}
+		if !listed || owes[sb.ID] {
+			queue = append(queue, sb.ID)
+			continue
+		}
+		if mayNeedWork(sb) {
+			queue, quiet = append(queue, sb.ID), append(quiet, sb.ID)
+		}
+	}
+	r.hints.end(quiet, view, listed)
+	for _, id := range queue {
+		r.q.add(id) // not Enqueue: that would drop the hints just set
 	}
 	r.stopOrphans(ctx, current)
 	r.declareLostNodes(ctx, sbs)
+}
+
+// mayNeedWork reports whether a pass over sb, which owes no snapshot any
+// work, could do anything: not for a stopped or hibernated sandbox that
+// stays so (not moved by a drain, the clock not past its timeout; its pass
+// would read it and return). Every other state looks at its execution, its
+// node or the clock on every pass.
+func mayNeedWork(sb *sandbox.Sandbox) bool {
+	switch sb.State {
+	case sandbox.StateStopped, sandbox.StateHibernated:
+		moving := sb.Desired == sandbox.StateRunning || sb.Desired == sandbox.StatePaused
+		return moving || sb.Expired(time.Now())
+	}
+	return true
 }
 
 // holds reports whether sb's node still reports its execution.
@@ -394,6 +454,11 @@ func (r *Reconciler) stopOrphans(ctx context.Context, current map[string]bool) {
 // reconcile makes one step for sandbox id. It returns when to look again (0:
 // only on news) and an error worth logging.
 func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, error) {
+	view := r.hints.take(id)
+	quiet := view != nil
+	if quiet {
+		ctx = withResyncView(ctx, view)
+	}
 	sb, err := r.store.GetSandboxByID(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return r.dropRequestsOfGone(ctx, id)
@@ -401,8 +466,12 @@ func (r *Reconciler) reconcile(ctx context.Context, id string) (time.Duration, e
 	if err != nil {
 		return time.Second, err
 	}
-	if after, err := r.pendingSnapshots(ctx, sb); after != 0 || err != nil {
-		return after, err
+	// quiet: the resync's listing found nothing for pendingSnapshots, and
+	// nothing wrote a snapshot row of sb since (unsettled.go).
+	if !quiet {
+		if after, err := r.pendingSnapshots(ctx, sb); after != 0 || err != nil {
+			return after, err
+		}
 	}
 	if now, steady := r.wallNow(); steady && sb.Expired(now) && !sb.State.Transitional() && sb.State != sandbox.StateDeleted {
 		// The timeout applies in every settled state, not only running.

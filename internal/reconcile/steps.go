@@ -149,7 +149,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, sb *sandbox.Sandbox) (tim
 		}
 		return after, err
 	}
-	if n, lost := r.lostNode(ctx, sb.Node); lost {
+	if n, lost := r.lostNodeAtStart(ctx, sb.Node); lost {
 		return r.recoverElsewhere(ctx, sb, n)
 	}
 	ex, reason, seen := r.deadExecution(ctx, sb)
@@ -217,7 +217,7 @@ func (r *Reconciler) deadExecution(ctx context.Context, sb *sandbox.Sandbox) (ex
 // killed): it is recovered from its latest snapshot like a running one, or
 // fails with the reason.
 func (r *Reconciler) checkPaused(ctx context.Context, sb *sandbox.Sandbox) (time.Duration, error) {
-	if n, lost := r.lostNode(ctx, sb.Node); lost {
+	if n, lost := r.lostNodeAtStart(ctx, sb.Node); lost {
 		return r.recoverElsewhere(ctx, sb, n)
 	}
 	_, reason, _ := r.deadExecution(ctx, sb)

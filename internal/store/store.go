@@ -419,6 +419,11 @@ type Snapshots interface {
 	// ListSnapshots returns the snapshots matching f, oldest first (by
 	// CreatedAt, then id).
 	ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
+	// ListUnsettledSnapshots returns the snapshots of every sandbox that
+	// still ask for work (state creating or deleting), oldest first (by
+	// CreatedAt, then id): one query where the reconciler's resync would
+	// otherwise list each sandbox's.
+	ListUnsettledSnapshots(ctx context.Context) ([]Snapshot, error)
 	// UpdateSnapshot overwrites state, reason, node, size and artifacts of an
 	// existing snapshot and sets UpdatedAt; a missing one is ErrNotFound.
 	UpdateSnapshot(ctx context.Context, s Snapshot) error

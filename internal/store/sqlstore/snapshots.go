@@ -128,6 +128,16 @@ func (s *Store) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]st
 	return out, nil
 }
 
+// ListUnsettledSnapshots implements store.Snapshots (index snapshots_by_state).
+func (s *Store) ListUnsettledSnapshots(ctx context.Context) ([]store.Snapshot, error) {
+	out, err := queryAll(ctx, s.db, scanSnapshot, `SELECT `+snapshotColumns+` FROM snapshots
+		WHERE state IN (?, ?) ORDER BY created_at, id`, string(store.SnapshotCreating), string(store.SnapshotDeleting))
+	if err != nil {
+		return nil, fmt.Errorf("list unsettled snapshots: %w", err)
+	}
+	return out, nil
+}
+
 // UpdateSnapshot implements store.Snapshots. Only state, reason, node, size
 // and artifacts are written; the other fields of sn are ignored.
 func (s *Store) UpdateSnapshot(ctx context.Context, sn store.Snapshot) error {

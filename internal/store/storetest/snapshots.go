@@ -106,6 +106,67 @@ func testSnapshots(t *testing.T, s store.Store) {
 	}
 }
 
+// testUnsettledSnapshots: ListUnsettledSnapshots returns the creating and
+// deleting snapshots of every sandbox and tenant, oldest first, and follows
+// their state changes.
+func testUnsettledSnapshots(t *testing.T, s store.Store) {
+	a := newTenant(t, s, "a", at(1))
+	b := newTenant(t, s, "b", at(1))
+	unsettled := func(when string, want ...string) {
+		t.Helper()
+		list, err := s.ListUnsettledSnapshots(ctx(t))
+		must(t, "ListUnsettledSnapshots "+when, err)
+		if list == nil {
+			t.Errorf("ListUnsettledSnapshots %s = nil, want non-nil", when)
+		}
+		if got := snapshotIDs(list); !equalStrings(got, want) {
+			t.Errorf("ListUnsettledSnapshots %s = %v, want %v", when, got, want)
+		}
+	}
+	unsettled("on empty store")
+
+	// Every state, across sandboxes and tenants, created out of order; sn-3
+	// and sn-2 share a time, so id breaks the tie.
+	states := map[string]store.SnapshotState{
+		"sn-1": store.SnapshotReady, "sn-2": store.SnapshotCreating, "sn-3": store.SnapshotDeleting,
+		"sn-4": store.SnapshotFailed, "sn-5": store.SnapshotCreating, "sn-6": store.SnapshotDeleting,
+	}
+	snaps := []store.Snapshot{
+		newSnapshot("sn-5", a.ID, "sb-x", at(9)),
+		newSnapshot("sn-1", a.ID, "sb-x", at(1)),
+		newSnapshot("sn-3", a.ID, "sb-y", at(5)),
+		newSnapshot("sn-2", b.ID, "sb-z", at(5)),
+		newSnapshot("sn-4", b.ID, "sb-z", at(2)),
+		newSnapshot("sn-6", b.ID, "sb-w", at(3)),
+	}
+	byID := map[string]store.Snapshot{}
+	for _, sn := range snaps {
+		sn.State = states[sn.ID]
+		must(t, "CreateSnapshot "+sn.ID, s.CreateSnapshot(ctx(t), sn))
+		byID[sn.ID] = sn
+	}
+	unsettled("after create", "sn-6", "sn-2", "sn-3", "sn-5")
+	list, err := s.ListUnsettledSnapshots(ctx(t))
+	must(t, "ListUnsettledSnapshots", err)
+	for _, got := range list {
+		checkSnapshot(t, "ListUnsettledSnapshots "+got.ID, got, byID[got.ID])
+	}
+
+	// A taken snapshot leaves the list; a ready one the user deletes joins it.
+	sn := byID["sn-2"]
+	sn.State = store.SnapshotReady
+	must(t, "UpdateSnapshot sn-2 ready", s.UpdateSnapshot(ctx(t), sn))
+	sn = byID["sn-1"]
+	sn.State = store.SnapshotDeleting
+	must(t, "UpdateSnapshot sn-1 deleting", s.UpdateSnapshot(ctx(t), sn))
+	sn = byID["sn-5"]
+	sn.State = store.SnapshotFailed
+	must(t, "UpdateSnapshot sn-5 failed", s.UpdateSnapshot(ctx(t), sn))
+	unsettled("after updates", "sn-1", "sn-6", "sn-3")
+	must(t, "DeleteSnapshot sn-3", s.DeleteSnapshot(ctx(t), "sn-3"))
+	unsettled("after delete", "sn-1", "sn-6")
+}
+
 func testSnapshotInvalid(t *testing.T, s store.Store) {
 	tn := newTenant(t, s, "a", at(1))
 	good := newSnapshot("sn-1", tn.ID, "sb-x", at(1))

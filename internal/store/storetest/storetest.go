@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Events", testEvents},
 		{"SandboxEvents", testSandboxEvents}, // records.go
 		{"Snapshots", testSnapshots},
+		{"UnsettledSnapshots", testUnsettledSnapshots},
 		{"SnapshotInvalid", testSnapshotInvalid},
 		{"SnapshotRoundTrip", testSnapshotRoundTrip},
 		{"SnapshotTenantIsolation", testSnapshotTenantIsolation},
