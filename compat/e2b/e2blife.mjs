@@ -97,6 +97,7 @@ await run('e2blife', [
     await s.files.write('/home/user/disk.txt', 'rebooted')
     const pid = await counter(s)
     eq(await s.pause(), true, 'pause with memory')
+    eq(await s.pause({ keepMemory: false }), false, 'a pause without memory of a paused sandbox is a no-op')
     const again = await Sandbox.connect(s.sandboxId, { onResume: 'reboot' })
     eq(await state(s), 'running', 'state after connect')
     eq(await again.files.read('/home/user/disk.txt'), 'rebooted', 'file after the reboot')

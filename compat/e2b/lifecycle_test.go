@@ -10,7 +10,8 @@ import (
 // TestE2BLifecycleSDK runs e2blife.mjs, E2B's lifecycle controls
 // (onTimeout "pause" with and without autoResume, pause without memory,
 // onResume "reboot") and named snapshots, through the published SDK on ns
-// sandboxes.
+// sandboxes and, where QEMU is installed, on microVMs (pause keeps a VM's
+// memory, a stop its disk).
 func TestE2BLifecycleSDK(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the all-in-one server starts the root node-manager; run as root (CI does)")
@@ -28,6 +29,13 @@ func TestE2BLifecycleSDK(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, buildSpace(t), "ns")
-	srv.runScript(t, work, "e2blife.mjs")
+	bin := buildSpace(t)
+	for _, runtime := range []string{"ns", "vm"} {
+		t.Run(runtime, func(t *testing.T) {
+			if _, err := exec.LookPath("qemu-system-x86_64"); runtime == "vm" && err != nil {
+				t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+			}
+			startServer(t, bin, runtime).runScript(t, work, "e2blife.mjs")
+		})
+	}
 }

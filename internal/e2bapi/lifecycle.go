@@ -28,7 +28,7 @@ import (
 //
 // pause({keepMemory: false}) is SPACE's stop, and connect of a stopped
 // sandbox its start; connect with onResume "reboot" (memory false) of a
-// paused one stops it and starts it from its disk.
+// paused one resumes, stops and starts it from its disk.
 
 // e2bIdle is the idle handling an E2B create asks for: zero for onTimeout
 // "kill" (the timeout deletes it).
@@ -107,14 +107,13 @@ func (a *API) e2bSetTimeout(ctx context.Context, c service.Caller, id string, tt
 
 // e2bPauseWithoutMemory is pause({keepMemory: false}): SPACE's stop,
 // which keeps the disk and ends the execution. 204 once stopped; 409 when
-// it is stopped already.
+// it is paused (stopped, hibernated) already.
 func (a *API) e2bPauseWithoutMemory(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox) {
-	if sb.State == sandbox.StateStopped || sb.State == sandbox.StateStopping {
+	// Already paused in any way is E2B's 409, as for a pause with memory:
+	// never a stop of a paused VM, whose disk would lack the writes its
+	// frozen guest still holds in its page cache.
+	if e2bState(sb.State) == "paused" {
 		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is already %s", errdefs.ErrConflict, sb.ID, sb.State))
-		return
-	}
-	if sb.State == sandbox.StateHibernated || sb.State == sandbox.StateHibernating {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s; connect to it before a pause without memory", errdefs.ErrConflict, sb.ID, sb.State))
 		return
 	}
 	_, err := a.svc.Lifecycle(r.Context(), a.host.Caller(r.Context()), sb.ID, sandbox.OpStop)
@@ -127,8 +126,12 @@ func (a *API) e2bPauseWithoutMemory(w http.ResponseWriter, r *http.Request, sb *
 
 // e2bWake brings paused sandbox sb back for connect: resume (memory kept),
 // or with reboot (onResume "reboot", memory false) a start from its disk
-// alone — a stop first when it is paused with its memory. A stopped
-// sandbox is always started from its disk, its memory being gone.
+// alone. A sandbox paused or hibernated with its memory is resumed, then
+// stopped, then started for a reboot: the stop of a frozen VM would keep a
+// disk without the writes its guest still held in its page cache, which a
+// running guest writes out when it is stopped (compat e2blife.mjs on vm).
+// A stopped sandbox is always started from its disk, its memory being
+// gone.
 //
 // A sandbox still pausing, hibernating or stopping (which E2B already
 // calls paused) is waited for first, by joining the operation under way.
@@ -143,11 +146,13 @@ func (a *API) e2bWake(ctx context.Context, c service.Caller, sb *sandbox.Sandbox
 	}
 	switch {
 	case sb.State == sandbox.StateStopped:
-	case reboot && (sb.State == sandbox.StateHibernated || sb.State == sandbox.StateHibernating):
-		return fmt.Errorf("%w: onResume \"reboot\" of a hibernated sandbox (%s) is not supported by SPACE: connect without it restores the sandbox with its memory", errdefs.ErrInvalidArgument, sb.ID)
 	case reboot:
-		if _, err := a.svc.Lifecycle(ctx, c, sb.ID, sandbox.OpStop); err != nil {
-			return err
+		for _, op := range []sandbox.Op{sandbox.OpResume, sandbox.OpStop} {
+			if _, err := a.svc.Lifecycle(ctx, c, sb.ID, op); errors.Is(err, service.ErrStillWorking) {
+				return fmt.Errorf("%w: sandbox %s: the %s of its reboot is still under way; connect again", errdefs.ErrUnavailable, sb.ID, op)
+			} else if err != nil {
+				return err
+			}
 		}
 	default:
 		_, err := a.svc.Lifecycle(ctx, c, sb.ID, sandbox.OpResume)
