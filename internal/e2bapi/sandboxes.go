@@ -62,10 +62,6 @@ func e2bSeconds(secs int64) (time.Duration, error) {
 // yet: refusing it beats a sandbox that silently lacks what was asked.
 func e2bUnsupported(req *e2bNewSandbox) error {
 	switch {
-	case req.AutoPause != nil && *req.AutoPause:
-		return fmt.Errorf("%w: lifecycle.onTimeout \"pause\" (autoPause) is not supported by SPACE yet; a sandbox is deleted at its timeout", errdefs.ErrInvalidArgument)
-	case req.AutoResume != nil && req.AutoResume.Enabled:
-		return fmt.Errorf("%w: autoResume is not supported by SPACE yet", errdefs.ErrInvalidArgument)
 	case len(req.VolumeMounts) > 0:
 		return fmt.Errorf("%w: volumeMounts are not supported by SPACE yet", errdefs.ErrInvalidArgument)
 	case len(req.MCP) > 0:
@@ -106,27 +102,39 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	idle, err := e2bLifecycleOf(&req, ttl)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	if req.TemplateID == "" {
 		a.writeE2BErr(w, r, fmt.Errorf("%w: templateID is required", errdefs.ErrInvalidArgument))
 		return
 	}
 	c := a.host.Caller(r.Context())
-	if sandbox.ValidSnapshotID(req.TemplateID) {
+	if snapID, ok, err := a.e2bSnapshotFor(r.Context(), c, req.TemplateID); err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	} else if ok {
 		if policy != nil {
 			a.writeE2BErr(w, r, errE2BSnapshotEgress)
 			return
 		}
-		a.e2bCreateFromSnapshot(w, r, c, req.TemplateID, ttl, public)
+		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, public)
 		return
 	}
-	start := time.Now()
-	params := service.CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
+	create := sandboxv1.CreateSandboxRequest{
 		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
-	}}
+	}
+	if idle.timeout > 0 { // paused, not deleted, at its timeout
+		create.Timeout, create.IdleTimeout, create.IdleAction = "", idle.timeout.String(), idle.action
+	}
+	params := service.CreateParams{CreateSandboxRequest: create}
 	if policy != nil { // allowOut/denyOut: the policy says allow_internet_access too
 		params.Egress, params.AllowInternetAccess = e2bEgressJSON(policy), nil
 	}
+	start := time.Now()
 	sb, err := a.svc.Create(r.Context(), c, params)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
@@ -148,13 +156,13 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 // e2bCreateFromSnapshot starts a sandbox from snapshot id: SPACE's fork of
 // the snapshot's sandbox from that snapshot, its ports public or not as
 // this create asks (not as the snapshot's sandbox had them).
-func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, public bool) {
+func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, idle e2bIdle, public bool) {
 	snap, err := a.svc.GetSnapshot(r.Context(), c, id)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	child, err := a.e2bForkOne(r.Context(), c, snap.SandboxID, snap.ID, ttl)
+	child, err := a.e2bForkIdle(r.Context(), c, snap.SandboxID, snap.ID, ttl, idle)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -170,9 +178,18 @@ func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c se
 // gives the child timeout ttl. A child still starting is a success, as
 // SPACE's fork answers it 202: the SDK's next call finds it running.
 func (a *API) e2bForkOne(ctx context.Context, c service.Caller, parent, snapID string, ttl time.Duration) (*sandbox.Sandbox, error) {
-	child, err := a.svc.Fork(ctx, c, parent, service.ForkParams{Snapshot: snapID})
+	return a.e2bForkIdle(ctx, c, parent, snapID, ttl, e2bIdle{})
+}
+
+// e2bForkIdle is e2bForkOne for a child with idle handling idle, which
+// then pauses at its timeout rather than being deleted.
+func (a *API) e2bForkIdle(ctx context.Context, c service.Caller, parent, snapID string, ttl time.Duration, idle e2bIdle) (*sandbox.Sandbox, error) {
+	child, err := a.svc.Fork(ctx, c, parent, service.ForkParams{Snapshot: snapID, IdleTimeout: idle.timeout, IdleAction: idle.action})
 	if err != nil && !errors.Is(err, service.ErrStillWorking) {
 		return nil, err
+	}
+	if idle.timeout > 0 {
+		return child, nil
 	}
 	return a.svc.SetTimeout(ctx, c, child.ID, ttl)
 }
@@ -249,7 +266,7 @@ func (a *API) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if _, err := a.svc.SetTimeout(r.Context(), a.host.Caller(r.Context()), r.PathValue("id"), ttl); err != nil {
+	if err := a.e2bSetTimeout(r.Context(), a.host.Caller(r.Context()), r.PathValue("id"), ttl); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
@@ -258,9 +275,8 @@ func (a *API) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) {
 
 // handleE2BPause is POST /sandboxes/{id}/pause: SPACE's pause (the
 // execution's memory kept). 204 once paused; 409 when already paused.
-// {"memory": false} (E2B's filesystem-only pause) is refused: SPACE's
-// hibernate keeps memory too, and a stop would lose the processes the
-// caller did not ask to lose.
+// {"memory": false} (E2B's filesystem-only pause) is SPACE's stop
+// (lifecycle.go).
 func (a *API) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Memory *bool `json:"memory"`
@@ -269,13 +285,13 @@ func (a *API) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if req.Memory != nil && !*req.Memory {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: filesystem-only pause (keepMemory: false) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
-		return
-	}
 	sb, err := a.sandboxFor(r)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		a.e2bPauseWithoutMemory(w, r, sb)
 		return
 	}
 	if e2bState(sb.State) == "paused" {
@@ -317,10 +333,6 @@ func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if req.Memory != nil && !*req.Memory {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: resuming without memory (onResume: reboot) is not supported by SPACE yet", errdefs.ErrInvalidArgument))
-		return
-	}
 	sb, err := a.sandboxFor(r)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
@@ -334,13 +346,8 @@ func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool
 			return
 		}
 	case "paused":
-		op := sandbox.OpResume
-		if sb.State == sandbox.StateStopped || sb.State == sandbox.StateStopping {
-			a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s is %s; start it with `space sandbox start`", errdefs.ErrConflict, sb.ID, sb.State))
-			return
-		}
-		_, err := a.svc.Lifecycle(r.Context(), a.host.Caller(r.Context()), sb.ID, op)
-		if err != nil && !errors.Is(err, service.ErrStillWorking) {
+		reboot := req.Memory != nil && !*req.Memory
+		if err := a.e2bWake(r.Context(), a.host.Caller(r.Context()), sb, reboot); err != nil {
 			a.writeE2BErr(w, r, err)
 			return
 		}
@@ -358,7 +365,12 @@ func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if req.Timeout != nil && *req.Timeout > 0 {
+	if req.Timeout != nil && *req.Timeout > 0 && e2bPausesOnTimeout(sb) {
+		if err := a.e2bConnectIdle(r.Context(), sb, *req.Timeout); err != nil {
+			a.writeE2BErr(w, r, err)
+			return
+		}
+	} else if req.Timeout != nil && *req.Timeout > 0 {
 		end := time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 		if !sb.ExpiresAt.IsZero() && end.After(sb.ExpiresAt) {
 			ttl, err := e2bSeconds(*req.Timeout)
@@ -571,15 +583,19 @@ func (a *API) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Name != "" {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet; use the snapshotID", errdefs.ErrInvalidArgument))
-		return
+		if err := a.svc.CheckSnapshotName(r.Context(), req.Name); err != nil {
+			a.writeE2BErr(w, r, err)
+			return
+		}
 	}
 	sb, err := a.sandboxFor(r)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	snap, err := a.svc.TakeSnapshot(r.Context(), a.host.Caller(r.Context()), sb.ID, e2bSnapshotKind(sb), service.TierManual)
+	c := a.host.Caller(r.Context())
+	snap, err := a.svc.TakeSnapshot(r.Context(), c, sb.ID, e2bSnapshotKind(sb), service.TierManual)
+	names, err := a.e2bNameSnapshot(r.Context(), c, snap, req.Name, err)
 	if errors.Is(err, service.ErrStillWorking) {
 		err = fmt.Errorf("%w: snapshot %s is still being taken; it is listed once ready", errdefs.ErrUnavailable, snap.ID)
 	}
@@ -587,39 +603,41 @@ func (a *API) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, e2bSnapshotInfo{SnapshotID: snap.ID, Names: []string{}})
+	writeJSON(w, http.StatusCreated, e2bSnapshotInfo{SnapshotID: snap.ID, Names: names})
 }
 
 // handleE2BListSnapshots is GET /snapshots?sandboxID=&limit=&nextToken=:
 // the caller's ready snapshots taken on request (not the scheduled ones).
 func (a *API) handleE2BListSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("name") != "" {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: named snapshots are not supported by SPACE yet", errdefs.ErrInvalidArgument))
-		return
-	}
 	page, err := parseE2BPage(q, a.pageCursorFor(r, pageSnapshots))
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	snaps, err := a.svc.TenantSnapshots(r.Context(), a.host.Caller(r.Context()), store.SnapshotFilter{
+	c := a.host.Caller(r.Context())
+	snaps, err := a.svc.TenantSnapshots(r.Context(), c, store.SnapshotFilter{
 		SandboxID: q.Get("sandboxID"), State: store.SnapshotReady,
 	})
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	names, err := a.svc.SnapshotNames(r.Context(), c)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	var items []pageItem
 	for _, snap := range snaps {
-		if snap.Tier == service.TierManual {
+		if snap.Tier == service.TierManual && e2bNamed(names[snap.ID], q.Get("name")) {
 			items = append(items, pageItem{id: snap.ID, at: snap.CreatedAt})
 		}
 	}
 	out := []e2bSnapshotInfo{}
 	kept, next := page.apply(items)
 	for _, it := range kept {
-		out = append(out, e2bSnapshotInfo{SnapshotID: it.id, Names: []string{}})
+		out = append(out, e2bSnapshotInfo{SnapshotID: it.id, Names: e2bNames(names[it.id])})
 	}
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)

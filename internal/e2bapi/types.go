@@ -22,6 +22,7 @@ type e2bNewSandbox struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Secure              *bool             `json:"secure"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	AutoResume          *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
@@ -161,11 +162,11 @@ func (a *API) e2bDetailOf(sb *sandbox.Sandbox) SandboxDetail {
 	md := e2bMetadataOf(sb)
 	return SandboxDetail{
 		TemplateID: sb.Template, SandboxID: sb.ID, Alias: sb.Name, ClientID: e2bClientID(sb),
-		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), EnvdVersion: EnvdVersion,
+		StartedAt: sb.CreatedAt, EndAt: e2bEndAtOf(sb), EnvdVersion: EnvdVersion,
 		EnvdAccessToken: a.AccessToken(sb.ID), Domain: &domain,
 		CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB, DiskSizeMB: sb.DiskMiB, Metadata: md,
 		State: e2bState(sb.State), AllowInternetAccess: &allow,
-		Lifecycle:    e2bLifecycle{AutoResume: false, OnTimeout: "kill"},
+		Lifecycle:    e2bLifecycleInfo(sb),
 		VolumeMounts: []any{},
 	}
 }
@@ -175,7 +176,7 @@ func e2bListedOf(sb *sandbox.Sandbox) ListedSandbox {
 	md := e2bMetadataOf(sb)
 	return ListedSandbox{
 		TemplateID: sb.Template, Alias: sb.Name, SandboxID: sb.ID, ClientID: e2bClientID(sb),
-		StartedAt: sb.CreatedAt, EndAt: e2bEndAt(sb), CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB,
+		StartedAt: sb.CreatedAt, EndAt: e2bEndAtOf(sb), CPUCount: sb.CPUs, MemoryMB: sb.MemoryMiB,
 		DiskSizeMB: sb.DiskMiB, Metadata: md, State: e2bState(sb.State), EnvdVersion: EnvdVersion,
 		VolumeMounts: []any{},
 	}

@@ -22,7 +22,9 @@ const MinIdleUnderPressure = 10 * time.Second
 // memory pressure (reason): it applies, ahead of its idle timeout, the idle
 // action (pause or hibernate) of the node's running sandbox that has been
 // idle the longest among those whose policy allows it — an idle timeout set
-// — and idle at least MinIdleUnderPressure, with an event saying why. One
+// whose action the next request undoes (a sandbox that would stay paused
+// or stopped is left alone until its own timeout) — and idle at least
+// MinIdleUnderPressure, with an event saying why. One
 // sandbox per heartbeat: the node reports its pressure again after each.
 // It returns the sandbox acted on ("" for none). Only hibernation returns a
 // sandbox's memory to the node; a pause stops it from growing.
@@ -41,7 +43,7 @@ func (r *Reconciler) RelievePressure(ctx context.Context, node, reason string) (
 		bestIdle time.Duration
 	)
 	for _, sb := range sbs {
-		if sb.State != sandbox.StateRunning || sb.Desired != sandbox.StateRunning || sb.IdleTimeout <= 0 {
+		if sb.State != sandbox.StateRunning || sb.Desired != sandbox.StateRunning || sb.IdleTimeout <= 0 || !sandbox.IdleWakes(sb.IdleAction) {
 			continue
 		}
 		ex, ok := obs.executions[sb.ExecID]
@@ -56,10 +58,7 @@ func (r *Reconciler) RelievePressure(ctx context.Context, node, reason string) (
 	if best == nil {
 		return "", nil
 	}
-	op := sandbox.OpPause
-	if best.IdleAction == sandbox.IdleHibernate {
-		op = sandbox.OpHibernate
-	}
+	op := sandbox.IdleOp(best.IdleAction)
 	if err := best.Apply(op); err != nil {
 		return "", fmt.Errorf("sandbox %s: memory pressure: %w", best.ID, err)
 	}

@@ -27,7 +27,11 @@ func TestRelievePressurePausesTheLongestIdle(t *testing.T) {
 	hibernated, ex2 := idleFor(sandbox.IdleHibernate, 24*time.Hour, 2*time.Hour)
 	noPolicy, ex3 := idleFor("", 0, 3*time.Hour)
 	busy, ex4 := idleFor(sandbox.IdlePause, 24*time.Hour, 2*time.Second)
-	h.observe("n1", ex1, ex2, ex3, ex4)
+	// Idle the longest, but its action is not undone by the next request
+	// (E2B's onTimeout "pause" without autoResume): left to its timeout.
+	held, ex5 := idleFor(sandbox.IdlePauseHeld, 24*time.Hour, 3*time.Hour)
+	stops, ex6 := idleFor(sandbox.IdleStop, 24*time.Hour, 3*time.Hour)
+	h.observe("n1", ex1, ex2, ex3, ex4, ex5, ex6)
 
 	const reason = "MemAvailable 500 MiB of 8.0 GiB (6.1%) below 10%"
 	for _, want := range []struct {
@@ -44,7 +48,7 @@ func TestRelievePressurePausesTheLongestIdle(t *testing.T) {
 	if got, err := h.r.RelievePressure(h.ctx, "n1", reason); err != nil || got != "" {
 		t.Fatalf("RelievePressure with only a sandbox without idle timeout and one in use left = %q, %v; want none", got, err)
 	}
-	for _, sb := range []*sandbox.Sandbox{noPolicy, busy} {
+	for _, sb := range []*sandbox.Sandbox{noPolicy, busy, held, stops} {
 		h.wantState(sb.ID, sandbox.StateRunning, sandbox.StateRunning)
 	}
 	if got, err := h.r.RelievePressure(h.ctx, "n2", reason); err != nil || got != "" {

@@ -112,7 +112,7 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// idleCheck pauses or hibernates (the sandbox's IdleAction) a running
+// idleCheck pauses, hibernates or stops (the sandbox's IdleAction) a running
 // sandbox whose guest has served no request for its IdleTimeout. Activity is
 // counted from the later of the guest's last request and the sandbox's last
 // change (a resume is activity). done reports that it acted (or failed to).
@@ -129,10 +129,7 @@ func (r *Reconciler) idleCheck(ctx context.Context, sb *sandbox.Sandbox, ex node
 	if idle < sb.IdleTimeout {
 		return 0, false, nil
 	}
-	op := sandbox.OpPause
-	if sb.IdleAction == sandbox.IdleHibernate {
-		op = sandbox.OpHibernate
-	}
+	op := sandbox.IdleOp(sb.IdleAction)
 	if err := sb.Apply(op); err != nil {
 		return 0, true, err
 	}

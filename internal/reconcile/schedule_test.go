@@ -145,6 +145,8 @@ func TestIdle(t *testing.T) {
 	}{
 		{"idle pauses", sandbox.IdlePause, time.Hour, time.Hour, sandbox.StatePausing},
 		{"idle hibernates", sandbox.IdleHibernate, time.Hour, time.Hour, sandbox.StateHibernating},
+		{"idle pauses held", sandbox.IdlePauseHeld, time.Hour, time.Hour, sandbox.StatePausing},
+		{"idle stops", sandbox.IdleStop, time.Hour, time.Hour, sandbox.StateStopping},
 		{"recent request", sandbox.IdlePause, 10 * time.Second, time.Hour, sandbox.StateRunning},
 		{"recent resume", sandbox.IdlePause, time.Hour, 0, sandbox.StateRunning},
 		{"activity unknown", sandbox.IdlePause, 0, time.Hour, sandbox.StateRunning},

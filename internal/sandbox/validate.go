@@ -250,17 +250,42 @@ func clip(s string) string {
 // ValidateName checks a sandbox's optional name (as at create).
 func ValidateName(name string) error { return validateName(name) }
 
-// Idle actions.
+// Idle actions: what is done to a sandbox that went its idle timeout
+// without a request. The first two are undone by the next request; the
+// last two only by an explicit resume or start (E2B's onTimeout "pause"
+// without autoResume, and its filesystem-only pause).
 const (
 	IdlePause     = "pause"
 	IdleHibernate = "hibernate"
+	// IdlePauseHeld pauses the sandbox; requests do not wake it.
+	IdlePauseHeld = "pause-held"
+	// IdleStop stops the sandbox (its disk kept, its memory not);
+	// requests do not start it.
+	IdleStop = "stop"
 )
+
+// IdleOp is the lifecycle operation idle action applies.
+func IdleOp(action string) Op {
+	switch action {
+	case IdleHibernate:
+		return OpHibernate
+	case IdleStop:
+		return OpStop
+	}
+	return OpPause
+}
+
+// IdleWakes reports whether a request wakes a sandbox that idle action
+// put to rest (an empty action is the default, a pause).
+func IdleWakes(action string) bool {
+	return action != IdlePauseHeld && action != IdleStop
+}
 
 // MinIdleTimeout is the shortest idle timeout.
 const MinIdleTimeout = time.Second
 
 // ParseIdle checks an idle timeout (a Go duration; empty: none) and its
-// action ("pause", the default, or "hibernate").
+// action ("pause", the default, "hibernate", "pause-held" or "stop").
 func ParseIdle(timeout, action string) (time.Duration, string, error) {
 	if timeout == "" {
 		if action != "" {
@@ -278,9 +303,9 @@ func ParseIdle(timeout, action string) (time.Duration, string, error) {
 	switch action {
 	case "":
 		action = IdlePause
-	case IdlePause, IdleHibernate:
+	case IdlePause, IdleHibernate, IdlePauseHeld, IdleStop:
 	default:
-		return 0, "", invalid("idle_action %q: want pause or hibernate", clip(action))
+		return 0, "", invalid("idle_action %q: want pause, hibernate, pause-held or stop", clip(action))
 	}
 	return d, action, nil
 }

@@ -126,3 +126,33 @@ func FuzzValidateCreate(f *testing.F) {
 		}
 	})
 }
+
+// TestParseIdleActions: every idle action parses, the default is a pause,
+// and only pause and hibernate are undone by the next request.
+func TestParseIdleActions(t *testing.T) {
+	for _, tc := range []struct {
+		action, want string
+		op           Op
+		wakes        bool
+	}{
+		{"", IdlePause, OpPause, true},
+		{IdlePause, IdlePause, OpPause, true},
+		{IdleHibernate, IdleHibernate, OpHibernate, true},
+		{IdlePauseHeld, IdlePauseHeld, OpPause, false},
+		{IdleStop, IdleStop, OpStop, false},
+	} {
+		d, got, err := ParseIdle("90s", tc.action)
+		if err != nil || d != 90*time.Second || got != tc.want {
+			t.Errorf("ParseIdle(90s, %q) = %s, %q, %v; want 90s, %q", tc.action, d, got, err, tc.want)
+		}
+		if op := IdleOp(got); op != tc.op {
+			t.Errorf("IdleOp(%q) = %s, want %s", got, op, tc.op)
+		}
+		if w := IdleWakes(got); w != tc.wakes {
+			t.Errorf("IdleWakes(%q) = %v, want %v", got, w, tc.wakes)
+		}
+	}
+	if _, _, err := ParseIdle("90s", "delete"); err == nil || !strings.Contains(err.Error(), "want pause, hibernate, pause-held or stop") {
+		t.Errorf("ParseIdle(90s, delete) = %v, want the actions listed", err)
+	}
+}

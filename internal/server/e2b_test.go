@@ -613,7 +613,6 @@ func TestE2BREST(t *testing.T) {
 	})
 	t.Run("refused before any work", func(t *testing.T) {
 		for body, why := range map[string]string{
-			`{"templateID":"minimal","timeout":300,"autoPause":true}`:                        "autoPause",
 			`{"templateID":"minimal","timeout":300,"network":{"denyOut":["evil.com"]}}`:      "a domain in denyOut",
 			`{"templateID":"minimal","network":{"allowPublicTraffic":false},"secure":false}`: "private ports without secure",
 			`{"templateID":"minimal","network":{"maskRequestHost":"localhost:${PORT}"}}`:     "maskRequestHost",
@@ -623,6 +622,12 @@ func TestE2BREST(t *testing.T) {
 			`{"timeout":300}`:                                                                "no template",
 			`{"templateID":"minimal","volumeMounts":[{"name":"v","path":"/v"}]}`:             "volumes",
 			`{"templateID":`: "malformed",
+		} {
+			wantE2BError(t, why, p.e2bCall("POST", "/v2/sandboxes", p.key, body), 400)
+		}
+		for body, why := range map[string]string{ // lifecycles E2B refuses too
+			`{"templateID":"minimal","timeout":300,"autoResume":{"enabled":true}}`:                            "autoResume without autoPause",
+			`{"templateID":"minimal","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`: "autoResume without memory",
 		} {
 			wantE2BError(t, why, p.e2bCall("POST", "/v2/sandboxes", p.key, body), 400)
 		}

@@ -25,6 +25,12 @@ type ForkParams struct {
 	// (as a create's is): a retry after a control plane died mid-fork
 	// finds the child the first attempt recorded instead of forking again.
 	Key string
+	// IdleTimeout and IdleAction, when IdleTimeout is set, are the child's
+	// idle handling (sandbox.Sandbox), which then has no timeout: set here
+	// and not after, as the child's first execution must be started with
+	// activity tracking for them to work.
+	IdleTimeout time.Duration
+	IdleAction  string
 }
 
 // Fork starts a new sandbox from one of sandbox parentID's snapshots, or
@@ -59,6 +65,9 @@ func (s *Sandboxes) Fork(ctx context.Context, c Caller, parentID string, req For
 	child, err := s.newFork(parent, snap, req.Name, childID)
 	if err != nil {
 		return nil, err
+	}
+	if req.IdleTimeout > 0 {
+		child.IdleTimeout, child.IdleAction, child.ExpiresAt = req.IdleTimeout, req.IdleAction, time.Time{}
 	}
 	wait := s.rec.Watch(child.ID)
 	defer wait.Stop()

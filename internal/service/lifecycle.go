@@ -175,9 +175,11 @@ const LifecycleWait = lifecycleWait
 // Wake resumes a sandbox that idle handling paused or hibernated, for a
 // request that needs it running, and returns it running. A sandbox still
 // pausing or hibernating is waited for first. Sandboxes without idle
-// handling are not woken: their caller paused them and resumes them.
+// handling are not woken: their caller paused them and resumes them; nor
+// are those whose idle action requests do not undo (sandbox.IdleWakes:
+// E2B's onTimeout "pause" without autoResume).
 func (s *Sandboxes) Wake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
-	if sb.IdleTimeout <= 0 || sb.State == sandbox.StateRunning {
+	if sb.IdleTimeout <= 0 || !sandbox.IdleWakes(sb.IdleAction) || sb.State == sandbox.StateRunning {
 		return sb, nil
 	}
 	wait := s.rec.Watch(sb.ID)

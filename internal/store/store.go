@@ -33,6 +33,7 @@ type Store interface {
 	Idempotency
 	Events
 	Snapshots
+	SnapshotNames
 	Credentials
 	ServicePorts
 	Leases
@@ -399,6 +400,29 @@ type Snapshot struct {
 	Artifacts string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// SnapshotName is a tenant's name for one of its snapshots (E2B's named
+// snapshots): unique within the tenant.
+type SnapshotName struct {
+	Tenant     string
+	Name       string
+	SnapshotID string
+	// CreatedAt is when the name was last given (to this snapshot).
+	CreatedAt time.Time
+}
+
+// SnapshotNames stores snapshot names. Deleting a snapshot deletes its
+// names.
+type SnapshotNames interface {
+	// SetSnapshotName gives name to snapshot n.SnapshotID of tenant
+	// n.Tenant, taking it from the tenant's snapshot that held it. A
+	// snapshot that is not the tenant's is ErrNotFound.
+	SetSnapshotName(ctx context.Context, n SnapshotName) error
+	// GetSnapshotName returns tenant's name or ErrNotFound.
+	GetSnapshotName(ctx context.Context, tenant, name string) (SnapshotName, error)
+	// ListSnapshotNames returns tenant's names, by name.
+	ListSnapshotNames(ctx context.Context, tenant string) ([]SnapshotName, error)
 }
 
 // SnapshotFilter selects snapshots in ListSnapshots. Empty fields match all.

@@ -91,7 +91,7 @@ type CreateSandboxRequest struct {
 	// is paused or hibernated (IdleAction, default "pause"), and the next
 	// request resumes it. Empty: never.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
-	IdleAction  string `json:"idle_action,omitempty"` // "pause" or "hibernate"
+	IdleAction  string `json:"idle_action,omitempty"` // "pause", "hibernate" (undone by the next request), "pause-held" or "stop" (undone by a resume or start)
 	// Egress is the sandbox's egress policy (docs/network.md). Absent: the
 	// server's default (without --default-egress, {"allow_internet": true}).
 	Egress *EgressPolicy `json:"egress,omitempty"`

@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SnapshotRoundTrip", testSnapshotRoundTrip},
 		{"SnapshotTenantIsolation", testSnapshotTenantIsolation},
 		{"SnapshotsOutliveSandbox", testSnapshotsOutliveSandbox},
+		{"SnapshotNames", testSnapshotNames}, // snapshotnames.go
 		{"Credentials", testCredentials},
 		{"ServicePorts", testServicePorts},
 		{"Leases", testLeases},
