@@ -321,7 +321,7 @@ class AsyncSandbox:
         self.info = SandboxInfo.from_dict(d or {})
         target = _core.TARGET_STATE[verb]
         if wait and self.info.state != target:
-            self.info = await self.client.wait_for_state(self.id, target, timeout=wait_timeout).info
+            self.info = (await self.client.wait_for_state(self.id, target, timeout=wait_timeout)).info
         return self
 
     async def pause(self, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
@@ -456,7 +456,7 @@ class AsyncFiles:
 
     async def read_text(self, path: str, *, encoding: str = "utf-8", user: Optional[str] = None) -> str:
         """The content of a file, decoded."""
-        return await self.read(path, user=user).decode(encoding)
+        return (await self.read(path, user=user)).decode(encoding)
 
     async def download(self, path: str, dest: IO[bytes], *, user: Optional[str] = None, chunk_size: int = 1 << 20) -> int:
         """Copies a file into the binary file ``dest`` as it arrives, in

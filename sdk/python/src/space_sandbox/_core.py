@@ -126,6 +126,8 @@ def duration(name: str, v: Union[str, int, float, None]) -> str:
     if isinstance(v, (int, float)):
         if v < 0:
             raise ValueError(f"{name} {v}: want 0 or more seconds")
+        if v == 0:
+            return "0"
         if float(v).is_integer():
             return f"{int(v)}s"
         return f"{int(round(v * 1000))}ms"
@@ -196,13 +198,13 @@ def create_body(
     if e:
         body["env"] = e
     t = duration("timeout", timeout)
-    if t:
+    if t not in ("", "0"):
         body["timeout"] = t
     md = _str_map("metadata", metadata)
     if md:
         body["metadata"] = md
     it = duration("idle_timeout", idle_timeout)
-    if it:
+    if it not in ("", "0"):
         body["idle_timeout"] = it
     if idle_action:
         if idle_action not in ("pause", "hibernate"):

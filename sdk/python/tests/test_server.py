@@ -1,0 +1,211 @@
+"""Integration tests: the SDK against a real `space server --dev`.
+
+python_test.go starts the server and runs this file with SPACE_API_URL,
+SPACE_API_KEY (the admin key) and SPACE_SDK_TEST_SERVER=1 set. The sandboxes
+are namespace sandboxes of the minimal (busybox) template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import time
+import uuid
+from typing import Iterator
+
+import pytest
+
+import space_sandbox as ss
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("SPACE_SDK_TEST_SERVER") != "1",
+    reason="needs a running server: go test ./sdk/python/ starts one (SPACE_SDK_TEST_SERVER=1)",
+)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[ss.Client]:
+    with ss.Client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sb(client: ss.Client) -> Iterator[ss.Sandbox]:
+    """One sandbox the tests that only run commands and move files share."""
+    with client.create_sandbox("minimal", runtime="ns", metadata={"suite": "shared"}) as s:
+        yield s
+
+
+def test_create_with_options_get_and_list_with_filters(client: ss.Client) -> None:
+    tag = uuid.uuid4().hex[:8]
+    with client.create_sandbox(
+        "minimal", runtime="ns", name="py-" + tag, cpus=1, memory_mib=256, env={"GREETING": "hi"},
+        timeout="10m", metadata={"run": tag}, idempotency_key="py-create-" + tag,
+    ) as sb:
+        assert sb.state == "running" and sb.info.template == "minimal" and sb.info.runtime == "ns"
+        got = client.get_sandbox(sb.id)
+        assert got.info.name == "py-" + tag and got.info.memory_mib == 256 and got.info.metadata == {"run": tag}
+        assert got.info.expires_at is not None and got.info.created_at is not None
+        assert sb.exec(["sh", "-c", "echo $GREETING"]).stdout == "hi\n"
+        # The same idempotency key makes no second sandbox.
+        again = client.create_sandbox("minimal", runtime="ns", name="py-" + tag, cpus=1, memory_mib=256,
+                                      env={"GREETING": "hi"}, timeout="10m", metadata={"run": tag},
+                                      idempotency_key="py-create-" + tag)
+        assert again.id == sb.id
+        assert [s.id for s in client.list_sandboxes(metadata={"run": tag})] == [sb.id]
+        assert [s.id for s in client.list_sandboxes(metadata={"run": tag}, state="paused")] == []
+        assert sb.id in [s.id for s in client.list_sandboxes(state="running", template="minimal")]
+        assert [s.id for s in client.list_sandboxes(name="py-" + tag)] == [sb.id]
+        sid = sb.id
+    # The context manager deleted it.
+    with pytest.raises(ss.NotFound):
+        client.get_sandbox(sid)
+
+
+def test_exec(sb: ss.Sandbox) -> None:
+    r = sb.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (r.exit_code, r.stdout, r.stderr, r.truncated) == (3, "out\n", "err\n", False)
+    r = sb.exec("pwd; echo $A; cat", env={"A": "b"}, cwd="/tmp", stdin="from stdin")
+    assert r.exit_code == 0 and r.stdout == "/tmp\nb\nfrom stdin"
+    # A command past its timeout is killed; the server answers unavailable.
+    t0 = time.monotonic()
+    with pytest.raises(ss.Unavailable) as ei:
+        sb.exec(["sleep", "30"], timeout=1)
+    assert ei.value.message and time.monotonic() - t0 < 20
+
+
+def test_files(sb: ss.Sandbox) -> None:
+    f = sb.files
+    f.mkdir("/tmp/py/sub")
+    f.write("/tmp/py/a.bin", b"\x00\x01binary")
+    f.write("/tmp/py/b.txt", "héllo")
+    assert f.read("/tmp/py/a.bin") == b"\x00\x01binary"
+    assert f.read_text("/tmp/py/b.txt") == "héllo"
+    names = sorted(e.name for e in f.list("/tmp/py"))
+    assert names == ["a.bin", "b.txt", "sub"]
+    deep = {e.path for e in f.list("/tmp/py", depth=2)}
+    assert "/tmp/py/sub" in deep
+    st = f.stat("/tmp/py/b.txt")
+    assert st.type == "file" and st.size == len("héllo".encode()) and st.modified_at is not None
+    assert f.stat("/tmp/py/sub").type == "dir"
+    moved = f.move("/tmp/py/b.txt", "/tmp/py/sub/c.txt")
+    assert moved.path == "/tmp/py/sub/c.txt"
+    assert not f.exists("/tmp/py/b.txt") and f.exists("/tmp/py/sub/c.txt")
+    f.remove("/tmp/py/sub")
+    assert not f.exists("/tmp/py/sub/c.txt")
+    with pytest.raises(ss.NotFound):
+        f.read("/tmp/py/nope")
+    with pytest.raises(ss.NotFound):
+        f.stat("/tmp/py/nope")
+
+
+def test_files_pages(sb: ss.Sandbox) -> None:
+    sb.exec("mkdir -p /tmp/pages && cd /tmp/pages && touch f1 f2 f3 f4 f5")
+    first = sb.files.list_page("/tmp/pages", limit=2)
+    assert len(first.entries) == 2 and first.next_page_token
+    seen = [e.name for e in sb.files.iter("/tmp/pages", page_size=2)]
+    assert sorted(seen) == ["f1", "f2", "f3", "f4", "f5"]
+
+
+def test_files_stream_in_and_out(sb: ss.Sandbox, tmp_path: "os.PathLike[str]") -> None:
+    size = 24 << 20
+    src = os.path.join(str(tmp_path), "src")
+    with open(src, "wb") as out:
+        for i in range(size // (1 << 20)):
+            out.write(bytes([i]) * (1 << 20))
+    with open(src, "rb") as fh:
+        sb.files.write("/tmp/big", fh)
+    want = hashlib.sha256(open(src, "rb").read()).hexdigest()
+    r = sb.exec(["sha256sum", "/tmp/big"])
+    assert r.stdout.split()[0] == want
+    dst = os.path.join(str(tmp_path), "dst")
+    with open(dst, "wb") as out:
+        assert sb.files.download("/tmp/big", out) == size
+    assert hashlib.sha256(open(dst, "rb").read()).hexdigest() == want
+    # An iterable of chunks streams too.
+    sb.files.write("/tmp/gen", (b"x" * 1000 for _ in range(100)))
+    assert sb.exec(["wc", "-c", "/tmp/gen"]).stdout.split()[0] == "100000"
+    sb.files.remove("/tmp/big")
+
+
+def test_errors_carry_the_servers_message(client: ss.Client, sb: ss.Sandbox) -> None:
+    with pytest.raises(ss.NotFound) as nf:
+        client.get_sandbox("sb-does-not-exist")
+    assert nf.value.status == 404 and nf.value.message
+    with pytest.raises(ss.FailedPrecondition) as fp:
+        sb.start()  # a running sandbox has no kept disk to start from
+    assert sb.id in fp.value.message
+    with pytest.raises(ss.Unauthenticated):
+        ss.Client(api_key="space_k-wrong").list_sandboxes()
+    with pytest.raises(ss.InvalidArgument) as ia:
+        sb.files.list_page("/", page_token="x" * 300)
+    assert "page_token" in ia.value.message
+    with pytest.raises(ss.APIError) as missing:
+        client.create_sandbox("no-such-template", runtime="ns")
+    assert "no-such-template" in missing.value.message
+
+
+def test_lifecycle_snapshots_rollback_fork_timeout(client: ss.Client) -> None:
+    with client.create_sandbox("minimal", runtime="ns") as sb:
+        sb.files.write("/root/state", "one")
+        assert sb.pause().state == "paused"
+        assert sb.resume().state == "running"
+        snap = sb.create_snapshot()
+        assert snap.state == "ready" and snap.kind == "disk" and snap.sandbox == sb.id
+        assert snap.id in [s.id for s in sb.list_snapshots()]
+        sb.files.write("/root/state", "two")
+        assert sb.stop().state == "stopped"
+        with pytest.raises(ss.Conflict) as cf:
+            sb.pause()
+        assert "stopped" in cf.value.message
+        assert sb.start().state == "running"
+        assert sb.files.read_text("/root/state") == "two"
+        assert sb.rollback(snap.id).state == "running"
+        assert sb.files.read_text("/root/state") == "one"
+        with sb.fork() as child:
+            assert child.id != sb.id and child.state == "running"
+            assert child.files.read_text("/root/state") == "one"
+        assert sb.hibernate().state == "hibernated"
+        assert sb.restore().state == "running"
+        assert sb.files.read_text("/root/state") == "one"
+        before = time.time()
+        sb.set_timeout("1h")
+        assert sb.info.expires_at is not None and sb.info.expires_at.timestamp() > before + 3000
+        sb.set_timeout(0)
+        assert sb.refresh().info.expires_at is None
+        assert any(e.type for e in sb.events())
+        sb.delete_snapshot(snap.id)
+
+
+def test_ports_and_egress(sb: ss.Sandbox) -> None:
+    p = sb.expose_port(8080)
+    assert p.port == 8080 and p.protocol == "http" and p.url
+    assert 8080 in [x.port for x in sb.list_ports()]
+    sb.unexpose_port(8080)
+    assert 8080 not in [x.port for x in sb.list_ports()]
+    pol = sb.set_egress(ss.EgressPolicy(allow_internet=False, allow=ss.EgressRules(domains=["pypi.org"])))
+    assert pol.allow_internet is False and pol.allow.domains == ["pypi.org"]
+    assert sb.get_egress().allow.domains == ["pypi.org"]
+
+
+def test_async_client() -> None:
+    async def main() -> None:
+        async with ss.AsyncClient() as c:
+            async with await c.create_sandbox("minimal", runtime="ns", metadata={"suite": "async"}) as sb:
+                r = await sb.exec(["echo", "async"])
+                assert r.stdout == "async\n"
+                await sb.files.write("/tmp/a", b"async bytes")
+                assert await sb.files.read("/tmp/a") == b"async bytes"
+                await sb.files.write("/tmp/b", io.BytesIO(b"from a file"))
+                assert await sb.files.read_text("/tmp/b") == "from a file"
+                assert (await sb.files.stat("/tmp/b")).size == len(b"from a file")
+                assert sb.id in [s.id for s in await c.list_sandboxes(metadata={"suite": "async"})]
+                assert (await sb.pause()).state == "paused"
+                assert (await sb.resume()).state == "running"
+                sid = sb.id
+            with pytest.raises(ss.NotFound):
+                await c.get_sandbox(sid)
+
+    asyncio.run(main())
