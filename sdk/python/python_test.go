@@ -30,6 +30,11 @@ import (
 
 func TestPythonSDK(t *testing.T) {
 	python := venv(t)
+	t.Run("typecheck", func(t *testing.T) {
+		// The package passes mypy's strict mode (it ships py.typed).
+		cache := filepath.Join(filepath.Dir(python), "..", "mypy-cache")
+		run(t, python, nil, "-m", "mypy", "--strict", "--cache-dir", cache, "src/space_sandbox")
+	})
 	t.Run("unit", func(t *testing.T) {
 		pytest(t, python, nil, "tests/test_unit.py")
 	})
@@ -45,22 +50,28 @@ func TestPythonSDK(t *testing.T) {
 // pytest runs the named test files with python, failing t when pytest does.
 func pytest(t *testing.T, python string, env []string, files ...string) {
 	t.Helper()
+	run(t, python, env, append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"}, files...)...)
+}
+
+// run runs python with args in this directory, the SDK importable from src,
+// failing t when it fails.
+func run(t *testing.T, python string, env []string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	src, err := filepath.Abs("src")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"}, files...)
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+src, "PYTHONDONTWRITEBYTECODE=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
-	t.Logf("pytest %s:\n%s", strings.Join(files, " "), out)
+	t.Logf("python %s:\n%s", strings.Join(args, " "), out)
 	if err != nil {
-		t.Fatalf("pytest %s: %v", strings.Join(files, " "), err)
+		t.Fatalf("python %s: %v", strings.Join(args, " "), err)
 	}
 }
 
@@ -98,7 +109,7 @@ func venv(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	_ = os.RemoveAll(dir)
-	run := func(name string, args ...string) {
+	install := func(name string, args ...string) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, name, args...)
 		cmd.Env = append(os.Environ(), "PIP_CACHE_DIR="+filepath.Join(root, "pip-cache"), "PIP_DISABLE_PIP_VERSION_CHECK=1")
@@ -107,8 +118,8 @@ func venv(t *testing.T) string {
 			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
 	}
-	run(base, "-m", "venv", dir)
-	run(python, "-m", "pip", "install", "-q", "-r", "requirements-test.txt")
+	install(base, "-m", "venv", dir)
+	install(python, "-m", "pip", "install", "-q", "-r", "requirements-test.txt")
 	if err := os.WriteFile(filepath.Join(dir, ".complete"), reqs, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from typing import Dict, Optional, Type
+from typing import Dict, List, Optional, Type
 
 __all__ = [
     "SpaceError",
@@ -196,7 +196,7 @@ _REASONS = {
 def clean_text(s: str, limit: int) -> str:
     """Makes server-supplied text safe to print: control and format characters
     become ``?``, runs of white space one space, cut to ``limit`` characters."""
-    out = []
+    out: List[str] = []
     space = False
     for ch in s:
         if len(out) >= limit:
