@@ -363,3 +363,29 @@ def test_set_timeout_zero_removes_it() -> None:
     sb.set_timeout(0)
     sb.set_timeout("30m")
     assert seen == [{"timeout": "0"}, {"timeout": "30m"}]
+
+
+def test_a_body_that_cannot_be_sent_again_is_not_replayed() -> None:
+    from space_sandbox._core import Req
+
+    assert Req("POST", "/x", content=io.BytesIO(b"d"), idempotency_key="k").replayable()
+    assert Req("POST", "/x", content=b"d", idempotency_key="k").replayable()
+    assert not Req("POST", "/x", content=(b for b in [b"d"]), idempotency_key="k").replayable()
+    assert not Req("GET", "/x", content=iter([b"d"])).replayable()
+    assert not Req("POST", "/x", json={"a": 1}).replayable()
+
+
+def test_a_replayed_file_body_is_sent_whole_again() -> None:
+    from space_sandbox._core import Req
+
+    bodies: List[bytes] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        bodies.append(r.read())
+        return REFRESH if len(bodies) == 1 else httpx.Response(204)
+
+    c = client(h)
+    f = io.BytesIO(b"skip:payload")
+    f.seek(5)
+    c._call(Req("PUT", "/v1/x", content=f, idempotency_key="k"))
+    assert bodies == [b"payload", b"payload"]
