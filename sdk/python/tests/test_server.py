@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import io
 import os
+import resource
 import time
 import uuid
 from typing import Iterator
@@ -128,6 +129,46 @@ def test_files_stream_in_and_out(sb: ss.Sandbox, tmp_path: "os.PathLike[str]") -
     sb.files.write("/tmp/gen", (b"x" * 1000 for _ in range(100)))
     assert sb.exec(["wc", "-c", "/tmp/gen"]).stdout.split()[0] == "100000"
     sb.files.remove("/tmp/big")
+
+
+class HashSink(io.RawIOBase):
+    """A binary file that keeps only the SHA-256 of what is written to it."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.n = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: "bytes | bytearray | memoryview") -> int:  # type: ignore[override]
+        self.h.update(b)
+        self.n += len(b)
+        return len(b)
+
+
+def max_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_100_mib_streams_in_constant_memory(sb: ss.Sandbox) -> None:
+    """100 MiB up from a generator and back down into a sink: the process's
+    peak memory grows by far less than the file."""
+    chunk = os.urandom(1 << 20)
+    want = hashlib.sha256()
+    for _ in range(100):
+        want.update(chunk)
+    # Warm up the connection pool and buffers before taking the baseline.
+    sb.files.write("/tmp/warm", (chunk for _ in range(2)))
+    sb.files.download("/tmp/warm", HashSink())
+    base = max_rss_mib()
+    sb.files.write("/tmp/huge", (chunk for _ in range(100)))
+    sink = HashSink()
+    assert sb.files.download("/tmp/huge", sink) == 100 << 20
+    assert sink.h.hexdigest() == want.hexdigest()
+    grew = max_rss_mib() - base
+    assert grew < 40, f"peak memory grew by {grew:.0f} MiB moving 100 MiB each way"
+    sb.files.remove("/tmp/huge")
 
 
 def test_errors_carry_the_servers_message(client: ss.Client, sb: ss.Sandbox) -> None:
