@@ -250,3 +250,101 @@ def test_async_client() -> None:
                 await c.get_sandbox(sid)
 
     asyncio.run(main())
+
+
+def test_exec_stream_output_exit_code_and_pid(sb: ss.Sandbox) -> None:
+    with sb.exec_stream(["sh", "-c", "echo one; echo two >&2; echo three; exit 4"]) as st:
+        outs = list(st)
+        assert st.exit_code == 4 and st.pid > 0
+    assert b"".join(o.data for o in outs if o.stream == "stdout") == b"one\nthree\n"
+    assert b"".join(o.data for o in outs if o.stream == "stderr") == b"two\n"
+
+
+def test_exec_stream_stdin_and_callbacks(sb: ss.Sandbox) -> None:
+    got: list = []
+    st = sb.exec_stream(["cat"], on_stdout=got.append)
+    big = os.urandom(100 << 10)  # several stdin messages
+    st.send_stdin(big)
+    st.send_stdin("and text")
+    st.close_stdin()
+    assert st.wait(timeout=60) == 0
+    assert b"".join(got) == big + b"and text"
+
+
+def test_exec_stream_signal_and_close_leave_nothing_running(sb: ss.Sandbox) -> None:
+    t0 = time.monotonic()
+    with sb.exec_stream(["sleep", "301"]) as st:
+        for _ in range(50):
+            if st.pid:
+                break
+            time.sleep(0.05)
+        st.signal(15)
+        code = st.wait(timeout=30)
+    assert code != 0 and time.monotonic() - t0 < 30
+    # A stream closed while its command runs: the server kills the command.
+    st2 = sb.exec_stream(["sleep", "302"])
+    with pytest.raises(ss.WaitTimeout):
+        st2.wait(timeout=0.5)
+    st2.close()
+    deadline = time.monotonic() + 15
+    while "sleep 302" in sb.exec("ps -o args").stdout:
+        assert time.monotonic() < deadline, "the command of a closed stream still runs"
+        time.sleep(0.2)
+
+
+def test_exec_stream_tty_and_resize(sb: ss.Sandbox) -> None:
+    out = bytearray()
+    with sb.exec_stream(["sh"], tty=True, cols=100, rows=30) as st:
+        it = iter(st)
+        st.send_stdin("stty size\n")
+        while b"30 100" not in out:
+            out += next(it).data
+        st.resize(120, 40)
+        st.send_stdin("stty size; exit 7\n")
+        for o in it:
+            out += o.data
+        assert st.exit_code == 7
+    assert b"40 120" in out, out.decode(errors="replace")
+
+
+def test_exec_stream_errors(client: ss.Client, sb: ss.Sandbox) -> None:
+    with pytest.raises(ss.NotFound):
+        ss.Sandbox(client, ss.SandboxInfo(id="sb-nope", state="running")).exec_stream(["true"])
+    with pytest.raises(ValueError, match="tty"):
+        sb.exec_stream(["true"], cols=80)
+
+
+def test_files_watch(sb: ss.Sandbox) -> None:
+    sb.files.mkdir("/tmp/watched")
+    with sb.files.watch("/tmp/watched") as w:
+        sb.files.write("/tmp/watched/new.txt", "x")
+        names = set()
+        deadline = time.monotonic() + 20
+        while "new.txt" not in names:
+            assert time.monotonic() < deadline
+            ev = w.next(timeout=20)
+            assert ev is not None
+            names.add(ev.name.rsplit("/", 1)[-1])
+
+
+def test_async_streams() -> None:
+    async def main() -> None:
+        async with ss.AsyncClient() as c:
+            async with await c.create_sandbox("minimal", runtime="ns") as sb:
+                async with await sb.exec_stream(["sh", "-c", "cat; echo done >&2"]) as st:
+                    await st.send_stdin(b"async in")
+                    await st.close_stdin()
+                    outs = [o async for o in st]
+                    assert st.exit_code == 0
+                assert b"".join(o.data for o in outs if o.stream == "stdout") == b"async in"
+                assert b"".join(o.data for o in outs if o.stream == "stderr") == b"done\n"
+                await sb.files.mkdir("/tmp/aw")
+                async with await sb.files.watch("/tmp/aw") as w:
+                    await sb.files.write("/tmp/aw/f", b"1")
+                    names = set()
+                    while "f" not in names:  # the upload's temporary file comes first
+                        ev = await w.next(timeout=20)
+                        assert ev is not None
+                        names.add(ev.name.rsplit("/", 1)[-1])
+
+    asyncio.run(main())

@@ -330,12 +330,15 @@ def test_times_parse_with_nanoseconds() -> None:
 def test_the_async_surface_is_the_sync_one() -> None:
     """Every public method of Client, Sandbox and Files has an async twin with
     the same parameters (close is aclose, as httpx names it)."""
-    pairs = [(ss.Client, ss.AsyncClient), (ss.Sandbox, ss.AsyncSandbox), (ss.Files, ss.AsyncFiles)]
+    pairs = [
+        (ss.Client, ss.AsyncClient), (ss.Sandbox, ss.AsyncSandbox), (ss.Files, ss.AsyncFiles),
+        (ss.ExecStream, ss.AsyncExecStream), (ss.FileWatch, ss.AsyncFileWatch),
+    ]
     for sync, asyn in pairs:
         for name, fn in inspect.getmembers(sync, inspect.isfunction):
-            if name.startswith("_") and name not in ("__enter__", "__exit__"):
+            if name.startswith("_") and name not in ("__enter__", "__exit__", "__iter__"):
                 continue
-            twin = {"close": "aclose", "__enter__": "__aenter__", "__exit__": "__aexit__"}.get(name, name)
+            twin = {"close": "aclose", "__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__"}.get(name, name)
             afn = getattr(asyn, twin, None)
             assert afn is not None, f"{asyn.__name__} has no {twin}"
             assert inspect.iscoroutinefunction(afn) or inspect.isasyncgenfunction(afn), f"{asyn.__name__}.{twin} is not async"
@@ -389,3 +392,43 @@ def test_a_replayed_file_body_is_sent_whole_again() -> None:
     f.seek(5)
     c._call(Req("PUT", "/v1/x", content=f, idempotency_key="k"))
     assert bodies == [b"payload", b"payload"]
+
+
+def test_stream_start_message_and_decoder() -> None:
+    from space_sandbox._core import exec_body
+    from space_sandbox._stream import _Decoder, start_message
+
+    body = exec_body(["sh"], env={"A": "1"}, cwd="/w", user="u", stdin=None, timeout=None)
+    assert start_message(body, True, 80, 24) == {"cmd": ["sh"], "env": {"A": "1"}, "cwd": "/w", "user": "u", "tty": True, "cols": 80, "rows": 24}
+    with pytest.raises(ValueError, match="tty"):
+        start_message(body, False, 80, None)
+    with pytest.raises(ValueError, match="rows"):
+        start_message(body, True, 80, 0)
+    d = _Decoder()
+    assert d.handle('{"type":"started","pid":42}') is None and d.pid == 42
+    out = d.handle('{"type":"stdout","data":"aGk="}')
+    assert out is not None and (out.stream, out.data) == ("stdout", b"hi")
+    assert d.handle('{"type":"newer-kind"}') is None and not d.done
+    assert d.handle('{"type":"exit","exit_code":3}') is None and d.done and d.exit_code == 3
+    with pytest.raises(ss.StreamError, match=r"^boom\?\[0m$"):
+        _Decoder().handle('{"type":"error","message":"boom\\u001b[0m"}')
+    with pytest.raises(ss.StreamError, match="exit_code"):
+        _Decoder().handle('{"type":"exit"}')
+
+
+def test_stdin_is_sent_in_chunks() -> None:
+    import base64
+
+    from space_sandbox._stream import STDIN_CHUNK, _stdin_chunks
+
+    msgs = [json.loads(m) for m in _stdin_chunks(b"x" * (STDIN_CHUNK * 2 + 1))]
+    assert [len(base64.b64decode(m["data"])) for m in msgs] == [STDIN_CHUNK, STDIN_CHUNK, 1]
+    assert all(m["type"] == "stdin" for m in msgs)
+
+
+def test_signal_numbers_are_checked() -> None:
+    from space_sandbox._stream import signal_number
+
+    assert signal_number(15) == 15
+    with pytest.raises(ValueError, match="signal"):
+        signal_number(0)

@@ -8,6 +8,7 @@
 
 from ._async_client import AsyncClient, AsyncFiles, AsyncSandbox
 from ._client import Client, Files, Sandbox
+from ._stream import AsyncExecStream, AsyncFileWatch, ExecStream, FileWatch, Output, StreamError
 from .errors import (
     APIError,
     Conflict,
@@ -27,7 +28,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot
+from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileEvent, FileList, SandboxInfo, ServicePort, Snapshot
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,13 @@ __all__ = [
     "AsyncClient",
     "AsyncSandbox",
     "AsyncFiles",
+    "ExecStream",
+    "AsyncExecStream",
+    "FileWatch",
+    "AsyncFileWatch",
+    "Output",
+    "StreamError",
+    "FileEvent",
     "SpaceError",
     "TransportError",
     "WaitTimeout",

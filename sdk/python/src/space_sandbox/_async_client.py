@@ -6,11 +6,13 @@ import asyncio
 import json
 import time
 from typing import IO, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
+from urllib.parse import urlencode
 
 import httpx
 
 from . import _core, errors
 from ._core import Req
+from ._stream import AsyncExecStream, AsyncFileWatch, OutputCallback, open_async, start_message
 from .models import EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles"]
@@ -314,6 +316,35 @@ class AsyncSandbox:
         d = await self.client._call(Req("POST", self._path("/exec"), json=body, limit=_core.MAX_EXEC_BODY), timeout=max(self.client._timeout, secs + 30.0))
         return ExecResult.from_dict(d or {})
 
+    async def exec_stream(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        tty: bool = False,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> AsyncExecStream:
+        """Starts a command over a WebSocket and returns the running stream:
+        its output arrives as it is produced (iterate the stream, or pass
+        callbacks and call ``wait``), it takes stdin, signals and, with
+        ``tty=True``, a terminal of ``cols`` x ``rows`` that ``resize`` changes.
+        Closing the stream kills a command still running."""
+        body = _core.exec_body(cmd, env=env, cwd=cwd, user=user, stdin=None, timeout=None)
+        start = start_message(body, tty, cols, rows)
+        conn = await open_async(self.client.api_url, self._path("/exec"), self.client._headers, "exec")
+        stream = AsyncExecStream(conn, on_stdout, on_stderr)
+        try:
+            await stream._send(json.dumps(start), "send start")
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream
+
     # -- lifecycle ---------------------------------------------------------
 
     async def _lifecycle(self, verb: str, body: Optional[Dict[str, Any]], wait: bool, wait_timeout: float) -> "AsyncSandbox":
@@ -522,6 +553,16 @@ class AsyncFiles:
         except errors.NotFound:
             return False
         return True
+
+    async def watch(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> AsyncFileWatch:
+        """Watches ``path`` (and everything below it with ``recursive``) for
+        changes; iterate the watch for :class:`~space_sandbox.FileEvent` s and
+        close it when done."""
+        params = _core.file_params(path, user)
+        if recursive:
+            params["recursive"] = "true"
+        conn = await open_async(self._sb.client.api_url, self._path("/watch") + "?" + urlencode(params), self._sb.client._headers, "watch " + path)
+        return AsyncFileWatch(conn)
 
     async def mkdir(self, path: str, *, user: Optional[str] = None) -> FileEntry:
         """Creates a directory and its missing parents."""

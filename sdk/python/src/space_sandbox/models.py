@@ -21,6 +21,7 @@ __all__ = [
     "ServicePort",
     "EgressRules",
     "EgressPolicy",
+    "FileEvent",
 ]
 
 
@@ -303,3 +304,16 @@ class ServicePort:
             token=_str(d, "token"),
             created_at=parse_time(d.get("created_at")),
         )
+
+
+@dataclass
+class FileEvent:
+    """One change under a watched path: ``type`` is ``"create"``, ``"write"``,
+    ``"remove"``, ``"rename"`` or ``"chmod"``."""
+
+    name: str
+    type: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileEvent":
+        return cls(name=_str(d, "name"), type=_str(d, "type"))
