@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import resource
+import shutil
 import time
 import uuid
 from typing import Iterator
@@ -243,6 +244,8 @@ def test_async_client() -> None:
                 assert await sb.files.read_text("/tmp/b") == "from a file"
                 assert (await sb.files.stat("/tmp/b")).size == len(b"from a file")
                 assert sb.id in [s.id for s in await c.list_sandboxes(metadata={"suite": "async"})]
+                assert "minimal" in [t.name for t in await c.list_templates()]
+                assert any(k.admin for k in await c.list_keys())
                 assert (await sb.pause()).state == "paused"
                 assert (await sb.resume()).state == "running"
                 sid = sb.id
@@ -348,3 +351,48 @@ def test_async_streams() -> None:
                         names.add(ev.name.rsplit("/", 1)[-1])
 
     asyncio.run(main())
+
+
+def test_tenants_keys_and_isolation(client: ss.Client, sb: ss.Sandbox) -> None:
+    name = "py-" + uuid.uuid4().hex[:8]
+    tenant, key = client.create_tenant(name)
+    assert tenant.name == name and key
+    assert tenant.id in [t.id for t in client.list_tenants()]
+    with ss.Client(api_key=key) as theirs:
+        # Another tenant's sandbox does not exist for them.
+        assert theirs.list_sandboxes() == []
+        with pytest.raises(ss.NotFound):
+            theirs.get_sandbox(sb.id)
+        with pytest.raises(ss.PermissionDenied):
+            theirs.list_tenants()
+        made, secret = theirs.create_key()
+        assert made.tenant == tenant.id and secret
+        assert made.id in [k.id for k in theirs.list_keys()]
+        theirs.revoke_key(made.id)
+        with pytest.raises(ss.Unauthenticated):
+            ss.Client(api_key=secret).list_sandboxes()
+    client.delete_tenant(tenant.id)
+
+
+def test_templates(client: ss.Client, tmp_path: "os.PathLike[str]") -> None:
+    assert any(t.name == "minimal" and t.state == "ready" for t in client.list_templates())
+    with pytest.raises(ValueError, match="source"):
+        client.build_template("x", "/no/scheme")
+    # The build runs on the server; its failure comes back as the template's state.
+    with pytest.raises(ss.SpaceError) as bad:
+        client.build_template("py-bad", "dir:/no/such/dir")
+    assert "/no/such/dir" in str(bad.value)
+    client.delete_template("py-bad")
+    # A template from a directory on the server's machine: busybox alone.
+    root = os.path.join(str(tmp_path), "rootfs")
+    os.makedirs(os.path.join(root, "bin"))
+    shutil.copy("/bin/busybox", os.path.join(root, "bin", "busybox"))
+    os.symlink("busybox", os.path.join(root, "bin", "sh"))
+    t = client.build_template("py-dir", "dir:" + root, wait_timeout=120)
+    assert t.state == "ready" and t.name == "py-dir"
+    with client.create_sandbox("py-dir", runtime="ns") as made:
+        assert made.exec(["/bin/busybox", "echo", "from py-dir"]).stdout == "from py-dir\n"
+    client.delete_template("py-dir")
+    assert "py-dir" not in [x.name for x in client.list_templates()]
+    with pytest.raises(ss.NotFound):
+        client.delete_template("py-no-such-template")

@@ -28,7 +28,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileEvent, FileList, SandboxInfo, ServicePort, Snapshot
+from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileEvent, FileList, Template, Tenant, APIKey, SandboxInfo, ServicePort, Snapshot
 
 __version__ = "0.1.0"
 
@@ -46,6 +46,9 @@ __all__ = [
     "Output",
     "StreamError",
     "FileEvent",
+    "Template",
+    "Tenant",
+    "APIKey",
     "SpaceError",
     "TransportError",
     "WaitTimeout",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import urlencode
 
 import httpx
@@ -12,7 +12,7 @@ import httpx
 from . import _core, errors
 from ._core import Req
 from ._stream import ExecStream, FileWatch, OutputCallback, open_sync, start_message
-from .models import EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot
+from .models import APIKey, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
 
 __all__ = ["Client", "Sandbox", "Files"]
 
@@ -223,6 +223,90 @@ class Client:
             time.sleep(pause)
             pause = min(pause * 1.5, 1.0)
 
+    # -- templates, tenants, keys -----------------------------------------
+
+    def list_templates(self) -> List[Template]:
+        """The templates sandboxes can be made from."""
+        d = self._call(Req("GET", "/v1/templates")) or {}
+        return [Template.from_dict(t) for t in d.get("templates") or [] if isinstance(t, dict)]
+
+    def build_template(
+        self,
+        name: str,
+        source: str,
+        *,
+        egress: Union[EgressPolicy, Mapping[str, Any], None] = None,
+        wait: bool = True,
+        wait_timeout: float = 1800.0,
+        idempotency_key: Optional[str] = None,
+    ) -> Template:
+        """Builds a template (admin keys) from ``source``: ``"dir:/path"``,
+        ``"tar:/path.tar[.gz]"`` (paths on the server's machine) or
+        ``"debootstrap:SUITE[+pkg,...]"``; with ``wait`` returns once it is ready."""
+        _core.segment("name", name)
+        if not isinstance(source, str) or ":" not in source:
+            raise ValueError(f"source {source!r}: want dir:/path, tar:/path.tar[.gz] or debootstrap:SUITE[+pkg,...]")
+        body: Dict[str, Any] = {"name": name, "from": source}
+        if egress is not None:
+            body["egress"] = _core.egress_body(egress)
+        d = self._call(Req("POST", "/v1/templates", json=body, idempotency_key=idempotency_key or ""))
+        t = Template.from_dict(d or {})
+        deadline = time.monotonic() + wait_timeout
+        pause = 0.2
+        while wait and t.state != "ready":
+            if t.state == "failed":
+                raise errors.SpaceError(f"template {name} failed to build: {t.reason}")
+            if time.monotonic() + pause > deadline:
+                raise errors.WaitTimeout(f"template {name} is still {t.state} after {wait_timeout:g}s")
+            time.sleep(pause)
+            pause = min(pause * 1.5, 2.0)
+            t = next((x for x in self.list_templates() if x.name == name), t)
+        return t
+
+    def delete_template(self, name: str) -> None:
+        """Deletes a template (admin keys)."""
+        self._call(Req("DELETE", "/v1/templates/" + _core.segment("name", name)))
+
+    def list_tenants(self) -> List[Tenant]:
+        """Every tenant (admin keys)."""
+        d = self._call(Req("GET", "/v1/tenants")) or {}
+        return [Tenant.from_dict(t) for t in d.get("tenants") or [] if isinstance(t, dict)]
+
+    def create_tenant(self, name: str, *, idempotency_key: Optional[str] = None) -> Tuple[Tenant, str]:
+        """Creates a tenant (admin keys) and returns it with its first API key (shown once)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("name is empty")
+        d = self._call(Req("POST", "/v1/tenants", json={"name": name}, idempotency_key=idempotency_key or "")) or {}
+        t = d.get("tenant")
+        key = d.get("key")
+        return Tenant.from_dict(t if isinstance(t, dict) else {}), key if isinstance(key, str) else ""
+
+    def delete_tenant(self, tenant_id: str) -> None:
+        """Deletes a tenant (admin keys)."""
+        self._call(Req("DELETE", "/v1/tenants/" + _core.segment("tenant_id", tenant_id)))
+
+    def list_keys(self, *, tenant: Optional[str] = None) -> List[APIKey]:
+        """The API keys of the caller's tenant (an admin key may name another)."""
+        params = {"tenant": tenant} if tenant else {}
+        d = self._call(Req("GET", "/v1/keys", params=params)) or {}
+        return [APIKey.from_dict(k) for k in d.get("keys") or [] if isinstance(k, dict)]
+
+    def create_key(self, *, tenant: Optional[str] = None, e2b: bool = False, idempotency_key: Optional[str] = None) -> Tuple[APIKey, str]:
+        """Creates an API key (for ``tenant``, admin keys only; else the caller's)
+        and returns it with its secret, shown once. ``e2b`` makes a key in E2B's shape."""
+        body: Dict[str, Any] = {}
+        if tenant:
+            body["tenant"] = tenant
+        if e2b:
+            body["e2b"] = True
+        d = self._call(Req("POST", "/v1/keys", json=body, idempotency_key=idempotency_key or "")) or {}
+        k = d.get("key")
+        secret = d.get("secret")
+        return APIKey.from_dict(k if isinstance(k, dict) else {}), secret if isinstance(secret, str) else ""
+
+    def revoke_key(self, key_id: str) -> None:
+        """Revokes an API key: it is refused at once."""
+        self._call(Req("DELETE", "/v1/keys/" + _core.segment("key_id", key_id)))
 
 def _chunks(src: Any, chunk_size: int = 1 << 20) -> Iterator[bytes]:
     """A binary file (read a chunk at a time) or an iterable of bytes as the

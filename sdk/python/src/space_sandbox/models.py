@@ -22,6 +22,9 @@ __all__ = [
     "EgressRules",
     "EgressPolicy",
     "FileEvent",
+    "Template",
+    "Tenant",
+    "APIKey",
 ]
 
 
@@ -317,3 +320,71 @@ class FileEvent:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileEvent":
         return cls(name=_str(d, "name"), type=_str(d, "type"))
+
+
+@dataclass
+class Template:
+    """A template sandboxes are made from: ``state`` ``"building"``, ``"ready"`` or ``"failed"``."""
+
+    name: str
+    source: str
+    state: str
+    reason: str = ""
+    size_bytes: int = 0
+    created_at: Optional[datetime] = None
+    egress: Optional[EgressPolicy] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Template":
+        eg = d.get("egress")
+        return cls(
+            name=_str(d, "name"),
+            source=_str(d, "source"),
+            state=_str(d, "state"),
+            reason=_str(d, "reason"),
+            size_bytes=_int(d, "size_bytes"),
+            created_at=parse_time(d.get("created_at")),
+            egress=EgressPolicy.from_dict(eg) if isinstance(eg, dict) else None,
+        )
+
+
+@dataclass
+class Tenant:
+    """A tenant, with its quota (0: unlimited) and what its sandboxes use."""
+
+    id: str
+    name: str
+    created_at: Optional[datetime] = None
+    quota: Dict[str, int] = field(default_factory=dict)
+    usage: Dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Tenant":
+        def ints(k: str) -> Dict[str, int]:
+            v = d.get(k)
+            return {str(a): b for a, b in v.items() if isinstance(b, int)} if isinstance(v, dict) else {}
+
+        return cls(id=_str(d, "id"), name=_str(d, "name"), created_at=parse_time(d.get("created_at")), quota=ints("quota"), usage=ints("usage"))
+
+
+@dataclass
+class APIKey:
+    """An API key; its secret is only ever in the answer that created it."""
+
+    id: str
+    tenant: str
+    prefix: str
+    admin: bool = False
+    created_at: Optional[datetime] = None
+    revoked_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "APIKey":
+        return cls(
+            id=_str(d, "id"),
+            tenant=_str(d, "tenant"),
+            prefix=_str(d, "prefix"),
+            admin=bool(d.get("admin")),
+            created_at=parse_time(d.get("created_at")),
+            revoked_at=parse_time(d.get("revoked_at")),
+        )
