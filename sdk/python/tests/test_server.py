@@ -396,3 +396,64 @@ def test_templates(client: ss.Client, tmp_path: "os.PathLike[str]") -> None:
     assert "py-dir" not in [x.name for x in client.list_templates()]
     with pytest.raises(ss.NotFound):
         client.delete_template("py-no-such-template")
+
+
+def _http_get(addr: "tuple[str, int]", path: str) -> bytes:
+    import socket as so
+
+    with so.create_connection(addr, timeout=20) as c:
+        c.sendall(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+        out = b""
+        while True:
+            b = c.recv(65536)
+            if not b:
+                return out
+            out += b
+
+
+def test_dial_port_and_forward(sb: ss.Sandbox) -> None:
+    sb.exec("mkdir -p /tmp/www && echo served-by-busybox > /tmp/www/index.html && httpd -p 8000 -h /tmp/www")
+    sb.expose_port(8000, protocol="tcp")
+    import socket as so
+
+    s = sb.dial_port(8000)
+    s.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+    s.shutdown(so.SHUT_WR)  # half-closed: the answer still comes
+    got = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+    s.close()
+    assert got.startswith(b"HTTP/1.") and got.endswith(b"served-by-busybox\n")
+    with sb.forward(8000) as fwd:
+        for _ in range(3):  # one tunnel per connection
+            assert _http_get(fwd.address, "/index.html").endswith(b"served-by-busybox\n")
+        assert fwd.errors == []
+    with pytest.raises(ss.APIError):
+        sb.dial_port(8001)  # not exposed
+
+
+def test_async_forward(sb: ss.Sandbox) -> None:
+    sb.exec("mkdir -p /tmp/www2 && echo async-served > /tmp/www2/index.html && httpd -p 8002 -h /tmp/www2")
+    sb.expose_port(8002, protocol="tcp")
+
+    async def main() -> None:
+        async with ss.AsyncClient() as c:
+            asb = await c.get_sandbox(sb.id)
+            r, w = await asb.dial_port(8002)
+            w.write(b"GET /index.html HTTP/1.0\r\n\r\n")
+            w.write_eof()
+            got = await r.read()
+            w.close()
+            assert got.endswith(b"async-served\n")
+            async with await asb.forward(8002) as fwd:
+                host, port = fwd.address
+                r2, w2 = await asyncio.open_connection(host, port)
+                w2.write(b"GET /index.html HTTP/1.0\r\n\r\n")
+                await w2.drain()
+                assert (await r2.read()).endswith(b"async-served\n")
+                w2.close()
+
+    asyncio.run(main())

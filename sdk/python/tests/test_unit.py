@@ -332,7 +332,7 @@ def test_the_async_surface_is_the_sync_one() -> None:
     the same parameters (close is aclose, as httpx names it)."""
     pairs = [
         (ss.Client, ss.AsyncClient), (ss.Sandbox, ss.AsyncSandbox), (ss.Files, ss.AsyncFiles),
-        (ss.ExecStream, ss.AsyncExecStream), (ss.FileWatch, ss.AsyncFileWatch),
+        (ss.ExecStream, ss.AsyncExecStream), (ss.FileWatch, ss.AsyncFileWatch), (ss.PortForward, ss.AsyncPortForward),
     ]
     for sync, asyn in pairs:
         for name, fn in inspect.getmembers(sync, inspect.isfunction):

@@ -8,6 +8,7 @@
 
 from ._async_client import AsyncClient, AsyncFiles, AsyncSandbox
 from ._client import Client, Files, Sandbox
+from ._ports import AsyncPortForward, PortForward
 from ._stream import AsyncExecStream, AsyncFileWatch, ExecStream, FileWatch, Output, StreamError
 from .errors import (
     APIError,
@@ -43,6 +44,8 @@ __all__ = [
     "AsyncExecStream",
     "FileWatch",
     "AsyncFileWatch",
+    "PortForward",
+    "AsyncPortForward",
     "Output",
     "StreamError",
     "FileEvent",

@@ -12,6 +12,7 @@ import httpx
 
 from . import _core, errors
 from ._core import Req
+from ._ports import AsyncPortForward, dial_async
 from ._stream import AsyncExecStream, AsyncFileWatch, OutputCallback, open_async, start_message
 from .models import APIKey, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
 
@@ -539,6 +540,19 @@ class AsyncSandbox:
         """Stops exposing a port."""
         _core.port_body(port, "http", False)
         await self.client._call(Req("DELETE", self._path(f"/ports/{port}")))
+
+    async def dial_port(self, port: int) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Opens a raw TCP connection to a port of the sandbox through the
+        server, authenticated with the client's key; ``write_eof`` half-closes it."""
+        _core.port_body(port, "tcp", False)
+        return await dial_async(self.client.api_url, self._path(f"/ports/{port}/tcp"), self.client._headers, f"dial port {port} of sandbox {self.id}")
+
+    async def forward(self, port: int, *, local_port: int = 0, host: str = "127.0.0.1") -> AsyncPortForward:
+        """Listens on ``host:local_port`` (0: any free port; see ``address``)
+        and forwards each connection to ``port`` of the sandbox."""
+        _core.port_body(port, "tcp", False)
+        fwd = AsyncPortForward(lambda: self.dial_port(port))
+        return await fwd.start(host, local_port)
 
     async def get_egress(self) -> EgressPolicy:
         """The sandbox's egress policy."""

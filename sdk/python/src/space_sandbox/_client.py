@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import urlencode
@@ -11,6 +12,7 @@ import httpx
 
 from . import _core, errors
 from ._core import Req
+from ._ports import PortForward, dial
 from ._stream import ExecStream, FileWatch, OutputCallback, open_sync, start_message
 from .models import APIKey, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
 
@@ -538,6 +540,21 @@ class Sandbox:
         """Stops exposing a port."""
         _core.port_body(port, "http", False)
         self.client._call(Req("DELETE", self._path(f"/ports/{port}")))
+
+    def dial_port(self, port: int) -> socket.socket:
+        """Opens a raw TCP connection to a port of the sandbox through the
+        server, authenticated with the client's key; ``shutdown(SHUT_WR)``
+        half-closes it."""
+        _core.port_body(port, "tcp", False)
+        return dial(self.client.api_url, self._path(f"/ports/{port}/tcp"), self.client._headers, f"dial port {port} of sandbox {self.id}")
+
+    def forward(self, port: int, *, local_port: int = 0, host: str = "127.0.0.1") -> PortForward:
+        """Listens on ``host:local_port`` (0: any free port; see ``address``)
+        and forwards each connection to ``port`` of the sandbox, until closed."""
+        _core.port_body(port, "tcp", False)
+        path = self._path(f"/ports/{port}/tcp")
+        what = f"forward port {port} of sandbox {self.id}"
+        return PortForward(lambda: dial(self.client.api_url, path, self.client._headers, what), host, local_port)
 
     def get_egress(self) -> EgressPolicy:
         """The sandbox's egress policy."""
