@@ -29,7 +29,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileEvent, FileList, Template, Tenant, APIKey, SandboxInfo, ServicePort, Snapshot
+from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileEvent, FileList, Template, Tenant, APIKey, Credential, SandboxInfo, ServicePort, Snapshot
 
 __version__ = "0.1.0"
 
@@ -52,6 +52,7 @@ __all__ = [
     "Template",
     "Tenant",
     "APIKey",
+    "Credential",
     "SpaceError",
     "TransportError",
     "WaitTimeout",

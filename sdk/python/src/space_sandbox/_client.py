@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from datetime import datetime
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import urlencode
 
@@ -14,7 +15,7 @@ from . import _core, errors
 from ._core import Req
 from ._ports import PortForward, dial
 from ._stream import ExecStream, FileWatch, OutputCallback, open_sync, start_message
-from .models import APIKey, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
+from .models import APIKey, Credential, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
 
 __all__ = ["Client", "Sandbox", "Files"]
 
@@ -309,6 +310,44 @@ class Client:
     def revoke_key(self, key_id: str) -> None:
         """Revokes an API key: it is refused at once."""
         self._call(Req("DELETE", "/v1/keys/" + _core.segment("key_id", key_id)))
+    # -- credentials -------------------------------------------------------
+
+    def create_credential(
+        self,
+        name: str,
+        secret: str,
+        *,
+        injection: Mapping[str, str],
+        allowed_hosts: Sequence[str],
+        expires_at: Optional[datetime] = None,
+        rate_limit: Optional[int] = None,
+        project: Optional[str] = None,
+        sandbox: Optional[str] = None,
+        tenant: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Credential:
+        """Stores a credential the gateway injects into requests to
+        ``allowed_hosts`` (the secret never enters a sandbox): for every
+        sandbox of the tenant, or those of ``project``, or one ``sandbox``."""
+        body = _core.credential_body(name, secret, injection, allowed_hosts, expires_at, rate_limit, project, sandbox, tenant)
+        d = self._call(Req("POST", "/v1/credentials", json=body, idempotency_key=idempotency_key or ""))
+        return Credential.from_dict(d or {})
+
+    def list_credentials(self, *, tenant: Optional[str] = None) -> List[Credential]:
+        """The tenant's credentials (an admin key may name another tenant)."""
+        d = self._call(Req("GET", "/v1/credentials", params={"tenant": tenant} if tenant else {})) or {}
+        return [Credential.from_dict(c) for c in d.get("credentials") or [] if isinstance(c, dict)]
+
+    def get_credential(self, credential_id: str, *, tenant: Optional[str] = None) -> Credential:
+        """One credential."""
+        path = "/v1/credentials/" + _core.segment("credential_id", credential_id)
+        d = self._call(Req("GET", path, params={"tenant": tenant} if tenant else {}))
+        return Credential.from_dict(d or {})
+
+    def delete_credential(self, credential_id: str, *, tenant: Optional[str] = None) -> None:
+        """Deletes a credential: it is injected no more."""
+        path = "/v1/credentials/" + _core.segment("credential_id", credential_id)
+        self._call(Req("DELETE", path, params={"tenant": tenant} if tenant else {}))
 
 def _chunks(src: Any, chunk_size: int = 1 << 20) -> Iterator[bytes]:
     """A binary file (read a chunk at a time) or an iterable of bytes as the

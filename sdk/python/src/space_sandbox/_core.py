@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
@@ -372,3 +373,41 @@ def seconds_of(d: str) -> float:
     for num, _, unit in re.findall(r"([0-9]+(\.[0-9]+)?)(ns|us|µs|ms|s|m|h)", d):
         total += float(num) * _UNIT[unit]
     return total
+
+
+def credential_body(
+    name: str,
+    secret: str,
+    injection: Mapping[str, str],
+    allowed_hosts: Sequence[str],
+    expires_at: Optional[datetime],
+    rate_limit: Optional[int],
+    project: Optional[str],
+    sandbox: Optional[str],
+    tenant: Optional[str],
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/credentials``, validated."""
+    if not isinstance(name, str) or not 1 <= len(name.encode()) <= 128 or not name.isprintable() or not name.isascii():
+        raise ValueError(f"name {name!r}: want 1 to 128 bytes of printable ASCII")
+    if not isinstance(secret, str) or secret == "":
+        raise ValueError("secret is empty")
+    if not isinstance(injection, Mapping) or injection.get("method") not in ("header", "basic", "query"):
+        raise ValueError("injection: want {'method': 'header', 'name': 'Authorization'}, {'method': 'basic'} or {'method': 'query', 'name': 'key'}")
+    if injection.get("method") in ("header", "query") and not injection.get("name"):
+        raise ValueError(f"injection.name: a {injection.get('method')} injection names the {injection.get('method')} to set")
+    if isinstance(allowed_hosts, str) or not allowed_hosts or not all(isinstance(h, str) and h for h in allowed_hosts):
+        raise ValueError("allowed_hosts: want a non-empty list of host names ('api.github.com', '*.example.com')")
+    body: Dict[str, Any] = {"name": name, "secret": secret, "injection": dict(injection), "allowed_hosts": list(allowed_hosts)}
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+            raise ValueError("expires_at: want a timezone-aware datetime")
+        body["expires_at"] = expires_at.isoformat()
+    if rate_limit:
+        body["rate_limit"] = _count("rate_limit", rate_limit)
+    if project:
+        body["project"] = project
+    if sandbox:
+        body["sandbox"] = sandbox
+    if tenant:
+        body["tenant"] = tenant
+    return body

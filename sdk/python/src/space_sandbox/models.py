@@ -25,6 +25,7 @@ __all__ = [
     "Template",
     "Tenant",
     "APIKey",
+    "Credential",
 ]
 
 
@@ -387,4 +388,32 @@ class APIKey:
             admin=bool(d.get("admin")),
             created_at=parse_time(d.get("created_at")),
             revoked_at=parse_time(d.get("revoked_at")),
+        )
+
+
+@dataclass
+class Credential:
+    """A credential the gateway injects into a sandbox's outgoing requests to
+    ``allowed_hosts`` (docs/credentials.md); its secret is never reported."""
+
+    id: str
+    name: str
+    scope: Dict[str, str] = field(default_factory=dict)
+    injection: Dict[str, str] = field(default_factory=dict)
+    allowed_hosts: List[str] = field(default_factory=list)
+    expires_at: Optional[datetime] = None
+    rate_limit: int = 0
+    created_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Credential":
+        return cls(
+            id=_str(d, "id"),
+            name=_str(d, "name"),
+            scope=_strmap(d, "scope"),
+            injection=_strmap(d, "injection"),
+            allowed_hosts=_strlist(d, "allowed_hosts"),
+            expires_at=parse_time(d.get("expires_at")),
+            rate_limit=_int(d, "rate_limit"),
+            created_at=parse_time(d.get("created_at")),
         )
