@@ -79,6 +79,32 @@ def test_exec(sb: ss.Sandbox) -> None:
         assert exc.message and time.monotonic() - t0 < 20
     else:
         pytest.fail(f"sleep 30 with a 1s timeout returned {res!r} after {time.monotonic() - t0:.1f}s")
+    assert_gone(sb, "sleep 30")
+
+
+def assert_gone(sb: ss.Sandbox, args: str) -> None:
+    """Waits up to 15 s for no process of the sandbox to have these args."""
+    deadline = time.monotonic() + 15
+    while args in sb.exec("ps -o args").stdout:
+        assert time.monotonic() < deadline, f"{args!r} still runs in the sandbox"
+        time.sleep(0.2)
+
+
+def test_cancelled_async_exec_leaves_nothing_running(sb: ss.Sandbox) -> None:
+    async def main() -> None:
+        async with ss.AsyncClient() as c:
+            asb = await c.get_sandbox(sb.id)
+            task = asyncio.ensure_future(asb.exec(["sleep", "304"], timeout=120))
+            deadline = time.monotonic() + 15
+            while "sleep 304" not in (await asb.exec("ps -o args")).stdout:
+                assert time.monotonic() < deadline, "the command never started"
+                await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    assert_gone(sb, "sleep 304")
 
 
 def test_files(sb: ss.Sandbox) -> None:
@@ -292,10 +318,7 @@ def test_exec_stream_signal_and_close_leave_nothing_running(sb: ss.Sandbox) -> N
     with pytest.raises(ss.WaitTimeout):
         st2.wait(timeout=0.5)
     st2.close()
-    deadline = time.monotonic() + 15
-    while "sleep 302" in sb.exec("ps -o args").stdout:
-        assert time.monotonic() < deadline, "the command of a closed stream still runs"
-        time.sleep(0.2)
+    assert_gone(sb, "sleep 302")
 
 
 def test_exec_stream_tty_and_resize(sb: ss.Sandbox) -> None:
