@@ -71,14 +71,17 @@ def test_exec(sb: ss.Sandbox) -> None:
     assert (r.exit_code, r.stdout, r.stderr, r.truncated) == (3, "out\n", "err\n", False)
     r = sb.exec("pwd; echo $A; cat", env={"A": "b"}, cwd="/tmp", stdin="from stdin")
     assert r.exit_code == 0 and r.stdout == "/tmp\nb\nfrom stdin"
-    # A command past its timeout is killed; the server answers unavailable.
+    # A command past its timeout is killed. The server answers unavailable,
+    # or, when the guest's own deadline ends the command first, its result
+    # with a failing exit code (both seen; the race is the server's).
     t0 = time.monotonic()
     try:
         res = sb.exec(["sleep", "30"], timeout=1)
     except ss.Unavailable as exc:
-        assert exc.message and time.monotonic() - t0 < 20
+        assert exc.message
     else:
-        pytest.fail(f"sleep 30 with a 1s timeout returned {res!r} after {time.monotonic() - t0:.1f}s")
+        assert res.exit_code != 0, res
+    assert time.monotonic() - t0 < 20
     assert_gone(sb, "sleep 30")
 
 
