@@ -53,7 +53,8 @@ class Req:
     content: Any = None
     idempotency_key: str = ""
     limit: int = MAX_JSON_BODY
-    what: str = ""
+    #: Where a seekable body starts (see mark and rewind).
+    start: int = 0
 
     def replayable(self) -> bool:
         """Whether the request may be sent again after ``refresh_route``: a read,
@@ -69,13 +70,12 @@ class Req:
     def rewind(self) -> None:
         """Puts a seekable body back at the position it started from."""
         if self.content is not None and not isinstance(self.content, (bytes, str)):
-            start = getattr(self, "_start", 0)
-            self.content.seek(start)
+            self.content.seek(self.start)
 
     def mark(self) -> None:
         """Remembers where a seekable body starts, for :meth:`rewind`."""
         if self.content is not None and not isinstance(self.content, (bytes, str)) and _seekable(self.content):
-            object.__setattr__(self, "_start", self.content.tell())
+            self.start = self.content.tell()
 
     def headers(self) -> Dict[str, str]:
         h: Dict[str, str] = {}
