@@ -14,6 +14,9 @@ want+=(build-essential bc flex bison libelf-dev xz-utils)
 # installed (a NodeSource nodejs already brings npm).
 want+=(bash-static)
 if ! command -v npm >/dev/null 2>&1; then want+=(nodejs npm); fi
+# The Python SDK's tests (sdk/python) make a venv and pip-install pytest,
+# httpx and mypy into it, where no python3 with venv is installed.
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then want+=(python3 python3-venv python3-pip); fi
 if [ "${1:-test}" = run ]; then
   want+=(qemu-utils)
 fi

@@ -113,11 +113,24 @@ func runToCompletion(ctx context.Context, g *Guest, req *sandboxv1.ExecRequest, 
 	var stdout, stderr capture
 	res := &sandboxv1.ExecResult{}
 	started, ended := false, false
+	var pid uint32
+	defer func() {
+		if pid != 0 && !ended {
+			// The client went away (or the stream broke) before the command
+			// ended: do not leave it running unattended, as a streaming exec
+			// does not (execws.go).
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			sel := &processv1.ProcessSelector{Selector: &processv1.ProcessSelector_Pid{Pid: pid}}
+			_, _ = g.Process.SendSignal(kctx, connect.NewRequest(&processv1.SendSignalRequest{Process: sel, Signal: processv1.Signal_SIGNAL_SIGKILL}))
+		}
+	}()
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
 			started = true
+			pid = ev.GetStart().GetPid()
 			if wantStdin {
 				if err := sendStdinAndClose(ctx, g, ev.GetStart().GetPid(), []byte(req.Stdin)); err != nil {
 					return nil, err

@@ -1,0 +1,723 @@
+"""The asynchronous client: the surface of :mod:`._client` with ``await``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime
+from typing import IO, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import urlencode
+
+import httpx
+
+from . import _core, errors
+from ._core import Req
+from ._ports import AsyncPortForward, dial_async
+from ._stream import AsyncExecStream, AsyncFileWatch, OutputCallback, open_async, start_message
+from .models import APIKey, Credential, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
+
+__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles"]
+
+Duration = Union[str, int, float, None]
+
+
+class AsyncClient:
+    """A client of one SPACE server.
+
+    ``api_url`` and ``api_key`` default to ``SPACE_API_URL`` and
+    ``SPACE_API_KEY``, as the CLI's do. ``timeout`` bounds each HTTP request
+    in seconds (a command run to completion gets its own timeout plus a
+    margin). Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        api_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: float = 300.0,
+        http_client: Optional[httpx.AsyncClient] = None,
+        user_agent: str = "space-python-sdk",
+    ) -> None:
+        self.api_url, self._key = _core.resolve_config(api_url, api_key)
+        self._timeout = timeout
+        self._own = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
+        self._headers = {"User-Agent": user_agent}
+        if self._key:
+            self._headers["Authorization"] = "Bearer " + self._key
+
+    async def aclose(self) -> None:
+        """Closes the connections the client opened itself."""
+        if self._own:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- transport ---------------------------------------------------------
+
+    async def _send_once(self, req: Req, timeout: Optional[float]) -> httpx.Response:
+        headers = dict(self._headers)
+        headers.update(req.headers())
+        kwargs: Dict[str, Any] = {}
+        if req.json is not None:
+            kwargs["content"] = json.dumps(req.json).encode()
+        elif isinstance(req.content, (bytes, str)) or hasattr(req.content, "__aiter__"):
+            kwargs["content"] = req.content
+        elif req.content is not None:
+            kwargs["content"] = _async_chunks(req.content)
+        if timeout is not None:
+            kwargs["timeout"] = httpx.Timeout(timeout, connect=10.0)
+        request = self._http.build_request(req.method, self.api_url + req.path, params=req.params or None, headers=headers, **kwargs)
+        try:
+            resp = await self._http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise errors.TransportError(f"{req.method} {req.path}: {exc} (is SPACE_API_URL {self.api_url!r} right?)") from exc
+        if 200 <= resp.status_code <= 299:
+            return resp
+        try:
+            body = await _read_bounded(resp, _core.MAX_ERROR_BODY, truncate=True)
+        finally:
+            await resp.aclose()
+        raise _core.api_error(resp.status_code, body)
+
+    async def _send(self, req: Req, timeout: Optional[float] = None) -> httpx.Response:
+        """Sends req; the caller closes the answer. On ``refresh_route`` a
+        replayable request (a read, or one with an Idempotency-Key, whose body
+        can be sent again) is sent once more; nothing else is retried."""
+        req.mark()
+        try:
+            return await self._send_once(req, timeout)
+        except errors.RefreshRoute:
+            if not req.replayable():
+                raise
+            req.rewind()
+            return await self._send_once(req, timeout)
+
+    async def _call(self, req: Req, timeout: Optional[float] = None) -> Any:
+        resp = await self._send(req, timeout)
+        try:
+            body = await _read_bounded(resp, req.limit)
+        finally:
+            await resp.aclose()
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise errors.SpaceError(f"{req.method} {req.path}: the answer is not JSON: {exc}") from exc
+
+    # -- sandboxes ---------------------------------------------------------
+
+    async def create_sandbox(
+        self,
+        template: Optional[str] = None,
+        *,
+        runtime: Optional[str] = None,
+        name: Optional[str] = None,
+        cpus: Optional[int] = None,
+        memory_mib: Optional[int] = None,
+        disk_mib: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Duration = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        idle_timeout: Duration = None,
+        idle_action: Optional[str] = None,
+        egress: Union[EgressPolicy, Mapping[str, Any], None] = None,
+        allow_internet_access: Optional[bool] = None,
+        project: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> "AsyncSandbox":
+        """Creates a sandbox and returns it once it is running.
+
+        ``template`` defaults to the server's (``base``; ``minimal`` is
+        busybox). ``timeout`` and ``idle_timeout`` are durations (``"30m"``)
+        or seconds. With ``idempotency_key`` a retried create makes one
+        sandbox, and the call is retried once on ``refresh_route``.
+        """
+        body = _core.create_body(
+            template=template, runtime=runtime, name=name, cpus=cpus, memory_mib=memory_mib, disk_mib=disk_mib,
+            env=env, timeout=timeout, metadata=metadata, idle_timeout=idle_timeout, idle_action=idle_action,
+            egress=egress, allow_internet_access=allow_internet_access, project=project,
+        )
+        d = await self._call(Req("POST", "/v1/sandboxes", json=body, idempotency_key=idempotency_key or ""))
+        return AsyncSandbox(self, SandboxInfo.from_dict(d or {}))
+
+    async def get_sandbox(self, sandbox_id: str) -> "AsyncSandbox":
+        """Reads one sandbox; :class:`~space_sandbox.NotFound` when it does not exist."""
+        return AsyncSandbox(self, await self._get_info(sandbox_id))
+
+    async def _get_info(self, sandbox_id: str) -> SandboxInfo:
+        d = await self._call(Req("GET", _core.sandbox_path(sandbox_id)))
+        return SandboxInfo.from_dict(d or {})
+
+    async def list_sandboxes(
+        self,
+        *,
+        state: Optional[str] = None,
+        template: Optional[str] = None,
+        name: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> List["AsyncSandbox"]:
+        """Lists the caller's tenant's sandboxes, keeping those that match every
+        filter given (``metadata``: each key with that value)."""
+        return [sb async for sb in self.iter_sandboxes(state=state, template=template, name=name, metadata=metadata)]
+
+    async def iter_sandboxes(
+        self,
+        *,
+        state: Optional[str] = None,
+        template: Optional[str] = None,
+        name: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> AsyncIterator["AsyncSandbox"]:
+        """Like :meth:`list_sandboxes`, one sandbox at a time."""
+        d = await self._call(Req("GET", "/v1/sandboxes")) or {}
+        for raw in d.get("sandboxes") or []:
+            if isinstance(raw, dict):
+                info = SandboxInfo.from_dict(raw)
+                if _core.matches(info, state, template, name, metadata):
+                    yield AsyncSandbox(self, info)
+
+    async def delete_sandbox(self, sandbox_id: str, *, wait: bool = True, wait_timeout: float = 300.0) -> None:
+        """Deletes a sandbox; with ``wait`` returns once the server no longer has it."""
+        await self._call(Req("DELETE", _core.sandbox_path(sandbox_id)))
+        if wait:
+            await self.wait_deleted(sandbox_id, timeout=wait_timeout)
+
+    async def wait_for_state(self, sandbox_id: str, state: str, *, timeout: float = 300.0) -> "AsyncSandbox":
+        """Polls a sandbox until it is in ``state``; raises
+        :class:`~space_sandbox.WaitTimeout` after ``timeout`` seconds and
+        :class:`~space_sandbox.SpaceError` when it failed or is being deleted."""
+        deadline = time.monotonic() + timeout
+        pause = 0.1
+        while True:
+            info = await self._get_info(sandbox_id)
+            if info.state == state:
+                return AsyncSandbox(self, info)
+            if info.state in _core.TERMINAL_STATES:
+                why = f": {info.reason}" if info.reason else ""
+                raise errors.SpaceError(f"sandbox {sandbox_id} is {info.state}{why}; it will not become {state}")
+            if time.monotonic() + pause > deadline:
+                raise errors.WaitTimeout(f"sandbox {sandbox_id} is still {info.state} after {timeout:g}s (waiting for {state})")
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 1.0)
+
+    async def wait_deleted(self, sandbox_id: str, *, timeout: float = 300.0) -> None:
+        """Polls a sandbox until the server no longer knows it."""
+        deadline = time.monotonic() + timeout
+        pause = 0.1
+        while True:
+            try:
+                info = await self._get_info(sandbox_id)
+            except errors.NotFound:
+                return
+            if info.state == "deleted":
+                return
+            if info.state == "failed":
+                raise errors.SpaceError(f"sandbox {sandbox_id} failed while being deleted: {info.reason}")
+            if time.monotonic() + pause > deadline:
+                raise errors.WaitTimeout(f"sandbox {sandbox_id} is still {info.state} after {timeout:g}s (waiting for its deletion)")
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 1.0)
+
+    # -- templates, tenants, keys -----------------------------------------
+
+    async def list_templates(self) -> List[Template]:
+        """The templates sandboxes can be made from."""
+        d = await self._call(Req("GET", "/v1/templates")) or {}
+        return [Template.from_dict(t) for t in d.get("templates") or [] if isinstance(t, dict)]
+
+    async def build_template(
+        self,
+        name: str,
+        source: str,
+        *,
+        egress: Union[EgressPolicy, Mapping[str, Any], None] = None,
+        wait: bool = True,
+        wait_timeout: float = 1800.0,
+        idempotency_key: Optional[str] = None,
+    ) -> Template:
+        """Builds a template (admin keys) from ``source``: ``"dir:/path"``,
+        ``"tar:/path.tar[.gz]"`` (paths on the server's machine) or
+        ``"debootstrap:SUITE[+pkg,...]"``; with ``wait`` returns once it is ready."""
+        _core.segment("name", name)
+        if not isinstance(source, str) or ":" not in source:
+            raise ValueError(f"source {source!r}: want dir:/path, tar:/path.tar[.gz] or debootstrap:SUITE[+pkg,...]")
+        body: Dict[str, Any] = {"name": name, "from": source}
+        if egress is not None:
+            body["egress"] = _core.egress_body(egress)
+        d = await self._call(Req("POST", "/v1/templates", json=body, idempotency_key=idempotency_key or ""))
+        t = Template.from_dict(d or {})
+        deadline = time.monotonic() + wait_timeout
+        pause = 0.2
+        while wait and t.state != "ready":
+            if t.state == "failed":
+                raise errors.SpaceError(f"template {name} failed to build: {t.reason}")
+            if time.monotonic() + pause > deadline:
+                raise errors.WaitTimeout(f"template {name} is still {t.state} after {wait_timeout:g}s")
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 2.0)
+            t = next((x for x in await self.list_templates() if x.name == name), t)
+        return t
+
+    async def delete_template(self, name: str) -> None:
+        """Deletes a template (admin keys)."""
+        await self._call(Req("DELETE", "/v1/templates/" + _core.segment("name", name)))
+
+    async def list_tenants(self) -> List[Tenant]:
+        """Every tenant (admin keys)."""
+        d = await self._call(Req("GET", "/v1/tenants")) or {}
+        return [Tenant.from_dict(t) for t in d.get("tenants") or [] if isinstance(t, dict)]
+
+    async def create_tenant(self, name: str, *, idempotency_key: Optional[str] = None) -> Tuple[Tenant, str]:
+        """Creates a tenant (admin keys) and returns it with its first API key (shown once)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("name is empty")
+        d = await self._call(Req("POST", "/v1/tenants", json={"name": name}, idempotency_key=idempotency_key or "")) or {}
+        t = d.get("tenant")
+        key = d.get("key")
+        return Tenant.from_dict(t if isinstance(t, dict) else {}), key if isinstance(key, str) else ""
+
+    async def delete_tenant(self, tenant_id: str) -> None:
+        """Deletes a tenant (admin keys)."""
+        await self._call(Req("DELETE", "/v1/tenants/" + _core.segment("tenant_id", tenant_id)))
+
+    async def list_keys(self, *, tenant: Optional[str] = None) -> List[APIKey]:
+        """The API keys of the caller's tenant (an admin key may name another)."""
+        params = {"tenant": tenant} if tenant else {}
+        d = await self._call(Req("GET", "/v1/keys", params=params)) or {}
+        return [APIKey.from_dict(k) for k in d.get("keys") or [] if isinstance(k, dict)]
+
+    async def create_key(self, *, tenant: Optional[str] = None, e2b: bool = False, idempotency_key: Optional[str] = None) -> Tuple[APIKey, str]:
+        """Creates an API key (for ``tenant``, admin keys only; else the caller's)
+        and returns it with its secret, shown once. ``e2b`` makes a key in E2B's shape."""
+        body: Dict[str, Any] = {}
+        if tenant:
+            body["tenant"] = tenant
+        if e2b:
+            body["e2b"] = True
+        d = await self._call(Req("POST", "/v1/keys", json=body, idempotency_key=idempotency_key or "")) or {}
+        k = d.get("key")
+        secret = d.get("secret")
+        return APIKey.from_dict(k if isinstance(k, dict) else {}), secret if isinstance(secret, str) else ""
+
+    async def revoke_key(self, key_id: str) -> None:
+        """Revokes an API key: it is refused at once."""
+        await self._call(Req("DELETE", "/v1/keys/" + _core.segment("key_id", key_id)))
+    # -- credentials -------------------------------------------------------
+
+    async def create_credential(
+        self,
+        name: str,
+        secret: str,
+        *,
+        injection: Mapping[str, str],
+        allowed_hosts: Sequence[str],
+        expires_at: Optional[datetime] = None,
+        rate_limit: Optional[int] = None,
+        project: Optional[str] = None,
+        sandbox: Optional[str] = None,
+        tenant: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Credential:
+        """Stores a credential the gateway injects into requests to
+        ``allowed_hosts`` (the secret never enters a sandbox): for every
+        sandbox of the tenant, or those of ``project``, or one ``sandbox``."""
+        body = _core.credential_body(name, secret, injection, allowed_hosts, expires_at, rate_limit, project, sandbox, tenant)
+        d = await self._call(Req("POST", "/v1/credentials", json=body, idempotency_key=idempotency_key or ""))
+        return Credential.from_dict(d or {})
+
+    async def list_credentials(self, *, tenant: Optional[str] = None) -> List[Credential]:
+        """The tenant's credentials (an admin key may name another tenant)."""
+        d = await self._call(Req("GET", "/v1/credentials", params={"tenant": tenant} if tenant else {})) or {}
+        return [Credential.from_dict(c) for c in d.get("credentials") or [] if isinstance(c, dict)]
+
+    async def get_credential(self, credential_id: str, *, tenant: Optional[str] = None) -> Credential:
+        """One credential."""
+        path = "/v1/credentials/" + _core.segment("credential_id", credential_id)
+        d = await self._call(Req("GET", path, params={"tenant": tenant} if tenant else {}))
+        return Credential.from_dict(d or {})
+
+    async def delete_credential(self, credential_id: str, *, tenant: Optional[str] = None) -> None:
+        """Deletes a credential: it is injected no more."""
+        path = "/v1/credentials/" + _core.segment("credential_id", credential_id)
+        await self._call(Req("DELETE", path, params={"tenant": tenant} if tenant else {}))
+
+async def _async_chunks(src: Any, chunk_size: int = 1 << 20) -> AsyncIterator[bytes]:
+    """A binary file or an iterable of bytes as the async stream httpx's async
+    client sends; a file is read a chunk at a time."""
+    if hasattr(src, "read"):
+        while True:
+            chunk = src.read(chunk_size)
+            if not chunk:
+                return
+            yield bytes(chunk)
+    else:
+        for chunk in src:
+            yield bytes(chunk)
+
+
+async def _read_bounded(resp: httpx.Response, limit: int, truncate: bool = False) -> bytes:
+    """Reads at most limit bytes of an answer; more is an error unless truncate."""
+    buf = bytearray()
+    try:
+        async for chunk in resp.aiter_bytes():
+            buf += chunk
+            if len(buf) > limit:
+                if truncate:
+                    return bytes(buf[:limit])
+                raise errors.SpaceError(f"the answer is larger than {limit} bytes")
+    except httpx.TransportError as exc:
+        raise errors.TransportError(f"reading the answer: {exc}") from exc
+    return bytes(buf)
+
+
+class AsyncSandbox:
+    """One sandbox. ``info`` is what the server last reported; :meth:`refresh`
+    reads it again. As a context manager it deletes the sandbox on exit."""
+
+    def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
+        self.client = client
+        self.info = info
+        self.files = AsyncFiles(self)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, state={self.state!r}, template={self.info.template!r})"
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.delete()
+        except errors.NotFound:
+            pass
+
+    def _path(self, suffix: str = "") -> str:
+        return _core.sandbox_path(self.id, suffix)
+
+    async def refresh(self) -> "AsyncSandbox":
+        """Reads the sandbox again from the server."""
+        self.info = await self.client._get_info(self.id)
+        return self
+
+    async def delete(self, *, wait: bool = True) -> None:
+        """Deletes the sandbox (and waits until it is gone unless ``wait`` is False)."""
+        await self.client.delete_sandbox(self.id, wait=wait)
+
+    # -- exec --------------------------------------------------------------
+
+    async def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        timeout: Duration = None,
+    ) -> ExecResult:
+        """Runs a command to completion: a list is a program and its arguments,
+        a string runs with ``/bin/sh -c``. ``timeout`` (default 60 s on the
+        server) kills the command when it passes. A failing command is not an
+        exception: check ``exit_code``. Never retried: a command may have run."""
+        body = _core.exec_body(cmd, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout)
+        secs = _core.seconds_of(body.get("timeout", "")) or 60.0
+        d = await self.client._call(Req("POST", self._path("/exec"), json=body, limit=_core.MAX_EXEC_BODY), timeout=max(self.client._timeout, secs + 30.0))
+        return ExecResult.from_dict(d or {})
+
+    async def exec_stream(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        tty: bool = False,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> AsyncExecStream:
+        """Starts a command over a WebSocket and returns the running stream:
+        its output arrives as it is produced (iterate the stream, or pass
+        callbacks and call ``wait``), it takes stdin, signals and, with
+        ``tty=True``, a terminal of ``cols`` x ``rows`` that ``resize`` changes.
+        Closing the stream kills a command still running."""
+        body = _core.exec_body(cmd, env=env, cwd=cwd, user=user, stdin=None, timeout=None)
+        start = start_message(body, tty, cols, rows)
+        conn = await open_async(self.client.api_url, self._path("/exec"), self.client._headers, "exec")
+        stream = AsyncExecStream(conn, on_stdout, on_stderr)
+        try:
+            await stream._send(json.dumps(start), "send start")
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def _lifecycle(self, verb: str, body: Optional[Dict[str, Any]], wait: bool, wait_timeout: float) -> "AsyncSandbox":
+        d = await self.client._call(Req("POST", self._path("/" + verb), json=body))
+        self.info = SandboxInfo.from_dict(d or {})
+        target = _core.TARGET_STATE[verb]
+        if wait and self.info.state != target:
+            self.info = (await self.client.wait_for_state(self.id, target, timeout=wait_timeout)).info
+        return self
+
+    async def pause(self, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Pauses a running sandbox (state ``paused``)."""
+        return await self._lifecycle("pause", None, wait, wait_timeout)
+
+    async def resume(self, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Resumes a paused sandbox (state ``running``)."""
+        return await self._lifecycle("resume", None, wait, wait_timeout)
+
+    async def stop(self, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Stops the sandbox, keeping its filesystem (state ``stopped``)."""
+        return await self._lifecycle("stop", None, wait, wait_timeout)
+
+    async def start(self, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Starts a stopped sandbox (state ``running``)."""
+        return await self._lifecycle("start", None, wait, wait_timeout)
+
+    async def hibernate(self, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Snapshots the sandbox to object storage and frees its node (state ``hibernated``)."""
+        return await self._lifecycle("hibernate", None, wait, wait_timeout)
+
+    async def restore(self, *, node: Optional[str] = None, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Brings a hibernated sandbox back (state ``running``); ``node`` (admin keys) picks where."""
+        return await self._lifecycle("restore", {"node": node} if node else None, wait, wait_timeout)
+
+    async def rollback(self, snapshot: str, *, wait: bool = True, wait_timeout: float = 300.0) -> "AsyncSandbox":
+        """Puts the filesystem back to ``snapshot`` and starts a new execution from it."""
+        if not snapshot:
+            raise ValueError("snapshot is empty: want a snapshot id (see list_snapshots)")
+        return await self._lifecycle("rollback", {"snapshot": snapshot}, wait, wait_timeout)
+
+    async def fork(self, *, snapshot: Optional[str] = None, name: Optional[str] = None, idempotency_key: Optional[str] = None) -> "AsyncSandbox":
+        """Creates a new sandbox from this one's filesystem, or from one of its
+        snapshots, and returns it."""
+        body: Dict[str, Any] = {}
+        if snapshot:
+            body["snapshot"] = snapshot
+        if name:
+            body["name"] = name
+        d = await self.client._call(Req("POST", self._path("/fork"), json=body, idempotency_key=idempotency_key or ""))
+        return AsyncSandbox(self.client, SandboxInfo.from_dict(d or {}))
+
+    async def set_timeout(self, timeout: Union[str, int, float]) -> "AsyncSandbox":
+        """Makes the sandbox live ``timeout`` (a duration or seconds) from now; 0 removes its timeout."""
+        t = _core.duration("timeout", timeout)
+        if t == "":
+            raise ValueError("timeout is empty: want a duration such as '30m', seconds, or 0 for none")
+        d = await self.client._call(Req("POST", self._path("/timeout"), json={"timeout": t}))
+        self.info = SandboxInfo.from_dict(d or {})
+        return self
+
+    # -- snapshots ---------------------------------------------------------
+
+    async def create_snapshot(self, kind: str = "disk", *, wait: bool = True, wait_timeout: float = 300.0, idempotency_key: Optional[str] = None) -> Snapshot:
+        """Takes a snapshot (``"disk"``, or ``"full"`` of a paused sandbox); with
+        ``wait`` returns once it is ready."""
+        body = {"kind": _core.kind_of(kind)}
+        d = await self.client._call(Req("POST", self._path("/snapshots"), json=body, idempotency_key=idempotency_key or ""))
+        snap = Snapshot.from_dict(d or {})
+        deadline = time.monotonic() + wait_timeout
+        pause = 0.1
+        while wait and snap.state != "ready":
+            if snap.state == "failed":
+                raise errors.SpaceError(f"snapshot {snap.id} of sandbox {self.id} failed: {snap.reason}")
+            if time.monotonic() + pause > deadline:
+                raise errors.WaitTimeout(f"snapshot {snap.id} of sandbox {self.id} is still {snap.state} after {wait_timeout:g}s")
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 1.0)
+            snap = next((s for s in await self.list_snapshots() if s.id == snap.id), snap)
+        return snap
+
+    async def list_snapshots(self) -> List[Snapshot]:
+        """The sandbox's snapshots."""
+        d = await self.client._call(Req("GET", self._path("/snapshots"))) or {}
+        return [Snapshot.from_dict(s) for s in d.get("snapshots") or [] if isinstance(s, dict)]
+
+    async def delete_snapshot(self, snapshot: str) -> None:
+        """Deletes one of the sandbox's snapshots."""
+        await self.client._call(Req("DELETE", self._path("/snapshots/" + _core.segment("snapshot", snapshot))))
+
+    # -- events, ports, egress --------------------------------------------
+
+    async def events(self) -> List[Event]:
+        """The sandbox's history, oldest first."""
+        d = await self.client._call(Req("GET", self._path("/events"))) or {}
+        return [Event.from_dict(e) for e in d.get("events") or [] if isinstance(e, dict)]
+
+    async def expose_port(self, port: int, *, protocol: str = "http", public: bool = False) -> ServicePort:
+        """Makes a port of the sandbox reachable through the gateway."""
+        d = await self.client._call(Req("POST", self._path("/ports"), json=_core.port_body(port, protocol, public)))
+        return ServicePort.from_dict(d or {})
+
+    async def list_ports(self) -> List[ServicePort]:
+        """The sandbox's exposed ports (without tokens)."""
+        d = await self.client._call(Req("GET", self._path("/ports"))) or {}
+        return [ServicePort.from_dict(p) for p in d.get("ports") or [] if isinstance(p, dict)]
+
+    async def unexpose_port(self, port: int) -> None:
+        """Stops exposing a port."""
+        _core.port_body(port, "http", False)
+        await self.client._call(Req("DELETE", self._path(f"/ports/{port}")))
+
+    async def dial_port(self, port: int) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Opens a raw TCP connection to a port of the sandbox through the
+        server, authenticated with the client's key; ``write_eof`` half-closes it."""
+        _core.port_body(port, "tcp", False)
+        return await dial_async(self.client.api_url, self._path(f"/ports/{port}/tcp"), self.client._headers, f"dial port {port} of sandbox {self.id}")
+
+    async def forward(self, port: int, *, local_port: int = 0, host: str = "127.0.0.1") -> AsyncPortForward:
+        """Listens on ``host:local_port`` (0: any free port; see ``address``)
+        and forwards each connection to ``port`` of the sandbox."""
+        _core.port_body(port, "tcp", False)
+        fwd = AsyncPortForward(lambda: self.dial_port(port))
+        return await fwd.start(host, local_port)
+
+    async def get_egress(self) -> EgressPolicy:
+        """The sandbox's egress policy."""
+        return EgressPolicy.from_dict(await self.client._call(Req("GET", self._path("/egress"))) or {})
+
+    async def set_egress(self, policy: Union[EgressPolicy, Mapping[str, Any]]) -> EgressPolicy:
+        """Replaces the sandbox's egress policy; applies to new connections at once."""
+        d = await self.client._call(Req("PUT", self._path("/egress"), json=_core.egress_body(policy)))
+        return EgressPolicy.from_dict(d or {})
+
+
+class AsyncFiles:
+    """A sandbox's files: ``sandbox.files.read("/etc/hostname")``."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sb = sandbox
+
+    def _path(self, suffix: str = "") -> str:
+        return _core.sandbox_path(self._sb.id, "/files" + suffix)
+
+    async def read(self, path: str, *, user: Optional[str] = None) -> bytes:
+        """The content of a file."""
+        resp = await self._sb.client._send(Req("GET", self._path(), params=_core.file_params(path, user)))
+        try:
+            return await resp.aread()
+        except httpx.TransportError as exc:
+            raise errors.TransportError(f"read {path}: {exc}") from exc
+        finally:
+            await resp.aclose()
+
+    async def read_text(self, path: str, *, encoding: str = "utf-8", user: Optional[str] = None) -> str:
+        """The content of a file, decoded."""
+        return (await self.read(path, user=user)).decode(encoding)
+
+    async def download(self, path: str, dest: IO[bytes], *, user: Optional[str] = None, chunk_size: int = 1 << 20) -> int:
+        """Copies a file into the binary file ``dest`` as it arrives, in
+        constant memory, and returns the number of bytes."""
+        n = 0
+        resp = await self._sb.client._send(Req("GET", self._path(), params=_core.file_params(path, user)))
+        try:
+            async for chunk in resp.aiter_bytes(chunk_size):
+                dest.write(chunk)
+                n += len(chunk)
+        except httpx.TransportError as exc:
+            raise errors.TransportError(f"read {path}: {exc}") from exc
+        finally:
+            await resp.aclose()
+        return n
+
+    async def write(self, path: str, data: _core.Body, *, user: Optional[str] = None) -> None:
+        """Creates or replaces a file with ``data``: bytes, text (UTF-8), a binary
+        file object, an iterable or an async iterable of bytes (streamed as
+        read, in constant memory). The file keeps its old content if the upload is cut short."""
+        content = _core.write_content(data)
+        await self._sb.client._call(Req("PUT", self._path(), params=_core.file_params(path, user), content=content))
+
+    async def list(self, path: str, *, depth: Optional[int] = None, user: Optional[str] = None) -> List[FileEntry]:
+        """The entries of a directory, ``depth`` levels down (1..32, default 1)."""
+        d = await self._sb.client._call(Req("GET", self._path("/list"), params=_core.list_params(path, depth, None, None, user)))
+        return FileList.from_dict(d or {}).entries
+
+    async def list_page(self, path: str, *, limit: int = 1000, page_token: Optional[str] = None, user: Optional[str] = None) -> FileList:
+        """One page of a directory's own entries, at most ``limit`` (1..10000),
+        from where ``page_token`` left off. ``next_page_token`` of the answer
+        is "" once the listing is complete."""
+        d = await self._sb.client._call(Req("GET", self._path("/list"), params=_core.list_params(path, None, limit, page_token, user)))
+        return FileList.from_dict(d or {})
+
+    async def iter(self, path: str, *, page_size: int = 1000, user: Optional[str] = None) -> AsyncIterator[FileEntry]:
+        """Every entry of a directory, fetched page by page."""
+        token: Optional[str] = None
+        while True:
+            page = await self.list_page(path, limit=page_size, page_token=token, user=user)
+            for e in page.entries:
+                yield e
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def stat(self, path: str, *, user: Optional[str] = None) -> FileEntry:
+        """What a file is: its entry in its directory. :class:`~space_sandbox.NotFound` when absent."""
+        _core.file_params(path, user)
+        parent, base = _core.parent_of(path)
+        if base == "":
+            await self.list_page("/", limit=1, user=user)  # reachable, and the key may read it
+            return FileEntry(name="/", path="/", type="dir")
+        async for e in self.iter(parent, user=user):
+            if e.name == base:
+                return e
+        raise errors.NotFound(404, "not_found", f"{path}: no such file in sandbox {self._sb.id}")
+
+    async def exists(self, path: str, *, user: Optional[str] = None) -> bool:
+        """Whether a file exists."""
+        try:
+            await self.stat(path, user=user)
+        except errors.NotFound:
+            return False
+        return True
+
+    async def watch(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> AsyncFileWatch:
+        """Watches ``path`` (and everything below it with ``recursive``) for
+        changes; iterate the watch for :class:`~space_sandbox.FileEvent` s and
+        close it when done."""
+        params = _core.file_params(path, user)
+        if recursive:
+            params["recursive"] = "true"
+        conn = await open_async(self._sb.client.api_url, self._path("/watch") + "?" + urlencode(params), self._sb.client._headers, "watch " + path)
+        return AsyncFileWatch(conn)
+
+    async def mkdir(self, path: str, *, user: Optional[str] = None) -> FileEntry:
+        """Creates a directory and its missing parents."""
+        d = await self._sb.client._call(Req("POST", self._path("/mkdir"), params=_core.file_params(path, user)))
+        return FileEntry.from_dict(d or {})
+
+    async def remove(self, path: str, *, user: Optional[str] = None) -> None:
+        """Removes a file or a directory tree."""
+        await self._sb.client._call(Req("DELETE", self._path(), params=_core.file_params(path, user)))
+
+    async def move(self, source: str, destination: str, *, user: Optional[str] = None) -> FileEntry:
+        """Renames ``source`` to ``destination``."""
+        if not source:
+            raise ValueError("source is empty")
+        if not destination:
+            raise ValueError("destination is empty")
+        params = {"from": source, "to": destination}
+        if user:
+            params["user"] = user
+        d = await self._sb.client._call(Req("POST", self._path("/move"), params=params))
+        return FileEntry.from_dict(d or {})

@@ -1,0 +1,419 @@
+"""The API's wire types as dataclasses.
+
+Dataclasses rather than pydantic: they cost no dependency, type-check
+strictly, and the SDK only reads what the server sends (fields it does not
+know are ignored, so a newer server does not break an older SDK).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = [
+    "SandboxInfo",
+    "ExecResult",
+    "FileEntry",
+    "FileList",
+    "Snapshot",
+    "Event",
+    "ServicePort",
+    "EgressRules",
+    "EgressPolicy",
+    "FileEvent",
+    "Template",
+    "Tenant",
+    "APIKey",
+    "Credential",
+]
+
+
+def parse_time(v: Any) -> Optional[datetime]:
+    """Parses an RFC 3339 time as Go writes it (nanoseconds, ``Z``)."""
+    if not isinstance(v, str) or not v:
+        return None
+    s = v.replace("Z", "+00:00")
+    # Python before 3.11 takes at most 6 fraction digits.
+    if "." in s:
+        head, _, rest = s.partition(".")
+        digits = ""
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            digits += rest[i]
+            i += 1
+        s = head + "." + (digits[:6].ljust(6, "0")) + rest[i:]
+    try:
+        t = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t
+
+
+def _str(d: Mapping[str, Any], k: str) -> str:
+    v = d.get(k)
+    return v if isinstance(v, str) else ""
+
+
+def _int(d: Mapping[str, Any], k: str) -> int:
+    v = d.get(k)
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _strmap(d: Mapping[str, Any], k: str) -> Dict[str, str]:
+    v = d.get(k)
+    if not isinstance(v, dict):
+        return {}
+    return {str(a): str(b) for a, b in v.items()}
+
+
+def _strlist(d: Mapping[str, Any], k: str) -> List[str]:
+    v = d.get(k)
+    if not isinstance(v, list):
+        return []
+    return [str(x) for x in v]
+
+
+@dataclass
+class EgressRules:
+    """One list of rules of an :class:`EgressPolicy` (docs/network.md)."""
+
+    domains: List[str] = field(default_factory=list)
+    cidrs: List[str] = field(default_factory=list)
+    ports: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EgressRules":
+        return cls(domains=_strlist(d, "domains"), cidrs=_strlist(d, "cidrs"), ports=_strlist(d, "ports"))
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if self.domains:
+            out["domains"] = list(self.domains)
+        if self.cidrs:
+            out["cidrs"] = list(self.cidrs)
+        if self.ports:
+            out["ports"] = list(self.ports)
+        return out
+
+
+@dataclass
+class EgressPolicy:
+    """What a sandbox's network may reach: ``allow_internet`` decides what no rule does."""
+
+    allow_internet: bool = True
+    allow: EgressRules = field(default_factory=EgressRules)
+    deny: EgressRules = field(default_factory=EgressRules)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EgressPolicy":
+        allow = d.get("allow")
+        deny = d.get("deny")
+        return cls(
+            allow_internet=bool(d.get("allow_internet")),
+            allow=EgressRules.from_dict(allow if isinstance(allow, dict) else {}),
+            deny=EgressRules.from_dict(deny if isinstance(deny, dict) else {}),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"allow_internet": self.allow_internet}
+        if self.allow.to_dict():
+            out["allow"] = self.allow.to_dict()
+        if self.deny.to_dict():
+            out["deny"] = self.deny.to_dict()
+        return out
+
+
+@dataclass
+class SandboxInfo:
+    """What the server reports of one sandbox (``GET /v1/sandboxes/{id}``)."""
+
+    id: str
+    state: str
+    template: str = ""
+    runtime: str = ""
+    name: str = ""
+    tenant: str = ""
+    reason: str = ""
+    generation: int = 0
+    node: str = ""
+    cpus: int = 0
+    memory_mib: int = 0
+    disk_mib: int = 0
+    env: Dict[str, str] = field(default_factory=dict)
+    metadata: Dict[str, str] = field(default_factory=dict)
+    created_at: Optional[datetime] = None
+    expires_at: Optional[datetime] = None
+    idle_timeout: str = ""
+    idle_action: str = ""
+    egress: Optional[EgressPolicy] = None
+    project: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        eg = d.get("egress")
+        return cls(
+            id=_str(d, "id"),
+            state=_str(d, "state"),
+            template=_str(d, "template"),
+            runtime=_str(d, "runtime"),
+            name=_str(d, "name"),
+            tenant=_str(d, "tenant"),
+            reason=_str(d, "reason"),
+            generation=_int(d, "generation"),
+            node=_str(d, "node"),
+            cpus=_int(d, "cpus"),
+            memory_mib=_int(d, "memory_mib"),
+            disk_mib=_int(d, "disk_mib"),
+            env=_strmap(d, "env"),
+            metadata=_strmap(d, "metadata"),
+            created_at=parse_time(d.get("created_at")),
+            expires_at=parse_time(d.get("expires_at")),
+            idle_timeout=_str(d, "idle_timeout"),
+            idle_action=_str(d, "idle_action"),
+            egress=EgressPolicy.from_dict(eg) if isinstance(eg, dict) else None,
+            project=_str(d, "project"),
+        )
+
+
+@dataclass
+class ExecResult:
+    """The outcome of a command run to completion. A command that fails is not
+    an exception: check ``exit_code``."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    #: True when stdout or stderr passed the server's 16 MiB capture limit.
+    truncated: bool = False
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":
+        return cls(
+            exit_code=_int(d, "exit_code"),
+            stdout=_str(d, "stdout"),
+            stderr=_str(d, "stderr"),
+            truncated=bool(d.get("truncated")),
+        )
+
+
+@dataclass
+class FileEntry:
+    """One file in a sandbox: ``type`` is ``"file"``, ``"dir"`` or ``"symlink"``."""
+
+    name: str
+    path: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    owner: str = ""
+    group: str = ""
+    modified_at: Optional[datetime] = None
+    symlink_target: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileEntry":
+        return cls(
+            name=_str(d, "name"),
+            path=_str(d, "path"),
+            type=_str(d, "type"),
+            size=_int(d, "size"),
+            mode=_int(d, "mode"),
+            owner=_str(d, "owner"),
+            group=_str(d, "group"),
+            modified_at=parse_time(d.get("modified_at")),
+            symlink_target=_str(d, "symlink_target"),
+        )
+
+
+@dataclass
+class FileList:
+    """One page of a directory listing; ``next_page_token`` is "" once complete."""
+
+    entries: List[FileEntry]
+    next_page_token: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileList":
+        raw = d.get("entries")
+        entries = [FileEntry.from_dict(e) for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
+        return cls(entries=entries, next_page_token=_str(d, "next_page_token"))
+
+
+@dataclass
+class Snapshot:
+    """A snapshot of a sandbox: ``kind`` ``"disk"`` or ``"full"``, ``state``
+    ``"creating"``, ``"ready"`` or ``"failed"``."""
+
+    id: str
+    sandbox: str
+    kind: str
+    tier: str
+    state: str
+    reason: str = ""
+    size_bytes: int = 0
+    created_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Snapshot":
+        return cls(
+            id=_str(d, "id"),
+            sandbox=_str(d, "sandbox"),
+            kind=_str(d, "kind"),
+            tier=_str(d, "tier"),
+            state=_str(d, "state"),
+            reason=_str(d, "reason"),
+            size_bytes=_int(d, "size_bytes"),
+            created_at=parse_time(d.get("created_at")),
+        )
+
+
+@dataclass
+class Event:
+    """One entry of a sandbox's history."""
+
+    seq: int
+    time: Optional[datetime]
+    type: str
+    message: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Event":
+        return cls(seq=_int(d, "seq"), time=parse_time(d.get("time")), type=_str(d, "type"), message=_str(d, "message"))
+
+
+@dataclass
+class ServicePort:
+    """A sandbox port exposed through the gateway. ``token`` (private ports,
+    only in the answer of an expose) goes in the ``X-Space-Port-Token`` header."""
+
+    port: int
+    protocol: str
+    public: bool
+    url: str
+    proxy_url: str = ""
+    token: str = ""
+    created_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ServicePort":
+        return cls(
+            port=_int(d, "port"),
+            protocol=_str(d, "protocol"),
+            public=bool(d.get("public")),
+            url=_str(d, "url"),
+            proxy_url=_str(d, "proxy_url"),
+            token=_str(d, "token"),
+            created_at=parse_time(d.get("created_at")),
+        )
+
+
+@dataclass
+class FileEvent:
+    """One change under a watched path: ``type`` is ``"create"``, ``"write"``,
+    ``"remove"``, ``"rename"`` or ``"chmod"``."""
+
+    name: str
+    type: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileEvent":
+        return cls(name=_str(d, "name"), type=_str(d, "type"))
+
+
+@dataclass
+class Template:
+    """A template sandboxes are made from: ``state`` ``"building"``, ``"ready"`` or ``"failed"``."""
+
+    name: str
+    source: str
+    state: str
+    reason: str = ""
+    size_bytes: int = 0
+    created_at: Optional[datetime] = None
+    egress: Optional[EgressPolicy] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Template":
+        eg = d.get("egress")
+        return cls(
+            name=_str(d, "name"),
+            source=_str(d, "source"),
+            state=_str(d, "state"),
+            reason=_str(d, "reason"),
+            size_bytes=_int(d, "size_bytes"),
+            created_at=parse_time(d.get("created_at")),
+            egress=EgressPolicy.from_dict(eg) if isinstance(eg, dict) else None,
+        )
+
+
+@dataclass
+class Tenant:
+    """A tenant, with its quota (0: unlimited) and what its sandboxes use."""
+
+    id: str
+    name: str
+    created_at: Optional[datetime] = None
+    quota: Dict[str, int] = field(default_factory=dict)
+    usage: Dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Tenant":
+        def ints(k: str) -> Dict[str, int]:
+            v = d.get(k)
+            return {str(a): b for a, b in v.items() if isinstance(b, int)} if isinstance(v, dict) else {}
+
+        return cls(id=_str(d, "id"), name=_str(d, "name"), created_at=parse_time(d.get("created_at")), quota=ints("quota"), usage=ints("usage"))
+
+
+@dataclass
+class APIKey:
+    """An API key; its secret is only ever in the answer that created it."""
+
+    id: str
+    tenant: str
+    prefix: str
+    admin: bool = False
+    created_at: Optional[datetime] = None
+    revoked_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "APIKey":
+        return cls(
+            id=_str(d, "id"),
+            tenant=_str(d, "tenant"),
+            prefix=_str(d, "prefix"),
+            admin=bool(d.get("admin")),
+            created_at=parse_time(d.get("created_at")),
+            revoked_at=parse_time(d.get("revoked_at")),
+        )
+
+
+@dataclass
+class Credential:
+    """A credential the gateway injects into a sandbox's outgoing requests to
+    ``allowed_hosts`` (docs/credentials.md); its secret is never reported."""
+
+    id: str
+    name: str
+    scope: Dict[str, str] = field(default_factory=dict)
+    injection: Dict[str, str] = field(default_factory=dict)
+    allowed_hosts: List[str] = field(default_factory=list)
+    expires_at: Optional[datetime] = None
+    rate_limit: int = 0
+    created_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Credential":
+        return cls(
+            id=_str(d, "id"),
+            name=_str(d, "name"),
+            scope=_strmap(d, "scope"),
+            injection=_strmap(d, "injection"),
+            allowed_hosts=_strlist(d, "allowed_hosts"),
+            expires_at=parse_time(d.get("expires_at")),
+            rate_limit=_int(d, "rate_limit"),
+            created_at=parse_time(d.get("created_at")),
+        )

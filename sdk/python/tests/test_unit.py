@@ -1,0 +1,434 @@
+"""Unit tests: the SDK against httpx's mock transport (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import io
+import json
+from typing import Any, Callable, Dict, List
+
+import httpx
+import pytest
+
+import space_sandbox as ss
+from space_sandbox import errors
+
+SB = {"id": "sb-1", "state": "running", "template": "minimal", "runtime": "ns", "created_at": "2026-12-07T01:02:03.123456789Z"}
+
+
+def client(handler: Callable[[httpx.Request], httpx.Response], **kw: Any) -> ss.Client:
+    return ss.Client("http://space.test", "k-1", http_client=httpx.Client(transport=httpx.MockTransport(handler)), **kw)
+
+
+def aclient(handler: Callable[[httpx.Request], httpx.Response]) -> ss.AsyncClient:
+    return ss.AsyncClient("http://space.test", "k-1", http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+
+
+def err(status: int, code: str, message: str, reason: str = "") -> httpx.Response:
+    body: Dict[str, str] = {"code": code, "message": message}
+    if reason:
+        body["reason"] = reason
+    return httpx.Response(status, json=body)
+
+
+@pytest.mark.parametrize(
+    "status,code,cls",
+    [
+        (400, "invalid_argument", ss.InvalidArgument),
+        (401, "unauthenticated", ss.Unauthenticated),
+        (403, "permission_denied", ss.PermissionDenied),
+        (404, "not_found", ss.NotFound),
+        (409, "conflict", ss.Conflict),
+        (409, "failed_precondition", ss.FailedPrecondition),
+        (413, "too_large", ss.TooLarge),
+        (429, "rate_limited", ss.RateLimited),
+        (429, "resource_exhausted", ss.ResourceExhausted),
+        (503, "unavailable", ss.Unavailable),
+        (503, "refresh_route", ss.RefreshRoute),
+        (501, "not_implemented", ss.NotImplemented),
+        (500, "internal", ss.Internal),
+    ],
+)
+def test_error_codes_become_their_exceptions(status: int, code: str, cls: type) -> None:
+    c = client(lambda r: err(status, code, f"the server says {code}", "why"))
+    with pytest.raises(cls) as ei:
+        c.get_sandbox("sb-1")
+    e = ei.value
+    assert isinstance(e, ss.APIError) and isinstance(e, ss.SpaceError)
+    assert (e.status, e.code, e.message, e.reason) == (status, code, f"the server says {code}", "why")
+    assert f"the server says {code}" in str(e)
+
+
+def test_unknown_code_is_internal_keeping_the_code() -> None:
+    c = client(lambda r: err(418, "brand_new", "a newer server"))
+    with pytest.raises(ss.Internal) as ei:
+        c.get_sandbox("sb-1")
+    assert ei.value.code == "brand_new" and ei.value.message == "a newer server"
+
+
+def test_a_body_that_is_no_space_error_takes_its_code_from_the_status() -> None:
+    c = client(lambda r: httpx.Response(404, content=b"<html>\x1b[31mnope</html>"))
+    with pytest.raises(ss.NotFound) as ei:
+        c.get_sandbox("sb-1")
+    assert ei.value.code == "not_found"
+    assert "Not Found" in ei.value.message and "\x1b" not in ei.value.message
+
+
+def test_server_text_is_cleaned_of_control_characters() -> None:
+    c = client(lambda r: err(409, "conflict", "state \x1b[2Jpaused\n\n  now"))
+    with pytest.raises(ss.Conflict) as ei:
+        c.get_sandbox("sb-1")
+    assert ei.value.message == "state ?[2Jpaused now"
+
+
+class Counter:
+    """A handler answering from a list, counting the requests it saw."""
+
+    def __init__(self, *answers: httpx.Response) -> None:
+        self.answers = list(answers)
+        self.requests: List[httpx.Request] = []
+
+    def __call__(self, r: httpx.Request) -> httpx.Response:
+        self.requests.append(r)
+        r.read()
+        a = self.answers[min(len(self.requests), len(self.answers)) - 1]
+        # A fresh answer each time: a Response's stream is consumed once.
+        return httpx.Response(a.status_code, headers=a.headers, content=a.content)
+
+
+REFRESH = err(503, "refresh_route", "the sandbox moved; retry")
+
+
+def test_a_read_is_retried_once_on_refresh_route() -> None:
+    h = Counter(REFRESH, httpx.Response(200, json=SB))
+    assert client(h).get_sandbox("sb-1").id == "sb-1"
+    assert len(h.requests) == 2
+
+
+def test_a_read_is_retried_only_once() -> None:
+    h = Counter(REFRESH, REFRESH, httpx.Response(200, json=SB))
+    with pytest.raises(ss.RefreshRoute):
+        client(h).get_sandbox("sb-1")
+    assert len(h.requests) == 2
+
+
+def test_exec_is_never_retried() -> None:
+    h = Counter(REFRESH, httpx.Response(200, json={"exit_code": 0, "stdout": "", "stderr": ""}))
+    sb = ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ss.RefreshRoute):
+        sb.exec(["true"])
+    assert len(h.requests) == 1
+
+
+def test_create_without_idempotency_key_is_not_retried() -> None:
+    h = Counter(REFRESH, httpx.Response(201, json=SB))
+    with pytest.raises(ss.RefreshRoute):
+        client(h).create_sandbox("minimal")
+    assert len(h.requests) == 1
+
+
+def test_create_with_idempotency_key_is_retried_once_with_the_same_key() -> None:
+    h = Counter(REFRESH, httpx.Response(201, json=SB))
+    assert client(h).create_sandbox("minimal", idempotency_key="idem-7").id == "sb-1"
+    assert [r.headers.get("Idempotency-Key") for r in h.requests] == ["idem-7", "idem-7"]
+    assert h.requests[0].content == h.requests[1].content
+
+
+def test_other_errors_are_not_retried() -> None:
+    h = Counter(err(503, "unavailable", "no capacity", "no_capacity"), httpx.Response(200, json=SB))
+    with pytest.raises(ss.Unavailable) as ei:
+        client(h).get_sandbox("sb-1")
+    assert ei.value.reason == "no_capacity" and len(h.requests) == 1
+
+
+def test_a_file_read_is_retried_and_an_upload_is_not() -> None:
+    h = Counter(REFRESH, httpx.Response(200, content=b"data"))
+    sb = ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB))
+    assert sb.files.read("/f") == b"data" and len(h.requests) == 2
+    h2 = Counter(REFRESH, httpx.Response(204))
+    sb2 = ss.Sandbox(client(h2), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ss.RefreshRoute):
+        sb2.files.write("/f", io.BytesIO(b"data"))
+    assert len(h2.requests) == 1
+
+
+def test_async_retry_rules_are_the_same() -> None:
+    async def main() -> None:
+        h = Counter(REFRESH, httpx.Response(200, json=SB))
+        c = aclient(h)
+        assert (await c.get_sandbox("sb-1")).id == "sb-1"
+        assert len(h.requests) == 2
+        h2 = Counter(REFRESH, httpx.Response(200, json={"exit_code": 0, "stdout": "", "stderr": ""}))
+        sb = ss.AsyncSandbox(aclient(h2), ss.SandboxInfo.from_dict(SB))
+        with pytest.raises(ss.RefreshRoute):
+            await sb.exec(["true"])
+        assert len(h2.requests) == 1
+
+    asyncio.run(main())
+
+
+def test_key_and_url_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPACE_API_URL", "http://from-env.test:7070/")
+    monkeypatch.setenv("SPACE_API_KEY", "space_k-env")
+    seen: List[httpx.Request] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        return httpx.Response(200, json={"sandboxes": [SB]})
+
+    c = ss.Client(http_client=httpx.Client(transport=httpx.MockTransport(h)))
+    assert c.api_url == "http://from-env.test:7070"
+    assert [s.id for s in c.list_sandboxes()] == ["sb-1"]
+    assert str(seen[0].url) == "http://from-env.test:7070/v1/sandboxes"
+    assert seen[0].headers["Authorization"] == "Bearer space_k-env"
+
+
+def test_a_bad_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="api_url"):
+        ss.Client("localhost:7070", "k")
+
+
+def test_list_filters() -> None:
+    a = dict(SB, id="a", metadata={"team": "x"})
+    b = dict(SB, id="b", state="paused", template="base", name="bee")
+    c = client(lambda r: httpx.Response(200, json={"sandboxes": [a, b]}))
+    assert [s.id for s in c.list_sandboxes()] == ["a", "b"]
+    assert [s.id for s in c.list_sandboxes(state="paused")] == ["b"]
+    assert [s.id for s in c.list_sandboxes(template="minimal")] == ["a"]
+    assert [s.id for s in c.list_sandboxes(name="bee")] == ["b"]
+    assert [s.id for s in c.list_sandboxes(metadata={"team": "x"})] == ["a"]
+    assert [s.id for s in c.list_sandboxes(metadata={"team": "y"})] == []
+
+
+def test_create_sends_every_option() -> None:
+    seen: List[Dict[str, Any]] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(r.read()))
+        return httpx.Response(201, json=SB)
+
+    client(h).create_sandbox(
+        "minimal", runtime="ns", name="n", cpus=2, memory_mib=256, disk_mib=1024, env={"A": "1"}, timeout=90,
+        metadata={"m": "v"}, idle_timeout="5m", idle_action="hibernate",
+        egress=ss.EgressPolicy(allow_internet=False, allow=ss.EgressRules(domains=["pypi.org"])),
+        allow_internet_access=False, project="p-1",
+    )
+    assert seen[0] == {
+        "template": "minimal", "runtime": "ns", "name": "n", "cpus": 2, "memory_mib": 256, "disk_mib": 1024,
+        "env": {"A": "1"}, "timeout": "90s", "metadata": {"m": "v"}, "idle_timeout": "5m", "idle_action": "hibernate",
+        "egress": {"allow_internet": False, "allow": {"domains": ["pypi.org"]}}, "allow_internet_access": False,
+        "project": "p-1",
+    }
+
+
+def never(r: httpx.Request) -> httpx.Response:
+    raise AssertionError(f"nothing should be sent: {r.method} {r.url}")
+
+
+@pytest.mark.parametrize(
+    "call,field",
+    [
+        (lambda c: c.create_sandbox(runtime="docker"), "runtime"),
+        (lambda c: c.create_sandbox(cpus=0), "cpus"),
+        (lambda c: c.create_sandbox(memory_mib="512"), "memory_mib"),
+        (lambda c: c.create_sandbox(timeout="ten minutes"), "timeout"),
+        (lambda c: c.create_sandbox(timeout=-1), "timeout"),
+        (lambda c: c.create_sandbox(idle_action="sleep"), "idle_action"),
+        (lambda c: c.create_sandbox(env={"A": 1}), "env"),
+        (lambda c: c.create_sandbox(project="a b"), "project"),
+        (lambda c: c.get_sandbox(""), "sandbox_id"),
+    ],
+)
+def test_bad_input_is_a_value_error_naming_the_field(call: Callable[[ss.Client], Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        call(client(never))
+
+
+@pytest.mark.parametrize(
+    "call,field",
+    [
+        (lambda sb: sb.exec([]), "cmd"),
+        (lambda sb: sb.exec(["ls", 3]), r"cmd\[1\]"),
+        (lambda sb: sb.exec("true", timeout="1 minute"), "timeout"),
+        (lambda sb: sb.exec("cat", stdin=b"\xff"), "stdin"),
+        (lambda sb: sb.files.read(""), "path"),
+        (lambda sb: sb.files.list("/", depth=0), "depth"),
+        (lambda sb: sb.files.list_page("/", limit=0), "limit"),
+        (lambda sb: sb.files.move("/a", ""), "destination"),
+        (lambda sb: sb.files.write("/a", io.StringIO("text")), "binary"),
+        (lambda sb: sb.create_snapshot("memory"), "kind"),
+        (lambda sb: sb.rollback(""), "snapshot"),
+        (lambda sb: sb.expose_port(70000), "port"),
+        (lambda sb: sb.expose_port(80, protocol="udp"), "protocol"),
+        (lambda sb: sb.set_timeout(""), "timeout"),
+    ],
+)
+def test_bad_sandbox_input_is_a_value_error_naming_the_field(call: Callable[[ss.Sandbox], Any], field: str) -> None:
+    sb = ss.Sandbox(client(never), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ValueError, match=field):
+        call(sb)
+
+
+def test_exec_body_and_http_timeout() -> None:
+    seen: List[httpx.Request] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        return httpx.Response(200, json={"exit_code": 3, "stdout": "o", "stderr": "e", "truncated": True})
+
+    sb = ss.Sandbox(client(h, timeout=5.0), ss.SandboxInfo.from_dict(SB))
+    res = sb.exec("echo hi", env={"X": "1"}, cwd="/tmp", user="root", stdin="in", timeout=600)
+    assert (res.exit_code, res.stdout, res.stderr, res.truncated) == (3, "o", "e", True)
+    body = json.loads(seen[0].content)
+    assert body == {"cmd": ["/bin/sh", "-c", "echo hi"], "env": {"X": "1"}, "cwd": "/tmp", "user": "root", "stdin": "in", "timeout": "600s"}
+    # The HTTP read waits for the command's own timeout, with a margin.
+    assert seen[0].extensions["timeout"]["read"] == 630.0
+
+
+def test_an_answer_over_its_limit_is_refused() -> None:
+    big = b'{"sandboxes": [' + b" " * (17 << 20) + b"]}"
+    c = client(lambda r: httpx.Response(200, content=big))
+    with pytest.raises(ss.SpaceError, match="larger than"):
+        c.list_sandboxes()
+
+
+def test_paths_are_escaped() -> None:
+    seen: List[httpx.Request] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        return httpx.Response(200, json=SB)
+
+    client(h).get_sandbox("../keys")
+    assert seen[0].url.raw_path == b"/v1/sandboxes/..%2Fkeys"
+
+
+def test_files_stat_pages_through_the_parent() -> None:
+    pages = {
+        "": {"entries": [{"name": "a", "path": "/d/a", "type": "file"}], "next_page_token": "t1"},
+        "t1": {"entries": [{"name": "b", "path": "/d/b", "type": "dir", "size": 4096}]},
+    }
+
+    def h(r: httpx.Request) -> httpx.Response:
+        assert r.url.params["path"] == "/d"
+        return httpx.Response(200, json=pages[r.url.params.get("page_token", "")])
+
+    sb = ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB))
+    e = sb.files.stat("/d/b")
+    assert (e.name, e.type, e.size) == ("b", "dir", 4096)
+    with pytest.raises(ss.NotFound):
+        sb.files.stat("/d/c")
+    assert [x.name for x in sb.files.iter("/d")] == ["a", "b"]
+
+
+def test_times_parse_with_nanoseconds() -> None:
+    info = ss.SandboxInfo.from_dict(SB)
+    assert info.created_at is not None and info.created_at.microsecond == 123456 and info.created_at.utcoffset() is not None
+
+
+def test_the_async_surface_is_the_sync_one() -> None:
+    """Every public method of Client, Sandbox and Files has an async twin with
+    the same parameters (close is aclose, as httpx names it)."""
+    pairs = [
+        (ss.Client, ss.AsyncClient), (ss.Sandbox, ss.AsyncSandbox), (ss.Files, ss.AsyncFiles),
+        (ss.ExecStream, ss.AsyncExecStream), (ss.FileWatch, ss.AsyncFileWatch), (ss.PortForward, ss.AsyncPortForward),
+    ]
+    for sync, asyn in pairs:
+        for name, fn in inspect.getmembers(sync, inspect.isfunction):
+            if name.startswith("_") and name not in ("__enter__", "__exit__", "__iter__"):
+                continue
+            twin = {"close": "aclose", "__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__"}.get(name, name)
+            afn = getattr(asyn, twin, None)
+            assert afn is not None, f"{asyn.__name__} has no {twin}"
+            assert inspect.iscoroutinefunction(afn) or inspect.isasyncgenfunction(afn), f"{asyn.__name__}.{twin} is not async"
+            sp = [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+            ap = [(p.name, p.kind, p.default) for p in inspect.signature(afn).parameters.values()]
+            assert sp == ap, f"{twin}: {sp} != {ap}"
+
+
+def test_durations() -> None:
+    from space_sandbox._core import duration, seconds_of
+
+    assert duration("t", 90) == "90s" and duration("t", 1.5) == "1500ms" and duration("t", 0) == "0"
+    assert duration("t", "1h30m") == "1h30m" and duration("t", None) == ""
+    assert seconds_of("1h30m") == 5400 and seconds_of("250ms") == 0.25
+
+
+def test_set_timeout_zero_removes_it() -> None:
+    seen: List[Any] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(r.read()))
+        return httpx.Response(200, json=SB)
+
+    sb = ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB))
+    sb.set_timeout(0)
+    sb.set_timeout("30m")
+    assert seen == [{"timeout": "0"}, {"timeout": "30m"}]
+
+
+def test_a_body_that_cannot_be_sent_again_is_not_replayed() -> None:
+    from space_sandbox._core import Req
+
+    assert Req("POST", "/x", content=io.BytesIO(b"d"), idempotency_key="k").replayable()
+    assert Req("POST", "/x", content=b"d", idempotency_key="k").replayable()
+    assert not Req("POST", "/x", content=(b for b in [b"d"]), idempotency_key="k").replayable()
+    assert not Req("GET", "/x", content=iter([b"d"])).replayable()
+    assert not Req("POST", "/x", json={"a": 1}).replayable()
+
+
+def test_a_replayed_file_body_is_sent_whole_again() -> None:
+    from space_sandbox._core import Req
+
+    bodies: List[bytes] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        bodies.append(r.read())
+        return REFRESH if len(bodies) == 1 else httpx.Response(204)
+
+    c = client(h)
+    f = io.BytesIO(b"skip:payload")
+    f.seek(5)
+    c._call(Req("PUT", "/v1/x", content=f, idempotency_key="k"))
+    assert bodies == [b"payload", b"payload"]
+
+
+def test_stream_start_message_and_decoder() -> None:
+    from space_sandbox._core import exec_body
+    from space_sandbox._stream import _Decoder, start_message
+
+    body = exec_body(["sh"], env={"A": "1"}, cwd="/w", user="u", stdin=None, timeout=None)
+    assert start_message(body, True, 80, 24) == {"cmd": ["sh"], "env": {"A": "1"}, "cwd": "/w", "user": "u", "tty": True, "cols": 80, "rows": 24}
+    with pytest.raises(ValueError, match="tty"):
+        start_message(body, False, 80, None)
+    with pytest.raises(ValueError, match="rows"):
+        start_message(body, True, 80, 0)
+    d = _Decoder()
+    assert d.handle('{"type":"started","pid":42}') is None and d.pid == 42
+    out = d.handle('{"type":"stdout","data":"aGk="}')
+    assert out is not None and (out.stream, out.data) == ("stdout", b"hi")
+    assert d.handle('{"type":"newer-kind"}') is None and not d.done
+    assert d.handle('{"type":"exit","exit_code":3}') is None and d.done and d.exit_code == 3
+    with pytest.raises(ss.StreamError, match=r"^boom\?\[0m$"):
+        _Decoder().handle('{"type":"error","message":"boom\\u001b[0m"}')
+    with pytest.raises(ss.StreamError, match="exit_code"):
+        _Decoder().handle('{"type":"exit"}')
+
+
+def test_stdin_is_sent_in_chunks() -> None:
+    import base64
+
+    from space_sandbox._stream import STDIN_CHUNK, _stdin_chunks
+
+    msgs = [json.loads(m) for m in _stdin_chunks(b"x" * (STDIN_CHUNK * 2 + 1))]
+    assert [len(base64.b64decode(m["data"])) for m in msgs] == [STDIN_CHUNK, STDIN_CHUNK, 1]
+    assert all(m["type"] == "stdin" for m in msgs)
+
+
+def test_signal_numbers_are_checked() -> None:
+    from space_sandbox._stream import signal_number
+
+    assert signal_number(15) == 15
+    with pytest.raises(ValueError, match="signal"):
+        signal_number(0)
