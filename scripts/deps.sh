@@ -14,8 +14,9 @@ want+=(build-essential bc flex bison libelf-dev xz-utils)
 # installed (a NodeSource nodejs already brings npm).
 want+=(bash-static)
 if ! command -v npm >/dev/null 2>&1; then want+=(nodejs npm); fi
-# The Python SDK's tests (sdk/python) make a venv and pip-install pytest,
-# httpx and mypy into it, where no python3 with venv is installed.
+# The Python SDK's tests (sdk/python), the MCP test (e2e TestMCP) and the
+# E2B Python SDK tests (compat/e2b) make venvs and pip-install pinned PyPI
+# packages into them, where no python3 with venv is installed.
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then want+=(python3 python3-venv python3-pip); fi
 if [ "${1:-test}" = run ]; then
   want+=(qemu-utils)
@@ -26,9 +27,6 @@ fi
 # package may start on port 5432 is not used and does not get in the way.
 if [ "${1:-test}" = test ]; then
   want+=(postgresql)
-  # The MCP test (e2e TestMCP) and the Python SDK's tests run PyPI packages
-  # in virtual environments of their own.
-  want+=(python3 python3-venv python3-pip)
 fi
 missing=()
 for p in "${want[@]}"; do
