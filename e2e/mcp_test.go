@@ -3,8 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/testenv"
 )
 
 // TestMCP drives `space mcp` with the official MCP Python client (the `mcp`
@@ -21,7 +21,7 @@ import (
 // and delete, answer the API's errors and refuse bad arguments as tool
 // errors, and another tenant's key reaches none of it (testdata/mcp/client.py).
 func TestMCP(t *testing.T) {
-	python := mcpPython(t)
+	python := testenv.PythonVenv(t, "mcp", "testdata/mcp/requirements.txt")
 	in := startServer(t, newDataDir(t))
 	defer in.stop()
 	out, errOut, code := in.cli("", "tenant", "create", "mcp-other")
@@ -78,51 +78,4 @@ func TestMCP(t *testing.T) {
 		}()
 		run(t, "http", url)
 	})
-}
-
-// mcpPython returns the python of a virtual environment with the packages
-// of testdata/mcp/requirements.txt, made once per requirements file in the
-// test cache (SPACE_TEST_CACHE_DIR).
-func mcpPython(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatal("python3 is not installed (scripts/deps.sh test installs it; make test runs it)")
-	}
-	req, err := os.ReadFile("testdata/mcp/requirements.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(req)
-	root := os.Getenv("SPACE_TEST_CACHE_DIR")
-	if root == "" {
-		if root, err = os.UserCacheDir(); err != nil {
-			root = os.TempDir()
-		}
-		root = filepath.Join(root, "space")
-	}
-	dir := filepath.Join(root, "mcp-python", hex.EncodeToString(sum[:8]))
-	python := filepath.Join(dir, "bin", "python")
-	if _, err := os.Stat(filepath.Join(dir, ".installed")); err == nil {
-		return python
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A venv's scripts name its path: it is made in place, and marked
-	// installed only once pip has finished.
-	_ = os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	for _, step := range [][]string{
-		{"python3", "-m", "venv", dir},
-		{python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "-r", "testdata/mcp/requirements.txt"},
-	} {
-		if out, err := exec.CommandContext(ctx, step[0], step[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v (the MCP Python client, pinned by testdata/mcp/requirements.txt): %v\n%s", step, err, out)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".installed"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return python
 }

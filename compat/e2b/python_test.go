@@ -2,15 +2,14 @@ package e2b_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/testenv"
 )
 
 // pythonRuns are the published `e2b` Python SDKs (PyPI; every package of
@@ -36,7 +35,7 @@ func TestE2BPythonSDK(t *testing.T) {
 	pythons := map[string]string{}
 	for _, r := range pythonRuns {
 		if pythons[r.version] == "" {
-			pythons[r.version] = pythonSDK(t, r.version)
+			pythons[r.version] = testenv.PythonVenv(t, "e2b-"+r.version, filepath.Join("python", "requirements-"+r.version+".txt"))
 		}
 	}
 	script, err := filepath.Abs("python/sdk.py")
@@ -78,52 +77,4 @@ func (s *server) runPython(t *testing.T, python, script, section, version string
 	if err != nil {
 		t.Errorf("python sdk.py %s (e2b %s): %v\nserver log:\n%s", section, version, err, s.logs())
 	}
-}
-
-// pythonSDK returns the python of a virtual environment with the packages
-// of python/requirements-VERSION.txt, made once per file content in the
-// test cache.
-func pythonSDK(t *testing.T, version string) string {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatal("python3 is not installed (scripts/deps.sh test installs it; make test runs it)")
-	}
-	reqFile := filepath.Join("python", "requirements-"+version+".txt")
-	req, err := os.ReadFile(reqFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(req)
-	root := os.Getenv("SPACE_TEST_CACHE_DIR")
-	if root == "" {
-		if root, err = os.UserCacheDir(); err != nil {
-			root = os.TempDir()
-		}
-		root = filepath.Join(root, "space")
-	}
-	dir := filepath.Join(root, "e2b-python", version+"-"+hex.EncodeToString(sum[:8]))
-	python := filepath.Join(dir, "bin", "python")
-	if _, err := os.Stat(filepath.Join(dir, ".installed")); err == nil {
-		return python
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A venv's scripts name its path: it is made in place and marked
-	// installed only once pip has finished.
-	_ = os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	for _, step := range [][]string{
-		{"python3", "-m", "venv", dir},
-		{python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "-r", reqFile},
-	} {
-		if out, err := exec.CommandContext(ctx, step[0], step[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v (the e2b Python SDK %s, pinned by %s): %v\n%s", step, version, reqFile, err, strings.TrimSpace(string(out)))
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".installed"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return python
 }

@@ -14,8 +14,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -26,10 +24,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/testenv"
 )
 
 func TestPythonSDK(t *testing.T) {
-	python := venv(t)
+	python := testenv.PythonVenv(t, "space-sandbox", "requirements-test.txt")
 	t.Run("typecheck", func(t *testing.T) {
 		// The package passes mypy's strict mode (it ships py.typed).
 		cache := filepath.Join(filepath.Dir(python), "..", "mypy-cache")
@@ -73,57 +73,6 @@ func run(t *testing.T, python string, env []string, args ...string) {
 	if err != nil {
 		t.Fatalf("python %s: %v", strings.Join(args, " "), err)
 	}
-}
-
-// venv returns the python of a venv with requirements-test.txt installed,
-// making it once per content of that file under the cache directory.
-func venv(t *testing.T) string {
-	t.Helper()
-	reqs, err := os.ReadFile("requirements-test.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("python3 is not installed: scripts/deps.sh test installs it with python3-venv (make test runs it)")
-	}
-	sum := sha256.Sum256(reqs)
-	root := os.Getenv("SPACE_TEST_CACHE_DIR")
-	if root == "" {
-		if root, err = os.UserCacheDir(); err != nil {
-			root = os.TempDir()
-		}
-		root = filepath.Join(root, "space")
-	}
-	dir := filepath.Join(root, "python-sdk", hex.EncodeToString(sum[:8]))
-	python := filepath.Join(dir, "bin", "python")
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		return python
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// A venv's scripts name its path, so it is made in place; the marker
-	// written last keeps an interrupted install from being taken for a
-	// finished one (the next run starts it over).
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	_ = os.RemoveAll(dir)
-	install := func(name string, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), "PIP_CACHE_DIR="+filepath.Join(root, "pip-cache"), "PIP_DISABLE_PIP_VERSION_CHECK=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			_ = os.RemoveAll(dir)
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	install(base, "-m", "venv", dir)
-	install(python, "-m", "pip", "install", "-q", "-r", "requirements-test.txt")
-	if err := os.WriteFile(filepath.Join(dir, ".complete"), reqs, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return python
 }
 
 // server is one running `space server --dev`.
