@@ -239,12 +239,14 @@ type e2bError struct {
 }
 
 func writeE2BError(w http.ResponseWriter, status int, msg string) {
+	setRetryAfter(w.Header(), status)
 	writeJSON(w, status, e2bError{Code: status, Message: msg})
 }
 
 // writeE2BErr answers err the E2B way: SPACE's status, E2B's body.
 func (a *API) writeE2BErr(w http.ResponseWriter, r *http.Request, err error) {
 	e := a.e2bErrorOf(r, err)
+	setRetryAfter(w.Header(), e.Code)
 	writeJSON(w, e.Code, e)
 }
 
@@ -308,6 +310,7 @@ func (w *e2bErrorWriter) finish() {
 		return
 	}
 	w.ResponseWriter.Header().Del("Content-Length")
+	setRetryAfter(w.ResponseWriter.Header(), w.status)
 	writeJSON(w.ResponseWriter, w.status, e2bErrorBody(w.status, w.held.Bytes()))
 }
 
