@@ -126,6 +126,8 @@ type API struct {
 	// maxFile and uploadIdle bound envd /files uploads (Config).
 	maxFile    int64
 	uploadIdle time.Duration
+	// history is every sandbox's metrics series (history.go).
+	history *metricsHistory
 }
 
 // New returns the E2B surface of cfg.
@@ -137,7 +139,7 @@ func New(cfg Config) *API {
 		cfg.UploadIdleTimeout = 60 * time.Second
 	}
 	return &API{svc: cfg.Service, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
-		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout}
+		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep)}
 }
 
 // Mux is where Register adds the routes.
