@@ -217,8 +217,12 @@ func TestVM(t *testing.T) {
 		}
 		// The disk is the image's: what it holds allocated of its size.
 		t.Logf("disk image %d of %d MiB", s.DiskBytes>>20, s.DiskLimitBytes>>20)
-		if s.DiskBytes == 0 || s.DiskLimitBytes < 2<<30 || s.DiskBytes > s.DiskLimitBytes {
-			t.Errorf("Stats disk %d of %d bytes; want the image's allocation of its size (the template's plus 2 GiB)", s.DiskBytes, s.DiskLimitBytes)
+		img, err := os.Stat(filepath.Join(d.execDir(execID), diskFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.DiskBytes == 0 || s.DiskLimitBytes != uint64(img.Size()) || s.DiskBytes > s.DiskLimitBytes {
+			t.Errorf("Stats disk %d of %d bytes; want the image's allocation of its size, %d", s.DiskBytes, s.DiskLimitBytes, img.Size())
 		}
 		if alive, err := d.Alive(ctx, execID); !alive || err != nil {
 			t.Errorf("Alive = %v, %v; want true", alive, err)
