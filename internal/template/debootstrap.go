@@ -19,8 +19,10 @@ const BaseSuite = "bookworm"
 // BasePackages are installed into the base template on top of minbase:
 // python-is-python3 makes `python` python3, and sudo gives user "user"
 // passwordless root as on E2B (sudo.go; not in ns sandboxes, which cannot
-// gain privileges).
-var BasePackages = []string{"bash", "python3", "python-is-python3", "sudo", "git", "curl", "ca-certificates", "procps"}
+// gain privileges); libnss-myhostname resolves the sandbox's own host name,
+// which no /etc/hosts names (sudo warns "unable to resolve host" on every
+// run without it).
+var BasePackages = []string{"bash", "python3", "python-is-python3", "sudo", "libnss-myhostname", "git", "curl", "ca-certificates", "procps"}
 
 // Base builds the default template: debootstrap of Debian 12 (bookworm) with
 // BasePackages and the user "user". It needs root, debootstrap and network

@@ -16,7 +16,7 @@ import (
 // The base template has what E2B's has: python3 as `python`, and sudo with
 // the sudoers drop-in and the wrapper (issue 21 bug 8).
 func TestBasePackagesHaveSudoAndPython(t *testing.T) {
-	for _, p := range []string{"python3", "python-is-python3", "sudo", "bash"} {
+	for _, p := range []string{"python3", "python-is-python3", "sudo", "libnss-myhostname", "bash"} {
 		if !slices.Contains(BasePackages, p) {
 			t.Errorf("BasePackages %v lack %s", BasePackages, p)
 		}
@@ -127,8 +127,12 @@ func TestBaseTemplateSudo(t *testing.T) {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	run := func(userspec, setpriv, cmd string) (string, int) {
-		inner := "mount -t proc proc " + dest + "/proc && exec " + setpriv + " chroot --userspec=" + userspec + " " + dest + " /bin/bash -l -c \"$1\""
-		out, err := exec.Command("unshare", "--mount", "--fork", "sh", "-c", inner, "sh", cmd).CombinedOutput()
+		// A mount and UTS namespace with /proc and a host name no file
+		// names, as a sandbox has.
+		inner := "hostname sbx0123456789abcdefghij && mount -t proc proc " + dest + "/proc && exec " + setpriv + " chroot --userspec=" + userspec + " " + dest + " /bin/bash -l -c \"$1\""
+		c := exec.Command("unshare", "--mount", "--uts", "--fork", "sh", "-c", inner, "sh", cmd)
+		c.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/user", "LC_ALL=C"}
+		out, err := c.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
