@@ -2,6 +2,7 @@ package e2bapi
 
 import (
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -159,4 +160,27 @@ func FuzzMetricsHistory(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkMetricsHistoryObserve is the control plane's cost of one sample
+// of one sandbox (the node's Stats call aside), on a full series; it
+// reports the heap a full series holds.
+func BenchmarkMetricsHistoryObserve(b *testing.B) {
+	t0 := time.Unix(1_800_000_000, 0)
+	h := newMetricsHistory(MetricsEvery, MetricsKeep)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := 0; i < 20_000; i++ {
+		h.observe("sb", "e", reading(t0, float64(5*i), float64(i)))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n := len(h.window("sb", 0, math.MaxInt64))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.observe("sb", "e", reading(t0, float64(5*(20_000+i)), float64(i)))
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1024, "KiB/series")
+	b.ReportMetric(float64(n), "samples/series")
 }
