@@ -1,6 +1,7 @@
 // getMetrics as E2B answers it: a history of samples of the sandbox's life
 // (one every 5 s, internal/e2bapi/history.go), filtered by {start, end},
-// with the disk the sandbox's volume is charged (ns on btrfs).
+// with the disk the sandbox's volume is charged (ns on btrfs) or its disk
+// image holds (vm).
 import { Sandbox } from 'e2b'
 import { assert, eq, run, template, waitFor } from './lib.mjs'
 
@@ -10,6 +11,7 @@ const MiB = 1 << 20
 await run('metrics', [
   ['a history of samples with disk use', async () => {
     const info = await sbx.getInfo()
+    const runtime = info.metadata['space.runtime']
     // The SDK's getInfo leaves out E2B's diskSizeMB: read it from the API.
     const detail = await (await fetch(`${process.env.E2B_API_URL}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-Key': process.env.E2B_API_KEY } })).json()
     assert(detail.diskSizeMB > 0, `diskSizeMB ${detail.diskSizeMB}`)
@@ -22,7 +24,10 @@ await run('metrics', [
     }, 'the disk use to grow by the file in the history', 30_000)
     const ms = await sbx.getMetrics()
     for (const [i, m] of ms.entries()) {
-      eq(m.diskTotal, detail.diskSizeMB * MiB, `sample ${i} diskTotal`)
+      // ns: the volume's limit, disk_mib; vm: the disk image's size, the
+      // template's plus 2 GiB.
+      if (runtime === 'ns') eq(m.diskTotal, detail.diskSizeMB * MiB, `sample ${i} diskTotal`)
+      else eq(m.diskTotal, ms[0].diskTotal, `sample ${i} diskTotal`)
       assert(m.diskUsed > 0 && m.diskUsed <= m.diskTotal, `sample ${i} diskUsed ${m.diskUsed}`)
       assert(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, `sample ${i} cpuUsedPct ${m.cpuUsedPct}`)
       assert(m.memUsed > 0 && m.memUsed <= m.memTotal, `sample ${i} memUsed ${m.memUsed} of ${m.memTotal}`)
