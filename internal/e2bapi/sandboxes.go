@@ -362,8 +362,8 @@ func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool
 }
 
 // Metric is one sample of E2B's SandboxMetric: only what SPACE
-// measures (memory cache and disk use are not, and are left out rather than
-// reported as zero).
+// measures (what it does not, such as an ns sandbox's page cache, is left
+// out rather than reported as zero).
 type Metric struct {
 	Timestamp     time.Time `json:"timestamp"`
 	TimestampUnix int64     `json:"timestampUnix"`
@@ -375,8 +375,9 @@ type Metric struct {
 	// for ns, whose /proc/meminfo is the host's).
 	MemCache *uint64 `json:"memCache,omitempty"`
 	// DiskUsed and DiskTotal are what an ns sandbox's root volume is
-	// charged on the node and its limit (disk_mib); omitted where the node
-	// does not account the disk (vm, a store without quotas).
+	// charged on the node and its limit (disk_mib), or what a vm sandbox's
+	// disk image holds allocated and its size; omitted where the node does
+	// not account the disk (an ns store without quotas).
 	DiskUsed  *uint64 `json:"diskUsed,omitempty"`
 	DiskTotal *uint64 `json:"diskTotal,omitempty"`
 	// span is the time the sample's CPU use covers, level how many times
