@@ -129,6 +129,10 @@ type Stats struct {
 	Pids uint64
 	// CPUNanos is the CPU time consumed, in nanoseconds.
 	CPUNanos uint64
+	// DiskBytes and DiskLimitBytes are what the execution's disk holds and
+	// can hold, when the driver itself knows (vm: its disk image); 0 when
+	// the volume store accounts the disk instead (ns).
+	DiskBytes, DiskLimitBytes uint64
 }
 
 // Driver runs sandbox executions on one substrate.

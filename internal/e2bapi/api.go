@@ -126,6 +126,8 @@ type API struct {
 	// maxFile and uploadIdle bound envd /files uploads (Config).
 	maxFile    int64
 	uploadIdle time.Duration
+	// history is every sandbox's metrics series (history.go).
+	history *metricsHistory
 }
 
 // New returns the E2B surface of cfg.
@@ -137,7 +139,7 @@ func New(cfg Config) *API {
 		cfg.UploadIdleTimeout = 60 * time.Second
 	}
 	return &API{svc: cfg.Service, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
-		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout}
+		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep)}
 }
 
 // Mux is where Register adds the routes.
@@ -240,12 +242,14 @@ type e2bError struct {
 }
 
 func writeE2BError(w http.ResponseWriter, status int, msg string) {
+	setRetryAfter(w.Header(), status)
 	writeJSON(w, status, e2bError{Code: status, Message: msg})
 }
 
 // writeE2BErr answers err the E2B way: SPACE's status, E2B's body.
 func (a *API) writeE2BErr(w http.ResponseWriter, r *http.Request, err error) {
 	e := a.e2bErrorOf(r, err)
+	setRetryAfter(w.Header(), e.Code)
 	writeJSON(w, e.Code, e)
 }
 
@@ -309,6 +313,7 @@ func (w *e2bErrorWriter) finish() {
 		return
 	}
 	w.ResponseWriter.Header().Del("Content-Length")
+	setRetryAfter(w.ResponseWriter.Header(), w.status)
 	writeJSON(w.ResponseWriter, w.status, e2bErrorBody(w.status, w.held.Bytes()))
 }
 

@@ -401,47 +401,78 @@ type Metric struct {
 	// /proc/meminfo is the host's). E2B's Python SDK requires the field.
 	MemCache *uint64 `json:"memCache,omitempty"`
 	// DiskUsed and DiskTotal are what an ns sandbox's root volume is
-	// charged on the node and its limit (disk_mib); omitted where the node
-	// does not account the disk (vm, a store without quotas).
+	// charged on the node and its limit (disk_mib), or what a vm sandbox's
+	// disk image holds allocated and its size; omitted where the node does
+	// not account the disk (an ns store without quotas).
 	DiskUsed  *uint64 `json:"diskUsed,omitempty"`
 	DiskTotal *uint64 `json:"diskTotal,omitempty"`
+	// span is the time the sample's CPU use covers, level how many times
+	// it was merged (history.go).
+	span  time.Duration
+	level int
 }
 
 // e2bMetricWindow is how long the CPU use of a metrics sample is measured
 // over.
 const e2bMetricWindow = 250 * time.Millisecond
 
-// handleE2BMetrics is GET /sandboxes/{id}/metrics: SPACE keeps no history,
-// so the series is one sample taken now on the sandbox's node (CPU use over
-// a quarter of a second, memory as the node measures it), and empty when
-// the sandbox is not running or the asked window ended before now.
+// handleE2BMetrics is GET /sandboxes/{id}/metrics: the samples of the
+// sandbox's history (history.go) from second start to second end (unix
+// seconds, both optional and included), then, when the window reaches the
+// current second and the sandbox runs, one sample taken now on its node
+// (CPU use over a quarter of a second, memory as the node measures it, a
+// VM's as its guest does).
 func (a *API) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 	sb, err := a.sandboxFor(r)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	out := []Metric{}
-	if end := r.URL.Query().Get("end"); end != "" {
-		sec, err := strconv.ParseInt(end, 10, 64)
-		if err != nil {
-			a.writeE2BErr(w, r, fmt.Errorf("%w: end %q: want unix seconds", errdefs.ErrInvalidArgument, service.Clip(end)))
-			return
-		}
-		if time.Unix(sec, 0).Before(time.Now().Add(-time.Minute)) {
-			writeJSON(w, http.StatusOK, out)
-			return
-		}
-	}
-	m, err := a.sampleE2BMetric(r.Context(), sb)
+	start, end, err := metricsWindow(r.URL.Query().Get("start"), r.URL.Query().Get("end"))
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if m != nil {
-		out = append(out, *m)
+	out := a.history.window(sb.ID, start, end)
+	if out == nil {
+		out = []Metric{}
+	}
+	if now := time.Now().Unix(); start <= now && end >= now {
+		m, err := a.sampleE2BMetric(r.Context(), sb)
+		if err != nil {
+			a.writeE2BErr(w, r, err)
+			return
+		}
+		if m != nil {
+			out = append(out, *m)
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// metricsWindow parses getMetrics' start and end, unix seconds: an absent
+// start is 0, an absent end the largest second.
+func metricsWindow(start, end string) (from, to int64, err error) {
+	parse := func(name, v string, absent int64) (int64, error) {
+		if v == "" {
+			return absent, nil
+		}
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || sec < 0 || sec > 1<<40 {
+			return 0, fmt.Errorf("%w: %s %q: want unix seconds", errdefs.ErrInvalidArgument, name, service.Clip(v))
+		}
+		return sec, nil
+	}
+	if from, err = parse("start", start, 0); err != nil {
+		return 0, 0, err
+	}
+	if to, err = parse("end", end, math.MaxInt64); err != nil {
+		return 0, 0, err
+	}
+	if to < from {
+		return 0, 0, fmt.Errorf("%w: end %d is before start %d", errdefs.ErrInvalidArgument, to, from)
+	}
+	return from, to, nil
 }
 
 // sampleE2BMetric measures sandbox sb now: nil when it is not running (or

@@ -28,7 +28,7 @@ func (s *Server) limitDisk(ctx context.Context, a *privop.StartArgs) error {
 
 // diskStats adds what execID's root volume is charged, when the store
 // accounts it and the execution has a volume (ns; a vm's disk is a file of
-// fixed size in its own state).
+// fixed size in its own state, which its driver's Stats reads).
 func (s *Server) diskStats(ctx context.Context, execID string, st *privop.Stats) {
 	du, ok := s.cfg.Storage.(volume.DiskUser)
 	if !ok {

@@ -321,7 +321,8 @@ func (s *Server) stats(ctx context.Context, execID, runtime string) (*privop.Sta
 	for _, d := range drivers {
 		st, err := d.Stats(ctx, execID)
 		if err == nil {
-			out := &privop.Stats{MemoryBytes: st.MemoryBytes, MemoryCacheBytes: st.MemoryCacheBytes, Pids: st.Pids, CPUNanos: st.CPUNanos}
+			out := &privop.Stats{MemoryBytes: st.MemoryBytes, MemoryCacheBytes: st.MemoryCacheBytes, Pids: st.Pids, CPUNanos: st.CPUNanos,
+				DiskBytes: st.DiskBytes, DiskLimitBytes: st.DiskLimitBytes}
 			s.diskStats(ctx, execID, out)
 			return out, nil
 		}

@@ -182,7 +182,8 @@ type Stats struct {
 	Pids             uint64 `json:"pids"`
 	CPUNanos         uint64 `json:"cpu_nanos"`
 	// DiskBytes and DiskLimitBytes are what the execution's root volume is
-	// charged and its limit, when the volume store accounts them.
+	// charged and its limit, when the volume store accounts them, or what a
+	// VM's disk image holds allocated and its size.
 	DiskBytes      uint64 `json:"disk_bytes,omitempty"`
 	DiskLimitBytes uint64 `json:"disk_limit_bytes,omitempty"`
 }

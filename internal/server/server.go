@@ -275,6 +275,14 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 		defer close(resolved)
 		s.internal.run(rctx)
 	}()
+	// The E2B metrics history samples the running sandboxes while the
+	// API serves.
+	sampled := make(chan struct{})
+	defer func() { stopResolving(); <-sampled }()
+	go func() {
+		defer close(sampled)
+		s.e2bAPI.RunMetrics(rctx)
+	}()
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

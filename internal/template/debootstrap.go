@@ -16,8 +16,13 @@ import (
 // with the tools agents expect (E2B conventions).
 const BaseSuite = "bookworm"
 
-// BasePackages are installed into the base template on top of minbase.
-var BasePackages = []string{"bash", "python3", "git", "curl", "ca-certificates", "procps"}
+// BasePackages are installed into the base template on top of minbase:
+// python-is-python3 makes `python` python3, and sudo gives user "user"
+// passwordless root as on E2B (sudo.go; not in ns sandboxes, which cannot
+// gain privileges); libnss-myhostname resolves the sandbox's own host name,
+// which no /etc/hosts names (sudo warns "unable to resolve host" on every
+// run without it).
+var BasePackages = []string{"bash", "python3", "python-is-python3", "sudo", "libnss-myhostname", "git", "curl", "ca-certificates", "procps"}
 
 // Base builds the default template: debootstrap of Debian 12 (bookworm) with
 // BasePackages and the user "user". It needs root, debootstrap and network
@@ -28,7 +33,8 @@ func Base(ctx context.Context, dest string, progress io.Writer) error {
 
 // debootstrap installs a minimal Debian suite with pkgs into dest from the
 // host's mirror, adds the user "user" (uid 1000, home /home/user, shell
-// /bin/bash) and removes apt's caches.
+// /bin/bash), with passwordless sudo when pkgs has sudo (addSudo), and
+// removes apt's caches.
 func debootstrap(ctx context.Context, suite string, pkgs []string, dest string, progress io.Writer) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("debootstrap needs root: %w", errdefs.ErrFailedPrecondition)
@@ -49,6 +55,11 @@ func debootstrap(ctx context.Context, suite string, pkgs []string, dest string, 
 	}
 	if err := addUser(ctx, dest, progress); err != nil {
 		return err
+	}
+	if wantsSudo(pkgs) {
+		if err := addSudo(dest, progress); err != nil {
+			return err
+		}
 	}
 	return cleanApt(ctx, dest, progress)
 }

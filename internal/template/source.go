@@ -3,7 +3,7 @@
 // a btrfs subvolume, a plain directory) from one of three sources: a directory
 // on this machine, a tar archive, or a debootstrap recipe. Two templates are
 // built in: Minimal (busybox, in well under a second) and Base (Debian 12 with
-// bash, python3, git and curl, through debootstrap).
+// bash, python3 as python too, git, curl and sudo, through debootstrap).
 //
 // Every template gets an empty /.space (where the guest daemon is mounted) and
 // an /etc/hostname.

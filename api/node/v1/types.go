@@ -192,9 +192,11 @@ type ExecStats struct {
 	MemoryCacheBytes uint64 `json:"memory_cache_bytes,omitempty"`
 	Pids             uint64 `json:"pids"`
 	// DiskBytes is what the execution's root filesystem is charged on the
-	// node (what it wrote beyond its template or snapshot, including what
-	// its snapshots still hold), DiskLimitBytes its limit; both absent
-	// where the node does not account disks (vm, a store without quotas).
+	// node (ns: what it wrote beyond its template or snapshot, including
+	// what its snapshots still hold; vm: what its disk image holds
+	// allocated, the template's blocks included), DiskLimitBytes its limit
+	// (ns: disk_mib; vm: the image's size); both absent where the node does
+	// not account disks (an ns store without quotas).
 	DiskBytes      uint64 `json:"disk_bytes,omitempty"`
 	DiskLimitBytes uint64 `json:"disk_limit_bytes,omitempty"`
 }

@@ -424,12 +424,18 @@ func (d *Driver) Stats(ctx context.Context, execID string) (driver.Stats, error)
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("vm: exec %s: stats: %w", execID, err)
 	}
-	return driver.Stats{
+	out := driver.Stats{
 		MemoryBytes:      ps.rssBytes,
 		MemoryLimitBytes: uint64(st.MemoryMiB) << 20,
 		Pids:             ps.threads,
 		CPUNanos:         ps.cpuNanos,
-	}, nil
+	}
+	// The disk's use is the image's (imageUsage); a stat that fails leaves
+	// it out rather than failing the memory and CPU readings.
+	if used, size, err := imageUsage(filepath.Join(d.execDir(execID), diskFile)); err == nil {
+		out.DiskBytes, out.DiskLimitBytes = used, size
+	}
+	return out, nil
 }
 
 // Pause stops the VM's vCPUs (QMP stop); the guest sees no time pass.

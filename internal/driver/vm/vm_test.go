@@ -215,6 +215,15 @@ func TestVM(t *testing.T) {
 		if s.MemoryBytes == 0 || s.CPUNanos == 0 || s.Pids == 0 || s.MemoryLimitBytes != 256<<20 {
 			t.Errorf("Stats = %+v; want non-zero RSS, CPU and threads, limit 256 MiB", s)
 		}
+		// The disk is the image's: what it holds allocated of its size.
+		t.Logf("disk image %d of %d MiB", s.DiskBytes>>20, s.DiskLimitBytes>>20)
+		img, err := os.Stat(filepath.Join(d.execDir(execID), diskFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.DiskBytes == 0 || s.DiskLimitBytes != uint64(img.Size()) || s.DiskBytes > s.DiskLimitBytes {
+			t.Errorf("Stats disk %d of %d bytes; want the image's allocation of its size, %d", s.DiskBytes, s.DiskLimitBytes, img.Size())
+		}
 		if alive, err := d.Alive(ctx, execID); !alive || err != nil {
 			t.Errorf("Alive = %v, %v; want true", alive, err)
 		}
