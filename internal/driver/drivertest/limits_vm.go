@@ -27,10 +27,18 @@ import (
 // memHog is an awk program that allocates and touches mib MiB, one MiB at a
 // time, then prints "allocated". Growing step by step, it is not refused up
 // front by the guest's overcommit heuristic (as one huge allocation would
-// be): the guest kernel has to back it, and kills it when it cannot.
+// be): the guest kernel has to back it, and kills it when it cannot. Each
+// MiB is a copy of one string built by doubling (a memcpy), not a fresh
+// sprintf padding (a byte loop): under TCG the padding made the hog take
+// tens of seconds on a loaded host.
 func memHog(mib int) string {
-	return fmt.Sprintf(`BEGIN { for (i = 0; i < %d; i++) a[i] = sprintf("%%1048576d", i); print "allocated" }`, mib)
+	return fmt.Sprintf(`BEGIN { s = "x"; while (length(s) < 1048576) s = s s; for (i = 0; i < %d; i++) a[i] = s i; print "allocated" }`, mib)
 }
+
+// hogTimeout bounds a memory hog's run: the guest kernel has to zero and
+// back every page it touches before it kills it, which under TCG on a busy
+// host takes far longer than a call.
+const hogTimeout = 3 * time.Minute
 
 // testVMMemory: the guest kernel sees the spec's RAM, a process that touches
 // four times that much is OOM-killed by the guest kernel (its oom_kill
@@ -56,7 +64,7 @@ func testVMMemory(t *testing.T, s *suite) {
 	const workloadEvents = "/sys/fs/cgroup/space-workload/memory.events"
 	groupOOMs := guestField(t, sb, workloadEvents, "oom_kill")
 
-	res := sb.run(t, "", "awk", memHog(4*ramMiB))
+	res := sb.runFor(t, hogTimeout, "", "awk", memHog(4*ramMiB))
 	if !killedBySignal(res, "killed") || strings.Contains(res.stdout.String(), "allocated") {
 		t.Errorf("touching %d MiB in a %d MiB VM: %v, want killed by SIGKILL", 4*ramMiB, ramMiB, res)
 	}
@@ -72,7 +80,7 @@ func testVMMemory(t *testing.T, s *suite) {
 	if got := sb.sh(t, "echo alive"); got != "alive\n" {
 		t.Errorf("after the OOM kill the guest runs echo with output %q", got)
 	}
-	if res := sb.run(t, "", "awk", memHog(16)); exitCode(res) != 0 || res.stdout.String() != "allocated\n" {
+	if res := sb.runFor(t, hogTimeout, "", "awk", memHog(16)); exitCode(res) != 0 || res.stdout.String() != "allocated\n" {
 		t.Errorf("touching 16 MiB in a %d MiB VM: %v, want exit 0", ramMiB, res)
 	}
 	// The guest touched most of its RAM: the VMM holds it.

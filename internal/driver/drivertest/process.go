@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -110,7 +111,14 @@ func (st *stream) readUntil(out func() string, want string) error {
 // what it printed and how it ended.
 func (sb *sandbox) run(t *testing.T, user string, argv ...string) *result {
 	t.Helper()
-	ctx := callCtx(t)
+	return sb.runFor(t, callTimeout, user, argv...)
+}
+
+// runFor is run with a bound of its own.
+func (sb *sandbox) runFor(t *testing.T, d time.Duration, user string, argv ...string) *result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	st, err := sb.startProcess(ctx, &processv1.StartRequest{Process: &processv1.ProcessConfig{Cmd: argv[0], Args: argv[1:]}, Stdin: new(false)}, user)
 	if err != nil {
 		t.Fatalf("start %q: %v", argv, err)
