@@ -410,6 +410,9 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMEMLIMIT=" + strconv.Itoa(BridgeMemoryLimit)}
+	// A node armed with host-bridge failpoints (tests) arms every bridge
+	// it spawns with them.
+	cmd.Env = append(cmd.Env, failpoint.ChildEnv(failpoint.Bridge)...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
 	}
