@@ -446,7 +446,11 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	// of this process its parent is init), count what its guest broke, and
 	// report the change at once.
 	go func() {
-		_ = cmd.Wait()
+		if err := cmd.Wait(); err != nil {
+			// Its log says why, when its directory is still there.
+			m.log.Info("host bridge exited", "exec", rec.ExecID, "pid", cmd.Process.Pid, "status", err.Error(),
+				"log", strings.TrimPrefix(m.bridgeLogTail(rec.ExecID), "; host bridge log: "))
+		}
 		m.countProtocolErrors(bc)
 		m.notifyChanged()
 	}()
