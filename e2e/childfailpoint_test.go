@@ -128,17 +128,25 @@ func killChildAtFailpoint(t *testing.T, dir string, p *failpoint.Point, runtime 
 		var code int
 		var answer string
 		if p.Op == "exec" {
-			var res execResult
+			var res struct {
+				execResult
+				Message string `json:"message"`
+			}
 			code = in.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"sh", "-c", "echo late > " + lateFile}}, &res)
-			answer = res.Stderr
+			answer = res.Message + res.Stderr
 			if code == http.StatusOK && res.ExitCode != 0 {
 				code = -code // answered, but not a success: nothing acknowledged
 			}
 		} else {
-			code = in.putFile(sb.ID, lateFile, "late\n")
+			code, answer = in.raw("PUT", "/v1/sandboxes/"+sb.ID+"/files?path="+lateFile, "late\n")
 		}
 		acked := code/100 == 2
 		t.Logf("%s: HTTP %d %q", p.Op, code, answer)
+		if (p == failpoint.BridgeAfterExec || p == failpoint.BridgeAfterFiles) && !acked {
+			// The whole answer was through: answering "retry" would run
+			// the command (or the write) twice.
+			t.Errorf("%s with the bridge killed once its answer was forwarded: HTTP %d %q, want the answer", p.Op, code, answer)
+		}
 		if code >= 500 && code != http.StatusBadGateway && code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout {
 			t.Errorf("%s with the %s killed at %s: HTTP %d, want a success or a classed error", p.Op, p.Process, p.Name, code)
 		}

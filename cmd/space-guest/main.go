@@ -62,12 +62,12 @@ func run() int {
 	}
 	// The node-manager hands the guest the failpoints it was armed with
 	// (tests only); a name no point has stops the guest before it serves.
-	// The variable is not left for the sandbox's processes to inherit.
+	// The sandbox's processes do not inherit it: each gets only the
+	// environment its request and Init give (guestd's processEnv).
 	if err := failpoint.FromEnvironment(); err != nil {
 		log.Error("space-guest", "err", err)
 		return 2
 	}
-	_ = os.Unsetenv(failpoint.EnvVar)
 	pid1 := os.Getpid() == 1
 	if pid1 {
 		if err := mountProc(); err != nil {
