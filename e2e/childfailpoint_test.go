@@ -80,9 +80,10 @@ const lateFile = "/home/user/late"
 // stops the server; it returns the sandboxes it made.
 func killChildAtFailpoint(t *testing.T, dir string, p *failpoint.Point, runtime string) []string {
 	spec := p.Name + "=exit"
-	if p == failpoint.GuestAfterWrite {
+	if p == failpoint.GuestAfterWrite || p.Op == "snapshot" {
 		// The first upload every guest takes is the sandbox's CA, which
-		// its start installs; the second is the test's.
+		// its start installs; the second is the test's. The first disk
+		// snapshot is the one a recovery starts from; the second dies.
 		spec += "@2"
 	}
 	in := startServerEnv(t, dir, []string{failpoint.EnvVar + "=" + spec})
@@ -173,6 +174,35 @@ func killChildAtFailpoint(t *testing.T, dir string, p *failpoint.Point, runtime 
 			}
 			if have != content {
 				t.Errorf("after the %s was killed at %s: %s is %q, want %q (acknowledged)", p.Process, p.Name, path, have, content)
+			}
+		}
+	case "snapshot":
+		// A vm disk snapshot freezes the guest's filesystem through the
+		// bridge: killed there, the execution is recovered from the
+		// snapshot before (a vm one from its latest snapshot), with what
+		// was acknowledged before it.
+		sb := in.createWith("minimal", runtime)
+		ids = append(ids, sb.ID)
+		in.exec(sb.ID, "sh", "-c", "echo acknowledged > "+ackFile)
+		var first snapshotJSON
+		if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]string{"kind": "disk"}, &first); code != http.StatusCreated {
+			t.Fatalf("the first disk snapshot: HTTP %d %+v", code, first)
+		}
+		var second snapshotJSON
+		code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]string{"kind": "disk"}, &second)
+		t.Logf("snapshot: HTTP %d %q", code, second.Message)
+		if code >= 500 && code != http.StatusBadGateway && code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout {
+			t.Errorf("snapshot with the %s killed at %s: HTTP %d %q, want a success or a classed error", p.Process, p.Name, code, second.Message)
+		}
+		got := in.recoveredAfter(sb)
+		t.Logf("%s: sandbox %s %s at generation %d (was %d) %s", p.Name, sb.ID, got.State, got.Generation, sb.Generation, got.Reason)
+		if got.State != "running" || got.Generation <= sb.Generation {
+			t.Fatalf("after the %s was killed at %s: %+v, want running at a newer generation than %d\n%s", p.Process, p.Name, got, sb.Generation, in.logs())
+		}
+		in.wantAck(sb.ID, p.Name)
+		for _, s := range in.settleSnapshots(sb.ID) {
+			if s.State == "failed" && s.Reason == "" {
+				t.Errorf("snapshot %s failed without a reason", s.ID)
 			}
 		}
 	default:

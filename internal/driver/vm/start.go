@@ -30,7 +30,7 @@ const ChannelPort = "space.0"
 // initramfs (cached by content hash).
 //
 // With template snapshots (the default, see Config.ColdBoot; never for a
-// sandbox's own disk, Spec.OwnDisk) the VM is
+// sandbox's own disk, Spec.OwnDisk, nor a guest environment, Spec.Env) the VM is
 // restored from a snapshot of the same image, kernel, guest binary and size,
 // booted once and saved the first time it is asked for; a snapshot that
 // cannot be built or restored falls back to a cold boot, with the reason
@@ -56,7 +56,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 		return nil, fmt.Errorf("vm: exec %s: %w", spec.ExecID, err)
 	}
 	boot := bootFiles{guestKernel: gk, initrd: initrd}
-	if !d.cfg.ColdBoot && !spec.OwnDisk {
+	// A restored guest keeps the template boot's daemon environment: a
+	// spec that gives the daemon one (Spec.Env: the failpoints a test arms
+	// in the guest) boots cold to have it.
+	if !d.cfg.ColdBoot && !spec.OwnDisk && len(spec.Env) == 0 {
 		inst, err := d.startFromTemplate(ctx, spec, fi, boot)
 		if err == nil {
 			d.templateRestores.Add(1)
