@@ -248,7 +248,8 @@ func (in *instance) wantFired(p *failpoint.Point) {
 	// directory is still there, and its status (137 without a signal:
 	// the failpoint's exit).
 	// The node-manager logs a guest daemon's own exit (an ns guest's
-	// stderr is nobody's).
+	// stderr is nobody's; a vm guest's is its console, whose tail the line
+	// carries, with the point's line).
 	exited := map[failpoint.Process]string{failpoint.Bridge: `msg="host bridge exited"`, failpoint.Guest: `msg="sandbox guest daemon exited"`}[p.Process]
 	if logs := in.logs(); strings.Contains(logs, exited) && strings.Contains(logs, `status="exit status 137"`) {
 		return

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -424,6 +425,16 @@ func (d *Driver) startConsole(ctx context.Context, st *state) error {
 		defer l.Close()
 		defer c.Close()
 		copyConsole(l, c)
+		// A stop or a delete kills QEMU; a guest whose daemon (its init)
+		// died panics its kernel, which is worth a line with what the
+		// console said: the execution is dead and the node recovers it.
+		if tail := tailFile(filepath.Join(d.execDir(st.ExecID), consoleLog), 2048); strings.Contains(tail, initDiedPanic) {
+			d.log.Warn("sandbox guest daemon exited", "exec", st.ExecID, "status", "the guest kernel panicked: its init died", "console", tail)
+		}
 	}()
 	return nil
 }
+
+// initDiedPanic is what a Linux guest's console says when its init (the
+// guest daemon) exits.
+const initDiedPanic = "Attempted to kill init"
