@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guestd"
 	"github.com/spacesandbox/space/internal/guestinit"
 )
@@ -59,6 +60,14 @@ func run() int {
 		log.Error("space-guest init failed", "err", err)
 		return 1
 	}
+	// The node-manager hands the guest the failpoints it was armed with
+	// (tests only); a name no point has stops the guest before it serves.
+	// The sandbox's processes do not inherit it: each gets only the
+	// environment its request and Init give (guestd's processEnv).
+	if err := failpoint.FromEnvironment(); err != nil {
+		log.Error("space-guest", "err", err)
+		return 2
+	}
 	pid1 := os.Getpid() == 1
 	if pid1 {
 		if err := mountProc(); err != nil {
@@ -89,6 +98,7 @@ func run() int {
 		guestd.ReserveThreads(48)
 	}
 
+	failpoint.GuestAfterStart.Hit()
 	switch kind {
 	case "fd":
 		err = serveFD(ctx, arg, cfg, log)

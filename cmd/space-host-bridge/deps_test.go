@@ -14,6 +14,8 @@ const module = "github.com/spacesandbox/space/"
 var allowed = []string{
 	"internal/bridge", "internal/guest", "api/guest/", "internal/unixsock", "internal/hostbin",
 	"internal/errdefs", "internal/capability", "internal/driver",
+	// Its crash points (inert unless the node hands it SPACE_FAILPOINTS).
+	"internal/failpoint",
 	// The one table of HTTP answers and the wire types of its error body.
 	"internal/apierr", "api/sandbox/v1", "api/node/v1",
 }

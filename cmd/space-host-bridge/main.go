@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spacesandbox/space/internal/bridge"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/hostbin"
 )
 
@@ -37,6 +38,12 @@ func runHostBridge(args []string) int {
 	}
 	if (*guestPid == 0) != (*guestStart == 0) || *guestPid < 0 {
 		fmt.Fprintln(os.Stderr, "space-host-bridge: --guest-pid and --guest-start-time go together, and the pid is positive")
+		return 2
+	}
+	// The node hands a bridge the failpoints it was armed with (tests
+	// only); a name no point has stops the bridge before it serves.
+	if err := failpoint.FromEnvironment(); err != nil {
+		fmt.Fprintf(os.Stderr, "space-host-bridge: %v\n", err)
 		return 2
 	}
 	log := hostbin.Logger().With("component", "host-bridge")

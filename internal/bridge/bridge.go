@@ -31,6 +31,7 @@ import (
 	"github.com/spacesandbox/space/internal/apierr"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guest"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -236,6 +237,7 @@ func (b *Bridge) waitReady(ctx context.Context) {
 			b.ready, b.version = true, resp.Msg.GetVersion()
 			b.mu.Unlock()
 			b.log.Info("guest ready", "version", resp.Msg.GetVersion())
+			failpoint.BridgeAfterReady.Hit()
 			return
 		}
 		select {
@@ -324,9 +326,25 @@ func (b *Bridge) handler(stop context.CancelCauseFunc) http.Handler {
 		}
 		// Streams answer before their request body is fully forwarded.
 		_ = http.NewResponseController(w).EnableFullDuplex()
+		before, after := forwardPoints(r.URL.Path)
+		before.Hit()
 		proxy.ServeHTTP(w, r)
+		after.Hit()
 	})
 	return mux
+}
+
+// forwardPoints are the failpoints a guest request to path passes before
+// and after it is forwarded: a process request's, a file transfer's, or
+// none (nil points are inert).
+func forwardPoints(path string) (before, after *failpoint.Point) {
+	switch {
+	case strings.HasPrefix(path, "/process.Process/"):
+		return failpoint.BridgeBeforeExec, failpoint.BridgeAfterExec
+	case path == "/files":
+		return failpoint.BridgeBeforeFiles, failpoint.BridgeAfterFiles
+	}
+	return nil, nil
 }
 
 // refuseStream answers a guest request over Config.MaxStreams.
@@ -422,6 +440,7 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadGateway, "init: trust: "+trustErr.Error())
 		return
 	}
+	failpoint.BridgeAfterInit.Hit()
 	b.adm.install(capability.Identity{
 		Sandbox: req.SandboxID, Generation: req.Generation, Node: req.Node, Substrate: req.Substrate, Activation: req.ActivationID,
 	})

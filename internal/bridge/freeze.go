@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	"github.com/spacesandbox/space/internal/failpoint"
 )
 
 // FreezeLimit is the longest the guest's filesystem stays frozen: a freeze
@@ -41,6 +42,7 @@ func (b *Bridge) handleFreeze(w http.ResponseWriter, r *http.Request) {
 		_ = b.thaw(context.Background())
 	})
 	b.mu.Unlock()
+	failpoint.BridgeAfterFreeze.Hit()
 	w.WriteHeader(http.StatusNoContent)
 }
 

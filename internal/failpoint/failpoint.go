@@ -44,6 +44,9 @@ type Point struct {
 	Doc string
 	// Process is the process that hits the point.
 	Process Process
+	// Runtime is the one runtime whose executions pass the point ("vm":
+	// a guest freeze), "" when every runtime's do.
+	Runtime string
 
 	// fireAt is the hit that fires (0: disarmed); hits counts them.
 	fireAt atomic.Int64
@@ -64,6 +67,13 @@ const (
 	Server Process = "server"
 	// NodeManager is space-node-manager, the node's root process.
 	NodeManager Process = "node-manager"
+	// Bridge is space-host-bridge, one per execution. The node hands it
+	// the Bridge points it was armed with (ChildEnv) when it spawns it.
+	Bridge Process = "host-bridge"
+	// Guest is space-guest, the guest daemon inside each sandbox. The
+	// node-manager hands it the Guest points it was armed with (ChildEnv)
+	// in the environment it starts the guest with.
+	Guest Process = "guest"
 )
 
 // register declares a point of the Server; only points.go calls it.
@@ -73,6 +83,13 @@ func register(name, op, doc string) *Point { return registerIn(name, op, Server,
 func registerIn(name, op string, process Process, doc string) *Point {
 	p := &Point{Name: name, Op: op, Doc: doc, Process: process}
 	registry = append(registry, p)
+	return p
+}
+
+// registerVM declares a point hit by process only in vm executions.
+func registerVM(name, op string, process Process, doc string) *Point {
+	p := registerIn(name, op, process, doc)
+	p.Runtime = "vm"
 	return p
 }
 
@@ -91,8 +108,12 @@ func Lookup(name string) (*Point, bool) {
 
 // Hit is called by the code at the point's step. Disarmed it returns at
 // once (one atomic load); armed with exit, the hit that fires writes one
-// line naming the point to stderr and ends the process with ExitCode.
+// line naming the point to stderr and ends the process with ExitCode. A
+// nil point is inert.
 func (p *Point) Hit() {
+	if p == nil {
+		return
+	}
 	at := p.fireAt.Load()
 	if at == 0 {
 		return
@@ -151,6 +172,24 @@ func Arm(spec string) error {
 		p.fireAt.Store(want[p])
 	}
 	return nil
+}
+
+// ChildEnv is the SPACE_FAILPOINTS entry ("SPACE_FAILPOINTS=NAME=exit@N,...")
+// that arms, in a child process the caller starts, the points of process
+// this process was armed with; nil when none is armed. Every child so
+// started is armed alike: each host bridge the node spawns, each guest the
+// node-manager starts (their hits are counted per process).
+func ChildEnv(process Process) []string {
+	var items []string
+	for _, p := range registry {
+		if at := p.fireAt.Load(); at > 0 && p.Process == process {
+			items = append(items, p.Name+"=exit@"+strconv.FormatInt(at, 10))
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	return []string{EnvVar + "=" + strings.Join(items, ",")}
 }
 
 // TestProcess reports whether this process's environment sets EnvVar, even

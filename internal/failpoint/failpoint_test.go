@@ -129,3 +129,39 @@ func BenchmarkDisarmedHit(b *testing.B) {
 		HibernateAfterPart.Hit()
 	}
 }
+
+// TestChildEnv: a process hands its children the points of their kind it
+// was armed with, with the hit each fires at, and nothing when none is.
+func TestChildEnv(t *testing.T) {
+	t.Cleanup(func() { _ = Arm("") })
+	if err := Arm("create/after-record=exit,exec/bridge-after-forward=exit@2,files/bridge-before-forward=exit,exec/guest-after-spawn=exit"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		process Process
+		want    []string
+	}{
+		{Bridge, []string{EnvVar + "=exec/bridge-after-forward=exit@2,files/bridge-before-forward=exit@1"}},
+		{Guest, []string{EnvVar + "=exec/guest-after-spawn=exit@1"}},
+		{NodeManager, nil},
+	} {
+		got := ChildEnv(tc.process)
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("ChildEnv(%s) = %q, want %q", tc.process, got, tc.want)
+		}
+		// What a child is handed arms it alike.
+		if len(got) == 1 {
+			if err := Arm(strings.TrimPrefix(got[0], EnvVar+"=")); err != nil {
+				t.Errorf("a child armed with %q: %v", got[0], err)
+			}
+			if again := ChildEnv(tc.process); strings.Join(again, " ") != strings.Join(got, " ") {
+				t.Errorf("re-armed from %q: ChildEnv = %q", got, again)
+			}
+			_ = Arm("create/after-record=exit,exec/bridge-after-forward=exit@2,files/bridge-before-forward=exit,exec/guest-after-spawn=exit")
+		}
+	}
+	_ = Arm("")
+	if got := ChildEnv(Bridge); got != nil {
+		t.Errorf("disarmed: ChildEnv = %q, want nil", got)
+	}
+}

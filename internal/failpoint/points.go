@@ -4,9 +4,13 @@ package failpoint
 // operations' steps. A point is hit by the process its Process names
 // (Server: space server or space node — the control plane and the sandbox
 // manager, one process under --dev; NodeManager: space-node-manager), and
-// its doc says which part of it ("control plane", "node"). Adding a
-// point here is enough for the e2e crash test (e2e.TestFailpoints) to kill
-// the process there, once it knows how to drive the point's operation.
+// its doc says which part of it ("control plane", "node"); Bridge and
+// Guest points are hit by each host bridge and each guest daemon, which
+// the node and the node-manager arm with the points they were armed with
+// (ChildEnv). Adding a point here is enough for the e2e crash tests
+// (e2e.TestFailpoints for the server and the node-manager,
+// e2e.TestBridgeAndGuestFailpoints for the bridge and the guest) to kill
+// the process there, once they know how to drive the point's operation.
 var (
 	// CreateAfterRecord: the control plane recorded the new sandbox and
 	// has not handed it to the reconciler or answered.
@@ -107,4 +111,63 @@ var (
 	// DeleteAfterStop: the execution is stopped; the sandbox row remains.
 	DeleteAfterStop = register("delete/after-stop", "delete",
 		"control plane: the execution is stopped and released; the sandbox row remains")
+
+	// The host bridge's steps (Process Bridge): every execution's start
+	// passes the first two (a create, a start after stop, a restore), a
+	// guest request the next ones.
+
+	// BridgeAfterReady: the guest answered the bridge's Ready; no
+	// identity is installed, the start not answered.
+	BridgeAfterReady = registerIn("create/bridge-after-ready", "create", Bridge,
+		"host bridge: the guest answered Ready; no identity installed, the node's start still waits")
+	// BridgeAfterInit: the guest installed its identity; the bridge has
+	// not admitted it nor answered the node's init.
+	BridgeAfterInit = registerIn("create/bridge-after-init", "create", Bridge,
+		"host bridge: the guest answered Init; the identity is not admitted by the bridge, the init not answered")
+	// BridgeBeforeExec: a process request (exec) is admitted; nothing of
+	// it reached the guest.
+	BridgeBeforeExec = registerIn("exec/bridge-before-forward", "exec", Bridge,
+		"host bridge: a process request is admitted; not forwarded to the guest")
+	// BridgeAfterExec: a process request's whole answer (its end
+	// included) is forwarded to the node.
+	BridgeAfterExec = registerIn("exec/bridge-after-forward", "exec", Bridge,
+		"host bridge: a process request's answer, its end included, is forwarded to the node")
+	// BridgeBeforeFiles: a file transfer is admitted; nothing of it
+	// reached the guest.
+	BridgeBeforeFiles = registerIn("files/bridge-before-forward", "files", Bridge,
+		"host bridge: a file transfer (/files) is admitted; not forwarded to the guest")
+	// BridgeAfterFiles: a file transfer's answer is forwarded to the node.
+	BridgeAfterFiles = registerIn("files/bridge-after-forward", "files", Bridge,
+		"host bridge: a file transfer's answer is forwarded to the node")
+	// BridgeAfterFreeze: the guest froze its root filesystem for a vm
+	// disk snapshot; the bridge's thaw timer is set, the freeze not
+	// answered.
+	BridgeAfterFreeze = registerVM("snapshot/bridge-after-freeze", "snapshot", Bridge,
+		"host bridge (vm): the guest's root filesystem is frozen for a disk snapshot; the freeze not answered")
+
+	// The guest daemon's steps (Process Guest).
+
+	// GuestAfterStart: the guest daemon is up; it serves nothing yet.
+	GuestAfterStart = registerIn("create/guest-after-start", "create", Guest,
+		"guest: the daemon started (PID 1 of an ns sandbox); the channel not served")
+	// GuestAfterInit: the guest installed the identity Init gave it;
+	// the Init is not answered.
+	GuestAfterInit = registerIn("create/guest-after-init", "create", Guest,
+		"guest: the identity, hostname, entropy and clock of Init are installed; Init not answered")
+	// GuestAfterSpawn: an exec's process is started; its start is not
+	// reported.
+	GuestAfterSpawn = registerIn("exec/guest-after-spawn", "exec", Guest,
+		"guest: an exec's process is started; its pid not reported")
+	// GuestBeforeEnd: an exec's process ended; its end (exit status) is
+	// not reported.
+	GuestBeforeEnd = registerIn("exec/guest-before-end", "exec", Guest,
+		"guest: an exec's process ended and its output was sent; its end (exit status) not reported")
+	// GuestAfterWrite: an uploaded file is written; the upload not
+	// answered.
+	GuestAfterWrite = registerIn("files/guest-after-write", "files", Guest,
+		"guest: an uploaded file is written; the upload not answered")
+	// GuestAfterFreeze: the guest froze its root filesystem for a vm disk
+	// snapshot; the freeze not answered (the filesystem stays frozen).
+	GuestAfterFreeze = registerVM("snapshot/guest-after-freeze", "snapshot", Guest,
+		"guest (vm): the root filesystem is frozen for a disk snapshot; the freeze not answered")
 )

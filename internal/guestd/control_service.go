@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
+	"github.com/spacesandbox/space/internal/failpoint"
 )
 
 // controlService implements space.guest.v1.Control for the host bridge.
@@ -75,6 +76,7 @@ func (s *controlService) Init(_ context.Context, req *connect.Request[controlv1.
 	s.d.log.Info("identity installed", "sandbox", m.GetSandboxId(), "generation", m.GetGeneration(),
 		"activation", m.GetActivationId(), "reseed", resp.Reseed.String(), "clock_set", resp.ClockSet,
 		"pids_limited", resp.PidsLimited, "pids_error", resp.PidsError)
+	failpoint.GuestAfterInit.Hit()
 	return connect.NewResponse(resp), nil
 }
 
@@ -134,6 +136,7 @@ func (s *controlService) Freeze(_ context.Context, req *connect.Request[controlv
 			return nil, freezeError("freeze", p, err)
 		}
 	}
+	failpoint.GuestAfterFreeze.Hit()
 	return connect.NewResponse(&controlv1.FreezeResponse{}), nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spacesandbox/space/internal/failpoint"
 )
 
 // maxUploadParts bounds the parts of one multipart upload.
@@ -107,6 +109,7 @@ func (d *Daemon) postFile(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, err)
 		return
 	}
+	failpoint.GuestAfterWrite.Hit()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(written)
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
+	"github.com/spacesandbox/space/internal/failpoint"
 )
 
 // defaultKeepalive is the keepalive interval when the client names none (envd's).
@@ -43,6 +44,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 		return rpcError(err)
 	}
 	s.d.log.Debug("process started", "pid", p.pid, "cmd", sr.config.GetCmd(), "user", user.Name)
+	failpoint.GuestAfterSpawn.Hit()
 	return follow(ctx, req.Header(), p, sub, func(ev *processv1.ProcessEvent) error {
 		return stream.Send(&processv1.StartResponse{Event: ev})
 	})
@@ -83,6 +85,9 @@ func follow(ctx context.Context, h http.Header, p *process, sub *subscriber, sen
 			}
 			if !ok {
 				return nil
+			}
+			if ev.GetEnd() != nil {
+				failpoint.GuestBeforeEnd.Hit()
 			}
 			if err := send(ev); err != nil {
 				return err

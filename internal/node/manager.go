@@ -410,6 +410,9 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMEMLIMIT=" + strconv.Itoa(BridgeMemoryLimit)}
+	// A node armed with host-bridge failpoints (tests) arms every bridge
+	// it spawns with them.
+	cmd.Env = append(cmd.Env, failpoint.ChildEnv(failpoint.Bridge)...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: start host bridge: %w", rec.ExecID, err)
 	}
@@ -443,7 +446,11 @@ func (m *Manager) spawnBridge(rec *Record, channel *os.File) error {
 	// of this process its parent is init), count what its guest broke, and
 	// report the change at once.
 	go func() {
-		_ = cmd.Wait()
+		if err := cmd.Wait(); err != nil {
+			// Its log says why, when its directory is still there.
+			m.log.Info("host bridge exited", "exec", rec.ExecID, "pid", cmd.Process.Pid, "status", err.Error(),
+				"log", strings.TrimPrefix(m.bridgeLogTail(rec.ExecID), "; host bridge log: "))
+		}
 		m.countProtocolErrors(bc)
 		m.notifyChanged()
 	}()

@@ -202,6 +202,7 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 		PidsMax:     a.PidsMax,
 		OwnDisk:     a.Snapshot != "",
 		Network:     a.Network,
+		Env:         guestFailpoints(),
 	}
 	var inst *driver.Instance
 	if cp != nil {
@@ -458,4 +459,16 @@ func dirSize(root string) int64 {
 		return nil
 	})
 	return n
+}
+
+// guestFailpoints is the environment that arms, in the guest daemon of an
+// execution this node-manager starts, the guest failpoints the
+// node-manager was armed with (tests); nil when none is.
+func guestFailpoints() map[string]string {
+	var env map[string]string
+	for _, kv := range failpoint.ChildEnv(failpoint.Guest) {
+		k, v, _ := strings.Cut(kv, "=")
+		env = map[string]string{k: v}
+	}
+	return env
 }

@@ -149,7 +149,10 @@ func runToCompletion(ctx context.Context, g *Guest, req *sandboxv1.ExecRequest, 
 			}
 		}
 	}
-	if err := stream.Err(); err != nil {
+	// A stream that breaks after the command's end (its host bridge killed
+	// once the answer was through) still has the whole answer: the end
+	// comes after all the output.
+	if err := stream.Err(); err != nil && !ended {
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			return &sandboxv1.ExecResult{ExitCode: exitNotFound, Stderr: notFoundMessage(err) + "\n"}, nil
 		}

@@ -169,7 +169,14 @@ func (d *Driver) launch(ctx context.Context, spec driver.Spec, st *state) (*driv
 		// The starting process reaps its child; after a restart the sandbox
 		// is an orphan that init reaps.
 		defer d.reapers.Done()
-		_ = cmd.Wait()
+		err := cmd.Wait()
+		// A kill (a stop, a delete, the OOM killer) ends it by a signal;
+		// a guest daemon that exits on its own with a failure is worth a
+		// line: the execution is dead and the node recovers it.
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.Exited() && ee.ExitCode() != 0 {
+			d.log.Warn("sandbox guest daemon exited", "exec", spec.ExecID, "pid", cmd.Process.Pid, "status", err.Error())
+		}
 	}()
 	inst, err := d.handshake(ctx, spec, st, g, cmd.Process.Pid, syncConn.(*net.UnixConn), slices.Concat(into, back))
 	if err != nil {

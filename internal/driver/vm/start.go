@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ const ChannelPort = "space.0"
 // initramfs (cached by content hash).
 //
 // With template snapshots (the default, see Config.ColdBoot; never for a
-// sandbox's own disk, Spec.OwnDisk) the VM is
+// sandbox's own disk, Spec.OwnDisk, nor a guest environment, Spec.Env) the VM is
 // restored from a snapshot of the same image, kernel, guest binary and size,
 // booted once and saved the first time it is asked for; a snapshot that
 // cannot be built or restored falls back to a cold boot, with the reason
@@ -56,7 +57,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (*driver.Instance,
 		return nil, fmt.Errorf("vm: exec %s: %w", spec.ExecID, err)
 	}
 	boot := bootFiles{guestKernel: gk, initrd: initrd}
-	if !d.cfg.ColdBoot && !spec.OwnDisk {
+	// A restored guest keeps the template boot's daemon environment: a
+	// spec that gives the daemon one (Spec.Env: the failpoints a test arms
+	// in the guest) boots cold to have it.
+	if !d.cfg.ColdBoot && !spec.OwnDisk && len(spec.Env) == 0 {
 		inst, err := d.startFromTemplate(ctx, spec, fi, boot)
 		if err == nil {
 			d.templateRestores.Add(1)
@@ -421,6 +425,16 @@ func (d *Driver) startConsole(ctx context.Context, st *state) error {
 		defer l.Close()
 		defer c.Close()
 		copyConsole(l, c)
+		// A stop or a delete kills QEMU; a guest whose daemon (its init)
+		// died panics its kernel, which is worth a line with what the
+		// console said: the execution is dead and the node recovers it.
+		if tail := tailFile(filepath.Join(d.execDir(st.ExecID), consoleLog), 2048); strings.Contains(tail, initDiedPanic) {
+			d.log.Warn("sandbox guest daemon exited", "exec", st.ExecID, "status", "the guest kernel panicked: its init died", "console", tail)
+		}
 	}()
 	return nil
 }
+
+// initDiedPanic is what a Linux guest's console says when its init (the
+// guest daemon) exits.
+const initDiedPanic = "Attempted to kill init"
