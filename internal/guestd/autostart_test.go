@@ -2,7 +2,9 @@ package guestd_test
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,4 +73,32 @@ func TestAutostart(t *testing.T) {
 	if strings.Join(tags, ",") != "autostart:service" {
 		t.Errorf("processes after two Inits: tags %q, want one autostart:service", tags)
 	}
+}
+
+// TestAutostartReady: Init returns only once an entry that names a ready
+// port listens there (this one listens after 300 ms).
+func TestAutostartReady(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\n# space-ready-port: %d\nsleep 0.3\nexec python3 -c 'import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"127.0.0.1\", %d)); s.listen(); time.sleep(300)'\n", port, port)
+	if err := os.WriteFile(filepath.Join(dir, "listener"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := startGuest(t, guestd.Config{AutostartDir: dir})
+	if _, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: self(t).Username})); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatalf("the entry's port right after Init: %v (Init did not wait for it)", err)
+	}
+	conn.Close()
 }
