@@ -112,7 +112,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	sb, err := a.svc.Create(r.Context(), c, service.CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{
-		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
+		Template: e2bTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
 	}})
 	if err != nil {
