@@ -5,12 +5,16 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // CodeInterpreterName is the template the code interpreter runs in, and
@@ -73,7 +77,7 @@ func CodeInterpreter(ctx context.Context, dest, cacheDir string, progress io.Wri
 		err = codeInterpreterTree(ctx, dest, progress)
 	} else {
 		var cached string
-		if cached, err = cachedTree(ctx, cacheDir, progress); err == nil {
+		if cached, err = cachedTree(ctx, cacheDir, codeInterpreterRecipe(), codeInterpreterTree, progress); err == nil {
 			err = copyDir(ctx, cached, dest, progress)
 		}
 	}
@@ -128,26 +132,43 @@ func codeInterpreterRecipe() string {
 		" then apt-get install " + strings.Join(CodeInterpreterPackages, ",")
 }
 
-// cachedTree returns the root of a finished codeInterpreterTree under
-// cacheDir/templates, building it first when none is there. A build goes to
-// a temporary directory renamed into place when it is complete, so an
-// interrupted one is never taken for a finished one; two builders racing
-// both build and the second keeps the first's tree.
-func cachedTree(ctx context.Context, cacheDir string, progress io.Writer) (string, error) {
+// cachedTree returns the root of a finished tree of recipe under
+// cacheDir/templates, made by build first when none is there. Builders of
+// one recipe take turns (a lock file beside it): the second finds the
+// first's tree instead of building its own. A build goes to a temporary
+// directory renamed into place when it is complete, so an interrupted one
+// is never taken for a finished one.
+func cachedTree(ctx context.Context, cacheDir, recipe string, build func(ctx context.Context, dest string, progress io.Writer) error, progress io.Writer) (string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
 	if !filepath.IsAbs(cacheDir) {
 		return "", invalid("template cache %q: must be absolute", cacheDir)
 	}
-	recipe := codeInterpreterRecipe()
 	sum := sha256.Sum256([]byte(recipe))
 	parent := filepath.Join(cacheDir, "templates")
-	final := filepath.Join(parent, CodeInterpreterName+"-"+BaseSuite+"-"+hex.EncodeToString(sum[:8]))
+	name := CodeInterpreterName + "-" + BaseSuite + "-" + hex.EncodeToString(sum[:8])
+	final := filepath.Join(parent, name)
 	root := filepath.Join(final, "root")
-	if fi, err := os.Stat(root); err == nil && fi.IsDir() {
+	cached := func() bool {
+		fi, err := os.Stat(root)
+		return err == nil && fi.IsDir()
+	}
+	if cached() {
 		fmt.Fprintf(progress, "using the cached Debian tree %s (%s)\n", final, recipe)
 		return root, nil
 	}
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", fmt.Errorf("template cache: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(parent, "."+name+".lock"), progress)
+	if err != nil {
+		return "", fmt.Errorf("template cache: %w", err)
+	}
+	defer unlock()
+	if cached() {
+		fmt.Fprintf(progress, "using the cached Debian tree %s (%s), built meanwhile\n", final, recipe)
+		return root, nil
 	}
 	tmp, err := os.MkdirTemp(parent, ".build-")
 	if err != nil {
@@ -158,19 +179,44 @@ func cachedTree(ctx context.Context, cacheDir string, progress io.Writer) (strin
 	if err := os.Chmod(tmp, 0o700); err != nil {
 		return "", fmt.Errorf("template cache: %w", err)
 	}
-	if err := codeInterpreterTree(ctx, filepath.Join(tmp, "root"), progress); err != nil {
+	if err := build(ctx, filepath.Join(tmp, "root"), progress); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "RECIPE"), []byte(recipe+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("template cache: %w", err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		if fi, statErr := os.Stat(root); statErr == nil && fi.IsDir() {
-			return root, nil // another build finished first
-		}
 		return "", fmt.Errorf("template cache: keep %s: %w", final, err)
 	}
 	return root, nil
+}
+
+// lockFile takes an exclusive flock of path, waiting (and saying so once)
+// while another process holds it, until ctx is done.
+func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for said := false; ; said = true {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !said {
+			fmt.Fprintf(progress, "waiting for another build of the same tree (%s)\n", path)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // IsCodeInterpreterAlias reports whether name is another name of the

@@ -2,11 +2,17 @@ package template
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestCodeInterpreterTemplate builds the code-interpreter template through
@@ -82,4 +88,52 @@ func TestCodeInterpreterServerUnit(t *testing.T) {
 		t.Fatalf("python3 -m unittest server_test: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestCachedTreeOnce: builders of one recipe racing build it once; the
+// others copy from the first's tree, and a failed build leaves nothing that
+// a later one would take for finished.
+func TestCachedTreeOnce(t *testing.T) {
+	cache := t.TempDir()
+	var builds atomic.Int32
+	build := func(ctx context.Context, dest string, _ io.Writer) error {
+		builds.Add(1)
+		time.Sleep(300 * time.Millisecond) // long enough for the others to arrive
+		if err := os.MkdirAll(filepath.Join(dest, "etc"), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dest, "etc", "built"), []byte("yes"), 0o644)
+	}
+	var wg sync.WaitGroup
+	roots := make([]string, 4)
+	errs := make([]error, 4)
+	for i := range roots {
+		wg.Go(func() { roots[i], errs[i] = cachedTree(t.Context(), cache, "recipe A", build, nil) })
+	}
+	wg.Wait()
+	for i := range roots {
+		if errs[i] != nil || roots[i] != roots[0] {
+			t.Fatalf("builder %d: %q, %v (builder 0: %q)", i, roots[i], errs[i], roots[0])
+		}
+	}
+	if n := builds.Load(); n != 1 {
+		t.Errorf("4 racing builders built the tree %d times, want once", n)
+	}
+	if b, err := os.ReadFile(filepath.Join(roots[0], "etc", "built")); err != nil || string(b) != "yes" {
+		t.Errorf("cached tree: %q, %v", b, err)
+	}
+
+	fail := func(ctx context.Context, dest string, _ io.Writer) error {
+		os.MkdirAll(dest, 0o755)
+		return errors.New("mirror unreachable")
+	}
+	if _, err := cachedTree(t.Context(), cache, "recipe B", fail, nil); err == nil || !strings.Contains(err.Error(), "mirror unreachable") {
+		t.Fatalf("failed build: %v", err)
+	}
+	if _, err := cachedTree(t.Context(), cache, "recipe B", build, nil); err != nil {
+		t.Fatalf("build after a failed one: %v", err)
+	}
+	if n := builds.Load(); n != 2 {
+		t.Errorf("after a failed build the next one was not run (%d builds)", n)
+	}
 }
