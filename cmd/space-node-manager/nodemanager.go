@@ -205,8 +205,10 @@ func serveNodeManager(ctx context.Context, vcfg localvol.Config, cacheDir, kerne
 	layout := volume.Layout{Root: vols.Dir}
 	srv, err := nodemanager.NewServer(nodemanager.Config{
 		Socket: socket, AllowedUIDs: uids, GuestBinary: guestBin, Storage: vols,
-		Drivers:       drivers,
-		Build:         buildTemplate,
+		Drivers: drivers,
+		Build: func(ctx context.Context, source, dest string, progress io.Writer) error {
+			return buildTemplate(ctx, cacheDir, source, dest, progress)
+		},
 		ImageRuntimes: map[string]bool{"vm": true},
 		// Images live on the same filesystem as the VM state, so per-sandbox
 		// disk clones are reflinks.
@@ -287,14 +289,17 @@ func defaultCacheDir() string {
 	return "/var/cache/space"
 }
 
-// buildTemplate fills dest from a template source; builtin:minimal and
-// builtin:base are the two templates every node can make without input.
-func buildTemplate(ctx context.Context, source, dest string, progress io.Writer) error {
+// buildTemplate fills dest from a template source; builtin:minimal,
+// builtin:base and builtin:code-interpreter are the templates every node can
+// make without input (the last keeps its Debian tree in cacheDir).
+func buildTemplate(ctx context.Context, cacheDir, source, dest string, progress io.Writer) error {
 	switch source {
 	case "builtin:minimal":
 		return template.Minimal(ctx, dest)
 	case "builtin:base":
 		return template.Base(ctx, dest, progress)
+	case "builtin:" + template.CodeInterpreterName:
+		return template.CodeInterpreter(ctx, dest, cacheDir, progress)
 	}
 	src, err := template.ParseSource(source)
 	if err != nil {

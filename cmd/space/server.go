@@ -50,6 +50,9 @@ import (
 var builtinTemplates = map[string]string{
 	"minimal": "builtin:minimal",
 	"base":    "builtin:base",
+	// Jupyter kernels and the code interpreter's server (docs/e2b.md):
+	// `space template build code-interpreter --from builtin:code-interpreter`.
+	"code-interpreter": "builtin:code-interpreter",
 }
 
 // runServer is `space server [--dev]`.

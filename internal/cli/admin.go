@@ -44,7 +44,7 @@ const templateBuildWait = time.Hour
 
 func templateBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("template build")
-	from := fs.String("from", "", "source (required)")
+	from := fs.String("from", "", "source (required): a directory or tar file here, dir:PATH, tar:PATH on the server, debootstrap:SUITE[+pkg,…], or builtin:NAME (minimal, base, code-interpreter)")
 	egressFile := fs.String("egress", "", "default egress policy of its sandboxes: a JSON file, - for stdin (docs/network.md)")
 	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
 	out := outputFlag(fs)
@@ -149,11 +149,15 @@ func (p *buildProgress) show(t sandboxv1.Template) {
 }
 
 // templateSource turns --from into the server's source syntax: a known prefix
-// is kept (its local path made absolute), a bare path becomes dir: or tar: after
-// looking at it here.
+// is kept (its local path made absolute), builtin:NAME is the server's
+// built-in template NAME (minimal, base, code-interpreter), a bare path
+// becomes dir: or tar: after looking at it here.
 func templateSource(from string) (string, error) {
 	if strings.HasPrefix(from, "debootstrap:") {
 		return from, nil
+	}
+	if name, ok := strings.CutPrefix(from, "builtin:"); ok {
+		return name, nil
 	}
 	for _, prefix := range []string{"dir:", "tar:", "oci:"} {
 		if p, ok := strings.CutPrefix(from, prefix); ok {

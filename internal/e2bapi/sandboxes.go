@@ -124,7 +124,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	create := sandboxv1.CreateSandboxRequest{
-		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
+		Template: e2bTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
 	}
 	if idle.timeout > 0 { // paused, not deleted, at its timeout

@@ -60,6 +60,9 @@ type Config struct {
 	// MaxWatches bounds the inotify watches (one per watched directory) of
 	// all the watchers together (default 32,768; watch.go).
 	MaxWatches int
+	// AutostartDir holds the executables started at Init
+	// (default DefaultAutostartDir; see autostart.go).
+	AutostartDir string
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +80,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxProcesses == 0 {
 		c.MaxProcesses = 1024
+	}
+	if c.AutostartDir == "" {
+		c.AutostartDir = DefaultAutostartDir
 	}
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = 64

@@ -55,7 +55,7 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 	// A template still building is waited for (warmup.go).
 	tpl, err := s.awaitTemplate(ctx, w, spec.Template)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, fmt.Errorf("%w: template %q does not exist; `space template list` shows the templates", errdefs.ErrInvalidArgument, spec.Template)
+		return nil, missingTemplate(errdefs.ErrInvalidArgument, spec.Template)
 	} else if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,65 @@
+package e2b_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestCodeInterpreterSDK runs the published @e2b/code-interpreter SDK
+// (pinned by codeinterpreter/package-lock.json) against a real server on
+// the ns runtime: codeinterpreter.mjs creates a sandbox with the SDK's
+// default template, which SPACE maps to its code-interpreter template, and
+// drives SPACE's code interpreter server in it.
+//
+// The template is built here with `space template build code-interpreter
+// --from builtin:code-interpreter`. Its Debian tree (debootstrap of python3 and
+// the Jupyter stack, minutes and about 1.7 GB) is kept in the test cache
+// ($SPACE_TEST_CACHE_DIR/templates): only the first run per cache pays for
+// it, later ones copy the tree.
+func TestCodeInterpreterSDK(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the all-in-one server starts the root node-manager; run as root (CI does)")
+	}
+	for _, tool := range []string{"node", "npm", "debootstrap"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed: scripts/deps.sh test installs it (make test runs it)", tool)
+		}
+	}
+	if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
+		// The node-manager keeps the template's Debian tree there.
+		t.Setenv("SPACE_CACHE_DIR", cache)
+	}
+	var modules string
+	t.Run("install", func(t *testing.T) {
+		t.Chdir("codeinterpreter")
+		modules = installSDK(t)
+	})
+	if modules == "" {
+		t.Fatal("the code-interpreter SDK is not installed")
+	}
+	work := t.TempDir()
+	for _, name := range []string{"lib.mjs", "codeinterpreter.mjs"} {
+		copyFile(t, name, filepath.Join(work, name))
+	}
+	copyFile(t, "codeinterpreter/package.json", filepath.Join(work, "package.json"))
+	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildSpace(t)
+	srv := startServer(t, bin, "ns")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	start := time.Now()
+	build := exec.CommandContext(ctx, filepath.Join(bin, "space"), "template", "build", "code-interpreter", "--from", "builtin:code-interpreter")
+	build.Env = append(os.Environ(), "SPACE_API_URL="+srv.spaceAPI, "SPACE_API_KEY="+srv.key)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("space template build code-interpreter: %v\n%s\nserver log:\n%s", err, out, srv.logs())
+	}
+	srv.waitTemplate(t, "code-interpreter")
+	t.Logf("template code-interpreter built in %v", time.Since(start).Round(time.Millisecond))
+	srv.runScript(t, work, "codeinterpreter.mjs")
+}
