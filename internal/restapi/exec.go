@@ -112,7 +112,7 @@ func runToCompletion(ctx context.Context, g *Guest, req *sandboxv1.ExecRequest, 
 	defer stream.Close()
 	var stdout, stderr capture
 	res := &sandboxv1.ExecResult{}
-	started, ended := false, false
+	started, ended, exited := false, false, false
 	var pid uint32
 	defer func() {
 		if pid != 0 && !ended {
@@ -142,22 +142,23 @@ func runToCompletion(ctx context.Context, g *Guest, req *sandboxv1.ExecRequest, 
 			stderr.write(d.GetStderr())
 			stdout.write(d.GetPty())
 		case ev.GetEnd() != nil:
-			ended = true
+			ended, exited = true, ev.GetEnd().GetExited()
 			res.ExitCode = int(ev.GetEnd().GetExitCode())
 			if !ev.GetEnd().GetExited() && res.ExitCode == 0 {
 				res.ExitCode = -1
 			}
 		}
 	}
+	streamErr := stream.Err()
+	if timedOut(ctx.Err(), streamErr, ended, exited) {
+		return nil, fmt.Errorf("%w: exec: command did not finish within %s and was killed", errdefs.ErrUnavailable, timeout)
+	}
 	// A stream that breaks after the command's end (its host bridge killed
 	// once the answer was through) still has the whole answer: the end
 	// comes after all the output.
-	if err := stream.Err(); err != nil && !ended {
+	if err := streamErr; err != nil && !ended {
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			return &sandboxv1.ExecResult{ExitCode: exitNotFound, Stderr: notFoundMessage(err) + "\n"}, nil
-		}
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: exec: command did not finish within %s and was killed", errdefs.ErrUnavailable, timeout)
 		}
 		if started {
 			// The command ran and its stream broke: the sandbox or the path
@@ -172,6 +173,23 @@ func runToCompletion(ctx context.Context, g *Guest, req *sandboxv1.ExecRequest, 
 	res.Stdout, res.Stderr = stdout.String(), stderr.String()
 	res.Truncated = stdout.truncated || stderr.truncated
 	return res, nil
+}
+
+// timedOut reports whether a run-to-completion exec ended because its
+// timeout passed: its context's deadline did; or a hop ahead answered with
+// the deadline first (the deadline travels with the request, so the far
+// end can give up a moment before this end's timer fires); or the command
+// ended killed once the deadline had passed (cancelling the stream is what
+// kills it, and its end can arrive before the stream's error).
+func timedOut(ctxErr, streamErr error, ended, exited bool) bool {
+	deadline := errors.Is(ctxErr, context.DeadlineExceeded)
+	switch {
+	case ended:
+		return !exited && deadline
+	case streamErr != nil:
+		return deadline || connect.CodeOf(streamErr) == connect.CodeDeadlineExceeded
+	}
+	return false
 }
 
 func notFoundMessage(err error) string {
