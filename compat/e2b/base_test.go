@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/template"
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // TestE2BBaseTemplate builds a template from the base template's recipe
@@ -32,7 +33,7 @@ func TestE2BBaseTemplate(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	runtimes := strings.Fields(os.Getenv("SPACE_TEST_BASE_RUNTIMES"))
 	if len(runtimes) == 0 {
 		runtimes = []string{"ns"}
@@ -44,18 +45,18 @@ func TestE2BBaseTemplate(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			defer cancel()
 			build := exec.CommandContext(ctx, filepath.Join(bin, "space"), "template", "build", "sudo-base", "--from", from)
-			build.Env = append(os.Environ(), "SPACE_API_URL="+srv.spaceAPI, "SPACE_API_KEY="+srv.key)
+			build.Env = append(os.Environ(), "SPACE_API_URL="+srv.URL, "SPACE_API_KEY="+srv.Key)
 			if out, err := build.CombinedOutput(); err != nil {
 				t.Fatalf("space template build: %v\n%s", err, out)
 			}
 			cmd := exec.CommandContext(ctx, "node", "base.mjs")
 			cmd.Dir = work
-			cmd.Env = append(os.Environ(), "E2B_API_URL="+srv.e2bAPI, "E2B_SANDBOX_URL="+srv.e2bSandbox, "E2B_API_KEY="+srv.key,
+			cmd.Env = append(os.Environ(), "E2B_API_URL="+srv.E2BAPI, "E2B_SANDBOX_URL="+srv.E2BSandbox, "E2B_API_KEY="+srv.Key,
 				"E2B_TEMPLATE=sudo-base", "SPACE_RUNTIME="+runtime)
 			out, err := cmd.CombinedOutput()
 			t.Logf("node base.mjs:\n%s", out)
 			if err != nil {
-				t.Errorf("node base.mjs: %v\nserver log:\n%s", err, srv.logs())
+				t.Errorf("node base.mjs: %v\nserver log:\n%s", err, srv.Logs())
 			}
 		})
 	}

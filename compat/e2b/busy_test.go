@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // TestE2BMetricsAndBusy runs metrics.mjs (getMetrics: history, disk) and
@@ -28,7 +30,7 @@ func TestE2BMetricsAndBusy(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	t.Run("ns", func(t *testing.T) {
 		srv := startServer(t, bin, "ns")
 		for _, name := range scripts {

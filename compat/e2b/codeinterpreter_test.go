@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // TestCodeInterpreterSDK runs the published @e2b/code-interpreter SDK
@@ -49,17 +51,17 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	srv := startServer(t, bin, "ns")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	start := time.Now()
 	build := exec.CommandContext(ctx, filepath.Join(bin, "space"), "template", "build", "code-interpreter", "--from", "builtin:code-interpreter")
-	build.Env = append(os.Environ(), "SPACE_API_URL="+srv.spaceAPI, "SPACE_API_KEY="+srv.key)
+	build.Env = append(os.Environ(), "SPACE_API_URL="+srv.URL, "SPACE_API_KEY="+srv.Key)
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("space template build code-interpreter: %v\n%s\nserver log:\n%s", err, out, srv.logs())
+		t.Fatalf("space template build code-interpreter: %v\n%s\nserver log:\n%s", err, out, srv.Logs())
 	}
-	srv.waitTemplate(t, "code-interpreter")
+	srv.WaitTemplate(t, "code-interpreter")
 	t.Logf("template code-interpreter built in %v", time.Since(start).Round(time.Millisecond))
 	srv.runScript(t, work, "codeinterpreter.mjs")
 }

@@ -12,21 +12,18 @@
 package e2b_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // runs are the server configurations and the scripts run against each:
@@ -60,7 +57,7 @@ func TestE2BSDK(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	for _, run := range runs {
 		t.Run(run.runtime, func(t *testing.T) {
 			if _, err := exec.LookPath("qemu-system-x86_64"); run.runtime == "vm" && err != nil {
@@ -80,19 +77,19 @@ func (s *server) runScript(t *testing.T, work, name string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", name)
 	cmd.Dir = work
-	key := s.key
+	key := s.Key
 	if name == "keys.mjs" || name == "network.mjs" { // E2B's shape, for the SDK that checks it (2.45)
 		key = s.e2bKey
 	}
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+s.e2bAPI, "E2B_SANDBOX_URL="+s.e2bSandbox, "E2B_API_KEY="+key, "SPACE_KEY="+s.key,
+		"E2B_API_URL="+s.E2BAPI, "E2B_SANDBOX_URL="+s.E2BSandbox, "E2B_API_KEY="+key, "SPACE_KEY="+s.Key,
 		"E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
 	t.Logf("node %s:\n%s", name, out)
 	if err != nil {
-		t.Errorf("node %s: %v\nserver log:\n%s", name, err, s.logs())
+		t.Errorf("node %s: %v\nserver log:\n%s", name, err, s.Logs())
 	}
 }
 
@@ -163,214 +160,26 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// server is one running `space server --dev`.
+// server is a running `space server --dev` (internal/testenv/devserver)
+// with the key in E2B's shape the scripts use.
 type server struct {
-	spaceAPI, e2bAPI, e2bSandbox string
-	key                          string
-	e2bKey                       string // `space key create --e2b`
-	mu                           sync.Mutex
-	log                          bytes.Buffer
-}
-
-func (s *server) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.log.Len() < 8<<20 {
-		s.log.Write(p)
-	}
-	return len(p), nil
-}
-
-func (s *server) logs() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.log.String()
-	if len(out) > 20000 {
-		out = "…" + out[len(out)-20000:]
-	}
-	return out
-}
-
-// buildSpace builds space and space-guest into a directory and returns it.
-func buildSpace(t *testing.T) string {
-	t.Helper()
-	bin := t.TempDir()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range [][]string{
-		{"go", "build", "-o", filepath.Join(bin, "space"), "./cmd/space"},
-		{"go", "build", "-o", filepath.Join(bin, "space-node-manager"), "./cmd/space-node-manager"},
-		{"go", "build", "-o", filepath.Join(bin, "space-host-bridge"), "./cmd/space-host-bridge"},
-		{"go", "build", "-tags", "osusergo,netgo", "-o", filepath.Join(bin, "space-guest"), "./cmd/space-guest"},
-	} {
-		cmd := exec.Command(step[0], step[1:]...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", step, err, out)
-		}
-	}
-	return bin
+	*devserver.Server
+	e2bKey string // `space key create --e2b`
 }
 
 // startServer starts the all-in-one server from bin, creating sandboxes on
-// runtime (extra: more flags), and waits until the minimal template and the
-// runtime are ready.
-// It is stopped (SIGTERM) when the test ends.
+// runtime (extra: more flags), waits until the minimal template and the
+// runtime are ready, and mints an E2B-shaped key. It is stopped when the
+// test ends.
 func startServer(t *testing.T, bin, runtime string, extra ...string) *server {
 	t.Helper()
-	data := t.TempDir()
-	srv := &server{}
-	cmd := exec.Command(filepath.Join(bin, "space"), append([]string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", data,
-		"--no-base-template", "--kernel-build", "wait", "--default-runtime", runtime, "--snapshot-every", "0", "--full-snapshot-every", "0"}, extra...)...)
-	cmd.Env = append(os.Environ(), "SPACE_DATA_DIR="+data)
-	cmd.Stderr = srv
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		// Whatever a failed script left, delete it through the API before
-		// stopping, as an operator would.
-		if srv.key != "" {
-			srv.deleteAll()
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			t.Errorf("server did not stop within 30s of SIGTERM")
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(3 * time.Minute)
-	for srv.spaceAPI == "" || srv.e2bAPI == "" || srv.e2bSandbox == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("server exited before printing its URLs:\n%s", srv.logs())
-			}
-			k, v, _ := strings.Cut(l, "=")
-			switch k {
-			case "SPACE_API_URL":
-				srv.spaceAPI = v
-			case "E2B_API_URL":
-				srv.e2bAPI = v
-			case "E2B_SANDBOX_URL":
-				srv.e2bSandbox = v
-			}
-		case <-deadline:
-			t.Fatalf("server did not print SPACE_API_URL, E2B_API_URL and E2B_SANDBOX_URL within 3m:\n%s", srv.logs())
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
-	if err != nil {
-		t.Fatalf("admin key: %v", err)
-	}
-	srv.key = strings.TrimSpace(string(key))
+	srv := &server{Server: devserver.Start(t, bin, runtime, extra...)}
 	mint := exec.Command(filepath.Join(bin, "space"), "key", "create", "--e2b")
-	mint.Env = append(os.Environ(), "SPACE_API_URL="+srv.spaceAPI, "SPACE_API_KEY="+srv.key)
+	mint.Env = append(os.Environ(), "SPACE_API_URL="+srv.URL, "SPACE_API_KEY="+srv.Key)
 	out, err := mint.Output()
 	if err != nil {
 		t.Fatalf("space key create --e2b: %v\n%s", err, out)
 	}
 	srv.e2bKey = strings.TrimSpace(string(out))
-	srv.waitTemplate(t, "minimal")
-	srv.waitRuntime(t, runtime)
 	return srv
-}
-
-// deleteAll deletes every sandbox through the SPACE API.
-func (s *server) deleteAll() {
-	var list struct {
-		Sandboxes []struct{ ID string }
-	}
-	if s.get("/v1/sandboxes", &list) != nil {
-		return
-	}
-	for _, sb := range list.Sandboxes {
-		req, _ := http.NewRequest("DELETE", s.spaceAPI+"/v1/sandboxes/"+sb.ID, nil)
-		req.Header.Set("Authorization", "Bearer "+s.key)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}
-}
-
-// get reads a SPACE API path with the admin key into out.
-func (s *server) get(path string, out any) error {
-	req, _ := http.NewRequest("GET", s.spaceAPI+path, nil)
-	req.Header.Set("Authorization", "Bearer "+s.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-// waitRuntime waits until a node offers runtime (the vm runtime comes once
-// the node has its guest kernel).
-func (s *server) waitRuntime(t *testing.T, runtime string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		var list struct {
-			Nodes []struct{ Runtimes []string }
-		}
-		if s.get("/v1/nodes", &list) == nil {
-			for _, n := range list.Nodes {
-				for _, rt := range n.Runtimes {
-					if rt == runtime {
-						return
-					}
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no node offers the %s runtime after 5m:\n%s", runtime, s.logs())
-}
-
-// waitTemplate waits until template name is ready.
-func (s *server) waitTemplate(t *testing.T, name string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		var list struct {
-			Templates []struct{ Name, State, Reason string }
-		}
-		if s.get("/v1/templates", &list) == nil {
-			for _, tp := range list.Templates {
-				if tp.Name == name && tp.State == "ready" {
-					return
-				}
-				if tp.Name == name && tp.State == "failed" {
-					t.Fatalf("template %s failed: %s", name, tp.Reason)
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("template %s not ready after 5m:\n%s", name, s.logs())
 }

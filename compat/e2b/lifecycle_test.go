@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // TestE2BLifecycleSDK runs e2blife.mjs, E2B's lifecycle controls
@@ -29,7 +31,7 @@ func TestE2BLifecycleSDK(t *testing.T) {
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	for _, runtime := range []string{"ns", "vm"} {
 		t.Run(runtime, func(t *testing.T) {
 			if _, err := exec.LookPath("qemu-system-x86_64"); runtime == "vm" && err != nil {

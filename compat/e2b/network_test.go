@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spacesandbox/space/internal/gateway/dnsgw/dnstest"
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // The "public" addresses network.mjs reaches, served in a network
@@ -58,7 +59,7 @@ func TestE2BSDKNetwork(t *testing.T) {
 	dns := dnstest.Start(pc, map[string][]netip.Addr{netDomain: {netip.MustParseAddr(netDomainAddr)}})
 	t.Cleanup(dns.Close)
 
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	t.Setenv("NET_ALLOWED", netAllowed)
 	t.Setenv("NET_OTHER", netOther)
 	t.Setenv("NET_DOMAIN", netDomain)

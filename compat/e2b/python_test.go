@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/testenv"
+	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
 // pythonRuns are the published `e2b` Python SDKs (PyPI; every package of
@@ -42,7 +43,7 @@ func TestE2BPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSpace(t)
+	bin := devserver.Build(t)
 	for _, runtime := range []string{"ns", "vm"} {
 		t.Run(runtime, func(t *testing.T) {
 			if _, err := exec.LookPath("qemu-system-x86_64"); runtime == "vm" && err != nil {
@@ -68,13 +69,13 @@ func (s *server) runPython(t *testing.T, python, script, section, version string
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, script, section)
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.e2bAPI, "E2B_SANDBOX_URL="+s.e2bSandbox,
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.E2BAPI, "E2B_SANDBOX_URL="+s.E2BSandbox,
 		"E2B_API_KEY="+s.e2bKey, "E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
 	t.Logf("python sdk.py %s:\n%s", section, out)
 	if err != nil {
-		t.Errorf("python sdk.py %s (e2b %s): %v\nserver log:\n%s", section, version, err, s.logs())
+		t.Errorf("python sdk.py %s (e2b %s): %v\nserver log:\n%s", section, version, err, s.Logs())
 	}
 }
