@@ -212,6 +212,22 @@ func lifecycleScenario(t *testing.T, runtime string, extraFlags ...string) {
 	if stops != 1 {
 		t.Errorf("%d ready stop snapshots after one stop, want 1: %+v", stops, snaps.Snapshots)
 	}
+	// A stop of a paused sandbox keeps what it wrote just before the pause
+	// (on vm, still in the frozen guest's page cache then).
+	in.exec(sb.ID, "sh", "-c", "echo before-pause > /home/user/work/paused")
+	in.mustDo("POST", "/v1/sandboxes/"+sb.ID+"/pause", "")
+	if got := in.settle(sb.ID, "pause"); got.State != "paused" {
+		t.Fatalf("pause before the stop: %+v", got)
+	}
+	if _, e, c := in.cli("", "sandbox", "stop", sb.ID); c != 0 {
+		t.Fatalf("stop of a paused sandbox: %d %s\n%s", c, e, in.logs())
+	}
+	if _, e, c := in.cli("", "sandbox", "start", sb.ID); c != 0 {
+		t.Fatalf("start after the paused stop: %d %s\n%s", c, e, in.logs())
+	}
+	if res := in.exec(sb.ID, "cat", "/home/user/work/paused"); res.Stdout != "before-pause\n" {
+		t.Errorf("stop of a paused sandbox lost what it wrote before the pause: %+v", res)
+	}
 	if out, _, c := in.cli("", "sandbox", "events", sb.ID); c != 0 || !strings.Contains(out, "rollback requested") || !strings.Contains(out, "stopped; disk kept") {
 		t.Errorf("sandbox events: exit %d\n%s", c, out)
 	}

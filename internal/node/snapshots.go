@@ -13,7 +13,8 @@ import (
 
 // Snapshot takes a snapshot of an execution. A disk snapshot of a running VM
 // freezes the guest's root filesystem for the moment of the copy (the VM
-// keeps running); a paused execution is copied as it is. Repeating a
+// keeps running); a paused VM runs for that moment and is paused again (a
+// fenced one, which must not run, is copied as it is). Repeating a
 // snapshot that exists returns it.
 func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSnapshot) (*nodev1.Snapshot, error) {
 	if err := validSandboxExecID(execID); err != nil {
@@ -33,7 +34,23 @@ func (m *Manager) Snapshot(ctx context.Context, execID string, req nodev1.TakeSn
 			return nil, fmt.Errorf("%w: exec %s: full snapshot refused: %s; stop the sandbox (its disk is kept) or take a disk snapshot", errdefs.ErrFailedPrecondition, execID, err)
 		}
 	}
-	if req.Kind == privop.SnapshotDisk && rec.Runtime == "vm" && !rec.Paused {
+	runs := !rec.Paused
+	if req.Kind == privop.SnapshotDisk && rec.Runtime == "vm" && rec.Paused && !m.leaseEnded(time.Now()) {
+		// A paused guest's page cache holds writes its disk does not have
+		// yet (a stop of a paused sandbox lost them): the guest runs for the
+		// moment of the freeze, which flushes them, and is paused again.
+		// Deferred calls run last first: thaw, then pause.
+		if err := m.pauser.Resume(ctx, rec.physicalID(), rec.Runtime); err != nil {
+			return nil, fmt.Errorf("exec %s: disk snapshot: run the paused guest to flush its writes: %w", execID, err)
+		}
+		defer func() {
+			if err := m.pauser.Pause(context.WithoutCancel(ctx), rec.physicalID(), rec.Runtime); err != nil {
+				m.log.Error("pause again after a paused VM's disk snapshot failed: it runs", "exec", execID, "err", err)
+			}
+		}()
+		runs = true
+	}
+	if req.Kind == privop.SnapshotDisk && rec.Runtime == "vm" && runs {
 		bc, err := m.bridge(rec)
 		if err != nil {
 			return nil, err
