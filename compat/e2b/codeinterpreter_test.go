@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spacesandbox/space/internal/testenv"
 	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
@@ -64,4 +65,14 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	srv.WaitTemplate(t, "code-interpreter")
 	t.Logf("template code-interpreter built in %v", time.Since(start).Round(time.Millisecond))
 	srv.runScript(t, work, "codeinterpreter.mjs")
+	// The same template through the published Python SDK
+	// (e2b-code-interpreter from PyPI, every package pinned).
+	t.Run("python", func(t *testing.T) {
+		python := testenv.PythonVenv(t, "e2b-ci-2.11", filepath.Join("python", "requirements-ci-2.11.txt"))
+		script, err := filepath.Abs("python/codeinterpreter.py")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.runPython(t, python, script, "", "code-interpreter 2.11")
+	})
 }

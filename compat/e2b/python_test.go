@@ -68,7 +68,11 @@ func TestE2BPythonSDK(t *testing.T) {
 func (s *server) runPython(t *testing.T, python, script, section, version string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, script, section)
+	args := []string{script}
+	if section != "" {
+		args = append(args, section)
+	}
+	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.E2BAPI, "E2B_SANDBOX_URL="+s.E2BSandbox,
 		"E2B_API_KEY="+s.e2bKey, "E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
