@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/spacesandbox/space/internal/gateway/dnsgw/dnstest"
+	"github.com/spacesandbox/space/internal/testenv"
 )
 
 // egressNet is a network namespace standing in for the internet: the
@@ -116,40 +114,11 @@ func (e *egressNet) ip(args ...string) {
 // it creates belongs there for its life.
 func (e *egressNet) listen(open func() (any, error)) any {
 	e.t.Helper()
-	type result struct {
-		v   any
-		err error
+	v, err := testenv.InNetns(e.path, open)
+	if err != nil {
+		e.t.Fatalf("listen in %s: %v", e.name, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		target, err := unix.Open(e.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer unix.Close(target)
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer unix.Close(self)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		v, err := open()
-		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{v, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		e.t.Fatalf("listen in %s: %v", e.name, r.err)
-	}
-	return r.v
+	return v
 }
 
 // serveHTTP serves on addr:80 in the namespace, counting requests in

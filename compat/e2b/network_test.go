@@ -10,12 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/spacesandbox/space/internal/gateway/dnsgw/dnstest"
+	"github.com/spacesandbox/space/internal/testenv"
 	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
@@ -114,40 +112,11 @@ func ipCmd(t *testing.T, args ...string) {
 // creates belongs there for its life.
 func (n *upstreamNetns) listen(t *testing.T, open func() (any, error)) any {
 	t.Helper()
-	type result struct {
-		v   any
-		err error
+	v, err := testenv.InNetns(n.path, open)
+	if err != nil {
+		t.Fatalf("listen in %s: %v", n.name, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		target, err := unix.Open(n.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer unix.Close(target)
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer unix.Close(self)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		v, err := open()
-		if unix.Setns(self, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread() // else the thread dies with the goroutine
-		}
-		ch <- result{v, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("listen in %s: %v", n.name, r.err)
-	}
-	return r.v
+	return v
 }
 
 // serveHTTP answers "upstream ADDR host HOST" on addr:80.
