@@ -42,7 +42,7 @@ func TestParse(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, in string
-		want Config
+		want     Config
 	}{
 		{"empty object", `{}`, Config{}},
 		{"nulls are absent", `{"User":null,"Env":null,"Cmd":null,"ExposedPorts":null}`, Config{}},
