@@ -16,8 +16,9 @@ const module = "github.com/spacesandbox/space/"
 
 // TestDeps keeps the guest daemon small and apart from host code: of this
 // module it may import only internal/guestd, internal/guestinit,
-// internal/sandboxnet, api/guest, and its crash points (internal/failpoint,
-// standing on internal/errdefs: the standard library only).
+// internal/sandboxnet, api/guest, its crash points (internal/failpoint,
+// standing on internal/errdefs: the standard library only) and the image
+// defaults' format (internal/template/imagecfg, the standard library only).
 func TestDeps(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
 	if err != nil {
@@ -29,8 +30,8 @@ func TestDeps(t *testing.T) {
 			continue
 		}
 		if !strings.HasPrefix(rel, "internal/guestd") && rel != "internal/guestinit" && rel != "internal/sandboxnet" && !strings.HasPrefix(rel, "api/guest/") &&
-			rel != "internal/failpoint" && rel != "internal/errdefs" {
-			t.Errorf("space-guest imports %s; only internal/guestd..., internal/guestinit, internal/sandboxnet, internal/failpoint, internal/errdefs and api/guest/... are allowed", dep)
+			rel != "internal/failpoint" && rel != "internal/errdefs" && rel != "internal/template/imagecfg" {
+			t.Errorf("space-guest imports %s; only internal/guestd..., internal/guestinit, internal/sandboxnet, internal/failpoint, internal/errdefs, internal/template/imagecfg and api/guest/... are allowed", dep)
 		}
 	}
 	for _, banned := range []string{"os/user", "net/http/cgi", "modernc.org/sqlite", "github.com/coder/websocket"} {

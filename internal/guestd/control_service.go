@@ -76,7 +76,9 @@ func (s *controlService) Init(_ context.Context, req *connect.Request[controlv1.
 	s.d.log.Info("identity installed", "sandbox", m.GetSandboxId(), "generation", m.GetGeneration(),
 		"activation", m.GetActivationId(), "reseed", resp.Reseed.String(), "clock_set", resp.ClockSet,
 		"pids_limited", resp.PidsLimited, "pids_error", resp.PidsError)
+	s.d.loadImage()
 	s.d.autostart()
+	s.d.startCommand()
 	failpoint.GuestAfterInit.Hit()
 	return connect.NewResponse(resp), nil
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// AutostartDir holds the executables started at Init
 	// (default DefaultAutostartDir; see autostart.go).
 	AutostartDir string
+	// ImageRoot is the tree whose imagecfg.Path holds the template's image
+	// defaults, read at Init (default "/"; see image.go).
+	ImageRoot string
 }
 
 func (c Config) withDefaults() Config {
@@ -84,6 +87,9 @@ func (c Config) withDefaults() Config {
 	if c.AutostartDir == "" {
 		c.AutostartDir = DefaultAutostartDir
 	}
+	if c.ImageRoot == "" {
+		c.ImageRoot = "/"
+	}
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = 64
 	}
@@ -103,6 +109,7 @@ type Daemon struct {
 	procs    *processTable
 	watchers *watcherTable
 	ident    identity
+	image    imageDefaults
 	handler  http.Handler
 
 	lastActivity atomic.Int64 // unix nanoseconds

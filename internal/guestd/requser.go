@@ -27,10 +27,14 @@ func (d *Daemon) userFromHeader(h http.Header) (caller, error) {
 	return d.userNamed(name)
 }
 
-// userNamed resolves name, or the default user when name is empty.
+// userNamed resolves name, or the default user when name is empty: the
+// image's User where the tree has that account, else Init's default user.
 func (d *Daemon) userNamed(name string) (caller, error) {
 	fromDefault := false
 	if name == "" {
+		if c, err := d.imageUser(); err == nil {
+			return c, nil
+		}
 		name, _ = d.ident.defaults()
 		fromDefault = name != ""
 	}

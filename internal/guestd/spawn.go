@@ -121,9 +121,14 @@ func (d *Daemon) waitProcess(p *process, exited <-chan unix.WaitStatus, io *proc
 	p.finish(endEvent(ws))
 }
 
-// processEnv is PATH, HOME, USER, then Init's variables, then the request's.
+// processEnv is PATH, HOME, USER, then the image's Env, then Init's
+// variables, then the request's: each later one wins.
 func (d *Daemon) processEnv(req spawnRequest) ([]string, error) {
 	m := map[string]string{"PATH": defaultPath, "HOME": req.user.Home, "USER": req.user.Name, "LOGNAME": req.user.Name}
+	for _, kv := range d.image.get().Env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
 	for k, v := range d.ident.envVars() {
 		m[k] = v
 	}
@@ -141,14 +146,18 @@ func (d *Daemon) processEnv(req spawnRequest) ([]string, error) {
 	return env, nil
 }
 
-// processDir is the request's cwd, else Init's default workdir, else the
-// user's home, else "/".
+// processDir is the request's cwd, else the image's WorkingDir, else Init's
+// default workdir, else the user's home, else "/".
 func (d *Daemon) processDir(req spawnRequest) (string, error) {
 	dir := req.config.GetCwd()
 	if dir == "" {
-		// The platform's default workdir only applies where it exists: a
-		// template without /home/user still runs commands.
-		if _, def := d.ident.defaults(); def != "" {
+		// The defaults only apply where they exist: a template without
+		// /home/user still runs commands.
+		_, def := d.ident.defaults()
+		for _, def := range []string{d.image.get().WorkingDir, def} {
+			if def == "" {
+				continue
+			}
 			if fi, err := os.Stat(def); err == nil && fi.IsDir() {
 				return def, nil
 			}

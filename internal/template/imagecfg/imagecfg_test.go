@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -281,8 +282,15 @@ func TestReadRefuses(t *testing.T) {
 			defer f.Close()
 			return f.Truncate(100 << 20)
 		})
-		if _, err := Read(root); err == nil || !strings.Contains(err.Error(), "more than") {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := Read(root)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "more than") {
 			t.Fatalf("Read of a 100 MiB file: %v, want a size error", err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+			t.Fatalf("Read of a 100 MiB file allocated %d bytes: it read the file instead of refusing it", n)
 		}
 	})
 	t.Run("symlink out", func(t *testing.T) {
