@@ -64,9 +64,16 @@ func TestImageDefaults(t *testing.T) {
 	requireRoot(t, "commands run as the image's user")
 	cfg, root := imageTree(t, "")
 	app := filepath.Join(root, "app")
+	writable := filepath.Join(app, "bin")
+	if err := os.Mkdir(writable, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(writable, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	img := imagecfg.Config{
 		User: "app:staff", WorkingDir: app,
-		Env: []string{"FOO=image", "BAR=image", "BAZ=image", "PATH=/usr/local/bin:/usr/bin:/bin:/image/bin"},
+		Env: []string{"FOO=image", "BAR=image", "BAZ=image", "PATH=/usr/local/bin:/usr/bin:/bin:/image/bin:" + writable},
 	}
 	if err := imagecfg.Write(root, img); err != nil {
 		t.Fatal(err)
@@ -84,13 +91,19 @@ func TestImageDefaults(t *testing.T) {
 		want string
 	}{
 		{"image defaults", func(*processv1.StartRequest) {}, "",
-			"image|init|image|/usr/local/bin:/usr/bin:/bin:/image/bin|" + app + "|4321:4400"},
+			"image|init|image|/usr/local/bin:/usr/bin:/bin:/image/bin:" + writable + "|" + app + "|4321:4400"},
 		{"request env wins", func(r *processv1.StartRequest) { r.Process.Envs = map[string]string{"FOO": "req", "BAR": "req"} }, "",
-			"req|req|image|/usr/local/bin:/usr/bin:/bin:/image/bin|" + app + "|4321:4400"},
+			"req|req|image|/usr/local/bin:/usr/bin:/bin:/image/bin:" + writable + "|" + app + "|4321:4400"},
 		{"request cwd wins", func(r *processv1.StartRequest) { slash := "/"; r.Process.Cwd = &slash }, "",
-			"image|init|image|/usr/local/bin:/usr/bin:/bin:/image/bin|/|4321:4400"},
+			"image|init|image|/usr/local/bin:/usr/bin:/bin:/image/bin:" + writable + "|/|4321:4400"},
 		{"request user wins", func(*processv1.StartRequest) {}, "user",
-			"image|init|image|/usr/local/bin:/usr/bin:/bin:/image/bin|" + app + "|1000:1000"},
+			"image|init|image|/usr/local/bin:/usr/bin:/bin:/image/bin:" + writable + "|" + app + "|1000:1000"},
+		// Root's commands keep only the image PATH directories nobody else
+		// can write (catalogue A-8): not the missing /image/bin, nor app/bin.
+		{"root's PATH linted", func(*processv1.StartRequest) {}, "root",
+			"image|init|image|/usr/local/bin:/usr/bin:/bin|" + app + "|0:0"},
+		{"root's own PATH kept", func(r *processv1.StartRequest) { r.Process.Envs = map[string]string{"PATH": writable + ":/bin"} }, "root",
+			"image|init|image|" + writable + ":/bin|" + app + "|0:0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := sh(probe)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -125,15 +126,22 @@ func (d *Daemon) waitProcess(p *process, exited <-chan unix.WaitStatus, io *proc
 // variables, then the request's: each later one wins.
 func (d *Daemon) processEnv(req spawnRequest) ([]string, error) {
 	m := map[string]string{"PATH": defaultPath, "HOME": req.user.Home, "USER": req.user.Name, "LOGNAME": req.user.Name}
+	imagePATH := false
 	for _, kv := range d.image.get().Env {
 		k, v, _ := strings.Cut(kv, "=")
 		m[k] = v
+		imagePATH = imagePATH || k == "PATH"
 	}
 	for k, v := range d.ident.envVars() {
 		m[k] = v
+		imagePATH = imagePATH && k != "PATH"
 	}
 	for k, v := range req.config.GetEnvs() {
 		m[k] = v
+		imagePATH = imagePATH && k != "PATH"
+	}
+	if imagePATH && req.user.UID == 0 {
+		m["PATH"] = rootSafePATH(m["PATH"])
 	}
 	env := make([]string, 0, len(m))
 	for k, v := range m {
@@ -179,6 +187,52 @@ func (d *Daemon) processDir(req spawnRequest) (string, error) {
 		return "", fmt.Errorf("working directory %s is not a directory: %w", dir, errBadRequest)
 	}
 	return dir, nil
+}
+
+// rootSafePATH keeps the directories of an image's PATH that root may run
+// programs from: absolute, existing, and neither they nor a directory above
+// them (symlinks resolved) writable by anyone but root, a sticky directory
+// above excepted; the checks template builds make of the default PATH
+// (catalogue A-8), applied here because the image's PATH is the template
+// author's and only root's commands need them. With none left, it is the
+// default PATH.
+func rootSafePATH(p string) string {
+	var keep []string
+	for _, dir := range strings.Split(p, ":") {
+		if rootOnlyDir(dir) {
+			keep = append(keep, dir)
+		}
+	}
+	if len(keep) == 0 {
+		return defaultPath
+	}
+	return strings.Join(keep, ":")
+}
+
+func rootOnlyDir(dir string) bool {
+	if !path.IsAbs(dir) {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	for p := real; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil || !fi.IsDir() {
+			return false
+		}
+		sticky := fi.Mode()&os.ModeSticky != 0 && p != real
+		if fi.Mode().Perm()&0o022 != 0 && !sticky {
+			return false
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
+			return false
+		}
+		if p == "/" {
+			return true
+		}
+	}
 }
 
 // lookPath finds cmd the way a shell does, with the child's PATH and cwd.
