@@ -18,7 +18,18 @@ import (
 // listens on its only exposed TCP port before create returns: it waits a
 // second before listening, so without the readiness wait the first exec
 // finds nothing there.
-func TestImageDefaults(t *testing.T) {
+func TestImageDefaults(t *testing.T) { testImageDefaults(t, "ns") }
+
+// TestImageDefaultsVM is TestImageDefaults on the vm runtime: the same
+// guest daemon, started by space-guest as the VM's init.
+func TestImageDefaultsVM(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	testImageDefaults(t, "vm")
+}
+
+func testImageDefaults(t *testing.T, runtime string) {
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
 		t.Skip("busybox not installed")
@@ -67,7 +78,7 @@ func TestImageDefaults(t *testing.T) {
 	if _, e, c := in.cli("", "template", "build", "imgdefaults", "--from", "dir:"+root); c != 0 {
 		t.Fatalf("template build: %d %s\n%s", c, e, in.logs())
 	}
-	sb := in.create("imgdefaults")
+	sb := in.createWith("imgdefaults", runtime)
 	defer in.delete(sb.ID)
 
 	// First, before anything else: the start command listens already.
