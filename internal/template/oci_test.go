@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	cryptorand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -404,5 +406,55 @@ func TestBuildFromDockerArchive(t *testing.T) {
 				t.Errorf("tampered layer: %v; want an error naming layer 2 and its digest", err)
 			}
 		})
+	}
+}
+
+// BenchmarkImportOCI500MiB imports a generated image of five gzip layers of
+// 100 MiB each (100 files of 1 MiB, half random, half a repeated block, so
+// gzip halves it as it does real images); one op is one Build from the
+// layout into a fresh directory on disk. Run with -benchtime=1x -count=N.
+func BenchmarkImportOCI500MiB(b *testing.B) {
+	l := ociLayout{t: b, dir: filepath.Join(b.TempDir(), "layout")}
+	os.MkdirAll(filepath.Join(l.dir, "blobs", "sha256"), 0o755)
+	os.WriteFile(filepath.Join(l.dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644)
+	rnd := make([]byte, 512<<10)
+	var descs []descriptor
+	var diffIDs []string
+	for i := 0; i < 5; i++ {
+		var plain, gz bytes.Buffer
+		tw := tar.NewWriter(&plain)
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "layer" + strconv.Itoa(i) + "/", Mode: 0o755})
+		for j := 0; j < 100; j++ {
+			readRandom(rnd)
+			body := append(append([]byte{}, rnd...), bytes.Repeat(rnd[:4096], 128)...)
+			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "layer" + strconv.Itoa(i) + "/f" + strconv.Itoa(j), Mode: 0o644, Size: int64(len(body))})
+			tw.Write(body)
+		}
+		tw.Close()
+		diffIDs = append(diffIDs, digestOf(plain.Bytes()))
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+		zw.Write(plain.Bytes())
+		zw.Close()
+		descs = append(descs, l.blob(gz.Bytes(), "application/vnd.oci.image.layer.v1.tar+gzip"))
+	}
+	cd := l.jsonBlob(map[string]any{"architecture": "amd64", "os": "linux", "rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs}}, "application/vnd.oci.image.config.v1+json")
+	l.index(l.jsonBlob(map[string]any{"schemaVersion": 2, "mediaType": mediaOCIManifest, "config": cd, "layers": descs}, mediaOCIManifest))
+	parent := b.TempDir()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dest := filepath.Join(parent, "root"+strconv.Itoa(i))
+		if err := Build(b.Context(), Source{Kind: KindOCI, Path: l.dir}, dest, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		os.RemoveAll(dest)
+		b.StartTimer()
+	}
+	b.SetBytes(500 << 20)
+}
+
+func readRandom(p []byte) {
+	if _, err := cryptorand.Read(p); err != nil {
+		panic(err)
 	}
 }
