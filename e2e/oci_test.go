@@ -142,25 +142,42 @@ func TestTemplateFromImages(t *testing.T) {
 			if _, e, c := in.cli("", "template", "build", name, "--from", from); c != 0 {
 				t.Fatalf("template build --from %s: %d %s\n%s", from, c, e, in.logs())
 			}
-			sb := in.create(name)
-			defer in.delete(sb.ID)
-			res := in.exec(sb.ID, "sh", "-c", "cat /etc/msg; ls /etc/gone 2>&1; cat /etc/space/image-config.json")
-			if !strings.HasPrefix(res.Stdout, "from the image\n") || !strings.Contains(res.Stdout, "No such file") {
-				t.Errorf("sandbox of %s: %+v; want /etc/msg and no /etc/gone", name, res)
-			}
-			var cfg map[string]any
-			if i := strings.IndexByte(res.Stdout, '{'); i < 0 || json.Unmarshal([]byte(res.Stdout[i:]), &cfg) != nil {
-				t.Fatalf("image config in the sandbox: %q", res.Stdout)
-			}
-			for _, k := range []string{"User", "Env", "WorkingDir", "Entrypoint", "Cmd", "ExposedPorts"} {
-				if _, ok := cfg[k]; !ok {
-					t.Errorf("image config lacks %s: %v", k, cfg)
+			for _, rt := range []string{"ns", "vm"} {
+				if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && rt == "vm" {
+					t.Log("vm: QEMU is not installed, ns only")
+					continue
 				}
+				checkImageSandbox(t, in, name, rt)
 			}
 		})
 	}
 	// A bad reference fails the build with the layout's images listed.
 	if _, e, c := in.cli("", "template", "build", "bad-ref", "--from", "oci:"+layout+"#nope"); c == 0 || !strings.Contains(e, "e2e:1") {
 		t.Errorf("build with an unknown ref: exit %d, %q; want a failure listing e2e:1", c, e)
+	}
+}
+
+// checkImageSandbox runs a command in a sandbox of template name on runtime
+// rt: the second layer's file is there, the whited-out one is not, and the
+// image config is in the tree.
+func checkImageSandbox(t *testing.T, in *instance, name, rt string) {
+	t.Helper()
+	sb := in.createWith(name, rt)
+	defer in.delete(sb.ID)
+	if sb.Runtime != rt {
+		t.Fatalf("sandbox %s runs on %q, want %s", sb.ID, sb.Runtime, rt)
+	}
+	res := in.exec(sb.ID, "sh", "-c", "cat /etc/msg; ls /etc/gone 2>&1; cat /etc/space/image-config.json")
+	if !strings.HasPrefix(res.Stdout, "from the image\n") || !strings.Contains(res.Stdout, "No such file") {
+		t.Errorf("%s sandbox of %s: %+v; want /etc/msg and no /etc/gone", rt, name, res)
+	}
+	var cfg map[string]any
+	if i := strings.IndexByte(res.Stdout, '{'); i < 0 || json.Unmarshal([]byte(res.Stdout[i:]), &cfg) != nil {
+		t.Fatalf("image config in the sandbox: %q", res.Stdout)
+	}
+	for _, k := range []string{"User", "Env", "WorkingDir", "Entrypoint", "Cmd", "ExposedPorts"} {
+		if _, ok := cfg[k]; !ok {
+			t.Errorf("%s sandbox: image config lacks %s: %v", rt, k, cfg)
+		}
 	}
 }
