@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -176,6 +178,9 @@ func checkLayeredTree(t *testing.T, dest string) {
 	if err != nil || fi.Mode().Perm() != 0o644 {
 		t.Fatalf("image config: %v %v; want a 0644 file", fi, err)
 	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (!ok || st.Uid != 0 || st.Gid != 0) {
+		t.Errorf("image config owned by %v; want root", fi.Sys())
+	}
 	data, _ := os.ReadFile(filepath.Join(dest, ImageConfigPath))
 	var got ociConfig
 	if err := json.Unmarshal(data, &got); err != nil || !reflect.DeepEqual(&got, treeConfig) {
@@ -283,6 +288,7 @@ func TestOCIHostileLayers(t *testing.T) {
 		{"whiteout through symlink", []ent{{typ: tar.TypeReg, name: "esc/.wh.victim"}}, "symlink"},
 		{"opaque through symlink", []ent{{typ: tar.TypeReg, name: "esc/.wh..wh..opq"}}, "symlink"},
 		{"huge", []ent{{typ: tar.TypeReg, name: "big", body: strings.Repeat("x", 2048)}}, "bytes of files"},
+		{"huge header", nil, "archive entry 0"},
 		{"device", []ent{{typ: tar.TypeChar, name: "null"}, {typ: tar.TypeReg, name: "ok", body: "x"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -291,7 +297,11 @@ func TestOCIHostileLayers(t *testing.T) {
 			lower := layer{what: "lower", open: tarOpener(mkTar(t,
 				ent{typ: tar.TypeSymlink, name: "esc", linkname: outside},
 				ent{typ: tar.TypeDir, name: "sub/", mode: 0o755}))}
-			upper := layer{what: "upper", open: tarOpener(mkTar(t, tc.upper...))}
+			upperTar := mkTar(t, tc.upper...)
+			if tc.upper == nil {
+				upperTar = hugePAXHeader(t)
+			}
+			upper := layer{what: "upper", open: tarOpener(upperTar)}
 			lim := Limits{MaxBytes: 1024, MaxEntries: 100}
 			_, err := applyLayer(t.Context(), root, lower, lim)
 			if err == nil {
@@ -377,6 +387,16 @@ func dockerSave(t *testing.T, oci, tamper bool, cfg *ociConfig, layers ...testLa
 	return p
 }
 
+func TestDockerArchiveCompressed(t *testing.T) {
+	p := filepath.Join(memTempDir(t), "image.tar.gz")
+	data, _ := compress(t, mkTar(t, ent{typ: tar.TypeReg, name: "manifest.json", body: "[]"}), "gzip")
+	os.WriteFile(p, data, 0o644)
+	err := Build(t.Context(), Source{Kind: KindDockerArchive, Path: p}, filepath.Join(memTempDir(t), "root"), nil)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "decompress it first") {
+		t.Fatalf("gzip docker archive: %v; want a clear invalid-argument error", err)
+	}
+}
+
 func TestBuildFromDockerArchive(t *testing.T) {
 	for _, oci := range []bool{false, true} {
 		t.Run(map[bool]string{false: "legacy", true: "oci"}[oci], func(t *testing.T) {
@@ -457,4 +477,22 @@ func readRandom(p []byte) {
 	if _, err := cryptorand.Read(p); err != nil {
 		panic(err)
 	}
+}
+
+// hugePAXHeader returns a tar whose first entry is a 2 MiB PAX header: a
+// regular file's block with its type patched to 'x' and its checksum redone
+// (tar.Writer will not write one).
+func hugePAXHeader(t *testing.T) []byte {
+	body := "path=" + strings.Repeat("a", 2<<20)
+	body = strconv.Itoa(len(body)+9) + " " + body + "\n"
+	data := mkTar(t, ent{typ: tar.TypeReg, name: "x", body: body})
+	hdr := data[:512]
+	hdr[156] = tar.TypeXHeader
+	copy(hdr[148:156], "        ")
+	sum := 0
+	for _, c := range hdr {
+		sum += int(c)
+	}
+	copy(hdr[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return data
 }
