@@ -138,6 +138,7 @@ var treeLayers = []testLayer{
 		{typ: tar.TypeReg, name: ".wh.gone"},
 		{typ: tar.TypeDir, name: "opt/", mode: 0o755},
 		{typ: tar.TypeReg, name: "opt/new", body: "new"},
+		{typ: tar.TypeReg, name: "opt/olddir/deep", body: "kept"},
 		{typ: tar.TypeReg, name: "opt/.wh..wh..opq"},
 		{typ: tar.TypeDir, name: "x/", mode: 0o755},
 		{typ: tar.TypeReg, name: "x/inside", body: "now a dir"},
@@ -159,14 +160,14 @@ var treeConfig = &ociConfig{
 // checkLayeredTree checks the tree treeLayers give and its image config.
 func checkLayeredTree(t *testing.T, dest string) {
 	t.Helper()
-	files := map[string]string{"etc/a": "two", "opt/new": "new", "x/inside": "now a dir", "d": "was a dir", "hard": "new", "etc/hostname": Hostname + "\n"}
+	files := map[string]string{"etc/a": "two", "opt/new": "new", "x/inside": "now a dir", "opt/olddir/deep": "kept", "d": "was a dir", "hard": "new", "etc/hostname": Hostname + "\n"}
 	for rel, want := range files {
 		got, err := os.ReadFile(filepath.Join(dest, rel))
 		if err != nil || string(got) != want {
 			t.Errorf("%s = %q, %v; want %q", rel, got, err, want)
 		}
 	}
-	for _, rel := range []string{"gone", "opt/old1", "opt/olddir", ".wh.gone", "opt/.wh..wh..opq", "etc/.wh.missing", "etc/missing"} {
+	for _, rel := range []string{"gone", "opt/old1", "opt/olddir/f", ".wh.gone", "opt/.wh..wh..opq", "etc/.wh.missing", "etc/missing"} {
 		if _, err := os.Lstat(filepath.Join(dest, rel)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: %v; want it removed (whiteout or opaque dir)", rel, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"slices"
 	"time"
 
@@ -247,7 +248,11 @@ func (t tree) entry(hdr *tar.Header, r io.Reader) (*dirMeta, error) {
 		if done, err := t.whiteout(rel); done || err != nil {
 			return nil, err
 		}
-		t.written[rel] = true
+		// Parents count as written too: an opaque marker after
+		// "d/sub/f" must keep d/sub even without an entry of its own.
+		for p := rel; p != "." && !t.written[p]; p = path.Dir(p) {
+			t.written[p] = true
+		}
 	}
 	mode := fs.FileMode(hdr.Mode).Perm() | unixBits(hdr.Mode)
 	mtime := unix.NsecToTimespec(hdr.ModTime.UnixNano())

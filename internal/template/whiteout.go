@@ -51,22 +51,35 @@ func (t tree) whiteout(rel string) (bool, error) {
 	return true, nil
 }
 
-// opaque empties directory dir of what lower layers put there.
+// opaque empties directory dir of what lower layers put there: a child the
+// current layer has not written is removed; one it has (itself or something
+// under it) is kept, and when it is a real directory the same is done inside
+// it, so a lower layer's files beside the layer's own are removed at every
+// depth.
 func (t tree) opaque(dir string) error {
 	abs, ok, err := t.lookupDir(dir)
 	if err != nil || !ok {
 		return err
 	}
+	return t.opaqueAt(dir, abs)
+}
+
+func (t tree) opaqueAt(dir, abs string) error {
 	entries, err := os.ReadDir(abs)
 	if err != nil {
 		return fmt.Errorf("opaque directory %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if t.written[path.Join(dir, e.Name())] {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(abs, e.Name())); err != nil {
-			return fmt.Errorf("opaque directory %s: %w", dir, err)
+		rel, child := path.Join(dir, e.Name()), filepath.Join(abs, e.Name())
+		switch {
+		case !t.written[rel]:
+			if err := os.RemoveAll(child); err != nil {
+				return fmt.Errorf("opaque directory %s: %w", dir, err)
+			}
+		case e.Type().IsDir(): // from ReadDir: Lstat's type, never a symlink's target
+			if err := t.opaqueAt(rel, child); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
