@@ -17,7 +17,7 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{path: "template build", args: "NAME --from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT|debootstrap:SUITE[+pkg,…] [--egress FILE] [--wait DUR] [-o json]",
+		&command{path: "template build", args: "NAME --from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] [--egress FILE] [--wait DUR] [-o json]",
 			summary: "build a template and wait, showing progress on stderr", run: templateBuild},
 		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
 		&command{path: "template delete", args: "NAME", summary: "delete a template", run: templateDelete},
@@ -44,7 +44,7 @@ const templateBuildWait = time.Hour
 
 func templateBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("template build")
-	from := fs.String("from", "", "source (required): a directory or tar file here, dir:PATH, tar:PATH on the server, debootstrap:SUITE[+pkg,…], or builtin:NAME (minimal, base, code-interpreter)")
+	from := fs.String("from", "", "source (required): a directory or tar file here, dir:PATH, tar:PATH on the server, oci:LAYOUT[#REF] (an OCI image layout directory; REF a ref.name annotation or sha256 digest, default the only linux image for this machine), docker-archive:FILE[#TAG] (docker save output), debootstrap:SUITE[+pkg,…], or builtin:NAME (minimal, base, code-interpreter); an image's User/Env/WorkingDir/Entrypoint/Cmd go to /etc/space/image-config.json")
 	egressFile := fs.String("egress", "", "default egress policy of its sandboxes: a JSON file, - for stdin (docs/network.md)")
 	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
 	out := outputFlag(fs)
@@ -159,13 +159,19 @@ func templateSource(from string) (string, error) {
 	if name, ok := strings.CutPrefix(from, "builtin:"); ok {
 		return name, nil
 	}
-	for _, prefix := range []string{"dir:", "tar:", "oci:"} {
+	for _, prefix := range []string{"dir:", "tar:", "oci:", "docker-archive:"} {
 		if p, ok := strings.CutPrefix(from, prefix); ok {
+			ref := ""
+			if prefix == "oci:" || prefix == "docker-archive:" {
+				if i := strings.IndexByte(p, '#'); i >= 0 {
+					p, ref = p[:i], p[i:]
+				}
+			}
 			abs, err := filepath.Abs(p)
 			if err != nil {
 				return "", fmt.Errorf("--from %s: %w", from, err)
 			}
-			return prefix + abs, nil
+			return prefix + abs + ref, nil
 		}
 	}
 	abs, err := filepath.Abs(from)
@@ -174,7 +180,7 @@ func templateSource(from string) (string, error) {
 	}
 	fi, err := os.Stat(abs)
 	if err != nil {
-		return "", fmt.Errorf("--from %s: %w; name a directory or tar file here, or write dir:, tar:, oci: or debootstrap:", from, err)
+		return "", fmt.Errorf("--from %s: %w; name a directory or tar file here, or write dir:, tar:, oci:, docker-archive: or debootstrap:", from, err)
 	}
 	if fi.IsDir() {
 		return "dir:" + abs, nil

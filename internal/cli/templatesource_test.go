@@ -15,6 +15,8 @@ func TestTemplateSource(t *testing.T) {
 		"debootstrap:bookworm+git": "debootstrap:bookworm+git",
 		"dir:" + dir:               "dir:" + dir,
 		dir:                        "dir:" + dir,
+		"oci:" + dir + "/#app:1":   "oci:" + dir + "#app:1",
+		"docker-archive:" + dir + "/../x.tar#a/b:1": "docker-archive:" + filepath.Dir(dir) + "/x.tar#a/b:1",
 	} {
 		got, err := templateSource(from)
 		if err != nil || got != want {

@@ -90,13 +90,15 @@ func TestNormaliseSource(t *testing.T) {
 		"dir:/srv/rootfs":              "dir:/srv/rootfs",
 		"tar:/tmp/a.tar.gz":            "tar:/tmp/a.tar.gz",
 		"debootstrap:bookworm+git,vim": "debootstrap:bookworm+git,vim",
+		"oci:/srv/layout#app:1":        "oci:/srv/layout#app:1",
+		"docker-archive:/srv/img.tar":  "docker-archive:/srv/img.tar",
 	}
 	for in, want := range good {
 		if got, err := s.normaliseSource(in); err != nil || got != want {
 			t.Errorf("normaliseSource(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "relative/dir", "dir:relative", "oci:x", "debootstrap:", "debootstrap:a b", "tar:/a\x00b", "builtin:base"} {
+	for _, in := range []string{"", "relative/dir", "dir:relative", "oci:x", "docker-archive:img.tar", "debootstrap:", "debootstrap:a b", "tar:/a\x00b", "builtin:base"} {
 		if _, err := s.normaliseSource(in); err == nil {
 			t.Errorf("normaliseSource(%q) accepted", in)
 		}

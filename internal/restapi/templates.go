@@ -117,7 +117,8 @@ func templateAPI(t store.Template) sandboxv1.Template {
 	return out
 }
 
-// normaliseSource checks a template source: dir:/abs, tar:/abs, a bare
+// normaliseSource checks a template source: dir:/abs, tar:/abs,
+// oci:/abs[#ref], docker-archive:/abs[#tag], a bare
 // absolute path (a directory), debootstrap:SUITE[+pkgs], or a built-in name.
 func (a *API) normaliseSource(from string) (string, error) {
 	if b, ok := a.cfg.Builtins[from]; ok {
@@ -128,7 +129,7 @@ func (a *API) normaliseSource(from string) (string, error) {
 		kind, rest = "dir", from
 	}
 	switch kind {
-	case "dir", "tar":
+	case "dir", "tar", "oci", "docker-archive":
 		if !strings.HasPrefix(rest, "/") || strings.Contains(rest, "\x00") {
 			return "", fmt.Errorf("%w: template source %q: want an absolute path on the server's machine", errdefs.ErrInvalidArgument, from)
 		}
@@ -139,7 +140,7 @@ func (a *API) normaliseSource(from string) (string, error) {
 		}
 		return from, nil
 	}
-	return "", fmt.Errorf("%w: template source %q: want dir:PATH, tar:PATH, debootstrap:SUITE[+pkg,…] or a built-in (minimal, base)", errdefs.ErrInvalidArgument, from)
+	return "", fmt.Errorf("%w: template source %q: want dir:PATH, tar:PATH, oci:PATH[#REF], docker-archive:PATH[#TAG], debootstrap:SUITE[+pkg,…] or a built-in (minimal, base)", errdefs.ErrInvalidArgument, from)
 }
 
 func (a *API) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {

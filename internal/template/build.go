@@ -35,6 +35,10 @@ func Build(ctx context.Context, src Source, dest string, progress io.Writer) err
 		err = copyDir(ctx, src.Path, dest, progress)
 	case KindTar:
 		err = extractTar(ctx, src.Path, dest, progress)
+	case KindOCI:
+		err = importOCI(ctx, src.Path, src.Ref, dest, progress)
+	case KindDockerArchive:
+		err = importDockerArchive(ctx, src.Path, src.Ref, dest, progress)
 	case KindDebootstrap:
 		err = debootstrap(ctx, src.Suite, src.Packages, dest, progress)
 	default:

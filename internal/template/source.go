@@ -1,7 +1,8 @@
 // Package template builds the root filesystems sandboxes start from. It writes
 // a finished tree into a directory the caller gives (the caller owns storage:
-// a btrfs subvolume, a plain directory) from one of three sources: a directory
-// on this machine, a tar archive, or a debootstrap recipe. Two templates are
+// a btrfs subvolume, a plain directory) from one of five sources: a directory
+// on this machine, a tar archive, an OCI image layout, a `docker save` archive
+// or a debootstrap recipe. Two templates are
 // built in: Minimal (busybox, in well under a second) and Base (Debian 12 with
 // bash, python3 as python too, git, curl and sudo, through debootstrap).
 //
@@ -29,6 +30,10 @@ const (
 	KindDir         Kind = "dir"
 	KindTar         Kind = "tar"
 	KindDebootstrap Kind = "debootstrap"
+	// KindOCI is an OCI image layout directory; KindDockerArchive a
+	// `docker save` tar. Both are applied layer by layer (see ExtractLayer).
+	KindOCI           Kind = "oci"
+	KindDockerArchive Kind = "docker-archive"
 )
 
 // Source says what to build a template from.
@@ -36,6 +41,11 @@ type Source struct {
 	Kind Kind
 	// Path is the directory or archive for KindDir and KindTar: absolute.
 	Path string
+	// Ref picks one image of an OCI layout (an
+	// org.opencontainers.image.ref.name annotation or a manifest digest) or
+	// of a docker archive (one of its RepoTags); empty: the only image for
+	// this machine's platform.
+	Ref string
 	// Suite and Packages are the Debian release and the extra packages for
 	// KindDebootstrap.
 	Suite    string
@@ -50,6 +60,11 @@ func (s Source) String() string {
 			return "debootstrap:" + s.Suite
 		}
 		return "debootstrap:" + s.Suite + "+" + strings.Join(s.Packages, ",")
+	case KindOCI, KindDockerArchive:
+		if s.Ref != "" {
+			return string(s.Kind) + ":" + s.Path + "#" + s.Ref
+		}
+		return string(s.Kind) + ":" + s.Path
 	default:
 		return string(s.Kind) + ":" + s.Path
 	}
@@ -64,6 +79,8 @@ var tarSuffixes = []string{".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".t
 //	/path                a directory, or a tar archive when it ends in .tar[.gz|.zst|.xz|.bz2] or .tgz
 //	tar:/path.tar[.gz]   a tar archive, optionally gzip, zstd, xz or bzip2 compressed
 //	debootstrap:SUITE[+pkg,pkg…]
+//	oci:/dir[#REF]       an OCI image layout; REF is a ref.name annotation or sha256:… digest
+//	docker-archive:/file.tar[#REPO:TAG]   `docker save` output
 //
 // Paths must be absolute. Errors are of class ErrInvalidArgument.
 func ParseSource(s string) (Source, error) {
@@ -84,10 +101,17 @@ func ParseSource(s string) (Source, error) {
 		return Source{Kind: Kind(kind), Path: filepath.Clean(rest)}, nil
 	case KindDebootstrap:
 		return parseDebootstrap(rest)
-	case "oci":
-		return Source{}, invalid("template source %q: OCI layouts are not supported yet; export a tar with the root filesystem", clip(s))
+	case KindOCI, KindDockerArchive:
+		p, ref, _ := strings.Cut(rest, "#")
+		if err := checkPath(p); err != nil {
+			return Source{}, err
+		}
+		if err := checkRef(ref); err != nil {
+			return Source{}, err
+		}
+		return Source{Kind: Kind(kind), Path: filepath.Clean(p), Ref: ref}, nil
 	}
-	return Source{}, invalid("template source %q: want dir:/path, tar:/path.tar[.gz], debootstrap:SUITE[+pkg,…] or an absolute path", clip(s))
+	return Source{}, invalid("template source %q: want dir:/path, tar:/path.tar[.gz], oci:/dir[#REF], docker-archive:/file.tar[#TAG], debootstrap:SUITE[+pkg,…] or an absolute path", clip(s))
 }
 
 func checkPath(p string) error {
@@ -98,6 +122,19 @@ func checkPath(p string) error {
 		return invalid("template source path: contains NUL")
 	case len(p) > 4096:
 		return invalid("template source path: longer than 4096 bytes")
+	}
+	return nil
+}
+
+// checkRef accepts an image reference: printable, no spaces, at most 256 bytes.
+func checkRef(ref string) error {
+	if len(ref) > 256 {
+		return invalid("image reference: longer than 256 bytes")
+	}
+	for _, c := range ref {
+		if c <= ' ' || c == 0x7f {
+			return invalid("image reference %q: contains a space or control character", clip(ref))
+		}
 	}
 	return nil
 }

@@ -35,7 +35,13 @@ func TestParseSource(t *testing.T) {
 		{"debootstrap:bookworm+curl;rm -rf /", Source{}, true},
 		{"debootstrap:bookworm+-oDebug", Source{}, true},
 		{"debootstrap:../x", Source{}, true},
-		{"oci:/srv/layout", Source{}, true},
+		{"oci:/srv/layout", Source{Kind: KindOCI, Path: "/srv/layout"}, false},
+		{"oci:/srv/layout/#app:1.0", Source{Kind: KindOCI, Path: "/srv/layout", Ref: "app:1.0"}, false},
+		{"docker-archive:/srv/img.tar#busybox:latest", Source{Kind: KindDockerArchive, Path: "/srv/img.tar", Ref: "busybox:latest"}, false},
+		{"docker-archive:/srv/img.tar", Source{Kind: KindDockerArchive, Path: "/srv/img.tar"}, false},
+		{"oci:layout", Source{}, true},
+		{"oci:/srv/layout#a b", Source{}, true},
+		{"docker-archive:", Source{}, true},
 		{"http://example.com/x.tar", Source{}, true},
 		{"dir:/a\x00b", Source{}, true},
 	} {
@@ -70,7 +76,7 @@ func FuzzParseSource(f *testing.F) {
 			return
 		}
 		switch src.Kind {
-		case KindDir, KindTar:
+		case KindDir, KindTar, KindOCI, KindDockerArchive:
 			if !strings.HasPrefix(src.Path, "/") || strings.Contains(src.Path, "\x00") {
 				t.Fatalf("accepted path %q", src.Path)
 			}

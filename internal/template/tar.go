@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"slices"
 	"time"
 
@@ -165,33 +166,52 @@ type dirMeta struct {
 // and the total size and entry count are bounded by lim. Owners are kept when
 // running as root.
 func Extract(ctx context.Context, r io.Reader, dest string, lim Limits) error {
+	_, err := extract(ctx, r, dest, lim, false)
+	return err
+}
+
+// ExtractLayer applies one image layer (OCI image spec "Applying Changesets")
+// onto the tree at dest under Extract's rules, plus the layer rules: a
+// ".wh.NAME" entry removes NAME from the lower layers, ".wh..wh..opq" empties
+// its directory of what the lower layers put there, and an entry replaces
+// whatever is at its path, a directory included. Whiteouts remove through real
+// directories only and never name "." or "..". It returns the bytes of
+// regular files written, to count against a budget over all layers.
+func ExtractLayer(ctx context.Context, r io.Reader, dest string, lim Limits) (int64, error) {
+	return extract(ctx, r, dest, lim, true)
+}
+
+func extract(ctx context.Context, r io.Reader, dest string, lim Limits, layer bool) (int64, error) {
 	t := tree{root: dest}
+	if layer {
+		t.written = map[string]bool{}
+	}
 	tr := tar.NewReader(r)
 	var total int64
 	var dirs []dirMeta
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
-			return err
+			return total, err
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return invalid("archive entry %d: %v", n, err)
+			return total, invalid("archive entry %d: %v", n, err)
 		}
 		if n >= lim.MaxEntries {
-			return fmt.Errorf("archive: more than %d entries: %w", lim.MaxEntries, errdefs.ErrResourceExhausted)
+			return total, fmt.Errorf("archive: more than %d entries: %w", lim.MaxEntries, errdefs.ErrResourceExhausted)
 		}
 		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
 			if hdr.Size < 0 || total+hdr.Size > lim.MaxBytes || total+hdr.Size < total {
-				return fmt.Errorf("archive: more than %d bytes of files: %w", lim.MaxBytes, errdefs.ErrResourceExhausted)
+				return total, fmt.Errorf("archive: more than %d bytes of files: %w", lim.MaxBytes, errdefs.ErrResourceExhausted)
 			}
 			total += hdr.Size
 		}
 		d, err := t.entry(hdr, tr)
 		if err != nil {
-			return fmt.Errorf("archive entry %q: %w", clip(hdr.Name), err)
+			return total, fmt.Errorf("archive entry %q: %w", clip(hdr.Name), err)
 		}
 		if d != nil {
 			dirs = append(dirs, *d)
@@ -200,17 +220,21 @@ func Extract(ctx context.Context, r io.Reader, dest string, lim Limits) error {
 	// Deepest first, so a parent's mode is set after its children's times.
 	slices.Reverse(dirs)
 	for _, d := range dirs {
-		// Directories are never replaced (tree.replace refuses), so each is
-		// still a real directory; check anyway before a call that follows
-		// symlinks.
-		if fi, err := os.Lstat(d.path); err != nil || !fi.IsDir() {
-			return fmt.Errorf("directory %s changed during extraction", d.path)
+		// Directories are never replaced by a later entry of the same
+		// archive, so each is still a real directory; check anyway before a
+		// call that follows symlinks (a layer's whiteout may have removed it).
+		fi, err := os.Lstat(d.path)
+		if layer && errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil || !fi.IsDir() {
+			return total, fmt.Errorf("directory %s changed during extraction", d.path)
 		}
 		if err := errors.Join(os.Chmod(d.path, d.mode), lutimes(d.path, d.mtime)); err != nil {
-			return err
+			return total, err
 		}
 	}
-	return nil
+	return total, nil
 }
 
 // entry writes one archive entry. It returns the directory's metadata for a
@@ -219,6 +243,16 @@ func (t tree) entry(hdr *tar.Header, r io.Reader) (*dirMeta, error) {
 	rel, err := cleanRel(hdr.Name)
 	if err != nil {
 		return nil, err
+	}
+	if t.written != nil {
+		if done, err := t.whiteout(rel); done || err != nil {
+			return nil, err
+		}
+		// Parents count as written too: an opaque marker after
+		// "d/sub/f" must keep d/sub even without an entry of its own.
+		for p := rel; p != "." && !t.written[p]; p = path.Dir(p) {
+			t.written[p] = true
+		}
 	}
 	mode := fs.FileMode(hdr.Mode).Perm() | unixBits(hdr.Mode)
 	mtime := unix.NsecToTimespec(hdr.ModTime.UnixNano())

@@ -52,6 +52,10 @@ func cleanRel(name string) (string, error) {
 // hostile input is the archive, which is applied one entry at a time.
 type tree struct {
 	root string
+	// written, when not nil, makes the tree apply an image layer: it holds
+	// the entries the current layer wrote (an opaque directory keeps them),
+	// whiteouts are honoured and an entry may replace a directory.
+	written map[string]bool
 }
 
 // parents makes sure every directory above rel exists as a real directory and
@@ -90,6 +94,13 @@ func (t tree) replace(path string, wantDir bool) (dirExists bool, err error) {
 		return false, fmt.Errorf("inspect %s: %w", path, err)
 	case fi.IsDir() && wantDir:
 		return true, nil
+	case fi.IsDir() && t.written != nil:
+		// A layer's file replaces a lower layer's directory. RemoveAll
+		// unlinks symlinks inside it without following them.
+		if err := os.RemoveAll(path); err != nil {
+			return false, fmt.Errorf("replace directory %s: %w", path, err)
+		}
+		return false, nil
 	case fi.IsDir():
 		return false, fmt.Errorf("%s: a directory is in the way of a file entry: %w",
 			strings.TrimPrefix(path, t.root), errdefs.ErrInvalidArgument)

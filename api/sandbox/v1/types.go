@@ -273,7 +273,8 @@ type TemplateList struct {
 }
 
 // BuildTemplateRequest is the body of POST /v1/templates. From is "dir:/path",
-// "tar:/path.tar[.gz]" (paths on the server's machine) or "debootstrap:SUITE[+pkg,…]".
+// "tar:/path.tar[.gz]", "oci:/layout[#REF]", "docker-archive:/file.tar[#TAG]"
+// (paths on the server's machine) or "debootstrap:SUITE[+pkg,…]".
 type BuildTemplateRequest struct {
 	Name string `json:"name"`
 	From string `json:"from"`
