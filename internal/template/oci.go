@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/template/imagecfg"
 )
 
 // Media types an image importer reads (OCI image spec and Docker's v2 schema 2).
@@ -103,26 +104,25 @@ type ociConfig struct {
 }
 
 // ImageConfigPath is where a template keeps the defaults of the image it was
-// imported from, relative to its root.
-const ImageConfigPath = "etc/space/image-config.json"
+// imported from, relative to its root (imagecfg.Path).
+var ImageConfigPath = strings.TrimPrefix(imagecfg.Path, "/")
 
-// writeImageConfig writes the image's defaults to /etc/space/image-config.json
-// in the tree, mode 0644, owned by the builder (root on a node), without
-// following symlinks the image put at /etc.
+// writeImageConfig writes the image's defaults into the template tree as the
+// guest daemon reads them (imagecfg): a WorkingDir with a trailing slash or
+// dots is cleaned as the image runtime would; a value the guest would refuse
+// fails the build, naming it, rather than a template whose defaults are
+// silently ignored.
 func writeImageConfig(dest string, c *ociConfig) error {
-	if c == nil {
-		c = &ociConfig{}
+	var cfg imagecfg.Config
+	if c != nil {
+		cfg = imagecfg.Config{User: c.User, Env: c.Env, WorkingDir: c.WorkingDir,
+			Entrypoint: c.Entrypoint, Cmd: c.Cmd, ExposedPorts: c.ExposedPorts, Labels: c.Labels}
+		if path.IsAbs(cfg.WorkingDir) {
+			cfg.WorkingDir = path.Clean(cfg.WorkingDir)
+		}
 	}
-	data, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	t := tree{root: dest}
-	if err := t.mkdir("etc/space", 0o755); err != nil {
-		return fmt.Errorf("write /%s: %w", ImageConfigPath, err)
-	}
-	if err := t.writeFile(ImageConfigPath, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write /%s: %w", ImageConfigPath, err)
+	if err := imagecfg.Write(dest, cfg); err != nil {
+		return invalid("the image's config cannot be a template's defaults: %v", err)
 	}
 	return lchown(filepath.Join(dest, ImageConfigPath), 0, 0)
 }

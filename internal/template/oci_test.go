@@ -21,6 +21,7 @@ import (
 	"testing"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/template/imagecfg"
 )
 
 func digestOf(b []byte) string {
@@ -496,4 +497,25 @@ func hugePAXHeader(t *testing.T) []byte {
 	}
 	copy(hdr[148:156], fmt.Sprintf("%06o\x00 ", sum))
 	return data
+}
+
+// The importer writes what the guest daemon accepts: a WorkingDir as images
+// often carry it ("/app/") is cleaned, and a value the guest would ignore
+// fails the build instead of a template whose defaults silently do nothing.
+func TestImageConfigIsWhatTheGuestReads(t *testing.T) {
+	dest := t.TempDir()
+	if err := writeImageConfig(dest, &ociConfig{WorkingDir: "/app/", Env: []string{"A=1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := imagecfg.Read(dest)
+	if err != nil {
+		t.Fatalf("the guest's reader refuses what the importer wrote: %v", err)
+	}
+	if got.WorkingDir != "/app" || len(got.Env) != 1 {
+		t.Fatalf("read back %+v, want WorkingDir /app and Env [A=1]", got)
+	}
+	err = writeImageConfig(t.TempDir(), &ociConfig{Env: []string{"no equals sign"}})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "Env") {
+		t.Fatalf("an Env entry the guest would ignore: %v, want an invalid-argument error naming Env", err)
+	}
 }
