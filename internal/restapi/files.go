@@ -160,8 +160,17 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, guestHTTPError("write "+path, resp))
 		return
 	}
+	// The guest's answer (what it wrote: a few hundred bytes) is read to
+	// its end, so the stream ends on every hop: closed unread, it is cut,
+	// and the node's and the host bridge's proxies abort it mid-answer
+	// (a vm guest's answer comes in pieces).
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxUploadAnswer))
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// maxUploadAnswer bounds what handleWriteFile reads of the guest's answer
+// to an upload, which it does not pass on.
+const maxUploadAnswer = 64 << 10
 
 // fileCopyBuffer is the buffer file bodies are copied with on their way to
 // and from the node: io.Copy's 32 KiB makes a 100 MiB file 3,200 socket
