@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -160,5 +161,43 @@ func TestUploadReadsTheGuestAnswerToItsEnd(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the guest's handler never ended")
+	}
+}
+
+// TestUploadAnswerThatNeverEnds: a guest that answers an upload 200 and
+// never ends its answer does not hold the upload open: the server gives
+// the answer up after a bound and answers 204 (the 200 said the file is in
+// place).
+func TestUploadAnswerThatNeverEnds(t *testing.T) {
+	p := newE2BPlane(t)
+	sb := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	release := make(chan struct{})
+	defer close(release)
+	p.node.mu.Lock()
+	p.node.guest = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `[{"path":"/tmp/f",`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	p.node.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, p.url+"/v1/sandboxes/"+sb.ID+"/files?path=/tmp/f", strings.NewReader("late\n"))
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("upload whose guest answer never ends: %v after %s (a hang)", err, time.Since(t0).Round(time.Millisecond))
+	}
+	resp.Body.Close()
+	t.Logf("answered %d after %s", resp.StatusCode, time.Since(t0).Round(time.Millisecond))
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("upload: HTTP %d, want 204", resp.StatusCode)
 	}
 }
