@@ -59,6 +59,12 @@ func (r *Reconciler) hibernateSandbox(ctx context.Context, sb *sandbox.Sandbox) 
 		if err != nil {
 			return r.retryOrRefuse(ctx, sb, "tenant key", err)
 		}
+		// The sandbox shows it hibernating (the object GC keeps shared
+		// objects while it does); a GC that looked before that must be
+		// done deleting before the upload reuses any (objectgc.go).
+		if err := r.waitOutObjectGC(ctx, sb.Tenant); err != nil {
+			return time.Second, fmt.Errorf("sandbox %s: hibernate: %w", sb.ID, err)
+		}
 		arts, err := r.upload(ctx, api, sb.ID, snap.ID, nodev1.UploadSnapshot{
 			Tenant: sb.Tenant, Prefix: snapshotPrefix(sb.Tenant, snap.ID), SharedPrefix: sharedPrefix(sb.Tenant), KeyID: keyID,
 		})

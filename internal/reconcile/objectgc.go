@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -36,13 +38,32 @@ const objectGCEvery = 10 * time.Minute
 //     (Stat) a shared object it finds before its row records it. What is
 //     left is a hibernation that goes from its API request to the Stat of
 //     the object between that last look and the delete (a pause, a
-//     snapshot and an export at least): its verify fails and the
-//     hibernation is refused (the sandbox stays paused, nothing lost), or
-//     — only if the store applies the delete later than the hibernation
-//     records its artifacts — the restore is refused for the missing
-//     object.
+//     snapshot and an export at least) is held off by a lease: the GC
+//     holds objectGCLease(T) from before that last look until after the
+//     delete, and a hibernation takes (and gives back) the same lease
+//     after its sandbox shows it hibernating and before its upload looks
+//     at any shared object. Whichever comes second sees the other: a
+//     hibernation that got the lease started its upload after the GC's
+//     deletes (it finds them gone and uploads again), and a GC that got
+//     it looks after the hibernation was visible (it deletes nothing
+//     shared); a hibernation that finds the lease held waits and tries
+//     again. The lease is renewed before each delete, so a GC that
+//     stalled past its TTL and lost the lease deletes nothing more.
 //
 // Nothing else under tenants/ (an unknown layout) is touched.
+
+// objectGCLease is the lease a tenant's shared-object deletes run under,
+// and which a hibernation of the tenant takes once before its upload.
+func objectGCLease(tenant string) string { return "objectgc/" + tenant }
+
+// objectGCLeaseTTL bounds how long a GC that died holds off the tenant's
+// hibernations; a live one renews it before each delete.
+const objectGCLeaseTTL = time.Minute
+
+// objectGCPasses numbers the GC's passes: each holds the lease under a
+// name of its own, so two passes over one tenant (a sweep, a snapshot's
+// delete) exclude each other too.
+var objectGCPasses atomic.Uint64
 
 // sweepObjectsEvery sweeps at once, then every period, until ctx is done.
 func (r *Reconciler) sweepObjectsEvery(ctx context.Context, period time.Duration) {
@@ -126,6 +147,14 @@ func (r *Reconciler) collectObjects(ctx context.Context, tenant string) (int, er
 	uploading := before.uploading || after.uploading
 	var n int
 	var errs []error
+	var lease *store.Lease
+	defer func() {
+		if lease != nil {
+			if err := r.store.ReleaseLease(context.WithoutCancel(ctx), *lease); err != nil {
+				r.log.Warn("object gc: release the lease", "tenant", tenant, "err", err)
+			}
+		}
+	}()
 	for _, info := range infos {
 		rest, ok := strings.CutPrefix(info.Key, root)
 		if !ok {
@@ -139,6 +168,21 @@ func (r *Reconciler) collectObjects(ctx context.Context, tenant string) (int, er
 		case strings.HasPrefix(rest, "shared/"):
 			orphan = !uploading && !after.keys[info.Key]
 			if orphan {
+				// Held from before the last look until after the
+				// delete: no hibernation of the tenant starts its
+				// upload in between.
+				l, err := r.holdObjectGCLease(ctx, tenant, lease)
+				if err != nil {
+					if errdefs.IsConflict(err) {
+						// A hibernation is starting its upload, or
+						// another replica collects: not now.
+						r.log.Info("object gc: shared objects left for the next sweep", "tenant", tenant, "reason", err)
+						uploading, lease = true, nil
+						continue
+					}
+					return n, err
+				}
+				lease = &l
 				// Looked at again right before the delete: an upload
 				// that began since (its sandbox hibernating) may have
 				// found this object and be about to record it.
@@ -161,6 +205,43 @@ func (r *Reconciler) collectObjects(ctx context.Context, tenant string) (int, er
 		r.log.Info("deleted an object no snapshot records", "key", info.Key)
 	}
 	return n, errors.Join(errs...)
+}
+
+// holdObjectGCLease takes the tenant's object GC lease, or renews held
+// when the GC holds it already. ErrConflict: another holder has it.
+func (r *Reconciler) holdObjectGCLease(ctx context.Context, tenant string, held *store.Lease) (store.Lease, error) {
+	if held != nil {
+		l, err := r.store.RenewLease(ctx, *held, objectGCLeaseTTL)
+		if err != nil {
+			return l, fmt.Errorf("object gc: tenant %s: renew the lease: %w", tenant, err)
+		}
+		return l, nil
+	}
+	holder := fmt.Sprintf("%s/objectgc/%d", r.cfg.Replica, objectGCPasses.Add(1))
+	l, err := r.store.AcquireLease(ctx, objectGCLease(tenant), holder, objectGCLeaseTTL)
+	if err != nil {
+		return l, fmt.Errorf("object gc: tenant %s: lease: %w", tenant, err)
+	}
+	return l, nil
+}
+
+// waitOutObjectGC is a hibernation's turn at the tenant's object GC lease,
+// taken and given back before its upload looks at any shared object (see
+// the comment above sweepObjectsEvery): Unavailable while a GC holds it.
+func (r *Reconciler) waitOutObjectGC(ctx context.Context, tenant string) error {
+	l, err := r.store.AcquireLease(ctx, objectGCLease(tenant), r.cfg.Replica+"/hibernate", objectGCLeaseTTL)
+	if errdefs.IsConflict(err) {
+		return fmt.Errorf("%w: the object store's garbage collector is deleting tenant %s's unrecorded shared objects; the upload waits for it: %v",
+			errdefs.ErrUnavailable, tenant, err)
+	}
+	if err != nil {
+		return fmt.Errorf("object gc lease: %w", err)
+	}
+	if err := r.store.ReleaseLease(ctx, l); err != nil {
+		// It lapses after its TTL: the GC waits until then.
+		r.log.Warn("hibernate: give the object gc lease back", "tenant", tenant, "err", err)
+	}
+	return nil
 }
 
 // objectOwners is what a tenant's rows say of its objects.

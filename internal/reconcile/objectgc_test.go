@@ -2,9 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -157,4 +159,70 @@ func runReconciler(t *testing.T, h *harness) (stop func()) {
 			t.Errorf("Run: %v", err)
 		}
 	}
+}
+
+// TestObjectGCAndAHibernationTakeTurns: a hibernation that begins after
+// the GC's last look at a tenant and before its delete of a shared object
+// nobody records (the narrow race of F-2) must not reuse that object: its
+// upload waits until the GC is done, then finds the object gone and
+// uploads it again, so the hibernated snapshot's every recorded object is
+// stored.
+func TestObjectGCAndAHibernationTakeTurns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{UploadRetry: time.Minute}, true)
+	base := h.putObject(sharedPrefix(h.tenant)+"base-1", "shared base")
+	var sb *sandbox.Sandbox
+	uploads := 0
+	h.nodes["n1"].upload = func(id string, req nodev1.UploadSnapshot) (*nodev1.Artifacts, error) {
+		uploads++
+		// A node's upload reuses a shared object it finds (Stat), as
+		// the real one does for bases.
+		shared := base
+		if _, err := h.objs.Stat(h.ctx, base.Key); err != nil {
+			shared = h.putObject(base.Key, "shared base")
+		}
+		objs := []nodev1.Object{h.putObject(req.Prefix+"disk.enc", "disk of "+id), shared}
+		return &nodev1.Artifacts{Export: json.RawMessage(`{"v":1}`), Objects: objs, PlainBytes: 200, StoredBytes: 100}, nil
+	}
+	var during error
+	h.r.cfg.Objects = deleteHook{Store: h.objs, before: func(key string) {
+		if key != base.Key || sb != nil {
+			return
+		}
+		// Between the GC's last look and its delete: a hibernation of
+		// the tenant runs as far as it can.
+		sb = h.newSandbox(sandbox.StateHibernating, "ns", nil)
+		_, during = h.pass(sb.ID)
+	}}
+	if _, err := h.r.collectObjects(h.ctx, h.tenant); err != nil {
+		t.Fatalf("object gc: %v", err)
+	}
+	if sb == nil {
+		t.Fatal("the GC deleted no shared object: the race was not run")
+	}
+	t.Logf("the hibernation's pass while the GC deletes: %v", during)
+	if during != nil && !errdefs.IsUnavailable(during) {
+		t.Errorf("hibernation while the GC deletes: %v, want a wait (unavailable)", during)
+	}
+	h.r.cfg.Objects = h.objs
+	for i := 0; h.get(sb.ID).State == sandbox.StateHibernating && i < 5; i++ {
+		_, _ = h.pass(sb.ID)
+	}
+	h.wantState(sb.ID, sandbox.StateHibernated, sandbox.StateHibernated)
+	snaps, err := h.st.ListSnapshots(h.ctx, store.SnapshotFilter{Tenant: h.tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		var arts nodev1.Artifacts
+		if s.Artifacts == "" || json.Unmarshal([]byte(s.Artifacts), &arts) != nil {
+			continue
+		}
+		for _, obj := range arts.Objects {
+			if _, err := h.objs.Stat(h.ctx, obj.Key); err != nil {
+				t.Errorf("snapshot %s of the hibernated sandbox records %s, which is not stored (%v): its restore would be refused", s.ID, obj.Key, err)
+			}
+		}
+	}
+	t.Logf("%d uploads", uploads)
 }

@@ -160,8 +160,24 @@ func (a *API) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, guestHTTPError("write "+path, resp))
 		return
 	}
+	// The guest's answer (what it wrote: a few hundred bytes) is read to
+	// its end, so the stream ends on every hop: closed unread, it is cut,
+	// and the node's and the host bridge's proxies abort it mid-answer
+	// (a vm guest's answer comes in pieces). Its 200 says the file is in
+	// place; an answer that does not end is given up after
+	// uploadAnswerTimeout, so a guest cannot hold the upload open.
+	cut := time.AfterFunc(uploadAnswerTimeout, func() { resp.Body.Close() })
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxUploadAnswer))
+	cut.Stop()
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// maxUploadAnswer and uploadAnswerTimeout bound what handleWriteFile
+// reads of the guest's answer to an upload, which it does not pass on.
+const (
+	maxUploadAnswer     = 64 << 10
+	uploadAnswerTimeout = 5 * time.Second
+)
 
 // fileCopyBuffer is the buffer file bodies are copied with on their way to
 // and from the node: io.Copy's 32 KiB makes a 100 MiB file 3,200 socket

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -114,3 +115,89 @@ func TestUploadLengthAbuse(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
+
+// TestUploadReadsTheGuestAnswerToItsEnd: a REST upload answered 204 has
+// read the guest's answer (the files it wrote) to its end, also when that
+// answer comes in pieces, as a vm guest's does: closed unread, the stream
+// was cut behind the server, and the node's and the host bridge's
+// proxies aborted it mid-answer (the bridge never saw its forward end).
+func TestUploadReadsTheGuestAnswerToItsEnd(t *testing.T) {
+	p := newE2BPlane(t)
+	sb := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	cut := make(chan bool, 1)
+	p.node.mu.Lock()
+	p.node.guest = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			t.Errorf("guest: read the upload: %v", err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		// The rest of the answer a moment later.
+		select {
+		case <-r.Context().Done():
+			cut <- true
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		_, _ = io.WriteString(w, `[{"path":"/tmp/f","name":"f","type":"file"}]`+"\n")
+		cut <- false
+	})
+	p.node.mu.Unlock()
+	req, _ := http.NewRequest(http.MethodPut, p.url+"/v1/sandboxes/"+sb.ID+"/files?path=/tmp/f", strings.NewReader("late\n"))
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("upload: HTTP %d, want 204", resp.StatusCode)
+	}
+	select {
+	case c := <-cut:
+		if c {
+			t.Fatal("the upload was answered 204 and the guest's answer cut before its end: the server closed it unread")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the guest's handler never ended")
+	}
+}
+
+// TestUploadAnswerThatNeverEnds: a guest that answers an upload 200 and
+// never ends its answer does not hold the upload open: the server gives
+// the answer up after a bound and answers 204 (the 200 said the file is in
+// place).
+func TestUploadAnswerThatNeverEnds(t *testing.T) {
+	p := newE2BPlane(t)
+	sb := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	release := make(chan struct{})
+	defer close(release)
+	p.node.mu.Lock()
+	p.node.guest = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `[{"path":"/tmp/f",`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	p.node.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, p.url+"/v1/sandboxes/"+sb.ID+"/files?path=/tmp/f", strings.NewReader("late\n"))
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("upload whose guest answer never ends: %v after %s (a hang)", err, time.Since(t0).Round(time.Millisecond))
+	}
+	resp.Body.Close()
+	t.Logf("answered %d after %s", resp.StatusCode, time.Since(t0).Round(time.Millisecond))
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("upload: HTTP %d, want 204", resp.StatusCode)
+	}
+}
