@@ -432,3 +432,87 @@ def test_signal_numbers_are_checked() -> None:
     assert signal_number(15) == 15
     with pytest.raises(ValueError, match="signal"):
         signal_number(0)
+
+
+def recorder(answer: Any) -> "tuple[List[httpx.Request], Callable[[httpx.Request], httpx.Response]]":
+    seen: List[httpx.Request] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        if answer is None:
+            return httpx.Response(204)
+        if isinstance(answer, bytes):
+            return httpx.Response(200, content=answer)
+        return httpx.Response(200, json=answer)
+
+    return seen, handler
+
+
+ADMIN_CALLS = [
+    ("set_quota", ("t-1",), {"max_sandboxes": 3, "max_cpus": 2}, "PUT", "/v1/tenants/t-1/quota", {},
+     {"max_sandboxes": 3, "max_memory_mib": 0, "max_cpus": 2}, {"id": "t-1", "name": "a", "quota": {"max_sandboxes": 3}}),
+    ("set_template_egress", ("py t",), {"egress": {"allow_internet": False}}, "PUT", "/v1/templates/py%20t/egress", {},
+     {"allow_internet": False}, {"name": "py t", "egress": {"allow_internet": False}}),
+    ("set_template_egress", ("base",), {"egress": None}, "PUT", "/v1/templates/base/egress", {}, None, {"name": "base"}),
+    ("list_nodes", (), {}, "GET", "/v1/nodes", {}, None, {"nodes": [{"id": "n1", "state": "ready", "runtimes": ["ns"], "live": True}]}),
+    ("drain_node", ("n/1",), {}, "POST", "/v1/nodes/n%2F1/drain", {}, None, {"id": "n/1", "state": "draining"}),
+    ("undrain_node", ("n1",), {}, "POST", "/v1/nodes/n1/undrain", {}, None, {"id": "n1", "state": "ready"}),
+    ("list_signing_keys", (), {}, "GET", "/v1/signing-keys", {}, None, {"version": 4, "keys": [{"id": "k1", "signing": True}]}),
+    ("rotate_signing_key", (), {}, "POST", "/v1/signing-keys/rotate", {}, None, {"id": "k2", "active_at": "2026-12-07T01:02:03Z"}),
+    ("list_encryption_keys", ("t-1",), {}, "GET", "/v1/tenants/t-1/encryption-keys", {}, None, {"keys": [{"id": "kek-1", "tenant": "t-1"}]}),
+    ("revoke_encryption_key", ("t-1", "kek-1"), {}, "DELETE", "/v1/tenants/t-1/encryption-keys/kek-1", {}, None, None),
+    ("credential_audit", (), {"sandbox": "sb-1", "limit": 7}, "GET", "/v1/credentials/audit", {"sandbox": "sb-1", "limit": "7"}, None,
+     {"entries": [{"time": "2026-12-07T01:02:03Z", "tenant": "t-1", "host": "api.test", "allowed": False, "reason": "rate limited", "count": 2}]}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw,method,path,query,body,answer", ADMIN_CALLS)
+def test_admin_calls_send_their_route(name: str, args: Any, kw: Any, method: str, path: str, query: Dict[str, str], body: Any, answer: Any) -> None:
+    seen, handler = recorder(answer)
+    got = getattr(client(handler), name)(*args, **kw)
+    aseen, ahandler = recorder(answer)
+
+    async def run() -> Any:
+        return await getattr(aclient(ahandler), name)(*args, **kw)
+
+    agot = asyncio.run(run())
+    assert got == agot
+    for r in (seen[0], aseen[0]):
+        assert (r.method, r.url.raw_path.decode().split("?")[0], dict(r.url.params)) == (method, path, query)
+        if method == "PUT":
+            assert r.headers["content-type"] == "application/json"
+            assert json.loads(r.content) == body
+    if name == "credential_audit":
+        assert got[0].host == "api.test" and got[0].allowed is False and got[0].count == 2 and got[0].time is not None
+    if name == "list_nodes":
+        assert got[0].runtimes == ["ns"] and got[0].live
+    if name == "list_signing_keys":
+        assert got.version == 4 and got.keys[0].signing
+
+
+def test_ca_certificate_is_the_pem_text() -> None:
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    seen, handler = recorder(pem)
+    c = client(handler)
+    sb = ss.Sandbox(c, ss.SandboxInfo.from_dict(SB))
+    assert sb.ca_certificate() == pem.decode()
+    assert seen[0].url.path == "/v1/sandboxes/sb-1/ca.pem"
+
+
+@pytest.mark.parametrize(
+    "call,field",
+    [
+        (lambda c: c.set_quota("t-1", max_sandboxes=-1), "max_sandboxes"),
+        (lambda c: c.set_quota("t-1", max_memory_mib=1.5), "max_memory_mib"),
+        (lambda c: c.set_quota("", max_cpus=1), "tenant_id"),
+        (lambda c: c.credential_audit(limit=0), "limit"),
+        (lambda c: c.credential_audit(limit=1001), "limit"),
+        (lambda c: c.credential_audit(credential=""), "credential"),
+        (lambda c: c.revoke_encryption_key("t-1", ""), "key_id"),
+        (lambda c: c.undrain_node(""), "node_id"),
+        (lambda c: c.set_template_egress("", None), "name"),
+    ],
+)
+def test_bad_admin_input_is_a_value_error_naming_the_field(call: Callable[[ss.Client], Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        call(client(never))

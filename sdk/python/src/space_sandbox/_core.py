@@ -55,6 +55,8 @@ class Req:
     limit: int = MAX_JSON_BODY
     #: Where a seekable body starts (see mark and rewind).
     start: int = 0
+    #: The Content-Type of ``content`` when it is not opaque bytes.
+    content_type: str = ""
 
     def replayable(self) -> bool:
         """Whether the request may be sent again after ``refresh_route``: a read,
@@ -82,7 +84,7 @@ class Req:
         if self.json is not None:
             h["Content-Type"] = "application/json"
         elif self.content is not None:
-            h["Content-Type"] = "application/octet-stream"
+            h["Content-Type"] = self.content_type or "application/octet-stream"
         if self.idempotency_key:
             h["Idempotency-Key"] = self.idempotency_key
         return h
@@ -295,7 +297,7 @@ def list_params(path: str, depth: Optional[int], limit: Optional[int], page_toke
             raise ValueError(f"depth {depth!r}: want 1..32")
         p["depth"] = str(depth)
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError(f"limit {limit!r}: want 1..10000")
         p["limit"] = str(limit)
     if page_token:
@@ -411,3 +413,28 @@ def credential_body(
     if tenant:
         body["tenant"] = tenant
     return body
+
+
+def quota_body(max_sandboxes: int, max_memory_mib: int, max_cpus: int) -> Dict[str, int]:
+    """A tenant quota as PUT /v1/tenants/{id}/quota takes it; 0 is unlimited."""
+    out: Dict[str, int] = {}
+    for name, v in (("max_sandboxes", max_sandboxes), ("max_memory_mib", max_memory_mib), ("max_cpus", max_cpus)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} {v!r}: want a whole number, 0 (unlimited) or more")
+        out[name] = v
+    return out
+
+
+def audit_params(tenant: Optional[str], sandbox: Optional[str], credential: Optional[str], limit: Optional[int]) -> Dict[str, str]:
+    """The query of GET /v1/credentials/audit."""
+    params: Dict[str, str] = {}
+    for name, v in (("tenant", tenant), ("sandbox", sandbox), ("credential", credential)):
+        if v is not None:
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{name} {v!r}: want a non-empty id, or leave it out")
+            params[name] = v
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValueError(f"limit {limit!r}: want a whole number from 1 to 1000")
+        params["limit"] = str(limit)
+    return params

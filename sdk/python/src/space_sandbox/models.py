@@ -26,6 +26,11 @@ __all__ = [
     "Tenant",
     "APIKey",
     "Credential",
+    "CredentialAuditEntry",
+    "Node",
+    "SigningKey",
+    "SigningKeyList",
+    "EncryptionKey",
 ]
 
 
@@ -417,3 +422,129 @@ class Credential:
             rate_limit=_int(d, "rate_limit"),
             created_at=parse_time(d.get("created_at")),
         )
+
+
+@dataclass
+class CredentialAuditEntry:
+    """One decision of the credential gateway or egress proxy: a request to
+    ``host`` allowed or refused, and why (docs/credentials.md)."""
+
+    time: Optional[datetime]
+    tenant: str
+    host: str
+    allowed: bool
+    reason: str
+    kind: str = ""
+    project: str = ""
+    sandbox: str = ""
+    execution_id: str = ""
+    credential_id: str = ""
+    where: str = ""
+    count: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CredentialAuditEntry":
+        return cls(
+            time=parse_time(d.get("time")),
+            tenant=_str(d, "tenant"),
+            host=_str(d, "host"),
+            allowed=bool(d.get("allowed")),
+            reason=_str(d, "reason"),
+            kind=_str(d, "kind"),
+            project=_str(d, "project"),
+            sandbox=_str(d, "sandbox"),
+            execution_id=_str(d, "execution_id"),
+            credential_id=_str(d, "credential_id"),
+            where=_str(d, "where"),
+            count=_int(d, "count"),
+        )
+
+
+@dataclass
+class Node:
+    """A node of the cluster as the control plane sees it (admin keys)."""
+
+    id: str
+    state: str
+    runtimes: List[str] = field(default_factory=list)
+    cpus: int = 0
+    memory_mib: int = 0
+    last_heartbeat: Optional[datetime] = None
+    live: bool = False
+    sandboxes: int = 0
+    stopped_on_node: List[str] = field(default_factory=list)
+    runtime_status: Dict[str, str] = field(default_factory=dict)
+    committed_mib: int = 0
+    memory_limit_mib: int = 0
+    memory_pressure: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Node":
+        return cls(
+            id=_str(d, "id"),
+            state=_str(d, "state"),
+            runtimes=_strlist(d, "runtimes"),
+            cpus=_int(d, "cpus"),
+            memory_mib=_int(d, "memory_mib"),
+            last_heartbeat=parse_time(d.get("last_heartbeat")),
+            live=bool(d.get("live")),
+            sandboxes=_int(d, "sandboxes"),
+            stopped_on_node=_strlist(d, "stopped_on_node"),
+            runtime_status=_strmap(d, "runtime_status"),
+            committed_mib=_int(d, "committed_mib"),
+            memory_limit_mib=_int(d, "memory_limit_mib"),
+            memory_pressure=_str(d, "memory_pressure"),
+        )
+
+
+@dataclass
+class SigningKey:
+    """A capability signing key of the control plane (admin keys): it signs
+    from ``active_at`` while ``signing``; a retired key verifies until
+    ``dropped_at``."""
+
+    id: str
+    created_at: Optional[datetime] = None
+    active_at: Optional[datetime] = None
+    signing: bool = False
+    retired_at: Optional[datetime] = None
+    dropped_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SigningKey":
+        return cls(
+            id=_str(d, "id"),
+            created_at=parse_time(d.get("created_at")),
+            active_at=parse_time(d.get("active_at")),
+            signing=bool(d.get("signing")),
+            retired_at=parse_time(d.get("retired_at")),
+            dropped_at=parse_time(d.get("dropped_at")),
+        )
+
+
+@dataclass
+class SigningKeyList:
+    """The signing keys with the version of the key set the nodes hold."""
+
+    version: int
+    keys: List[SigningKey] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SigningKeyList":
+        keys = d.get("keys")
+        return cls(version=_int(d, "version"), keys=[SigningKey.from_dict(k) for k in keys or [] if isinstance(k, dict)] if isinstance(keys, list) else [])
+
+
+@dataclass
+class EncryptionKey:
+    """A tenant's disk encryption key in the KMS (admin keys); a revoked key
+    unlocks nothing more."""
+
+    id: str
+    tenant: str
+    created_at: Optional[datetime] = None
+    revoked_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EncryptionKey":
+        return cls(id=_str(d, "id"), tenant=_str(d, "tenant"), created_at=parse_time(d.get("created_at")), revoked_at=parse_time(d.get("revoked_at")))
