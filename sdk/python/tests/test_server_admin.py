@@ -1,7 +1,8 @@
 """Integration tests of the SDK's admin and security calls against a real
 `space server --dev`: quotas, template egress, nodes, capability signing
 keys, tenant encryption keys, the credential audit and a sandbox's
-interception CA, each through the sync and the async client.
+interception CA, each through the sync and the async client; and the
+server-side sandbox list filters and pages, and the file stat route.
 
 python_test.go starts the server and runs this file as it runs
 test_server.py (SPACE_API_KEY is the admin key).
@@ -210,3 +211,51 @@ def test_async_admin_calls() -> None:
                 await c.delete_tenant(t.id)
 
     asyncio.run(main())
+
+
+def test_list_filters_and_pages_on_the_server(client: ss.Client, tenant: Tuple[ss.Tenant, str]) -> None:
+    _, key = tenant
+    with ss.Client(api_key=key) as theirs:
+        made = [theirs.create_sandbox("minimal", runtime="ns", name=f"p{i % 2}", metadata={"i": str(i), "suite": "pages"}) for i in range(5)]
+        made[1].pause()
+        ids = [sb.id for sb in made]
+        # Pages of 2, in creation order, every sandbox once.
+        seen, token, pages = [], None, 0
+        while True:
+            page, token = theirs.list_sandboxes_page(limit=2, page_token=token)
+            assert len(page) <= 2
+            seen += [sb.id for sb in page]
+            pages += 1
+            if not token:
+                break
+        assert seen == ids and pages == 3
+        assert [sb.id for sb in theirs.iter_sandboxes(page_size=1)] == ids
+        assert [sb.id for sb in theirs.list_sandboxes(state="paused")] == [ids[1]]
+        assert [sb.id for sb in theirs.list_sandboxes(name="p0")] == [ids[0], ids[2], ids[4]]
+        assert [sb.id for sb in theirs.list_sandboxes(metadata={"suite": "pages", "i": "3"})] == [ids[3]]
+        page, token = theirs.list_sandboxes_page(name="p1", state="running", limit=1)
+        assert [sb.id for sb in page] == [ids[3]] and token == ""
+        # The server itself refuses a bad filter or token (the SDK checks what it can first).
+        with pytest.raises(ss.InvalidArgument, match="state"):
+            theirs.list_sandboxes(state="sleeping")
+        with pytest.raises(ss.InvalidArgument, match="page_token"):
+            theirs.list_sandboxes_page(page_token="not-a-token")
+        # Stat asks the sandbox for one file.
+        sb = made[0]
+        sb.files.write("/tmp/stat-me", b"12345")
+        e = sb.files.stat("/tmp/stat-me")
+        assert (e.name, e.path, e.type, e.size) == ("stat-me", "/tmp/stat-me", "file", 5)
+        assert sb.files.stat("/tmp").type == "dir" and sb.files.stat("/").type == "dir"
+        with pytest.raises(ss.NotFound):
+            sb.files.stat("/tmp/no-such-file")
+        assert not sb.files.exists("/tmp/no-such-file")
+
+        async def run() -> None:
+            async with ss.AsyncClient(api_key=key) as ac:
+                page, token = await ac.list_sandboxes_page(limit=4)
+                assert [x.id for x in page] == ids[:4] and token
+                assert [x.id async for x in ac.iter_sandboxes(metadata={"suite": "pages"}, page_size=2)] == ids
+                asb = await ac.get_sandbox(ids[0])
+                assert (await asb.files.stat("/tmp/stat-me")).size == 5
+
+        asyncio.run(run())

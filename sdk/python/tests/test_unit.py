@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 import space_sandbox as ss
-from space_sandbox import errors
 
 SB = {"id": "sb-1", "state": "running", "template": "minimal", "runtime": "ns", "created_at": "2026-12-07T01:02:03.123456789Z"}
 
@@ -180,7 +179,7 @@ def test_key_and_url_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     c = ss.Client(http_client=httpx.Client(transport=httpx.MockTransport(h)))
     assert c.api_url == "http://from-env.test:7070"
     assert [s.id for s in c.list_sandboxes()] == ["sb-1"]
-    assert str(seen[0].url) == "http://from-env.test:7070/v1/sandboxes"
+    assert str(seen[0].url) == "http://from-env.test:7070/v1/sandboxes?limit=100"
     assert seen[0].headers["Authorization"] == "Bearer space_k-env"
 
 
@@ -189,16 +188,34 @@ def test_a_bad_url_is_refused() -> None:
         ss.Client("localhost:7070", "k")
 
 
-def test_list_filters() -> None:
-    a = dict(SB, id="a", metadata={"team": "x"})
+def test_list_filters_and_pages_go_to_the_server() -> None:
+    a = dict(SB, id="a", metadata={"team": "x", "k": "1"})
     b = dict(SB, id="b", state="paused", template="base", name="bee")
-    c = client(lambda r: httpx.Response(200, json={"sandboxes": [a, b]}))
+    seen: List[httpx.Request] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        if r.url.params.get("page_token") == "p2":
+            return httpx.Response(200, json={"sandboxes": [b]})
+        return httpx.Response(200, json={"sandboxes": [a], "next_page_token": "p2"})
+
+    c = client(h)
     assert [s.id for s in c.list_sandboxes()] == ["a", "b"]
-    assert [s.id for s in c.list_sandboxes(state="paused")] == ["b"]
-    assert [s.id for s in c.list_sandboxes(template="minimal")] == ["a"]
-    assert [s.id for s in c.list_sandboxes(name="bee")] == ["b"]
-    assert [s.id for s in c.list_sandboxes(metadata={"team": "x"})] == ["a"]
-    assert [s.id for s in c.list_sandboxes(metadata={"team": "y"})] == []
+    assert [(r.url.params.get("limit"), r.url.params.get("page_token")) for r in seen] == [("100", None), ("100", "p2")]
+    seen.clear()
+    assert [s.id for s in c.iter_sandboxes(state="running", template="minimal", name="n", metadata={"team": "x", "k": "1"}, page_size=7)] == []
+    q = seen[0].url.params
+    assert (q["state"], q["template"], q["name"], q["limit"], q.get_list("metadata")) == ("running", "minimal", "n", "7", ["team=x", "k=1"])
+    page, token = c.list_sandboxes_page(metadata={"team": "x"}, limit=1)
+    assert [s.id for s in page] == ["a"] and token == "p2"
+    # A server older than the filters answers every sandbox: the SDK keeps the matches.
+    old = client(lambda r: httpx.Response(200, json={"sandboxes": [a, b]}))
+    assert [s.id for s in old.list_sandboxes(state="paused")] == ["b"]
+    assert [s.id for s in old.list_sandboxes(metadata={"team": "x"})] == ["a"]
+    for bad, field in ((lambda: c.list_sandboxes_page(limit=0), "limit"), (lambda: c.list_sandboxes(state=""), "state"),
+                       (lambda: c.list_sandboxes(metadata={"a=b": "c"}), "metadata")):
+        with pytest.raises(ValueError, match=field):
+            bad()
 
 
 def test_create_sends_every_option() -> None:
@@ -304,22 +321,19 @@ def test_paths_are_escaped() -> None:
     assert seen[0].url.raw_path == b"/v1/sandboxes/..%2Fkeys"
 
 
-def test_files_stat_pages_through_the_parent() -> None:
-    pages = {
-        "": {"entries": [{"name": "a", "path": "/d/a", "type": "file"}], "next_page_token": "t1"},
-        "t1": {"entries": [{"name": "b", "path": "/d/b", "type": "dir", "size": 4096}]},
-    }
-
+def test_files_stat_asks_the_stat_route() -> None:
     def h(r: httpx.Request) -> httpx.Response:
-        assert r.url.params["path"] == "/d"
-        return httpx.Response(200, json=pages[r.url.params.get("page_token", "")])
+        assert r.url.path == "/v1/sandboxes/sb-1/files/stat"
+        if r.url.params["path"] == "/d/b":
+            return httpx.Response(200, json={"name": "b", "path": "/d/b", "type": "dir", "size": 4096})
+        return err(404, "not_found", "stat /d/c: no such file")
 
     sb = ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB))
     e = sb.files.stat("/d/b")
     assert (e.name, e.type, e.size) == ("b", "dir", 4096)
     with pytest.raises(ss.NotFound):
         sb.files.stat("/d/c")
-    assert [x.name for x in sb.files.iter("/d")] == ["a", "b"]
+    assert sb.files.exists("/d/b") and not sb.files.exists("/d/c")
 
 
 def test_times_parse_with_nanoseconds() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from datetime import datetime
@@ -182,9 +183,35 @@ class AsyncClient:
         name: Optional[str] = None,
         metadata: Optional[Mapping[str, str]] = None,
     ) -> List["AsyncSandbox"]:
-        """Lists the caller's tenant's sandboxes, keeping those that match every
-        filter given (``metadata``: each key with that value)."""
+        """Lists the caller's tenant's sandboxes that match every filter given
+        (``metadata``: each key with that value); the server filters, and
+        the list is fetched by pages."""
         return [sb async for sb in self.iter_sandboxes(state=state, template=template, name=name, metadata=metadata)]
+
+    async def list_sandboxes_page(
+        self,
+        *,
+        state: Optional[str] = None,
+        template: Optional[str] = None,
+        name: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        limit: int = 100,
+        page_token: Optional[str] = None,
+    ) -> Tuple[List["AsyncSandbox"], str]:
+        """One page of the matching sandboxes, at most ``limit`` (1..1000),
+        ordered by creation time then id, from where ``page_token`` left
+        off; with the token of the next page, "" after the last."""
+        params = _core.sandbox_list_params(state, template, name, metadata, limit, page_token)
+        d = await self._call(Req("GET", "/v1/sandboxes", params=params)) or {}
+        out: List["AsyncSandbox"] = []
+        for raw in d.get("sandboxes") or []:
+            if isinstance(raw, dict):
+                info = SandboxInfo.from_dict(raw)
+                # A server older than the filters answers them all: keep the matches.
+                if _core.matches(info, state, template, name, metadata):
+                    out.append(AsyncSandbox(self, info))
+        token = d.get("next_page_token")
+        return out, token if isinstance(token, str) else ""
 
     async def iter_sandboxes(
         self,
@@ -193,14 +220,19 @@ class AsyncClient:
         template: Optional[str] = None,
         name: Optional[str] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        page_size: int = 100,
     ) -> AsyncIterator["AsyncSandbox"]:
-        """Like :meth:`list_sandboxes`, one sandbox at a time."""
-        d = await self._call(Req("GET", "/v1/sandboxes")) or {}
-        for raw in d.get("sandboxes") or []:
-            if isinstance(raw, dict):
-                info = SandboxInfo.from_dict(raw)
-                if _core.matches(info, state, template, name, metadata):
-                    yield AsyncSandbox(self, info)
+        """Like :meth:`list_sandboxes`, one sandbox at a time, fetching a page
+        of ``page_size`` at a time."""
+        token: Optional[str] = None
+        while True:
+            page, token = await self.list_sandboxes_page(
+                state=state, template=template, name=name, metadata=metadata, limit=page_size, page_token=token,
+            )
+            for sb in page:
+                yield sb
+            if not token:
+                return
 
     async def delete_sandbox(self, sandbox_id: str, *, wait: bool = True, wait_timeout: float = 300.0) -> None:
         """Deletes a sandbox; with ``wait`` returns once the server no longer has it."""
@@ -496,10 +528,8 @@ class AsyncSandbox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(errors.NotFound):
             await self.delete()
-        except errors.NotFound:
-            pass
 
     def _path(self, suffix: str = "") -> str:
         return _core.sandbox_path(self.id, suffix)
@@ -777,16 +807,10 @@ class AsyncFiles:
             token = page.next_page_token
 
     async def stat(self, path: str, *, user: Optional[str] = None) -> FileEntry:
-        """What a file is: its entry in its directory. :class:`~space_sandbox.NotFound` when absent."""
-        _core.file_params(path, user)
-        parent, base = _core.parent_of(path)
-        if base == "":
-            await self.list_page("/", limit=1, user=user)  # reachable, and the key may read it
-            return FileEntry(name="/", path="/", type="dir")
-        async for e in self.iter(parent, user=user):
-            if e.name == base:
-                return e
-        raise errors.NotFound(404, "not_found", f"{path}: no such file in sandbox {self._sb.id}")
+        """What a file is: its entry as a listing shows it.
+        :class:`~space_sandbox.NotFound` when absent."""
+        d = await self._sb.client._call(Req("GET", self._path("/stat"), params=_core.file_params(path, user)))
+        return FileEntry.from_dict(d or {})
 
     async def exists(self, path: str, *, user: Optional[str] = None) -> bool:
         """Whether a file exists."""

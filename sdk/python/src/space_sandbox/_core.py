@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import os
 import re
-from datetime import datetime
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
@@ -48,7 +48,8 @@ class Req:
 
     method: str
     path: str
-    params: Dict[str, str] = field(default_factory=dict)
+    #: The query: a mapping, or pairs when a name repeats.
+    params: Union[Dict[str, str], Tuple[Tuple[str, str], ...]] = field(default_factory=dict)
     json: Optional[Any] = None
     content: Any = None
     idempotency_key: str = ""
@@ -62,9 +63,8 @@ class Req:
         """Whether the request may be sent again after ``refresh_route``: a read,
         or one carrying an Idempotency-Key, whose body can be sent again (none,
         JSON, bytes, or a seekable file)."""
-        if self.content is not None and not isinstance(self.content, (bytes, str)):
-            if not _seekable(self.content):
-                return False
+        if self.content is not None and not isinstance(self.content, (bytes, str)) and not _seekable(self.content):
+            return False
         if self.method in ("GET", "HEAD"):
             return True
         return self.idempotency_key != ""
@@ -133,7 +133,7 @@ def duration(name: str, v: Union[str, int, float, None]) -> str:
             return "0"
         if float(v).is_integer():
             return f"{int(v)}s"
-        return f"{int(round(v * 1000))}ms"
+        return f"{round(v * 1000)}ms"
     if not isinstance(v, str):
         raise ValueError(f"{name}: want a duration such as '30m' or a number of seconds")
     if v == "" or v == "0":
@@ -319,15 +319,6 @@ def write_content(data: Body, encoding: str = "utf-8") -> Any:
     return data
 
 
-def parent_of(path: str) -> Tuple[str, str]:
-    """Splits a sandbox path into its directory and last element."""
-    p = path.rstrip("/") or "/"
-    if p == "/":
-        return "/", ""
-    head, _, tail = p.rpartition("/")
-    return (head or "/"), tail
-
-
 def kind_of(kind: str) -> str:
     if kind not in ("disk", "full"):
         raise ValueError(f"kind {kind!r}: want 'disk' or 'full'")
@@ -438,3 +429,32 @@ def audit_params(tenant: Optional[str], sandbox: Optional[str], credential: Opti
             raise ValueError(f"limit {limit!r}: want a whole number from 1 to 1000")
         params["limit"] = str(limit)
     return params
+
+
+def sandbox_list_params(
+    state: Optional[str],
+    template: Optional[str],
+    name: Optional[str],
+    metadata: Optional[Mapping[str, str]],
+    limit: Optional[int] = None,
+    page_token: Optional[str] = None,
+) -> Tuple[Tuple[str, str], ...]:
+    """The query of GET /v1/sandboxes: filters the server applies (each
+    metadata pair as ``metadata=key=value``) and the page."""
+    params: List[Tuple[str, str]] = []
+    for what, v in (("state", state), ("template", template), ("name", name)):
+        if v is not None:
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{what} {v!r}: want a non-empty string, or leave it out")
+            params.append((what, v))
+    for k, v in (_str_map("metadata", metadata) or {}).items():
+        if "=" in k:
+            raise ValueError(f"metadata[{k!r}]: a key may not hold '='")
+        params.append(("metadata", k + "=" + v))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValueError(f"limit {limit!r}: want a whole number from 1 to 1000")
+        params.append(("limit", str(limit)))
+    if page_token:
+        params.append(("page_token", page_token))
+    return tuple(params)
