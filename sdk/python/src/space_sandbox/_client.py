@@ -514,10 +514,12 @@ class Sandbox:
 
     @property
     def id(self) -> str:
+        """The sandbox's id (``sb-…``)."""
         return self.info.id
 
     @property
     def state(self) -> str:
+        """Its state when last read from the server (:meth:`refresh` reads it again)."""
         return self.info.state
 
     def __repr__(self) -> str:

@@ -257,6 +257,7 @@ class AsyncPortForward:
         self.errors: List[BaseException] = []
 
     async def start(self, host: str, port: int) -> "AsyncPortForward":
+        """Listens on ``host``:``port`` (0: any free port; see ``address``)."""
         self._server = await asyncio.start_server(self._serve, host, port)
         self.address = self._server.sockets[0].getsockname()[:2]
         return self

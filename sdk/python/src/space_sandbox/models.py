@@ -91,9 +91,11 @@ class EgressRules:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EgressRules":
+        """A EgressRules from the server's JSON; fields it does not know are ignored."""
         return cls(domains=_strlist(d, "domains"), cidrs=_strlist(d, "cidrs"), ports=_strlist(d, "ports"))
 
     def to_dict(self) -> Dict[str, Any]:
+        """The JSON the server takes (empty fields left out)."""
         out: Dict[str, Any] = {}
         if self.domains:
             out["domains"] = list(self.domains)
@@ -114,6 +116,7 @@ class EgressPolicy:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EgressPolicy":
+        """A EgressPolicy from the server's JSON; fields it does not know are ignored."""
         allow = d.get("allow")
         deny = d.get("deny")
         return cls(
@@ -123,6 +126,7 @@ class EgressPolicy:
         )
 
     def to_dict(self) -> Dict[str, Any]:
+        """The JSON the server takes (empty fields left out)."""
         out: Dict[str, Any] = {"allow_internet": self.allow_internet}
         if self.allow.to_dict():
             out["allow"] = self.allow.to_dict()
@@ -158,6 +162,7 @@ class SandboxInfo:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        """A SandboxInfo from the server's JSON; fields it does not know are ignored."""
         eg = d.get("egress")
         return cls(
             id=_str(d, "id"),
@@ -196,6 +201,7 @@ class ExecResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":
+        """A ExecResult from the server's JSON; fields it does not know are ignored."""
         return cls(
             exit_code=_int(d, "exit_code"),
             stdout=_str(d, "stdout"),
@@ -220,6 +226,7 @@ class FileEntry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileEntry":
+        """A FileEntry from the server's JSON; fields it does not know are ignored."""
         return cls(
             name=_str(d, "name"),
             path=_str(d, "path"),
@@ -242,6 +249,7 @@ class FileList:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileList":
+        """A FileList from the server's JSON; fields it does not know are ignored."""
         raw = d.get("entries")
         entries = [FileEntry.from_dict(e) for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
         return cls(entries=entries, next_page_token=_str(d, "next_page_token"))
@@ -263,6 +271,7 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Snapshot":
+        """A Snapshot from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             sandbox=_str(d, "sandbox"),
@@ -286,6 +295,7 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Event":
+        """A Event from the server's JSON; fields it does not know are ignored."""
         return cls(seq=_int(d, "seq"), time=parse_time(d.get("time")), type=_str(d, "type"), message=_str(d, "message"))
 
 
@@ -304,6 +314,7 @@ class ServicePort:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ServicePort":
+        """A ServicePort from the server's JSON; fields it does not know are ignored."""
         return cls(
             port=_int(d, "port"),
             protocol=_str(d, "protocol"),
@@ -325,6 +336,7 @@ class FileEvent:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileEvent":
+        """A FileEvent from the server's JSON; fields it does not know are ignored."""
         return cls(name=_str(d, "name"), type=_str(d, "type"))
 
 
@@ -342,6 +354,7 @@ class Template:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Template":
+        """A Template from the server's JSON; fields it does not know are ignored."""
         eg = d.get("egress")
         return cls(
             name=_str(d, "name"),
@@ -366,6 +379,7 @@ class Tenant:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Tenant":
+        """A Tenant from the server's JSON; fields it does not know are ignored."""
         def ints(k: str) -> Dict[str, int]:
             v = d.get(k)
             return {str(a): b for a, b in v.items() if isinstance(b, int)} if isinstance(v, dict) else {}
@@ -386,6 +400,7 @@ class APIKey:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "APIKey":
+        """A APIKey from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             tenant=_str(d, "tenant"),
@@ -412,6 +427,7 @@ class Credential:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Credential":
+        """A Credential from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             name=_str(d, "name"),
@@ -444,6 +460,7 @@ class CredentialAuditEntry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CredentialAuditEntry":
+        """A CredentialAuditEntry from the server's JSON; fields it does not know are ignored."""
         return cls(
             time=parse_time(d.get("time")),
             tenant=_str(d, "tenant"),
@@ -480,6 +497,7 @@ class Node:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Node":
+        """A Node from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             state=_str(d, "state"),
@@ -512,6 +530,7 @@ class SigningKey:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SigningKey":
+        """A SigningKey from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             created_at=parse_time(d.get("created_at")),
@@ -531,6 +550,7 @@ class SigningKeyList:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SigningKeyList":
+        """A SigningKeyList from the server's JSON; fields it does not know are ignored."""
         keys = d.get("keys")
         return cls(version=_int(d, "version"), keys=[SigningKey.from_dict(k) for k in keys or [] if isinstance(k, dict)] if isinstance(keys, list) else [])
 
@@ -547,4 +567,5 @@ class EncryptionKey:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EncryptionKey":
+        """A EncryptionKey from the server's JSON; fields it does not know are ignored."""
         return cls(id=_str(d, "id"), tenant=_str(d, "tenant"), created_at=parse_time(d.get("created_at")), revoked_at=parse_time(d.get("revoked_at")))
