@@ -54,7 +54,7 @@ func TestPythonSDK(t *testing.T) {
 			t.Skip("the all-in-one server starts the root node-manager; run as root (CI does)")
 		}
 		srv := devserver.Start(t, devserver.Build(t), "ns")
-		pytest(t, python, []string{"SPACE_API_URL=" + srv.URL, "SPACE_API_KEY=" + srv.Key, "SPACE_SDK_TEST_SERVER=1"}, "tests/test_server.py", "tests/test_server_admin.py")
+		pytest(t, python, []string{"SPACE_API_URL=" + srv.URL, "SPACE_API_KEY=" + srv.Key, "SPACE_SDK_TEST_SERVER=1"}, "tests/test_server.py", "tests/test_server_admin.py", "tests/test_server_vm.py")
 	})
 }
 
