@@ -7,7 +7,7 @@ BIN := bin
 # (own go.mod, older go line; `go ... ./...` at the root does not enter them).
 MODULES := . api sdk/go
 
-.PHONY: all build run test fuzz deps-run deps-test kernel s3server vet fmt-check sdk-compat proto clean
+.PHONY: all build run test fuzz deps-run deps-test kernel s3server vet fmt-check sdk-compat proto clean python-docs
 
 # The vm runtime's minimal guest kernel (microvm) is compiled once from
 # Debian's linux-source and cached by content hash; later runs reuse it.
@@ -79,6 +79,11 @@ test: deps-test build fmt-check vet s3server
 # `make test`, which runs only the seed corpora.
 fuzz:
 	FUZZTIME=$(or $(FUZZTIME),30s) scripts/fuzz.sh '$(or $(FUZZ),.)'
+
+# The Python SDK's API reference (pdoc, from its docstrings) in docs/python/
+# (not committed: make test renders it too and fails on a broken entry).
+python-docs:
+	SPACE_PYTHON_DOCS_OUT=$(CURDIR)/docs/python $(GO) test ./sdk/python/ -run 'TestPythonSDK/reference' -count=1 -v
 
 proto:
 	api/guest/v1/generate.sh

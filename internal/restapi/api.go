@@ -148,6 +148,7 @@ func (a *API) Register(mux Mux) {
 	authed("PUT /v1/sandboxes/{id}/files", a.handleWriteFile)
 	authed("DELETE /v1/sandboxes/{id}/files", a.handleRemoveFile)
 	authed("GET /v1/sandboxes/{id}/files/list", a.handleListFiles)
+	authed("GET /v1/sandboxes/{id}/files/stat", a.handleStatFile)
 	authed("POST /v1/sandboxes/{id}/files/mkdir", a.handleMkdir)
 	authed("POST /v1/sandboxes/{id}/files/move", a.handleMove)
 	authed("GET /v1/sandboxes/{id}/files/watch", a.handleWatch)

@@ -53,15 +53,22 @@ func fingerprintOf(method, path string, body []byte) string {
 }
 
 func (a *API) handleList(w http.ResponseWriter, r *http.Request) {
+	q, err := parseSandboxQuery(r.URL.Query())
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	sbs, err := a.svc.List(r.Context(), a.caller(r))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	out := sandboxv1.SandboxList{Sandboxes: []sandboxv1.Sandbox{}}
+	all := make([]sandboxv1.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, a.apiOf(sb))
+		all = append(all, a.apiOf(sb))
 	}
+	out := sandboxv1.SandboxList{}
+	out.Sandboxes, out.NextPageToken = q.page(all)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -4,9 +4,9 @@
 // server --dev` this test starts (namespace sandboxes, the minimal
 // template).
 //
-// pytest and httpx, pinned by requirements-test.txt, are installed with pip
-// into a venv under $SPACE_TEST_CACHE_DIR once per content of that file, so
-// runs after the first need no network. The SDK itself is imported from
+// pytest, httpx, mypy, ruff and pdoc, pinned by requirements-test.txt, are
+// installed with pip into a venv under $SPACE_TEST_CACHE_DIR once per
+// content of that file, so runs after the first need no network. The SDK itself is imported from
 // src/ (PYTHONPATH), the tree under test.
 package python_test
 
@@ -31,6 +31,21 @@ func TestPythonSDK(t *testing.T) {
 		cache := filepath.Join(filepath.Dir(python), "..", "mypy-cache")
 		run(t, python, nil, "-m", "mypy", "--strict", "--cache-dir", cache, "src/space_sandbox")
 	})
+	t.Run("lint", func(t *testing.T) {
+		// ruff with the rules of pyproject.toml, over the package, its
+		// tests and scripts.
+		run(t, python, []string{"RUFF_CACHE_DIR=" + filepath.Join(filepath.Dir(python), "..", "ruff-cache")}, "-m", "ruff", "check", "src", "tests", "scripts")
+	})
+	t.Run("reference", func(t *testing.T) {
+		// The API reference renders from the docstrings: every public name
+		// has an entry and every cross-reference names something. `make
+		// python-docs` writes it to docs/python/ (SPACE_PYTHON_DOCS_OUT).
+		out := os.Getenv("SPACE_PYTHON_DOCS_OUT")
+		if out == "" {
+			out = t.TempDir()
+		}
+		run(t, python, nil, "scripts/reference.py", out)
+	})
 	t.Run("unit", func(t *testing.T) {
 		pytest(t, python, nil, "tests/test_unit.py")
 	})
@@ -39,7 +54,7 @@ func TestPythonSDK(t *testing.T) {
 			t.Skip("the all-in-one server starts the root node-manager; run as root (CI does)")
 		}
 		srv := devserver.Start(t, devserver.Build(t), "ns")
-		pytest(t, python, []string{"SPACE_API_URL=" + srv.URL, "SPACE_API_KEY=" + srv.Key, "SPACE_SDK_TEST_SERVER=1"}, "tests/test_server.py")
+		pytest(t, python, []string{"SPACE_API_URL=" + srv.URL, "SPACE_API_KEY=" + srv.Key, "SPACE_SDK_TEST_SERVER=1"}, "tests/test_server.py", "tests/test_server_admin.py", "tests/test_server_vm.py")
 	})
 }
 

@@ -52,7 +52,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		"GET /v1/sandboxes/{id}/egress", "PUT /v1/sandboxes/{id}/egress",
 		"POST /v1/sandboxes/{id}/exec", "GET /v1/sandboxes/{id}/exec",
 		"GET /v1/sandboxes/{id}/files", "PUT /v1/sandboxes/{id}/files", "DELETE /v1/sandboxes/{id}/files",
-		"GET /v1/sandboxes/{id}/files/list", "POST /v1/sandboxes/{id}/files/mkdir",
+		"GET /v1/sandboxes/{id}/files/list", "GET /v1/sandboxes/{id}/files/stat", "POST /v1/sandboxes/{id}/files/mkdir",
 		"POST /v1/sandboxes/{id}/files/move", "GET /v1/sandboxes/{id}/files/watch",
 		"GET /v1/templates", "POST /v1/templates", "DELETE /v1/templates/{name}",
 		"GET /v1/tenants", "POST /v1/tenants", "DELETE /v1/tenants/{id}", "PUT /v1/tenants/{id}/quota",

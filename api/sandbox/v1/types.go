@@ -171,6 +171,9 @@ type Sandbox struct {
 // SandboxList is the body of GET /v1/sandboxes.
 type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+	// NextPageToken is set on a paged listing (?limit=) that has more:
+	// pass it as ?page_token= for the next page.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec (run to completion).

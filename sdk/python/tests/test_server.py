@@ -143,6 +143,11 @@ def test_files_pages(sb: ss.Sandbox) -> None:
     assert sorted(seen) == ["f1", "f2", "f3", "f4", "f5"]
 
 
+def _sha256_of(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
 def test_files_stream_in_and_out(sb: ss.Sandbox, tmp_path: "os.PathLike[str]") -> None:
     size = 24 << 20
     src = os.path.join(str(tmp_path), "src")
@@ -151,13 +156,13 @@ def test_files_stream_in_and_out(sb: ss.Sandbox, tmp_path: "os.PathLike[str]") -
             out.write(bytes([i]) * (1 << 20))
     with open(src, "rb") as fh:
         sb.files.write("/tmp/big", fh)
-    want = hashlib.sha256(open(src, "rb").read()).hexdigest()
+    want = _sha256_of(src)
     r = sb.exec(["sha256sum", "/tmp/big"])
     assert r.stdout.split()[0] == want
     dst = os.path.join(str(tmp_path), "dst")
     with open(dst, "wb") as out:
         assert sb.files.download("/tmp/big", out) == size
-    assert hashlib.sha256(open(dst, "rb").read()).hexdigest() == want
+    assert _sha256_of(dst) == want
     # An iterable of chunks streams too.
     sb.files.write("/tmp/gen", (b"x" * 1000 for _ in range(100)))
     assert sb.exec(["wc", "-c", "/tmp/gen"]).stdout.split()[0] == "100000"
@@ -361,23 +366,22 @@ def test_files_watch(sb: ss.Sandbox) -> None:
 
 def test_async_streams() -> None:
     async def main() -> None:
-        async with ss.AsyncClient() as c:
-            async with await c.create_sandbox("minimal", runtime="ns") as sb:
-                async with await sb.exec_stream(["sh", "-c", "cat; echo done >&2"]) as st:
-                    await st.send_stdin(b"async in")
-                    await st.close_stdin()
-                    outs = [o async for o in st]
-                    assert st.exit_code == 0
-                assert b"".join(o.data for o in outs if o.stream == "stdout") == b"async in"
-                assert b"".join(o.data for o in outs if o.stream == "stderr") == b"done\n"
-                await sb.files.mkdir("/tmp/aw")
-                async with await sb.files.watch("/tmp/aw") as w:
-                    await sb.files.write("/tmp/aw/f", b"1")
-                    names = set()
-                    while "f" not in names:  # the upload's temporary file comes first
-                        ev = await w.next(timeout=20)
-                        assert ev is not None
-                        names.add(ev.name.rsplit("/", 1)[-1])
+        async with ss.AsyncClient() as c, await c.create_sandbox("minimal", runtime="ns") as sb:
+            async with await sb.exec_stream(["sh", "-c", "cat; echo done >&2"]) as st:
+                await st.send_stdin(b"async in")
+                await st.close_stdin()
+                outs = [o async for o in st]
+                assert st.exit_code == 0
+            assert b"".join(o.data for o in outs if o.stream == "stdout") == b"async in"
+            assert b"".join(o.data for o in outs if o.stream == "stderr") == b"done\n"
+            await sb.files.mkdir("/tmp/aw")
+            async with await sb.files.watch("/tmp/aw") as w:
+                await sb.files.write("/tmp/aw/f", b"1")
+                names = set()
+                while "f" not in names:  # the upload's temporary file comes first
+                    ev = await w.next(timeout=20)
+                    assert ev is not None
+                    names.add(ev.name.rsplit("/", 1)[-1])
 
     asyncio.run(main())
 

@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 import space_sandbox as ss
-from space_sandbox import errors
 
 SB = {"id": "sb-1", "state": "running", "template": "minimal", "runtime": "ns", "created_at": "2026-12-07T01:02:03.123456789Z"}
 
@@ -180,7 +179,7 @@ def test_key_and_url_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     c = ss.Client(http_client=httpx.Client(transport=httpx.MockTransport(h)))
     assert c.api_url == "http://from-env.test:7070"
     assert [s.id for s in c.list_sandboxes()] == ["sb-1"]
-    assert str(seen[0].url) == "http://from-env.test:7070/v1/sandboxes"
+    assert str(seen[0].url) == "http://from-env.test:7070/v1/sandboxes?limit=100"
     assert seen[0].headers["Authorization"] == "Bearer space_k-env"
 
 
@@ -189,16 +188,34 @@ def test_a_bad_url_is_refused() -> None:
         ss.Client("localhost:7070", "k")
 
 
-def test_list_filters() -> None:
-    a = dict(SB, id="a", metadata={"team": "x"})
+def test_list_filters_and_pages_go_to_the_server() -> None:
+    a = dict(SB, id="a", metadata={"team": "x", "k": "1"})
     b = dict(SB, id="b", state="paused", template="base", name="bee")
-    c = client(lambda r: httpx.Response(200, json={"sandboxes": [a, b]}))
+    seen: List[httpx.Request] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        if r.url.params.get("page_token") == "p2":
+            return httpx.Response(200, json={"sandboxes": [b]})
+        return httpx.Response(200, json={"sandboxes": [a], "next_page_token": "p2"})
+
+    c = client(h)
     assert [s.id for s in c.list_sandboxes()] == ["a", "b"]
-    assert [s.id for s in c.list_sandboxes(state="paused")] == ["b"]
-    assert [s.id for s in c.list_sandboxes(template="minimal")] == ["a"]
-    assert [s.id for s in c.list_sandboxes(name="bee")] == ["b"]
-    assert [s.id for s in c.list_sandboxes(metadata={"team": "x"})] == ["a"]
-    assert [s.id for s in c.list_sandboxes(metadata={"team": "y"})] == []
+    assert [(r.url.params.get("limit"), r.url.params.get("page_token")) for r in seen] == [("100", None), ("100", "p2")]
+    seen.clear()
+    assert [s.id for s in c.iter_sandboxes(state="running", template="minimal", name="n", metadata={"team": "x", "k": "1"}, page_size=7)] == []
+    q = seen[0].url.params
+    assert (q["state"], q["template"], q["name"], q["limit"], q.get_list("metadata")) == ("running", "minimal", "n", "7", ["team=x", "k=1"])
+    page, token = c.list_sandboxes_page(metadata={"team": "x"}, limit=1)
+    assert [s.id for s in page] == ["a"] and token == "p2"
+    # A server older than the filters answers every sandbox: the SDK keeps the matches.
+    old = client(lambda r: httpx.Response(200, json={"sandboxes": [a, b]}))
+    assert [s.id for s in old.list_sandboxes(state="paused")] == ["b"]
+    assert [s.id for s in old.list_sandboxes(metadata={"team": "x"})] == ["a"]
+    for bad, field in ((lambda: c.list_sandboxes_page(limit=0), "limit"), (lambda: c.list_sandboxes(state=""), "state"),
+                       (lambda: c.list_sandboxes(metadata={"a=b": "c"}), "metadata")):
+        with pytest.raises(ValueError, match=field):
+            bad()
 
 
 def test_create_sends_every_option() -> None:
@@ -304,22 +321,19 @@ def test_paths_are_escaped() -> None:
     assert seen[0].url.raw_path == b"/v1/sandboxes/..%2Fkeys"
 
 
-def test_files_stat_pages_through_the_parent() -> None:
-    pages = {
-        "": {"entries": [{"name": "a", "path": "/d/a", "type": "file"}], "next_page_token": "t1"},
-        "t1": {"entries": [{"name": "b", "path": "/d/b", "type": "dir", "size": 4096}]},
-    }
-
+def test_files_stat_asks_the_stat_route() -> None:
     def h(r: httpx.Request) -> httpx.Response:
-        assert r.url.params["path"] == "/d"
-        return httpx.Response(200, json=pages[r.url.params.get("page_token", "")])
+        assert r.url.path == "/v1/sandboxes/sb-1/files/stat"
+        if r.url.params["path"] == "/d/b":
+            return httpx.Response(200, json={"name": "b", "path": "/d/b", "type": "dir", "size": 4096})
+        return err(404, "not_found", "stat /d/c: no such file")
 
     sb = ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB))
     e = sb.files.stat("/d/b")
     assert (e.name, e.type, e.size) == ("b", "dir", 4096)
     with pytest.raises(ss.NotFound):
         sb.files.stat("/d/c")
-    assert [x.name for x in sb.files.iter("/d")] == ["a", "b"]
+    assert sb.files.exists("/d/b") and not sb.files.exists("/d/c")
 
 
 def test_times_parse_with_nanoseconds() -> None:
@@ -432,3 +446,105 @@ def test_signal_numbers_are_checked() -> None:
     assert signal_number(15) == 15
     with pytest.raises(ValueError, match="signal"):
         signal_number(0)
+
+
+def recorder(answer: Any) -> "tuple[List[httpx.Request], Callable[[httpx.Request], httpx.Response]]":
+    seen: List[httpx.Request] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        if answer is None:
+            return httpx.Response(204)
+        if isinstance(answer, bytes):
+            return httpx.Response(200, content=answer)
+        return httpx.Response(200, json=answer)
+
+    return seen, handler
+
+
+ADMIN_CALLS = [
+    ("set_quota", ("t-1",), {"max_sandboxes": 3, "max_cpus": 2}, "PUT", "/v1/tenants/t-1/quota", {},
+     {"max_sandboxes": 3, "max_memory_mib": 0, "max_cpus": 2}, {"id": "t-1", "name": "a", "quota": {"max_sandboxes": 3}}),
+    ("set_template_egress", ("py t",), {"egress": {"allow_internet": False}}, "PUT", "/v1/templates/py%20t/egress", {},
+     {"allow_internet": False}, {"name": "py t", "egress": {"allow_internet": False}}),
+    ("set_template_egress", ("base",), {"egress": None}, "PUT", "/v1/templates/base/egress", {}, None, {"name": "base"}),
+    ("list_nodes", (), {}, "GET", "/v1/nodes", {}, None, {"nodes": [{"id": "n1", "state": "ready", "runtimes": ["ns"], "live": True}]}),
+    ("drain_node", ("n/1",), {}, "POST", "/v1/nodes/n%2F1/drain", {}, None, {"id": "n/1", "state": "draining"}),
+    ("undrain_node", ("n1",), {}, "POST", "/v1/nodes/n1/undrain", {}, None, {"id": "n1", "state": "ready"}),
+    ("list_signing_keys", (), {}, "GET", "/v1/signing-keys", {}, None, {"version": 4, "keys": [{"id": "k1", "signing": True}]}),
+    ("rotate_signing_key", (), {}, "POST", "/v1/signing-keys/rotate", {}, None, {"id": "k2", "active_at": "2026-12-07T01:02:03Z"}),
+    ("list_encryption_keys", ("t-1",), {}, "GET", "/v1/tenants/t-1/encryption-keys", {}, None, {"keys": [{"id": "kek-1", "tenant": "t-1"}]}),
+    ("revoke_encryption_key", ("t-1", "kek-1"), {}, "DELETE", "/v1/tenants/t-1/encryption-keys/kek-1", {}, None, None),
+    ("credential_audit", (), {"sandbox": "sb-1", "limit": 7}, "GET", "/v1/credentials/audit", {"sandbox": "sb-1", "limit": "7"}, None,
+     {"entries": [{"time": "2026-12-07T01:02:03Z", "tenant": "t-1", "host": "api.test", "allowed": False, "reason": "rate limited", "count": 2}]}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw,method,path,query,body,answer", ADMIN_CALLS)
+def test_admin_calls_send_their_route(name: str, args: Any, kw: Any, method: str, path: str, query: Dict[str, str], body: Any, answer: Any) -> None:
+    seen, handler = recorder(answer)
+    got = getattr(client(handler), name)(*args, **kw)
+    aseen, ahandler = recorder(answer)
+
+    async def run() -> Any:
+        return await getattr(aclient(ahandler), name)(*args, **kw)
+
+    agot = asyncio.run(run())
+    assert got == agot
+    for r in (seen[0], aseen[0]):
+        assert (r.method, r.url.raw_path.decode().split("?")[0], dict(r.url.params)) == (method, path, query)
+        if method == "PUT":
+            assert r.headers["content-type"] == "application/json"
+            assert json.loads(r.content) == body
+    if name == "credential_audit":
+        assert got[0].host == "api.test" and got[0].allowed is False and got[0].count == 2 and got[0].time is not None
+    if name == "list_nodes":
+        assert got[0].runtimes == ["ns"] and got[0].live
+    if name == "list_signing_keys":
+        assert got.version == 4 and got.keys[0].signing
+
+
+def test_ca_certificate_is_the_pem_text() -> None:
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    seen, handler = recorder(pem)
+    c = client(handler)
+    sb = ss.Sandbox(c, ss.SandboxInfo.from_dict(SB))
+    assert sb.ca_certificate() == pem.decode()
+    assert seen[0].url.path == "/v1/sandboxes/sb-1/ca.pem"
+
+
+@pytest.mark.parametrize(
+    "call,field",
+    [
+        (lambda c: c.set_quota("t-1", max_sandboxes=-1), "max_sandboxes"),
+        (lambda c: c.set_quota("t-1", max_memory_mib=1.5), "max_memory_mib"),
+        (lambda c: c.set_quota("", max_cpus=1), "tenant_id"),
+        (lambda c: c.credential_audit(limit=0), "limit"),
+        (lambda c: c.credential_audit(limit=1001), "limit"),
+        (lambda c: c.credential_audit(credential=""), "credential"),
+        (lambda c: c.revoke_encryption_key("t-1", ""), "key_id"),
+        (lambda c: c.undrain_node(""), "node_id"),
+        (lambda c: c.set_template_egress("", None), "name"),
+    ],
+)
+def test_bad_admin_input_is_a_value_error_naming_the_field(call: Callable[[ss.Client], Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        call(client(never))
+
+
+def test_every_public_name_is_documented() -> None:
+    # The API reference (pdoc, docs/python/) is made from these docstrings.
+    missing = []
+    for name in ss.__all__:
+        obj = getattr(ss, name)
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, v in vars(obj).items():
+            if attr.startswith("_"):
+                continue
+            fn = v.__func__ if isinstance(v, (classmethod, staticmethod)) else v.fget if isinstance(v, property) else v
+            if callable(fn) and not (getattr(fn, "__doc__", None) or "").strip():
+                missing.append(f"{name}.{attr}")
+    assert missing == [], "public names without a docstring (the API reference shows them empty)"

@@ -29,7 +29,27 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .models import EgressPolicy, EgressRules, Event, ExecResult, FileEntry, FileEvent, FileList, Template, Tenant, APIKey, Credential, SandboxInfo, ServicePort, Snapshot
+from .models import (
+    APIKey,
+    Credential,
+    CredentialAuditEntry,
+    EgressPolicy,
+    EgressRules,
+    EncryptionKey,
+    Event,
+    ExecResult,
+    FileEntry,
+    FileEvent,
+    FileList,
+    Node,
+    SandboxInfo,
+    ServicePort,
+    SigningKey,
+    SigningKeyList,
+    Snapshot,
+    Template,
+    Tenant,
+)
 
 __version__ = "0.1.0"
 
@@ -53,6 +73,11 @@ __all__ = [
     "Tenant",
     "APIKey",
     "Credential",
+    "CredentialAuditEntry",
+    "Node",
+    "SigningKey",
+    "SigningKeyList",
+    "EncryptionKey",
     "SpaceError",
     "TransportError",
     "WaitTimeout",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from datetime import datetime
@@ -15,7 +16,25 @@ from . import _core, errors
 from ._core import Req
 from ._ports import AsyncPortForward, dial_async
 from ._stream import AsyncExecStream, AsyncFileWatch, OutputCallback, open_async, start_message
-from .models import APIKey, Credential, EgressPolicy, Event, ExecResult, FileEntry, FileList, SandboxInfo, ServicePort, Snapshot, Template, Tenant
+from .models import (
+    APIKey,
+    Credential,
+    CredentialAuditEntry,
+    EgressPolicy,
+    EncryptionKey,
+    Event,
+    ExecResult,
+    FileEntry,
+    FileList,
+    Node,
+    SandboxInfo,
+    ServicePort,
+    SigningKey,
+    SigningKeyList,
+    Snapshot,
+    Template,
+    Tenant,
+)
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles"]
 
@@ -164,9 +183,35 @@ class AsyncClient:
         name: Optional[str] = None,
         metadata: Optional[Mapping[str, str]] = None,
     ) -> List["AsyncSandbox"]:
-        """Lists the caller's tenant's sandboxes, keeping those that match every
-        filter given (``metadata``: each key with that value)."""
+        """Lists the caller's tenant's sandboxes that match every filter given
+        (``metadata``: each key with that value); the server filters, and
+        the list is fetched by pages."""
         return [sb async for sb in self.iter_sandboxes(state=state, template=template, name=name, metadata=metadata)]
+
+    async def list_sandboxes_page(
+        self,
+        *,
+        state: Optional[str] = None,
+        template: Optional[str] = None,
+        name: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        limit: int = 100,
+        page_token: Optional[str] = None,
+    ) -> Tuple[List["AsyncSandbox"], str]:
+        """One page of the matching sandboxes, at most ``limit`` (1..1000),
+        ordered by creation time then id, from where ``page_token`` left
+        off; with the token of the next page, "" after the last."""
+        params = _core.sandbox_list_params(state, template, name, metadata, limit, page_token)
+        d = await self._call(Req("GET", "/v1/sandboxes", params=params)) or {}
+        out: List["AsyncSandbox"] = []
+        for raw in d.get("sandboxes") or []:
+            if isinstance(raw, dict):
+                info = SandboxInfo.from_dict(raw)
+                # A server older than the filters answers them all: keep the matches.
+                if _core.matches(info, state, template, name, metadata):
+                    out.append(AsyncSandbox(self, info))
+        token = d.get("next_page_token")
+        return out, token if isinstance(token, str) else ""
 
     async def iter_sandboxes(
         self,
@@ -175,14 +220,19 @@ class AsyncClient:
         template: Optional[str] = None,
         name: Optional[str] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        page_size: int = 100,
     ) -> AsyncIterator["AsyncSandbox"]:
-        """Like :meth:`list_sandboxes`, one sandbox at a time."""
-        d = await self._call(Req("GET", "/v1/sandboxes")) or {}
-        for raw in d.get("sandboxes") or []:
-            if isinstance(raw, dict):
-                info = SandboxInfo.from_dict(raw)
-                if _core.matches(info, state, template, name, metadata):
-                    yield AsyncSandbox(self, info)
+        """Like :meth:`list_sandboxes`, one sandbox at a time, fetching a page
+        of ``page_size`` at a time."""
+        token: Optional[str] = None
+        while True:
+            page, token = await self.list_sandboxes_page(
+                state=state, template=template, name=name, metadata=metadata, limit=page_size, page_token=token,
+            )
+            for sb in page:
+                yield sb
+            if not token:
+                return
 
     async def delete_sandbox(self, sandbox_id: str, *, wait: bool = True, wait_timeout: float = 300.0) -> None:
         """Deletes a sandbox; with ``wait`` returns once the server no longer has it."""
@@ -310,7 +360,67 @@ class AsyncClient:
     async def revoke_key(self, key_id: str) -> None:
         """Revokes an API key: it is refused at once."""
         await self._call(Req("DELETE", "/v1/keys/" + _core.segment("key_id", key_id)))
+
+    async def set_quota(self, tenant_id: str, *, max_sandboxes: int = 0, max_memory_mib: int = 0, max_cpus: int = 0) -> Tenant:
+        """Replaces a tenant's quota (admin keys; 0: unlimited) and returns the
+        tenant with its usage."""
+        path = "/v1/tenants/" + _core.segment("tenant_id", tenant_id) + "/quota"
+        d = await self._call(Req("PUT", path, json=_core.quota_body(max_sandboxes, max_memory_mib, max_cpus)))
+        return Tenant.from_dict(d or {})
+
+    async def set_template_egress(self, name: str, egress: Union[EgressPolicy, Mapping[str, Any], None]) -> Template:
+        """Sets the egress policy sandboxes made from template ``name`` start
+        with (admin keys); ``None`` removes it (the server's default applies)."""
+        # None is sent as JSON null, the body that clears the policy.
+        body = _core.egress_body(egress) if egress is not None else None
+        d = await self._call(Req("PUT", "/v1/templates/" + _core.segment("name", name) + "/egress", json=body, content=b"null" if body is None else None, content_type="application/json"))
+        return Template.from_dict(d or {})
+
+    # -- nodes, signing and encryption keys (admin) -------------------------
+
+    async def list_nodes(self) -> List[Node]:
+        """The nodes of the cluster, with their state, capacity and load (admin keys)."""
+        d = await self._call(Req("GET", "/v1/nodes")) or {}
+        return [Node.from_dict(n) for n in d.get("nodes") or [] if isinstance(n, dict)]
+
+    async def drain_node(self, node_id: str) -> Node:
+        """Marks a node draining (admin keys): nothing new is placed there and
+        its sandboxes are moved off it; returns the node."""
+        d = await self._call(Req("POST", "/v1/nodes/" + _core.segment("node_id", node_id) + "/drain"))
+        return Node.from_dict(d or {})
+
+    async def undrain_node(self, node_id: str) -> Node:
+        """Puts a drained node back in service (admin keys); returns the node."""
+        d = await self._call(Req("POST", "/v1/nodes/" + _core.segment("node_id", node_id) + "/undrain"))
+        return Node.from_dict(d or {})
+
+    async def list_signing_keys(self) -> SigningKeyList:
+        """The control plane's capability signing keys (admin keys);
+        :class:`~space_sandbox.FailedPrecondition` when it has a fixed key."""
+        return SigningKeyList.from_dict(await self._call(Req("GET", "/v1/signing-keys")) or {})
+
+    async def rotate_signing_key(self) -> SigningKey:
+        """Makes a new capability signing key (admin keys): published to the
+        nodes at once, it signs from its ``active_at``; the old key verifies
+        what it signed until that expires."""
+        return SigningKey.from_dict(await self._call(Req("POST", "/v1/signing-keys/rotate")) or {})
+
+    async def list_encryption_keys(self, tenant_id: str) -> List[EncryptionKey]:
+        """A tenant's disk encryption keys in the KMS (admin keys);
+        :class:`~space_sandbox.FailedPrecondition` when no KMS is configured."""
+        path = "/v1/tenants/" + _core.segment("tenant_id", tenant_id) + "/encryption-keys"
+        d = await self._call(Req("GET", path)) or {}
+        return [EncryptionKey.from_dict(k) for k in d.get("keys") or [] if isinstance(k, dict)]
+
+    async def revoke_encryption_key(self, tenant_id: str, key_id: str) -> None:
+        """Revokes a tenant's encryption key (admin keys): what it wraps
+        (hibernated sandboxes' artifacts) is refused from then on, so their
+        restore fails with "revoked"."""
+        path = "/v1/tenants/" + _core.segment("tenant_id", tenant_id) + "/encryption-keys/" + _core.segment("key_id", key_id)
+        await self._call(Req("DELETE", path))
+
     # -- credentials -------------------------------------------------------
+
 
     async def create_credential(
         self,
@@ -348,6 +458,22 @@ class AsyncClient:
         """Deletes a credential: it is injected no more."""
         path = "/v1/credentials/" + _core.segment("credential_id", credential_id)
         await self._call(Req("DELETE", path, params={"tenant": tenant} if tenant else {}))
+
+    async def credential_audit(
+        self,
+        *,
+        tenant: Optional[str] = None,
+        sandbox: Optional[str] = None,
+        credential: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> List[CredentialAuditEntry]:
+        """The newest decisions of the credential gateway and egress proxy for
+        the tenant (an admin key may name another), newest first: of one
+        ``sandbox`` or ``credential`` if given, at most ``limit`` (1..1000,
+        the server's default 100)."""
+        d = await self._call(Req("GET", "/v1/credentials/audit", params=_core.audit_params(tenant, sandbox, credential, limit))) or {}
+        return [CredentialAuditEntry.from_dict(e) for e in d.get("entries") or [] if isinstance(e, dict)]
+
 
 async def _async_chunks(src: Any, chunk_size: int = 1 << 20) -> AsyncIterator[bytes]:
     """A binary file or an iterable of bytes as the async stream httpx's async
@@ -389,10 +515,12 @@ class AsyncSandbox:
 
     @property
     def id(self) -> str:
+        """The sandbox's id (``sb-…``)."""
         return self.info.id
 
     @property
     def state(self) -> str:
+        """Its state when last read from the server (:meth:`refresh` reads it again)."""
         return self.info.state
 
     def __repr__(self) -> str:
@@ -402,10 +530,8 @@ class AsyncSandbox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(errors.NotFound):
             await self.delete()
-        except errors.NotFound:
-            pass
 
     def _path(self, suffix: str = "") -> str:
         return _core.sandbox_path(self.id, suffix)
@@ -558,6 +684,17 @@ class AsyncSandbox:
         """Deletes one of the sandbox's snapshots."""
         await self.client._call(Req("DELETE", self._path("/snapshots/" + _core.segment("snapshot", snapshot))))
 
+    async def ca_certificate(self) -> str:
+        """The PEM certificate of the CA the sandbox's egress proxy signs
+        intercepted TLS with (install it in the sandbox's trust store to let
+        credentials be injected into HTTPS); :class:`~space_sandbox.NotFound`
+        until the sandbox has one (it gets one when it starts)."""
+        resp = await self.client._send(Req("GET", self._path("/ca.pem")))
+        try:
+            return (await _read_bounded(resp, _core.MAX_JSON_BODY)).decode("ascii", "replace")
+        finally:
+            await resp.aclose()
+
     # -- events, ports, egress --------------------------------------------
 
     async def events(self) -> List[Event]:
@@ -672,16 +809,10 @@ class AsyncFiles:
             token = page.next_page_token
 
     async def stat(self, path: str, *, user: Optional[str] = None) -> FileEntry:
-        """What a file is: its entry in its directory. :class:`~space_sandbox.NotFound` when absent."""
-        _core.file_params(path, user)
-        parent, base = _core.parent_of(path)
-        if base == "":
-            await self.list_page("/", limit=1, user=user)  # reachable, and the key may read it
-            return FileEntry(name="/", path="/", type="dir")
-        async for e in self.iter(parent, user=user):
-            if e.name == base:
-                return e
-        raise errors.NotFound(404, "not_found", f"{path}: no such file in sandbox {self._sb.id}")
+        """What a file is: its entry as a listing shows it.
+        :class:`~space_sandbox.NotFound` when absent."""
+        d = await self._sb.client._call(Req("GET", self._path("/stat"), params=_core.file_params(path, user)))
+        return FileEntry.from_dict(d or {})
 
     async def exists(self, path: str, *, user: Optional[str] = None) -> bool:
         """Whether a file exists."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import os
 import re
-from datetime import datetime
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
@@ -48,21 +48,23 @@ class Req:
 
     method: str
     path: str
-    params: Dict[str, str] = field(default_factory=dict)
+    #: The query: a mapping, or pairs when a name repeats.
+    params: Union[Dict[str, str], Tuple[Tuple[str, str], ...]] = field(default_factory=dict)
     json: Optional[Any] = None
     content: Any = None
     idempotency_key: str = ""
     limit: int = MAX_JSON_BODY
     #: Where a seekable body starts (see mark and rewind).
     start: int = 0
+    #: The Content-Type of ``content`` when it is not opaque bytes.
+    content_type: str = ""
 
     def replayable(self) -> bool:
         """Whether the request may be sent again after ``refresh_route``: a read,
         or one carrying an Idempotency-Key, whose body can be sent again (none,
         JSON, bytes, or a seekable file)."""
-        if self.content is not None and not isinstance(self.content, (bytes, str)):
-            if not _seekable(self.content):
-                return False
+        if self.content is not None and not isinstance(self.content, (bytes, str)) and not _seekable(self.content):
+            return False
         if self.method in ("GET", "HEAD"):
             return True
         return self.idempotency_key != ""
@@ -82,7 +84,7 @@ class Req:
         if self.json is not None:
             h["Content-Type"] = "application/json"
         elif self.content is not None:
-            h["Content-Type"] = "application/octet-stream"
+            h["Content-Type"] = self.content_type or "application/octet-stream"
         if self.idempotency_key:
             h["Idempotency-Key"] = self.idempotency_key
         return h
@@ -131,7 +133,7 @@ def duration(name: str, v: Union[str, int, float, None]) -> str:
             return "0"
         if float(v).is_integer():
             return f"{int(v)}s"
-        return f"{int(round(v * 1000))}ms"
+        return f"{round(v * 1000)}ms"
     if not isinstance(v, str):
         raise ValueError(f"{name}: want a duration such as '30m' or a number of seconds")
     if v == "" or v == "0":
@@ -295,7 +297,7 @@ def list_params(path: str, depth: Optional[int], limit: Optional[int], page_toke
             raise ValueError(f"depth {depth!r}: want 1..32")
         p["depth"] = str(depth)
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValueError(f"limit {limit!r}: want 1..10000")
         p["limit"] = str(limit)
     if page_token:
@@ -315,15 +317,6 @@ def write_content(data: Body, encoding: str = "utf-8") -> Any:
     if isinstance(data, io.TextIOBase):
         raise ValueError("data is a text file: open it in binary mode ('rb')")
     return data
-
-
-def parent_of(path: str) -> Tuple[str, str]:
-    """Splits a sandbox path into its directory and last element."""
-    p = path.rstrip("/") or "/"
-    if p == "/":
-        return "/", ""
-    head, _, tail = p.rpartition("/")
-    return (head or "/"), tail
 
 
 def kind_of(kind: str) -> str:
@@ -411,3 +404,57 @@ def credential_body(
     if tenant:
         body["tenant"] = tenant
     return body
+
+
+def quota_body(max_sandboxes: int, max_memory_mib: int, max_cpus: int) -> Dict[str, int]:
+    """A tenant quota as PUT /v1/tenants/{id}/quota takes it; 0 is unlimited."""
+    out: Dict[str, int] = {}
+    for name, v in (("max_sandboxes", max_sandboxes), ("max_memory_mib", max_memory_mib), ("max_cpus", max_cpus)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} {v!r}: want a whole number, 0 (unlimited) or more")
+        out[name] = v
+    return out
+
+
+def audit_params(tenant: Optional[str], sandbox: Optional[str], credential: Optional[str], limit: Optional[int]) -> Dict[str, str]:
+    """The query of GET /v1/credentials/audit."""
+    params: Dict[str, str] = {}
+    for name, v in (("tenant", tenant), ("sandbox", sandbox), ("credential", credential)):
+        if v is not None:
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{name} {v!r}: want a non-empty id, or leave it out")
+            params[name] = v
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValueError(f"limit {limit!r}: want a whole number from 1 to 1000")
+        params["limit"] = str(limit)
+    return params
+
+
+def sandbox_list_params(
+    state: Optional[str],
+    template: Optional[str],
+    name: Optional[str],
+    metadata: Optional[Mapping[str, str]],
+    limit: Optional[int] = None,
+    page_token: Optional[str] = None,
+) -> Tuple[Tuple[str, str], ...]:
+    """The query of GET /v1/sandboxes: filters the server applies (each
+    metadata pair as ``metadata=key=value``) and the page."""
+    params: List[Tuple[str, str]] = []
+    for what, v in (("state", state), ("template", template), ("name", name)):
+        if v is not None:
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{what} {v!r}: want a non-empty string, or leave it out")
+            params.append((what, v))
+    for k, v in (_str_map("metadata", metadata) or {}).items():
+        if "=" in k:
+            raise ValueError(f"metadata[{k!r}]: a key may not hold '='")
+        params.append(("metadata", k + "=" + v))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValueError(f"limit {limit!r}: want a whole number from 1 to 1000")
+        params.append(("limit", str(limit)))
+    if page_token:
+        params.append(("page_token", page_token))
+    return tuple(params)

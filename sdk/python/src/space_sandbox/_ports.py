@@ -6,6 +6,7 @@ tunnel, sync (threads) and async (asyncio)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import threading
@@ -116,10 +117,8 @@ def _pump(src: Callable[[], bytes], dst: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        try:
+        with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 class PortForward:
@@ -162,7 +161,7 @@ class PortForward:
             return
         try:
             remote = self._connect()
-        except Exception as exc:  # kept in .errors; the local side sees a close
+        except Exception as exc:  # noqa: BLE001 - any failure is kept in .errors; the local side sees a close
             self.errors.append(exc)
             local.close()
             return
@@ -184,10 +183,8 @@ class PortForward:
         with self._lock:
             socks, self._socks = self._socks, []
         for s in socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
         self._thread.join(timeout=5)
 
@@ -260,6 +257,7 @@ class AsyncPortForward:
         self.errors: List[BaseException] = []
 
     async def start(self, host: str, port: int) -> "AsyncPortForward":
+        """Listens on ``host``:``port`` (0: any free port; see ``address``)."""
         self._server = await asyncio.start_server(self._serve, host, port)
         self.address = self._server.sockets[0].getsockname()[:2]
         return self
@@ -271,7 +269,7 @@ class AsyncPortForward:
         try:
             try:
                 rr, rw = await self._connect()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is kept in .errors; the local side sees a close
                 self.errors.append(exc)
                 return
             try:

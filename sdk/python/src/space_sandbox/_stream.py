@@ -243,10 +243,12 @@ class AsyncExecStream:
 
     @property
     def pid(self) -> int:
+        """The command's process id in the sandbox (0 until the server said)."""
         return self._dec.pid
 
     @property
     def exit_code(self) -> Optional[int]:
+        """The exit code once the command exited, else None."""
         return self._dec.exit_code
 
     async def _next(self) -> Optional[Output]:
@@ -290,25 +292,31 @@ class AsyncExecStream:
             raise errors.TransportError(f"exec stream: {what}: {exc}") from exc
 
     async def send_stdin(self, data: Union[bytes, str]) -> None:
+        """Writes to the command's stdin (text as UTF-8)."""
         for msg in _stdin_chunks(data):
             await self._send(msg, "send stdin")
 
     async def close_stdin(self) -> None:
+        """Closes the command's stdin (it reads EOF). Later calls do nothing."""
         if not self._stdin_closed:
             self._stdin_closed = True
             await self._send(json.dumps({"type": "close_stdin"}), "close stdin")
 
     async def signal(self, sig: int) -> None:
+        """Sends a signal (``signal.SIGTERM``, ...) to the command."""
         await self._send(json.dumps({"type": "signal", "signal": signal_number(sig)}), "send signal")
 
     async def kill(self) -> None:
+        """Sends SIGKILL to the command."""
         await self.signal(9)
 
     async def resize(self, cols: int, rows: int) -> None:
+        """Tells the command's terminal its new size (``tty=True`` streams)."""
         start_message({}, True, cols, rows)
         await self._send(json.dumps({"type": "resize", "cols": cols, "rows": rows}), "resize")
 
     async def aclose(self) -> None:
+        """Ends the stream; the server kills a command still running."""
         await self._conn.close()
 
     async def __aenter__(self) -> "AsyncExecStream":
@@ -358,6 +366,7 @@ class FileWatch:
             yield ev
 
     def close(self) -> None:
+        """Ends the watch."""
         self._conn.close()
 
     def __enter__(self) -> "FileWatch":
@@ -374,6 +383,8 @@ class AsyncFileWatch:
         self._conn = conn
 
     async def next(self, timeout: Optional[float] = None) -> Optional[FileEvent]:
+        """The next event; None when the server ended the watch.
+        :class:`~space_sandbox.WaitTimeout` when none came within ``timeout`` seconds."""
         while True:
             try:
                 msg = await asyncio.wait_for(self._conn.recv(), timeout)
@@ -395,6 +406,7 @@ class AsyncFileWatch:
             yield ev
 
     async def aclose(self) -> None:
+        """Ends the watch."""
         await self._conn.close()
 
     async def __aenter__(self) -> "AsyncFileWatch":

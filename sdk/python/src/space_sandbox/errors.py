@@ -131,7 +131,7 @@ class RefreshRoute(APIError):
     CODE = "refresh_route"
 
 
-class NotImplemented(APIError):  # noqa: A001 - named after the server's code
+class NotImplemented(APIError):  # named after the server's code (it shadows the builtin constant)
     """501: this server does not offer the operation."""
 
     CODE = "not_implemented"

@@ -26,6 +26,11 @@ __all__ = [
     "Tenant",
     "APIKey",
     "Credential",
+    "CredentialAuditEntry",
+    "Node",
+    "SigningKey",
+    "SigningKeyList",
+    "EncryptionKey",
 ]
 
 
@@ -86,9 +91,11 @@ class EgressRules:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EgressRules":
+        """A EgressRules from the server's JSON; fields it does not know are ignored."""
         return cls(domains=_strlist(d, "domains"), cidrs=_strlist(d, "cidrs"), ports=_strlist(d, "ports"))
 
     def to_dict(self) -> Dict[str, Any]:
+        """The JSON the server takes (empty fields left out)."""
         out: Dict[str, Any] = {}
         if self.domains:
             out["domains"] = list(self.domains)
@@ -109,6 +116,7 @@ class EgressPolicy:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EgressPolicy":
+        """A EgressPolicy from the server's JSON; fields it does not know are ignored."""
         allow = d.get("allow")
         deny = d.get("deny")
         return cls(
@@ -118,6 +126,7 @@ class EgressPolicy:
         )
 
     def to_dict(self) -> Dict[str, Any]:
+        """The JSON the server takes (empty fields left out)."""
         out: Dict[str, Any] = {"allow_internet": self.allow_internet}
         if self.allow.to_dict():
             out["allow"] = self.allow.to_dict()
@@ -153,6 +162,7 @@ class SandboxInfo:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        """A SandboxInfo from the server's JSON; fields it does not know are ignored."""
         eg = d.get("egress")
         return cls(
             id=_str(d, "id"),
@@ -191,6 +201,7 @@ class ExecResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecResult":
+        """A ExecResult from the server's JSON; fields it does not know are ignored."""
         return cls(
             exit_code=_int(d, "exit_code"),
             stdout=_str(d, "stdout"),
@@ -215,6 +226,7 @@ class FileEntry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileEntry":
+        """A FileEntry from the server's JSON; fields it does not know are ignored."""
         return cls(
             name=_str(d, "name"),
             path=_str(d, "path"),
@@ -237,6 +249,7 @@ class FileList:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileList":
+        """A FileList from the server's JSON; fields it does not know are ignored."""
         raw = d.get("entries")
         entries = [FileEntry.from_dict(e) for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
         return cls(entries=entries, next_page_token=_str(d, "next_page_token"))
@@ -258,6 +271,7 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Snapshot":
+        """A Snapshot from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             sandbox=_str(d, "sandbox"),
@@ -281,6 +295,7 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Event":
+        """A Event from the server's JSON; fields it does not know are ignored."""
         return cls(seq=_int(d, "seq"), time=parse_time(d.get("time")), type=_str(d, "type"), message=_str(d, "message"))
 
 
@@ -299,6 +314,7 @@ class ServicePort:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ServicePort":
+        """A ServicePort from the server's JSON; fields it does not know are ignored."""
         return cls(
             port=_int(d, "port"),
             protocol=_str(d, "protocol"),
@@ -320,6 +336,7 @@ class FileEvent:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FileEvent":
+        """A FileEvent from the server's JSON; fields it does not know are ignored."""
         return cls(name=_str(d, "name"), type=_str(d, "type"))
 
 
@@ -337,6 +354,7 @@ class Template:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Template":
+        """A Template from the server's JSON; fields it does not know are ignored."""
         eg = d.get("egress")
         return cls(
             name=_str(d, "name"),
@@ -361,6 +379,7 @@ class Tenant:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Tenant":
+        """A Tenant from the server's JSON; fields it does not know are ignored."""
         def ints(k: str) -> Dict[str, int]:
             v = d.get(k)
             return {str(a): b for a, b in v.items() if isinstance(b, int)} if isinstance(v, dict) else {}
@@ -381,6 +400,7 @@ class APIKey:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "APIKey":
+        """A APIKey from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             tenant=_str(d, "tenant"),
@@ -407,6 +427,7 @@ class Credential:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Credential":
+        """A Credential from the server's JSON; fields it does not know are ignored."""
         return cls(
             id=_str(d, "id"),
             name=_str(d, "name"),
@@ -417,3 +438,134 @@ class Credential:
             rate_limit=_int(d, "rate_limit"),
             created_at=parse_time(d.get("created_at")),
         )
+
+
+@dataclass
+class CredentialAuditEntry:
+    """One decision of the credential gateway or egress proxy: a request to
+    ``host`` allowed or refused, and why (docs/credentials.md)."""
+
+    time: Optional[datetime]
+    tenant: str
+    host: str
+    allowed: bool
+    reason: str
+    kind: str = ""
+    project: str = ""
+    sandbox: str = ""
+    execution_id: str = ""
+    credential_id: str = ""
+    where: str = ""
+    count: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CredentialAuditEntry":
+        """A CredentialAuditEntry from the server's JSON; fields it does not know are ignored."""
+        return cls(
+            time=parse_time(d.get("time")),
+            tenant=_str(d, "tenant"),
+            host=_str(d, "host"),
+            allowed=bool(d.get("allowed")),
+            reason=_str(d, "reason"),
+            kind=_str(d, "kind"),
+            project=_str(d, "project"),
+            sandbox=_str(d, "sandbox"),
+            execution_id=_str(d, "execution_id"),
+            credential_id=_str(d, "credential_id"),
+            where=_str(d, "where"),
+            count=_int(d, "count"),
+        )
+
+
+@dataclass
+class Node:
+    """A node of the cluster as the control plane sees it (admin keys)."""
+
+    id: str
+    state: str
+    runtimes: List[str] = field(default_factory=list)
+    cpus: int = 0
+    memory_mib: int = 0
+    last_heartbeat: Optional[datetime] = None
+    live: bool = False
+    sandboxes: int = 0
+    stopped_on_node: List[str] = field(default_factory=list)
+    runtime_status: Dict[str, str] = field(default_factory=dict)
+    committed_mib: int = 0
+    memory_limit_mib: int = 0
+    memory_pressure: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Node":
+        """A Node from the server's JSON; fields it does not know are ignored."""
+        return cls(
+            id=_str(d, "id"),
+            state=_str(d, "state"),
+            runtimes=_strlist(d, "runtimes"),
+            cpus=_int(d, "cpus"),
+            memory_mib=_int(d, "memory_mib"),
+            last_heartbeat=parse_time(d.get("last_heartbeat")),
+            live=bool(d.get("live")),
+            sandboxes=_int(d, "sandboxes"),
+            stopped_on_node=_strlist(d, "stopped_on_node"),
+            runtime_status=_strmap(d, "runtime_status"),
+            committed_mib=_int(d, "committed_mib"),
+            memory_limit_mib=_int(d, "memory_limit_mib"),
+            memory_pressure=_str(d, "memory_pressure"),
+        )
+
+
+@dataclass
+class SigningKey:
+    """A capability signing key of the control plane (admin keys): it signs
+    from ``active_at`` while ``signing``; a retired key verifies until
+    ``dropped_at``."""
+
+    id: str
+    created_at: Optional[datetime] = None
+    active_at: Optional[datetime] = None
+    signing: bool = False
+    retired_at: Optional[datetime] = None
+    dropped_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SigningKey":
+        """A SigningKey from the server's JSON; fields it does not know are ignored."""
+        return cls(
+            id=_str(d, "id"),
+            created_at=parse_time(d.get("created_at")),
+            active_at=parse_time(d.get("active_at")),
+            signing=bool(d.get("signing")),
+            retired_at=parse_time(d.get("retired_at")),
+            dropped_at=parse_time(d.get("dropped_at")),
+        )
+
+
+@dataclass
+class SigningKeyList:
+    """The signing keys with the version of the key set the nodes hold."""
+
+    version: int
+    keys: List[SigningKey] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SigningKeyList":
+        """A SigningKeyList from the server's JSON; fields it does not know are ignored."""
+        keys = d.get("keys")
+        return cls(version=_int(d, "version"), keys=[SigningKey.from_dict(k) for k in keys or [] if isinstance(k, dict)] if isinstance(keys, list) else [])
+
+
+@dataclass
+class EncryptionKey:
+    """A tenant's disk encryption key in the KMS (admin keys); a revoked key
+    unlocks nothing more."""
+
+    id: str
+    tenant: str
+    created_at: Optional[datetime] = None
+    revoked_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EncryptionKey":
+        """A EncryptionKey from the server's JSON; fields it does not know are ignored."""
+        return cls(id=_str(d, "id"), tenant=_str(d, "tenant"), created_at=parse_time(d.get("created_at")), revoked_at=parse_time(d.get("revoked_at")))
