@@ -15,7 +15,9 @@ import (
 // headless Chromium through playwright-core (pinned in console/'s lockfile):
 // a wrong key refused, sign-in, create an ns sandbox, `echo hello` in its
 // terminal read back, pause and resume with only the legal moves offered,
-// a sandbox's metadata that is an XSS attempt rendered as text, delete. No
+// the terminal's resize reaching the PTY, the server's refusal shown as it
+// says it, stop and start, a sandbox's metadata that is an XSS attempt
+// rendered as text, delete. No
 // Content-Security-Policy violation may be reported. Screenshots are kept in
 // a directory the test prints.
 func TestConsole(t *testing.T) {
@@ -76,6 +78,7 @@ func TestConsole(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("console.mjs printed %q: %v\n%s", out, err, stderr.String())
 	}
+	t.Logf("console.mjs:\n%s", stderr.String())
 	if !res.OK {
 		t.Fatalf("console: %s (steps %v)\n%s", strings.Join(res.Problems, "; "), res.Steps, stderr.String())
 	}

@@ -67,6 +67,22 @@ try {
   await until("hello", () => page.$$eval(".xterm-accessibility-tree > div", (rs) => rs.some((r) => r.textContent.trim() === "hello")));
   await page.screenshot({ path: shots + "/sandbox-terminal.png" });
 
+  step("resize");
+  // The terminal follows the window: the PTY gets the new size.
+  const sizes = () =>
+    page.$$eval(".xterm-accessibility-tree > div", (rs) => rs.map((r) => r.textContent.trim()).filter((t) => /^\d+ \d+$/.test(t)));
+  await page.keyboard.type("stty size\n");
+  let before = [];
+  await until("stty size", async () => (before = await sizes()).length === 1, 20000);
+  await page.setViewportSize({ width: 800, height: 700 });
+  await new Promise((r) => setTimeout(r, 300));
+  await page.keyboard.type("stty size\n");
+  let after = [];
+  await until("the PTY's size after the resize", async () => (after = await sizes()).length === 2, 20000);
+  if (after[1] === before[0]) problems.push("the PTY kept its size " + before[0] + " after the window shrank");
+  console.error("console.mjs: PTY size " + before[0] + " then " + after[1]);
+  await page.setViewportSize({ width: 1280, height: 800 });
+
   const ops = () => page.$$eval("#lifecycle button", (bs) => bs.map((b) => b.dataset.op).join(","));
   if (await ops() !== "pause,stop,delete") problems.push("running offers " + await ops());
   step("pause");
@@ -77,6 +93,34 @@ try {
   step("resume");
   await page.click('#lifecycle button[data-op="resume"]');
   await until("running", async () => (await text(page, '[data-field="state"]')) === "running");
+
+  step("refusal");
+  // The server's refusal, as it says it: the sandbox is stopped behind the
+  // console's back, while its record's reads are held so the page still
+  // offers pause.
+  let release;
+  const held = new Promise((r) => (release = r));
+  const record = url + "/v1/sandboxes/" + encodeURIComponent(id);
+  await page.route(record, async (route) => {
+    await held;
+    await route.continue();
+  });
+  const stopped = await fetch(record + "/stop", { method: "POST", headers: { Authorization: "Bearer " + key } });
+  if (!stopped.ok) problems.push("stop through the API: HTTP " + stopped.status);
+  const direct = await (await fetch(record + "/pause", { method: "POST", headers: { Authorization: "Bearer " + key } })).json();
+  await page.click('#lifecycle button[data-op="pause"]');
+  await until("the refusal", async () => (await text(page, "#refusal")) !== "");
+  const shown = await text(page, "#refusal");
+  if (shown !== direct.code + ": " + direct.message) problems.push(`refusal shown as ${JSON.stringify(shown)}, the server says ${JSON.stringify(direct)}`);
+  await page.screenshot({ path: shots + "/sandbox-refusal.png" });
+  release();
+  await page.unroute(record);
+  await until("stopped", async () => (await text(page, '[data-field="state"]')) === "stopped");
+  await page.waitForSelector('#lifecycle button[data-op="start"]');
+  if (await ops() !== "start,delete") problems.push("stopped offers " + await ops());
+  step("start");
+  await page.click('#lifecycle button[data-op="start"]');
+  await until("running again", async () => (await text(page, '[data-field="state"]')) === "running");
 
   step("xss");
   await page.goto(url + "/console/#/sandbox/" + encodeURIComponent(xssID));
