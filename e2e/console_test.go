@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
 )
 
 // TestConsole drives the web console (console/, docs/console.md) in Debian's
@@ -88,5 +93,58 @@ func TestConsole(t *testing.T) {
 	}
 	if code := in.do("GET", "/v1/sandboxes/"+res.ID, nil, &sb); code != http.StatusNotFound && sb.State != "deleting" && sb.State != "deleted" {
 		t.Errorf("sandbox %s after the console deleted it: HTTP %d, state %q", res.ID, code, sb.State)
+	}
+}
+
+// TestConsoleWebSocketKey: the exec WebSocket takes the API key as a
+// space.bearer.<key> subprotocol, as a browser must send it, selects
+// space.exec.v1 (never echoing the key), runs the command; a wrong key so
+// sent is refused with 401 before any upgrade.
+func TestConsoleWebSocketKey(t *testing.T) {
+	in := startServer(t, t.TempDir())
+	in.waitTemplate("minimal")
+	sb := in.create("minimal")
+	defer in.delete(sb.ID)
+	wsURL := "ws" + strings.TrimPrefix(in.url, "http") + "/v1/sandboxes/" + sb.ID + "/exec"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"space.exec.v1", "space.bearer.space_k-000000000000000000_" + strings.Repeat("0", 64)}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a wrong key as a subprotocol: %v, %+v; want a 401", err, resp)
+	}
+
+	ws, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"space.exec.v1", "space.bearer." + in.key}})
+	if err != nil {
+		t.Fatalf("dial with the key as a subprotocol: %v", err)
+	}
+	defer ws.CloseNow()
+	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != "space.exec.v1" {
+		t.Fatalf("the server selected subprotocol %q, want space.exec.v1", got)
+	}
+	if err := wsjson.Write(ctx, ws, map[string]any{"cmd": []string{"echo", "via-subprotocol"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for {
+		var m struct {
+			Type     string `json:"type"`
+			Data     []byte `json:"data"`
+			ExitCode *int   `json:"exit_code"`
+			Message  string `json:"message"`
+		}
+		if err := wsjson.Read(ctx, ws, &m); err != nil {
+			t.Fatalf("read: %v (output so far %q)", err, out)
+		}
+		if m.Type == "error" {
+			t.Fatalf("exec: %s", m.Message)
+		}
+		out = append(out, m.Data...)
+		if m.Type == "exit" {
+			break
+		}
+	}
+	if string(out) != "via-subprotocol\n" {
+		t.Fatalf("output %q, want via-subprotocol", out)
 	}
 }
