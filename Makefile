@@ -7,7 +7,7 @@ BIN := bin
 # (own go.mod, older go line; `go ... ./...` at the root does not enter them).
 MODULES := . api sdk/go
 
-.PHONY: all build run test fuzz deps-run deps-test kernel s3server vet fmt-check sdk-compat proto clean python-docs
+.PHONY: all build console run test fuzz deps-run deps-test kernel s3server vet fmt-check sdk-compat proto clean python-docs
 
 # The vm runtime's minimal guest kernel (microvm) is compiled once from
 # Debian's linux-source and cached by content hash; later runs reuse it.
@@ -28,11 +28,26 @@ all: build
 # The host binaries, side by side: space (CLI, control plane, sandbox
 # manager) finds the node-manager and host bridge beside itself, the
 # node-manager the guest daemon.
-build:
+build: console
 	$(GO) build -o $(BIN)/space ./cmd/space
 	$(GO) build -o $(BIN)/space-node-manager ./cmd/space-node-manager
 	$(GO) build -o $(BIN)/space-host-bridge ./cmd/space-host-bridge
 	CGO_ENABLED=0 $(GO) build -tags osusergo,netgo -trimpath -ldflags='-s -w' -o $(BIN)/space-guest ./cmd/space-guest
+
+# The web console (console/, docs/console.md): TypeScript bundled by esbuild
+# from the npm packages pinned in console/package-lock.json, into the
+# directory internal/console embeds. A plain `go build` without it serves a
+# page saying to run make build.
+CONSOLE_DIST := internal/console/dist/index.html
+CONSOLE_SRC := $(wildcard console/src/*) console/index.html console/build.mjs console/tsconfig.json
+
+console: $(CONSOLE_DIST)
+
+console/node_modules/.package-lock.json: console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+
+$(CONSOLE_DIST): console/node_modules/.package-lock.json $(CONSOLE_SRC)
+	cd console && node_modules/.bin/tsc -p . && node build.mjs
 
 deps-run:
 	@scripts/deps.sh run

@@ -27,6 +27,9 @@ fi
 # package may start on port 5432 is not used and does not get in the way.
 if [ "${1:-test}" = test ]; then
   want+=(postgresql)
+  # The web console's end-to-end test (e2e TestConsole) drives Debian's
+  # Chromium headless through playwright-core: no browser download.
+  want+=(chromium)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -41,7 +41,7 @@ func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	ws, err := websocket.Accept(w, r, nil)
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ExecSubprotocol}})
 	if err != nil {
 		return // Accept has answered the client.
 	}

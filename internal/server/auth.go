@@ -35,6 +35,9 @@ func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok {
+			raw, ok = restapi.WebSocketBearer(r)
+		}
+		if !ok {
 			s.writeError(w, r, errBadKey)
 			return
 		}

@@ -15,6 +15,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/apikey"
+	"github.com/spacesandbox/space/internal/console"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/kms/localkms"
@@ -154,6 +155,9 @@ var authzRows = []authzRow{
 	{pattern: "GET /healthz", req: get("/healthz"), want: public},
 	{pattern: "GET /readyz", req: get("/readyz"), want: publicNotReady},
 	{pattern: "GET /openapi.json", req: get("/openapi.json"), want: public},
+	// The console's assets are public (the app signs in with a key in the
+	// browser); a binary built without them answers 503 to everyone.
+	{pattern: "GET " + console.Path + "/", req: get(console.Path + "/"), want: consoleCells()},
 	{pattern: "GET /metrics", req: get("/metrics"), want: metricsCells},
 	{pattern: "POST /internal/v1/nodes/{id}/heartbeat", req: call("POST", "/internal/v1/nodes/{node}/heartbeat", `{"address":"127.0.0.1:9","token":"t"}`), want: nodeOnly},
 	{pattern: "POST /internal/v1/nodes/{node}/credentials/resolve", req: call("POST", "/internal/v1/nodes/n1/credentials/resolve", `{"sandbox_id":"{sandbox}","exec_id":"x","host":"api.github.com"}`), want: nodeOnly},
@@ -631,4 +635,13 @@ func TestMetricsAccess(t *testing.T) {
 	if err := ValidMetricsToken(strings.Repeat("a", 31) + " "); err == nil {
 		t.Error("a metrics token with a space was accepted")
 	}
+}
+
+// consoleCells is what everyone gets from the console: its page, or 503
+// from a binary built without its assets.
+func consoleCells() [principals]int {
+	if console.Built() {
+		return public
+	}
+	return [principals]int{503, 503, 503, 503, 503, 503}
 }

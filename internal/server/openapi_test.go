@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	"github.com/spacesandbox/space/internal/console"
 	"github.com/spacesandbox/space/internal/nodefacing"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
@@ -30,6 +31,7 @@ var undocumentedPrefixes = map[string]string{
 	nodefacing.Path:     "the node-facing API between a node and the control plane (Connect, api/node/v1), not public",
 	E2BPathPrefix + "/": "the E2B-compatible surface, whose contract is E2B's published API (docs/e2b.md)",
 	"/debug/pprof/":     "Go's net/http/pprof profiles, admin-only, for operators (docs/PERFORMANCE.md)",
+	console.Path + "/":  "the web console's static assets (internal/console, docs/console.md), not an API",
 }
 
 // wildcard matches a path template's parameter, a ServeMux's {name} or

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/console"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
@@ -234,6 +235,9 @@ func (s *Server) handler() (http.Handler, []string) {
 	route("GET /v1/sandboxes/{id}/ports/{port}/tcp", s.ingress.HandleTCP)
 	s.registerPprof(admin)
 	s.e2bAPI.Register(mux)
+	// The web console (docs/console.md): static assets, public; it signs
+	// in with an API key in the browser and uses the REST API above.
+	mux.Handle("GET "+console.Path+"/", console.Handler())
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", errdefs.ErrNotFound, r.Method, r.URL.Path))

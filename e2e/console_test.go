@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+)
+
+// TestConsole drives the web console (console/, docs/console.md) in Debian's
+// headless Chromium through playwright-core (pinned in console/'s lockfile):
+// a wrong key refused, sign-in, create an ns sandbox, `echo hello` in its
+// terminal read back, pause and resume with only the legal moves offered,
+// the terminal's resize reaching the PTY, the server's refusal shown as it
+// says it, stop and start, a sandbox's metadata that is an XSS attempt
+// rendered as text, delete. No
+// Content-Security-Policy violation may be reported. Screenshots are kept in
+// a directory the test prints.
+func TestConsole(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	playwright := filepath.Join(root, "console", "node_modules", "playwright-core")
+	if _, err := os.Stat(playwright); err != nil {
+		t.Fatalf("playwright-core is not installed (%v): run make build, which runs npm ci in console/", err)
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
+		t.Fatalf("Debian's chromium is not installed (%v): run make deps-test", err)
+	}
+	in := startServer(t, t.TempDir())
+	resp, err := http.Get(in.url + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /console/: HTTP %d %s: build the console (make build) before the e2e tests", resp.StatusCode, page)
+	}
+	in.waitTemplate("minimal")
+
+	const payload = `<img src=x onerror="window.__xss=1;alert(1)">`
+	var xss struct {
+		ID string `json:"id"`
+	}
+	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 256,
+		"metadata": map[string]string{"label": payload}}, &xss); code != http.StatusCreated {
+		t.Fatalf("create the XSS sandbox: HTTP %d", code)
+	}
+	defer in.delete(xss.ID)
+
+	// Kept after the test, as its artifacts.
+	shots, err := os.MkdirTemp("", "space-console-shots-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", shots)
+	cmd := exec.Command("node", "testdata/console/console.mjs")
+	cmd.Env = append(os.Environ(), "SPACE_URL="+in.url, "SPACE_KEY="+in.key, "XSS_ID="+xss.ID, "XSS_PAYLOAD="+payload,
+		"SHOTS="+shots, "PLAYWRIGHT="+playwright)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("console.mjs: %v\n%s%s\nserver:\n%s", err, stderr.String(), out, in.logs())
+	}
+	var res struct {
+		OK       bool     `json:"ok"`
+		Problems []string `json:"problems"`
+		Steps    []string `json:"steps"`
+		ID       string   `json:"id"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("console.mjs printed %q: %v\n%s", out, err, stderr.String())
+	}
+	t.Logf("console.mjs:\n%s", stderr.String())
+	if !res.OK {
+		t.Fatalf("console: %s (steps %v)\n%s", strings.Join(res.Problems, "; "), res.Steps, stderr.String())
+	}
+	// The console's delete reached the server.
+	var sb struct {
+		State string `json:"state"`
+	}
+	if code := in.do("GET", "/v1/sandboxes/"+res.ID, nil, &sb); code != http.StatusNotFound && sb.State != "deleting" && sb.State != "deleted" {
+		t.Errorf("sandbox %s after the console deleted it: HTTP %d, state %q", res.ID, code, sb.State)
+	}
+}
+
+// TestConsoleWebSocketKey: the exec WebSocket takes the API key as a
+// space.bearer.<key> subprotocol, as a browser must send it, selects
+// space.exec.v1 (never echoing the key), runs the command; a wrong key so
+// sent is refused with 401 before any upgrade.
+func TestConsoleWebSocketKey(t *testing.T) {
+	in := startServer(t, t.TempDir())
+	in.waitTemplate("minimal")
+	sb := in.create("minimal")
+	defer in.delete(sb.ID)
+	wsURL := "ws" + strings.TrimPrefix(in.url, "http") + "/v1/sandboxes/" + sb.ID + "/exec"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"space.exec.v1", "space.bearer.space_k-000000000000000000_" + strings.Repeat("0", 64)}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a wrong key as a subprotocol: %v, %+v; want a 401", err, resp)
+	}
+
+	ws, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"space.exec.v1", "space.bearer." + in.key}})
+	if err != nil {
+		t.Fatalf("dial with the key as a subprotocol: %v", err)
+	}
+	defer ws.CloseNow()
+	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != "space.exec.v1" {
+		t.Fatalf("the server selected subprotocol %q, want space.exec.v1", got)
+	}
+	if err := wsjson.Write(ctx, ws, map[string]any{"cmd": []string{"echo", "via-subprotocol"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for {
+		var m struct {
+			Type     string `json:"type"`
+			Data     []byte `json:"data"`
+			ExitCode *int   `json:"exit_code"`
+			Message  string `json:"message"`
+		}
+		if err := wsjson.Read(ctx, ws, &m); err != nil {
+			t.Fatalf("read: %v (output so far %q)", err, out)
+		}
+		if m.Type == "error" {
+			t.Fatalf("exec: %s", m.Message)
+		}
+		out = append(out, m.Data...)
+		if m.Type == "exit" {
+			break
+		}
+	}
+	if string(out) != "via-subprotocol\n" {
+		t.Fatalf("output %q, want via-subprotocol", out)
+	}
+}
