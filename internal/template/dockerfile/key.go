@@ -3,13 +3,14 @@ package dockerfile
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/spacesandbox/space/internal/template/imagecfg"
 )
 
 // StepKey is a build step's cache key: sha256 over the parent step's key, the
@@ -79,20 +80,13 @@ func ContentHash(contextDir string, sources []string) (string, error) {
 // ImageConfigJSON is the template's image defaults from the Dockerfile's ENV,
 // USER, WORKDIR, ENTRYPOINT, CMD, EXPOSE and LABEL, in the JSON of the issue 24
 // contract (OCI image config field names; absent fields omitted), written by
-// the builder at /etc/space/image-config.json. It is the one place to switch
-// to imagecfg.Config once that package is merged. Shell-form CMD and
+// the builder at /etc/space/image-config.json, validated as the guest daemon
+// reads it (imagecfg.Marshal): a value the guest would ignore is an error
+// here, at build time. Shell-form CMD and
 // ENTRYPOINT become ["/bin/sh", "-c", line], as Docker records them; an
 // ENTRYPOINT resets an earlier CMD, as in Docker.
 func ImageConfigJSON(f *File) ([]byte, error) {
-	var c struct {
-		User         string              `json:"User,omitempty"`
-		Env          []string            `json:"Env,omitempty"`
-		WorkingDir   string              `json:"WorkingDir,omitempty"`
-		Entrypoint   []string            `json:"Entrypoint,omitempty"`
-		Cmd          []string            `json:"Cmd,omitempty"`
-		ExposedPorts map[string]struct{} `json:"ExposedPorts,omitempty"`
-		Labels       map[string]string   `json:"Labels,omitempty"`
-	}
+	var c imagecfg.Config
 	env := map[string]int{} // name -> index in c.Env
 	workdir := ""
 	for _, s := range f.Steps {
@@ -139,7 +133,7 @@ func ImageConfigJSON(f *File) ([]byte, error) {
 			}
 		}
 	}
-	return json.MarshalIndent(c, "", "  ")
+	return imagecfg.Marshal(c)
 }
 
 func command(s Instruction) []string {
