@@ -54,6 +54,15 @@ class Python(unittest.TestCase):
         msgs = self.run_code("import os\nstr(os.environ.get('SPACE_K'))")
         self.assertEqual(self.main_text(msgs), ["'None'"], msgs)
 
+    def test_an_aborted_request_is_an_error(self):
+        # A request the kernel aborts (here: one error sent the way
+        # jupyter_client does by default, stop_on_error, then ours within
+        # the window) comes back busy then idle, never run: an error.
+        self.ctx._drain(self.ctx.kc.execute("1/0", stop_on_error=True), lambda m: None, None)
+        msgs = self.run_code("1+1")
+        self.assertEqual([m.get("name") for m in msgs if m["type"] == "error"], ["ExecutionAborted"], msgs)
+        self.assertEqual(self.main_text(msgs), [])
+
 
 if __name__ == "__main__":
     unittest.main()

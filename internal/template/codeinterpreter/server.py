@@ -177,6 +177,7 @@ class PythonContext:
 
     def _drain(self, msg_id, emit, gone):
         """Relays the kernel's messages for msg_id until it is idle again."""
+        ran = False  # the kernel published the code's execute_input: it ran it
         while True:
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.25)
@@ -199,6 +200,7 @@ class PythonContext:
             if kind == "stream":
                 emit({"type": content["name"], "text": content["text"], "timestamp": now_us()})
             elif kind == "execute_input":
+                ran = True
                 emit({"type": "number_of_executions", "execution_count": content.get("execution_count")})
             elif kind == "execute_result":
                 emit(result_message(content["data"], True))
@@ -208,6 +210,12 @@ class PythonContext:
                 emit({"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""),
                       "traceback": "\n".join(content.get("traceback", []))})
             elif kind == "status" and content.get("execution_state") == "idle":
+                if not ran:
+                    # Busy then idle without running the code: the kernel
+                    # aborted the request. Said, never an empty success.
+                    emit({"type": "error", "name": "ExecutionAborted",
+                          "value": "the kernel aborted this execution without running it; run it again",
+                          "traceback": ""})
                 return
 
 
