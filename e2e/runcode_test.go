@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,21 @@ func TestRunCode(t *testing.T) {
 		if ex := run("echo hi from bash", space.RunCodeOptions{Language: "bash"}); strings.Join(ex.Logs.Stdout, "") != "hi from bash\n" {
 			t.Errorf("default bash context: %+v", ex.Logs)
 		}
+	})
+
+	t.Run("latency", func(t *testing.T) {
+		// A figure for docs/e2b.md, not an assertion: RunCode("1+1") through
+		// REST, the node's port path and the kernel, warm.
+		var ds []time.Duration
+		for range 20 {
+			start := time.Now()
+			if ex := run("1+1", space.RunCodeOptions{}); ex.Text() != "2" {
+				t.Fatalf("1+1: %q", ex.Text())
+			}
+			ds = append(ds, time.Since(start))
+		}
+		slices.Sort(ds)
+		t.Logf("RunCode(\"1+1\") over %d calls: p50 %v, p90 %v, max %v", len(ds), ds[len(ds)/2], ds[len(ds)*9/10], ds[len(ds)-1])
 	})
 
 	t.Run("timeout", func(t *testing.T) {
