@@ -143,6 +143,9 @@ func TestExitCodesAndErrors(t *testing.T) {
 		{"bad output", []string{"sandbox", "list", "-o", "yaml"}, 2, "want text or json"},
 		{"bad runtime", []string{"sandbox", "create", "--runtime", "xen"}, 2, "want vm or ns"},
 		{"exec without command", []string{"exec", "sb-1"}, 2, "missing CMD"},
+		{"run without code", []string{"run", "--sandbox", "sb-1"}, 2, "missing CODE"},
+		{"run in a sandbox and a template", []string{"run", "--sandbox", "sb-1", "--template", "t", "1"}, 2, "not both"},
+		{"run with a negative timeout", []string{"run", "--sandbox", "sb-1", "--timeout", "-1s", "1"}, 2, "positive duration"},
 		{"not found", []string{"sandbox", "get", "sb-9"}, 1, "space: sandbox sb-9 not found\n"},
 		{"server refuses op", []string{"sandbox", "pause", "sb-1"}, 1, "space: "},
 	}

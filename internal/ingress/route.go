@@ -153,3 +153,11 @@ func replayableIngress(req *http.Request) bool {
 	}
 	return false
 }
+
+// PortTransport carries HTTP requests (addressed to http://port/…) to port
+// of sb's current execution through its node, with a capability for the
+// port and the route repair of ingress requests: the REST API's way to a
+// server in the sandbox (its code interpreter).
+func (a *Ingress) PortTransport(sb *sandbox.Sandbox, port uint16) (http.RoundTripper, error) {
+	return a.newPortTransport(sb, port, "http")
+}

@@ -56,6 +56,9 @@ type Host interface {
 	// release is called; past the per-sandbox cap it is refused with
 	// errdefs.ErrTooManyStreams.
 	OpenStream(sandboxID string) (release func(), err error)
+	// PortTransport carries HTTP requests (addressed to http://port/…) to
+	// port of sb's current execution through its node, as ingress does.
+	PortTransport(sb *sandbox.Sandbox, port uint16) (http.RoundTripper, error)
 	// EnsureTemplate queues the build of recorded template name from
 	// source unless it is ready or building.
 	EnsureTemplate(ctx context.Context, name, source string) error
@@ -144,6 +147,11 @@ func (a *API) Register(mux Mux) {
 	authed("DELETE /v1/sandboxes/{id}", a.handleDelete)
 	authed("POST /v1/sandboxes/{id}/exec", a.handleExec)
 	authed("GET /v1/sandboxes/{id}/exec", a.handleExecStream)
+	authed("POST /v1/sandboxes/{id}/code", a.handleRunCode)
+	authed("GET /v1/sandboxes/{id}/code/contexts", a.handleListCodeContexts)
+	authed("POST /v1/sandboxes/{id}/code/contexts", a.handleCreateCodeContext)
+	authed("POST /v1/sandboxes/{id}/code/contexts/{context}/restart", a.handleRestartCodeContext)
+	authed("DELETE /v1/sandboxes/{id}/code/contexts/{context}", a.handleDeleteCodeContext)
 	authed("GET /v1/sandboxes/{id}/files", a.handleReadFile)
 	authed("PUT /v1/sandboxes/{id}/files", a.handleWriteFile)
 	authed("DELETE /v1/sandboxes/{id}/files", a.handleRemoveFile)

@@ -40,6 +40,10 @@ func (h restHost) OpenStream(sandboxID string) (func(), error) {
 	return h.s.streams.acquire(surfaceREST, sandboxID)
 }
 
+func (h restHost) PortTransport(sb *sandbox.Sandbox, port uint16) (http.RoundTripper, error) {
+	return h.s.ingress.PortTransport(sb, port)
+}
+
 func (h restHost) EnsureTemplate(ctx context.Context, name, source string) error {
 	return h.s.EnsureTemplate(ctx, name, source)
 }

@@ -137,3 +137,55 @@ func TestCachedTreeOnce(t *testing.T) {
 		t.Errorf("after a failed build the next one was not run (%d builds)", n)
 	}
 }
+
+// TestCodeInterpreterKernel runs codeinterpreter/kernel_test.py, the
+// server's Python contexts against a real IPython kernel, in the template's
+// cached Debian tree (it has jupyter_client and ipykernel; the host need
+// not): an overlay on the tree, so the shared cache is never written, in a
+// mount and PID namespace of its own, so every mount and kernel ends with
+// the test. Among them the call after an interrupt, which was aborted by
+// the kernel (compat/e2b TestCodeInterpreterSDK's flake).
+func TestCodeInterpreterKernel(t *testing.T) {
+	cache := os.Getenv("SPACE_TEST_CACHE_DIR")
+	switch {
+	case cache == "":
+		t.Skip("SPACE_TEST_CACHE_DIR is not set (make test sets it): the template's Debian tree is built there")
+	case os.Geteuid() != 0:
+		t.Skip("the overlay mount and chroot need root")
+	}
+	tree, err := cachedTree(t.Context(), cache, codeInterpreterRecipe(), codeInterpreterTree, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, sub := range []string{"upper/tmp/kernel-test", "work", "merged"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"server.py", "kernel_test.py"} {
+		data, err := os.ReadFile(filepath.Join("codeinterpreter", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "upper/tmp/kernel-test", name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `set -e
+m=$1/merged
+mount -t overlay overlay -o "lowerdir=$2,upperdir=$1/upper,workdir=$1/work" "$m"
+mount -t proc proc "$m/proc"
+mount --rbind /dev "$m/dev"
+cd "$m/tmp/kernel-test"
+exec chroot "$m" /usr/bin/env -i HOME=/tmp PATH=/usr/bin:/bin PYDEVD_DISABLE_FILE_VALIDATION=1 \
+	/bin/sh -c 'cd /tmp/kernel-test && exec python3 -B -Xfrozen_modules=off -m unittest -v kernel_test'`
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--pid", "--fork", "sh", "-c", script, "sh", dir, tree)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kernel_test.py in the code-interpreter tree: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

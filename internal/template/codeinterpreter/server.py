@@ -120,8 +120,9 @@ class PythonContext:
 
     language = "python"
 
-    def __init__(self, cid, cwd):
+    def __init__(self, cid, cwd, kernel_args=None):
         self.id, self.cwd = cid, cwd
+        self.kernel_args = list(kernel_args or [])  # the kernel's extra command line (tests)
         self.lock = threading.Lock()
         self.km = self.kc = None
         self.start()
@@ -130,7 +131,7 @@ class PythonContext:
         from jupyter_client import KernelManager
 
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=self.cwd, env=dict(os.environ))
+        self.km.start_kernel(cwd=self.cwd, env=dict(os.environ), extra_arguments=self.kernel_args)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -149,7 +150,7 @@ class PythonContext:
             traceback.print_exc()
 
     def _silent(self, code):
-        msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+        msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False)
         self._drain(msg_id, lambda m: None, None)
 
     def execute(self, code, envs, emit, gone):
@@ -159,7 +160,14 @@ class PythonContext:
                              "__space_os.environ.update(%r)" % (list(envs), envs))
             try:
                 # input() raises StdinNotImplementedError: nobody can answer.
-                msg_id = self.kc.execute(code, store_history=True, allow_stdin=False)
+                # stop_on_error=False: with jupyter_client's default, an
+                # error (an interrupt's KeyboardInterrupt too) makes the
+                # kernel abort every execute request that reaches it before
+                # it next turns to its queue. Ours are one at a time, so the
+                # one aborted is the next call's (or the env restore below):
+                # under load it came back at once, busy then idle, without
+                # its result.
+                msg_id = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
                 self._drain(msg_id, emit, gone)
             finally:
                 if envs and self.km.is_alive():
@@ -169,6 +177,7 @@ class PythonContext:
 
     def _drain(self, msg_id, emit, gone):
         """Relays the kernel's messages for msg_id until it is idle again."""
+        ran = False  # the kernel published the code's execute_input: it ran it
         while True:
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.25)
@@ -191,6 +200,7 @@ class PythonContext:
             if kind == "stream":
                 emit({"type": content["name"], "text": content["text"], "timestamp": now_us()})
             elif kind == "execute_input":
+                ran = True
                 emit({"type": "number_of_executions", "execution_count": content.get("execution_count")})
             elif kind == "execute_result":
                 emit(result_message(content["data"], True))
@@ -200,6 +210,12 @@ class PythonContext:
                 emit({"type": "error", "name": content.get("ename", ""), "value": content.get("evalue", ""),
                       "traceback": "\n".join(content.get("traceback", []))})
             elif kind == "status" and content.get("execution_state") == "idle":
+                if not ran:
+                    # Busy then idle without running the code: the kernel
+                    # aborted the request. Said, never an empty success.
+                    emit({"type": "error", "name": "ExecutionAborted",
+                          "value": "the kernel aborted this execution without running it; run it again",
+                          "traceback": ""})
                 return
 
 
