@@ -179,6 +179,7 @@ var authzRows = []authzRow{
 	{pattern: "PUT /v1/sandboxes/{id}/files", req: call("PUT", "/v1/sandboxes/{sandbox}/files?path=/tmp/a", "hello"), want: tenantResource},
 	{pattern: "DELETE /v1/sandboxes/{id}/files", req: call("DELETE", "/v1/sandboxes/{sandbox}/files?path=/tmp/a", ""), want: tenantResource},
 	{pattern: "GET /v1/sandboxes/{id}/files/list", req: get("/v1/sandboxes/{sandbox}/files/list?path=/tmp"), want: tenantResource},
+	{pattern: "GET /v1/sandboxes/{id}/files/stat", req: get("/v1/sandboxes/{sandbox}/files/stat?path=/tmp/a"), want: tenantResource},
 	{pattern: "POST /v1/sandboxes/{id}/files/mkdir", req: call("POST", "/v1/sandboxes/{sandbox}/files/mkdir?path=/tmp/d", ""), want: tenantResource},
 	{pattern: "POST /v1/sandboxes/{id}/files/move", req: call("POST", "/v1/sandboxes/{sandbox}/files/move?from=/tmp/a&to=/tmp/b", ""), want: tenantResource},
 	{pattern: "GET /v1/sandboxes/{id}/files/watch", req: wsCall("/v1/sandboxes/{sandbox}/files/watch?path=/tmp"), want: tenantResource},
