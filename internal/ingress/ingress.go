@@ -19,6 +19,7 @@ import (
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
@@ -200,6 +201,30 @@ func bearerAPIKey(r *http.Request) (apikey.Key, bool) {
 	return key, err == nil
 }
 
+// dropBearerSubprotocols removes the WebSocket subprotocols that carry a
+// SPACE API key (restapi.WSBearerPrefix, how the console authenticates its
+// terminal) from a request bound for a sandbox: the key is the server's to
+// read, never the sandbox's, whoever sent it there. The application's own
+// subprotocols pass.
+func dropBearerSubprotocols(h http.Header) {
+	vals := h.Values("Sec-WebSocket-Protocol")
+	if len(vals) == 0 {
+		return
+	}
+	var kept []string
+	for _, v := range vals {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, restapi.WSBearerPrefix) {
+				kept = append(kept, p)
+			}
+		}
+	}
+	h.Del("Sec-WebSocket-Protocol")
+	if len(kept) > 0 {
+		h.Set("Sec-WebSocket-Protocol", strings.Join(kept, ", "))
+	}
+}
+
 // portToken returns the port token of the request: the header, else the
 // query parameter.
 func portToken(r *http.Request) string {
@@ -292,6 +317,7 @@ func (a *Ingress) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id st
 			if stripAuth {
 				pr.Out.Header.Del("Authorization")
 			}
+			dropBearerSubprotocols(pr.Out.Header)
 		},
 		Transport:     pt,
 		FlushInterval: -1,

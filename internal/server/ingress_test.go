@@ -22,6 +22,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/nodeclient"
+	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
@@ -336,12 +337,16 @@ func TestIngressHTTP(t *testing.T) {
 
 	t.Run("host routing, public", func(t *testing.T) {
 		e := guestSaw(t, p.send(http.MethodPost, p.url+"/api/items?x=1&y=%20", hostOf(8080), "hello", map[string]string{
-			"Authorization": "Bearer app-token", "X-App": "kept", capability.Header: "forged"}))
+			"Authorization": "Bearer app-token", "X-App": "kept", capability.Header: "forged",
+			"Sec-WebSocket-Protocol": "chat.v1, " + restapi.WSBearerPrefix + p.key + ", graphql-ws"}))
 		if e.Method != "POST" || e.Path != "/api/items" || e.Query != "x=1&y=%20" || e.Body != "hello" || e.Host != hostOf(8080) {
 			t.Errorf("guest saw %+v", e)
 		}
 		if e.Header.Get("Authorization") != "Bearer app-token" || e.Header.Get("X-App") != "kept" || e.Header.Get("X-Forwarded-Host") != hostOf(8080) {
 			t.Errorf("guest headers %v: the application's Authorization and headers pass, X-Forwarded-Host is set", e.Header)
+		}
+		if got := e.Header.Values("Sec-WebSocket-Protocol"); len(got) != 1 || got[0] != "chat.v1, graphql-ws" {
+			t.Errorf("guest saw subprotocols %q, want the application's (chat.v1, graphql-ws) and never the %s key", got, restapi.WSBearerPrefix)
 		}
 		p.wantCapability(sb, 8080, "http")
 		// Host names are case-insensitive and may end with a dot.
