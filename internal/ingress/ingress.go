@@ -19,7 +19,6 @@ import (
 	"github.com/spacesandbox/space/internal/apikey"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
-	"github.com/spacesandbox/space/internal/restapi"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
@@ -202,7 +201,7 @@ func bearerAPIKey(r *http.Request) (apikey.Key, bool) {
 }
 
 // dropBearerSubprotocols removes the WebSocket subprotocols that carry a
-// SPACE API key (restapi.WSBearerPrefix, how the console authenticates its
+// SPACE API key (sandboxv1.WSBearerPrefix, how the console authenticates its
 // terminal) from a request bound for a sandbox: the key is the server's to
 // read, never the sandbox's, whoever sent it there. The application's own
 // subprotocols pass.
@@ -214,7 +213,7 @@ func dropBearerSubprotocols(h http.Header) {
 	var kept []string
 	for _, v := range vals {
 		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, restapi.WSBearerPrefix) {
+			if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, sandboxv1.WSBearerPrefix) {
 				kept = append(kept, p)
 			}
 		}

@@ -3,6 +3,8 @@ package restapi
 import (
 	"net/http"
 	"strings"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 )
 
 // A browser cannot set the Authorization header on a WebSocket, and a key
@@ -11,8 +13,8 @@ import (
 // stream selects and echoes, and WSBearerPrefix+key, which carries the API
 // key in the handshake's Sec-WebSocket-Protocol header and is never echoed.
 const (
-	ExecSubprotocol = "space.exec.v1"
-	WSBearerPrefix  = "space.bearer."
+	ExecSubprotocol = sandboxv1.ExecSubprotocol
+	WSBearerPrefix  = sandboxv1.WSBearerPrefix
 )
 
 // WebSocketBearer returns the API key a WebSocket upgrade request carries

@@ -70,6 +70,15 @@ const (
 	PortTokenQuery  = "space_port_token"
 )
 
+// WebSocket subprotocols of a browser client, which cannot set the
+// Authorization header on a WebSocket: ExecSubprotocol is what the exec
+// stream selects and echoes; WSBearerPrefix+key carries the API key in the
+// handshake and is never echoed, nor forwarded into a sandbox.
+const (
+	ExecSubprotocol = "space.exec.v1"
+	WSBearerPrefix  = "space.bearer."
+)
+
 // Header routing, for clients on localhost without the ingress domain's
 // DNS that cannot change the path: a request to the API listener with both
 // headers goes to that sandbox's port, with its path as sent. Neither
