@@ -14,6 +14,7 @@ import (
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
+	"github.com/spacesandbox/space/internal/guest"
 	"github.com/spacesandbox/space/internal/guestd"
 )
 
@@ -62,14 +63,7 @@ func TestAutostart(t *testing.T) {
 			t.Errorf("entry %q started: only executable files not starting with a dot do", skipped)
 		}
 	}
-	list, err := c.Process().List(testCtx(t), connect.NewRequest(&processv1.ListRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tags []string
-	for _, p := range list.Msg.GetProcesses() {
-		tags = append(tags, p.GetTag())
-	}
+	tags := processTags(t, c)
 	if strings.Join(tags, ",") != "autostart:service" {
 		t.Errorf("processes after two Inits: tags %q, want one autostart:service", tags)
 	}
@@ -101,4 +95,19 @@ func TestAutostartReady(t *testing.T) {
 		t.Fatalf("the entry's port right after Init: %v (Init did not wait for it)", err)
 	}
 	conn.Close()
+}
+
+// processTags lists the daemon's processes and returns their tags, in the
+// daemon's order.
+func processTags(t *testing.T, c *guest.Client) []string {
+	t.Helper()
+	list, err := c.Process().List(testCtx(t), connect.NewRequest(&processv1.ListRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tags []string
+	for _, p := range list.Msg.GetProcesses() {
+		tags = append(tags, p.GetTag())
+	}
+	return tags
 }

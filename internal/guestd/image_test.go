@@ -195,14 +195,7 @@ s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bi
 	if want := "image|" + filepath.Join(root, "app") + "|$HOME|a b;c\n"; string(got) != want {
 		t.Errorf("the start command wrote %q, want %q (once, exec form, image env and dir)", got, want)
 	}
-	list, err := c.Process().List(testCtx(t), connect.NewRequest(&processv1.ListRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tags []string
-	for _, p := range list.Msg.GetProcesses() {
-		tags = append(tags, p.GetTag())
-	}
+	tags := processTags(t, c)
 	if strings.Join(tags, ",") != "start" {
 		t.Errorf("processes after two Inits: tags %q, want one start", tags)
 	}
