@@ -67,7 +67,8 @@ func (d *Daemon) loadImage() {
 }
 
 // imageUser resolves the image's User ("name", "uid", "name:group",
-// "uid:gid") against the sandbox's account files.
+// "uid:gid") against the sandbox's account files. A name the files lack is
+// an error (the sandbox user is used instead); a uid they lack is that uid.
 func (d *Daemon) imageUser() (caller, error) {
 	spec := d.image.get()
 	if spec.User == "" {
@@ -88,7 +89,10 @@ func (d *Daemon) imageUser() (caller, error) {
 			}
 		}
 		if !found {
-			return caller{}, fmt.Errorf("uid %d: %w", uid, errUnknownUser)
+			// As docker run does: a numeric user the image's passwd
+			// lacks runs as that uid, group 0 unless the spec names
+			// one, HOME=/ and no USER.
+			u = account{UID: uint32(uid), Home: "/"}
 		}
 	} else if u, err = db.lookup(name); err != nil {
 		return caller{}, err

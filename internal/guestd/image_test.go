@@ -141,6 +141,20 @@ func TestImageUserFallback(t *testing.T) {
 	if got, want := strings.TrimSpace(res.stdout.String()), "4321:4321|app"; got != want {
 		t.Fatalf("with User 4321 the command saw %s, want %s", got, want)
 	}
+	// A numeric image user the tree lacks runs as that uid, as docker run
+	// does: group 0 or the one named, HOME=/, no USER.
+	for user, want := range map[string]string{"7777": "7777:0|/|unset", "7777:55": "7777:55|/|unset"} {
+		if err := imagecfg.Write(root, imagecfg.Config{User: user}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user", DefaultWorkdir: home})); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+		res = run(t, c, sh(`echo "$(id -u):$(id -g)|$HOME|${USER-unset}"`), "")
+		if got := strings.TrimSpace(res.stdout.String()); got != want {
+			t.Fatalf("with User %s (not in the tree's passwd) the command saw %s, want %s (stderr %q)", user, got, want, res.stderr.String())
+		}
+	}
 }
 
 // TestImageStartCommand: Entrypoint+Cmd start at Init (exec form: the

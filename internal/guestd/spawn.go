@@ -125,7 +125,10 @@ func (d *Daemon) waitProcess(p *process, exited <-chan unix.WaitStatus, io *proc
 // processEnv is PATH, HOME, USER, then the image's Env, then Init's
 // variables, then the request's: each later one wins.
 func (d *Daemon) processEnv(req spawnRequest) ([]string, error) {
-	m := map[string]string{"PATH": defaultPath, "HOME": req.user.Home, "USER": req.user.Name, "LOGNAME": req.user.Name}
+	m := map[string]string{"PATH": defaultPath, "HOME": req.user.Home}
+	if req.user.Name != "" { // a bare uid (an image's numeric User) has no name
+		m["USER"], m["LOGNAME"] = req.user.Name, req.user.Name
+	}
 	imagePATH := false
 	for _, kv := range d.image.get().Env {
 		k, v, _ := strings.Cut(kv, "=")
