@@ -21,6 +21,7 @@ export interface Sandbox {
   template: string;
   runtime: string;
   node: string;
+  generation?: number;
   cpus: number;
   memory_mib: number;
   disk_mib: number;

@@ -439,6 +439,7 @@ function sandboxPage(id: string, focusTerminal: boolean) {
   const files = fileBrowser(id);
   let closeTerm: (() => void) | null = null;
   let lastState = "";
+  let lastGeneration: number | undefined;
   let ticks = 0;
 
   // The terminal runs while the sandbox does: a pause keeps it (its shell
@@ -473,12 +474,17 @@ function sandboxPage(id: string, focusTerminal: boolean) {
       ["template", sb.template],
       ["runtime", sb.runtime],
       ["node", sb.node],
+      ["generation", String(sb.generation ?? "")],
       ["size", sb.cpus + " CPU, " + sb.memory_mib + " MiB, disk " + sb.disk_mib + " MiB"],
       ["created", sb.created_at + " (" + age(sb.created_at) + " ago)"],
       ["expires", sb.expires_at ?? "never"],
     ];
     for (const [k, v] of Object.entries(sb.metadata ?? {})) rows.push(["metadata " + k, v]);
     record.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+    // A new execution while running (a rollback) ends the shell: a new one.
+    const newExecution = sb.generation !== lastGeneration && lastGeneration !== undefined;
+    lastGeneration = sb.generation;
+    if (newExecution && sb.state === "running" && sb.state === lastState) openTerm();
     if (sb.state !== lastState) {
       const was = lastState;
       lastState = sb.state;

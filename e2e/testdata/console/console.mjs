@@ -256,11 +256,15 @@ try {
     problems.push(`full snapshot on ns: shown ${JSON.stringify(fullShown)}, the server says HTTP ${fullDirect.status} ${fullDirect.text}`);
   step("rollback");
   await rest("PUT", "/v1/sandboxes/" + id + "/files?path=/home/user/after-snapshot.txt", "gone after the rollback\n");
+  const createdGen = await text(page, '[data-field="generation"]');
   await page.click(`#snapshots tr[data-id="${snap1}"] button[data-op="rollback"]`);
   await page.waitForSelector("#confirm");
   await page.click("#confirm-yes");
   await until("the rollback", async () => (await rest("GET", "/v1/sandboxes/" + id + "/files/stat?path=/home/user/after-snapshot.txt")).status === 404, 60000);
   await until("running after the rollback", async () => (await text(page, '[data-field="state"]')) === "running");
+  // The rollback is a new execution: the console opens a new shell.
+  await until("the terminal after the rollback", async () => (await text(page, '[data-field="generation"]')) !== createdGen && (await text(page, "#term-status")) === "connected");
+  await typed(page, "echo rolled-$((3+4))", "rolled-7");
   const kept = await rest("GET", "/v1/sandboxes/" + id + "/files/stat?path=/home/user/notes.txt");
   if (kept.status !== 200) problems.push("after the rollback to a snapshot taken after notes.txt was written: stat notes.txt HTTP " + kept.status + " " + kept.text);
   step("snapshot delete refused");
