@@ -71,10 +71,11 @@ function signIn(message = "") {
 }
 
 // confirmDelete asks, in the page's own dialog (no window.confirm), before
-// something is deleted; it resolves true on Delete.
-function confirmDelete(what: string, items: string[]): Promise<boolean> {
+// something is deleted or undone; it resolves true on the yes button
+// (labelled yes), false on Cancel or Escape.
+function confirmDelete(what: string, items: string[], action = "Delete"): Promise<boolean> {
   const list = el("ul", { id: "confirm-items" }, ...items.map((i) => el("li", {}, el("code", {}, i))));
-  const yes = el("button", { type: "button", class: "danger", id: "confirm-yes" }, "Delete");
+  const yes = el("button", { type: "button", class: "danger", id: "confirm-yes" }, action);
   const no = el("button", { type: "button", id: "confirm-no" }, "Cancel");
   const dlg = el("dialog", { id: "confirm" }, el("p", { id: "confirm-text" }, what), list, el("div", { class: "row" }, yes, no));
   document.body.append(dlg);
@@ -164,6 +165,7 @@ function sandboxesPage() {
   const bulk = el("button", { type: "button", class: "danger", id: "bulk-delete", disabled: "" }, "Delete selected");
   const filters = el("div", { id: "filters", class: "row" }, search, stateSel, bulk);
   const selected = new Set<string>();
+  let failures = "";
   let last: api.Sandbox[] = [];
   let shown: api.Sandbox[] = [];
 
@@ -177,7 +179,8 @@ function sandboxesPage() {
         failed.push(id + ": " + errorText(e));
       }
     }
-    status.textContent = failed.join("\n");
+    failures = failed.join("\n");
+    status.textContent = failures;
     void tick();
   };
   bulk.addEventListener("click", async () => {
@@ -235,7 +238,8 @@ function sandboxesPage() {
     try {
       last = await api.listSandboxes();
       render();
-      status.textContent = status.textContent?.includes(":") ? status.textContent : "updated " + new Date().toLocaleTimeString();
+      // A failed delete's refusal stays until the next delete.
+      status.textContent = failures || "updated " + new Date().toLocaleTimeString();
     } catch (e) {
       if (e instanceof api.APIError && e.status === 401) return signIn(errorText(e));
       status.textContent = errorText(e);
@@ -387,7 +391,7 @@ function snapshotsPanel(id: string, changed: () => void) {
             }),
           );
           const rollback = btn("rollback", "Roll back", async () => {
-            if (await confirmDelete("Roll back? The sandbox's files go back to this snapshot; what changed since is deleted.", [s.id]))
+            if (await confirmDelete("Roll back? The sandbox's files go back to this snapshot; what changed since is lost.", [s.id], "Roll back"))
               await run(() => api.rollback(id, s.id));
           });
           const del = btn(

@@ -328,6 +328,12 @@ try {
   await page.waitForSelector(`#sandboxes tr[data-id="${xssID}"]`);
   if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("img elements on the sandboxes page");
   await page.screenshot({ path: shots + "/sandboxes.png" });
+  // The table refreshes by itself: its status says when.
+  const updated = await text(page, "#list-status");
+  await until("the table's next refresh", async () => {
+    const now = await text(page, "#list-status");
+    return now.startsWith("updated ") && now !== updated;
+  }, 10000);
   const listed = () => page.$$eval("#sandboxes tr[data-id]", (rs) => rs.map((r) => r.dataset.id).sort().join(","));
   step("filters");
   await page.fill("#filter-search", fork.slice(-8));
