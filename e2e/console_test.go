@@ -20,7 +20,7 @@ import (
 // headless Chromium through playwright-core (pinned in console/'s lockfile):
 // a wrong key refused, sign-in, create an ns sandbox from the form (size,
 // env, timeout; a bad env line refused) landing in its focused terminal,
-// `echo hello` read back, pause and resume with only the legal moves
+// `echo hello` read back, a process's markup output as text, pause and resume with only the legal moves
 // offered, the terminal's resize reaching the PTY, the server's refusal
 // shown as it says it, stop and start with the terminal reconnecting; the
 // file browser (navigate, open a text file as text, upload, download, a

@@ -111,6 +111,9 @@ try {
   // Screen-reader mode keeps the terminal's rows as text: a row that is
   // exactly "hello" is the command's output, not its echo.
   await until("hello", () => page.$$eval(".xterm-accessibility-tree > div", (rs) => rs.some((r) => r.textContent.trim() === "hello")));
+  // A process's output that is markup stays text in the terminal's rows.
+  await typed(page, "printf '%s\\n' '" + hostile + "'", hostile);
+  if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("an img element made from a process's output");
   await page.screenshot({ path: shots + "/sandbox-terminal.png" });
 
   step("resize");
