@@ -39,7 +39,7 @@ build: console
 # directory internal/console embeds. A plain `go build` without it serves a
 # page saying to run make build.
 CONSOLE_DIST := internal/console/dist/index.html
-CONSOLE_SRC := $(wildcard console/src/*) console/index.html console/build.mjs console/tsconfig.json
+CONSOLE_SRC := $(wildcard console/src/*) console/index.html console/build.mjs console/tsconfig.json console/forms.test.mjs
 
 console: $(CONSOLE_DIST)
 
@@ -47,7 +47,7 @@ console/node_modules/.package-lock.json: console/package-lock.json
 	cd console && npm ci --no-audit --no-fund
 
 $(CONSOLE_DIST): console/node_modules/.package-lock.json $(CONSOLE_SRC)
-	cd console && node_modules/.bin/tsc -p . && node build.mjs
+	cd console && node_modules/.bin/tsc -p . && node --test forms.test.mjs && node build.mjs
 
 deps-run:
 	@scripts/deps.sh run

@@ -18,13 +18,19 @@ import (
 
 // TestConsole drives the web console (console/, docs/console.md) in Debian's
 // headless Chromium through playwright-core (pinned in console/'s lockfile):
-// a wrong key refused, sign-in, create an ns sandbox, `echo hello` in its
-// terminal read back, pause and resume with only the legal moves offered,
-// the terminal's resize reaching the PTY, the server's refusal shown as it
-// says it, stop and start, a sandbox's metadata that is an XSS attempt
-// rendered as text, delete. No
-// Content-Security-Policy violation may be reported. Screenshots are kept in
-// a directory the test prints.
+// a wrong key refused, sign-in, create an ns sandbox from the form (size,
+// env, timeout; a bad env line refused) landing in its focused terminal,
+// `echo hello` read back, a process's markup output as text, pause and resume with only the legal moves
+// offered, the terminal's resize reaching the PTY, the server's refusal
+// shown as it says it, stop and start with the terminal reconnecting; the
+// file browser (navigate, open a text file as text, upload, download, a
+// file named <img src=x onerror=alert(1)> shown as text); exposed ports
+// with their URL; snapshots (take, a refused full one, rollback, a refused
+// delete, delete, fork landing on the child); the events timeline; a phone
+// width without sideways scroll; a metadata XSS attempt rendered as text;
+// the table's search and state filter; delete confirmation (cancel, one
+// row, bulk). No Content-Security-Policy violation may be reported.
+// Screenshots are kept in a directory the test prints.
 func TestConsole(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -57,7 +63,8 @@ func TestConsole(t *testing.T) {
 		"metadata": map[string]string{"label": payload}}, &xss); code != http.StatusCreated {
 		t.Fatalf("create the XSS sandbox: HTTP %d", code)
 	}
-	defer in.delete(xss.ID)
+	// The console deletes it; this is for a run that fails first.
+	defer in.do("DELETE", "/v1/sandboxes/"+xss.ID, nil, nil)
 
 	// Kept after the test, as its artifacts.
 	shots, err := os.MkdirTemp("", "space-console-shots-")
@@ -79,6 +86,7 @@ func TestConsole(t *testing.T) {
 		Problems []string `json:"problems"`
 		Steps    []string `json:"steps"`
 		ID       string   `json:"id"`
+		Fork     string   `json:"fork"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("console.mjs printed %q: %v\n%s", out, err, stderr.String())
@@ -87,12 +95,14 @@ func TestConsole(t *testing.T) {
 	if !res.OK {
 		t.Fatalf("console: %s (steps %v)\n%s", strings.Join(res.Problems, "; "), res.Steps, stderr.String())
 	}
-	// The console's delete reached the server.
-	var sb struct {
-		State string `json:"state"`
-	}
-	if code := in.do("GET", "/v1/sandboxes/"+res.ID, nil, &sb); code != http.StatusNotFound && sb.State != "deleting" && sb.State != "deleted" {
-		t.Errorf("sandbox %s after the console deleted it: HTTP %d, state %q", res.ID, code, sb.State)
+	// The console's deletes (one row's, the bulk one) reached the server.
+	for _, id := range []string{res.ID, res.Fork, xss.ID} {
+		var sb struct {
+			State string `json:"state"`
+		}
+		if code := in.do("GET", "/v1/sandboxes/"+id, nil, &sb); code != http.StatusNotFound && sb.State != "deleting" && sb.State != "deleted" {
+			t.Errorf("sandbox %s after the console deleted it: HTTP %d, state %q", id, code, sb.State)
+		}
 	}
 }
 

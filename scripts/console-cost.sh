@@ -1,6 +1,7 @@
 #!/bin/bash
 # The web console's cost on the server (docs/console.md): server CPU per poll
-# request (GET /v1/sandboxes with 10 sandboxes, GET /v1/sandboxes/{id}), from
+# request (GET /v1/sandboxes with 10 sandboxes, GET /v1/sandboxes/{id} and a
+# sandbox page's side reads: its snapshots, events and ports), from
 # the server process's utime+stime over N requests, one at a time as the
 # console sends them. Usage: scripts/console-cost.sh BIN_DIR (make build BIN=…)
 set -e
@@ -25,7 +26,7 @@ for i in $(seq 10); do ids+=($(curl -sf -H "$H" -X POST -d '{"template":"minimal
 cpu() { awk '{print $14+$15}' /proc/$pid/stat; }
 N=${N:-2000}
 for round in 1 2 3; do
- for path in /v1/sandboxes /v1/sandboxes/${ids[0]}; do
+ for path in /v1/sandboxes /v1/sandboxes/${ids[0]} /v1/sandboxes/${ids[0]}/snapshots /v1/sandboxes/${ids[0]}/events /v1/sandboxes/${ids[0]}/ports; do
   a=$(cpu); t0=$(date +%s.%N)
   for i in $(seq $N); do echo "url = \"http://127.0.0.1:18124$path\""; done > $d/urls
   curl -sf -H "$H" -K $d/urls > /dev/null

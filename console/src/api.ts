@@ -21,6 +21,7 @@ export interface Sandbox {
   template: string;
   runtime: string;
   node: string;
+  generation?: number;
   cpus: number;
   memory_mib: number;
   disk_mib: number;
@@ -57,28 +58,97 @@ export async function call<T>(method: string, path: string, body?: unknown, key?
     credentials: "omit",
     cache: "no-store",
   });
+  if (!res.ok) throw await refusal(res);
   const text = await res.text();
-  if (!res.ok) {
-    let code = "http_" + res.status;
-    let message = text || res.statusText;
-    try {
-      const e = JSON.parse(text) as { code?: string; message?: string };
-      if (e.code) code = e.code;
-      if (e.message) message = e.message;
-    } catch {
-      // not JSON: the body as it came
-    }
-    throw new APIError(res.status, code, message);
-  }
   return (text ? JSON.parse(text) : {}) as T;
 }
 
 export const listSandboxes = () => call<{ sandboxes: Sandbox[] }>("GET", "/v1/sandboxes").then((r) => r.sandboxes ?? []);
 export const getSandbox = (id: string) => call<Sandbox>("GET", "/v1/sandboxes/" + encodeURIComponent(id));
 export const listTemplates = () => call<{ templates: Template[] }>("GET", "/v1/templates").then((r) => r.templates ?? []);
-export const createSandbox = (template: string, runtime: string) =>
-  call<Sandbox>("POST", "/v1/sandboxes", { template: template || undefined, runtime: runtime || undefined });
+// CreateRequest is the part of POST /v1/sandboxes' body the console sends.
+export interface CreateRequest {
+  template?: string;
+  runtime?: string;
+  cpus?: number;
+  memory_mib?: number;
+  env?: Record<string, string>;
+  timeout?: string;
+}
+export const createSandbox = (req: CreateRequest) => call<Sandbox>("POST", "/v1/sandboxes", req);
 export const deleteSandbox = (id: string) => call<unknown>("DELETE", "/v1/sandboxes/" + encodeURIComponent(id));
+export interface FileEntry {
+  name: string;
+  path: string;
+  type: string;
+  size: number;
+  modified_at: string;
+  symlink_target?: string;
+}
+export interface Snapshot {
+  id: string;
+  kind: string;
+  tier: string;
+  state: string;
+  reason?: string;
+  size_bytes?: number;
+  created_at: string;
+}
+export interface Event {
+  seq: number;
+  time: string;
+  type: string;
+  message: string;
+}
+export interface Port {
+  port: number;
+  protocol: string;
+  public: boolean;
+  url: string;
+  proxy_url?: string;
+}
+
+const sbPath = (id: string) => "/v1/sandboxes/" + encodeURIComponent(id);
+const q = (path: string) => "?path=" + encodeURIComponent(path);
+
+export const listFiles = (id: string, path: string) =>
+  call<{ entries: FileEntry[] }>("GET", sbPath(id) + "/files/list" + q(path)).then((r) => r.entries ?? []);
+export const listSnapshots = (id: string) => call<{ snapshots: Snapshot[] }>("GET", sbPath(id) + "/snapshots").then((r) => r.snapshots ?? []);
+export const createSnapshot = (id: string) => call<Snapshot>("POST", sbPath(id) + "/snapshots", {});
+export const deleteSnapshot = (id: string, snap: string) => call<unknown>("DELETE", sbPath(id) + "/snapshots/" + encodeURIComponent(snap));
+export const fork = (id: string, snap: string) => call<Sandbox>("POST", sbPath(id) + "/fork", { snapshot: snap });
+export const rollback = (id: string, snap: string) => call<Sandbox>("POST", sbPath(id) + "/rollback", { snapshot: snap });
+export const listEvents = (id: string) => call<{ events: Event[] }>("GET", sbPath(id) + "/events").then((r) => r.events ?? []);
+export const listPorts = (id: string) => call<{ ports: Port[] }>("GET", sbPath(id) + "/ports").then((r) => r.ports ?? []);
+
+// refusal reads a failed response's {code, message} as an APIError.
+async function refusal(res: Response): Promise<APIError> {
+  const text = await res.text();
+  let code = "http_" + res.status;
+  let message = text || res.statusText;
+  try {
+    const e = JSON.parse(text) as { code?: string; message?: string };
+    if (e.code) code = e.code;
+    if (e.message) message = e.message;
+  } catch {
+    // not JSON: the body as it came
+  }
+  return new APIError(res.status, code, message);
+}
+
+// fileRequest is a request on GET/PUT /v1/sandboxes/{id}/files: the file's
+// bytes stream as the body (a File upload is read from disk by the browser,
+// never whole into script memory).
+async function fileRequest(method: string, id: string, path: string, body?: Blob): Promise<Response> {
+  const headers: Record<string, string> = { Authorization: "Bearer " + (getKey() ?? "") };
+  if (body) headers["Content-Type"] = "application/octet-stream";
+  const res = await fetch(sbPath(id) + "/files" + q(path), { method, headers, body, credentials: "omit", cache: "no-store" });
+  if (!res.ok) throw await refusal(res);
+  return res;
+}
+export const uploadFile = (id: string, path: string, file: Blob) => fileRequest("PUT", id, path, file).then(() => undefined);
+export const readFile = (id: string, path: string) => fileRequest("GET", id, path);
+
 export const lifecycle = (id: string, op: string) => call<Sandbox>("POST", "/v1/sandboxes/" + encodeURIComponent(id) + "/" + op, {});
 
 // moves are the lifecycle buttons each state offers: the legal moves of the

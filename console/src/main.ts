@@ -3,10 +3,14 @@ import "./style.css";
 import * as api from "./api";
 import { el, age } from "./dom";
 import { openTerminal } from "./terminal";
+import { asText, filterSandboxes, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
 
 // The sandboxes table polls every pollMs: one GET /v1/sandboxes per open
 // console per period (docs/console.md gives its cost).
 const pollMs = 2000;
+// A sandbox's page reads its snapshots, ports and events every sideEvery
+// polls (and after each move).
+const sideEvery = 3;
 
 const root = document.getElementById("app")!;
 let stop: (() => void) | null = null;
@@ -66,19 +70,50 @@ function signIn(message = "") {
   input.focus();
 }
 
-function sandboxesPage() {
-  const status = el("p", { class: "status", id: "list-status" });
-  const body = el("tbody", { id: "sandboxes" });
-  const table = el(
-    "table",
-    {},
-    el("thead", {}, el("tr", {}, ...["id", "name", "state", "template", "runtime", "node", "age", ""].map((h) => el("th", {}, h)))),
-    body,
-  );
+// confirmDelete asks, in the page's own dialog (no window.confirm), before
+// something is deleted or undone; it resolves true on the yes button
+// (labelled yes), false on Cancel or Escape.
+function confirmDelete(what: string, items: string[], action = "Delete"): Promise<boolean> {
+  const list = el("ul", { id: "confirm-items" }, ...items.map((i) => el("li", {}, el("code", {}, i))));
+  const yes = el("button", { type: "button", class: "danger", id: "confirm-yes" }, action);
+  const no = el("button", { type: "button", id: "confirm-no" }, "Cancel");
+  const dlg = el("dialog", { id: "confirm" }, el("p", { id: "confirm-text" }, what), list, el("div", { class: "row" }, yes, no));
+  document.body.append(dlg);
+  dlg.showModal();
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => {
+      dlg.close();
+      dlg.remove();
+      resolve(ok);
+    };
+    yes.addEventListener("click", () => done(true));
+    no.addEventListener("click", () => done(false));
+    dlg.addEventListener("cancel", () => done(false));
+  });
+}
+
+const states = ["running", "paused", "stopped", "hibernated", "starting", "failed", "deleting"];
+
+function createForm(): HTMLFormElement {
   const template = el("select", { id: "create-template" });
   const runtime = el("select", { id: "create-runtime" }, el("option", { value: "" }, "server default"), el("option", { value: "ns" }, "ns"), el("option", { value: "vm" }, "vm"));
+  const cpus = el("input", { id: "create-cpus", inputmode: "numeric", size: "3", placeholder: "1" });
+  const memory = el("input", { id: "create-memory", inputmode: "numeric", size: "6", placeholder: "512" });
+  const timeout = el("input", { id: "create-timeout", size: "6", placeholder: "30m" });
+  const env = el("textarea", { id: "create-env", rows: "2", cols: "30", placeholder: "KEY=VALUE, one a line" });
   const createErr = el("span", { class: "error", id: "create-error", role: "alert" });
-  const create = el("form", { id: "create" }, el("label", {}, "template ", template), el("label", {}, "runtime ", runtime), el("button", { type: "submit" }, "Create sandbox"), createErr);
+  const form = el(
+    "form",
+    { id: "create" },
+    el("label", {}, "template ", template),
+    el("label", {}, "runtime ", runtime),
+    el("label", {}, "CPUs ", cpus),
+    el("label", {}, "memory MiB ", memory),
+    el("label", {}, "timeout ", timeout),
+    el("label", {}, "env ", env),
+    el("button", { type: "submit" }, "Create sandbox"),
+    createErr,
+  );
   api.listTemplates().then(
     (ts) => {
       for (const t of ts) if (t.state === "ready") template.append(el("option", { value: t.name }, t.name));
@@ -86,33 +121,106 @@ function sandboxesPage() {
     },
     (e) => (createErr.textContent = errorText(e)),
   );
-  create.addEventListener("submit", async (ev) => {
+  form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
+    let req: api.CreateRequest;
+    try {
+      const e = parseEnv(env.value);
+      req = {
+        template: template.value || undefined,
+        runtime: runtime.value || undefined,
+        cpus: positiveInt("CPUs", cpus.value),
+        memory_mib: positiveInt("memory MiB", memory.value),
+        timeout: timeout.value.trim() || undefined,
+        env: Object.keys(e).length ? e : undefined,
+      };
+    } catch (e) {
+      createErr.textContent = (e as Error).message;
+      return;
+    }
     createErr.textContent = "creating…";
     try {
-      const sb = await api.createSandbox(template.value, runtime.value);
-      location.hash = "#/sandbox/" + encodeURIComponent(sb.id);
+      const sb = await api.createSandbox(req);
+      // The new sandbox's page, its terminal focused once it runs.
+      location.hash = "#/sandbox/" + encodeURIComponent(sb.id) + "/terminal";
     } catch (e) {
       createErr.textContent = errorText(e);
     }
   });
+  return form;
+}
 
-  const render = (list: api.Sandbox[]) => {
+function sandboxesPage() {
+  const status = el("p", { class: "status", id: "list-status" });
+  const body = el("tbody", { id: "sandboxes" });
+  const all = el("input", { type: "checkbox", id: "select-all", "aria-label": "select all shown" });
+  const table = el(
+    "table",
+    { id: "sandboxes-table" },
+    el("thead", {}, el("tr", {}, el("th", {}, all), ...["id", "name", "state", "template", "runtime", "node", "age", ""].map((h) => el("th", {}, h)))),
+    body,
+  );
+  const search = el("input", { id: "filter-search", type: "search", placeholder: "search id, name, template, metadata" });
+  const stateSel = el("select", { id: "filter-state" }, el("option", { value: "" }, "all states"), ...states.map((s) => el("option", { value: s }, s)));
+  const bulk = el("button", { type: "button", class: "danger", id: "bulk-delete", disabled: "" }, "Delete selected");
+  const filters = el("div", { id: "filters", class: "row" }, search, stateSel, bulk);
+  const selected = new Set<string>();
+  let failures = "";
+  let last: api.Sandbox[] = [];
+  let shown: api.Sandbox[] = [];
+
+  const deleteAll = async (ids: string[]) => {
+    const failed: string[] = [];
+    for (const id of ids) {
+      try {
+        await api.deleteSandbox(id);
+        selected.delete(id);
+      } catch (e) {
+        failed.push(id + ": " + errorText(e));
+      }
+    }
+    failures = failed.join("\n");
+    status.textContent = failures;
+    void tick();
+  };
+  bulk.addEventListener("click", async () => {
+    const ids = shown.map((sb) => sb.id).filter((id) => selected.has(id));
+    if (ids.length && (await confirmDelete(`Delete ${ids.length} sandbox${ids.length > 1 ? "es" : ""}?`, ids))) await deleteAll(ids);
+  });
+  all.addEventListener("change", () => {
+    for (const sb of shown) {
+      if (all.checked) selected.add(sb.id);
+      else selected.delete(sb.id);
+    }
+    render();
+  });
+  search.addEventListener("input", () => render());
+  stateSel.addEventListener("change", () => render());
+
+  const render = () => {
     const now = Date.now();
+    shown = filterSandboxes(last, stateSel.value, search.value);
+    const picked = shown.filter((sb) => selected.has(sb.id)).length;
+    bulk.textContent = picked ? `Delete selected (${picked})` : "Delete selected";
+    bulk.toggleAttribute("disabled", picked === 0);
+    all.checked = picked > 0 && picked === shown.length;
     body.replaceChildren(
-      ...list.map((sb) => {
+      ...shown.map((sb) => {
+        const pick = el("input", { type: "checkbox", class: "pick", "aria-label": "select " + sb.id });
+        pick.checked = selected.has(sb.id);
+        pick.addEventListener("change", () => {
+          if (pick.checked) selected.add(sb.id);
+          else selected.delete(sb.id);
+          render();
+        });
         const del = el("button", { type: "button", class: "danger" }, "Delete");
         del.addEventListener("click", async () => {
-          try {
-            await api.deleteSandbox(sb.id);
-            void tick();
-          } catch (e) {
-            status.textContent = errorText(e);
-          }
+          if (await confirmDelete("Delete this sandbox?", [sb.id + (sb.name ? " (" + sb.name + ")" : "")])) await deleteAll([sb.id]);
         });
         return el(
           "tr",
           { "data-id": sb.id },
+          el("td", {}, pick),
           el("td", {}, el("a", { href: "#/sandbox/" + encodeURIComponent(sb.id) }, sb.id)),
           el("td", {}, sb.name ?? ""),
           el("td", { class: "state state-" + sb.state }, sb.state),
@@ -124,31 +232,243 @@ function sandboxesPage() {
         );
       }),
     );
-    if (!list.length) body.append(el("tr", {}, el("td", { colspan: "8", class: "empty" }, "no sandboxes")));
+    if (!shown.length) body.append(el("tr", {}, el("td", { colspan: "9", class: "empty" }, last.length ? "no sandbox matches" : "no sandboxes")));
   };
   const tick = async () => {
     try {
-      render(await api.listSandboxes());
-      status.textContent = "updated " + new Date().toLocaleTimeString();
+      last = await api.listSandboxes();
+      render();
+      // A failed delete's refusal stays until the next delete.
+      status.textContent = failures || "updated " + new Date().toLocaleTimeString();
     } catch (e) {
       if (e instanceof api.APIError && e.status === 401) return signIn(errorText(e));
       status.textContent = errorText(e);
     }
   };
-  show(header(), el("main", {}, el("h1", {}, "Sandboxes"), create, table, status));
+  show(header(), el("main", {}, el("h1", {}, "Sandboxes"), createForm(), filters, el("div", { class: "table-wrap" }, table), status));
   void tick();
   const timer = setInterval(tick, pollMs);
   stop = () => clearInterval(timer);
 }
 
-function sandboxPage(id: string) {
+// fileBrowser is a sandbox's files: a directory's listing, text files
+// opened as text, upload into the directory, download of a file.
+function fileBrowser(id: string) {
+  let dir = "/";
+  const path = el("input", { id: "files-path", size: "40", value: dir, "aria-label": "directory" });
+  const up = el("button", { type: "button", id: "files-up" }, "Up");
+  const go = el("button", { type: "submit" }, "List");
+  const upload = el("input", { type: "file", id: "files-upload", "aria-label": "upload into this directory" });
+  const status = el("p", { class: "error", id: "files-status", role: "alert" });
+  const body = el("tbody", { id: "files" });
+  const viewName = el("span", { id: "file-view-name" });
+  const view = el("pre", { id: "file-view" });
+  const nav = el("form", { class: "row" }, path, go, up, el("label", {}, "upload ", upload));
+
+  const list = async (to: string) => {
+    status.textContent = "";
+    try {
+      const entries = await api.listFiles(id, to);
+      dir = to;
+      path.value = to;
+      entries.sort((a, b) => (a.type === "dir" ? 0 : 1) - (b.type === "dir" ? 0 : 1) || a.name.localeCompare(b.name));
+      body.replaceChildren(
+        ...entries.map((f) => {
+          const name = el("button", { type: "button", class: "link", "data-type": f.type }, f.name + (f.type === "dir" ? "/" : ""));
+          name.addEventListener("click", () => (f.type === "dir" ? void list(f.path) : void open(f)));
+          const cells = [el("td", {}, name), el("td", {}, f.type + (f.symlink_target ? " → " + f.symlink_target : "")), el("td", { class: "num" }, f.type === "dir" ? "" : String(f.size)), el("td", {}, f.modified_at)];
+          const dl = el("td", {});
+          if (f.type === "file") {
+            const b = el("button", { type: "button", class: "download" }, "Download");
+            b.addEventListener("click", () => void download(f));
+            dl.append(b);
+          }
+          return el("tr", { "data-name": f.name }, ...cells, dl);
+        }),
+      );
+      if (!entries.length) body.append(el("tr", {}, el("td", { colspan: "5", class: "empty" }, "empty directory")));
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  const open = async (f: api.FileEntry) => {
+    status.textContent = "";
+    viewName.textContent = f.path;
+    if (f.size > maxView) {
+      view.textContent = `${f.size} bytes: too large to show here (over ${maxView}); download it`;
+      return;
+    }
+    try {
+      const bytes = new Uint8Array(await (await api.readFile(id, f.path)).arrayBuffer());
+      const text = asText(bytes);
+      view.textContent = text ?? `binary file (${bytes.length} bytes): download it`;
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  // download streams the file into a Blob, which the browser keeps in its
+  // blob store (Chromium pages large ones to disk), not in script memory,
+  // and saves it under its name.
+  const download = async (f: api.FileEntry) => {
+    status.textContent = "";
+    try {
+      const blob = await (await api.readFile(id, f.path)).blob();
+      const href = URL.createObjectURL(blob);
+      const a = el("a", { href, download: f.name });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(href), 60000);
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  nav.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    void list(path.value.trim() || "/");
+  });
+  up.addEventListener("click", () => void list(parentPath(dir)));
+  upload.addEventListener("change", async () => {
+    const file = upload.files?.[0];
+    if (!file) return;
+    status.textContent = "uploading " + file.name + "…";
+    try {
+      await api.uploadFile(id, joinPath(dir, file.name), file);
+      status.textContent = "";
+      upload.value = "";
+      await list(dir);
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  });
+  const node = el(
+    "section",
+    { id: "files-section" },
+    el("h2", {}, "Files"),
+    nav,
+    status,
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["name", "type", "bytes", "modified", ""].map((h) => el("th", {}, h)))), body)),
+    el("h3", {}, "Open: ", viewName),
+    view,
+  );
+  return { node, list: () => list(dir) };
+}
+
+// snapshotsPanel lists the sandbox's snapshots with take, fork, rollback
+// and delete; each refusal shown as the server says it.
+function snapshotsPanel(id: string, changed: () => void) {
+  const body = el("tbody", { id: "snapshots" });
+  const kind = el("select", { id: "snap-kind" }, el("option", { value: "" }, "default kind"), el("option", { value: "disk" }, "disk"), el("option", { value: "full" }, "full"));
+  const take = el("button", { type: "button", id: "snap-create" }, "Take snapshot");
+  const status = el("p", { class: "error", id: "snap-refusal", role: "alert" });
+  const run = async (what: () => Promise<unknown>) => {
+    status.textContent = "";
+    try {
+      await what();
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+    await refresh();
+    changed();
+  };
+  take.addEventListener("click", () =>
+    void run(() => api.call("POST", "/v1/sandboxes/" + encodeURIComponent(id) + "/snapshots", kind.value ? { kind: kind.value } : {})),
+  );
+  const refresh = async () => {
+    try {
+      const snaps = await api.listSnapshots(id);
+      body.replaceChildren(
+        ...snaps.map((s) => {
+          const btn = (op: string, label: string, f: () => Promise<unknown>, cls = "") => {
+            const b = el("button", { type: "button", "data-op": op, class: cls }, label);
+            b.addEventListener("click", () => void f());
+            return b;
+          };
+          const fork = btn("fork", "Fork", () =>
+            run(async () => {
+              const child = await api.fork(id, s.id);
+              location.hash = "#/sandbox/" + encodeURIComponent(child.id);
+            }),
+          );
+          const rollback = btn("rollback", "Roll back", async () => {
+            if (await confirmDelete("Roll back? The sandbox's files go back to this snapshot; what changed since is lost.", [s.id], "Roll back"))
+              await run(() => api.rollback(id, s.id));
+          });
+          const del = btn(
+            "delete",
+            "Delete",
+            async () => {
+              if (await confirmDelete("Delete this snapshot?", [s.id])) await run(() => api.deleteSnapshot(id, s.id));
+            },
+            "danger",
+          );
+          return el(
+            "tr",
+            { "data-id": s.id },
+            el("td", {}, el("code", {}, s.id)),
+            el("td", {}, s.kind),
+            el("td", {}, s.tier),
+            el("td", { class: "state state-" + s.state }, s.state + (s.reason ? " (" + s.reason + ")" : "")),
+            el("td", { class: "num" }, s.size_bytes ? String(s.size_bytes) : ""),
+            el("td", { title: s.created_at }, age(s.created_at) + " ago"),
+            el("td", { class: "row" }, fork, rollback, del),
+          );
+        }),
+      );
+      if (!snaps.length) body.append(el("tr", {}, el("td", { colspan: "7", class: "empty" }, "no snapshots")));
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  const node = el(
+    "section",
+    { id: "snapshots-section" },
+    el("h2", {}, "Snapshots"),
+    el("div", { class: "row" }, kind, take),
+    status,
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["id", "kind", "tier", "state", "bytes", "taken", ""].map((h) => el("th", {}, h)))), body)),
+  );
+  return { node, refresh };
+}
+
+function sandboxPage(id: string, focusTerminal: boolean) {
   const record = el("dl", { id: "record" });
   const buttons = el("div", { id: "lifecycle" });
   const refusal = el("p", { class: "error", id: "refusal", role: "alert" });
   const termStatus = el("span", { id: "term-status" });
+  const reconnect = el("button", { type: "button", id: "term-reconnect" }, "Reconnect");
   const termHost = el("div", { id: "terminal" });
+  const ports = el("tbody", { id: "ports" });
+  const events = el("ol", { id: "events" });
+  const files = fileBrowser(id);
   let closeTerm: (() => void) | null = null;
   let lastState = "";
+  let lastGeneration: number | undefined;
+  let ticks = 0;
+
+  // The terminal runs while the sandbox does: a pause keeps it (its shell
+  // is frozen with the sandbox), a stop or hibernate closes it, and when the
+  // sandbox runs again without a live shell a new one is opened.
+  let termLive = false;
+  const openTerm = () => {
+    if (closeTerm) closeTerm();
+    termHost.replaceChildren();
+    termLive = true;
+    closeTerm = openTerminal(termHost, id, (s) => {
+      termLive = s === "connecting" || s === "connected";
+      termStatus.textContent = s;
+    });
+    if (focusTerminal) termHost.scrollIntoView({ block: "nearest" });
+  };
+  const closeTermNow = (why: string) => {
+    if (closeTerm) closeTerm();
+    closeTerm = null;
+    termLive = false;
+    termStatus.textContent = why;
+  };
+  reconnect.addEventListener("click", () => {
+    if (lastState === "running") openTerm();
+  });
 
   const render = (sb: api.Sandbox) => {
     const rows: [string, string][] = [
@@ -158,13 +478,19 @@ function sandboxPage(id: string) {
       ["template", sb.template],
       ["runtime", sb.runtime],
       ["node", sb.node],
+      ["generation", String(sb.generation ?? "")],
       ["size", sb.cpus + " CPU, " + sb.memory_mib + " MiB, disk " + sb.disk_mib + " MiB"],
       ["created", sb.created_at + " (" + age(sb.created_at) + " ago)"],
       ["expires", sb.expires_at ?? "never"],
     ];
     for (const [k, v] of Object.entries(sb.metadata ?? {})) rows.push(["metadata " + k, v]);
     record.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+    // A new execution while running (a rollback) ends the shell: a new one.
+    const newExecution = sb.generation !== lastGeneration && lastGeneration !== undefined;
+    lastGeneration = sb.generation;
+    if (newExecution && sb.state === "running" && sb.state === lastState) openTerm();
     if (sb.state !== lastState) {
+      const was = lastState;
       lastState = sb.state;
       buttons.replaceChildren(
         ...api.moves(sb.state).map((op) => {
@@ -173,15 +499,56 @@ function sandboxPage(id: string) {
           return b;
         }),
       );
-      if (sb.state === "running" && !closeTerm) {
-        closeTerm = openTerminal(termHost, sb.id, (s) => (termStatus.textContent = s));
+      if (sb.state === "running") {
+        if (!closeTerm || !termLive) openTerm();
+        if (was === "") void files.list();
+      } else if (sb.state !== "paused" && closeTerm) {
+        closeTermNow("sandbox " + sb.state + ": the terminal reconnects when it runs again");
       }
+      void side();
     }
+  };
+  const renderPorts = (list: api.Port[]) => {
+    ports.replaceChildren(
+      ...list.map((p) => {
+        const link = (u: string) => (/^https?:\/\//.test(u) ? el("a", { href: u, target: "_blank", rel: "noopener noreferrer" }, u) : el("code", {}, u));
+        return el(
+          "tr",
+          { "data-port": String(p.port) },
+          el("td", { class: "num" }, String(p.port)),
+          el("td", {}, p.protocol),
+          el("td", {}, p.public ? "public" : "private (token)"),
+          el("td", {}, link(p.url)),
+          el("td", {}, p.proxy_url ? link(p.proxy_url) : ""),
+        );
+      }),
+    );
+    if (!list.length) ports.append(el("tr", {}, el("td", { colspan: "5", class: "empty" }, "no exposed ports")));
+  };
+  const renderEvents = (list: api.Event[]) => {
+    events.replaceChildren(
+      ...list
+        .slice()
+        .reverse()
+        .map((e) => el("li", { "data-type": e.type, class: "event-" + e.type }, el("time", { datetime: e.time }, e.time), " ", el("b", {}, e.type), " ", el("span", { class: "message" }, e.message))),
+    );
+    if (!list.length) events.append(el("li", { class: "empty" }, "no events"));
+  };
+  const snaps = snapshotsPanel(id, () => void tick());
+  // side reads the snapshots, ports and events: after each move, and every
+  // sideEvery polls.
+  const side = async () => {
+    await Promise.all([
+      snaps.refresh(),
+      api.listPorts(id).then(renderPorts, (e) => (refusal.textContent = errorText(e))),
+      api.listEvents(id).then(renderEvents, (e) => (refusal.textContent = errorText(e))),
+    ]);
   };
   const act = async (op: string) => {
     refusal.textContent = "";
     try {
       if (op === "delete") {
+        if (!(await confirmDelete("Delete this sandbox?", [id]))) return;
         await api.deleteSandbox(id);
         location.hash = "#/";
         return;
@@ -191,10 +558,12 @@ function sandboxPage(id: string) {
       refusal.textContent = errorText(e);
     }
     void tick();
+    void side();
   };
   const tick = async () => {
     try {
       render(await api.getSandbox(id));
+      if (++ticks % sideEvery === 0) void side();
     } catch (e) {
       if (e instanceof api.APIError && e.status === 401) return signIn(errorText(e));
       refusal.textContent = errorText(e);
@@ -210,8 +579,12 @@ function sandboxPage(id: string) {
       record,
       buttons,
       refusal,
-      el("h2", {}, "Terminal ", termStatus),
+      el("h2", {}, "Terminal ", termStatus, " ", reconnect),
       termHost,
+      files.node,
+      snaps.node,
+      el("section", {}, el("h2", {}, "Exposed ports"), el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["port", "protocol", "access", "URL", "proxy URL"].map((h) => el("th", {}, h)))), ports))),
+      el("section", {}, el("h2", {}, "Events"), events),
     ),
   );
   void tick();
@@ -224,8 +597,8 @@ function sandboxPage(id: string) {
 
 function route() {
   if (!api.getKey()) return signIn();
-  const m = /^#\/sandbox\/(.+)$/.exec(location.hash);
-  if (m) return sandboxPage(decodeURIComponent(m[1]));
+  const m = /^#\/sandbox\/([^/]+)(\/terminal)?$/.exec(location.hash);
+  if (m) return sandboxPage(decodeURIComponent(m[1]), m[2] !== undefined);
   sandboxesPage();
 }
 

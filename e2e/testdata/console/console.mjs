@@ -2,7 +2,8 @@
 // from console/'s lockfile) against a running `space server --dev`.
 // Env: SPACE_URL, SPACE_KEY, XSS_ID (a sandbox whose metadata label is
 // XSS_PAYLOAD), SHOTS (a directory for screenshots), PLAYWRIGHT (the
-// playwright-core module's path). Prints one JSON line: {ok, steps, id}.
+// playwright-core module's path). Prints one JSON line: {ok, problems,
+// steps, id, fork}.
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
@@ -23,9 +24,40 @@ async function until(what, cond, ms = 60000) {
 }
 const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
 const step = (s) => { steps.push(s); console.error("console.mjs: " + s); };
+// rest calls the REST API as the test, beside the console.
+async function rest(method, path, body) {
+  const headers = { Authorization: "Bearer " + key };
+  if (body !== undefined && !(body instanceof Uint8Array) && typeof body !== "string") {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(body);
+  }
+  const res = await fetch(url + path, { method, headers, body });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, text, json };
+}
+const rows = (page) => page.$$eval(".xterm-accessibility-tree > div", (rs) => rs.map((r) => r.textContent.trim()));
+// typed runs a command in the terminal and waits for a row that is exactly want.
+async function typed(page, cmd, want) {
+  await page.click("#terminal");
+  await page.keyboard.type(cmd + "\n");
+  try {
+    await until(JSON.stringify(want) + " in the terminal", async () => (await rows(page)).includes(want), 30000);
+  } catch (e) {
+    throw new Error(e.message + "; the terminal shows " + JSON.stringify((await rows(page)).filter((r) => r !== "")));
+  }
+}
+// noHorizontalScroll: at a phone's width the page itself never scrolls
+// sideways (a wide table scrolls in its own box).
+async function noHorizontalScroll(page, where) {
+  const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  if (sw > iw) problems.push(`${where} at ${iw}px wide scrolls sideways: the page is ${sw}px wide`);
+}
+const hostile = "<img src=x onerror=alert(1)>";
 
 const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] });
-let id = "";
+let id = "", fork = "";
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on("dialog", async (d) => { problems.push("a dialog opened: " + d.message()); await d.dismiss(); });
@@ -53,18 +85,35 @@ try {
   await page.waitForSelector("#create-template option[value=minimal]", { state: "attached" });
   await page.selectOption("#create-template", "minimal");
   await page.selectOption("#create-runtime", "ns");
+  step("create refused");
+  // A bad field is refused in the form, naming it; nothing is created.
+  await page.fill("#create-env", "GREETING");
   await page.click("#create button[type=submit]");
-  await page.waitForURL(/#\/sandbox\//);
-  id = decodeURIComponent(page.url().split("#/sandbox/")[1]);
+  await until("the env refusal", async () => (await text(page, "#create-error")).includes("want KEY=VALUE"));
+  await page.fill("#create-env", "GREETING=hi-console\nSECOND=2");
+  await page.fill("#create-cpus", "1");
+  await page.fill("#create-memory", "300");
+  await page.fill("#create-timeout", "45m");
+  await page.click("#create button[type=submit]");
+  await page.waitForURL(/#\/sandbox\/[^/]+\/terminal$/);
+  id = decodeURIComponent(page.url().split("#/sandbox/")[1].split("/")[0]);
   await until("running", async () => (await text(page, '[data-field="state"]')) === "running");
+  const created = (await rest("GET", "/v1/sandboxes/" + id)).json;
+  if (created.memory_mib !== 300 || created.cpus !== 1 || !created.expires_at) problems.push("the create form's size or timeout did not reach the server: " + JSON.stringify(created));
 
   step("terminal");
   await until("the terminal", async () => (await text(page, "#term-status")) === "connected");
+  // Created from the form: the page lands in the terminal, focused.
+  if (!(await page.evaluate(() => document.getElementById("terminal").contains(document.activeElement)))) problems.push("the new sandbox's terminal is not focused");
+  await typed(page, 'echo "env=$GREETING"', "env=hi-console");
   await page.click("#terminal");
   await page.keyboard.type("echo hello\n");
   // Screen-reader mode keeps the terminal's rows as text: a row that is
   // exactly "hello" is the command's output, not its echo.
   await until("hello", () => page.$$eval(".xterm-accessibility-tree > div", (rs) => rs.some((r) => r.textContent.trim() === "hello")));
+  // A process's output that is markup stays text in the terminal's rows.
+  await typed(page, "printf '%s\\n' '" + hostile + "'", hostile);
+  if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("an img element made from a process's output");
   await page.screenshot({ path: shots + "/sandbox-terminal.png" });
 
   step("resize");
@@ -93,6 +142,8 @@ try {
   step("resume");
   await page.click('#lifecycle button[data-op="resume"]');
   await until("running", async () => (await text(page, '[data-field="state"]')) === "running");
+  await until("the terminal after resume", async () => (await text(page, "#term-status")) === "connected");
+  await typed(page, "echo resumed-$((2+3))", "resumed-5");
 
   step("refusal");
   // The server's refusal, as it says it: the sandbox is stopped behind the
@@ -121,6 +172,150 @@ try {
   step("start");
   await page.click('#lifecycle button[data-op="start"]');
   await until("running again", async () => (await text(page, '[data-field="state"]')) === "running");
+  step("terminal reconnect");
+  // The stop ended the shell; the start opens a new one by itself.
+  await until("the terminal reconnected", async () => (await text(page, "#term-status")) === "connected");
+  await typed(page, "echo again-$((1+1))", "again-2");
+
+  step("files");
+  const notes = "line one\n<b>not bold</b>\n";
+  await rest("POST", "/v1/sandboxes/" + id + "/files/mkdir?path=/home/user");
+  for (const [p, body] of [["/home/user/notes.txt", notes], ["/home/user/" + hostile, "hostile\n"]]) {
+    const r = await rest("PUT", "/v1/sandboxes/" + id + "/files?path=" + encodeURIComponent(p), body);
+    if (r.status >= 300) problems.push("write " + p + ": HTTP " + r.status + " " + r.text);
+  }
+  await page.fill("#files-path", "/");
+  await page.press("#files-path", "Enter");
+  await page.waitForSelector('#files tr[data-name="home"] button');
+  await page.click('#files tr[data-name="home"] button');
+  await until("/home listed", async () => (await page.inputValue("#files-path")) === "/home");
+  await page.click('#files tr[data-name="user"] button');
+  await until("/home/user listed", async () => (await page.inputValue("#files-path")) === "/home/user");
+  await page.waitForSelector('#files tr[data-name="notes.txt"]');
+  const names = await page.$$eval("#files tr", (rs) => rs.map((r) => r.dataset.name));
+  if (!names.includes(hostile)) problems.push("the hostile file name is not listed as itself: " + JSON.stringify(names));
+  const hostileShown = await page.$$eval("#files tr", (rs, h) => rs.filter((r) => r.dataset.name === h).map((r) => r.querySelector("button").textContent), hostile);
+  if (hostileShown[0] !== hostile) problems.push("the hostile file name is shown as " + JSON.stringify(hostileShown));
+  if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("an img element made from a file name");
+  step("open");
+  await page.click('#files tr[data-name="notes.txt"] button.link');
+  await until("the file's text", async () => (await text(page, "#file-view")) === notes);
+  if (await page.$$eval("#file-view *", (es) => es.length) !== 0) problems.push("the opened file's text made elements");
+  step("up");
+  await page.click("#files-up");
+  await until("/home again", async () => (await page.inputValue("#files-path")) === "/home");
+  await page.click('#files tr[data-name="user"] button');
+  await page.waitForSelector('#files tr[data-name="notes.txt"]');
+  step("upload");
+  const upBytes = Buffer.from("uploaded from the console\n" + "x".repeat(100000));
+  await page.setInputFiles("#files-upload", { name: "up.bin", mimeType: "application/octet-stream", buffer: upBytes });
+  await page.waitForSelector('#files tr[data-name="up.bin"]');
+  const back = await fetch(url + "/v1/sandboxes/" + id + "/files?path=/home/user/up.bin", { headers: { Authorization: "Bearer " + key } });
+  if (!Buffer.from(await back.arrayBuffer()).equals(upBytes)) problems.push("the uploaded file in the sandbox differs from what was uploaded");
+  step("download");
+  const [dl] = await Promise.all([page.waitForEvent("download"), page.click('#files tr[data-name="notes.txt"] button.download')]);
+  if (dl.suggestedFilename() !== "notes.txt") problems.push("download named " + dl.suggestedFilename());
+  const { readFileSync } = await import("node:fs");
+  const got = readFileSync(await dl.path(), "utf8");
+  if (got !== notes) problems.push("downloaded " + JSON.stringify(got) + ", the file is " + JSON.stringify(notes));
+  const [dl2] = await Promise.all([page.waitForEvent("download"), page.click('#files tr[data-name="up.bin"] button.download')]);
+  if (!readFileSync(await dl2.path()).equals(upBytes)) problems.push("the uploaded file downloaded differs");
+  await page.click('#files tr[data-name="up.bin"] button.link');
+  await until("a binary-or-text view", async () => (await text(page, "#file-view")).startsWith("uploaded from the console"));
+  await page.screenshot({ path: shots + "/sandbox-files.png", fullPage: true });
+  if (await page.evaluate(() => window.__xss)) problems.push("a script from a file ran");
+
+  step("ports");
+  const exposed = await rest("POST", "/v1/sandboxes/" + id + "/ports", { port: 8080 });
+  if (exposed.status !== 201) problems.push("expose 8080: HTTP " + exposed.status + " " + exposed.text);
+  await page.waitForSelector('#ports tr[data-port="8080"]', { timeout: 20000 });
+  const portURL = await text(page, '#ports tr[data-port="8080"] td:nth-child(4)');
+  if (portURL !== exposed.json?.url) problems.push(`port URL shown ${JSON.stringify(portURL)}, the server says ${JSON.stringify(exposed.json?.url)}`);
+
+  step("snapshots");
+  // takeSnapshot takes one from the console and returns its id once it is
+  // listed ready (the stop left one of its own already).
+  const snapIDs = () => page.$$eval("#snapshots tr[data-id]", (rs) => rs.map((r) => r.dataset.id));
+  const takeSnapshot = async () => {
+    const before = await snapIDs();
+    await page.selectOption("#snap-kind", "disk");
+    await page.click("#snap-create");
+    let made = "";
+    await until("a new ready snapshot", async () => {
+      made = (await snapIDs()).find((s) => !before.includes(s)) ?? "";
+      return made !== "" && (await text(page, `#snapshots tr[data-id="${made}"]`)).includes("ready");
+    });
+    return made;
+  };
+  await page.waitForSelector("#snapshots tr");
+  const snap1 = await takeSnapshot();
+  step("snapshot refusal");
+  const fullDirect = await rest("POST", "/v1/sandboxes/" + id + "/snapshots", { kind: "full" });
+  await page.selectOption("#snap-kind", "full");
+  await page.click("#snap-create");
+  await until("the snapshot refusal", async () => (await text(page, "#snap-refusal")) !== "");
+  const fullShown = await text(page, "#snap-refusal");
+  if (fullDirect.status < 400 || fullShown !== fullDirect.json.code + ": " + fullDirect.json.message)
+    problems.push(`full snapshot on ns: shown ${JSON.stringify(fullShown)}, the server says HTTP ${fullDirect.status} ${fullDirect.text}`);
+  step("rollback");
+  await rest("PUT", "/v1/sandboxes/" + id + "/files?path=/home/user/after-snapshot.txt", "gone after the rollback\n");
+  const createdGen = await text(page, '[data-field="generation"]');
+  await page.click(`#snapshots tr[data-id="${snap1}"] button[data-op="rollback"]`);
+  await page.waitForSelector("#confirm");
+  await page.click("#confirm-yes");
+  await until("the rollback", async () => (await rest("GET", "/v1/sandboxes/" + id + "/files/stat?path=/home/user/after-snapshot.txt")).status === 404, 60000);
+  await until("running after the rollback", async () => (await text(page, '[data-field="state"]')) === "running");
+  // The rollback is a new execution: the console opens a new shell.
+  await until("the terminal after the rollback", async () => (await text(page, '[data-field="generation"]')) !== createdGen && (await text(page, "#term-status")) === "connected");
+  await typed(page, "echo rolled-$((3+4))", "rolled-7");
+  const kept = await rest("GET", "/v1/sandboxes/" + id + "/files/stat?path=/home/user/notes.txt");
+  if (kept.status !== 200) problems.push("after the rollback to a snapshot taken after notes.txt was written: stat notes.txt HTTP " + kept.status + " " + kept.text);
+  step("snapshot delete refused");
+  // The current execution started from snap1: the server refuses to delete it.
+  const delDirect = await rest("DELETE", "/v1/sandboxes/" + id + "/snapshots/" + snap1);
+  await page.click(`#snapshots tr[data-id="${snap1}"] button[data-op="delete"]`);
+  await page.click("#confirm-yes");
+  await until("the delete refusal", async () => (await text(page, "#snap-refusal")) !== "");
+  const delShown = await text(page, "#snap-refusal");
+  if (delDirect.status !== 409 || delShown !== delDirect.json.code + ": " + delDirect.json.message)
+    problems.push(`delete of the running execution's snapshot: shown ${JSON.stringify(delShown)}, the server says HTTP ${delDirect.status} ${delDirect.text}`);
+  step("snapshot delete");
+  const snap2 = await takeSnapshot();
+  await page.click(`#snapshots tr[data-id="${snap2}"] button[data-op="delete"]`);
+  await page.click("#confirm-yes");
+  await until("the snapshot deleted", async () => (await page.$$(`#snapshots tr[data-id="${snap2}"]`)).length === 0);
+  step("events");
+  await until("snapshot and state events", () =>
+    page.$$eval("#events li", (ls) => ls.some((l) => l.dataset.type === "snapshot") && ls.some((l) => l.dataset.type === "state")),
+  );
+  const apiEvents = (await rest("GET", "/v1/sandboxes/" + id + "/events")).json.events;
+  const last = apiEvents.at(-1);
+  await until("the newest event first", async () => (await text(page, "#events li:first-child .message")) === last.message, 20000);
+  await page.screenshot({ path: shots + "/sandbox-snapshots.png", fullPage: true });
+  step("fork");
+  await page.click(`#snapshots tr[data-id="${snap1}"] button[data-op="fork"]`);
+  await until("the child's page", async () => !page.url().includes(encodeURIComponent(id)), 60000);
+  fork = decodeURIComponent(page.url().split("#/sandbox/")[1].split("/")[0]);
+  await until("the child running", async () => (await text(page, '[data-field="state"]')) === "running", 90000);
+  await until("the child's terminal", async () => (await text(page, "#term-status")) === "connected");
+  await typed(page, "cat /home/user/notes.txt | head -1", "line one");
+
+  step("phone");
+  await page.setViewportSize({ width: 390, height: 844 });
+  await new Promise((r) => setTimeout(r, 300));
+  await noHorizontalScroll(page, "a sandbox's page");
+  await page.screenshot({ path: shots + "/phone-sandbox.png", fullPage: true });
+  step("delete confirmation");
+  await page.click('#lifecycle button[data-op="delete"]');
+  await page.waitForSelector("#confirm");
+  await page.click("#confirm-no");
+  await new Promise((r) => setTimeout(r, 500));
+  if ((await rest("GET", "/v1/sandboxes/" + fork)).json?.state !== "running") problems.push("a cancelled delete deleted the sandbox");
+  await page.goto(url + "/console/#/");
+  await page.waitForSelector(`#sandboxes tr[data-id="${fork}"]`);
+  await noHorizontalScroll(page, "the sandboxes table");
+  await page.screenshot({ path: shots + "/phone-sandboxes.png", fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   step("xss");
   await page.goto(url + "/console/#/sandbox/" + encodeURIComponent(xssID));
@@ -136,16 +331,48 @@ try {
   await page.waitForSelector(`#sandboxes tr[data-id="${xssID}"]`);
   if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("img elements on the sandboxes page");
   await page.screenshot({ path: shots + "/sandboxes.png" });
+  // The table refreshes by itself: its status says when.
+  const updated = await text(page, "#list-status");
+  await until("the table's next refresh", async () => {
+    const now = await text(page, "#list-status");
+    return now.startsWith("updated ") && now !== updated;
+  }, 10000);
+  const listed = () => page.$$eval("#sandboxes tr[data-id]", (rs) => rs.map((r) => r.dataset.id).sort().join(","));
+  step("filters");
+  await page.fill("#filter-search", fork.slice(-8));
+  await until("the search", async () => (await listed()) === fork);
+  await page.fill("#filter-search", "");
+  await page.selectOption("#filter-state", "stopped");
+  await until("the state filter", async () => (await listed()) === "");
+  await page.selectOption("#filter-state", "");
+  await page.fill("#filter-search", payload.slice(0, 12));
+  await until("a search by metadata", async () => (await listed()) === xssID);
+  await page.fill("#filter-search", "");
 
   step("delete");
-  await page.goto(url + "/console/#/sandbox/" + encodeURIComponent(id));
-  await page.click('#lifecycle button[data-op="delete"]');
-  await page.waitForURL(/#\/$/);
-  await until("the delete", () => page.$$eval(`#sandboxes tr[data-id="${id}"]`, (rs) => rs.length === 0 || /deleting|deleted/.test(rs[0].textContent)));
+  // One row's delete asks first.
+  await page.click(`#sandboxes tr[data-id="${xssID}"] button.danger`);
+  await page.waitForSelector("#confirm");
+  if (!(await text(page, "#confirm-items")).includes(xssID)) problems.push("the confirmation does not name " + xssID);
+  await page.click("#confirm-yes");
+  await until("the xss sandbox deleted", async () => [404].includes((await rest("GET", "/v1/sandboxes/" + xssID)).status) || /deleting|deleted/.test((await rest("GET", "/v1/sandboxes/" + xssID)).json?.state));
+  step("bulk delete");
+  await page.check(`#sandboxes tr[data-id="${id}"] input.pick`);
+  await page.check(`#sandboxes tr[data-id="${fork}"] input.pick`);
+  await until("two picked", async () => (await text(page, "#bulk-delete")) === "Delete selected (2)");
+  await page.click("#bulk-delete");
+  await page.waitForSelector("#confirm");
+  const items = await page.$$eval("#confirm-items li", (ls) => ls.map((l) => l.textContent).sort().join(","));
+  if (items !== [id, fork].sort().join(",")) problems.push("the bulk confirmation lists " + items);
+  await page.screenshot({ path: shots + "/sandboxes-bulk-delete.png" });
+  await page.click("#confirm-yes");
+  await until("the delete", () =>
+    page.$$eval(`#sandboxes tr[data-id]`, (rs, ids) => rs.filter((r) => ids.includes(r.dataset.id)).every((r) => /deleting|deleted/.test(r.textContent)), [id, fork]),
+  );
   step("done");
 } catch (e) {
   problems.push("after step " + steps.at(-1) + ": " + e.message);
 } finally {
   await browser.close();
 }
-console.log(JSON.stringify({ ok: problems.length === 0, problems, steps, id }));
+console.log(JSON.stringify({ ok: problems.length === 0, problems, steps, id, fork }));

@@ -1,0 +1,50 @@
+// Unit tests of src/forms.ts, run by `make build` before the bundle is made
+// (node's test runner; esbuild turns the TypeScript into a module here).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as esbuild from "esbuild";
+
+const out = await esbuild.build({ entryPoints: ["src/forms.ts"], bundle: true, format: "esm", write: false, logLevel: "warning" });
+const f = await import("data:text/javascript;base64," + Buffer.from(out.outputFiles[0].text).toString("base64"));
+
+test("parseEnv reads KEY=VALUE lines and names a bad line", () => {
+  assert.deepEqual(f.parseEnv("A=1\n\nB=x=y\r\nC="), { A: "1", B: "x=y", C: "" });
+  assert.deepEqual(f.parseEnv(""), {});
+  assert.throws(() => f.parseEnv("A=1\nNOEQUALS"), /env line 2 "NOEQUALS": want KEY=VALUE/);
+  assert.throws(() => f.parseEnv("=v"), /env line 1/);
+});
+
+test("positiveInt: empty is the server's default, else a whole number ≥ 1", () => {
+  assert.equal(f.positiveInt("CPUs", " "), undefined);
+  assert.equal(f.positiveInt("CPUs", "2"), 2);
+  for (const bad of ["0", "-1", "1.5", "2x", "1e3"]) assert.throws(() => f.positiveInt("CPUs", bad), /CPUs .*want a whole number/);
+});
+
+test("joinPath and parentPath", () => {
+  assert.equal(f.joinPath("/", "a"), "/a");
+  assert.equal(f.joinPath("/home/user", "a b"), "/home/user/a b");
+  assert.equal(f.joinPath("/home/", "a"), "/home/a");
+  assert.equal(f.parentPath("/"), "/");
+  assert.equal(f.parentPath("/home"), "/");
+  assert.equal(f.parentPath("/home/user/"), "/home");
+  assert.equal(f.parentPath("/a/b/c"), "/a/b");
+});
+
+test("filterSandboxes by state and by a search of id, name, template and metadata", () => {
+  const list = [
+    { id: "aaa111", name: "web", state: "running", template: "base", runtime: "ns", node: "n1", metadata: { owner: "Alice" } },
+    { id: "bbb222", state: "stopped", template: "minimal", runtime: "vm", node: "n2" },
+  ];
+  const ids = (l) => l.map((s) => s.id);
+  assert.deepEqual(ids(f.filterSandboxes(list, "", "")), ["aaa111", "bbb222"]);
+  assert.deepEqual(ids(f.filterSandboxes(list, "stopped", "")), ["bbb222"]);
+  assert.deepEqual(ids(f.filterSandboxes(list, "", "alice")), ["aaa111"]);
+  assert.deepEqual(ids(f.filterSandboxes(list, "", "MINI")), ["bbb222"]);
+  assert.deepEqual(ids(f.filterSandboxes(list, "running", "bbb")), []);
+});
+
+test("asText: UTF-8 is text; invalid UTF-8 or a NUL byte is not", () => {
+  assert.equal(f.asText(new TextEncoder().encode("héllo <b>\n")), "héllo <b>\n");
+  assert.equal(f.asText(new Uint8Array([0x68, 0, 0x69])), null);
+  assert.equal(f.asText(new Uint8Array([0xff, 0xfe])), null);
+});

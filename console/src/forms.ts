@@ -1,0 +1,70 @@
+// Pure helpers of the console's forms and file browser (unit-tested in
+// forms.test.mjs).
+
+// parseEnv reads the create form's environment: one KEY=VALUE a line, blank
+// lines skipped. A line without "=" or with an empty key is an error that
+// names the line.
+export function parseEnv(text: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  text.split("\n").forEach((raw, i) => {
+    const line = raw.replace(/\r$/, "");
+    if (line.trim() === "") return;
+    const eq = line.indexOf("=");
+    if (eq <= 0) throw new Error(`env line ${i + 1} ${JSON.stringify(line)}: want KEY=VALUE`);
+    env[line.slice(0, eq).trim()] = line.slice(eq + 1);
+  });
+  return env;
+}
+
+// positiveInt reads a number field: empty is undefined (the server's
+// default); anything but a whole number ≥ 1 is an error naming the field.
+export function positiveInt(field: string, v: string): number | undefined {
+  const s = v.trim();
+  if (s === "") return undefined;
+  if (!/^[0-9]+$/.test(s) || Number(s) < 1) throw new Error(`${field} ${JSON.stringify(s)}: want a whole number of at least 1`);
+  return Number(s);
+}
+
+// joinPath is dir/name for a sandbox path.
+export function joinPath(dir: string, name: string): string {
+  return (dir.endsWith("/") ? dir : dir + "/") + name;
+}
+
+// parentPath is the directory holding path ("/" for "/" itself).
+export function parentPath(path: string): string {
+  const p = path.replace(/\/+$/, "");
+  const i = p.lastIndexOf("/");
+  return i <= 0 ? "/" : p.slice(0, i);
+}
+
+// filterSandboxes keeps the sandboxes in state (all when empty) whose id,
+// name, template, runtime, node or a metadata value contains search
+// (case-insensitive).
+export function filterSandboxes<T extends { id: string; name?: string; state: string; template: string; runtime: string; node: string; metadata?: Record<string, string> }>(
+  list: T[],
+  state: string,
+  search: string,
+): T[] {
+  const s = search.trim().toLowerCase();
+  return list.filter((sb) => {
+    if (state && sb.state !== state) return false;
+    if (!s) return true;
+    const fields = [sb.id, sb.name ?? "", sb.template, sb.runtime, sb.node, ...Object.values(sb.metadata ?? {})];
+    return fields.some((f) => f.toLowerCase().includes(s));
+  });
+}
+
+// maxView is the largest file the browser opens as text; a larger one is
+// offered for download.
+export const maxView = 1 << 20;
+
+// asText decodes a file's bytes as UTF-8, or null when they are not text
+// (invalid UTF-8 or a NUL byte).
+export function asText(bytes: Uint8Array): string | null {
+  if (bytes.includes(0)) return null;
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return null;
+  }
+}
