@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -105,7 +106,11 @@ func dial(addr string, n int, dur time.Duration) {
 	c.Attempts = c.Accepted + c.Refused + c.Other
 	c.Seconds = time.Since(start).Seconds()
 	_ = json.NewEncoder(os.Stdout).Encode(c)
-	select {} // hold every accepted connection until killed
+	// Hold every accepted connection until killed (a bare select{} would be
+	// the runtime's deadlock once no goroutine is left).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
 }
 
 func serve(addr string) {
