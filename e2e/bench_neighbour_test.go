@@ -59,16 +59,7 @@ const neighbourExecs = 100
 // execLatencies times neighbourExecs execs of true in sandbox id.
 func (in *instance) execLatencies(id string) []time.Duration {
 	in.t.Helper()
-	ds := make([]time.Duration, 0, neighbourExecs)
-	for range neighbourExecs {
-		start := time.Now()
-		var res execResult
-		if code := in.do("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"true"}}, &res); code != http.StatusOK || res.ExitCode != 0 {
-			in.t.Fatalf("exec true: HTTP %d %+v", code, res)
-		}
-		ds = append(ds, time.Since(start))
-	}
-	return ds
+	return in.execTimes(id, neighbourExecs)
 }
 
 // createSized creates a sandbox of cpus CPUs.

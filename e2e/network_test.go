@@ -428,8 +428,15 @@ func testPathsAroundGateway(t *testing.T, e *egressNet, in *instance, id string)
 }
 
 // gatewayCounters reads the gateway's decision counters from the node's
-// metrics (the node-api's unix socket, with the node token).
+// metrics.
 func (in *instance) gatewayCounters(t *testing.T) map[string]uint64 {
+	t.Helper()
+	return metricValues(in.nodeMetrics(t), "space_gateway_flows_total", "decision")
+}
+
+// nodeMetrics is the node's metrics text (the node-api's unix socket, with
+// the node token).
+func (in *instance) nodeMetrics(t *testing.T) string {
 	t.Helper()
 	token, err := os.ReadFile(filepath.Join(in.dataDir, "node.token"))
 	if err != nil {
@@ -450,16 +457,22 @@ func (in *instance) gatewayCounters(t *testing.T) map[string]uint64 {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("node metrics: HTTP %d %s", resp.StatusCode, body)
 	}
+	return string(body)
+}
+
+// metricValues is the values of metric name in a metrics text by its one
+// label's value: metricValues(m, "space_gateway_flows_total", "decision").
+func metricValues(metrics, name, label string) map[string]uint64 {
 	out := map[string]uint64{}
-	const prefix = `space_gateway_flows_total{decision="`
-	for _, line := range strings.Split(string(body), "\n") {
+	prefix := name + "{" + label + `="`
+	for _, line := range strings.Split(metrics, "\n") {
 		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
 			continue
 		}
-		reason, value, ok := strings.Cut(rest, `"} `)
+		v, value, ok := strings.Cut(rest, `"} `)
 		if n, err := strconv.ParseUint(value, 10, 64); ok && err == nil {
-			out[reason] = n
+			out[v] = n
 		}
 	}
 	return out
