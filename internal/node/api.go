@@ -89,7 +89,7 @@ func (m *Manager) handleGuest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	rec, err := m.records.load(execID)
+	rec, err := m.records.loadShared(execID)
 	if err != nil {
 		writeError(w, fmt.Errorf("%w: exec %s is not on this node", errdefs.ErrNotFound, execID))
 		return

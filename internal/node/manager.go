@@ -166,7 +166,7 @@ func NewManager(cfg Config, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: state dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: log, records: records{dir: dir}, refusals: newRefusalMetrics(), guestErrors: newGuestErrorMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), statusRefresh: defaultStatusRefresh, pauser: cfg.Privileged,
+	m := &Manager{cfg: cfg, log: log, records: records{dir: dir, cache: newRecordCache()}, refusals: newRefusalMetrics(), guestErrors: newGuestErrorMetrics(), bridges: map[string]*bridgeConn{}, starting: map[string]bool{}, changed: make(chan struct{}, 1), statusRefresh: defaultStatusRefresh, pauser: cfg.Privileged,
 		reported: metrics.NewCounterVec("space_node_heartbeat_executions_total",
 			"Executions the node's heartbeats reported, by how each one's state was known: held (the bridge's last answer, its process alive) or asked (a status round trip to its bridge).", "status").Always(reportHeld, reportAsked),
 		serving: make(chan struct{})}

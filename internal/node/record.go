@@ -73,7 +73,10 @@ func (rec *Record) physicalID() string {
 }
 
 // records stores one directory per execution under dir.
-type records struct{ dir string }
+type records struct {
+	dir   string
+	cache *recordCache // nil: loadShared reads the file every time
+}
 
 func (r records) execDir(id string) string { return filepath.Join(r.dir, id) }
 func (r records) socket(id string) string  { return filepath.Join(r.execDir(id), "bridge.sock") }
@@ -154,4 +157,7 @@ func (r records) all() ([]*Record, []error) {
 	return out, errs
 }
 
-func (r records) remove(id string) error { return os.RemoveAll(r.execDir(id)) }
+func (r records) remove(id string) error {
+	r.cache.forget(id)
+	return os.RemoveAll(r.execDir(id))
+}
