@@ -81,6 +81,8 @@ type e2bNetworkInfo struct {
 	// (e2bNetworkOf).
 	AllowOut []string `json:"allowOut,omitempty"`
 	DenyOut  []string `json:"denyOut,omitempty"`
+	// MaskRequestHost is the Host its ports' requests carry (parseHostMask).
+	MaskRequestHost string `json:"maskRequestHost,omitempty"`
 }
 
 // ListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).
