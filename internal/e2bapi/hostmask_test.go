@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -79,4 +80,18 @@ func FuzzParseHostMask(f *testing.F) {
 		}
 		checkMaskedHosts(t, got)
 	})
+}
+
+// TestE2BIAMRefused: a create asking for E2B workload tokens (iam) is
+// refused naming it; an empty iam asks for nothing.
+func TestE2BIAMRefused(t *testing.T) {
+	for raw, refuse := range map[string]bool{
+		``: false, `null`: false, `{}`: false, `{"tokens":{}}`: false, `{"tokens":null}`: false,
+		`{"tokens":{"aws":{"audience":"sts.amazonaws.com","tokenType":"JWT-SVID"}}}`: true, `{"other":1}`: true, `"x"`: true,
+	} {
+		err := e2bUnsupported(&e2bNewSandbox{IAM: json.RawMessage(raw)})
+		if refuse != (err != nil) || err != nil && (!errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "iam")) {
+			t.Errorf("iam %s: %v; want refused %v, naming iam", raw, err, refuse)
+		}
+	}
 }

@@ -66,8 +66,28 @@ func e2bUnsupported(req *e2bNewSandbox) error {
 		return fmt.Errorf("%w: volumeMounts are not supported by SPACE yet", errdefs.ErrInvalidArgument)
 	case len(req.MCP) > 0:
 		return fmt.Errorf("%w: mcp is not supported by SPACE yet", errdefs.ErrInvalidArgument)
+	case iamAsks(req.IAM):
+		return fmt.Errorf("%w: iam (workload identity tokens) is not supported by SPACE: it mints no workload tokens; store the secret as a SPACE credential (docs/credentials.md), which the gateway injects without the sandbox holding it", errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// iamAsks reports whether an E2B iam field asks for anything: absent,
+// null, {} and an object whose tokens are empty do not.
+func iamAsks(raw json.RawMessage) bool {
+	if len(bytes.TrimSpace(raw)) == 0 || isJSONEmpty(raw) {
+		return false
+	}
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return true
+	}
+	for k, t := range v {
+		if !strings.EqualFold(k, "tokens") || !isJSONEmpty(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // handleE2BCreate is POST /sandboxes and /v2/sandboxes: a sandbox from a
