@@ -90,9 +90,19 @@ await run('network', [
   ['what SPACE cannot do is refused by name', async () => {
     await refused(() => Sandbox.create(template, { network: { denyOut: ['example.com'] } }), 'network.denyOut[0] "example.com": domain names are not supported in denyOut')
     await refused(() => Sandbox.create(template, { network: { allowOut: ['example.com'] } }), 'add "0.0.0.0/0" (ALL_TRAFFIC) to denyOut')
-    await refused(() => Sandbox.create(template, { network: { maskRequestHost: 'localhost:${PORT}' } }), 'network.maskRequestHost is not supported')
-    await refused(() => Sandbox.create(template, { network: { allowOut: ['api.example.com'], denyOut: [ALL_TRAFFIC], rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } } }), 'network.rules is not supported')
-    await refused(() => sbx.updateNetwork({ rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } }), 'network.rules (per-domain request transforms) is not supported')
+    await refused(() => Sandbox.create(template, { network: { maskRequestHost: 'a b.example.com' } }), 'network.maskRequestHost "a b.example.com"')
+    await refused(() => Sandbox.create(template, { network: { allowOut: ['api.example.com'], denyOut: [ALL_TRAFFIC], rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } } }), 'network.rules is not supported by SPACE: per-domain header transforms')
+    await refused(() => sbx.updateNetwork({ rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } }), 'network.rules is not supported by SPACE')
+    await refused(() => sbx.updateNetwork({ egressProxy: { address: 'proxy.example.com:1080' } }), 'network.egressProxy is not supported by SPACE')
+    await refused(() => Sandbox.create(template, { network: { egressProxy: { address: 'proxy.example.com:1080' } } }), 'network.egressProxy is not supported by SPACE')
+    // Not every pinned SDK sends httpsPorts: the request as the newest sends it.
+    const r = await fetch(process.env.E2B_API_URL + '/sandboxes', {
+      method: 'POST', headers: { 'X-API-Key': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ templateID: template, network: { httpsPorts: [3000] } }),
+    })
+    const body = await r.text()
+    eq(r.status, 400, 'httpsPorts: ' + body)
+    assert(body.includes('network.httpsPorts is not supported by SPACE'), 'httpsPorts refusal names it: ' + body)
     await refused(() => sbx.updateNetwork({ denyOut: ['10.0.0.1/8'] }), 'has host bits set; did you mean 10.0.0.0/8')
     // A refused update leaves the policy as it was.
     eq(await reach(sbx, domain), true, `${domain} after refused updates`)

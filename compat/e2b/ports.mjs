@@ -11,9 +11,9 @@ const trafficHeader = 'e2b-traffic-access-token'
 
 // get sends GET / to the data plane with the given headers (Host among
 // them, which fetch does not let a caller set) and returns status and body.
-function get(headers) {
+function get(headers, path = '/') {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: dataPlane.hostname, port: dataPlane.port, path: '/', headers }, (res) => {
+    const req = http.request({ host: dataPlane.hostname, port: dataPlane.port, path, headers }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (d) => { body += d })
@@ -50,6 +50,24 @@ const others = []
 const textOf = (sbx) => `hello from ${sbx.sandboxId}\n`
 
 await run('ports', [
+  ['maskRequestHost: the port sees that Host', async () => {
+    const s = await Sandbox.create(template, { timeoutMs: 120_000, network: { maskRequestHost: '${PORT}-masked.example.com' } })
+    others.push(s)
+    eq((await s.getInfo()).network?.maskRequestHost, '${PORT}-masked.example.com', 'getInfo().network.maskRequestHost')
+    // A CGI script of busybox httpd answers the Host it was sent.
+    await s.files.write('/tmp/www/cgi-bin/host', '#!/bin/sh\necho "Content-Type: text/plain"\necho\necho "host=$HTTP_HOST"\n')
+    await s.commands.run(`chmod +x /tmp/www/cgi-bin/host && busybox httpd -f -p ${port} -h /tmp/www`, { background: true })
+    await waitFor(async () => {
+      const r = await s.commands.run(`busybox wget -q -O - http://127.0.0.1:${port}/cgi-bin/host`).catch(() => null)
+      return r?.stdout?.startsWith('host=')
+    }, 'httpd answering in the sandbox', 30_000)
+    for (const [what, headers] of [['by header', { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': String(port) }], ['by host', { Host: s.getHost(port) }]]) {
+      const r = await get(headers, '/cgi-bin/host')
+      eq(r.status, 200, `${what}: ${r.body}`)
+      eq(r.body.trim(), `host=${port}-masked.example.com`, `${what}: the Host the port saw`)
+    }
+    eq((await pub.getInfo()).network?.maskRequestHost, undefined, 'getInfo().network.maskRequestHost of a sandbox without one')
+  }],
   ['public by default', async () => {
     eq(pub.trafficAccessToken, undefined, 'trafficAccessToken of a public sandbox')
     await serve(pub, textOf(pub))

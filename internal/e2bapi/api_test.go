@@ -232,7 +232,8 @@ func TestParseE2BNetwork(t *testing.T) {
 		{`{"maskRequestHost":false}`, nil, false, true},
 		{`{"denyOut":["0.0.0.0/0"]}`, nil, true, false},
 		{`{"allowOut":["example.com"]}`, nil, true, false},
-		{`{"maskRequestHost":"localhost:${PORT}"}`, nil, false, true},
+		{`{"maskRequestHost":"localhost:${PORT}"}`, nil, true, false},
+		{`{"maskRequestHost":"a b"}`, nil, false, true},
 		{`{"egressProxy":{"address":"p:1080"}}`, nil, false, true},
 		{`{"rules":{"a.com":[{}]}}`, nil, false, true},
 		{`{"httpsPorts":[3000]}`, nil, false, true},
@@ -240,9 +241,9 @@ func TestParseE2BNetwork(t *testing.T) {
 		{`"x"`, nil, false, true},
 		{`true`, nil, false, true},
 	} {
-		public, err := parseE2BNetwork(json.RawMessage(tc.network), tc.secure)
-		if public != tc.public || (err != nil) != tc.err || err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("parseE2BNetwork(%s, secure %v) = %v, %v; want %v, error %v", tc.network, tc.secure, public, err, tc.public, tc.err)
+		rule, err := parseE2BNetwork(json.RawMessage(tc.network), tc.secure)
+		if public := rule.Public; public != tc.public || (err != nil) != tc.err || err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("parseE2BNetwork(%s, secure %v) = %+v, %v; want public %v, error %v", tc.network, tc.secure, rule, err, tc.public, tc.err)
 		}
 	}
 }
@@ -252,12 +253,16 @@ func FuzzParseE2BNetwork(f *testing.F) {
 	f.Add(`{"allowOut":[],"rules":{}}`, true)
 	f.Add(`{"maskRequestHost":"x"}`, true)
 	f.Fuzz(func(t *testing.T, network string, secure bool) {
-		public, err := parseE2BNetwork(json.RawMessage(network), &secure)
-		if err != nil && (public || !errors.Is(err, errdefs.ErrInvalidArgument)) {
+		rule, err := parseE2BNetwork(json.RawMessage(network), &secure)
+		public := rule.Public
+		if err != nil && (public || rule.HostMask != "" || !errors.Is(err, errdefs.ErrInvalidArgument)) {
 			t.Fatalf("parseE2BNetwork(%q) = %v, %v: an error must be InvalidArgument and say not public", network, public, err)
 		}
 		if err == nil && !public && !secure {
 			t.Fatalf("parseE2BNetwork(%q) made a private sandbox with secure false", network)
+		}
+		if err == nil && rule.HostMask != "" {
+			checkMaskedHosts(t, rule.HostMask)
 		}
 	})
 }

@@ -22,8 +22,9 @@ package e2bapi
 //     reachable), and allowOut also as allow CIDRs, which is how SPACE opens
 //     a private range on purpose.
 //
-// Rules (header transforms), egressProxy, maskRequestHost and httpsPorts
-// have no SPACE counterpart yet and are refused by name, never dropped.
+// Rules (header transforms), egressProxy and httpsPorts have no SPACE
+// counterpart and are refused by name, never dropped (e2bRefusedNetwork);
+// maskRequestHost is the ports' rule (hostmask.go).
 
 import (
 	"encoding/json"
@@ -259,11 +260,11 @@ func (a *API) handleE2BUpdateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !isJSONEmpty(req.Rules) && len(req.Rules) > 0 {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: network.rules (per-domain request transforms) is not supported by SPACE yet; SPACE's credential rules inject headers: docs/credentials.md", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, e2bRefusedNetwork("rules"))
 		return
 	}
 	if !isJSONEmpty(req.EgressProxy) && len(req.EgressProxy) > 0 {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: network.egressProxy is not supported by SPACE yet", errdefs.ErrInvalidArgument))
+		a.writeE2BErr(w, r, e2bRefusedNetwork("egressProxy"))
 		return
 	}
 	p, err := e2bEgressPolicy(req.AllowOut, req.DenyOut, req.AllowInternetAccess)

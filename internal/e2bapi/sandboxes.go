@@ -66,8 +66,28 @@ func e2bUnsupported(req *e2bNewSandbox) error {
 		return fmt.Errorf("%w: volumeMounts are not supported by SPACE yet", errdefs.ErrInvalidArgument)
 	case len(req.MCP) > 0:
 		return fmt.Errorf("%w: mcp is not supported by SPACE yet", errdefs.ErrInvalidArgument)
+	case iamAsks(req.IAM):
+		return fmt.Errorf("%w: iam (workload identity tokens) is not supported by SPACE: it mints no workload tokens; store the secret as a SPACE credential (docs/credentials.md), which the gateway injects without the sandbox holding it", errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// iamAsks reports whether an E2B iam field asks for anything: absent,
+// null, {} and an object whose tokens are empty do not.
+func iamAsks(raw json.RawMessage) bool {
+	if len(bytes.TrimSpace(raw)) == 0 || isJSONEmpty(raw) {
+		return false
+	}
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return true
+	}
+	for k, t := range v {
+		if !strings.EqualFold(k, "tokens") || !isJSONEmpty(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // handleE2BCreate is POST /sandboxes and /v2/sandboxes: a sandbox from a
@@ -83,7 +103,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	public, err := parseE2BNetwork(req.Network, req.Secure)
+	ports, err := parseE2BNetwork(req.Network, req.Secure)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -120,7 +140,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 			a.writeE2BErr(w, r, errE2BSnapshotEgress)
 			return
 		}
-		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, public)
+		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, ports)
 		return
 	}
 	create := sandboxv1.CreateSandboxRequest{
@@ -144,19 +164,20 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, fmt.Errorf("%w: sandbox %s failed to start: %s; delete it and create another", errdefs.ErrFailedPrecondition, sb.ID, sb.Reason))
 		return
 	}
-	if err := a.e2bOpenPorts(r.Context(), c, sb.ID, public); err != nil {
+	if err := a.e2bOpenPorts(r.Context(), c, sb.ID, ports); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
 	a.host.ObserveCreate(time.Since(start))
 	w.Header().Set(RuntimeHeader, sb.Runtime)
-	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(sb, a.e2bTrafficOf(sb.ID, public)))
+	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(sb, a.e2bTrafficOf(sb.ID, ports.Public)))
 }
 
 // e2bCreateFromSnapshot starts a sandbox from snapshot id: SPACE's fork of
 // the snapshot's sandbox from that snapshot, its ports public or not as
-// this create asks (not as the snapshot's sandbox had them).
-func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, idle e2bIdle, public bool) {
+// this create asks (not as the snapshot's sandbox had them), and so is
+// their host mask.
+func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, idle e2bIdle, ports service.HTTPPorts) {
 	snap, err := a.svc.GetSnapshot(r.Context(), c, id)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
@@ -167,11 +188,11 @@ func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c se
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if err := a.e2bOpenPorts(r.Context(), c, child.ID, public); err != nil {
+	if err := a.e2bOpenPorts(r.Context(), c, child.ID, ports); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(child, a.e2bTrafficOf(child.ID, public)))
+	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(child, a.e2bTrafficOf(child.ID, ports.Public)))
 }
 
 // e2bForkOne runs SPACE's fork of sandbox parent from snapshot snapID and
@@ -205,11 +226,11 @@ func (a *API) handleE2BGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := a.e2bDetailOf(sb)
-	if public, ok, err := a.e2bPortRule(r.Context(), sb.ID); err != nil {
+	if ports, ok, err := a.e2bPortRule(r.Context(), sb.ID); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	} else if ok {
-		out.Network = &e2bNetworkInfo{AllowPublicTraffic: public}
+		out.Network = &e2bNetworkInfo{AllowPublicTraffic: ports.Public, MaskRequestHost: ports.HostMask}
 		out.Network.AllowOut, out.Network.DenyOut = e2bNetworkOf(sb.EgressOr(a.svc.DefaultEgress()))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -746,7 +767,7 @@ func (a *API) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	public, hasRule, err := a.e2bPortRule(r.Context(), parent.ID)
+	ports, hasRule, err := a.e2bPortRule(r.Context(), parent.ID)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -764,7 +785,7 @@ func (a *API) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 	for range count {
 		child, err := a.e2bForkOne(r.Context(), c, parent.ID, snap.ID, ttl)
 		if err == nil && hasRule {
-			err = a.e2bOpenPorts(r.Context(), c, child.ID, public)
+			err = a.e2bOpenPorts(r.Context(), c, child.ID, ports)
 		}
 		if err != nil {
 			e := a.e2bErrorOf(r, err)
@@ -773,7 +794,7 @@ func (a *API) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 		}
 		var traffic *string
 		if hasRule {
-			traffic = a.e2bTrafficOf(child.ID, public)
+			traffic = a.e2bTrafficOf(child.ID, ports.Public)
 		}
 		sb := a.e2bSandboxOf(child, traffic)
 		results = append(results, e2bForkResult{Sandbox: &sb})

@@ -73,23 +73,23 @@ func (a *API) e2bTrafficOf(id string, public bool) *string {
 }
 
 // parseE2BNetwork reads the network field of an E2B create and returns
-// whether the sandbox's ports are public (E2B's allowPublicTraffic, true
-// when absent). allowOut and denyOut are read by e2bCreateEgress
-// (network.go); another field with
-// a value is refused rather than dropped (egress rules are SPACE's egress
-// policies, docs/network.md), and so is a private sandbox with secure false,
-// as E2B refuses it. Field names match in any case, as E2B's server (Go's
-// encoding/json) reads them, and any spelling saying false makes the ports
-// private.
-func parseE2BNetwork(raw json.RawMessage, secure *bool) (public bool, err error) {
+// the sandbox's rule for every HTTP port: public (E2B's
+// allowPublicTraffic, true when absent) and its host mask (E2B's
+// maskRequestHost, parseHostMask). allowOut and denyOut are read by
+// e2bCreateEgress (network.go); another field with a value is refused
+// rather than dropped (e2bRefusedNetwork says why), and so is a private
+// sandbox with secure false, as E2B refuses it. Field names match in any
+// case, as E2B's server (Go's encoding/json) reads them, and any spelling
+// saying false makes the ports private.
+func parseE2BNetwork(raw json.RawMessage, secure *bool) (rule service.HTTPPorts, err error) {
+	rule.Public = true
 	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
-		return true, nil
+		return rule, nil
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
-		return false, fmt.Errorf("%w: network: want an object: %v", errdefs.ErrInvalidArgument, err)
+		return service.HTTPPorts{}, fmt.Errorf("%w: network: want an object: %v", errdefs.ErrInvalidArgument, err)
 	}
-	public = true
 	// In order, so that the unsupported field named is always the same.
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		v := fields[name]
@@ -97,24 +97,48 @@ func parseE2BNetwork(raw json.RawMessage, secure *bool) (public bool, err error)
 		case strings.EqualFold(name, "allowPublicTraffic"):
 			var p *bool
 			if err := json.Unmarshal(v, &p); err != nil {
-				return false, fmt.Errorf("%w: network.allowPublicTraffic: want true or false", errdefs.ErrInvalidArgument)
+				return service.HTTPPorts{}, fmt.Errorf("%w: network.allowPublicTraffic: want true or false", errdefs.ErrInvalidArgument)
 			}
 			if p != nil && !*p {
-				public = false
+				rule.Public = false
 			}
 		case strings.EqualFold(name, "allowOut") || strings.EqualFold(name, "denyOut"):
 			// Egress rules: e2bCreateEgress (network.go).
+		case strings.EqualFold(name, "maskRequestHost"):
+			var m *string
+			if err := json.Unmarshal(v, &m); err != nil {
+				return service.HTTPPorts{}, fmt.Errorf("%w: network.maskRequestHost: want a string", errdefs.ErrInvalidArgument)
+			}
+			if m != nil && *m != "" {
+				if rule.HostMask, err = parseHostMask(*m); err != nil {
+					return service.HTTPPorts{}, err
+				}
+			}
 		case isJSONEmpty(v):
-			// An empty allowOut, rules or maskRequestHost asks for nothing.
+			// An empty rules or httpsPorts asks for nothing.
 		default:
-			return false, fmt.Errorf("%w: network.%s is not supported by SPACE yet (allowPublicTraffic, allowOut and denyOut are; for more egress control, SPACE's egress policies: docs/network.md)",
-				errdefs.ErrInvalidArgument, service.Clip(name))
+			return service.HTTPPorts{}, e2bRefusedNetwork(name)
 		}
 	}
-	if !public && secure != nil && !*secure {
-		return false, fmt.Errorf("%w: a sandbox without public traffic (network.allowPublicTraffic false) needs secure access: do not set secure to false", errdefs.ErrInvalidArgument)
+	if !rule.Public && secure != nil && !*secure {
+		return service.HTTPPorts{}, fmt.Errorf("%w: a sandbox without public traffic (network.allowPublicTraffic false) needs secure access: do not set secure to false", errdefs.ErrInvalidArgument)
 	}
-	return public, nil
+	return rule, nil
+}
+
+// e2bRefusedNetwork is the 400 for a network field SPACE cannot do,
+// saying why and what to use instead.
+func e2bRefusedNetwork(name string) error {
+	why := "SPACE does not know this field (allowPublicTraffic, allowOut, denyOut and maskRequestHost are supported: docs/e2b.md)"
+	switch {
+	case strings.EqualFold(name, "rules"):
+		why = "per-domain header transforms are not mapped onto SPACE yet; SPACE's credentials inject a header into a sandbox's HTTPS requests to the hosts you name, with the secret kept out of the sandbox: docs/credentials.md"
+	case strings.EqualFold(name, "egressProxy"):
+		why = "SPACE's gateway sends a sandbox's traffic out directly and cannot tunnel it through a SOCKS5 proxy (E2B's open-source runtime refuses it too); restrict egress with allowOut/denyOut"
+	case strings.EqualFold(name, "httpsPorts"):
+		why = "SPACE's ingress speaks plain HTTP to a sandbox's ports; serve plain HTTP on the port (put TLS in front of SPACE's listener) or expose it as tcp and tunnel it (`space port expose --protocol tcp`)"
+	}
+	return fmt.Errorf("%w: network.%s is not supported by SPACE: %s", errdefs.ErrInvalidArgument, service.Clip(name), why)
 }
 
 // isJSONEmpty reports whether a JSON value asks for nothing: null, "", []
@@ -133,8 +157,8 @@ func isJSONEmpty(v json.RawMessage) bool {
 // error: a sandbox whose ports are not what was asked for is worse than
 // none. Until the rule is there its ports answer 404, so nothing is open
 // that should not be.
-func (a *API) e2bOpenPorts(ctx context.Context, c service.Caller, id string, public bool) error {
-	if err := a.svc.OpenHTTPPorts(ctx, c, id, public); err != nil {
+func (a *API) e2bOpenPorts(ctx context.Context, c service.Caller, id string, rule service.HTTPPorts) error {
+	if err := a.svc.OpenHTTPPorts(ctx, c, id, rule); err != nil {
 		if derr := a.svc.Delete(ctx, c, id); derr != nil && !errors.Is(derr, service.ErrStillWorking) {
 			a.log.Warn("e2b: delete a sandbox whose port rule was not recorded", "sandbox", id, "err", derr)
 		}
@@ -145,22 +169,22 @@ func (a *API) e2bOpenPorts(ctx context.Context, c service.Caller, id string, pub
 
 // e2bPortRule returns sandbox id's any-port rule: ok false when it has
 // none (a sandbox made through SPACE's own API).
-func (a *API) e2bPortRule(ctx context.Context, id string) (public, ok bool, err error) {
-	public, ok, err = a.svc.HTTPPortsRule(ctx, id)
+func (a *API) e2bPortRule(ctx context.Context, id string) (rule service.HTTPPorts, ok bool, err error) {
+	rule, ok, err = a.svc.HTTPPortsRule(ctx, id)
 	if err != nil {
-		return false, false, fmt.Errorf("sandbox %s: read its E2B port rule: %w", id, err)
+		return service.HTTPPorts{}, false, fmt.Errorf("sandbox %s: read its E2B port rule: %w", id, err)
 	}
-	return public, ok, nil
+	return rule, ok, nil
 }
 
 // e2bTrafficFor is the trafficAccessToken of sandbox id as recorded: nil
 // unless its ports are private.
 func (a *API) e2bTrafficFor(ctx context.Context, id string) (*string, error) {
-	public, ok, err := a.e2bPortRule(ctx, id)
+	rule, ok, err := a.e2bPortRule(ctx, id)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return a.e2bTrafficOf(id, public), nil
+	return a.e2bTrafficOf(id, rule.Public), nil
 }
 
 // ProxyError is the JSON body of E2B's proxy errors: 502 for a sandbox

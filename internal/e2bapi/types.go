@@ -29,6 +29,9 @@ type e2bNewSandbox struct {
 	Network      json.RawMessage `json:"network"`
 	VolumeMounts []any           `json:"volumeMounts"`
 	MCP          map[string]any  `json:"mcp"`
+	// IAM is E2B's workload identity (named tokens its egress proxy mints
+	// into rules' headers): refused when it asks for any (e2bUnsupported).
+	IAM json.RawMessage `json:"iam"`
 }
 
 // Sandbox is E2B's Sandbox: the answer of create, connect, resume and
@@ -81,6 +84,8 @@ type e2bNetworkInfo struct {
 	// (e2bNetworkOf).
 	AllowOut []string `json:"allowOut,omitempty"`
 	DenyOut  []string `json:"denyOut,omitempty"`
+	// MaskRequestHost is the Host its ports' requests carry (parseHostMask).
+	MaskRequestHost string `json:"maskRequestHost,omitempty"`
 }
 
 // ListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).

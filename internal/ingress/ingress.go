@@ -309,6 +309,11 @@ func (a *Ingress) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id st
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: "port", Path: target.Path, RawPath: target.RawPath, RawQuery: query}
 			pr.Out.Host = pr.In.Host
+			if h := service.MaskedHost(g.port.HostMask, port); h != "" {
+				// E2B's maskRequestHost: the port sees this Host, and the
+				// client's in X-Forwarded-Host.
+				pr.Out.Host = h
+			}
 			pr.SetXForwarded()
 			pr.Out.Header.Del(sandboxv1.PortTokenHeader)
 			pr.Out.Header.Del(TrafficHeader)

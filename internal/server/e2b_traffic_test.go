@@ -235,3 +235,35 @@ func TestTrafficHeaderAgrees(t *testing.T) {
 		t.Errorf("ingress.TrafficHeader %q, e2bapi.TrafficHeader %q: keep them equal", ingress.TrafficHeader, e2bapi.TrafficHeader)
 	}
 }
+
+// TestE2BMaskRequestHost: with E2B's maskRequestHost the sandbox's port
+// sees that Host, ${PORT} replaced by the port, and the client's Host in
+// X-Forwarded-Host; a port exposed through SPACE's API keeps the client's.
+func TestE2BMaskRequestHost(t *testing.T) {
+	p := newPortPlane(t)
+	_, apiPort, _ := net.SplitHostPort(p.addr)
+	sb := p.sandbox(sandbox.StateRunning)
+	if err := p.st.PutServicePort(p.t.Context(), store.ServicePort{Sandbox: sb.ID, Port: e2bapi.AnyPort, Protocol: "http", Public: true,
+		HostMask: "${PORT}-app.example.com", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	plain := p.e2bSandbox(true)
+	host := fmt.Sprintf("8000-%s.localhost:%s", sb.ID, apiPort)
+	e := guestSaw(t, p.send(http.MethodGet, p.url+"/", host, "", nil))
+	if e.Host != "8000-app.example.com" || e.Header.Get("X-Forwarded-Host") != host {
+		t.Errorf("masked: guest saw Host %q, X-Forwarded-Host %q; want 8000-app.example.com and %q", e.Host, e.Header.Get("X-Forwarded-Host"), host)
+	}
+	e = guestSaw(t, p.send(http.MethodGet, p.url+"/", "", "", map[string]string{e2bapi.SandboxHeader: sb.ID, e2bapi.PortHeader: "3000"}))
+	if e.Host != "3000-app.example.com" {
+		t.Errorf("masked, by E2B headers: guest saw Host %q, want 3000-app.example.com", e.Host)
+	}
+	plainHost := fmt.Sprintf("8000-%s.localhost:%s", plain.ID, apiPort)
+	if e = guestSaw(t, p.send(http.MethodGet, p.url+"/", plainHost, "", nil)); e.Host != plainHost {
+		t.Errorf("no mask: guest saw Host %q, want the client's %q", e.Host, plainHost)
+	}
+	p.expose(sb.ID, 4000, "http", true)
+	exposed := fmt.Sprintf("4000-%s.localhost:%s", sb.ID, apiPort)
+	if e = guestSaw(t, p.send(http.MethodGet, p.url+"/", exposed, "", nil)); e.Host != exposed {
+		t.Errorf("an exposed port: guest saw Host %q, want the client's %q", e.Host, exposed)
+	}
+}

@@ -165,37 +165,61 @@ func PortTokenMatches(token, stored string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(stored)) == 1
 }
 
+// HTTPPorts is the rule for every HTTP port of a sandbox made through the
+// E2B API: public or behind the traffic access token, and the Host its
+// requests carry (store.ServicePort.HostMask; "" for the request's own).
+type HTTPPorts struct {
+	Public   bool
+	HostMask string
+}
+
+// HostMaskPort is the placeholder of a host mask that stands for the
+// port (E2B's ${PORT}).
+const HostMaskPort = "${PORT}"
+
+// MaskedHost is the Host a request to port carries under mask, "" for
+// none (the request's own): HostMaskPort replaced with the port.
+func MaskedHost(mask string, port int) string {
+	if mask == "" {
+		return ""
+	}
+	return strings.ReplaceAll(mask, HostMaskPort, strconv.Itoa(port))
+}
+
 // OpenHTTPPorts records sandbox id's rule for every HTTP port (the
 // ServicePort row of AnyPort, made for sandboxes created through the E2B
-// API): public, or behind the E2B traffic access token. The ingress uses
-// it for a port that is not exposed itself.
-func (s *Sandboxes) OpenHTTPPorts(ctx context.Context, c Caller, id string, public bool) error {
+// API): public, or behind the E2B traffic access token, and its host mask.
+// The ingress uses it for a port that is not exposed itself.
+func (s *Sandboxes) OpenHTTPPorts(ctx context.Context, c Caller, id string, rule HTTPPorts) error {
 	sb, err := s.Get(ctx, c, id)
 	if err != nil {
 		return err
 	}
-	if err := s.store.PutServicePort(ctx, store.ServicePort{Sandbox: sb.ID, Port: AnyPort, Protocol: "http", Public: public, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := s.store.PutServicePort(ctx, store.ServicePort{Sandbox: sb.ID, Port: AnyPort, Protocol: "http", Public: rule.Public, HostMask: rule.HostMask, CreatedAt: time.Now().UTC()}); err != nil {
 		return err
 	}
-	if public {
+	if rule.Public {
 		s.Event(ctx, sb.ID, "port", "every HTTP port public (E2B allowPublicTraffic)")
 	} else {
 		s.Event(ctx, sb.ID, "port", "every HTTP port behind the E2B traffic access token")
+	}
+	if rule.HostMask != "" {
+		s.Event(ctx, sb.ID, "port", "every HTTP port gets Host "+rule.HostMask+" (E2B maskRequestHost)")
 	}
 	return nil
 }
 
 // HTTPPortsRule returns sandbox id's rule for every HTTP port: ok false
 // when it has none (a sandbox made through SPACE's own API).
-func (s *Sandboxes) HTTPPortsRule(ctx context.Context, id string) (public, ok bool, err error) {
+func (s *Sandboxes) HTTPPortsRule(ctx context.Context, id string) (rule HTTPPorts, ok bool, err error) {
 	sp, err := s.store.GetServicePort(ctx, id, AnyPort)
 	if errdefs.IsNotFound(err) {
-		return false, false, nil
+		return HTTPPorts{}, false, nil
 	}
 	if err != nil {
-		return false, false, err
+		return HTTPPorts{}, false, err
 	}
-	return sp.Public, true, nil
+	return HTTPPorts{Public: sp.Public, HostMask: sp.HostMask}, true, nil
 }
 
 // PortRule returns sandbox id, whichever its tenant, and the rule for its

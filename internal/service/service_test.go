@@ -166,16 +166,17 @@ func TestOpenHTTPPortsIsTenantScoped(t *testing.T) {
 	s := New(Config{}, st, nil, nil, time.Now(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := t.Context()
 	sb := stored(t, st, a, sandbox.StateRunning)
-	if err := s.OpenHTTPPorts(ctx, Caller{Tenant: b}, sb.ID, true); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.OpenHTTPPorts(ctx, Caller{Tenant: b}, sb.ID, HTTPPorts{Public: true}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("OpenHTTPPorts by another tenant: %v, want NotFound", err)
 	}
 	if _, ok, err := s.HTTPPortsRule(ctx, sb.ID); err != nil || ok {
 		t.Fatalf("after another tenant's attempt: rule recorded %v (%v), want none", ok, err)
 	}
-	if err := s.OpenHTTPPorts(ctx, Caller{Tenant: a}, sb.ID, false); err != nil {
+	want := HTTPPorts{HostMask: "${PORT}-app.example.com"}
+	if err := s.OpenHTTPPorts(ctx, Caller{Tenant: a}, sb.ID, want); err != nil {
 		t.Fatal(err)
 	}
-	if public, ok, err := s.HTTPPortsRule(ctx, sb.ID); err != nil || !ok || public {
-		t.Errorf("rule = public %v, recorded %v (%v); want a private rule", public, ok, err)
+	if rule, ok, err := s.HTTPPortsRule(ctx, sb.ID); err != nil || !ok || rule != want {
+		t.Errorf("rule = %+v, recorded %v (%v); want %+v", rule, ok, err, want)
 	}
 }

@@ -498,6 +498,10 @@ type ServicePort struct {
 	// for a public port).
 	Public    bool
 	TokenHash string
+	// HostMask is the Host header the ingress sends to the port in place of
+	// the request's own, "${PORT}" replaced with the port number (E2B's
+	// network.maskRequestHost); "" sends the request's Host as it came.
+	HostMask  string
 	CreatedAt time.Time
 }
 

@@ -10,12 +10,12 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-const portColumns = `sandbox_id, port, protocol, public, token_hash, created_at`
+const portColumns = `sandbox_id, port, protocol, public, token_hash, host_mask, created_at`
 
 func scanServicePort(sc Row) (store.ServicePort, error) {
 	var p store.ServicePort
 	var created int64
-	err := sc.Scan(&p.Sandbox, &p.Port, &p.Protocol, &p.Public, &p.TokenHash, &created)
+	err := sc.Scan(&p.Sandbox, &p.Port, &p.Protocol, &p.Public, &p.TokenHash, &p.HostMask, &created)
 	p.CreatedAt = fromTS(created)
 	return p, err
 }
@@ -33,10 +33,10 @@ func (s *Store) PutServicePort(ctx context.Context, p store.ServicePort) error {
 		if !ok {
 			return fmt.Errorf("sandbox %s: %w", p.Sandbox, errdefs.ErrNotFound)
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO sandbox_ports (`+portColumns+`) VALUES (?, ?, ?, ?, ?, ?)
+		_, err = tx.Exec(ctx, `INSERT INTO sandbox_ports (`+portColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (sandbox_id, port) DO UPDATE SET protocol = excluded.protocol, public = excluded.public,
-			token_hash = excluded.token_hash, created_at = excluded.created_at`,
-			p.Sandbox, p.Port, p.Protocol, p.Public, p.TokenHash, ts(p.CreatedAt))
+			token_hash = excluded.token_hash, host_mask = excluded.host_mask, created_at = excluded.created_at`,
+			p.Sandbox, p.Port, p.Protocol, p.Public, p.TokenHash, p.HostMask, ts(p.CreatedAt))
 		if s.d.IsForeignKey(err) { // the sandbox went in the meantime
 			return fmt.Errorf("sandbox %s: %w", p.Sandbox, errdefs.ErrNotFound)
 		}

@@ -53,7 +53,8 @@ func testServicePorts(t *testing.T, s store.Store) {
 	}
 
 	// Put replaces the entry of the same port.
-	replaced := store.ServicePort{Sandbox: sb1.ID, Port: 8080, Protocol: "tcp", Public: true, CreatedAt: at(7)}
+	// Put replaces the entry of the same port, its host mask too.
+	replaced := store.ServicePort{Sandbox: sb1.ID, Port: 8080, Protocol: "tcp", Public: true, HostMask: "${PORT}-x.example.com", CreatedAt: at(7)}
 	must(t, "PutServicePort replace", s.PutServicePort(ctx(t), replaced))
 	if got, err := s.GetServicePort(ctx(t), sb1.ID, 8080); err != nil || got != replaced {
 		t.Errorf("GetServicePort after replace = %+v, %v; want %+v", got, err, replaced)
