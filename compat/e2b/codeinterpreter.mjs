@@ -155,6 +155,13 @@ const tests = [
     try { await sbx.runCode('1', { language: 'r' }) } catch (e) { err = e }
     assert(err && /^400/.test(err.message), `language r: ${err}`)
   }],
+  ['a JavaScript context is refused with 400 (the template has no Node kernel)', async () => {
+    for (const call of [() => sbx.runCode('1+1', { language: 'js' }), () => sbx.createCodeContext({ language: 'javascript' })]) {
+      let err
+      try { await call() } catch (e) { err = e }
+      assert(err && /^400/.test(err.message), `language js: ${err}`)
+    }
+  }],
 ]
 
 await run('codeinterpreter', tests, async () => {

@@ -17,6 +17,13 @@ whole execution):
 A kernel that dies while running code is restarted (the context keeps its
 id, loses its state) and the execution ends with an error saying so. A
 client that goes away (the SDK's timeoutMs) interrupts the execution.
+
+The server keeps on disk (--state) which contexts ran code. A server that
+starts and finds that file left by an earlier one in the same sandbox knows
+their state was lost (an ns hibernation or a stop keeps the disk, not the
+memory): the first call of each such default context answers a ContextLost
+error and runs nothing, and an earlier named context is 404 saying why,
+never a silently empty context.
 """
 
 import argparse
@@ -56,6 +63,15 @@ FORMATS = {
 }
 
 LANGUAGES = {"python": "python", "python3": "python", "bash": "bash", "sh": "bash"}
+
+# Languages E2B's SDKs offer that the template has no kernel for.
+NO_KERNEL = {"js": "JavaScript", "javascript": "JavaScript", "ts": "TypeScript", "typescript": "TypeScript",
+             "deno": "Deno", "r": "R", "java": "Java"}
+
+RESTARTED = ("the code interpreter started anew in this sandbox (it was restored or started again without its "
+             "memory: an ns hibernation, a stop, or a crash of the server)")
+LOST = RESTARTED + (", so this context's variables and imports are gone; this code did not run: "
+                    "run it again (and what it depends on)")
 
 
 class RequestError(Exception):
@@ -109,6 +125,10 @@ def language(lang):
     if not isinstance(lang, str):
         raise RequestError(400, "language: want a string")
     name = LANGUAGES.get(lang.lower())
+    if name is None and lang.lower() in NO_KERNEL:
+        raise RequestError(
+            400, "language %r: %s contexts are not supported by SPACE's code interpreter (its template has no "
+            "%s kernel): use python or bash" % (lang, NO_KERNEL[lang.lower()], NO_KERNEL[lang.lower()]))
     if name is None:
         raise RequestError(
             400, "language %r is not supported by SPACE's code interpreter: use python or bash" % lang[:40])
@@ -348,12 +368,60 @@ class BashContext:
 
 
 class Interpreter:
-    def __init__(self, default_cwd):
+    def __init__(self, default_cwd, state=None):
         self.default_cwd = default_cwd
         self.lock = threading.Lock()
         self.contexts = {}
         self.defaults = {}
         self.default_lock = threading.Lock()  # one default context a language
+        # state: the file naming the contexts that ran code (see the module
+        # doc); what an earlier server left there was lost.
+        self.state = state
+        self.ran = {"defaults": [], "contexts": []}
+        self.lost = {"defaults": set(), "contexts": set()}
+        if state:
+            try:
+                with open(state) as f:
+                    old = json.load(f)
+                self.lost = {k: set(v for v in old.get(k, []) if isinstance(v, str)) for k in self.lost}
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, AttributeError, TypeError) as e:
+                # Unreadable: something ran before; say so for the defaults.
+                print("code interpreter state %s: %s" % (state, e), file=sys.stderr, flush=True)
+                self.lost["defaults"] = set(LANGUAGES.values())
+            self._save()
+
+    def _save(self):
+        if not self.state:
+            return
+        os.makedirs(os.path.dirname(self.state), exist_ok=True)
+        tmp = self.state + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.ran, f)
+        os.replace(tmp, self.state)
+
+    def ran_code(self, ctx):
+        """Records (once) that ctx holds state a restart would lose."""
+        with self.lock:
+            default = [lang for lang, cid in self.defaults.items() if cid == ctx.id]
+            key, name = ("defaults", default[0]) if default else ("contexts", ctx.id)
+            if name in self.ran[key]:
+                return
+            self.ran[key].append(name)
+            try:
+                self._save()
+            except OSError as e:
+                print("code interpreter state %s: %s" % (self.state, e), file=sys.stderr, flush=True)
+
+    def take_lost(self, lang):
+        """Whether the default context of lang had state an earlier server
+        lost, not yet reported (reported once)."""
+        with self.lock:
+            if lang in self.lost["defaults"]:
+                self.lost["defaults"].discard(lang)
+                return True
+            return False
 
     def create(self, lang, cwd):
         lang = language(lang or "python")
@@ -386,6 +454,9 @@ class Interpreter:
         with self.lock:
             ctx = self.contexts.get(cid)
         if ctx is None:
+            if cid in self.lost["contexts"]:
+                raise RequestError(404, "context %r not found: %s, which lost it with its state; create a new context"
+                                   % (cid[:80], RESTARTED))
             raise RequestError(404, "context %r not found" % cid[:80])
         return ctx
 
@@ -485,6 +556,7 @@ class Handler(BaseHTTPRequestHandler):
     def _execute(self):
         code, cid, lang, envs = parse_execute(self._body())
         ctx = self.interp.get(cid) if cid else self.interp.default(lang or "python")
+        lost = not cid and self.interp.take_lost(ctx.language)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Transfer-Encoding", "chunked")
@@ -508,7 +580,11 @@ class Handler(BaseHTTPRequestHandler):
             return state["gone"]
 
         try:
-            ctx.execute(code, envs, emit, gone)
+            if lost:
+                emit({"type": "error", "name": "ContextLost", "value": LOST, "traceback": ""})
+            else:
+                self.interp.ran_code(ctx)
+                ctx.execute(code, envs, emit, gone)
         except Exception as e:
             traceback.print_exc()
             emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": traceback.format_exc()})
@@ -526,9 +602,12 @@ def main():
     ap.add_argument("--port", type=int, default=49999)
     ap.add_argument("--host", default="0.0.0.0")
     ap.add_argument("--cwd", default=os.environ.get("HOME") or "/")
+    ap.add_argument("--state", default=os.path.join(os.environ.get("HOME") or "/tmp", ".local", "state",
+                                                    "space-code-interpreter", "contexts.json"),
+                    help="the file naming the contexts that ran code ('' for none)")
     args = ap.parse_args()
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    interp = Interpreter(args.cwd if os.path.isdir(args.cwd) else "/")
+    interp = Interpreter(args.cwd if os.path.isdir(args.cwd) else "/", args.state)
     Handler.interp = interp
     srv = ThreadingHTTPServer((args.host, args.port), Handler)
     srv.daemon_threads = True

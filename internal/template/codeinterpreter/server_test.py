@@ -24,7 +24,10 @@ class ParseExecute(unittest.TestCase):
             ({"code": 1}, 400, "code"),
             ({"code": "", "context_id": 3}, 400, "context_id"),
             ({"code": "", "context_id": "c", "language": "python"}, 400, "not both"),
-            ({"code": "", "language": "r"}, 400, "'r' is not supported"),
+            ({"code": "", "language": "r"}, 400, "R contexts are not supported"),
+            ({"code": "", "language": "perl"}, 400, "'perl' is not supported"),
+            ({"code": "", "language": "js"}, 400, "JavaScript contexts are not supported"),
+            ({"code": "", "language": "JavaScript"}, 400, "JavaScript contexts are not supported"),
             ({"code": "", "language": 7}, 400, "language"),
             ({"code": "", "env_vars": []}, 400, "env_vars"),
             ({"code": "", "env_vars": {"A B": "v"}}, 400, "env_vars"),
@@ -102,6 +105,44 @@ class Bash(unittest.TestCase):
         msgs = self.run_code("sleep 30; echo never", gone=gone)
         self.assertNotIn("never", self.text(msgs, "stdout"))
         self.assertEqual(self.text(self.run_code("echo alive"), "stdout"), "alive\n")
+
+
+class LostState(unittest.TestCase):
+    """A server started where an earlier one ran code reports the loss."""
+
+    def test_a_restart_reports_the_lost_contexts_once(self):
+        d = tempfile.mkdtemp()
+        state = os.path.join(d, "state", "contexts.json")
+        first = server.Interpreter(d, state)
+        self.assertFalse(first.take_lost("bash"))
+        dflt = first.default("bash")
+        named = first.create("bash", None)
+        first.ran_code(dflt)
+        first.ran_code(named)
+        for c in (dflt, named):
+            c.shutdown()
+        second = server.Interpreter(d, state)
+        self.assertFalse(second.take_lost("python"), "python's default context never ran code")
+        self.assertTrue(second.take_lost("bash"))
+        self.assertFalse(second.take_lost("bash"), "reported once")
+        with self.assertRaises(server.RequestError) as cm:
+            second.get(named.id)
+        self.assertEqual(cm.exception.status, 404)
+        self.assertIn("started anew", str(cm.exception))
+        # The second server ran nothing: a third finds nothing lost.
+        third = server.Interpreter(d, state)
+        self.assertFalse(third.take_lost("bash"))
+        with self.assertRaises(server.RequestError) as cm:
+            third.get(named.id)
+        self.assertNotIn("started anew", str(cm.exception))
+
+    def test_no_state_file_no_report(self):
+        d = tempfile.mkdtemp()
+        first = server.Interpreter(d, None)
+        c = first.default("bash")
+        first.ran_code(c)
+        c.shutdown()
+        self.assertFalse(server.Interpreter(d, None).take_lost("bash"))
 
 
 if __name__ == "__main__":
