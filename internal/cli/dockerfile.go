@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -203,10 +204,10 @@ func dockerfileBuild(ctx context.Context, e *env, name, file, contextDir, runtim
 	st := &buildState{env: map[string]string{}}
 	total := len(df.Steps)
 	for i, in := range df.Steps {
-		fmt.Fprintf(e.stderr, "step %d/%d: %s\n", i+1, total, printable(in.Text))
+		fmt.Fprintf(e.stderr, "step %d/%d: %s\n", i+1, total, printable(stepLine(in)))
 		if st.apply(in) {
 			if in.Cmd == "WORKDIR" {
-				if err := e.c.MakeDir(ctx, sb.ID, st.workdir); err != nil {
+				if err := mkdirs(ctx, e, sb.ID, st.workdir); err != nil {
 					return nil, fmt.Errorf("line %d: %w", in.Line, err)
 				}
 			}
@@ -224,7 +225,7 @@ func dockerfileBuild(ctx context.Context, e *env, name, file, contextDir, runtim
 		}
 		// CMD, ENTRYPOINT, EXPOSE, LABEL, ARG: recorded in the image config.
 	}
-	if err := e.c.MakeDir(ctx, sb.ID, path.Dir(imagecfg.Path)); err != nil {
+	if err := mkdirs(ctx, e, sb.ID, path.Dir(imagecfg.Path)); err != nil {
 		return nil, err
 	}
 	if err := e.c.WriteFile(ctx, sb.ID, imagecfg.Path, strings.NewReader(string(cfgJSON))); err != nil {
@@ -278,26 +279,29 @@ func copyStep(ctx context.Context, e *env, id, contextDir string, st *buildState
 	if err != nil {
 		return err
 	}
+	var dirs []string
 	for _, ent := range entries {
-		switch {
-		case ent.link != "":
-		case ent.mode.IsDir():
-			if err := e.c.MakeDir(ctx, id, ent.dest); err != nil {
-				return fmt.Errorf("line %d: %w", in.Line, err)
-			}
-		default:
-			if err := e.c.MakeDir(ctx, id, path.Dir(ent.dest)); err != nil {
-				return fmt.Errorf("line %d: %w", in.Line, err)
-			}
-			f, err := os.Open(ent.host)
-			if err != nil {
-				return fmt.Errorf("line %d: %w", in.Line, err)
-			}
-			err = e.c.WriteFile(ctx, id, ent.dest, f)
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("line %d: %w", in.Line, err)
-			}
+		if ent.link == "" && ent.mode.IsDir() {
+			dirs = append(dirs, ent.dest)
+		} else {
+			dirs = append(dirs, path.Dir(ent.dest))
+		}
+	}
+	if err := mkdirs(ctx, e, id, dirs...); err != nil {
+		return fmt.Errorf("line %d: %w", in.Line, err)
+	}
+	for _, ent := range entries {
+		if ent.link != "" || ent.mode.IsDir() {
+			continue
+		}
+		f, err := os.Open(ent.host)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", in.Line, err)
+		}
+		err = e.c.WriteFile(ctx, id, ent.dest, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("line %d: %w", in.Line, err)
 		}
 	}
 	res, err := e.c.Exec(ctx, id, sandboxv1.ExecRequest{Cmd: []string{"/bin/sh", "-c", fixupScript(entries, in.Flags["chown"], in.Flags["chmod"])}, User: "root", Timeout: "10m"})
@@ -308,6 +312,29 @@ func copyStep(ctx context.Context, e *env, id, contextDir string, st *buildState
 		return fmt.Errorf("line %d: %s: set modes and owners: exit code %d: %s", in.Line, in.Cmd, res.ExitCode, printable(res.Stderr))
 	}
 	return nil
+}
+
+// mkdirs creates directories (and their parents; existing ones are kept) in
+// the build sandbox, as root.
+func mkdirs(ctx context.Context, e *env, id string, dirs ...string) error {
+	cmd := append([]string{"mkdir", "-p", "--"}, dirs...)
+	res, err := e.c.Exec(ctx, id, sandboxv1.ExecRequest{Cmd: cmd, User: "root"})
+	if err != nil {
+		return fmt.Errorf("mkdir %s: %w", strings.Join(dirs, " "), err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("mkdir %s: exit code %d: %s", strings.Join(dirs, " "), res.ExitCode, printable(res.Stderr))
+	}
+	return nil
+}
+
+// stepLine is a step as the build log shows it.
+func stepLine(in dockerfile.Instruction) string {
+	if in.JSON {
+		b, _ := json.Marshal(in.Args)
+		return in.Cmd + " " + string(b)
+	}
+	return in.Cmd + " " + strings.Join(in.Args, " ")
 }
 
 // readySnapshot takes a disk snapshot of id and waits until it is ready; it
