@@ -331,8 +331,11 @@ func mkdirs(ctx context.Context, e *env, id string, dirs ...string) error {
 // stepLine is a step as the build log shows it.
 func stepLine(in dockerfile.Instruction) string {
 	if in.JSON {
-		b, _ := json.Marshal(in.Args)
-		return in.Cmd + " " + string(b)
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(in.Args)
+		return in.Cmd + " " + strings.TrimSuffix(b.String(), "\n")
 	}
 	return in.Cmd + " " + strings.Join(in.Args, " ")
 }
