@@ -17,7 +17,7 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{path: "template build", args: "NAME --from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] [--egress FILE] [--wait DUR] [-o json]",
+		&command{path: "template build", args: "NAME (--from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] | --dockerfile FILE [--context DIR]) [--egress FILE] [--wait DUR] [-o json]",
 			summary: "build a template and wait, showing progress on stderr", run: templateBuild},
 		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
 		&command{path: "template delete", args: "NAME", summary: "delete a template", run: templateDelete},
@@ -46,6 +46,8 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("template build")
 	from := fs.String("from", "", "source (required): a directory or tar file here, dir:PATH, tar:PATH on the server, oci:LAYOUT[#REF] (an OCI image layout directory; REF a ref.name annotation or sha256 digest, default the only linux image for this machine), docker-archive:FILE[#TAG] (docker save output), debootstrap:SUITE[+pkg,…], or builtin:NAME (minimal, base, code-interpreter); an image's User/Env/WorkingDir/Entrypoint/Cmd go to /etc/space/image-config.json")
 	egressFile := fs.String("egress", "", "default egress policy of its sandboxes: a JSON file, - for stdin (docs/network.md)")
+	dockerfileFlag := fs.String("dockerfile", "", "build from a Dockerfile instead of --from: FROM a SPACE template, then RUN, COPY, ADD (local files), ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, CMD, ENTRYPOINT, run in an ns build sandbox (docs/templates.md)")
+	contextFlag := fs.String("context", ".", "with --dockerfile: the directory COPY and ADD read from; nothing outside it is read")
 	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
@@ -55,8 +57,33 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
 		return err
 	}
+	if *dockerfileFlag != "" {
+		if *from != "" {
+			return usagef(fs, "--from and --dockerfile: give one")
+		}
+		var pol []byte
+		if *egressFile != "" {
+			p, err := readEgressPolicy(e, *egressFile)
+			if err != nil {
+				return fmt.Errorf("--egress %s: %w", *egressFile, err)
+			}
+			if pol, err = json.Marshal(p); err != nil {
+				return err
+			}
+		}
+		began := time.Now()
+		t, err := dockerfileBuild(ctx, e, pos[0], *dockerfileFlag, *contextFlag, "ns", pol, *wait)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "template %s ready (%s, %s)\n", printable(t.Name), humanBytes(t.SizeBytes), time.Since(began).Round(time.Second))
+		if out.json() {
+			return writeJSON(e.stdout, t)
+		}
+		return nil
+	}
 	if *from == "" {
-		return usagef(fs, "missing --from")
+		return usagef(fs, "missing --from (or --dockerfile)")
 	}
 	src, err := templateSource(*from)
 	if err != nil {

@@ -74,7 +74,12 @@ func (s *Server) buildTemplate(ctx context.Context, a *privop.TemplateArgs) (*pr
 	tr := s.startBuild(a.Name)
 	defer s.endBuild(a.Name)
 	tr.Line("building from " + a.Source)
-	if err := s.cfg.Build(ctx, a.Source, dest, logWriter{s, a.Name, tr}); err != nil {
+	source, err := s.resolveSnapshotSource(a.Source)
+	if err != nil {
+		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
+		return nil, fmt.Errorf("template %s: %w", a.Name, err)
+	}
+	if err := s.cfg.Build(ctx, source, dest, logWriter{s, a.Name, tr}); err != nil {
 		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 		return nil, fmt.Errorf("template %s: build from %s: %w", a.Name, a.Source, err)
 	}
@@ -89,6 +94,34 @@ func (s *Server) buildTemplate(ctx context.Context, a *privop.TemplateArgs) (*pr
 	last := tr.Current()
 	last.Final = true
 	return &privop.TemplateOK{SizeBytes: size, Progress: &last}, nil
+}
+
+// resolveSnapshotSource turns a snapshot:ID source (the filesystem of a
+// sandbox's disk snapshot on this node, as a Dockerfile build leaves it)
+// into the dir: source of the snapshot's tree; other sources are returned
+// as they are. Only an ns disk snapshot has a tree: a vm snapshot is a disk
+// image, which templates are not built from yet.
+func (s *Server) resolveSnapshotSource(source string) (string, error) {
+	id, ok := strings.CutPrefix(source, "snapshot:")
+	if !ok {
+		return source, nil
+	}
+	dir, err := s.snapshotDir(id)
+	if err != nil {
+		return "", fmt.Errorf("source %s: %w", source, err)
+	}
+	info, err := readSnapshotInfo(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: source %s: the snapshot is not on this node", errdefs.ErrNotFound, source)
+	}
+	if info.Kind != privop.SnapshotDisk || s.cfg.ImageRuntimes[info.Runtime] || s.cfg.SnapshotPath == nil {
+		return "", fmt.Errorf("%w: source %s: a template is made only from a disk snapshot of an ns sandbox (this one is a %s snapshot on %s)", errdefs.ErrFailedPrecondition, source, info.Kind, info.Runtime)
+	}
+	tree, err := s.cfg.SnapshotPath(id)
+	if err != nil {
+		return "", fmt.Errorf("source %s: %w", source, err)
+	}
+	return "dir:" + tree, nil
 }
 
 // checkSourceOwner stops an unprivileged caller from having root copy files it

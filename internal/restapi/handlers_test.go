@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 func TestStatusOf(t *testing.T) {
@@ -94,12 +96,12 @@ func TestNormaliseSource(t *testing.T) {
 		"docker-archive:/srv/img.tar":  "docker-archive:/srv/img.tar",
 	}
 	for in, want := range good {
-		if got, err := s.normaliseSource(in); err != nil || got != want {
+		if got, err := s.normaliseSource(context.Background(), service.Caller{}, in); err != nil || got != want {
 			t.Errorf("normaliseSource(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "relative/dir", "dir:relative", "oci:x", "docker-archive:img.tar", "debootstrap:", "debootstrap:a b", "tar:/a\x00b", "builtin:base"} {
-		if _, err := s.normaliseSource(in); err == nil {
+	for _, in := range []string{"", "relative/dir", "dir:relative", "oci:x", "docker-archive:img.tar", "debootstrap:", "debootstrap:a b", "tar:/a\x00b", "builtin:base", "snapshot:", "snapshot:../x", "snapshot:Sn-A"} {
+		if _, err := s.normaliseSource(context.Background(), service.Caller{}, in); err == nil {
 			t.Errorf("normaliseSource(%q) accepted", in)
 		}
 	}

@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -39,7 +40,7 @@ func (a *API) handleBuildTemplate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	source, err := a.normaliseSource(req.From)
+	source, err := a.normaliseSource(r.Context(), a.caller(r), req.From)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -119,8 +120,9 @@ func templateAPI(t store.Template) sandboxv1.Template {
 
 // normaliseSource checks a template source: dir:/abs, tar:/abs,
 // oci:/abs[#ref], docker-archive:/abs[#tag], a bare
-// absolute path (a directory), debootstrap:SUITE[+pkgs], or a built-in name.
-func (a *API) normaliseSource(from string) (string, error) {
+// absolute path (a directory), debootstrap:SUITE[+pkgs], snapshot:ID (a disk
+// snapshot the caller can see, ready), or a built-in name.
+func (a *API) normaliseSource(ctx context.Context, c service.Caller, from string) (string, error) {
 	if b, ok := a.cfg.Builtins[from]; ok {
 		return b, nil
 	}
@@ -134,13 +136,27 @@ func (a *API) normaliseSource(from string) (string, error) {
 			return "", fmt.Errorf("%w: template source %q: want an absolute path on the server's machine", errdefs.ErrInvalidArgument, from)
 		}
 		return kind + ":" + rest, nil
+	case "snapshot":
+		// The filesystem of a sandbox's ns disk snapshot (a Dockerfile
+		// build's last step): the caller must be able to see it.
+		if !sandbox.ValidSnapshotID(rest) {
+			return "", fmt.Errorf("%w: template source %q: want snapshot:ID, the id of a disk snapshot (sn-…)", errdefs.ErrInvalidArgument, from)
+		}
+		snap, err := a.svc.GetSnapshot(ctx, c, rest)
+		if err != nil {
+			return "", fmt.Errorf("template source %s: %w", from, err)
+		}
+		if snap.State != store.SnapshotReady {
+			return "", fmt.Errorf("%w: template source %s: the snapshot is %s, not ready", errdefs.ErrFailedPrecondition, from, snap.State)
+		}
+		return from, nil
 	case "debootstrap":
 		if rest == "" || strings.ContainsAny(rest, " /\x00") {
 			return "", fmt.Errorf("%w: template source %q: want debootstrap:SUITE[+pkg,…]", errdefs.ErrInvalidArgument, from)
 		}
 		return from, nil
 	}
-	return "", fmt.Errorf("%w: template source %q: want dir:PATH, tar:PATH, oci:PATH[#REF], docker-archive:PATH[#TAG], debootstrap:SUITE[+pkg,…] or a built-in (minimal, base)", errdefs.ErrInvalidArgument, from)
+	return "", fmt.Errorf("%w: template source %q: want dir:PATH, tar:PATH, oci:PATH[#REF], docker-archive:PATH[#TAG], debootstrap:SUITE[+pkg,…] snapshot:ID or a built-in (minimal, base)", errdefs.ErrInvalidArgument, from)
 }
 
 func (a *API) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) {
