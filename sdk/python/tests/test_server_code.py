@@ -1,6 +1,6 @@
 """Integration tests of run_code: the SDK against a real `space server --dev`
 and a sandbox of the code-interpreter template (built here from
-``builtin:code-interpreter``; python_test.go points the server at
+``code-interpreter``, the server's built-in; python_test.go points the server at
 $SPACE_TEST_CACHE_DIR, where its Debian tree is kept, so only a cold cache
 pays for debootstrap).
 """
@@ -30,7 +30,7 @@ def client() -> Iterator[ss.Client]:
 
 @pytest.fixture(scope="module")
 def sb(client: ss.Client) -> Iterator[ss.Sandbox]:
-    client.build_template("code-interpreter", "builtin:code-interpreter", wait_timeout=1800)
+    client.build_template("code-interpreter", "code-interpreter", wait_timeout=1800)
     with client.create_sandbox("code-interpreter", runtime="ns", memory_mib=1024) as s:
         yield s
 
@@ -109,8 +109,10 @@ def test_async_run_code(sb: ss.Sandbox) -> None:
     asyncio.run(main())
 
 
-def test_a_sandbox_without_an_interpreter_is_a_conflict(client: ss.Client) -> None:
+def test_a_sandbox_without_an_interpreter_is_refused(client: ss.Client) -> None:
+    # The server's code is failed_precondition (HTTP 409): the sandbox is
+    # fine, it is not of the code-interpreter template.
     with client.create_sandbox("minimal", runtime="ns") as plain:
-        with pytest.raises(ss.Conflict) as ei:
+        with pytest.raises(ss.FailedPrecondition) as ei:
             plain.run_code("1")
-        assert ei.value.message
+        assert ei.value.status == 409 and "code-interpreter" in ei.value.message

@@ -298,10 +298,12 @@ class Client:
     ) -> Template:
         """Builds a template (admin keys) from ``source``: ``"dir:/path"``,
         ``"tar:/path.tar[.gz]"`` (paths on the server's machine) or
-        ``"debootstrap:SUITE[+pkg,...]"``; with ``wait`` returns once it is ready."""
+        ``"debootstrap:SUITE[+pkg,...]"``, or the name of one of the server's
+        built-in templates (``"minimal"``, ``"base"``, ``"code-interpreter"``);
+        with ``wait`` returns once it is ready."""
         _core.segment("name", name)
-        if not isinstance(source, str) or ":" not in source:
-            raise ValueError(f"source {source!r}: want dir:/path, tar:/path.tar[.gz] or debootstrap:SUITE[+pkg,...]")
+        if not isinstance(source, str) or (":" not in source and not _core.BUILTIN_NAME.match(source)):
+            raise ValueError(f"source {source!r}: want dir:/path, tar:/path.tar[.gz], debootstrap:SUITE[+pkg,...] or a built-in template's name")
         body: Dict[str, Any] = {"name": name, "from": source}
         if egress is not None:
             body["egress"] = _core.egress_body(egress)
@@ -614,7 +616,7 @@ class Sandbox:
         on_error: Optional[Callable[[CodeError], None]] = None,
     ) -> Execution:
         """Runs ``code`` in the sandbox's code interpreter (a sandbox of the
-        code-interpreter template; another answers :class:`~space_sandbox.errors.Conflict`),
+        code-interpreter template; another answers :class:`~space_sandbox.errors.FailedPrecondition`),
         in the default context of ``language`` (``"python"``, the default, or
         ``"bash"``) or in ``context`` (made by :meth:`create_code_context`).
         The callbacks are called as the events stream in, read in constant

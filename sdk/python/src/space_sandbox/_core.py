@@ -38,6 +38,9 @@ TARGET_STATE = {
 #: States a wait gives up in: the sandbox will not reach another.
 TERMINAL_STATES = ("failed", "deleting", "deleted")
 
+#: The name of one of the server's built-in templates, as a template source.
+BUILTIN_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
 Body = Union[bytes, str, io.IOBase, Iterable[bytes], None]
