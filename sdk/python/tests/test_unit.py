@@ -684,3 +684,19 @@ def test_async_run_code_and_contexts() -> None:
         assert [c.id for c in await sb.list_code_contexts()] == ["c-1"]
 
     asyncio.run(main())
+
+
+def test_build_template_takes_a_builtin_name() -> None:
+    sent: List[Any] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(r.content))
+        return httpx.Response(202, json={"name": "code-interpreter", "state": "building"})
+
+    c = client(handler)
+    c.build_template("code-interpreter", "code-interpreter", wait=False)
+    assert sent == [{"name": "code-interpreter", "from": "code-interpreter"}]
+    for bad in ("/no/scheme", "Code Interpreter", ""):
+        with pytest.raises(ValueError, match="source"):
+            c.build_template("x", bad)
+    assert len(sent) == 1
