@@ -22,6 +22,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spacesandbox/space/internal/testenv"
+	space "github.com/spacesandbox/space/sdk/go"
 )
 
 // Upstreams of the credential test, inside the egress namespace.
@@ -234,7 +237,51 @@ func testCredentialInjection(t *testing.T, runtime string) {
 	if redacted < 2 { // the header and the body of the echo
 		t.Errorf("audit: %d redaction entries (%v); want the echo's header and body", redacted, audit.Entries)
 	}
+	// The SDKs list the same entries: the Go SDK's CredentialAudit and the
+	// Python SDK's credential_audit each find an allowed injection of this
+	// credential on api.secret.test, recorded by the requests above.
+	checkSDKAudit(t, in, sb.ID, cred["id"].(string))
 	if strings.Contains(in.logs(), secret) {
 		t.Error("the secret appears in the server's log")
 	}
+}
+
+// checkSDKAudit: the Go and the Python SDK list an allowed injection of
+// credential credID on api.secret.test for sandbox sbID.
+func checkSDKAudit(t *testing.T, in *instance, sbID, credID string) {
+	t.Helper()
+	entries, err := space.NewClient(in.url, in.key).CredentialAudit(t.Context(), space.CredentialAuditQuery{Sandbox: sbID, Credential: credID})
+	if err != nil {
+		t.Fatalf("Go SDK CredentialAudit: %v", err)
+	}
+	found := false
+	for _, e := range entries {
+		if e.Sandbox != sbID || e.CredentialID != credID {
+			t.Errorf("Go SDK CredentialAudit(sandbox %s, credential %s) returned %+v", sbID, credID, e)
+		}
+		found = found || (e.Allowed && e.Host == "api.secret.test" && e.Kind != "redaction")
+	}
+	if !found {
+		t.Errorf("Go SDK CredentialAudit: no allowed injection on api.secret.test in %+v", entries)
+	}
+	python := testenv.PythonVenv(t, "space-sandbox", "../sdk/python/requirements-test.txt")
+	src, err := filepath.Abs("../sdk/python/src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `import sys, space_sandbox as ss
+with ss.Client() as c:
+    es = c.credential_audit(sandbox=sys.argv[1], credential=sys.argv[2])
+    hit = [e for e in es if e.allowed and e.host == "api.secret.test" and e.kind != "redaction" and e.sandbox == sys.argv[1] and e.credential_id == sys.argv[2] and e.time is not None]
+    if not hit:
+        sys.exit(f"credential_audit: no allowed injection on api.secret.test in {es}")
+    print(len(hit), "injection entries")
+`
+	cmd := exec.CommandContext(t.Context(), python, "-c", script, sbID, credID)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+src, "PYTHONDONTWRITEBYTECODE=1", "SPACE_API_URL="+in.url, "SPACE_API_KEY="+in.key)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("Python SDK credential_audit: %v\n%s", err, out)
+	}
+	t.Logf("Python SDK credential_audit: %s", out)
 }

@@ -3,9 +3,11 @@ package e2e
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+	space "github.com/spacesandbox/space/sdk/go"
 )
 
 // TestSandboxListFiltersPagesAndFileStat: GET /v1/sandboxes filters by
@@ -69,5 +71,48 @@ func TestSandboxListFiltersPagesAndFileStat(t *testing.T) {
 	}
 	if code := in.do("GET", "/v1/sandboxes/"+ids[0]+"/files/stat?path=/tmp/no-such-file", nil, &bad); code != http.StatusNotFound {
 		t.Errorf("stat of a missing file: HTTP %d %+v, want 404", code, bad)
+	}
+
+	// The Go SDK and the CLI use the same filters and route.
+	c := space.NewClient(in.url, in.key)
+	list, err := c.ListSandboxesFiltered(t.Context(), space.SandboxFilter{State: sandboxv1.StatePaused, Template: "minimal"})
+	if err != nil || len(list) != 1 || list[0].ID != ids[1] {
+		t.Errorf("SDK ListSandboxesFiltered(paused, minimal): %v %+v, want %s alone", err, list, ids[1])
+	}
+	var sdkIDs []string
+	for token := ""; ; {
+		page, err := c.ListSandboxesPage(t.Context(), space.SandboxFilter{}, 1, token)
+		if err != nil {
+			t.Fatalf("SDK ListSandboxesPage: %v", err)
+		}
+		for _, sb := range page.Sandboxes {
+			sdkIDs = append(sdkIDs, sb.ID)
+		}
+		if token = page.NextPageToken; token == "" || len(sdkIDs) > 3 {
+			break
+		}
+	}
+	if len(sdkIDs) != 3 || sdkIDs[0] != ids[0] || sdkIDs[2] != ids[2] {
+		t.Errorf("SDK pages of one listed %v, want %v", sdkIDs, ids)
+	}
+	if list, err := c.ListSandboxesFiltered(t.Context(), space.SandboxFilter{Template: "no-such-template"}); err != nil || len(list) != 0 {
+		t.Errorf("SDK template=no-such-template: %v %+v, want none", err, list)
+	}
+	if fe, err := c.StatFile(t.Context(), ids[0], "/tmp/stat-me"); err != nil || fe.Size != 5 || fe.Type != "file" {
+		t.Errorf("SDK StatFile: %+v %v", fe, err)
+	}
+	if _, err := c.StatFile(t.Context(), ids[0], "/tmp/no-such-file"); !space.IsNotFound(err) {
+		t.Errorf("SDK StatFile of a missing file: %v, want not_found", err)
+	}
+	out, errOut, code := in.cli("", "sandbox", "list", "--state", "paused", "--template", "minimal")
+	if code != 0 || !strings.Contains(out, ids[1]) || strings.Contains(out, ids[0]) || strings.Contains(out, ids[2]) {
+		t.Errorf("space sandbox list --state paused: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = in.cli("", "files", "stat", ids[0], "/tmp/stat-me")
+	if code != 0 || !strings.Contains(out, "/tmp/stat-me") || !strings.Contains(out, " 5 ") {
+		t.Errorf("space files stat: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := in.cli("", "files", "stat", ids[0], "/tmp/no-such-file"); code != 1 || !strings.Contains(errOut, "not_found") && !strings.Contains(errOut, "not found") {
+		t.Errorf("space files stat of a missing file: exit %d %s", code, errOut)
 	}
 }

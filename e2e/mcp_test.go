@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/testenv"
+	space "github.com/spacesandbox/space/sdk/go"
 )
 
 // TestMCP drives `space mcp` with the official MCP Python client (the `mcp`
@@ -19,10 +22,18 @@ import (
 // over stdio and streamable HTTP against a real server: the tools create a
 // sandbox, run commands, move files, snapshot, fork, expose a port, pause
 // and delete, answer the API's errors and refuse bad arguments as tool
-// errors, and another tenant's key reaches none of it (testdata/mcp/client.py).
+// errors, and another tenant's key reaches none of it; run_code streams a
+// code-interpreter sandbox's output as progress notifications
+// (testdata/mcp/client.py).
 func TestMCP(t *testing.T) {
 	python := testenv.PythonVenv(t, "mcp", "testdata/mcp/requirements.txt")
-	in := startServer(t, newDataDir(t))
+	// The code-interpreter template run_code needs is built from the
+	// Debian tree kept in $SPACE_TEST_CACHE_DIR (as TestRunCode does).
+	var srvEnv []string
+	if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
+		srvEnv = append(srvEnv, "SPACE_CACHE_DIR="+cache)
+	}
+	in := startServerEnv(t, newDataDir(t), srvEnv)
 	defer in.stop()
 	out, errOut, code := in.cli("", "tenant", "create", "mcp-other")
 	if code != 0 {
@@ -46,6 +57,26 @@ func TestMCP(t *testing.T) {
 		t.Logf("client.py %v: %s", args, out)
 	}
 	t.Run("stdio", func(t *testing.T) { run(t, "stdio", bin.space) })
+	t.Run("run_code", func(t *testing.T) {
+		if _, err := exec.LookPath("debootstrap"); err != nil {
+			t.Fatal("debootstrap is not installed (scripts/deps.sh test installs it)")
+		}
+		if out, errOut, code := in.cli("", "template", "build", "code-interpreter", "--from", "builtin:code-interpreter"); code != 0 {
+			t.Fatalf("space template build code-interpreter: exit %d\n%s\n%s\n%s", code, out, errOut, in.logs())
+		}
+		in.waitTemplate("code-interpreter")
+		var sb sandbox
+		if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "code-interpreter", "runtime": "ns", "memory_mib": 1024}, &sb); code != http.StatusCreated {
+			t.Fatalf("create: HTTP %d\n%s", code, in.logs())
+		}
+		defer in.delete(sb.ID)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		if _, err := space.NewClient(in.url, in.key).WaitForState(ctx, sb.ID, sandboxv1.StateRunning); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "code", bin.space, sb.ID)
+	})
 	t.Run("http", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()

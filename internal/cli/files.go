@@ -15,6 +15,7 @@ func init() {
 		&command{path: "files read", args: "ID PATH", summary: "print a file of a sandbox on stdout", run: filesRead},
 		&command{path: "files write", args: "ID PATH", summary: "write stdin to a file of a sandbox", run: filesWrite},
 		&command{path: "files ls", args: "ID [PATH] [--depth N | --limit N [--page-token T]] [-o json]", summary: "list a directory of a sandbox (default /); by pages with --limit", run: filesList},
+		&command{path: "files stat", args: "ID PATH [-o json]", summary: "show one file's type, mode, owner, size and time", run: filesStat},
 		&command{path: "files rm", args: "ID PATH", summary: "remove a file or directory tree", run: filesRemove},
 		&command{path: "files mv", args: "ID FROM TO", summary: "rename a file or directory", run: filesMove},
 		&command{path: "files mkdir", args: "ID PATH", summary: "create a directory and its parents", run: filesMkdir},
@@ -137,6 +138,31 @@ func filesList(ctx context.Context, e *env, args []string) error {
 		rows = append(rows, []string{f.Type, fmt.Sprintf("%04o", f.Mode&0o7777), f.Owner, strconv.FormatInt(f.Size, 10), formatTime(f.ModifiedAt), name})
 	}
 	return writeTable(e.stdout, []string{"TYPE", "MODE", "OWNER", "SIZE", "MODIFIED", "PATH"}, rows)
+}
+
+func filesStat(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("files stat")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "ID", "PATH"); err != nil {
+		return err
+	}
+	f, err := e.c.StatFile(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(e.stdout, f)
+	}
+	name := f.Path
+	if f.SymlinkTarget != "" {
+		name += " -> " + f.SymlinkTarget
+	}
+	return writeTable(e.stdout, []string{"TYPE", "MODE", "OWNER", "SIZE", "MODIFIED", "PATH"},
+		[][]string{{f.Type, fmt.Sprintf("%04o", f.Mode&0o7777), f.Owner, strconv.FormatInt(f.Size, 10), formatTime(f.ModifiedAt), name}})
 }
 
 func filesWatch(ctx context.Context, e *env, args []string) error {

@@ -18,7 +18,7 @@ func init() {
 	commands = append(commands,
 		&command{path: "sandbox create", args: "[--template T] [--runtime vm|ns] [--cpus N] [--memory MiB] [--disk MiB] [--env K=V]… [--timeout DUR] [--egress FILE] [--project P] [--name N] [-o json]",
 			summary: "create a sandbox; prints its id once it is running", run: sandboxCreate},
-		&command{path: "sandbox list", args: "[-o json]", summary: "list sandboxes", run: sandboxList},
+		&command{path: "sandbox list", args: "[--state S] [--template T] [--name N] [--metadata K=V]... [-o json]", summary: "list sandboxes, filtered by the server", run: sandboxList},
 		&command{path: "sandbox get", args: "ID [-o json]", summary: "show a sandbox", run: sandboxGet},
 	)
 	for _, l := range lifecycleVerbs {
@@ -104,11 +104,23 @@ func sandboxCreate(ctx context.Context, e *env, args []string) error {
 }
 
 func sandboxList(ctx context.Context, e *env, args []string) error {
-	out, err := listFlags("sandbox list", args)
+	fs := newFlags("sandbox list")
+	var f space.SandboxFilter
+	meta := kvFlag{}
+	state := fs.String("state", "", "only sandboxes in this state (running, paused, hibernated, ...)")
+	fs.StringVar(&f.Template, "template", "", "only sandboxes of this template")
+	fs.StringVar(&f.Name, "name", "", "only the sandbox of this name")
+	fs.Var(meta, "metadata", "only sandboxes whose metadata has K=V (repeatable: all must match)")
+	out := outputFlag(fs)
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	list, err := e.c.ListSandboxes(ctx)
+	if err := wantArgs(fs, pos, 0, 0); err != nil {
+		return err
+	}
+	f.State, f.Metadata = sandboxv1.State(*state), meta
+	list, err := e.c.ListSandboxesFiltered(ctx, f)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ type fakeAPI struct {
 	mu       sync.Mutex
 	requests []string // "METHOD PATH key"
 	execs    []sandboxv1.ExecRequest
+	codes    []sandboxv1.CodeRequest
 	srv      *httptest.Server
 }
 
@@ -36,6 +38,26 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 		f.execs = append(f.execs, req)
 		f.mu.Unlock()
 		json.NewEncoder(w).Encode(sandboxv1.ExecResult{ExitCode: 3, Stdout: "out:" + strings.Join(req.Cmd, " "), Stderr: "err"})
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/code", func(w http.ResponseWriter, r *http.Request) {
+		var req sandboxv1.CodeRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.codes = append(f.codes, req)
+		f.mu.Unlock()
+		enc := json.NewEncoder(w)
+		for _, ev := range []sandboxv1.CodeEvent{
+			{Type: sandboxv1.CodeEventStdout, Text: "one\n"},
+			{Type: sandboxv1.CodeEventStderr, Text: "warn\n"},
+			{Type: sandboxv1.CodeEventStdout, Text: "two\n"},
+			{Type: sandboxv1.CodeEventResult, Result: &sandboxv1.CodeResult{Main: true, Text: "42", JSON: json.RawMessage(`{"a":1}`)}},
+			{Type: sandboxv1.CodeEventError, Error: &sandboxv1.CodeError{Name: "ValueError", Value: "bad", Traceback: "tb"}},
+			{Type: sandboxv1.CodeEventExecutionCount, ExecutionCount: 4},
+			{Type: sandboxv1.CodeEventEnd},
+		} {
+			enc.Encode(ev)
+			w.(http.Flusher).Flush()
+		}
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -112,7 +134,7 @@ func TestTheToolList(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"file_list", "file_read", "file_write", "port_expose", "run_command", "sandbox_create", "sandbox_delete",
+	want := []string{"file_list", "file_read", "file_write", "port_expose", "run_code", "run_command", "sandbox_create", "sandbox_delete",
 		"sandbox_fork", "sandbox_get", "sandbox_hibernate", "sandbox_list", "sandbox_pause", "sandbox_restore", "sandbox_resume",
 		"snapshot_create", "snapshot_list"}
 	if !slices.Equal(names, want) {
@@ -164,6 +186,10 @@ func TestBadArgumentsAreRefusedBeforeSending(t *testing.T) {
 		{"snapshot_create", map[string]any{"id": "sb", "kind": "memory"}, "argument kind"},
 		{"sandbox_create", map[string]any{"runtime": "docker"}, "argument runtime"},
 		{"sandbox_delete", map[string]any{"id": " "}, "argument id"},
+		{"run_code", map[string]any{"id": "sb", "code": ""}, "argument code"},
+		{"run_code", map[string]any{"id": "", "code": "1"}, "argument id"},
+		{"run_code", map[string]any{"id": "sb", "code": "1", "language": "python", "context": "c"}, "argument context"},
+		{"run_code", map[string]any{"id": "sb", "code": "1", "timeout": "-1s"}, "argument timeout"},
 	} {
 		res := call(t, cs, c.tool, c.args)
 		if !res.IsError || !strings.Contains(text(res), c.want) {
@@ -299,5 +325,74 @@ func TestSessionBindings(t *testing.T) {
 	}
 	if b.bind("new", a) != bound || b.bind("s1", a) != otherKey {
 		t.Fatal("an idle session did not make room, or an active one was dropped")
+	}
+}
+
+// TestRunCodeStreamsProgress: run_code's stdout and stderr reach a client
+// that sent a progress token as progress notifications, in order, and the
+// result carries the execution.
+func TestRunCodeStreamsProgress(t *testing.T) {
+	f := newFakeAPI(t)
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := NewServer(Config{APIURL: f.srv.URL, Key: "space_k-abc"}).Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	var mu sync.Mutex
+	var progress []string
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			if req.Params.ProgressToken == "tok-1" {
+				progress = append(progress, req.Params.Message)
+			}
+		},
+	}).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"id": "sb1", "code": "print(1)", "language": "python", "timeout": "5s", "env": map[string]string{"A": "b"}}}
+	params.SetProgressToken("tok-1")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil {
+		t.Fatalf("run_code: protocol error %v", err)
+	}
+	if res.IsError {
+		t.Fatalf("run_code: %s", text(res))
+	}
+	var out CodeResult
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Text != "42" || out.Stdout != "one\ntwo\n" || out.Stderr != "warn\n" || out.ExecutionCount != 4 ||
+		out.Error == nil || out.Error.Name != "ValueError" || len(out.Results) != 1 || !reflect.DeepEqual(out.Results[0].JSON, map[string]any{"a": 1.0}) {
+		t.Fatalf("result %s", b)
+	}
+	if f.codes[0].Timeout != "5s" || f.codes[0].Language != "python" || f.codes[0].Env["A"] != "b" {
+		t.Fatalf("code request %+v", f.codes[0])
+	}
+	// Notifications may trail the result by a moment.
+	want := []string{"stdout: one\n", "stderr: warn\n", "stdout: two\n"}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		got := slices.Clone(progress)
+		mu.Unlock()
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("progress %q, want %q", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Without a token no notification is sent and the result is the same.
+	res = call(t, cs, "run_code", map[string]any{"id": "sb1", "code": "print(1)"})
+	if res.IsError {
+		t.Fatalf("run_code without a token: %s", text(res))
 	}
 }

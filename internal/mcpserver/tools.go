@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,14 @@ type (
 		Stdin   string            `json:"stdin,omitempty"`
 		Timeout string            `json:"timeout,omitempty" jsonschema:"a duration such as 30s; the command is killed after it"`
 	}
+	CodeArgs struct {
+		ID       string            `json:"id" jsonschema:"the sandbox id (a sandbox of the code-interpreter template)"`
+		Code     string            `json:"code" jsonschema:"the code to run"`
+		Language string            `json:"language,omitempty" jsonschema:"python (default) or bash: runs in that language's default context, which keeps its state across calls"`
+		Context  string            `json:"context,omitempty" jsonschema:"a code context id to run in instead of the language's default one"`
+		Env      map[string]string `json:"env,omitempty" jsonschema:"environment variables for this execution only"`
+		Timeout  string            `json:"timeout,omitempty" jsonschema:"a duration such as 30s (default 60s); the code is interrupted after it"`
+	}
 	FileArgs struct {
 		ID   string `json:"id" jsonschema:"the sandbox id"`
 		Path string `json:"path" jsonschema:"an absolute path in the sandbox"`
@@ -116,6 +125,30 @@ type (
 		Stdout    string `json:"stdout"`
 		Stderr    string `json:"stderr"`
 		Truncated bool   `json:"truncated,omitempty" jsonschema:"the output was cut at the server's limit"`
+	}
+	CodeResult struct {
+		Text           string               `json:"text" jsonschema:"the value of the last expression, as text"`
+		Stdout         string               `json:"stdout"`
+		Stderr         string               `json:"stderr"`
+		Error          *sandboxv1.CodeError `json:"error,omitempty" jsonschema:"the code's error: its name, value and traceback"`
+		Results        []CodeDisplay        `json:"results" jsonschema:"the displays and the last expression's value in every format the kernel gave (png, jpeg, pdf base64)"`
+		ExecutionCount int                  `json:"execution_count"`
+	}
+	// CodeDisplay is sandboxv1.CodeResult with its JSON values decoded
+	// (a json.RawMessage would have the schema of a byte array).
+	CodeDisplay struct {
+		Main       bool           `json:"main" jsonschema:"the value of the last expression (else a display)"`
+		Text       string         `json:"text,omitempty"`
+		HTML       string         `json:"html,omitempty"`
+		Markdown   string         `json:"markdown,omitempty"`
+		SVG        string         `json:"svg,omitempty"`
+		PNG        string         `json:"png,omitempty"`
+		JPEG       string         `json:"jpeg,omitempty"`
+		PDF        string         `json:"pdf,omitempty"`
+		LaTeX      string         `json:"latex,omitempty"`
+		JavaScript string         `json:"javascript,omitempty"`
+		JSON       any            `json:"json,omitempty"`
+		Extra      map[string]any `json:"extra,omitempty" jsonschema:"formats without a field of their own, by MIME type"`
 	}
 	FileContent struct {
 		Path     string `json:"path"`
@@ -280,6 +313,19 @@ func (t *tools) register(s *mcp.Server) {
 			}
 			return RunResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated}, nil
 		}))
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run code in a sandbox's code interpreter (a sandbox of the code-interpreter template; its state is kept across calls) and return its output, its results and its error. " +
+		"When the call carries a progress token, stdout and stderr stream as progress notifications (message \"stdout: ...\" or \"stderr: ...\") as the code writes them."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in CodeArgs) (*mcp.CallToolResult, CodeResult, error) {
+			c, err := t.client(req)
+			if err != nil {
+				return toolError(err), CodeResult{}, nil
+			}
+			out, err := runCode(ctx, c, req, in)
+			if err != nil {
+				return toolError(err), CodeResult{}, nil
+			}
+			return nil, out, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "file_read", Description: fmt.Sprintf("Read a file of a sandbox (at most %d bytes): UTF-8 text as it is, anything else base64.", maxFileRead)},
 		handler(t, func(ctx context.Context, c *space.Client, in FileArgs) (FileContent, error) {
 			if err := needID(in.ID); err != nil {
@@ -472,4 +518,65 @@ func waitSnapshot(ctx context.Context, c *space.Client, id string, snap sandboxv
 		return Snapshot{}, fmt.Errorf("snapshot %s failed: %s", snap.ID, snap.Reason)
 	}
 	return snapshotOf(snap), nil
+}
+
+// runCode runs run_code's code, sending each stdout and stderr chunk as a
+// progress notification when the caller asked for progress.
+func runCode(ctx context.Context, c *space.Client, req *mcp.CallToolRequest, in CodeArgs) (CodeResult, error) {
+	if err := needID(in.ID); err != nil {
+		return CodeResult{}, err
+	}
+	if in.Code == "" {
+		return CodeResult{}, badArg("code", "the code to run is required")
+	}
+	if in.Language != "" && in.Context != "" {
+		return CodeResult{}, badArg("context", "give language or context, not both (a context has its own language)")
+	}
+	var timeout time.Duration
+	if in.Timeout != "" {
+		d, err := time.ParseDuration(in.Timeout)
+		if err != nil || d <= 0 {
+			return CodeResult{}, badArg("timeout", fmt.Sprintf("%q is not a positive duration such as 30s", in.Timeout))
+		}
+		timeout = d
+	}
+	opts := space.RunCodeOptions{Language: in.Language, Context: in.Context, Env: in.Env, Timeout: timeout}
+	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
+		var n float64
+		progress := func(stream string) func(string) {
+			return func(text string) {
+				n++
+				// A client gone away loses its notifications, not the run.
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: stream + ": " + text})
+			}
+		}
+		opts.OnStdout, opts.OnStderr = progress("stdout"), progress("stderr")
+	}
+	ex, err := c.RunCode(ctx, in.ID, in.Code, opts)
+	if err != nil {
+		return CodeResult{}, err
+	}
+	out := CodeResult{Text: ex.Text(), Stdout: strings.Join(ex.Logs.Stdout, ""), Stderr: strings.Join(ex.Logs.Stderr, ""),
+		Error: ex.Error, Results: []CodeDisplay{}, ExecutionCount: ex.ExecutionCount}
+	for _, r := range ex.Results {
+		d := CodeDisplay{Main: r.Main, Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, SVG: r.SVG, PNG: r.PNG, JPEG: r.JPEG,
+			PDF: r.PDF, LaTeX: r.LaTeX, JavaScript: r.JavaScript}
+		if len(r.JSON) > 0 {
+			if err := json.Unmarshal(r.JSON, &d.JSON); err != nil {
+				return CodeResult{}, fmt.Errorf("run code: a result's json is not JSON: %w", err)
+			}
+		}
+		for k, v := range r.Extra {
+			var x any
+			if err := json.Unmarshal(v, &x); err != nil {
+				return CodeResult{}, fmt.Errorf("run code: a result's %s is not JSON: %w", k, err)
+			}
+			if d.Extra == nil {
+				d.Extra = map[string]any{}
+			}
+			d.Extra[k] = x
+		}
+		out.Results = append(out.Results, d)
+	}
+	return out, nil
 }

@@ -76,6 +76,21 @@ func (c *Client) fileOp(ctx context.Context, method, id, suffix string, q url.Va
 	return nil
 }
 
+// StatFile returns the entry of one file in a sandbox (as a listing of its
+// directory shows it) without listing the directory; a NotFound error when
+// there is no such file.
+func (c *Client) StatFile(ctx context.Context, id, path string) (*sandboxv1.FileEntry, error) {
+	p, err := filesPath(id, "/stat", path)
+	if err != nil {
+		return nil, fmt.Errorf("stat file: %w", err)
+	}
+	var entry sandboxv1.FileEntry
+	if err := c.call(ctx, request{method: http.MethodGet, path: p, query: url.Values{"path": {path}}}, nil, &entry, maxErrorBody); err != nil {
+		return nil, fmt.Errorf("stat %s in sandbox %s: %w", path, id, err)
+	}
+	return &entry, nil
+}
+
 // ListFiles lists a directory in a sandbox, descending depth levels (1: the
 // directory's own entries; 0 lets the server choose).
 func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]sandboxv1.FileEntry, error) {

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -27,6 +31,83 @@ func (c *Client) ListSandboxes(ctx context.Context) ([]sandboxv1.Sandbox, error)
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	return list.Sandboxes, nil
+}
+
+// SandboxFilter selects the sandboxes a listing returns; empty fields
+// match all, and every Metadata pair must be in the sandbox's metadata.
+type SandboxFilter struct {
+	State    sandboxv1.State
+	Template string
+	Name     string
+	Metadata map[string]string
+}
+
+// query is f as GET /v1/sandboxes takes it.
+func (f SandboxFilter) query() (url.Values, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": string(f.State), "template": f.Template, "name": f.Name} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	keys := make([]string, 0, len(f.Metadata))
+	for k := range f.Metadata {
+		if k == "" || strings.Contains(k, "=") {
+			return nil, fmt.Errorf("metadata key %q: want a non-empty key without '='", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		q.Add("metadata", k+"="+f.Metadata[k])
+	}
+	return q, nil
+}
+
+// sandboxPageSize is the page ListSandboxesFiltered asks for.
+const sandboxPageSize = 1000
+
+// ListSandboxesPage lists one page of at most limit (1..1000) sandboxes
+// that match f, oldest first; pass the answer's NextPageToken as pageToken
+// for the next page (it is empty after the last).
+func (c *Client) ListSandboxesPage(ctx context.Context, f SandboxFilter, limit int, pageToken string) (sandboxv1.SandboxList, error) {
+	if limit < 1 || limit > sandboxPageSize {
+		return sandboxv1.SandboxList{}, fmt.Errorf("list sandboxes: limit %d: want 1..%d", limit, sandboxPageSize)
+	}
+	q, err := f.query()
+	if err != nil {
+		return sandboxv1.SandboxList{}, fmt.Errorf("list sandboxes: %w", err)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	if pageToken != "" {
+		q.Set("page_token", pageToken)
+	}
+	var list sandboxv1.SandboxList
+	if err := c.call(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q}, nil, &list, maxJSONBody); err != nil {
+		return sandboxv1.SandboxList{}, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return list, nil
+}
+
+// ListSandboxesFiltered lists every sandbox that matches f, reading the
+// listing page by page.
+func (c *Client) ListSandboxesFiltered(ctx context.Context, f SandboxFilter) ([]sandboxv1.Sandbox, error) {
+	var all []sandboxv1.Sandbox
+	token := ""
+	for {
+		page, err := c.ListSandboxesPage(ctx, f, sandboxPageSize, token)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Sandboxes...)
+		if page.NextPageToken == "" {
+			return all, nil
+		}
+		if page.NextPageToken == token {
+			return nil, fmt.Errorf("list sandboxes: the server gave the same page token twice")
+		}
+		token = page.NextPageToken
+	}
 }
 
 // GetSandbox reads one sandbox.

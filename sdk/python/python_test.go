@@ -2,7 +2,7 @@
 // from `go test`, so that `make test` runs it: the unit tests against
 // httpx's mock transport, and the integration tests against a real `space
 // server --dev` this test starts (namespace sandboxes, the minimal
-// template).
+// template, and the code-interpreter one for run_code).
 //
 // pytest, httpx, mypy, ruff and pdoc, pinned by requirements-test.txt, are
 // installed with pip into a venv under $SPACE_TEST_CACHE_DIR once per
@@ -53,8 +53,14 @@ func TestPythonSDK(t *testing.T) {
 		if os.Geteuid() != 0 {
 			t.Skip("the all-in-one server starts the root node-manager; run as root (CI does)")
 		}
+		// The code-interpreter template (tests/test_server_code.py) is built
+		// from the Debian tree kept in $SPACE_TEST_CACHE_DIR, as e2e
+		// TestRunCode builds it.
+		if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
+			t.Setenv("SPACE_CACHE_DIR", cache)
+		}
 		srv := devserver.Start(t, devserver.Build(t), "ns")
-		pytest(t, python, []string{"SPACE_API_URL=" + srv.URL, "SPACE_API_KEY=" + srv.Key, "SPACE_SDK_TEST_SERVER=1"}, "tests/test_server.py", "tests/test_server_admin.py", "tests/test_server_vm.py")
+		pytest(t, python, []string{"SPACE_API_URL=" + srv.URL, "SPACE_API_KEY=" + srv.Key, "SPACE_SDK_TEST_SERVER=1"}, "tests/test_server.py", "tests/test_server_admin.py", "tests/test_server_vm.py", "tests/test_server_code.py")
 	})
 }
 

@@ -5,6 +5,7 @@ as it should be.
 
     client.py stdio SPACE_BINARY        (SPACE_API_URL, SPACE_API_KEY, OTHER_KEY set)
     client.py http  MCP_URL             (SPACE_API_KEY, OTHER_KEY set)
+    client.py code  SPACE_BINARY SANDBOX_ID  (a sandbox of the code-interpreter template)
 """
 
 import asyncio
@@ -18,7 +19,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 WANT_TOOLS = {
-    "sandbox_create", "sandbox_list", "sandbox_get", "sandbox_delete", "run_command",
+    "sandbox_create", "sandbox_list", "sandbox_get", "sandbox_delete", "run_command", "run_code",
     "file_read", "file_write", "file_list", "port_expose", "snapshot_create", "snapshot_list",
     "sandbox_fork", "sandbox_hibernate", "sandbox_restore", "sandbox_pause", "sandbox_resume",
 }
@@ -169,9 +170,55 @@ async def http(url):
                 await call(session, "sandbox_delete", {"id": sid})
 
 
+async def code(space_binary, sid):
+    """run_code over stdio: its output streams as progress notifications of
+    the call's progress token, in order, before the result; state is kept
+    across calls; the code's error is in the result; a sandbox without an
+    interpreter is a tool error."""
+    env = dict(os.environ)
+    async with stdio_client(StdioServerParameters(command=space_binary, args=["mcp"], env=env)) as (r, w):
+        async with ClientSession(r, w) as session:
+            await session.initialize()
+            progress = []
+
+            async def on_progress(done, total, message):
+                progress.append(message)
+
+            res = await session.call_tool("run_code", {"id": sid, "code": "import sys\nprint('one')\nprint('warn', file=sys.stderr)\nprint('two')\nx = 41\nx + 1"},
+                                          progress_callback=on_progress)
+            if res.is_error:
+                fail(f"run_code: tool error {error_text(res)!r}")
+            out = result_json(res)
+            if out["text"] != "42" or out["stdout"] != "one\ntwo\n" or out["stderr"] != "warn\n" or out.get("error"):
+                fail(f"run_code: {out}")
+            # The kernel may send both prints as one chunk: what counts is
+            # the text, in order, each chunk marked with its stream.
+            streamed = {k: "".join(m[len(k) + 2:] for m in progress if m.startswith(k + ": ")) for k in ("stdout", "stderr")}
+            if streamed != {"stdout": "one\ntwo\n", "stderr": "warn\n"} or any(not m.startswith(("stdout: ", "stderr: ")) for m in progress):
+                fail(f"run_code progress notifications: {progress}")
+            out = await call(session, "run_code", {"id": sid, "code": "x"})
+            if out["text"] != "41":
+                fail(f"run_code keeps no state: {out}")
+            out = await call(session, "run_code", {"id": sid, "code": "raise ValueError('bad value')"})
+            if not out.get("error") or out["error"]["name"] != "ValueError" or out["error"]["value"] != "bad value":
+                fail(f"run_code of a raise: {out}")
+            out = await call(session, "run_code", {"id": sid, "code": "echo $0 $GREETING", "language": "bash", "env": {"GREETING": "hi"}})
+            if not out["stdout"].endswith("hi\n"):
+                fail(f"run_code in bash: {out}")
+            plain = await call(session, "sandbox_create", {"template": "minimal", "runtime": "ns", "timeout": "10m"})
+            try:
+                await call(session, "run_code", {"id": plain["id"], "code": "1"}, want_error="code-interpreter")
+            finally:
+                await call(session, "sandbox_delete", {"id": plain["id"]})
+            await call(session, "run_code", {"id": sid, "code": ""}, want_error="argument code")
+
+
 def main():
     mode, target = sys.argv[1], sys.argv[2]
-    asyncio.run(stdio(target) if mode == "stdio" else http(target))
+    if mode == "code":
+        asyncio.run(code(target, sys.argv[3]))
+    else:
+        asyncio.run(stdio(target) if mode == "stdio" else http(target))
     print("ok " + mode)
 
 

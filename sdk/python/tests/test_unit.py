@@ -548,3 +548,155 @@ def test_every_public_name_is_documented() -> None:
             if callable(fn) and not (getattr(fn, "__doc__", None) or "").strip():
                 missing.append(f"{name}.{attr}")
     assert missing == [], "public names without a docstring (the API reference shows them empty)"
+
+
+def code_stream(*events: Dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(e).encode() + b"\n" for e in events)
+
+
+CODE_EVENTS = (
+    {"type": "stdout", "text": "hello\n"},
+    {"type": "stderr", "text": "warn\n"},
+    {"type": "result", "result": {"main": False, "png": "iVBORw0=", "text": "<Figure>"}},
+    {"type": "result", "result": {"main": True, "text": "42", "json": {"a": 1}, "extra": {"application/x-y": "z"}}},
+    {"type": "error", "error": {"name": "ValueError", "value": "bad", "traceback": "Traceback ..."}},
+    {"type": "execution_count", "execution_count": 3},
+    {"type": "end"},
+)
+
+
+def test_run_code_streams_events_to_callbacks_and_the_execution() -> None:
+    seen: List[Any] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append((r.method, r.url.path, json.loads(r.content)))
+        # The stream arrives in pieces that cut events in two.
+        body = code_stream(*CODE_EVENTS)
+        return httpx.Response(200, stream=httpx.ByteStream(body), headers={"content-type": "application/x-ndjson"})
+
+    sb = ss.Sandbox(client(handler), ss.SandboxInfo.from_dict(SB))
+    got: List[Any] = []
+    ex = sb.run_code(
+        "print('hello')", language="python", env={"A": "1"}, timeout=5,
+        on_stdout=lambda t: got.append(("out", t)), on_stderr=lambda t: got.append(("err", t)),
+        on_result=lambda r: got.append(("res", r.text)), on_error=lambda e: got.append(("error", e.name)),
+    )
+    assert seen == [("POST", "/v1/sandboxes/sb-1/code", {"code": "print('hello')", "language": "python", "env": {"A": "1"}, "timeout": "5s"})]
+    assert got == [("out", "hello\n"), ("err", "warn\n"), ("res", "<Figure>"), ("res", "42"), ("error", "ValueError")]
+    assert ex.text == "42" and ex.execution_count == 3
+    assert ex.logs.stdout == ["hello\n"] and ex.logs.stderr == ["warn\n"]
+    assert ex.results[0].formats() == ["text", "png"] and ex.results[1].formats() == ["text", "json", "application/x-y"]
+    assert ex.error == ss.CodeError("ValueError", "bad", "Traceback ...")
+
+
+def test_run_code_decoder_takes_events_split_across_chunks() -> None:
+    from space_sandbox import _core
+
+    dec = _core.CodeDecoder(None, None, None, None)
+    body = code_stream(*CODE_EVENTS)
+    for i in range(len(body)):
+        dec.feed(body[i : i + 1])
+    ex = dec.finish()
+    assert ex.text == "42" and ex.execution_count == 3 and ex.error is not None
+
+
+def test_run_code_stream_without_end_is_an_error() -> None:
+    body = code_stream({"type": "stdout", "text": "x"})
+    sb = ss.Sandbox(client(lambda r: httpx.Response(200, content=body)), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ss.SpaceError, match="ended before the execution's end event"):
+        sb.run_code("x")
+
+
+def test_run_code_event_over_its_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from space_sandbox import _core
+
+    monkeypatch.setattr(_core, "MAX_CODE_EVENT", 100)
+    body = b'{"type":"stdout","text":"' + b"x" * 500
+    sb = ss.Sandbox(client(lambda r: httpx.Response(200, content=body)), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ss.SpaceError, match="over 100 bytes"):
+        sb.run_code("x")
+
+
+def test_run_code_is_never_retried() -> None:
+    calls: List[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        calls.append(r.url.path)
+        return err(503, "refresh_route", "moved")
+
+    sb = ss.Sandbox(client(handler), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ss.RefreshRoute):
+        sb.run_code("1")
+    assert calls == ["/v1/sandboxes/sb-1/code"]
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"language": "python", "context": "c-1"}, "language and context"),
+        ({"language": ""}, "language"),
+        ({"context": ""}, "context"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"env": {"A": 1}}, "env"),
+    ],
+)
+def test_run_code_bad_input_is_a_value_error(kw: Dict[str, Any], field: str) -> None:
+    sb = ss.Sandbox(client(lambda r: httpx.Response(500)), ss.SandboxInfo.from_dict(SB))
+    with pytest.raises(ValueError, match=field):
+        sb.run_code("1", **kw)
+
+
+def test_code_contexts_routes() -> None:
+    seen: List[Any] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append((r.method, r.url.raw_path.decode(), r.content.decode()))
+        if r.method == "POST" and r.url.path.endswith("/contexts"):
+            return httpx.Response(201, json={"id": "c 1", "language": "bash", "cwd": "/tmp"})
+        if r.method == "GET":
+            return httpx.Response(200, json={"contexts": [{"id": "c 1", "language": "bash", "cwd": "/tmp"}]})
+        return httpx.Response(204)
+
+    sb = ss.Sandbox(client(handler), ss.SandboxInfo.from_dict(SB))
+    c = sb.create_code_context(language="bash", cwd="/tmp")
+    assert c == ss.CodeContext("c 1", "bash", "/tmp")
+    assert sb.list_code_contexts() == [c]
+    sb.restart_code_context(c.id)
+    sb.delete_code_context(c.id)
+    assert [(m, p) for m, p, _ in seen] == [
+        ("POST", "/v1/sandboxes/sb-1/code/contexts"), ("GET", "/v1/sandboxes/sb-1/code/contexts"),
+        ("POST", "/v1/sandboxes/sb-1/code/contexts/c%201/restart"), ("DELETE", "/v1/sandboxes/sb-1/code/contexts/c%201"),
+    ]
+    assert json.loads(seen[0][2]) == {"language": "bash", "cwd": "/tmp"}
+
+
+def test_async_run_code_and_contexts() -> None:
+    def handler(r: httpx.Request) -> httpx.Response:
+        if r.url.path.endswith("/code"):
+            return httpx.Response(200, stream=httpx.ByteStream(code_stream(*CODE_EVENTS)))
+        return httpx.Response(200, json={"contexts": [{"id": "c-1", "language": "python"}]})
+
+    async def main() -> None:
+        sb = ss.AsyncSandbox(aclient(handler), ss.SandboxInfo.from_dict(SB))
+        out: List[str] = []
+        ex = await sb.run_code("1", on_stdout=out.append)
+        assert ex.text == "42" and out == ["hello\n"]
+        assert [c.id for c in await sb.list_code_contexts()] == ["c-1"]
+
+    asyncio.run(main())
+
+
+def test_build_template_takes_a_builtin_name() -> None:
+    sent: List[Any] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(r.content))
+        return httpx.Response(202, json={"name": "code-interpreter", "state": "building"})
+
+    c = client(handler)
+    c.build_template("code-interpreter", "code-interpreter", wait=False)
+    assert sent == [{"name": "code-interpreter", "from": "code-interpreter"}]
+    for bad in ("/no/scheme", "Code Interpreter", ""):
+        with pytest.raises(ValueError, match="source"):
+            c.build_template("x", bad)
+    assert len(sent) == 1

@@ -31,6 +31,10 @@ from .errors import (
 )
 from .models import (
     APIKey,
+    CodeContext,
+    CodeError,
+    CodeLogs,
+    CodeResult,
     Credential,
     CredentialAuditEntry,
     EgressPolicy,
@@ -38,6 +42,7 @@ from .models import (
     EncryptionKey,
     Event,
     ExecResult,
+    Execution,
     FileEntry,
     FileEvent,
     FileList,
@@ -104,4 +109,9 @@ __all__ = [
     "ServicePort",
     "EgressPolicy",
     "EgressRules",
+    "Execution",
+    "CodeResult",
+    "CodeError",
+    "CodeLogs",
+    "CodeContext",
 ]

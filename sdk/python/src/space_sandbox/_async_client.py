@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from datetime import datetime
-from typing import IO, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import urlencode
 
 import httpx
@@ -18,12 +18,16 @@ from ._ports import AsyncPortForward, dial_async
 from ._stream import AsyncExecStream, AsyncFileWatch, OutputCallback, open_async, start_message
 from .models import (
     APIKey,
+    CodeContext,
+    CodeError,
+    CodeResult,
     Credential,
     CredentialAuditEntry,
     EgressPolicy,
     EncryptionKey,
     Event,
     ExecResult,
+    Execution,
     FileEntry,
     FileList,
     Node,
@@ -295,10 +299,12 @@ class AsyncClient:
     ) -> Template:
         """Builds a template (admin keys) from ``source``: ``"dir:/path"``,
         ``"tar:/path.tar[.gz]"`` (paths on the server's machine) or
-        ``"debootstrap:SUITE[+pkg,...]"``; with ``wait`` returns once it is ready."""
+        ``"debootstrap:SUITE[+pkg,...]"``, or the name of one of the server's
+        built-in templates (``"minimal"``, ``"base"``, ``"code-interpreter"``);
+        with ``wait`` returns once it is ready."""
         _core.segment("name", name)
-        if not isinstance(source, str) or ":" not in source:
-            raise ValueError(f"source {source!r}: want dir:/path, tar:/path.tar[.gz] or debootstrap:SUITE[+pkg,...]")
+        if not isinstance(source, str) or (":" not in source and not _core.BUILTIN_NAME.match(source)):
+            raise ValueError(f"source {source!r}: want dir:/path, tar:/path.tar[.gz], debootstrap:SUITE[+pkg,...] or a built-in template's name")
         body: Dict[str, Any] = {"name": name, "from": source}
         if egress is not None:
             body["egress"] = _core.egress_body(egress)
@@ -594,6 +600,63 @@ class AsyncSandbox:
             await stream.aclose()
             raise
         return stream
+
+    # -- code interpreter ---------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Duration = None,
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
+        on_result: Optional[Callable[[CodeResult], None]] = None,
+        on_error: Optional[Callable[[CodeError], None]] = None,
+    ) -> Execution:
+        """Runs ``code`` in the sandbox's code interpreter (a sandbox of the
+        code-interpreter template; another answers :class:`~space_sandbox.errors.FailedPrecondition`),
+        in the default context of ``language`` (``"python"``, the default, or
+        ``"bash"``) or in ``context`` (made by :meth:`create_code_context`).
+        The callbacks are called as the events stream in, read in constant
+        memory; ``timeout`` (default 60 s on the server) interrupts the code,
+        the execution then has a ``TimeoutError``. An error in the code is not
+        an exception: check ``Execution.error``. Never retried."""
+        body = _core.code_body(code, language, context, env, timeout)
+        secs = _core.seconds_of(body.get("timeout", "")) or 60.0
+        dec = _core.CodeDecoder(on_stdout, on_stderr, on_result, on_error)
+        resp = await self.client._send(Req("POST", self._path("/code"), json=body), timeout=max(self.client._timeout, secs + 30.0))
+        try:
+            async for chunk in resp.aiter_bytes(64 << 10):
+                dec.feed(chunk)
+                if dec.done:
+                    break
+        except httpx.TransportError as exc:
+            raise errors.TransportError(f"run code in sandbox {self.id}: {exc}") from exc
+        finally:
+            await resp.aclose()
+        return dec.finish()
+
+    async def create_code_context(self, *, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Makes a code interpreter context: its own state, ``language``
+        (``"python"`` or ``"bash"``) and working directory ``cwd``."""
+        d = await self.client._call(Req("POST", self._path("/code/contexts"), json=_core.context_body(language, cwd)))
+        return CodeContext.from_dict(d or {})
+
+    async def list_code_contexts(self) -> List[CodeContext]:
+        """The code interpreter's contexts."""
+        d = await self.client._call(Req("GET", self._path("/code/contexts"))) or {}
+        return [CodeContext.from_dict(c) for c in d.get("contexts") or []]
+
+    async def restart_code_context(self, context_id: str) -> None:
+        """Gives context ``context_id`` a fresh kernel (same id, its state lost)."""
+        await self.client._call(Req("POST", _core.context_path(self.id, context_id, "/restart")))
+
+    async def delete_code_context(self, context_id: str) -> None:
+        """Removes context ``context_id``."""
+        await self.client._call(Req("DELETE", _core.context_path(self.id, context_id)))
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -4,15 +4,16 @@ before it is sent, the route-repair retry rule, and the limits on answers."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 from . import errors
-from .models import EgressPolicy
+from .models import CodeError, CodeResult, EgressPolicy, Execution
 
 DEFAULT_API_URL = "http://127.0.0.1:7070"
 
@@ -36,6 +37,9 @@ TARGET_STATE = {
 
 #: States a wait gives up in: the sandbox will not reach another.
 TERMINAL_STATES = ("failed", "deleting", "deleted")
+
+#: The name of one of the server's built-in templates, as a template source.
+BUILTIN_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
@@ -458,3 +462,128 @@ def sandbox_list_params(
     if page_token:
         params.append(("page_token", page_token))
     return tuple(params)
+
+
+#: The largest one event of a run_code stream may be (a result with a large PNG is one event).
+MAX_CODE_EVENT = 64 << 20
+
+CodeCallback = Callable[[str], None]
+
+
+def code_body(
+    code: str,
+    language: Optional[str],
+    context: Optional[str],
+    env: Optional[Mapping[str, str]],
+    timeout: Union[str, int, float, None],
+) -> Dict[str, Any]:
+    """The body of POST /v1/sandboxes/{id}/code."""
+    if not isinstance(code, str):
+        raise ValueError(f"code {type(code).__name__}: want a str")
+    if language is not None and context is not None:
+        raise ValueError("language and context: give one (a context has its own language)")
+    body: Dict[str, Any] = {"code": code}
+    for what, v in (("language", language), ("context", context)):
+        if v is not None:
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{what} {v!r}: want a non-empty string, or leave it out")
+            body[what] = v
+    e = _str_map("env", env)
+    if e:
+        body["env"] = e
+    t = duration("timeout", timeout)
+    if t:
+        body["timeout"] = t
+    return body
+
+
+def context_body(language: Optional[str], cwd: Optional[str]) -> Dict[str, Any]:
+    """The body of POST /v1/sandboxes/{id}/code/contexts."""
+    body: Dict[str, Any] = {}
+    for what, v in (("language", language), ("cwd", cwd)):
+        if v is not None:
+            if not isinstance(v, str) or v == "":
+                raise ValueError(f"{what} {v!r}: want a non-empty string, or leave it out")
+            body[what] = v
+    return body
+
+
+def context_path(sandbox_id: str, context_id: str, suffix: str = "") -> str:
+    return sandbox_path(sandbox_id, "/code/contexts/" + segment("context_id", context_id) + suffix)
+
+
+class CodeDecoder:
+    """Reads the NDJSON stream of run_code chunk by chunk, in memory bounded
+    by the largest event, into an Execution, calling the callbacks as the
+    events arrive."""
+
+    def __init__(
+        self,
+        on_stdout: Optional[CodeCallback],
+        on_stderr: Optional[CodeCallback],
+        on_result: Optional[Callable[[CodeResult], None]],
+        on_error: Optional[Callable[[CodeError], None]],
+    ) -> None:
+        self.execution = Execution()
+        self.done = False
+        self._buf = bytearray()
+        self._cb = (on_stdout, on_stderr, on_result, on_error)
+
+    def feed(self, chunk: bytes) -> None:
+        """Takes the next bytes of the stream; sets ``done`` at the end event."""
+        self._buf += chunk
+        while not self.done:
+            i = self._buf.find(b"\n")
+            if i < 0:
+                if len(self._buf) > MAX_CODE_EVENT:
+                    raise errors.SpaceError(f"run code: an event of the stream is over {MAX_CODE_EVENT} bytes")
+                return
+            line = bytes(self._buf[:i])
+            del self._buf[: i + 1]
+            if len(line) > MAX_CODE_EVENT:
+                raise errors.SpaceError(f"run code: an event of the stream is over {MAX_CODE_EVENT} bytes")
+            self._event(line)
+
+    def finish(self) -> Execution:
+        """The execution, once the stream ended; an error if it ended before its end event."""
+        if not self.done and self._buf.strip():
+            self._event(bytes(self._buf))
+            self._buf.clear()
+        if not self.done:
+            raise errors.SpaceError("run code: the stream ended before the execution's end event")
+        return self.execution
+
+    def _event(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            ev = json.loads(line)
+        except ValueError as exc:
+            raise errors.SpaceError(f"run code: an event of the stream is not JSON: {exc}") from exc
+        if not isinstance(ev, dict):
+            raise errors.SpaceError("run code: an event of the stream is not a JSON object")
+        on_stdout, on_stderr, on_result, on_error = self._cb
+        ex = self.execution
+        t = ev.get("type")
+        if t == "stdout" or t == "stderr":
+            text = ev.get("text")
+            text = text if isinstance(text, str) else ""
+            (ex.logs.stdout if t == "stdout" else ex.logs.stderr).append(text)
+            cb = on_stdout if t == "stdout" else on_stderr
+            if cb is not None:
+                cb(text)
+        elif t == "result" and isinstance(ev.get("result"), dict):
+            r = CodeResult.from_dict(ev["result"])
+            ex.results.append(r)
+            if on_result is not None:
+                on_result(r)
+        elif t == "error" and isinstance(ev.get("error"), dict):
+            e = CodeError.from_dict(ev["error"])
+            ex.error = e
+            if on_error is not None:
+                on_error(e)
+        elif t == "execution_count":
+            n = ev.get("execution_count")
+            ex.execution_count = n if isinstance(n, int) and not isinstance(n, bool) else 0
+        elif t == "end":
+            self.done = True

@@ -31,6 +31,11 @@ __all__ = [
     "SigningKey",
     "SigningKeyList",
     "EncryptionKey",
+    "CodeResult",
+    "CodeError",
+    "CodeLogs",
+    "Execution",
+    "CodeContext",
 ]
 
 
@@ -569,3 +574,107 @@ class EncryptionKey:
     def from_dict(cls, d: Mapping[str, Any]) -> "EncryptionKey":
         """A EncryptionKey from the server's JSON; fields it does not know are ignored."""
         return cls(id=_str(d, "id"), tenant=_str(d, "tenant"), created_at=parse_time(d.get("created_at")), revoked_at=parse_time(d.get("revoked_at")))
+
+
+@dataclass
+class CodeResult:
+    """A display, or the value of the last expression (``main``), of code run
+    by :meth:`space_sandbox.Sandbox.run_code`, in the formats the kernel gave:
+    ``png``, ``jpeg`` and ``pdf`` are base64; ``json`` is the decoded value."""
+
+    main: bool = False
+    text: str = ""
+    html: str = ""
+    markdown: str = ""
+    svg: str = ""
+    png: str = ""
+    jpeg: str = ""
+    pdf: str = ""
+    latex: str = ""
+    javascript: str = ""
+    json: Any = None
+    #: Formats without a field of their own, by MIME type.
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CodeResult":
+        """A CodeResult from the server's JSON; fields it does not know are ignored."""
+        extra = d.get("extra")
+        return cls(
+            main=bool(d.get("main")),
+            text=_str(d, "text"),
+            html=_str(d, "html"),
+            markdown=_str(d, "markdown"),
+            svg=_str(d, "svg"),
+            png=_str(d, "png"),
+            jpeg=_str(d, "jpeg"),
+            pdf=_str(d, "pdf"),
+            latex=_str(d, "latex"),
+            javascript=_str(d, "javascript"),
+            json=d.get("json"),
+            extra=dict(extra) if isinstance(extra, dict) else {},
+        )
+
+    def formats(self) -> List[str]:
+        """The names of the formats this result has (``"text"``, ``"png"``, ...)."""
+        names = [n for n in ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "javascript") if getattr(self, n)]
+        if self.json is not None:
+            names.append("json")
+        return names + sorted(self.extra)
+
+
+@dataclass
+class CodeError:
+    """The error of code run by :meth:`space_sandbox.Sandbox.run_code`: an
+    exception's ``name``, ``value`` and ``traceback``; ``ExitCodeError`` for a
+    Bash context's non-zero status, ``KernelDied``, ``TimeoutError``."""
+
+    name: str
+    value: str
+    traceback: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CodeError":
+        """A CodeError from the server's JSON; fields it does not know are ignored."""
+        return cls(name=_str(d, "name"), value=_str(d, "value"), traceback=_str(d, "traceback"))
+
+
+@dataclass
+class CodeLogs:
+    """What the code wrote, in the chunks it arrived in."""
+
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Execution:
+    """The outcome of :meth:`space_sandbox.Sandbox.run_code`. An error in the
+    code is not an exception: check ``error``."""
+
+    results: List[CodeResult] = field(default_factory=list)
+    logs: CodeLogs = field(default_factory=CodeLogs)
+    error: Optional[CodeError] = None
+    execution_count: int = 0
+
+    @property
+    def text(self) -> str:
+        """The main result's text (the value of the last expression), ``""`` when there is none."""
+        for r in self.results:
+            if r.main:
+                return r.text
+        return ""
+
+
+@dataclass
+class CodeContext:
+    """A code interpreter context: its own state, ``language`` and working directory."""
+
+    id: str
+    language: str = ""
+    cwd: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CodeContext":
+        """A CodeContext from the server's JSON; fields it does not know are ignored."""
+        return cls(id=_str(d, "id"), language=_str(d, "language"), cwd=_str(d, "cwd"))
