@@ -48,3 +48,16 @@ test("asText: UTF-8 is text; invalid UTF-8 or a NUL byte is not", () => {
   assert.equal(f.asText(new Uint8Array([0x68, 0, 0x69])), null);
   assert.equal(f.asText(new Uint8Array([0xff, 0xfe])), null);
 });
+
+test("egressList splits on commas, spaces and lines and names a bad entry", () => {
+  assert.deepEqual(f.egressList("allow domains", "domain", "example.com, *.pypi.org\n  files.io"), ["example.com", "*.pypi.org", "files.io"]);
+  assert.equal(f.egressList("allow domains", "domain", "  \n"), undefined);
+  assert.deepEqual(f.egressList("deny CIDRs", "cidr", "10.0.0.0/8 fd00::/8 1.2.3.4"), ["10.0.0.0/8", "fd00::/8", "1.2.3.4"]);
+  assert.deepEqual(f.egressList("allow ports", "port", "443,8000-8100"), ["443", "8000-8100"]);
+  assert.throws(() => f.egressList("allow domains", "domain", "Example.COM"), /allow domains "Example.COM": want a lowercase name/);
+  assert.throws(() => f.egressList("allow domains", "domain", "a..b"), /"a..b"/);
+  assert.throws(() => f.egressList("deny CIDRs", "cidr", "example.com"), /deny CIDRs "example.com": want an IP/);
+  assert.throws(() => f.egressList("allow ports", "port", "0"), /allow ports "0"/);
+  assert.throws(() => f.egressList("allow ports", "port", "9000-8000"), /"9000-8000"/);
+  assert.throws(() => f.egressList("allow ports", "port", "70000"), /"70000"/);
+});

@@ -20,7 +20,7 @@ import (
 // headless Chromium through playwright-core (pinned in console/'s lockfile):
 // a wrong key refused, sign-in, create an ns sandbox from the form (size,
 // env, timeout; a bad env line refused) landing in its focused terminal,
-// `echo hello` read back, a process's markup output as text, pause and resume with only the legal moves
+// `echo hello` read back, a process's markup output as text, pause and resume, hibernate and restore, with only the legal moves
 // offered, the terminal's resize reaching the PTY, the server's refusal
 // shown as it says it, stop and start with the terminal reconnecting; the
 // file browser (navigate, open a text file as text, upload, download, a
@@ -29,7 +29,9 @@ import (
 // delete, delete, fork landing on the child); the events timeline; a phone
 // width without sideways scroll; a metadata XSS attempt rendered as text;
 // the table's search and state filter; delete confirmation (cancel, one
-// row, bulk). No Content-Security-Policy violation may be reported.
+// row, bulk); the running processes; the egress editor (a bad entry refused
+// by the form, a refusal by the server as it says it, a saved policy read
+// back). No Content-Security-Policy violation may be reported.
 // Screenshots are kept in a directory the test prints.
 func TestConsole(t *testing.T) {
 	root, err := filepath.Abs("..")

@@ -108,6 +108,24 @@ export interface Port {
   proxy_url?: string;
 }
 
+export interface Process {
+  pid: number;
+  cmd: string;
+  args: string[];
+  cwd?: string;
+  tag?: string;
+}
+export interface EgressRules {
+  domains?: string[];
+  cidrs?: string[];
+  ports?: string[];
+}
+export interface EgressPolicy {
+  allow_internet: boolean;
+  allow?: EgressRules;
+  deny?: EgressRules;
+}
+
 const sbPath = (id: string) => "/v1/sandboxes/" + encodeURIComponent(id);
 const q = (path: string) => "?path=" + encodeURIComponent(path);
 
@@ -120,6 +138,10 @@ export const fork = (id: string, snap: string) => call<Sandbox>("POST", sbPath(i
 export const rollback = (id: string, snap: string) => call<Sandbox>("POST", sbPath(id) + "/rollback", { snapshot: snap });
 export const listEvents = (id: string) => call<{ events: Event[] }>("GET", sbPath(id) + "/events").then((r) => r.events ?? []);
 export const listPorts = (id: string) => call<{ ports: Port[] }>("GET", sbPath(id) + "/ports").then((r) => r.ports ?? []);
+
+export const listProcesses = (id: string) => call<{ processes: Process[] }>("GET", sbPath(id) + "/processes").then((r) => r.processes ?? []);
+export const getEgress = (id: string) => call<EgressPolicy>("GET", sbPath(id) + "/egress");
+export const setEgress = (id: string, p: EgressPolicy) => call<EgressPolicy>("PUT", sbPath(id) + "/egress", p);
 
 // refusal reads a failed response's {code, message} as an APIError.
 async function refusal(res: Response): Promise<APIError> {
@@ -157,13 +179,13 @@ export const lifecycle = (id: string, op: string) => call<Sandbox>("POST", "/v1/
 export function moves(state: string): string[] {
   switch (state) {
     case "running":
-      return ["pause", "stop", "delete"];
+      return ["pause", "hibernate", "stop", "delete"];
     case "paused":
-      return ["resume", "stop", "delete"];
+      return ["resume", "hibernate", "stop", "delete"];
     case "stopped":
       return ["start", "delete"];
     case "hibernated":
-      return ["resume", "delete"];
+      return ["restore", "delete"];
     case "deleted":
       return [];
     default:

@@ -68,3 +68,27 @@ export function asText(bytes: Uint8Array): string | null {
     return null;
   }
 }
+
+// egressList reads one egress rule list of the editor: entries separated by
+// commas, spaces or lines, each checked by its kind (the server checks
+// again, host bits and all); a bad one is an error naming the field and it.
+export function egressList(field: string, kind: "domain" | "cidr" | "port", text: string): string[] | undefined {
+  const items = text
+    .split(/[\s,]+/)
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
+  for (const it of items) {
+    let ok = false;
+    if (kind === "domain") ok = /^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(it);
+    if (kind === "cidr") ok = /^[0-9a-fA-F.:]+(\/[0-9]{1,3})?$/.test(it) && (it.includes(".") || it.includes(":"));
+    if (kind === "port") {
+      const m = /^([0-9]{1,5})(-([0-9]{1,5}))?$/.exec(it);
+      ok = m !== null && +m[1] >= 1 && +m[1] <= 65535 && (m[3] === undefined || (+m[3] >= +m[1] && +m[3] <= 65535));
+    }
+    if (!ok) {
+      const want = { domain: "a lowercase name or *.name", cidr: "an IP address or prefix (10.0.0.0/8)", port: "a port 1-65535 or a range 8000-8100" }[kind];
+      throw new Error(`${field} ${JSON.stringify(it)}: want ${want}`);
+    }
+  }
+  return items.length ? items : undefined;
+}

@@ -3,7 +3,7 @@ import "./style.css";
 import * as api from "./api";
 import { el, age } from "./dom";
 import { openTerminal } from "./terminal";
-import { asText, filterSandboxes, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
+import { asText, egressList, filterSandboxes, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
 
 // The sandboxes table polls every pollMs: one GET /v1/sandboxes per open
 // console per period (docs/console.md gives its cost).
@@ -431,6 +431,107 @@ function snapshotsPanel(id: string, changed: () => void) {
   return { node, refresh };
 }
 
+// egressPanel shows the sandbox's egress policy and edits it: the form
+// checks each entry before it is sent, the server's refusal is shown as it
+// says it, and a saved policy is read back from the server.
+function egressPanel(id: string) {
+  const internet = el("input", { type: "checkbox", id: "egress-internet" });
+  const area = (fid: string, ph: string) => el("textarea", { id: fid, rows: "2", cols: "28", placeholder: ph });
+  const fields = {
+    allowDomains: area("egress-allow-domains", "example.com, *.pypi.org"),
+    allowCIDRs: area("egress-allow-cidrs", "10.1.0.0/16"),
+    allowPorts: area("egress-allow-ports", "443, 8000-8100"),
+    denyDomains: area("egress-deny-domains", "evil.example"),
+    denyCIDRs: area("egress-deny-cidrs", "169.254.0.0/16"),
+  };
+  const status = el("p", { class: "error", id: "egress-status", role: "alert" });
+  const fill = (p: api.EgressPolicy) => {
+    internet.checked = p.allow_internet;
+    fields.allowDomains.value = (p.allow?.domains ?? []).join("\n");
+    fields.allowCIDRs.value = (p.allow?.cidrs ?? []).join("\n");
+    fields.allowPorts.value = (p.allow?.ports ?? []).join("\n");
+    fields.denyDomains.value = (p.deny?.domains ?? []).join("\n");
+    fields.denyCIDRs.value = (p.deny?.cidrs ?? []).join("\n");
+  };
+  const form = el(
+    "form",
+    { id: "egress" },
+    el("label", {}, internet, " allow the internet (what no rule decides)"),
+    el("label", {}, "allow domains ", fields.allowDomains),
+    el("label", {}, "allow CIDRs ", fields.allowCIDRs),
+    el("label", {}, "allow ports only ", fields.allowPorts),
+    el("label", {}, "deny domains ", fields.denyDomains),
+    el("label", {}, "deny CIDRs ", fields.denyCIDRs),
+    el("button", { type: "submit", id: "egress-save" }, "Save policy"),
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    let p: api.EgressPolicy;
+    try {
+      const rules = (r: api.EgressRules) => (r.domains || r.cidrs || r.ports ? r : undefined);
+      p = {
+        allow_internet: internet.checked,
+        allow: rules({
+          domains: egressList("allow domains", "domain", fields.allowDomains.value),
+          cidrs: egressList("allow CIDRs", "cidr", fields.allowCIDRs.value),
+          ports: egressList("allow ports", "port", fields.allowPorts.value),
+        }),
+        deny: rules({ domains: egressList("deny domains", "domain", fields.denyDomains.value), cidrs: egressList("deny CIDRs", "cidr", fields.denyCIDRs.value) }),
+      };
+    } catch (e) {
+      status.textContent = (e as Error).message;
+      return;
+    }
+    status.textContent = "saving…";
+    try {
+      await api.setEgress(id, p);
+      fill(await api.getEgress(id));
+      status.textContent = "saved";
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  });
+  const load = async () => {
+    try {
+      fill(await api.getEgress(id));
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  return { node: el("section", { id: "egress-section" }, el("h2", {}, "Egress policy"), form, status), load };
+}
+
+// processesPanel lists what the guest daemon started in the sandbox (GET
+// /v1/sandboxes/{id}/processes) while it runs.
+function processesPanel(id: string) {
+  const body = el("tbody", { id: "processes" });
+  const status = el("p", { class: "error", id: "processes-status", role: "alert" });
+  const refresh = async (state: string) => {
+    status.textContent = "";
+    if (state !== "running") {
+      body.replaceChildren(el("tr", {}, el("td", { colspan: "4", class: "empty" }, "sandbox " + state + ": no processes run")));
+      return;
+    }
+    try {
+      const list = await api.listProcesses(id);
+      body.replaceChildren(
+        ...list.map((p) => el("tr", { "data-pid": String(p.pid) }, el("td", { class: "num" }, String(p.pid)), el("td", {}, el("code", {}, [p.cmd, ...p.args].join(" "))), el("td", {}, p.cwd ?? ""), el("td", {}, p.tag ?? ""))),
+      );
+      if (!list.length) body.append(el("tr", {}, el("td", { colspan: "4", class: "empty" }, "no processes")));
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  const node = el(
+    "section",
+    { id: "processes-section" },
+    el("h2", {}, "Processes"),
+    status,
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["pid", "command", "cwd", "tag"].map((h) => el("th", {}, h)))), body)),
+  );
+  return { node, refresh };
+}
+
 function sandboxPage(id: string, focusTerminal: boolean) {
   const record = el("dl", { id: "record" });
   const buttons = el("div", { id: "lifecycle" });
@@ -441,6 +542,8 @@ function sandboxPage(id: string, focusTerminal: boolean) {
   const ports = el("tbody", { id: "ports" });
   const events = el("ol", { id: "events" });
   const files = fileBrowser(id);
+  const egress = egressPanel(id);
+  const procs = processesPanel(id);
   let closeTerm: (() => void) | null = null;
   let lastState = "";
   let lastGeneration: number | undefined;
@@ -540,6 +643,7 @@ function sandboxPage(id: string, focusTerminal: boolean) {
   const side = async () => {
     await Promise.all([
       snaps.refresh(),
+      procs.refresh(lastState),
       api.listPorts(id).then(renderPorts, (e) => (refusal.textContent = errorText(e))),
       api.listEvents(id).then(renderEvents, (e) => (refusal.textContent = errorText(e))),
     ]);
@@ -581,13 +685,16 @@ function sandboxPage(id: string, focusTerminal: boolean) {
       refusal,
       el("h2", {}, "Terminal ", termStatus, " ", reconnect),
       termHost,
+      procs.node,
       files.node,
       snaps.node,
+      egress.node,
       el("section", {}, el("h2", {}, "Exposed ports"), el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["port", "protocol", "access", "URL", "proxy URL"].map((h) => el("th", {}, h)))), ports))),
       el("section", {}, el("h2", {}, "Events"), events),
     ),
   );
   void tick();
+  void egress.load();
   const timer = setInterval(tick, pollMs);
   stop = () => {
     clearInterval(timer);

@@ -133,12 +133,12 @@ try {
   await page.setViewportSize({ width: 1280, height: 800 });
 
   const ops = () => page.$$eval("#lifecycle button", (bs) => bs.map((b) => b.dataset.op).join(","));
-  if (await ops() !== "pause,stop,delete") problems.push("running offers " + await ops());
+  if (await ops() !== "pause,hibernate,stop,delete") problems.push("running offers " + await ops());
   step("pause");
   await page.click('#lifecycle button[data-op="pause"]');
   await until("paused", async () => (await text(page, '[data-field="state"]')) === "paused");
   await page.waitForSelector('#lifecycle button[data-op="resume"]');
-  if (await ops() !== "resume,stop,delete") problems.push("paused offers " + await ops());
+  if (await ops() !== "resume,hibernate,stop,delete") problems.push("paused offers " + await ops());
   step("resume");
   await page.click('#lifecycle button[data-op="resume"]');
   await until("running", async () => (await text(page, '[data-field="state"]')) === "running");
@@ -176,6 +176,27 @@ try {
   // The stop ended the shell; the start opens a new one by itself.
   await until("the terminal reconnected", async () => (await text(page, "#term-status")) === "connected");
   await typed(page, "echo again-$((1+1))", "again-2");
+
+  step("processes");
+  // The terminal's shell is among the guest daemon's processes, listed as
+  // GET /v1/sandboxes/{id}/processes says.
+  const procs = (await rest("GET", "/v1/sandboxes/" + id + "/processes")).json?.processes ?? [];
+  if (!procs.length) problems.push("GET processes lists nothing with a terminal open");
+  await until("the processes table", async () => {
+    const shownPids = await page.$$eval("#processes tr[data-pid]", (rs) => rs.map((r) => Number(r.dataset.pid)));
+    return procs.length > 0 && procs.every((p) => shownPids.includes(p.pid));
+  }, 20000);
+
+  step("hibernate");
+  await page.click('#lifecycle button[data-op="hibernate"]');
+  await until("hibernated", async () => (await text(page, '[data-field="state"]')) === "hibernated", 120000);
+  await page.waitForSelector('#lifecycle button[data-op="restore"]');
+  if (await ops() !== "restore,delete") problems.push("hibernated offers " + await ops());
+  step("restore");
+  await page.click('#lifecycle button[data-op="restore"]');
+  await until("running after restore", async () => (await text(page, '[data-field="state"]')) === "running", 120000);
+  await until("the terminal after restore", async () => (await text(page, "#term-status")) === "connected");
+  await typed(page, "echo restored-$((3+4))", "restored-7");
 
   step("files");
   const notes = "line one\n<b>not bold</b>\n";
@@ -231,6 +252,30 @@ try {
   await page.waitForSelector('#ports tr[data-port="8080"]', { timeout: 20000 });
   const portURL = await text(page, '#ports tr[data-port="8080"] td:nth-child(4)');
   if (portURL !== exposed.json?.url) problems.push(`port URL shown ${JSON.stringify(portURL)}, the server says ${JSON.stringify(exposed.json?.url)}`);
+
+  step("egress");
+  // The form refuses a bad entry itself, the server's refusal is shown as
+  // it says it, and a saved policy is the sandbox's (read back by the API).
+  await page.fill("#egress-deny-domains", "Not A Domain");
+  await page.click("#egress-save");
+  await until("the form's refusal", async () => (await text(page, "#egress-status")).includes('deny domains "Not"'));
+  await page.fill("#egress-deny-domains", "");
+  await page.fill("#egress-allow-cidrs", "10.0.0.1/8");
+  const badPolicy = await rest("PUT", "/v1/sandboxes/" + id + "/egress", { allow_internet: true, allow: { cidrs: ["10.0.0.1/8"] } });
+  await page.click("#egress-save");
+  await until("the server's refusal", async () => (await text(page, "#egress-status")) !== "saving…" && (await text(page, "#egress-status")) !== "");
+  if (badPolicy.status !== 400 || (await text(page, "#egress-status")) !== badPolicy.json.code + ": " + badPolicy.json.message)
+    problems.push(`egress refusal shown as ${JSON.stringify(await text(page, "#egress-status"))}, the server says ${badPolicy.status} ${badPolicy.text}`);
+  await page.fill("#egress-allow-cidrs", "");
+  await page.fill("#egress-allow-domains", "example.com, *.pypi.org");
+  await page.fill("#egress-allow-ports", "443");
+  await page.uncheck("#egress-internet");
+  await page.click("#egress-save");
+  await until("saved", async () => (await text(page, "#egress-status")) === "saved");
+  const saved = (await rest("GET", "/v1/sandboxes/" + id + "/egress")).json;
+  if (saved.allow_internet !== false || JSON.stringify(saved.allow?.domains) !== '["example.com","*.pypi.org"]' || JSON.stringify(saved.allow?.ports) !== '["443"]')
+    problems.push("the saved egress policy is not the sandbox's: " + JSON.stringify(saved));
+  await page.screenshot({ path: shots + "/sandbox-egress.png", fullPage: true });
 
   step("snapshots");
   // takeSnapshot takes one from the console and returns its id once it is
