@@ -31,7 +31,12 @@ import (
 // the table's search and state filter; delete confirmation (cancel, one
 // row, bulk); the running processes; the egress editor (a bad entry refused
 // by the form, a refusal by the server as it says it, a saved policy read
-// back). No Content-Security-Policy violation may be reported.
+// back); credentials (metadata only: the secret in no response the console
+// read nor in the page), the audit log, a template built from dir: with its
+// progress, nodes (committed as the sandboxes on it hold, drain asked first:
+// cancel, drain, undrain), tenants and their keys; a tenant's key is offered
+// no admin page, is refused one by the API and the console alike, and sees
+// no other tenant's sandbox or credential. No Content-Security-Policy violation may be reported.
 // Screenshots are kept in a directory the test prints.
 func TestConsole(t *testing.T) {
 	root, err := filepath.Abs("..")
@@ -68,6 +73,25 @@ func TestConsole(t *testing.T) {
 	// The console deletes it; this is for a run that fails first.
 	defer in.do("DELETE", "/v1/sandboxes/"+xss.ID, nil, nil)
 
+	// A root file system the console builds a template from (dir:).
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatalf("busybox is not installed (%v): run make deps-test", err)
+	}
+	tree := filepath.Join(t.TempDir(), "rootfs")
+	bin, _ := os.ReadFile(bb)
+	if err := os.MkdirAll(filepath.Join(tree, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "bin", "busybox"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, applet := range []string{"sh", "echo", "cat"} {
+		if err := os.Symlink("busybox", filepath.Join(tree, "bin", applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Kept after the test, as its artifacts.
 	shots, err := os.MkdirTemp("", "space-console-shots-")
 	if err != nil {
@@ -76,7 +100,7 @@ func TestConsole(t *testing.T) {
 	t.Logf("screenshots in %s", shots)
 	cmd := exec.Command("node", "testdata/console/console.mjs")
 	cmd.Env = append(os.Environ(), "SPACE_URL="+in.url, "SPACE_KEY="+in.key, "XSS_ID="+xss.ID, "XSS_PAYLOAD="+payload,
-		"SHOTS="+shots, "PLAYWRIGHT="+playwright)
+		"SHOTS="+shots, "PLAYWRIGHT="+playwright, "TEMPLATE_DIR="+tree)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

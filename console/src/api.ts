@@ -192,3 +192,85 @@ export function moves(state: string): string[] {
       return ["delete"];
   }
 }
+
+export interface Progress {
+  phase: string;
+  message?: string;
+  done: number;
+  total?: number;
+  unit?: string;
+}
+export interface TemplateInfo {
+  name: string;
+  source: string;
+  state: string;
+  reason?: string;
+  size_bytes: number;
+  created_at: string;
+  progress?: Progress;
+}
+export interface WarmPool {
+  template: string;
+  runtime: string;
+  cpus: number;
+  memory_mib: number;
+  ready: number;
+  filling: number;
+  hits: number;
+  misses: number;
+}
+export interface Node {
+  id: string;
+  state: string;
+  runtimes: string[];
+  cpus: number;
+  memory_mib: number;
+  last_heartbeat: string;
+  live: boolean;
+  sandboxes: number;
+  warm_pool?: WarmPool[];
+}
+export interface Credential {
+  id: string;
+  name: string;
+  scope: { tenant: string; project?: string; sandbox?: string };
+  injection: { method: string; name?: string };
+  allowed_hosts: string[];
+  expires_at?: string;
+  rate_limit?: number;
+  created_at: string;
+}
+export interface AuditEntry {
+  kind?: string;
+  time: string;
+  tenant: string;
+  sandbox?: string;
+  host: string;
+  credential_id?: string;
+  allowed: boolean;
+  reason: string;
+  count?: number;
+}
+export interface Tenant {
+  id: string;
+  name: string;
+  created_at: string;
+  quota: { max_sandboxes: number; max_memory_mib: number; max_cpus: number };
+  usage: { sandboxes: number; memory_mib: number; cpus: number };
+}
+export interface APIKey {
+  id: string;
+  tenant: string;
+  prefix: string;
+  admin: boolean;
+  created_at: string;
+  revoked_at?: string;
+}
+export const listTemplateInfo = () => call<{ templates: TemplateInfo[] }>("GET", "/v1/templates").then((r) => r.templates ?? []);
+export const buildTemplate = (name: string, from: string) => call<TemplateInfo>("POST", "/v1/templates", { name, from });
+export const listNodes = () => call<{ nodes: Node[] }>("GET", "/v1/nodes").then((r) => r.nodes ?? []);
+export const setNodeState = (id: string, op: "drain" | "undrain") => call<unknown>("POST", "/v1/nodes/" + encodeURIComponent(id) + "/" + op, {});
+export const listCredentials = () => call<{ credentials: Credential[] }>("GET", "/v1/credentials").then((r) => r.credentials ?? []);
+export const listAudit = () => call<{ entries: AuditEntry[] }>("GET", "/v1/credentials/audit").then((r) => r.entries ?? []);
+export const listTenants = () => call<{ tenants: Tenant[] }>("GET", "/v1/tenants").then((r) => r.tenants ?? []);
+export const listKeys = () => call<{ keys: APIKey[] }>("GET", "/v1/keys").then((r) => r.keys ?? []);

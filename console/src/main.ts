@@ -3,6 +3,7 @@ import "./style.css";
 import * as api from "./api";
 import { el, age } from "./dom";
 import { openTerminal } from "./terminal";
+import { adminPages } from "./pages";
 import { asText, egressList, filterSandboxes, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
 
 // The sandboxes table polls every pollMs: one GET /v1/sandboxes per open
@@ -23,14 +24,46 @@ function show(...nodes: Node[]) {
   root.replaceChildren(...nodes);
 }
 
+// isAdmin is whether the signed-in key is the admin key: GET /v1/nodes,
+// admin-only, answers it (the server decides; the console only hides the
+// admin pages it would refuse).
+let isAdmin: Promise<boolean> | null = null;
+function adminKey(): Promise<boolean> {
+  if (!isAdmin)
+    isAdmin = api.listNodes().then(
+      () => true,
+      () => false,
+    );
+  return isAdmin;
+}
+
+const pages: [string, string, boolean][] = [
+  ["#/", "Sandboxes", false],
+  ["#/templates", "Templates", false],
+  ["#/credentials", "Credentials", false],
+  ["#/audit", "Audit log", false],
+  ["#/nodes", "Nodes", true],
+  ["#/tenants", "Tenants", true],
+];
+
 function header(): HTMLElement {
   const out = el("button", { type: "button", id: "signout" }, "Sign out");
   out.addEventListener("click", () => {
     api.clearKey();
+    isAdmin = null;
     location.hash = "";
     route();
   });
-  return el("header", {}, el("a", { href: "#/", class: "brand" }, "SPACE console"), out);
+  const nav = el("nav", { id: "nav" });
+  for (const [href, label, admin] of pages) {
+    const a = el("a", { href, "data-page": label.toLowerCase() }, label);
+    if (admin) {
+      a.hidden = true;
+      void adminKey().then((yes) => (a.hidden = !yes));
+    }
+    nav.append(a);
+  }
+  return el("header", {}, el("a", { href: "#/", class: "brand" }, "SPACE console"), nav, out);
 }
 
 function errorText(e: unknown): string {
@@ -61,6 +94,7 @@ function signIn(message = "") {
     try {
       await api.call("GET", "/v1/sandboxes", undefined, k);
       api.setKey(k);
+      isAdmin = null;
       route();
     } catch (e) {
       err.textContent = errorText(e);
@@ -706,6 +740,13 @@ function route() {
   if (!api.getKey()) return signIn();
   const m = /^#\/sandbox\/([^/]+)(\/terminal)?$/.exec(location.hash);
   if (m) return sandboxPage(decodeURIComponent(m[1]), m[2] !== undefined);
+  const other = adminPages[location.hash];
+  if (other) {
+    const p = other(errorText, confirmDelete);
+    show(header(), p.node);
+    stop = p.stop;
+    return;
+  }
   sandboxesPage();
 }
 
