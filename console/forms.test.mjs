@@ -61,3 +61,12 @@ test("egressList splits on commas, spaces and lines and names a bad entry", () =
   assert.throws(() => f.egressList("allow ports", "port", "9000-8000"), /"9000-8000"/);
   assert.throws(() => f.egressList("allow ports", "port", "70000"), /"70000"/);
 });
+
+test("usageText and chartPoints", () => {
+  assert.equal(f.usageText(undefined), "");
+  assert.equal(f.usageText({ cpuUsedPct: 12.345, memUsed: 50 << 20, memTotal: 256 << 20 }), "12.3% · 50/256 MiB");
+  assert.equal(f.chartPoints([], 100, 50, 100), "");
+  assert.equal(f.chartPoints([[10, 0], [20, 50], [30, 100]], 100, 50, 100), "0.0,50.0 50.0,25.0 100.0,0.0");
+  // A value above max raises the top; one sample sits at x 0.
+  assert.equal(f.chartPoints([[5, 200]], 100, 50, 100), "0.0,0.0");
+});

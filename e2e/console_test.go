@@ -36,7 +36,8 @@ import (
 // progress, nodes (committed as the sandboxes on it hold, drain asked first:
 // cancel, drain, undrain), tenants and their keys; a tenant's key is offered
 // no admin page, is refused one by the API and the console alike, and sees
-// no other tenant's sandbox or credential. No Content-Security-Policy violation may be reported.
+// no other tenant's sandbox or credential; CPU and memory now (the metrics
+// route) in the table and as an SVG chart on the sandbox's page. No Content-Security-Policy violation may be reported.
 // Screenshots are kept in a directory the test prints.
 func TestConsole(t *testing.T) {
 	root, err := filepath.Abs("..")

@@ -274,3 +274,20 @@ export const listCredentials = () => call<{ credentials: Credential[] }>("GET", 
 export const listAudit = () => call<{ entries: AuditEntry[] }>("GET", "/v1/credentials/audit").then((r) => r.entries ?? []);
 export const listTenants = () => call<{ tenants: Tenant[] }>("GET", "/v1/tenants").then((r) => r.tenants ?? []);
 export const listKeys = () => call<{ keys: APIKey[] }>("GET", "/v1/keys").then((r) => r.keys ?? []);
+
+// Metric is one sample of GET /e2b/sandboxes/{id}/metrics, the metrics
+// route the server has (the E2B surface, which takes the same key as a
+// Bearer token): the history the server samples while it serves, and a
+// sample taken now when the window holds the present.
+export interface Metric {
+  timestampUnix: number;
+  cpuCount: number;
+  cpuUsedPct: number;
+  memUsed: number;
+  memTotal: number;
+}
+export function metrics(id: string, since?: number): Promise<Metric[]> {
+  const now = Math.floor(Date.now() / 1000);
+  const window = since === undefined ? "" : `?start=${since}&end=${now + 3600}`;
+  return call<Metric[]>("GET", "/e2b/sandboxes/" + encodeURIComponent(id) + "/metrics" + window).then((r) => (Array.isArray(r) ? r : []));
+}

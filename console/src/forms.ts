@@ -92,3 +92,22 @@ export function egressList(field: string, kind: "domain" | "cidr" | "port", text
   }
   return items.length ? items : undefined;
 }
+
+// usageText is a metrics sample as the table shows it: CPU percent of the
+// sandbox's CPUs and memory used of its total, in MiB.
+export function usageText(m: { cpuUsedPct: number; memUsed: number; memTotal: number } | undefined): string {
+  if (!m) return "";
+  const mib = (b: number) => Math.round(b / (1 << 20));
+  return `${m.cpuUsedPct.toFixed(1)}% · ${mib(m.memUsed)}/${mib(m.memTotal)} MiB`;
+}
+
+// chartPoints maps samples (t, v) to an SVG polyline's points in a w×h box,
+// time across the samples' span and v from 0 to max (at least the largest
+// value): "x,y x,y …", y growing downwards as SVG's does.
+export function chartPoints(samples: [number, number][], w: number, h: number, max: number): string {
+  if (!samples.length) return "";
+  const t0 = samples[0][0];
+  const span = Math.max(1, samples[samples.length - 1][0] - t0);
+  const top = Math.max(max, ...samples.map((s) => s[1]), 1e-9);
+  return samples.map(([t, v]) => `${(((t - t0) / span) * w).toFixed(1)},${(h - (v / top) * h).toFixed(1)}`).join(" ");
+}

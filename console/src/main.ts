@@ -4,7 +4,7 @@ import * as api from "./api";
 import { el, age } from "./dom";
 import { openTerminal } from "./terminal";
 import { adminPages } from "./pages";
-import { asText, egressList, filterSandboxes, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
+import { asText, chartPoints, egressList, filterSandboxes, usageText, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
 
 // The sandboxes table polls every pollMs: one GET /v1/sandboxes per open
 // console per period (docs/console.md gives its cost).
@@ -12,6 +12,8 @@ const pollMs = 2000;
 // A sandbox's page reads its snapshots, ports and events every sideEvery
 // polls (and after each move).
 const sideEvery = 3;
+// The table reads CPU and memory of at most usageMax running sandboxes.
+const usageMax = 20;
 
 const root = document.getElementById("app")!;
 let stop: (() => void) | null = null;
@@ -191,7 +193,7 @@ function sandboxesPage() {
   const table = el(
     "table",
     { id: "sandboxes-table" },
-    el("thead", {}, el("tr", {}, el("th", {}, all), ...["id", "name", "state", "template", "runtime", "node", "age", ""].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, el("th", {}, all), ...["id", "name", "state", "template", "runtime", "node", "CPU · memory", "age", ""].map((h) => el("th", {}, h)))),
     body,
   );
   const search = el("input", { id: "filter-search", type: "search", placeholder: "search id, name, template, metadata" });
@@ -202,6 +204,25 @@ function sandboxesPage() {
   let failures = "";
   let last: api.Sandbox[] = [];
   let shown: api.Sandbox[] = [];
+  // usage is each running sandbox's latest metrics sample, read every
+  // sideEvery polls for the first usageMax running sandboxes shown.
+  const usage = new Map<string, api.Metric>();
+  let ticks = 0;
+  const readUsage = async () => {
+    const since = Math.floor(Date.now() / 1000) - 1;
+    const running = shown.filter((sb) => sb.state === "running").slice(0, usageMax);
+    await Promise.all(
+      running.map((sb) =>
+        api.metrics(sb.id, since).then(
+          (ms) => {
+            if (ms.length) usage.set(sb.id, ms[ms.length - 1]);
+          },
+          () => usage.delete(sb.id),
+        ),
+      ),
+    );
+    render();
+  };
 
   const deleteAll = async (ids: string[]) => {
     const failed: string[] = [];
@@ -261,17 +282,19 @@ function sandboxesPage() {
           el("td", {}, sb.template),
           el("td", {}, sb.runtime),
           el("td", {}, sb.node),
+          el("td", { class: "usage" }, sb.state === "running" ? usageText(usage.get(sb.id)) : ""),
           el("td", { title: sb.created_at }, age(sb.created_at, now)),
           el("td", {}, del),
         );
       }),
     );
-    if (!shown.length) body.append(el("tr", {}, el("td", { colspan: "9", class: "empty" }, last.length ? "no sandbox matches" : "no sandboxes")));
+    if (!shown.length) body.append(el("tr", {}, el("td", { colspan: "10", class: "empty" }, last.length ? "no sandbox matches" : "no sandboxes")));
   };
   const tick = async () => {
     try {
       last = await api.listSandboxes();
       render();
+      if (ticks++ % sideEvery === 0) void readUsage();
       // A failed delete's refusal stays until the next delete.
       status.textContent = failures || "updated " + new Date().toLocaleTimeString();
     } catch (e) {
@@ -566,6 +589,51 @@ function processesPanel(id: string) {
   return { node, refresh };
 }
 
+// usagePanel is a running sandbox's CPU and memory: the latest sample as
+// text and a chart over the samples the server kept, drawn as SVG (points
+// and labels set as attributes and text, never markup).
+function usagePanel(id: string) {
+  const svgNS = "http://www.w3.org/2000/svg";
+  const w = 600, h = 120;
+  const svg = document.createElementNS(svgNS, "svg");
+  svg.setAttribute("id", "usage-chart");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("role", "img");
+  const title = document.createElementNS(svgNS, "title");
+  const line = (cls: string, colour: string) => {
+    const l = document.createElementNS(svgNS, "polyline");
+    l.setAttribute("class", cls);
+    l.setAttribute("fill", "none");
+    l.setAttribute("stroke", colour);
+    l.setAttribute("stroke-width", "2");
+    return l;
+  };
+  const cpu = line("cpu", "#1a4fd6");
+  const mem = line("mem", "#0a7d32");
+  const frame = document.createElementNS(svgNS, "rect");
+  for (const [k, v] of [["x", "0"], ["y", "0"], ["width", String(w)], ["height", String(h)], ["fill", "#fff"], ["stroke", "#e3e5ea"]]) frame.setAttribute(k, v);
+  svg.append(title, frame, cpu, mem);
+  const now = el("p", { id: "usage-now" });
+  const refresh = async (state: string) => {
+    if (state !== "running") {
+      now.textContent = "sandbox " + state + ": no use now";
+      return;
+    }
+    try {
+      const ms = await api.metrics(id);
+      const last = ms[ms.length - 1];
+      now.textContent = last ? "now: " + usageText(last) + (last.cpuCount ? ` (${last.cpuCount} CPU)` : "") + `, ${ms.length} samples` : "no samples yet";
+      cpu.setAttribute("points", chartPoints(ms.map((m) => [m.timestampUnix, m.cpuUsedPct]), w, h, 100));
+      mem.setAttribute("points", chartPoints(ms.map((m) => [m.timestampUnix, m.memTotal ? (100 * m.memUsed) / m.memTotal : 0]), w, h, 100));
+      title.textContent = "CPU % (blue) and memory % of total (green) over the last " + ms.length + " samples";
+    } catch (e) {
+      now.textContent = errorText(e);
+    }
+  };
+  const node = el("section", { id: "usage-section" }, el("h2", {}, "CPU and memory"), now, svg, el("p", { class: "hint" }, "blue: CPU % of its CPUs; green: memory % of its total; 0 to 100 % bottom to top"));
+  return { node, refresh };
+}
+
 function sandboxPage(id: string, focusTerminal: boolean) {
   const record = el("dl", { id: "record" });
   const buttons = el("div", { id: "lifecycle" });
@@ -578,6 +646,7 @@ function sandboxPage(id: string, focusTerminal: boolean) {
   const files = fileBrowser(id);
   const egress = egressPanel(id);
   const procs = processesPanel(id);
+  const usage = usagePanel(id);
   let closeTerm: (() => void) | null = null;
   let lastState = "";
   let lastGeneration: number | undefined;
@@ -678,6 +747,7 @@ function sandboxPage(id: string, focusTerminal: boolean) {
     await Promise.all([
       snaps.refresh(),
       procs.refresh(lastState),
+      usage.refresh(lastState),
       api.listPorts(id).then(renderPorts, (e) => (refusal.textContent = errorText(e))),
       api.listEvents(id).then(renderEvents, (e) => (refusal.textContent = errorText(e))),
     ]);
@@ -717,6 +787,7 @@ function sandboxPage(id: string, focusTerminal: boolean) {
       record,
       buttons,
       refusal,
+      usage.node,
       el("h2", {}, "Terminal ", termStatus, " ", reconnect),
       termHost,
       procs.node,

@@ -187,6 +187,16 @@ try {
     return procs.length > 0 && procs.every((p) => shownPids.includes(p.pid));
   }, 20000);
 
+  step("usage");
+  // CPU and memory now, from the metrics route, as text and a chart.
+  await until("the usage now", async () => (await text(page, "#usage-now")).startsWith("now: "), 30000);
+  const m = (await rest("GET", "/e2b/sandboxes/" + id + "/metrics")).json;
+  if (!Array.isArray(m) || !m.length || !(m.at(-1).memTotal > 0)) problems.push("the metrics route answers " + JSON.stringify(m));
+  const memShown = /· \d+\/(\d+) MiB/.exec(await text(page, "#usage-now"));
+  if (!memShown || Number(memShown[1]) !== Math.round(m.at(-1).memTotal / (1 << 20))) problems.push("usage shown " + JSON.stringify(await text(page, "#usage-now")) + ", the route says " + JSON.stringify(m.at(-1)));
+  const chart = await page.$eval("#usage-chart", (svg) => ({ kids: [...svg.children].map((c) => c.tagName).join(","), cpu: svg.querySelector("polyline.cpu").getAttribute("points") }));
+  if (chart.kids !== "title,rect,polyline,polyline" || !/^[0-9.]+,[0-9.]+/.test(chart.cpu)) problems.push("the usage chart: " + JSON.stringify(chart));
+
   step("hibernate");
   await page.click('#lifecycle button[data-op="hibernate"]');
   await until("hibernated", async () => (await text(page, '[data-field="state"]')) === "hibernated", 120000);
@@ -383,6 +393,8 @@ try {
     return now.startsWith("updated ") && now !== updated;
   }, 10000);
   const listed = () => page.$$eval("#sandboxes tr[data-id]", (rs) => rs.map((r) => r.dataset.id).sort().join(","));
+  await until("CPU and memory in the table", async () => /% · \d+\/\d+ MiB/.test(await text(page, `#sandboxes tr[data-id="${id}"] td.usage`)), 30000);
+  await page.screenshot({ path: shots + "/sandboxes-usage.png" });
   step("filters");
   await page.fill("#filter-search", fork.slice(-8));
   await until("the search", async () => (await listed()) === fork);
