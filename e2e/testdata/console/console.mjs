@@ -524,6 +524,11 @@ try {
   const nodesRefusal = await text(page, "#nodes-status");
   const direct403 = (await rest("GET", "/v1/nodes", undefined, tkey)).json;
   if (nodesRefusal !== direct403.code + ": " + direct403.message) problems.push("a tenant on #/nodes sees " + JSON.stringify(nodesRefusal));
+  await page.goto(url + "/console/#/templates");
+  await page.fill("#build-name", "tenant-try");
+  await page.fill("#build-from", "dir:" + process.env.TEMPLATE_DIR);
+  await page.click("#build button[type=submit]");
+  await until("the build refusal", async () => (await text(page, "#build-error")).startsWith("permission_denied"));
   await page.goto(url + "/console/#/credentials");
   await until("the credentials listed", async () => (await page.$$("#credentials tr")).length > 0);
   await new Promise((r) => setTimeout(r, 300));
