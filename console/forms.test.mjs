@@ -67,6 +67,7 @@ test("usageText and chartPoints", () => {
   assert.equal(f.usageText({ cpuUsedPct: 12.345, memUsed: 50 << 20, memTotal: 256 << 20 }), "12.3% · 50/256 MiB");
   assert.equal(f.chartPoints([], 100, 50, 100), "");
   assert.equal(f.chartPoints([[10, 0], [20, 50], [30, 100]], 100, 50, 100), "0.0,50.0 50.0,25.0 100.0,0.0");
-  // A value above max raises the top; one sample sits at x 0.
-  assert.equal(f.chartPoints([[5, 200]], 100, 50, 100), "0.0,0.0");
+  // A value above max raises the top; one sample is a level line.
+  assert.equal(f.chartPoints([[5, 200]], 100, 50, 100), "0.0,0.0 100.0,0.0");
+  assert.equal(f.chartPoints([[5, 25]], 100, 50, 100), "0.0,37.5 100.0,37.5");
 });

@@ -103,9 +103,12 @@ export function usageText(m: { cpuUsedPct: number; memUsed: number; memTotal: nu
 
 // chartPoints maps samples (t, v) to an SVG polyline's points in a w×h box,
 // time across the samples' span and v from 0 to max (at least the largest
-// value): "x,y x,y …", y growing downwards as SVG's does.
+// value): "x,y x,y …", y growing downwards as SVG's does; one sample is a
+// level line.
 export function chartPoints(samples: [number, number][], w: number, h: number, max: number): string {
   if (!samples.length) return "";
+  // One sample is a level line across the box.
+  if (samples.length === 1) samples = [samples[0], [samples[0][0] + 1, samples[0][1]]];
   const t0 = samples[0][0];
   const span = Math.max(1, samples[samples.length - 1][0] - t0);
   const top = Math.max(max, ...samples.map((s) => s[1]), 1e-9);
