@@ -48,3 +48,26 @@ test("asText: UTF-8 is text; invalid UTF-8 or a NUL byte is not", () => {
   assert.equal(f.asText(new Uint8Array([0x68, 0, 0x69])), null);
   assert.equal(f.asText(new Uint8Array([0xff, 0xfe])), null);
 });
+
+test("egressList splits on commas, spaces and lines and names a bad entry", () => {
+  assert.deepEqual(f.egressList("allow domains", "domain", "example.com, *.pypi.org\n  files.io"), ["example.com", "*.pypi.org", "files.io"]);
+  assert.equal(f.egressList("allow domains", "domain", "  \n"), undefined);
+  assert.deepEqual(f.egressList("deny CIDRs", "cidr", "10.0.0.0/8 fd00::/8 1.2.3.4"), ["10.0.0.0/8", "fd00::/8", "1.2.3.4"]);
+  assert.deepEqual(f.egressList("allow ports", "port", "443,8000-8100"), ["443", "8000-8100"]);
+  assert.throws(() => f.egressList("allow domains", "domain", "Example.COM"), /allow domains "Example.COM": want a lowercase name/);
+  assert.throws(() => f.egressList("allow domains", "domain", "a..b"), /"a..b"/);
+  assert.throws(() => f.egressList("deny CIDRs", "cidr", "example.com"), /deny CIDRs "example.com": want an IP/);
+  assert.throws(() => f.egressList("allow ports", "port", "0"), /allow ports "0"/);
+  assert.throws(() => f.egressList("allow ports", "port", "9000-8000"), /"9000-8000"/);
+  assert.throws(() => f.egressList("allow ports", "port", "70000"), /"70000"/);
+});
+
+test("usageText and chartPoints", () => {
+  assert.equal(f.usageText(undefined), "");
+  assert.equal(f.usageText({ cpuUsedPct: 12.345, memUsed: 50 << 20, memTotal: 256 << 20 }), "12.3% · 50/256 MiB");
+  assert.equal(f.chartPoints([], 100, 50, 100), "");
+  assert.equal(f.chartPoints([[10, 0], [20, 50], [30, 100]], 100, 50, 100), "0.0,50.0 50.0,25.0 100.0,0.0");
+  // A value above max raises the top; one sample is a level line.
+  assert.equal(f.chartPoints([[5, 200]], 100, 50, 100), "0.0,0.0 100.0,0.0");
+  assert.equal(f.chartPoints([[5, 25]], 100, 50, 100), "0.0,37.5 100.0,37.5");
+});

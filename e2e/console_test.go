@@ -20,7 +20,7 @@ import (
 // headless Chromium through playwright-core (pinned in console/'s lockfile):
 // a wrong key refused, sign-in, create an ns sandbox from the form (size,
 // env, timeout; a bad env line refused) landing in its focused terminal,
-// `echo hello` read back, a process's markup output as text, pause and resume with only the legal moves
+// `echo hello` read back, a process's markup output as text, pause and resume, hibernate and restore, with only the legal moves
 // offered, the terminal's resize reaching the PTY, the server's refusal
 // shown as it says it, stop and start with the terminal reconnecting; the
 // file browser (navigate, open a text file as text, upload, download, a
@@ -29,7 +29,15 @@ import (
 // delete, delete, fork landing on the child); the events timeline; a phone
 // width without sideways scroll; a metadata XSS attempt rendered as text;
 // the table's search and state filter; delete confirmation (cancel, one
-// row, bulk). No Content-Security-Policy violation may be reported.
+// row, bulk); the running processes; the egress editor (a bad entry refused
+// by the form, a refusal by the server as it says it, a saved policy read
+// back); credentials (metadata only: the secret in no response the console
+// read nor in the page), the audit log, a template built from dir: with its
+// progress, nodes (committed as the sandboxes on it hold, drain asked first:
+// cancel, drain, undrain), tenants and their keys; a tenant's key is offered
+// no admin page, is refused one by the API and the console alike, and sees
+// no other tenant's sandbox or credential; CPU and memory now (the metrics
+// route) in the table and as an SVG chart on the sandbox's page. No Content-Security-Policy violation may be reported.
 // Screenshots are kept in a directory the test prints.
 func TestConsole(t *testing.T) {
 	root, err := filepath.Abs("..")
@@ -66,6 +74,25 @@ func TestConsole(t *testing.T) {
 	// The console deletes it; this is for a run that fails first.
 	defer in.do("DELETE", "/v1/sandboxes/"+xss.ID, nil, nil)
 
+	// A root file system the console builds a template from (dir:).
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatalf("busybox is not installed (%v): run make deps-test", err)
+	}
+	tree := filepath.Join(t.TempDir(), "rootfs")
+	bin, _ := os.ReadFile(bb)
+	if err := os.MkdirAll(filepath.Join(tree, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "bin", "busybox"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, applet := range []string{"sh", "echo", "cat"} {
+		if err := os.Symlink("busybox", filepath.Join(tree, "bin", applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Kept after the test, as its artifacts.
 	shots, err := os.MkdirTemp("", "space-console-shots-")
 	if err != nil {
@@ -74,7 +101,7 @@ func TestConsole(t *testing.T) {
 	t.Logf("screenshots in %s", shots)
 	cmd := exec.Command("node", "testdata/console/console.mjs")
 	cmd.Env = append(os.Environ(), "SPACE_URL="+in.url, "SPACE_KEY="+in.key, "XSS_ID="+xss.ID, "XSS_PAYLOAD="+payload,
-		"SHOTS="+shots, "PLAYWRIGHT="+playwright)
+		"SHOTS="+shots, "PLAYWRIGHT="+playwright, "TEMPLATE_DIR="+tree)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -108,6 +108,24 @@ export interface Port {
   proxy_url?: string;
 }
 
+export interface Process {
+  pid: number;
+  cmd: string;
+  args: string[];
+  cwd?: string;
+  tag?: string;
+}
+export interface EgressRules {
+  domains?: string[];
+  cidrs?: string[];
+  ports?: string[];
+}
+export interface EgressPolicy {
+  allow_internet: boolean;
+  allow?: EgressRules;
+  deny?: EgressRules;
+}
+
 const sbPath = (id: string) => "/v1/sandboxes/" + encodeURIComponent(id);
 const q = (path: string) => "?path=" + encodeURIComponent(path);
 
@@ -120,6 +138,10 @@ export const fork = (id: string, snap: string) => call<Sandbox>("POST", sbPath(i
 export const rollback = (id: string, snap: string) => call<Sandbox>("POST", sbPath(id) + "/rollback", { snapshot: snap });
 export const listEvents = (id: string) => call<{ events: Event[] }>("GET", sbPath(id) + "/events").then((r) => r.events ?? []);
 export const listPorts = (id: string) => call<{ ports: Port[] }>("GET", sbPath(id) + "/ports").then((r) => r.ports ?? []);
+
+export const listProcesses = (id: string) => call<{ processes: Process[] }>("GET", sbPath(id) + "/processes").then((r) => r.processes ?? []);
+export const getEgress = (id: string) => call<EgressPolicy>("GET", sbPath(id) + "/egress");
+export const setEgress = (id: string, p: EgressPolicy) => call<EgressPolicy>("PUT", sbPath(id) + "/egress", p);
 
 // refusal reads a failed response's {code, message} as an APIError.
 async function refusal(res: Response): Promise<APIError> {
@@ -157,16 +179,115 @@ export const lifecycle = (id: string, op: string) => call<Sandbox>("POST", "/v1/
 export function moves(state: string): string[] {
   switch (state) {
     case "running":
-      return ["pause", "stop", "delete"];
+      return ["pause", "hibernate", "stop", "delete"];
     case "paused":
-      return ["resume", "stop", "delete"];
+      return ["resume", "hibernate", "stop", "delete"];
     case "stopped":
       return ["start", "delete"];
     case "hibernated":
-      return ["resume", "delete"];
+      return ["restore", "delete"];
     case "deleted":
       return [];
     default:
       return ["delete"];
   }
+}
+
+export interface Progress {
+  phase: string;
+  message?: string;
+  done: number;
+  total?: number;
+  unit?: string;
+}
+export interface TemplateInfo {
+  name: string;
+  source: string;
+  state: string;
+  reason?: string;
+  size_bytes: number;
+  created_at: string;
+  progress?: Progress;
+}
+export interface WarmPool {
+  template: string;
+  runtime: string;
+  cpus: number;
+  memory_mib: number;
+  ready: number;
+  filling: number;
+  hits: number;
+  misses: number;
+}
+export interface Node {
+  id: string;
+  state: string;
+  runtimes: string[];
+  cpus: number;
+  memory_mib: number;
+  last_heartbeat: string;
+  live: boolean;
+  sandboxes: number;
+  warm_pool?: WarmPool[];
+}
+export interface Credential {
+  id: string;
+  name: string;
+  scope: { tenant: string; project?: string; sandbox?: string };
+  injection: { method: string; name?: string };
+  allowed_hosts: string[];
+  expires_at?: string;
+  rate_limit?: number;
+  created_at: string;
+}
+export interface AuditEntry {
+  kind?: string;
+  time: string;
+  tenant: string;
+  sandbox?: string;
+  host: string;
+  credential_id?: string;
+  allowed: boolean;
+  reason: string;
+  count?: number;
+}
+export interface Tenant {
+  id: string;
+  name: string;
+  created_at: string;
+  quota: { max_sandboxes: number; max_memory_mib: number; max_cpus: number };
+  usage: { sandboxes: number; memory_mib: number; cpus: number };
+}
+export interface APIKey {
+  id: string;
+  tenant: string;
+  prefix: string;
+  admin: boolean;
+  created_at: string;
+  revoked_at?: string;
+}
+export const listTemplateInfo = () => call<{ templates: TemplateInfo[] }>("GET", "/v1/templates").then((r) => r.templates ?? []);
+export const buildTemplate = (name: string, from: string) => call<TemplateInfo>("POST", "/v1/templates", { name, from });
+export const listNodes = () => call<{ nodes: Node[] }>("GET", "/v1/nodes").then((r) => r.nodes ?? []);
+export const setNodeState = (id: string, op: "drain" | "undrain") => call<unknown>("POST", "/v1/nodes/" + encodeURIComponent(id) + "/" + op, {});
+export const listCredentials = () => call<{ credentials: Credential[] }>("GET", "/v1/credentials").then((r) => r.credentials ?? []);
+export const listAudit = () => call<{ entries: AuditEntry[] }>("GET", "/v1/credentials/audit").then((r) => r.entries ?? []);
+export const listTenants = () => call<{ tenants: Tenant[] }>("GET", "/v1/tenants").then((r) => r.tenants ?? []);
+export const listKeys = () => call<{ keys: APIKey[] }>("GET", "/v1/keys").then((r) => r.keys ?? []);
+
+// Metric is one sample of GET /e2b/sandboxes/{id}/metrics, the metrics
+// route the server has (the E2B surface, which takes the same key as a
+// Bearer token): the history the server samples while it serves, and a
+// sample taken now when the window holds the present.
+export interface Metric {
+  timestampUnix: number;
+  cpuCount: number;
+  cpuUsedPct: number;
+  memUsed: number;
+  memTotal: number;
+}
+export function metrics(id: string, since?: number): Promise<Metric[]> {
+  const now = Math.floor(Date.now() / 1000);
+  const window = since === undefined ? "" : `?start=${since}&end=${now + 3600}`;
+  return call<Metric[]>("GET", "/e2b/sandboxes/" + encodeURIComponent(id) + "/metrics" + window).then((r) => (Array.isArray(r) ? r : []));
 }

@@ -68,3 +68,49 @@ export function asText(bytes: Uint8Array): string | null {
     return null;
   }
 }
+
+// egressList reads one egress rule list of the editor: entries separated by
+// commas, spaces or lines, each checked by its kind (the server checks
+// again, host bits and all); a bad one is an error naming the field and it.
+export function egressList(field: string, kind: "domain" | "cidr" | "port", text: string): string[] | undefined {
+  const items = text
+    .split(/[\s,]+/)
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
+  for (const it of items) {
+    let ok = false;
+    if (kind === "domain") ok = /^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(it);
+    if (kind === "cidr") ok = /^[0-9a-fA-F.:]+(\/[0-9]{1,3})?$/.test(it) && (it.includes(".") || it.includes(":"));
+    if (kind === "port") {
+      const m = /^([0-9]{1,5})(-([0-9]{1,5}))?$/.exec(it);
+      ok = m !== null && +m[1] >= 1 && +m[1] <= 65535 && (m[3] === undefined || (+m[3] >= +m[1] && +m[3] <= 65535));
+    }
+    if (!ok) {
+      const want = { domain: "a lowercase name or *.name", cidr: "an IP address or prefix (10.0.0.0/8)", port: "a port 1-65535 or a range 8000-8100" }[kind];
+      throw new Error(`${field} ${JSON.stringify(it)}: want ${want}`);
+    }
+  }
+  return items.length ? items : undefined;
+}
+
+// usageText is a metrics sample as the table shows it: CPU percent of the
+// sandbox's CPUs and memory used of its total, in MiB.
+export function usageText(m: { cpuUsedPct: number; memUsed: number; memTotal: number } | undefined): string {
+  if (!m) return "";
+  const mib = (b: number) => Math.round(b / (1 << 20));
+  return `${m.cpuUsedPct.toFixed(1)}% · ${mib(m.memUsed)}/${mib(m.memTotal)} MiB`;
+}
+
+// chartPoints maps samples (t, v) to an SVG polyline's points in a w×h box,
+// time across the samples' span and v from 0 to max (at least the largest
+// value): "x,y x,y …", y growing downwards as SVG's does; one sample is a
+// level line.
+export function chartPoints(samples: [number, number][], w: number, h: number, max: number): string {
+  if (!samples.length) return "";
+  // One sample is a level line across the box.
+  if (samples.length === 1) samples = [samples[0], [samples[0][0] + 1, samples[0][1]]];
+  const t0 = samples[0][0];
+  const span = Math.max(1, samples[samples.length - 1][0] - t0);
+  const top = Math.max(max, ...samples.map((s) => s[1]), 1e-9);
+  return samples.map(([t, v]) => `${(((t - t0) / span) * w).toFixed(1)},${(h - (v / top) * h).toFixed(1)}`).join(" ");
+}

@@ -3,7 +3,8 @@ import "./style.css";
 import * as api from "./api";
 import { el, age } from "./dom";
 import { openTerminal } from "./terminal";
-import { asText, filterSandboxes, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
+import { adminPages } from "./pages";
+import { asText, chartPoints, egressList, filterSandboxes, usageText, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
 
 // The sandboxes table polls every pollMs: one GET /v1/sandboxes per open
 // console per period (docs/console.md gives its cost).
@@ -11,6 +12,8 @@ const pollMs = 2000;
 // A sandbox's page reads its snapshots, ports and events every sideEvery
 // polls (and after each move).
 const sideEvery = 3;
+// The table reads CPU and memory of at most usageMax running sandboxes.
+const usageMax = 20;
 
 const root = document.getElementById("app")!;
 let stop: (() => void) | null = null;
@@ -23,14 +26,46 @@ function show(...nodes: Node[]) {
   root.replaceChildren(...nodes);
 }
 
+// isAdmin is whether the signed-in key is the admin key: GET /v1/nodes,
+// admin-only, answers it (the server decides; the console only hides the
+// admin pages it would refuse).
+let isAdmin: Promise<boolean> | null = null;
+function adminKey(): Promise<boolean> {
+  if (!isAdmin)
+    isAdmin = api.listNodes().then(
+      () => true,
+      () => false,
+    );
+  return isAdmin;
+}
+
+const pages: [string, string, boolean][] = [
+  ["#/", "Sandboxes", false],
+  ["#/templates", "Templates", false],
+  ["#/credentials", "Credentials", false],
+  ["#/audit", "Audit log", false],
+  ["#/nodes", "Nodes", true],
+  ["#/tenants", "Tenants", true],
+];
+
 function header(): HTMLElement {
   const out = el("button", { type: "button", id: "signout" }, "Sign out");
   out.addEventListener("click", () => {
     api.clearKey();
+    isAdmin = null;
     location.hash = "";
     route();
   });
-  return el("header", {}, el("a", { href: "#/", class: "brand" }, "SPACE console"), out);
+  const nav = el("nav", { id: "nav" });
+  for (const [href, label, admin] of pages) {
+    const a = el("a", { href, "data-page": label.toLowerCase() }, label);
+    if (admin) {
+      a.hidden = true;
+      void adminKey().then((yes) => (a.hidden = !yes));
+    }
+    nav.append(a);
+  }
+  return el("header", {}, el("a", { href: "#/", class: "brand" }, "SPACE console"), nav, out);
 }
 
 function errorText(e: unknown): string {
@@ -61,6 +96,7 @@ function signIn(message = "") {
     try {
       await api.call("GET", "/v1/sandboxes", undefined, k);
       api.setKey(k);
+      isAdmin = null;
       route();
     } catch (e) {
       err.textContent = errorText(e);
@@ -157,7 +193,7 @@ function sandboxesPage() {
   const table = el(
     "table",
     { id: "sandboxes-table" },
-    el("thead", {}, el("tr", {}, el("th", {}, all), ...["id", "name", "state", "template", "runtime", "node", "age", ""].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, el("th", {}, all), ...["id", "name", "state", "template", "runtime", "node", "CPU · memory", "age", ""].map((h) => el("th", {}, h)))),
     body,
   );
   const search = el("input", { id: "filter-search", type: "search", placeholder: "search id, name, template, metadata" });
@@ -168,6 +204,25 @@ function sandboxesPage() {
   let failures = "";
   let last: api.Sandbox[] = [];
   let shown: api.Sandbox[] = [];
+  // usage is each running sandbox's latest metrics sample, read every
+  // sideEvery polls for the first usageMax running sandboxes shown.
+  const usage = new Map<string, api.Metric>();
+  let ticks = 0;
+  const readUsage = async () => {
+    const since = Math.floor(Date.now() / 1000) - 1;
+    const running = shown.filter((sb) => sb.state === "running").slice(0, usageMax);
+    await Promise.all(
+      running.map((sb) =>
+        api.metrics(sb.id, since).then(
+          (ms) => {
+            if (ms.length) usage.set(sb.id, ms[ms.length - 1]);
+          },
+          () => usage.delete(sb.id),
+        ),
+      ),
+    );
+    render();
+  };
 
   const deleteAll = async (ids: string[]) => {
     const failed: string[] = [];
@@ -227,17 +282,19 @@ function sandboxesPage() {
           el("td", {}, sb.template),
           el("td", {}, sb.runtime),
           el("td", {}, sb.node),
+          el("td", { class: "usage" }, sb.state === "running" ? usageText(usage.get(sb.id)) : ""),
           el("td", { title: sb.created_at }, age(sb.created_at, now)),
           el("td", {}, del),
         );
       }),
     );
-    if (!shown.length) body.append(el("tr", {}, el("td", { colspan: "9", class: "empty" }, last.length ? "no sandbox matches" : "no sandboxes")));
+    if (!shown.length) body.append(el("tr", {}, el("td", { colspan: "10", class: "empty" }, last.length ? "no sandbox matches" : "no sandboxes")));
   };
   const tick = async () => {
     try {
       last = await api.listSandboxes();
       render();
+      if (ticks++ % sideEvery === 0) void readUsage();
       // A failed delete's refusal stays until the next delete.
       status.textContent = failures || "updated " + new Date().toLocaleTimeString();
     } catch (e) {
@@ -431,6 +488,152 @@ function snapshotsPanel(id: string, changed: () => void) {
   return { node, refresh };
 }
 
+// egressPanel shows the sandbox's egress policy and edits it: the form
+// checks each entry before it is sent, the server's refusal is shown as it
+// says it, and a saved policy is read back from the server.
+function egressPanel(id: string) {
+  const internet = el("input", { type: "checkbox", id: "egress-internet" });
+  const area = (fid: string, ph: string) => el("textarea", { id: fid, rows: "2", cols: "28", placeholder: ph });
+  const fields = {
+    allowDomains: area("egress-allow-domains", "example.com, *.pypi.org"),
+    allowCIDRs: area("egress-allow-cidrs", "10.1.0.0/16"),
+    allowPorts: area("egress-allow-ports", "443, 8000-8100"),
+    denyDomains: area("egress-deny-domains", "evil.example"),
+    denyCIDRs: area("egress-deny-cidrs", "169.254.0.0/16"),
+  };
+  const status = el("p", { class: "error", id: "egress-status", role: "alert" });
+  const fill = (p: api.EgressPolicy) => {
+    internet.checked = p.allow_internet;
+    fields.allowDomains.value = (p.allow?.domains ?? []).join("\n");
+    fields.allowCIDRs.value = (p.allow?.cidrs ?? []).join("\n");
+    fields.allowPorts.value = (p.allow?.ports ?? []).join("\n");
+    fields.denyDomains.value = (p.deny?.domains ?? []).join("\n");
+    fields.denyCIDRs.value = (p.deny?.cidrs ?? []).join("\n");
+  };
+  const form = el(
+    "form",
+    { id: "egress" },
+    el("label", {}, internet, " allow the internet (what no rule decides)"),
+    el("label", {}, "allow domains ", fields.allowDomains),
+    el("label", {}, "allow CIDRs ", fields.allowCIDRs),
+    el("label", {}, "allow ports only ", fields.allowPorts),
+    el("label", {}, "deny domains ", fields.denyDomains),
+    el("label", {}, "deny CIDRs ", fields.denyCIDRs),
+    el("button", { type: "submit", id: "egress-save" }, "Save policy"),
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    let p: api.EgressPolicy;
+    try {
+      const rules = (r: api.EgressRules) => (r.domains || r.cidrs || r.ports ? r : undefined);
+      p = {
+        allow_internet: internet.checked,
+        allow: rules({
+          domains: egressList("allow domains", "domain", fields.allowDomains.value),
+          cidrs: egressList("allow CIDRs", "cidr", fields.allowCIDRs.value),
+          ports: egressList("allow ports", "port", fields.allowPorts.value),
+        }),
+        deny: rules({ domains: egressList("deny domains", "domain", fields.denyDomains.value), cidrs: egressList("deny CIDRs", "cidr", fields.denyCIDRs.value) }),
+      };
+    } catch (e) {
+      status.textContent = (e as Error).message;
+      return;
+    }
+    status.textContent = "saving…";
+    try {
+      await api.setEgress(id, p);
+      fill(await api.getEgress(id));
+      status.textContent = "saved";
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  });
+  const load = async () => {
+    try {
+      fill(await api.getEgress(id));
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  return { node: el("section", { id: "egress-section" }, el("h2", {}, "Egress policy"), form, status), load };
+}
+
+// processesPanel lists what the guest daemon started in the sandbox (GET
+// /v1/sandboxes/{id}/processes) while it runs.
+function processesPanel(id: string) {
+  const body = el("tbody", { id: "processes" });
+  const status = el("p", { class: "error", id: "processes-status", role: "alert" });
+  const refresh = async (state: string) => {
+    status.textContent = "";
+    if (state !== "running") {
+      body.replaceChildren(el("tr", {}, el("td", { colspan: "4", class: "empty" }, "sandbox " + state + ": no processes run")));
+      return;
+    }
+    try {
+      const list = await api.listProcesses(id);
+      body.replaceChildren(
+        ...list.map((p) => el("tr", { "data-pid": String(p.pid) }, el("td", { class: "num" }, String(p.pid)), el("td", {}, el("code", {}, [p.cmd, ...p.args].join(" "))), el("td", {}, p.cwd ?? ""), el("td", {}, p.tag ?? ""))),
+      );
+      if (!list.length) body.append(el("tr", {}, el("td", { colspan: "4", class: "empty" }, "no processes")));
+    } catch (e) {
+      status.textContent = errorText(e);
+    }
+  };
+  const node = el(
+    "section",
+    { id: "processes-section" },
+    el("h2", {}, "Processes"),
+    status,
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["pid", "command", "cwd", "tag"].map((h) => el("th", {}, h)))), body)),
+  );
+  return { node, refresh };
+}
+
+// usagePanel is a running sandbox's CPU and memory: the latest sample as
+// text and a chart over the samples the server kept, drawn as SVG (points
+// and labels set as attributes and text, never markup).
+function usagePanel(id: string) {
+  const svgNS = "http://www.w3.org/2000/svg";
+  const w = 600, h = 120;
+  const svg = document.createElementNS(svgNS, "svg");
+  svg.setAttribute("id", "usage-chart");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("role", "img");
+  const title = document.createElementNS(svgNS, "title");
+  const line = (cls: string, colour: string) => {
+    const l = document.createElementNS(svgNS, "polyline");
+    l.setAttribute("class", cls);
+    l.setAttribute("fill", "none");
+    l.setAttribute("stroke", colour);
+    l.setAttribute("stroke-width", "2");
+    return l;
+  };
+  const cpu = line("cpu", "#1a4fd6");
+  const mem = line("mem", "#0a7d32");
+  const frame = document.createElementNS(svgNS, "rect");
+  for (const [k, v] of [["x", "0"], ["y", "0"], ["width", String(w)], ["height", String(h)], ["fill", "#fff"], ["stroke", "#e3e5ea"]]) frame.setAttribute(k, v);
+  svg.append(title, frame, cpu, mem);
+  const now = el("p", { id: "usage-now" });
+  const refresh = async (state: string) => {
+    if (state !== "running") {
+      now.textContent = "sandbox " + state + ": no use now";
+      return;
+    }
+    try {
+      const ms = await api.metrics(id);
+      const last = ms[ms.length - 1];
+      now.textContent = last ? "now: " + usageText(last) + (last.cpuCount ? ` (${last.cpuCount} CPU)` : "") + `, ${ms.length} samples` : "no samples yet";
+      cpu.setAttribute("points", chartPoints(ms.map((m) => [m.timestampUnix, m.cpuUsedPct]), w, h, 100));
+      mem.setAttribute("points", chartPoints(ms.map((m) => [m.timestampUnix, m.memTotal ? (100 * m.memUsed) / m.memTotal : 0]), w, h, 100));
+      title.textContent = "CPU % (blue) and memory % of total (green) over the last " + ms.length + " samples";
+    } catch (e) {
+      now.textContent = errorText(e);
+    }
+  };
+  const node = el("section", { id: "usage-section" }, el("h2", {}, "CPU and memory"), now, svg, el("p", { class: "hint" }, "blue: CPU % of its CPUs; green: memory % of its total; 0 to 100 % bottom to top"));
+  return { node, refresh };
+}
+
 function sandboxPage(id: string, focusTerminal: boolean) {
   const record = el("dl", { id: "record" });
   const buttons = el("div", { id: "lifecycle" });
@@ -441,6 +644,9 @@ function sandboxPage(id: string, focusTerminal: boolean) {
   const ports = el("tbody", { id: "ports" });
   const events = el("ol", { id: "events" });
   const files = fileBrowser(id);
+  const egress = egressPanel(id);
+  const procs = processesPanel(id);
+  const usage = usagePanel(id);
   let closeTerm: (() => void) | null = null;
   let lastState = "";
   let lastGeneration: number | undefined;
@@ -540,6 +746,8 @@ function sandboxPage(id: string, focusTerminal: boolean) {
   const side = async () => {
     await Promise.all([
       snaps.refresh(),
+      procs.refresh(lastState),
+      usage.refresh(lastState),
       api.listPorts(id).then(renderPorts, (e) => (refusal.textContent = errorText(e))),
       api.listEvents(id).then(renderEvents, (e) => (refusal.textContent = errorText(e))),
     ]);
@@ -579,15 +787,19 @@ function sandboxPage(id: string, focusTerminal: boolean) {
       record,
       buttons,
       refusal,
+      usage.node,
       el("h2", {}, "Terminal ", termStatus, " ", reconnect),
       termHost,
+      procs.node,
       files.node,
       snaps.node,
+      egress.node,
       el("section", {}, el("h2", {}, "Exposed ports"), el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["port", "protocol", "access", "URL", "proxy URL"].map((h) => el("th", {}, h)))), ports))),
       el("section", {}, el("h2", {}, "Events"), events),
     ),
   );
   void tick();
+  void egress.load();
   const timer = setInterval(tick, pollMs);
   stop = () => {
     clearInterval(timer);
@@ -599,6 +811,13 @@ function route() {
   if (!api.getKey()) return signIn();
   const m = /^#\/sandbox\/([^/]+)(\/terminal)?$/.exec(location.hash);
   if (m) return sandboxPage(decodeURIComponent(m[1]), m[2] !== undefined);
+  const other = adminPages[location.hash];
+  if (other) {
+    const p = other(errorText, confirmDelete);
+    show(header(), p.node);
+    stop = p.stop;
+    return;
+  }
   sandboxesPage();
 }
 

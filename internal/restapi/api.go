@@ -147,6 +147,7 @@ func (a *API) Register(mux Mux) {
 	authed("DELETE /v1/sandboxes/{id}", a.handleDelete)
 	authed("POST /v1/sandboxes/{id}/exec", a.handleExec)
 	authed("GET /v1/sandboxes/{id}/exec", a.handleExecStream)
+	authed("GET /v1/sandboxes/{id}/processes", a.handleListProcesses)
 	authed("POST /v1/sandboxes/{id}/code", a.handleRunCode)
 	authed("GET /v1/sandboxes/{id}/code/contexts", a.handleListCodeContexts)
 	authed("POST /v1/sandboxes/{id}/code/contexts", a.handleCreateCodeContext)

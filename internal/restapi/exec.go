@@ -2,10 +2,12 @@ package restapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -71,6 +73,46 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// handleListProcesses lists the processes the guest daemon started in the
+// sandbox — the execs, terminals and code kernels E2B's commands.list sees
+// (process.Process/List, the call the /e2b surface forwards) — by pid. It
+// takes the exec's authorization: whoever may run a command may see what
+// runs. A process's environment is left out of the answer.
+func (a *API) handleListProcesses(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.sandboxFor(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	release, err := a.host.OpenStream(sb.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer release()
+	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	resp, err := g.Process.List(r.Context(), connect.NewRequest(&processv1.ListRequest{}))
+	if err != nil {
+		a.writeError(w, r, a.overtaken(r, sb, GuestError("list processes", err)))
+		return
+	}
+	out := sandboxv1.ProcessList{Processes: []sandboxv1.Process{}}
+	for _, p := range resp.Msg.GetProcesses() {
+		c := p.GetConfig()
+		args := c.GetArgs()
+		if args == nil {
+			args = []string{}
+		}
+		out.Processes = append(out.Processes, sandboxv1.Process{PID: p.GetPid(), Cmd: c.GetCmd(), Args: args, Cwd: c.GetCwd(), Tag: p.GetTag()})
+	}
+	slices.SortFunc(out.Processes, func(x, y sandboxv1.Process) int { return cmp.Compare(x.PID, y.PID) })
+	writeJSON(w, http.StatusOK, out)
 }
 
 // overtaken is the answer to an exec whose guest channel failed: when a

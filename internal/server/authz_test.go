@@ -170,6 +170,7 @@ var authzRows = []authzRow{
 	{pattern: "DELETE /v1/sandboxes/{id}", req: call("DELETE", "/v1/sandboxes/{sandbox}", ""), want: tenantResource},
 	{pattern: "POST /v1/sandboxes/{id}/exec", req: call("POST", "/v1/sandboxes/{sandbox}/exec", `{"cmd":["true"]}`), want: tenantResource},
 	{pattern: "GET /v1/sandboxes/{id}/exec", req: wsCall("/v1/sandboxes/{sandbox}/exec"), want: tenantResource},
+	{pattern: "GET /v1/sandboxes/{id}/processes", req: get("/v1/sandboxes/{sandbox}/processes"), want: tenantResource},
 	{pattern: "POST /v1/sandboxes/{id}/code", req: call("POST", "/v1/sandboxes/{sandbox}/code", `{"code":"1+1"}`), want: tenantResource},
 	{pattern: "GET /v1/sandboxes/{id}/code/contexts", req: get("/v1/sandboxes/{sandbox}/code/contexts"), want: tenantResource},
 	{pattern: "POST /v1/sandboxes/{id}/code/contexts", req: call("POST", "/v1/sandboxes/{sandbox}/code/contexts", `{"language":"python"}`), want: tenantResource},

@@ -127,7 +127,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	types := map[string]any{
 		"Error": Error{}, "CreateSandboxRequest": CreateSandboxRequest{}, "Sandbox": Sandbox{},
 		"SandboxList": SandboxList{}, "ExecRequest": ExecRequest{}, "ExecResult": ExecResult{},
-		"ExecStart": ExecStart{}, "ExecMessage": ExecMessage{}, "FileEntry": FileEntry{},
+		"ExecStart": ExecStart{}, "Process": Process{}, "ProcessList": ProcessList{}, "ExecMessage": ExecMessage{}, "FileEntry": FileEntry{},
 		"FileList": FileList{}, "FileEvent": FileEvent{}, "Template": Template{},
 		"TemplateList": TemplateList{}, "BuildTemplateRequest": BuildTemplateRequest{},
 		"Tenant": Tenant{}, "TenantList": TenantList{}, "CreateTenantRequest": CreateTenantRequest{},

@@ -196,6 +196,22 @@ type ExecResult struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// Process is one process the guest daemon started (an exec, a terminal, a
+// code context's kernel), as GET /v1/sandboxes/{id}/processes lists it. Its
+// environment is not shown: it may hold values the caller passed as secrets.
+type Process struct {
+	PID  uint32   `json:"pid"`
+	Cmd  string   `json:"cmd"`
+	Args []string `json:"args"`
+	Cwd  string   `json:"cwd,omitempty"`
+	Tag  string   `json:"tag,omitempty"`
+}
+
+// ProcessList is the body of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
 // ExecStart is the first WebSocket text message of GET /v1/sandboxes/{id}/exec.
 type ExecStart struct {
 	Cmd  []string          `json:"cmd"`

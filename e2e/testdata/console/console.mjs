@@ -25,8 +25,8 @@ async function until(what, cond, ms = 60000) {
 const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
 const step = (s) => { steps.push(s); console.error("console.mjs: " + s); };
 // rest calls the REST API as the test, beside the console.
-async function rest(method, path, body) {
-  const headers = { Authorization: "Bearer " + key };
+async function rest(method, path, body, as = key) {
+  const headers = { Authorization: "Bearer " + as };
   if (body !== undefined && !(body instanceof Uint8Array) && typeof body !== "string") {
     headers["Content-Type"] = "application/json";
     body = JSON.stringify(body);
@@ -133,12 +133,12 @@ try {
   await page.setViewportSize({ width: 1280, height: 800 });
 
   const ops = () => page.$$eval("#lifecycle button", (bs) => bs.map((b) => b.dataset.op).join(","));
-  if (await ops() !== "pause,stop,delete") problems.push("running offers " + await ops());
+  if (await ops() !== "pause,hibernate,stop,delete") problems.push("running offers " + await ops());
   step("pause");
   await page.click('#lifecycle button[data-op="pause"]');
   await until("paused", async () => (await text(page, '[data-field="state"]')) === "paused");
   await page.waitForSelector('#lifecycle button[data-op="resume"]');
-  if (await ops() !== "resume,stop,delete") problems.push("paused offers " + await ops());
+  if (await ops() !== "resume,hibernate,stop,delete") problems.push("paused offers " + await ops());
   step("resume");
   await page.click('#lifecycle button[data-op="resume"]');
   await until("running", async () => (await text(page, '[data-field="state"]')) === "running");
@@ -176,6 +176,37 @@ try {
   // The stop ended the shell; the start opens a new one by itself.
   await until("the terminal reconnected", async () => (await text(page, "#term-status")) === "connected");
   await typed(page, "echo again-$((1+1))", "again-2");
+
+  step("processes");
+  // The terminal's shell is among the guest daemon's processes, listed as
+  // GET /v1/sandboxes/{id}/processes says.
+  const procs = (await rest("GET", "/v1/sandboxes/" + id + "/processes")).json?.processes ?? [];
+  if (!procs.length) problems.push("GET processes lists nothing with a terminal open");
+  await until("the processes table", async () => {
+    const shownPids = await page.$$eval("#processes tr[data-pid]", (rs) => rs.map((r) => Number(r.dataset.pid)));
+    return procs.length > 0 && procs.every((p) => shownPids.includes(p.pid));
+  }, 20000);
+
+  step("usage");
+  // CPU and memory now, from the metrics route, as text and a chart.
+  await until("the usage now", async () => (await text(page, "#usage-now")).startsWith("now: "), 30000);
+  const m = (await rest("GET", "/e2b/sandboxes/" + id + "/metrics")).json;
+  if (!Array.isArray(m) || !m.length || !(m.at(-1).memTotal > 0)) problems.push("the metrics route answers " + JSON.stringify(m));
+  const memShown = /· \d+\/(\d+) MiB/.exec(await text(page, "#usage-now"));
+  if (!memShown || Number(memShown[1]) !== Math.round(m.at(-1).memTotal / (1 << 20))) problems.push("usage shown " + JSON.stringify(await text(page, "#usage-now")) + ", the route says " + JSON.stringify(m.at(-1)));
+  const chart = await page.$eval("#usage-chart", (svg) => ({ kids: [...svg.children].map((c) => c.tagName).join(","), cpu: svg.querySelector("polyline.cpu").getAttribute("points") }));
+  if (chart.kids !== "title,rect,polyline,polyline" || !/^[0-9.]+,[0-9.]+/.test(chart.cpu)) problems.push("the usage chart: " + JSON.stringify(chart));
+
+  step("hibernate");
+  await page.click('#lifecycle button[data-op="hibernate"]');
+  await until("hibernated", async () => (await text(page, '[data-field="state"]')) === "hibernated", 120000);
+  await page.waitForSelector('#lifecycle button[data-op="restore"]');
+  if (await ops() !== "restore,delete") problems.push("hibernated offers " + await ops());
+  step("restore");
+  await page.click('#lifecycle button[data-op="restore"]');
+  await until("running after restore", async () => (await text(page, '[data-field="state"]')) === "running", 120000);
+  await until("the terminal after restore", async () => (await text(page, "#term-status")) === "connected");
+  await typed(page, "echo restored-$((3+4))", "restored-7");
 
   step("files");
   const notes = "line one\n<b>not bold</b>\n";
@@ -231,6 +262,30 @@ try {
   await page.waitForSelector('#ports tr[data-port="8080"]', { timeout: 20000 });
   const portURL = await text(page, '#ports tr[data-port="8080"] td:nth-child(4)');
   if (portURL !== exposed.json?.url) problems.push(`port URL shown ${JSON.stringify(portURL)}, the server says ${JSON.stringify(exposed.json?.url)}`);
+
+  step("egress");
+  // The form refuses a bad entry itself, the server's refusal is shown as
+  // it says it, and a saved policy is the sandbox's (read back by the API).
+  await page.fill("#egress-deny-domains", "Not A Domain");
+  await page.click("#egress-save");
+  await until("the form's refusal", async () => (await text(page, "#egress-status")).includes('deny domains "Not"'));
+  await page.fill("#egress-deny-domains", "");
+  await page.fill("#egress-allow-cidrs", "10.0.0.1/8");
+  const badPolicy = await rest("PUT", "/v1/sandboxes/" + id + "/egress", { allow_internet: true, allow: { cidrs: ["10.0.0.1/8"] } });
+  await page.click("#egress-save");
+  await until("the server's refusal", async () => (await text(page, "#egress-status")) !== "saving…" && (await text(page, "#egress-status")) !== "");
+  if (badPolicy.status !== 400 || (await text(page, "#egress-status")) !== badPolicy.json.code + ": " + badPolicy.json.message)
+    problems.push(`egress refusal shown as ${JSON.stringify(await text(page, "#egress-status"))}, the server says ${badPolicy.status} ${badPolicy.text}`);
+  await page.fill("#egress-allow-cidrs", "");
+  await page.fill("#egress-allow-domains", "example.com, *.pypi.org");
+  await page.fill("#egress-allow-ports", "443");
+  await page.uncheck("#egress-internet");
+  await page.click("#egress-save");
+  await until("saved", async () => (await text(page, "#egress-status")) === "saved");
+  const saved = (await rest("GET", "/v1/sandboxes/" + id + "/egress")).json;
+  if (saved.allow_internet !== false || JSON.stringify(saved.allow?.domains) !== '["example.com","*.pypi.org"]' || JSON.stringify(saved.allow?.ports) !== '["443"]')
+    problems.push("the saved egress policy is not the sandbox's: " + JSON.stringify(saved));
+  await page.screenshot({ path: shots + "/sandbox-egress.png", fullPage: true });
 
   step("snapshots");
   // takeSnapshot takes one from the console and returns its id once it is
@@ -338,6 +393,8 @@ try {
     return now.startsWith("updated ") && now !== updated;
   }, 10000);
   const listed = () => page.$$eval("#sandboxes tr[data-id]", (rs) => rs.map((r) => r.dataset.id).sort().join(","));
+  await until("CPU and memory in the table", async () => /% · \d+\/\d+ MiB/.test(await text(page, `#sandboxes tr[data-id="${id}"] td.usage`)), 30000);
+  await page.screenshot({ path: shots + "/sandboxes-usage.png" });
   step("filters");
   await page.fill("#filter-search", fork.slice(-8));
   await until("the search", async () => (await listed()) === fork);
@@ -356,6 +413,62 @@ try {
   if (!(await text(page, "#confirm-items")).includes(xssID)) problems.push("the confirmation does not name " + xssID);
   await page.click("#confirm-yes");
   await until("the xss sandbox deleted", async () => [404].includes((await rest("GET", "/v1/sandboxes/" + xssID)).status) || /deleting|deleted/.test((await rest("GET", "/v1/sandboxes/" + xssID)).json?.state));
+  step("credentials");
+  // Every response the console reads from here on is kept: a secret must
+  // be in none of them, nor in the page.
+  const bodies = [];
+  const keep = async (r) => { if (r.url().includes("/v1/")) bodies.push(await r.text().catch(() => "")); };
+  page.on("response", keep);
+  const secret = "console-secret-" + Math.random().toString(36).slice(2);
+  const cred = await rest("POST", "/v1/credentials", { name: "console-cred", secret, injection: { method: "header", name: "X-Token" }, allowed_hosts: ["api.example.test"], sandbox: id });
+  if (cred.status !== 201) problems.push("create credential: HTTP " + cred.status + " " + cred.text);
+  await page.goto(url + "/console/#/credentials");
+  await page.waitForSelector(`#credentials tr[data-id="${cred.json.id}"]`);
+  const credRow = await page.$eval(`#credentials tr[data-id="${cred.json.id}"]`, (r) => r.textContent);
+  if (!credRow.includes("console-cred") || !credRow.includes("header X-Token") || !credRow.includes("api.example.test")) problems.push("the credential's row: " + credRow);
+  if ((await page.content()).includes(secret)) problems.push("the credentials page holds the secret");
+  await page.screenshot({ path: shots + "/credentials.png" });
+  step("audit");
+  await page.click('#nav a[data-page="audit log"]');
+  await page.waitForSelector("#audit tr");
+  if ((await text(page, "#audit-status")) !== "") problems.push("audit log refused: " + (await text(page, "#audit-status")));
+
+  step("templates");
+  await page.click('#nav a[data-page="templates"]');
+  await page.waitForSelector('#templates tr[data-name="minimal"]');
+  await page.fill("#build-name", "console-tiny");
+  await page.fill("#build-from", "dir:" + process.env.TEMPLATE_DIR);
+  await page.click("#build button[type=submit]");
+  let progressSeen = "";
+  await until("the template built", async () => {
+    const st = await page.$eval('#templates tr[data-name="console-tiny"] td:nth-child(3)', (e) => e.textContent).catch(() => "");
+    const pr = await page.$eval('#templates tr[data-name="console-tiny"] td.progress', (e) => e.textContent).catch(() => "");
+    if (pr) progressSeen = pr;
+    if (st.startsWith("failed")) throw new Error("the template build failed: " + st);
+    return st === "ready";
+  }, 120000);
+  console.error("console.mjs: template progress seen: " + JSON.stringify(progressSeen));
+  const built = (await rest("GET", "/v1/templates")).json.templates.find((x) => x.name === "console-tiny");
+  if (built?.state !== "ready") problems.push("the console's template build is not ready in the API: " + JSON.stringify(built));
+  await page.screenshot({ path: shots + "/templates.png" });
+
+  step("nodes");
+  await page.click('#nav a[data-page="nodes"]');
+  await page.waitForSelector("#nodes tr[data-id]");
+  const sbNode = (await rest("GET", "/v1/sandboxes/" + id)).json.node;
+  const committed = await page.$eval(`#nodes tr[data-id="${sbNode}"] td.committed`, (e) => e.textContent);
+  const mine = (await rest("GET", "/v1/sandboxes")).json.sandboxes.filter((x) => x.node === sbNode && !["stopped", "hibernated", "deleted", "failed"].includes(x.state));
+  const wantCommitted = `${mine.reduce((a, x) => a + x.cpus, 0)} CPU, ${mine.reduce((a, x) => a + x.memory_mib, 0)} MiB`;
+  if (committed !== wantCommitted) problems.push(`node ${sbNode} committed shown ${JSON.stringify(committed)}, the sandboxes on it hold ${wantCommitted}`);
+  // A drain asks first; Cancel leaves the node as it was.
+  await page.click(`#nodes tr[data-id="${sbNode}"] button[data-op="drain"]`);
+  await page.waitForSelector("#confirm");
+  await page.click("#confirm-no");
+  if ((await rest("GET", "/v1/nodes")).json.nodes.find((n) => n.id === sbNode).state !== "ready") problems.push("a cancelled drain drained the node");
+  await page.screenshot({ path: shots + "/nodes.png" });
+  await page.click('#nav a[data-page="sandboxes"]');
+  await page.waitForSelector(`#sandboxes tr[data-id="${id}"]`);
+
   step("bulk delete");
   await page.check(`#sandboxes tr[data-id="${id}"] input.pick`);
   await page.check(`#sandboxes tr[data-id="${fork}"] input.pick`);
@@ -369,6 +482,61 @@ try {
   await until("the delete", () =>
     page.$$eval(`#sandboxes tr[data-id]`, (rs, ids) => rs.filter((r) => ids.includes(r.dataset.id)).every((r) => /deleting|deleted/.test(r.textContent)), [id, fork]),
   );
+  step("drain");
+  await page.click('#nav a[data-page="nodes"]');
+  await page.click(`#nodes tr[data-id="${sbNode}"] button[data-op="drain"]`);
+  await page.waitForSelector("#confirm");
+  await page.click("#confirm-yes");
+  await until("draining", async () => (await text(page, `#nodes tr[data-id="${sbNode}"] td:nth-child(2)`)) === "draining");
+  if ((await rest("GET", "/v1/nodes")).json.nodes.find((n) => n.id === sbNode).state !== "draining") problems.push("the console's drain did not reach the server");
+  await page.click(`#nodes tr[data-id="${sbNode}"] button[data-op="undrain"]`);
+  await page.waitForSelector("#confirm");
+  await page.click("#confirm-yes");
+  await until("ready again", async () => (await text(page, `#nodes tr[data-id="${sbNode}"] td:nth-child(2)`)) === "ready");
+
+  step("tenants");
+  const made = await rest("POST", "/v1/tenants", { name: "console-tenant" });
+  if (made.status !== 201) throw new Error("create tenant: HTTP " + made.status + " " + made.text);
+  await page.click('#nav a[data-page="tenants"]');
+  await page.waitForSelector(`#tenants tr[data-id="${made.json.tenant.id}"]`);
+  await page.click(`#tenants tr[data-id="${made.json.tenant.id}"] button.keys`);
+  await page.waitForSelector("#keys tr[data-id]");
+  await page.screenshot({ path: shots + "/tenants.png" });
+
+  step("tenant key");
+  // A tenant's key: the admin pages are not offered, and the API refuses
+  // them when asked anyway; the admin tenant's credential is not shown.
+  const tkey = made.json.key;
+  await page.click("#signout");
+  await page.fill("#key", tkey);
+  await page.click("#signin button[type=submit]");
+  await page.waitForSelector("#sandboxes");
+  await until("the nav decided", async () => (await page.$$eval("#nav a", (as) => as.filter((a) => !a.hidden).length)) === 4);
+  const offered = await page.$$eval("#nav a", (as) => as.filter((a) => !a.hidden).map((a) => a.dataset.page).join(","));
+  if (offered !== "sandboxes,templates,credentials,audit log") problems.push("a tenant key is offered " + offered);
+  if (await page.$(`#sandboxes tr[data-id="${id}"]`)) problems.push("a tenant key sees another tenant's sandbox");
+  for (const [path, want] of [["/v1/nodes", 403], ["/v1/tenants", 403]]) {
+    const r = await rest("GET", path, undefined, tkey);
+    if (r.status !== want) problems.push(`a tenant key's GET ${path}: HTTP ${r.status}, want ${want}`);
+  }
+  await page.goto(url + "/console/#/nodes");
+  await until("the nodes refusal", async () => (await text(page, "#nodes-status")) !== "");
+  const nodesRefusal = await text(page, "#nodes-status");
+  const direct403 = (await rest("GET", "/v1/nodes", undefined, tkey)).json;
+  if (nodesRefusal !== direct403.code + ": " + direct403.message) problems.push("a tenant on #/nodes sees " + JSON.stringify(nodesRefusal));
+  await page.goto(url + "/console/#/templates");
+  await page.fill("#build-name", "tenant-try");
+  await page.fill("#build-from", "dir:" + process.env.TEMPLATE_DIR);
+  await page.click("#build button[type=submit]");
+  await until("the build refusal", async () => (await text(page, "#build-error")).startsWith("permission_denied"));
+  await page.goto(url + "/console/#/credentials");
+  await until("the credentials listed", async () => (await page.$$("#credentials tr")).length > 0);
+  await new Promise((r) => setTimeout(r, 300));
+  if (await page.$(`#credentials tr[data-id="${cred.json.id}"]`)) problems.push("a tenant key sees another tenant's credential");
+  page.off("response", keep);
+  const html = await page.evaluate(() => document.documentElement.outerHTML);
+  if (html.includes(secret) || bodies.some((b) => b.includes(secret))) problems.push("a credential's secret reached the console");
+  if (!bodies.some((b) => b.includes(cred.json.id))) problems.push("the kept responses miss the credential listing: the secret check saw nothing");
   step("done");
 } catch (e) {
   problems.push("after step " + steps.at(-1) + ": " + e.message);
