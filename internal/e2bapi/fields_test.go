@@ -133,3 +133,33 @@ func TestE2BUpdateNetworkRefused(t *testing.T) {
 		}
 	}
 }
+
+// FuzzE2BUpdateNetworkBody: any updateNetwork body is accepted or refused
+// with a 400 (InvalidArgument), never a panic; one whose rules,
+// egressProxy or dnsServers asks for something is always refused.
+func FuzzE2BUpdateNetworkBody(f *testing.F) {
+	for _, s := range []string{`{}`, `{"dnsServers":["1.1.1.1"]}`, `{"dnsServers":[]}`, `{"rules":{"a.com":[{}]}}`,
+		`{"egressProxy":{"address":"x"}}`, `{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}`, `{"allow_internet_access":false,"dnsServers":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req e2bEgressRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		err := req.refused()
+		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("%s: %v, not InvalidArgument", body, err)
+		}
+		for _, v := range []json.RawMessage{req.Rules, req.EgressProxy, req.DNSServers} {
+			if len(v) > 0 && !isJSONEmpty(v) && err == nil {
+				t.Fatalf("%s: accepted, though %s asks for something", body, v)
+			}
+		}
+		if err == nil {
+			if _, perr := e2bEgressPolicy(req.AllowOut, req.DenyOut, req.AllowInternetAccess); perr != nil && !errors.Is(perr, errdefs.ErrInvalidArgument) {
+				t.Fatalf("%s: policy %v, not InvalidArgument", body, perr)
+			}
+		}
+	})
+}
