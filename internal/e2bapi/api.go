@@ -191,6 +191,10 @@ func (a *API) Register(mux Mux) {
 	route("DELETE /templates/{id}", a.handleE2BDeleteSnapshot)
 	route("POST /sandboxes/{id}/fork", a.handleE2BFork)
 	route("PUT /sandboxes/{id}/network", a.handleE2BUpdateNetwork)
+	for _, l := range e2bLacking {
+		full := e2bLackingPattern(l.pattern)
+		mux.Handle(full, a.host.Instrument(full, a.e2bErrors(a.e2bAuth(a.e2bLacks(l.feature)))))
+	}
 	mux.Handle(PathPrefix+"/", a.e2bErrors(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, http.StatusNotFound, "no E2B route "+r.Method+" "+service.Clip(r.URL.Path)+" (docs/e2b.md lists what SPACE implements)")
 	})))

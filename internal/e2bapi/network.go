@@ -22,7 +22,7 @@ package e2bapi
 //     reachable), and allowOut also as allow CIDRs, which is how SPACE opens
 //     a private range on purpose.
 //
-// Rules (header transforms), egressProxy and httpsPorts have no SPACE
+// Rules (header transforms), egressProxy, dnsServers and httpsPorts have no SPACE
 // counterpart and are refused by name, never dropped (e2bRefusedNetwork);
 // maskRequestHost is the ports' rule (hostmask.go).
 
@@ -53,6 +53,22 @@ type e2bEgressRequest struct {
 	AllowInternetAccess *bool           `json:"allow_internet_access"`
 	Rules               json.RawMessage `json:"rules"`
 	EgressProxy         json.RawMessage `json:"egressProxy"`
+	DNSServers          json.RawMessage `json:"dnsServers"`
+}
+
+// refused names the first field of an updateNetwork body that SPACE cannot
+// honour (nil when it asks for none of them): each is refused by name,
+// never dropped.
+func (req *e2bEgressRequest) refused() error {
+	for _, f := range []struct {
+		name string
+		v    json.RawMessage
+	}{{"rules", req.Rules}, {"egressProxy", req.EgressProxy}, {"dnsServers", req.DNSServers}} {
+		if len(f.v) > 0 && !isJSONEmpty(f.v) {
+			return e2bRefusedNetwork(f.name)
+		}
+	}
+	return nil
 }
 
 // e2bEgressFields reads allowOut and denyOut of a create's network field
@@ -259,12 +275,8 @@ func (a *API) handleE2BUpdateNetwork(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if !isJSONEmpty(req.Rules) && len(req.Rules) > 0 {
-		a.writeE2BErr(w, r, e2bRefusedNetwork("rules"))
-		return
-	}
-	if !isJSONEmpty(req.EgressProxy) && len(req.EgressProxy) > 0 {
-		a.writeE2BErr(w, r, e2bRefusedNetwork("egressProxy"))
+	if err := req.refused(); err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	p, err := e2bEgressPolicy(req.AllowOut, req.DenyOut, req.AllowInternetAccess)

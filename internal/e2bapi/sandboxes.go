@@ -300,7 +300,8 @@ func (a *API) e2bTimeout(w http.ResponseWriter, r *http.Request, secs int64) {
 // (lifecycle.go).
 func (a *API) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Memory *bool `json:"memory"`
+		Memory              *bool `json:"memory"`
+		RequireHealthyGuest *bool `json:"requireHealthyGuest"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
 		a.writeE2BErr(w, r, err)
@@ -310,6 +311,12 @@ func (a *API) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
+	}
+	if req.RequireHealthyGuest != nil && *req.RequireHealthyGuest && e2bState(sb.State) == "running" {
+		if err := a.e2bGuestAnswers(r.Context(), sb); err != nil {
+			a.writeE2BErr(w, r, err)
+			return
+		}
 	}
 	if req.Memory != nil && !*req.Memory {
 		a.e2bPauseWithoutMemory(w, r, sb)
@@ -329,10 +336,12 @@ func (a *API) handleE2BPause(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// e2bConnectRequest is the body of connect and resume.
+// e2bConnectRequest is the body of connect and resume (autoPause: resume
+// only, e2bResumeAutoPause).
 type e2bConnectRequest struct {
-	Timeout *int64 `json:"timeout"`
-	Memory  *bool  `json:"memory"`
+	Timeout   *int64 `json:"timeout"`
+	Memory    *bool  `json:"memory"`
+	AutoPause *bool  `json:"autoPause"`
 }
 
 // handleE2BConnect is POST /sandboxes/{id}/connect (and /v2/…): 200 with
@@ -358,6 +367,12 @@ func (a *API) e2bConnect(w http.ResponseWriter, r *http.Request, resumeOnly bool
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
+	}
+	if resumeOnly {
+		if err := e2bResumeAutoPause(sb, req.AutoPause); err != nil {
+			a.writeE2BErr(w, r, err)
+			return
+		}
 	}
 	status := http.StatusOK
 	switch e2bState(sb.State) {
@@ -628,7 +643,8 @@ func e2bSnapshotKind(sb *sandbox.Sandbox) store.SnapshotKind {
 // is ready.
 func (a *API) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Name string `json:"name"`
+		Name   string `json:"name"`
+		Memory *bool  `json:"memory"`
 	}
 	if err := decodeE2B(w, r, &req); err != nil {
 		a.writeE2BErr(w, r, err)
@@ -645,8 +661,13 @@ func (a *API) handleE2BCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	kind, err := e2bSnapshotKindFor(sb, req.Memory)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	c := a.host.Caller(r.Context())
-	snap, err := a.svc.TakeSnapshot(r.Context(), c, sb.ID, e2bSnapshotKind(sb), service.TierManual)
+	snap, err := a.svc.TakeSnapshot(r.Context(), c, sb.ID, kind, service.TierManual)
 	names, err := a.e2bNameSnapshot(r.Context(), c, snap, req.Name, err)
 	if errors.Is(err, service.ErrStillWorking) {
 		err = fmt.Errorf("%w: snapshot %s is still being taken; it is listed once ready", errdefs.ErrUnavailable, snap.ID)

@@ -135,6 +135,8 @@ func e2bRefusedNetwork(name string) error {
 		why = "per-domain header transforms are not mapped onto SPACE yet; SPACE's credentials inject a header into a sandbox's HTTPS requests to the hosts you name, with the secret kept out of the sandbox: docs/credentials.md"
 	case strings.EqualFold(name, "egressProxy"):
 		why = "SPACE's gateway sends a sandbox's traffic out directly and cannot tunnel it through a SOCKS5 proxy (E2B's open-source runtime refuses it too); restrict egress with allowOut/denyOut"
+	case strings.EqualFold(name, "dnsServers"):
+		why = "a sandbox's names are resolved by SPACE's own resolver, which its domain rules (allowOut) are decided by, so the DNS servers it may reach cannot be chosen; leave dnsServers out"
 	case strings.EqualFold(name, "httpsPorts"):
 		why = "SPACE's ingress speaks plain HTTP to a sandbox's ports; serve plain HTTP on the port (put TLS in front of SPACE's listener) or expose it as tcp and tunnel it (`space port expose --protocol tcp`)"
 	}

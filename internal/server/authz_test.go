@@ -67,6 +67,9 @@ var (
 	publicNotReady = [principals]int{503, 503, 503, 503, 503, 503}
 	nodeOnly       = [principals]int{401, 401, 401, 401, 401, 401}
 	noRoute        = [principals]int{404, 404, 404, 404, 404, 404}
+	// e2bUnsupported: an E2B route SPACE lacks, refused by name to any
+	// authenticated caller (e2bapi/lacks.go).
+	e2bUnsupported = [principals]int{401, 401, 401, 400, 400, 400}
 	metricsCells   = [principals]int{401, 401, 401, 403, 403, 200}
 	// keyRevoke: an admin revokes any tenant's key (admin.go).
 	keyRevoke = [principals]int{401, 401, 401, 404, allowed, allowed}
@@ -262,6 +265,22 @@ var authzRows = []authzRow{
 	{pattern: "DELETE /e2b/templates/{id}", req: e2bCall("DELETE", "/templates/{snapshot}", ""), want: tenantResource},
 	{pattern: "POST /e2b/sandboxes/{id}/fork", req: e2bCall("POST", "/sandboxes/{sandbox}/fork", `{}`), want: tenantResource},
 	{pattern: "PUT /e2b/sandboxes/{id}/network", req: e2bCall("PUT", "/sandboxes/{sandbox}/network", `{}`), want: tenantResource},
+	{pattern: "GET /e2b/sandboxes/metrics", req: e2bCall("GET", "/sandboxes/metrics", ""), want: e2bUnsupported},
+	{pattern: "GET /e2b/sandboxes/{id}/logs", req: e2bCall("GET", "/sandboxes/{sandbox}/logs", ""), want: e2bUnsupported},
+	{pattern: "GET /e2b/v2/sandboxes/{id}/logs", req: e2bCall("GET", "/v2/sandboxes/{sandbox}/logs", ""), want: e2bUnsupported},
+	{pattern: "/e2b/default-templates", req: e2bCall("GET", "/default-templates", ""), want: e2bUnsupported},
+	{pattern: "/e2b/templates", req: e2bCall("GET", "/templates", ""), want: e2bUnsupported},
+	{pattern: "/e2b/templates/", req: e2bCall("GET", "/templates/aliases/base", ""), want: e2bUnsupported},
+	{pattern: "DELETE /e2b/templates/tags", req: e2bCall("DELETE", "/templates/tags", `{}`), want: e2bUnsupported},
+	{pattern: "/e2b/v2/templates", req: e2bCall("GET", "/v2/templates", ""), want: e2bUnsupported},
+	{pattern: "/e2b/v2/templates/", req: e2bCall("PATCH", "/v2/templates/base", `{}`), want: e2bUnsupported},
+	{pattern: "/e2b/v3/templates", req: e2bCall("POST", "/v3/templates", `{}`), want: e2bUnsupported},
+	{pattern: "/e2b/v3/templates/", req: e2bCall("POST", "/v3/templates/x", `{}`), want: e2bUnsupported},
+	{pattern: "/e2b/secrets", req: e2bCall("GET", "/secrets", ""), want: e2bUnsupported},
+	{pattern: "/e2b/secrets/", req: e2bCall("DELETE", "/secrets/s1", ""), want: e2bUnsupported},
+	{pattern: "/e2b/volumes", req: e2bCall("POST", "/volumes", `{}`), want: e2bUnsupported},
+	{pattern: "/e2b/volumes/", req: e2bCall("GET", "/volumes/v1", ""), want: e2bUnsupported},
+	{pattern: "/e2b/volumecontent/", req: e2bCall("GET", "/volumecontent/v1/dir", ""), want: e2bUnsupported},
 	{pattern: "/e2b/", req: e2bCall("GET", "/no/such/route", ""), want: noRoute},
 	{pattern: "/", req: get("/v1/no/such/route"), want: noRoute},
 

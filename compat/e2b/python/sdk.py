@@ -8,7 +8,7 @@ import sys
 import time
 import uuid
 
-from e2b import CommandExitException, NotFoundException, Sandbox, SandboxException, SandboxQuery
+from e2b import CommandExitException, NotFoundException, Sandbox, SandboxException, SandboxQuery, Template
 from e2b.sandbox.commands.command_handle import PtySize
 
 TEMPLATE = os.environ.get("E2B_TEMPLATE", "minimal")
@@ -153,7 +153,30 @@ def network(sbx):
         closed.kill()
 
 
-SECTIONS = {"commands": commands, "pty": pty, "files": files, "lifecycle": lifecycle, "network": network}
+def fields(sbx):
+    """The request fields SPACE once ignored, now read or refused by name
+    (docs/e2b-api.md), and a route SPACE lacks refused rather than 404."""
+    e = raises(lambda: sbx.update_network({"dns_servers": ["1.1.1.1"]}), Exception, "update_network dns_servers refused")
+    check("network.dnsServers" in str(e), f"the refusal names network.dnsServers: {e}")
+    sbx.files.write("/home/user/fs.txt", "on disk")
+    snap = sbx.create_snapshot(mode="filesystem")
+    child = Sandbox.create(snap.snapshot_id, timeout=120)
+    try:
+        eq(child.files.read("/home/user/fs.txt"), "on disk", "sandbox from a filesystem snapshot")
+    finally:
+        child.kill()
+    check(Sandbox.delete_snapshot(snap.snapshot_id), "delete the filesystem snapshot")
+    if sbx.get_info().metadata.get("space.runtime") == "ns":
+        e = raises(lambda: sbx.create_snapshot(mode="full"), Exception, "full snapshot on ns refused")
+        check("snapshot memory true" in str(e), f"the refusal names the snapshot's memory: {e}")
+    check(sbx.pause(strict=True), "pause(strict=True) of a healthy sandbox")
+    eq(sbx.get_info().state, "paused", "state after the strict pause")
+    Sandbox.connect(sbx.sandbox_id, timeout=300)
+    e = raises(lambda: Template.exists(TEMPLATE), Exception, "Template.exists refused, not False")
+    check("templates through the E2B API" in str(e), f"the refusal names the feature: {e}")
+
+
+SECTIONS = {"commands": commands, "pty": pty, "files": files, "lifecycle": lifecycle, "network": network, "fields": fields}
 
 
 def main():
