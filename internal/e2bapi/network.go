@@ -259,8 +259,9 @@ func (a *API) handleE2BUpdateNetwork(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	if !isJSONEmpty(req.Rules) && len(req.Rules) > 0 {
-		a.writeE2BErr(w, r, e2bRefusedNetwork("rules"))
+	rules, err := parseE2BRules(req.Rules)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
 		return
 	}
 	if !isJSONEmpty(req.EgressProxy) && len(req.EgressProxy) > 0 {
@@ -283,6 +284,11 @@ func (a *API) handleE2BUpdateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.svc.SetEgress(r.Context(), c, sb.ID, p); err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
+	// Rules left out are cleared, as every field of the body is.
+	if err := a.e2bSetRules(r.Context(), c, sb, rules, false); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
