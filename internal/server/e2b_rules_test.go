@@ -136,6 +136,12 @@ func TestE2BNetworkRules(t *testing.T) {
 	if code, b = cp.call(t, cp.key, http.MethodDelete, E2BPathPrefix+"/sandboxes/"+child, ""); code != http.StatusNoContent {
 		t.Fatalf("kill the fork: HTTP %d %s", code, b)
 	}
+	// A rule set while (or after) it is deleted is refused, so that
+	// none outlives it.
+	if err := service.NewCredentials(cp.st, cp.backend, nil, slog.New(slog.NewTextHandler(cp.logs, nil))).ReplaceHeaderRules(t.Context(), to,
+		[]service.HeaderRule{{Host: "late.example.com", Header: "X-Late", Value: ruleNew}}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("header rules set on a deleted sandbox: %v, want NotFound", err)
+	}
 	waitFor(t, "the fork's row to go", func() bool {
 		_, err := cp.st.GetSandboxByID(t.Context(), child)
 		return errors.Is(err, errdefs.ErrNotFound)

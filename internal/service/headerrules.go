@@ -117,6 +117,14 @@ func (s *Credentials) ReplaceHeaderRules(ctx context.Context, sb *sandbox.Sandbo
 	}
 	unlock := s.ruleLocks.Lock(sb.ID)
 	defer unlock()
+	// Under the lock PurgeHeaderRules takes: a sandbox being deleted
+	// gets no rule its delete would not see.
+	if cur, err := s.store.GetSandboxByID(ctx, sb.ID); errors.Is(err, errdefs.ErrNotFound) ||
+		err == nil && (cur.State == sandbox.StateDeleting || cur.State == sandbox.StateDeleted) {
+		return fmt.Errorf("%w: sandbox %s is being deleted", errdefs.ErrNotFound, sb.ID)
+	} else if err != nil {
+		return err
+	}
 	old, err := s.headerRuleRows(ctx, sb)
 	if err != nil {
 		return err
