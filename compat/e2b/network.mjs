@@ -91,8 +91,8 @@ await run('network', [
     await refused(() => Sandbox.create(template, { network: { denyOut: ['example.com'] } }), 'network.denyOut[0] "example.com": domain names are not supported in denyOut')
     await refused(() => Sandbox.create(template, { network: { allowOut: ['example.com'] } }), 'add "0.0.0.0/0" (ALL_TRAFFIC) to denyOut')
     await refused(() => Sandbox.create(template, { network: { maskRequestHost: 'a b.example.com' } }), 'network.maskRequestHost "a b.example.com"')
-    await refused(() => Sandbox.create(template, { network: { allowOut: ['api.example.com'], denyOut: [ALL_TRAFFIC], rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } } }), 'network.rules is not supported by SPACE: per-domain header transforms')
-    await refused(() => sbx.updateNetwork({ rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } }), 'network.rules is not supported by SPACE')
+    await refused(() => Sandbox.create(template, { network: { allowOut: ['api.example.com'], denyOut: [ALL_TRAFFIC], rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } } }), 'network.rules["api.example.com"]: header A: a value of 1 bytes, fewer than 8')
+    await refused(() => sbx.updateNetwork({ rules: { 'api.example.com': [{ transform: { headers: { Host: 'example.org:443' } } }] } }), 'header Host frames or routes the request')
     await refused(() => sbx.updateNetwork({ egressProxy: { address: 'proxy.example.com:1080' } }), 'network.egressProxy is not supported by SPACE')
     await refused(() => Sandbox.create(template, { network: { egressProxy: { address: 'proxy.example.com:1080' } } }), 'network.egressProxy is not supported by SPACE')
     // Not every pinned SDK sends httpsPorts: the request as the newest sends it.

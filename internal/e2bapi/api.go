@@ -99,7 +99,10 @@ type NodeStats interface {
 // Config is what New needs.
 type Config struct {
 	Service *service.Sandboxes
-	Host    Host
+	// Credentials keeps network.rules as sandbox-scoped credentials
+	// (rules.go).
+	Credentials *service.Credentials
+	Host        Host
 	// TokenKey is the MAC key of the envd and traffic access tokens and of
 	// the page tokens: derived from the control plane's persistent secret,
 	// so that they survive restarts and agree across replicas.
@@ -119,6 +122,7 @@ type Config struct {
 // API serves the E2B REST API and data plane.
 type API struct {
 	svc    *service.Sandboxes
+	creds  *service.Credentials
 	host   Host
 	key    []byte
 	domain string
@@ -138,7 +142,7 @@ func New(cfg Config) *API {
 	if cfg.UploadIdleTimeout == 0 {
 		cfg.UploadIdleTimeout = 60 * time.Second
 	}
-	return &API{svc: cfg.Service, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
+	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
 		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep)}
 }
 

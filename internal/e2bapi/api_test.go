@@ -235,7 +235,7 @@ func TestParseE2BNetwork(t *testing.T) {
 		{`{"maskRequestHost":"localhost:${PORT}"}`, nil, true, false},
 		{`{"maskRequestHost":"a b"}`, nil, false, true},
 		{`{"egressProxy":{"address":"p:1080"}}`, nil, false, true},
-		{`{"rules":{"a.com":[{}]}}`, nil, false, true},
+		{`{"rules":{"a.com":[{}]}}`, nil, true, false}, // parseE2BRules reads it
 		{`{"httpsPorts":[3000]}`, nil, false, true},
 		{`[]`, nil, false, true},
 		{`"x"`, nil, false, true},

@@ -54,7 +54,7 @@ func TestParseHostMask(t *testing.T) {
 // refused naming it and why.
 func TestE2BRefusedNetworkSaysWhy(t *testing.T) {
 	for field, why := range map[string]string{
-		"rules": "docs/credentials.md", "egressProxy": "SOCKS5", "httpsPorts": "plain HTTP", "dnsServers": "own resolver", "bogus": "does not know",
+		"egressProxy": "SOCKS5", "httpsPorts": "plain HTTP", "dnsServers": "own resolver", "bogus": "does not know",
 	} {
 		_, err := parseE2BNetwork([]byte(`{"`+field+`":[1]}`), nil)
 		if err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "network."+field) || !strings.Contains(err.Error(), why) {

@@ -63,7 +63,7 @@ func (req *e2bEgressRequest) refused() error {
 	for _, f := range []struct {
 		name string
 		v    json.RawMessage
-	}{{"rules", req.Rules}, {"egressProxy", req.EgressProxy}, {"dnsServers", req.DNSServers}} {
+	}{{"egressProxy", req.EgressProxy}, {"dnsServers", req.DNSServers}} {
 		if len(f.v) > 0 && !isJSONEmpty(f.v) {
 			return e2bRefusedNetwork(f.name)
 		}
@@ -275,6 +275,11 @@ func (a *API) handleE2BUpdateNetwork(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	rules, err := parseE2BRules(req.Rules)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	if err := req.refused(); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -295,6 +300,11 @@ func (a *API) handleE2BUpdateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.svc.SetEgress(r.Context(), c, sb.ID, p); err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
+	// Rules left out are cleared, as every field of the body is.
+	if err := a.e2bSetRules(r.Context(), c, sb, rules, false); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}

@@ -113,6 +113,11 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	rules, err := parseE2BRules(e2bRulesField(req.Network))
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	timeout := int64(e2bDefaultTimeout / time.Second)
 	if req.Timeout != nil {
 		timeout = *req.Timeout
@@ -140,7 +145,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 			a.writeE2BErr(w, r, errE2BSnapshotEgress)
 			return
 		}
-		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, ports)
+		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, ports, rules)
 		return
 	}
 	create := sandboxv1.CreateSandboxRequest{
@@ -168,6 +173,10 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	if err := a.e2bSetRules(r.Context(), c, sb, rules, true); err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	a.host.ObserveCreate(time.Since(start))
 	w.Header().Set(RuntimeHeader, sb.Runtime)
 	writeJSON(w, http.StatusCreated, a.e2bSandboxOf(sb, a.e2bTrafficOf(sb.ID, ports.Public)))
@@ -177,7 +186,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 // the snapshot's sandbox from that snapshot, its ports public or not as
 // this create asks (not as the snapshot's sandbox had them), and so is
 // their host mask.
-func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, idle e2bIdle, ports service.HTTPPorts) {
+func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c service.Caller, id string, ttl time.Duration, idle e2bIdle, ports service.HTTPPorts, rules []service.HeaderRule) {
 	snap, err := a.svc.GetSnapshot(r.Context(), c, id)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
@@ -189,6 +198,10 @@ func (a *API) e2bCreateFromSnapshot(w http.ResponseWriter, r *http.Request, c se
 		return
 	}
 	if err := a.e2bOpenPorts(r.Context(), c, child.ID, ports); err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
+	if err := a.e2bSetRules(r.Context(), c, child, rules, true); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
@@ -232,6 +245,10 @@ func (a *API) handleE2BGet(w http.ResponseWriter, r *http.Request) {
 	} else if ok {
 		out.Network = &e2bNetworkInfo{AllowPublicTraffic: ports.Public, MaskRequestHost: ports.HostMask}
 		out.Network.AllowOut, out.Network.DenyOut = e2bNetworkOf(sb.EgressOr(a.svc.DefaultEgress()))
+		if out.Network.Rules, err = a.e2bRulesInfo(r.Context(), sb); err != nil {
+			a.writeE2BErr(w, r, err)
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -807,6 +824,9 @@ func (a *API) handleE2BFork(w http.ResponseWriter, r *http.Request) {
 		child, err := a.e2bForkOne(r.Context(), c, parent.ID, snap.ID, ttl)
 		if err == nil && hasRule {
 			err = a.e2bOpenPorts(r.Context(), c, child.ID, ports)
+		}
+		if err == nil && a.creds != nil {
+			err = a.e2bCopyRules(r.Context(), c, parent, child)
 		}
 		if err != nil {
 			e := a.e2bErrorOf(r, err)

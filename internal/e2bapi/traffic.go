@@ -104,6 +104,8 @@ func parseE2BNetwork(raw json.RawMessage, secure *bool) (rule service.HTTPPorts,
 			}
 		case strings.EqualFold(name, "allowOut") || strings.EqualFold(name, "denyOut"):
 			// Egress rules: e2bCreateEgress (network.go).
+		case strings.EqualFold(name, "rules"):
+			// Header rules: parseE2BRules (rules.go).
 		case strings.EqualFold(name, "maskRequestHost"):
 			var m *string
 			if err := json.Unmarshal(v, &m); err != nil {
@@ -129,10 +131,8 @@ func parseE2BNetwork(raw json.RawMessage, secure *bool) (rule service.HTTPPorts,
 // e2bRefusedNetwork is the 400 for a network field SPACE cannot do,
 // saying why and what to use instead.
 func e2bRefusedNetwork(name string) error {
-	why := "SPACE does not know this field (allowPublicTraffic, allowOut, denyOut and maskRequestHost are supported: docs/e2b.md)"
+	why := "SPACE does not know this field (allowPublicTraffic, allowOut, denyOut, rules and maskRequestHost are supported: docs/e2b.md)"
 	switch {
-	case strings.EqualFold(name, "rules"):
-		why = "per-domain header transforms are not mapped onto SPACE yet; SPACE's credentials inject a header into a sandbox's HTTPS requests to the hosts you name, with the secret kept out of the sandbox: docs/credentials.md"
 	case strings.EqualFold(name, "egressProxy"):
 		why = "SPACE's gateway sends a sandbox's traffic out directly and cannot tunnel it through a SOCKS5 proxy (E2B's open-source runtime refuses it too); restrict egress with allowOut/denyOut"
 	case strings.EqualFold(name, "dnsServers"):

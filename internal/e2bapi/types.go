@@ -86,6 +86,8 @@ type e2bNetworkInfo struct {
 	DenyOut  []string `json:"denyOut,omitempty"`
 	// MaskRequestHost is the Host its ports' requests carry (parseHostMask).
 	MaskRequestHost string `json:"maskRequestHost,omitempty"`
+	// Rules are its header rules, values left empty (rules.go).
+	Rules map[string][]e2bRuleInfo `json:"rules,omitempty"`
 }
 
 // ListedSandbox is E2B's ListedSandbox (GET /v2/sandboxes).

@@ -107,6 +107,8 @@ type Reconciler struct {
 	defaultEgress atomic.Pointer[egress.Policy]
 	// ca supplies each start's interception CA (SetCA); nil: none.
 	ca atomic.Pointer[CAFunc]
+	// onDelete runs at each delete (SetOnDelete); nil: nothing.
+	onDelete atomic.Pointer[DeleteFunc]
 
 	// watchMu guards watchers alone: every create waits on a Watch, and
 	// a burst's creates must not queue behind r.mu, which a pass holds

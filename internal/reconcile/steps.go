@@ -254,6 +254,11 @@ func (r *Reconciler) deleteSandbox(ctx context.Context, sb *sandbox.Sandbox) (ti
 		}
 	}
 	failpoint.DeleteAfterStop.Hit()
+	if f := r.onDelete.Load(); f != nil {
+		if err := (*f)(ctx, sb); err != nil {
+			return time.Second, fmt.Errorf("sandbox %s: delete: %w", sb.ID, err)
+		}
+	}
 	if err := r.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return time.Second, err
 	}

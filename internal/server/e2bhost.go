@@ -72,7 +72,7 @@ func (h e2bHost) ServeIngressHTTP(w http.ResponseWriter, r *http.Request, id str
 // newE2B is the E2B surface of s.
 func (s *Server) newE2B() *e2bapi.API {
 	return e2bapi.New(e2bapi.Config{
-		Service: s.svc, Host: e2bHost{s}, TokenKey: s.e2bTokenKey(),
+		Service: s.svc, Credentials: s.creds, Host: e2bHost{s}, TokenKey: s.e2bTokenKey(),
 		IngressDomain: s.ingressDomain(), Log: s.log,
 		MaxFileBytes: s.cfg.MaxFileBytes, UploadIdleTimeout: s.cfg.UploadIdleTimeout,
 	})

@@ -182,6 +182,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 		if cfg.CASealer != nil {
 			rec.SetCA(s.svc.StartCA)
 		}
+		rec.SetOnDelete(s.creds.PurgeHeaderRules)
 	}
 	return s
 }

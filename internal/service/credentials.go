@@ -13,6 +13,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/store"
 )
@@ -47,6 +48,9 @@ type Credentials struct {
 	backend credentials.Backend // nil: no credential backend
 	audit   AuditReader         // nil: no audit log
 	log     *slog.Logger
+	// ruleLocks serialises the header-rule changes of each sandbox
+	// (headerrules.go).
+	ruleLocks keylock.Map
 }
 
 // NewCredentials returns the credential operations over the index in st,
