@@ -70,7 +70,7 @@ func (a *API) fileTargetOf(w http.ResponseWriter, r *http.Request, stream bool) 
 	}
 	release := func() {}
 	if stream {
-		if release, err = a.host.OpenStream(sb.ID); err != nil {
+		if release, err = a.host.OpenStream(sb); err != nil {
 			a.writeError(w, r, err)
 			return nil, "", nil, false
 		}
