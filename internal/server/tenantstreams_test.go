@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/coder/websocket"
 
+	filesystemv1 "github.com/spacesandbox/space/api/guest/v1/filesystem"
+	"github.com/spacesandbox/space/api/guest/v1/filesystem/filesystemv1connect"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -233,4 +237,44 @@ func TestIngressTCPTenantCap(t *testing.T) {
 	if _, resp, body := tunnel(); resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("a tunnel after one closed: HTTP %d %s", resp.StatusCode, body)
 	}
+}
+
+// refusingGuest refuses every watch the way guestd does at its watcher cap.
+type refusingGuest struct {
+	filesystemv1connect.UnimplementedFilesystemHandler
+}
+
+func (refusingGuest) WatchDir(context.Context, *connect.Request[filesystemv1.WatchDirRequest], *connect.ServerStream[filesystemv1.WatchDirResponse]) error {
+	return connect.NewError(connect.CodeResourceExhausted, errors.New("64 directory watchers already exist: limit reached"))
+}
+
+// TestWatchGuestCapRefusal: a watch the guest refuses at its watcher cap is
+// answered before the WebSocket opens, 429 too_many_streams saying what to
+// do, not a WebSocket that opens and closes (or a 503), and it frees its
+// API stream slot.
+func TestWatchGuestCapRefusal(t *testing.T) {
+	p, _ := newStreamPlane(t)
+	mux := http.NewServeMux()
+	mux.Handle(filesystemv1connect.NewFilesystemHandler(refusingGuest{}))
+	p.node.mu.Lock()
+	p.node.guest = mux
+	p.node.mu.Unlock()
+	sb := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	ws, resp, err := p.restWS(t.Context(), "/v1/sandboxes/"+sb.ID+"/files/watch?path=/tmp", p.key)
+	if ws != nil {
+		ws.CloseNow()
+	}
+	if resp == nil {
+		t.Fatalf("a watch past the guest's cap: no answer (%v)", err)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		t.Fatalf("a watch past the guest's cap: HTTP 101, opened as a WebSocket; want 429 too_many_streams before it opens")
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"reason":"too_many_streams"`) ||
+		!strings.Contains(string(body), "64 directory watchers already exist") || !strings.Contains(string(body), "close a watch first") {
+		t.Fatalf("a watch past the guest's cap: HTTP %d %s; want 429 too_many_streams naming the guest's cap", resp.StatusCode, body)
+	}
+	waitFor(t, "the refused watch to free its slot", func() bool { return p.srv.streams.openCount(sb.ID) == 0 })
 }
