@@ -278,3 +278,47 @@ func TestWatchGuestCapRefusal(t *testing.T) {
 	}
 	waitFor(t, "the refused watch to free its slot", func() bool { return p.srv.streams.openCount(sb.ID) == 0 })
 }
+
+// TestE2BEnvdTenantCap: envd requests through the E2B data plane count
+// against their sandbox's tenant: past the tenant's cap across its
+// sandboxes the next is refused resource_exhausted too_many_streams naming
+// the tenant, counted (surface e2b); another tenant's is accepted.
+func TestE2BEnvdTenantCap(t *testing.T) {
+	p, _ := newStreamPlane(t)
+	p.srv.streams = newStreamLimiter(0, 2) // before any request
+	a := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	b := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	c := p.sandbox(p.tenant, sandbox.StateRunning, nil)
+	o := p.sandbox(p.otherTenant, sandbox.StateRunning, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel) // before the servers close, on a failure too
+	watch := func(id string) error {
+		hc := &http.Client{Transport: e2bHeaders{id: id, token: p.srv.e2bAPI.AccessToken(id), rt: &http.Transport{}}}
+		fs := filesystemv1connect.NewFilesystemClient(hc, p.url)
+		s, err := fs.WatchDir(ctx, connect.NewRequest(&filesystemv1.WatchDirRequest{Path: "/tmp"}))
+		if err != nil {
+			return err
+		}
+		if !s.Receive() {
+			return s.Err()
+		}
+		return nil
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if err := watch(id); err != nil {
+			t.Fatalf("watch on %s: %v", id, err)
+		}
+	}
+	err := watch(c.ID)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "too_many_streams") || !strings.Contains(err.Error(), "tenant "+p.tenant+" has 2 streams open across its sandboxes") {
+		t.Fatalf("a watch on a third sandbox past the tenant cap: %v; want resource_exhausted too_many_streams naming the tenant", err)
+	}
+	if v := p.metricValue(t, `space_tenant_streams_refused_total{surface="e2b"}`); v != "1" {
+		t.Errorf("space_tenant_streams_refused_total{surface=\"e2b\"} = %s, want 1", v)
+	}
+	if err := watch(o.ID); err != nil {
+		t.Fatalf("another tenant's watch while the first is at its cap: %v", err)
+	}
+	cancel()
+	waitFor(t, "every stream to end", func() bool { return p.srv.streams.tenantCount(p.tenant) == 0 })
+}
