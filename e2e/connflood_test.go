@@ -52,7 +52,11 @@ func TestConnectionFlood(t *testing.T) {
 			}()
 		}
 	}()
-	in := startServerWith(t, t.TempDir(), e.serverFlags()...)
+	// The tenant's stream cap (1,024 across its sandboxes, tunnels included;
+	// e2e.TestStreamFlood) would refuse the ingress flood first, and the
+	// neighbour's tunnel with it (one tenant here): raised, so that what
+	// this test holds is the node's per-execution cap behind it.
+	in := startServerWith(t, t.TempDir(), append(e.serverFlags(), "--max-tenant-streams", "8192")...)
 	internet := map[string]any{"allow_internet": true}
 	flooder := in.createWithEgress("ns", internet)
 	target := in.createWithEgress("ns", internet)

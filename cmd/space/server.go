@@ -68,6 +68,7 @@ func runServer(args []string) int {
 	overcommit := fs.Float64("memory-overcommit", 1, "how many times a node's memory the sandboxes' memory limits on it may sum to (1: no overcommit; limits are caps and idle sandboxes use a fraction of them; above 1 a node must also keep its measured MemAvailable after the new sandbox's limit; a node under memory pressure takes none, see --memory-pressure-threshold)")
 	cpuOvercommit := fs.Int("cpu-overcommit", scheduler.DefaultCPUOvercommit, "how many times a node's CPUs the sandboxes' CPUs on it may sum to (a sandbox's CPUs are a CFS quota, not a reservation; idle sandboxes use next to none)")
 	memThreshold := addMemoryPressureFlag(fs, "--dev: ")
+	maxTenantStreams := fs.Int("max-tenant-streams", server.DefaultMaxTenantStreams, "how many long-lived operations (exec sessions, file watches and transfers, E2B envd requests, TCP port tunnels) one tenant may have open at this server at once across all its sandboxes; the next is refused 429 too_many_streams (each sandbox holds at most 256 of them)")
 	warmupWait := fs.Duration("warmup-wait", server.DefaultWarmupWait, "how long a create waits for its template to finish building and its runtime to come up on a node")
 	noBase := fs.Bool("no-base-template", false, "do not build the Debian `base` template at start (tests)")
 	kernelBuild := fs.String("kernel-build", vmimage.KernelBuildBackground, "--dev: when the vm runtime's minimal kernel is not built, background (serve at once on Debian's cloud kernel, build it at low priority, move new VMs to it), wait (for a build another process runs) or off; see `space node-manager`")
@@ -145,6 +146,10 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: --cpu-overcommit %d: want at least 1 (1: the sandboxes' CPUs sum to at most the node's)\n", *cpuOvercommit)
 		return 2
 	}
+	if *maxTenantStreams < 1 {
+		fmt.Fprintf(os.Stderr, "space server: --max-tenant-streams %d: want at least 1 (default %d)\n", *maxTenantStreams, server.DefaultMaxTenantStreams)
+		return 2
+	}
 	if *warmupWait <= 0 {
 		fmt.Fprintf(os.Stderr, "space server: --warmup-wait %s: want more than 0\n", *warmupWait)
 		return 2
@@ -165,7 +170,7 @@ func runServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "space server: %v\n", err)
 		return 2
 	}
-	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, cpuOvercommit: *cpuOvercommit, warmupWait: *warmupWait, buildBase: !*noBase, kernelBuild: *kernelBuild, memory: mem,
+	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, cpuOvercommit: *cpuOvercommit, warmupWait: *warmupWait, maxTenantStreams: *maxTenantStreams, buildBase: !*noBase, kernelBuild: *kernelBuild, memory: mem,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
 		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
@@ -206,6 +211,8 @@ type serverOptions struct {
 	// WarmupWait.
 	runtimeFallback string
 	warmupWait      time.Duration
+	// maxTenantStreams is server.Config's MaxTenantStreams.
+	maxTenantStreams int
 	// memoryOvercommit is server.Config's MemoryOvercommit.
 	memoryOvercommit float64
 	// cpuOvercommit is server.Config's CPUOvercommit.
@@ -408,7 +415,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		return nodes.Client(id)
 	}, log.With("component", "reconcile"))
 	srv := server.New(server.Config{
-		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, MemoryOvercommit: o.memoryOvercommit, CPUOvercommit: o.cpuOvercommit, WarmupWait: o.warmupWait, Builtins: builtinTemplates,
+		Listen: o.listen, JoinToken: joinToken, DefaultRuntime: o.defaultRuntime, RuntimeFallback: o.runtimeFallback, MemoryOvercommit: o.memoryOvercommit, CPUOvercommit: o.cpuOvercommit, WarmupWait: o.warmupWait, MaxTenantStreams: o.maxTenantStreams, Builtins: builtinTemplates,
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,

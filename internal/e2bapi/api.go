@@ -76,10 +76,11 @@ type Host interface {
 	// sandbox sb for operations op (waking one that idles); the request's
 	// host is ignored.
 	GuestTransport(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (http.RoundTripper, error)
-	// OpenStream takes one of sandbox sandboxID's stream slots for an envd
-	// request until release is called; past the per-sandbox cap it is
-	// refused with errdefs.ErrTooManyStreams.
-	OpenStream(sandboxID string) (release func(), err error)
+	// OpenStream takes one of sandbox sb's stream slots, and one of its
+	// tenant's, for an envd request until release is called; past the
+	// per-sandbox or the per-tenant cap it is refused with
+	// errdefs.ErrTooManyStreams.
+	OpenStream(sb *sandbox.Sandbox) (release func(), err error)
 	// ReadGuestFile reads at most limit bytes of file path in sb's guest
 	// as user.
 	ReadGuestFile(ctx context.Context, sb *sandbox.Sandbox, path, user string, limit int64) ([]byte, error)

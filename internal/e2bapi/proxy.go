@@ -213,7 +213,7 @@ func (a *API) serveE2BEnvd(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every envd request in flight holds one of the sandbox's stream slots
 	// (a process stream, a watch, a transfer, or a short call).
-	release, err := a.host.OpenStream(sb.ID)
+	release, err := a.host.OpenStream(sb)
 	if err != nil {
 		writeE2BTooManyStreams(w, r, err)
 		return

@@ -47,6 +47,12 @@ func (a *Ingress) handleIngressTCP(w http.ResponseWriter, r *http.Request) {
 		a.host.WriteError(w, r, err)
 		return
 	}
+	release, err := a.host.OpenTunnel(sb)
+	if err != nil {
+		a.host.WriteError(w, r, err)
+		return
+	}
+	defer release()
 	guest, err := a.dialPortTCP(r.Context(), sb, uint16(port))
 	if err != nil {
 		a.host.WriteError(w, r, err)

@@ -51,11 +51,11 @@ type Host interface {
 	// waking a sandbox that idles (*sb becomes the woken record); a
 	// sandbox that is not running is Conflict.
 	Guest(ctx context.Context, sb *sandbox.Sandbox, op capability.Op) (*Guest, error)
-	// OpenStream takes one of sandbox sandboxID's stream slots for a
-	// long-lived guest operation (an exec, a watch, a file transfer) until
-	// release is called; past the per-sandbox cap it is refused with
-	// errdefs.ErrTooManyStreams.
-	OpenStream(sandboxID string) (release func(), err error)
+	// OpenStream takes one of sandbox sb's stream slots, and one of its
+	// tenant's, for a long-lived guest operation (an exec, a watch, a file
+	// transfer) until release is called; past the per-sandbox or the
+	// per-tenant cap it is refused with errdefs.ErrTooManyStreams.
+	OpenStream(sb *sandbox.Sandbox) (release func(), err error)
 	// PortTransport carries HTTP requests (addressed to http://port/…) to
 	// port of sb's current execution through its node, as ingress does.
 	PortTransport(sb *sandbox.Sandbox, port uint16) (http.RoundTripper, error)

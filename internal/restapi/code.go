@@ -230,7 +230,7 @@ func (a *API) handleRunCode(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	release, err := a.host.OpenStream(sb.ID)
+	release, err := a.host.OpenStream(sb)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

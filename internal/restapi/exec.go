@@ -54,7 +54,7 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	release, err := a.host.OpenStream(sb.ID)
+	release, err := a.host.OpenStream(sb)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -30,7 +30,7 @@ func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	}
 	// The slot is taken before the upgrade: a refusal is a plain 429
 	// too_many_streams the client reads, not a WebSocket that closes.
-	release, err := a.host.OpenStream(sb.ID)
+	release, err := a.host.OpenStream(sb)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -70,7 +70,7 @@ func (a *API) fileTargetOf(w http.ResponseWriter, r *http.Request, stream bool) 
 	}
 	release := func() {}
 	if stream {
-		if release, err = a.host.OpenStream(sb.ID); err != nil {
+		if release, err = a.host.OpenStream(sb); err != nil {
 			a.writeError(w, r, err)
 			return nil, "", nil, false
 		}
@@ -380,6 +380,15 @@ func (a *API) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer stream.Close()
+	// The guest's first message is its start event: until it has come the
+	// watch may still be refused (the guest's watcher cap), and that is
+	// answered as an HTTP error before the WebSocket is accepted, not as a
+	// WebSocket that opens and closes.
+	if !stream.Receive() {
+		a.writeError(w, r, watchStartError(path, stream.Err()))
+		return
+	}
+	first := stream.Msg()
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
@@ -393,13 +402,18 @@ func (a *API) handleWatch(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	for stream.Receive() {
-		ev := stream.Msg().GetFilesystem()
+	forward := func(msg *filesystemv1.WatchDirResponse) error {
+		ev := msg.GetFilesystem()
 		if ev == nil {
-			continue
+			return nil
 		}
-		out := sandboxv1.FileEvent{Name: ev.GetName(), Type: eventType(ev.GetType())}
-		if err := writeWS(ctx, ws, out); err != nil {
+		return writeWS(ctx, ws, sandboxv1.FileEvent{Name: ev.GetName(), Type: eventType(ev.GetType())})
+	}
+	if err := forward(first); err != nil {
+		return
+	}
+	for stream.Receive() {
+		if err := forward(stream.Msg()); err != nil {
 			return
 		}
 	}
@@ -411,6 +425,24 @@ func (a *API) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
+}
+
+// watchStartError is the answer to a watch the guest refused or ended
+// before its start event: its watcher cap (ResourceExhausted) is a stream
+// cap like the API's, 429 too_many_streams saying what to do.
+func watchStartError(path string, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: watch %s: the guest ended the watch before it started; retry", errdefs.ErrUnavailable, path)
+	}
+	if connect.CodeOf(err) == connect.CodeResourceExhausted && errdefs.ReasonOf(err) == "" {
+		msg := err.Error()
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			msg = ce.Message()
+		}
+		return fmt.Errorf("%w: watch %s: the sandbox's guest holds as many directory watchers as it may (%s); close a watch first", errdefs.ErrTooManyStreams, path, msg)
+	}
+	return GuestError("watch "+path, err)
 }
 
 func eventType(t filesystemv1.EventType) string {

@@ -45,8 +45,8 @@ func (h e2bHost) GuestTransport(ctx context.Context, sb *sandbox.Sandbox, op cap
 	return g.HTTP.Transport, nil
 }
 
-func (h e2bHost) OpenStream(sandboxID string) (func(), error) {
-	return h.s.streams.acquire(surfaceE2B, sandboxID)
+func (h e2bHost) OpenStream(sb *sandbox.Sandbox) (func(), error) {
+	return h.s.streams.acquire(surfaceE2B, sb.Tenant, sb.ID)
 }
 
 func (h e2bHost) ReadGuestFile(ctx context.Context, sb *sandbox.Sandbox, path, user string, limit int64) ([]byte, error) {

@@ -43,6 +43,13 @@ func (h ingressHost) Node(ctx context.Context, id string) (ingress.Node, error) 
 	return c, nil
 }
 
+// OpenTunnel takes one of sb's tenant's stream slots for a TCP tunnel (the
+// node caps tunnels per execution; the tenant's cap bounds them across its
+// sandboxes).
+func (h ingressHost) OpenTunnel(sb *sandbox.Sandbox) (func(), error) {
+	return h.s.streams.acquire(surfaceTCP, sb.Tenant, "")
+}
+
 // KeyTenant returns the tenant of a valid, unrevoked API key; errBadKey
 // for any other.
 func (h ingressHost) KeyTenant(ctx context.Context, key apikey.Key) (string, error) {

@@ -36,8 +36,8 @@ func (h restHost) Guest(ctx context.Context, sb *sandbox.Sandbox, op capability.
 	return h.s.guestFor(ctx, sb, op)
 }
 
-func (h restHost) OpenStream(sandboxID string) (func(), error) {
-	return h.s.streams.acquire(surfaceREST, sandboxID)
+func (h restHost) OpenStream(sb *sandbox.Sandbox) (func(), error) {
+	return h.s.streams.acquire(surfaceREST, sb.Tenant, sb.ID)
 }
 
 func (h restHost) PortTransport(sb *sandbox.Sandbox, port uint16) (http.RoundTripper, error) {

@@ -70,6 +70,10 @@ type Config struct {
 	// MaxSandboxStreams bounds the guest streams one sandbox may have open
 	// at the API at once (0: DefaultMaxSandboxStreams; streams.go).
 	MaxSandboxStreams int
+	// MaxTenantStreams bounds the streams one tenant may have open at the
+	// API at once across all its sandboxes, TCP port tunnels included (0:
+	// DefaultMaxTenantStreams; streams.go).
+	MaxTenantStreams int
 	// CreateTimeout bounds how long POST /v1/sandboxes waits for running.
 	CreateTimeout time.Duration
 	// Builtins are the template sources the server knows by name ("minimal").
@@ -159,7 +163,7 @@ func New(cfg Config, st store.Store, nodes *Nodes, rec *reconcile.Reconciler, lo
 	if cfg.DefaultEgress == nil {
 		cfg.DefaultEgress = sandbox.DefaultEgress()
 	}
-	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), streams: newStreamLimiter(cfg.MaxSandboxStreams), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
+	s := &Server{cfg: cfg, log: log, store: st, nodes: nodes, rec: rec, metrics: newMetrics(), streams: newStreamLimiter(cfg.MaxSandboxStreams, cfg.MaxTenantStreams), routes: &route.Cache{Margin: 10 * time.Second}, templateJobs: make(chan templateJob, 64), internal: newInternalServices(cfg.Internal)}
 	svc := service.Config{
 		DefaultRuntime: cfg.DefaultRuntime, RuntimeFallback: cfg.RuntimeFallback, WarmupWait: cfg.WarmupWait,
 		Overcommit:    scheduler.Overcommit{Ratio: cfg.MemoryOvercommit, CPURatio: cfg.CPUOvercommit},
