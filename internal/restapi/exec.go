@@ -86,7 +86,7 @@ func (a *API) handleListProcesses(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	release, err := a.host.OpenStream(sb.ID)
+	release, err := a.host.OpenStream(sb)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
