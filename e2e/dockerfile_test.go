@@ -33,7 +33,9 @@ COPY tools /app/tools/
 RUN echo "$GREETING from RUN in $(pwd)" > ran.txt && chmod 755 /app/tools/tool.sh
 CMD ["/bin/sh", "-c", "echo started > /tmp/started; exec sleep 100000"]
 `,
-		"Dockerfile.fail":    "FROM minimal\nRUN echo about to fail; exit 7\n",
+		// A step is cached before the failing one: a failed build keeps
+		// no holder all the same.
+		"Dockerfile.fail":    "FROM minimal\nRUN echo ok > /ok\nRUN echo about to fail; exit 7\n",
 		"Dockerfile.refused": "FROM minimal\nRUN true\nHEALTHCHECK CMD true\n",
 	}
 	for name, content := range files {
@@ -63,7 +65,7 @@ CMD ["/bin/sh", "-c", "echo started > /tmp/started; exec sleep 100000"]
 	}
 
 	_, stderr, code = in.cli("", "template", "build", "dffail", "--dockerfile", filepath.Join(dir, "Dockerfile.fail"), "--context", dir)
-	if code == 0 || !strings.Contains(stderr, "line 2") || !strings.Contains(stderr, "exit code 7") || !strings.Contains(stderr, "about to fail") {
+	if code == 0 || !strings.Contains(stderr, "line 3") || !strings.Contains(stderr, "exit code 7") || !strings.Contains(stderr, "about to fail") {
 		t.Errorf("failing RUN: exit %d, want the line, exit code 7 and its output:\n%s", code, stderr)
 	}
 	_, stderr, code = in.cli("", "template", "build", "dfrefused", "--dockerfile", filepath.Join(dir, "Dockerfile.refused"), "--context", dir)
