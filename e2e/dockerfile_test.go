@@ -142,6 +142,13 @@ CMD ["/bin/sh", "-c", "echo started > /tmp/started; exec sleep 100000"]
 	if len(holders) != 3 {
 		t.Fatalf("after the builds: %d holders, want 3", len(holders))
 	}
+	// A fourth holder: the oldest goes, 3 are kept per template name.
+	build("--no-cache")
+	kept := in.wantOnlyHolders()
+	if len(kept) != 3 || slices.Contains(kept, holders[0]) || kept[1] != holders[2] {
+		t.Errorf("after a fourth cached build: holders %v, want the newest 3 (were %v and a new one)", kept, holders)
+	}
+	holders = kept
 	mine := in.cacheSnapshots(holders[len(holders)-1])
 	var theirs sandbox
 	if c := in.doKey(otherKey, "POST", "/v1/sandboxes", map[string]any{"template": "minimal", "runtime": "ns", "memory_mib": 256}, &theirs); c != http.StatusCreated {
