@@ -15,8 +15,11 @@ import (
 // minimal, ENV, WORKDIR, COPY of a file and a directory, RUN, CMD) and checks
 // that a sandbox from it sees the files, the env and the directory, and that
 // its start command ran; that a failing RUN fails the build with its line and
-// exit code, and a refused instruction with its line number; and that no
-// build sandbox is left behind.
+// exit code, and a refused instruction with its line number; and the step
+// cache: a rebuild with nothing changed is all cached, one after a COPY'd
+// file changed reruns from that COPY and has the new file, --no-cache reruns
+// all, only stopped cache holders with their named snapshots are left (3
+// per name), another tenant sees none of it, and prune removes them.
 func TestDockerfileBuild(t *testing.T) {
 	in := startServer(t, newDataDir(t))
 	defer in.stop()
