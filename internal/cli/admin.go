@@ -17,9 +17,11 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{path: "template build", args: "NAME (--from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] | --dockerfile FILE [--context DIR]) [--egress FILE] [--wait DUR] [-o json]",
+		&command{path: "template build", args: "NAME (--from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] | --dockerfile FILE [--context DIR] [--build-arg K=V]... [--no-cache]) [--egress FILE] [--wait DUR] [-o json]",
 			summary: "build a template and wait, showing progress on stderr", run: templateBuild},
 		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
+		&command{path: "template cache", args: "list | prune [NAME]",
+			summary: "list the Dockerfile step cache's holders (stopped sandboxes holding the cached steps' snapshots), or delete them: all, or those of template NAME's builds", run: templateCache},
 		&command{path: "template delete", args: "NAME", summary: "delete a template", run: templateDelete},
 		&command{path: "template egress", args: "NAME (--set FILE | --clear)",
 			summary: "set (or clear) the default egress policy of sandboxes made from a template; their own policy wins", run: templateEgress},
@@ -48,6 +50,9 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	egressFile := fs.String("egress", "", "default egress policy of its sandboxes: a JSON file, - for stdin (docs/network.md)")
 	dockerfileFlag := fs.String("dockerfile", "", "build from a Dockerfile instead of --from: FROM a SPACE template, then RUN, COPY, ADD (local files), ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, CMD, ENTRYPOINT, run in an ns build sandbox (docs/templates.md)")
 	contextFlag := fs.String("context", ".", "with --dockerfile: the directory COPY and ADD read from; nothing outside it is read")
+	buildArgs := kvFlag{}
+	fs.Var(buildArgs, "build-arg", "with --dockerfile: K=V, the value of ARG K (repeatable)")
+	noCache := fs.Bool("no-cache", false, "with --dockerfile: run every step, reusing no cached step (the new steps are still cached)")
 	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
 	out := outputFlag(fs)
 	pos, err := parseArgs(fs, args)
@@ -56,6 +61,9 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	}
 	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
 		return err
+	}
+	if *dockerfileFlag == "" && (len(buildArgs) > 0 || *noCache) {
+		return usagef(fs, "--build-arg and --no-cache go with --dockerfile")
 	}
 	if *dockerfileFlag != "" {
 		if *from != "" {
@@ -72,7 +80,10 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		began := time.Now()
-		t, err := dockerfileBuild(ctx, e, pos[0], *dockerfileFlag, *contextFlag, "ns", pol, *wait)
+		t, err := dockerfileBuild(ctx, e, dockerfileJob{
+			name: pos[0], file: *dockerfileFlag, contextDir: *contextFlag, runtime: "ns",
+			egress: pol, buildArgs: buildArgs, noCache: *noCache,
+		}, *wait)
 		if err != nil {
 			return err
 		}

@@ -23,12 +23,13 @@ import (
 // FROM template, each RUN an exec in it (with the ENV, WORKDIR and USER so
 // far), each COPY/ADD the context's files written through the files API,
 // then the image defaults at /etc/space/image-config.json, a disk snapshot,
-// and template NAME built from that snapshot (source snapshot:ID). The
-// sandbox and the snapshot are removed at the end, whatever happened.
+// and template NAME built from that snapshot (source snapshot:ID), which is
+// then removed. dfcache.go has the step cache.
 
 // buildState is what the steps so far set for the next RUN.
 type buildState struct {
 	env     map[string]string
+	args    map[string]string // ARG values: in RUN's environment, not the image's
 	workdir string
 	user    string
 }
@@ -39,6 +40,13 @@ func (s *buildState) apply(in dockerfile.Instruction) bool {
 	case "ENV":
 		for i := 0; i+1 < len(in.Args); i += 2 {
 			s.env[in.Args[i]] = in.Args[i+1]
+		}
+	case "ARG":
+		if s.args == nil {
+			s.args = map[string]string{}
+		}
+		for i := 0; i+1 < len(in.Args); i += 2 {
+			s.args[in.Args[i]] = in.Args[i+1]
 		}
 	case "WORKDIR":
 		s.workdir = s.abs(in.Args[0])
@@ -65,7 +73,12 @@ func (s *buildState) runStart(in dockerfile.Instruction) sandboxv1.ExecStart {
 	if !in.JSON {
 		cmd = []string{"/bin/sh", "-c", in.Args[0]}
 	}
-	env := make(map[string]string, len(s.env))
+	// As in Docker, an ARG is in RUN's environment and an ENV of the same
+	// name wins.
+	env := make(map[string]string, len(s.args)+len(s.env))
+	for k, v := range s.args {
+		env[k] = v
+	}
 	for k, v := range s.env {
 		env[k] = v
 	}
@@ -165,76 +178,205 @@ func fixupScript(entries []copyEntry, chown, chmod string) string {
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// dockerfileJob is what `space template build NAME --dockerfile FILE` was
+// asked.
+type dockerfileJob struct {
+	name, file, contextDir, runtime string
+	egress                          []byte
+	buildArgs                       map[string]string
+	noCache                         bool
+}
+
 // dockerfileBuild runs `space template build NAME --dockerfile FILE`.
-func dockerfileBuild(ctx context.Context, e *env, name, file, contextDir, runtime string, egress []byte, wait time.Duration) (*sandboxv1.Template, error) {
-	f, err := os.Open(file)
+func dockerfileBuild(ctx context.Context, e *env, job dockerfileJob, wait time.Duration) (*sandboxv1.Template, error) {
+	f, err := os.Open(job.file)
 	if err != nil {
 		return nil, fmt.Errorf("--dockerfile: %w", err)
 	}
-	df, err := dockerfile.Parse(f, nil)
+	df, err := dockerfile.Parse(f, job.buildArgs)
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", job.file, err)
 	}
 	if strings.Contains(df.From, ":") || strings.Contains(df.From, "/") {
-		return nil, fmt.Errorf("%s: FROM %s: not a SPACE template name; import an image first (space template build BASE --from oci:DIR) and write FROM BASE", file, printable(df.From))
+		return nil, fmt.Errorf("%s: FROM %s: not a SPACE template name; import an image first (space template build BASE --from oci:DIR) and write FROM BASE", job.file, printable(df.From))
 	}
 	cfgJSON, err := dockerfile.ImageConfigJSON(df)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", job.file, err)
+	}
+	keys, err := stepKeys(df, job.contextDir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", job.file, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	if err := templateFree(ctx, e.c, job.name); err != nil {
+		return nil, err
+	}
 	// Cleanup runs even after Ctrl-C cancelled ctx.
 	cleanupCtx := context.WithoutCancel(ctx)
-	sb, err := e.c.CreateSandbox(ctx, sandboxv1.CreateSandboxRequest{Template: df.From, Runtime: runtime, Timeout: "2h"})
+	holders, err := cacheHolders(ctx, e.c)
 	if err != nil {
-		return nil, fmt.Errorf("build sandbox from %s: %w", printable(df.From), err)
+		return nil, fmt.Errorf("step cache: %w", err)
 	}
+	cached, from := 0, cacheEntry{}
+	if !job.noCache {
+		idx, err := cacheIndex(ctx, e.c, holders)
+		if err != nil {
+			return nil, err
+		}
+		cached, from = cachedPrefix(df.Steps, keys, idx)
+	}
+	sb, err := buildSandbox(ctx, e, df.From, job, from)
+	if err != nil {
+		return nil, err
+	}
+	// The build sandbox becomes a cache holder once it holds a cached step
+	// and the build succeeded; otherwise it is removed.
+	holds, ok := false, false
 	defer func() {
+		if holds && ok {
+			err := keepHolder(cleanupCtx, e.c, sb.ID)
+			if err == nil {
+				return
+			}
+			fmt.Fprintf(e.stderr, "space: warning: %v; removing it\n", err)
+		}
 		if err := e.c.DeleteSandbox(cleanupCtx, sb.ID); err != nil {
 			fmt.Fprintf(e.stderr, "space: warning: remove build sandbox %s: %v\n", sb.ID, err)
 		}
 	}()
-	if sb.State != sandboxv1.StateRunning {
-		if sb, err = e.c.WaitForState(ctx, sb.ID, sandboxv1.StateRunning); err != nil {
-			return nil, err
-		}
-	}
 	st := &buildState{env: map[string]string{}}
 	total := len(df.Steps)
 	for i, in := range df.Steps {
-		fmt.Fprintf(e.stderr, "step %d/%d: %s\n", i+1, total, printable(stepLine(in)))
-		if st.apply(in) {
-			if in.Cmd == "WORKDIR" {
-				if err := mkdirs(ctx, e, sb.ID, st.workdir); err != nil {
-					return nil, fmt.Errorf("line %d: %w", in.Line, err)
-				}
-			}
+		if i < cached {
+			fmt.Fprintf(e.stderr, "step %d/%d: cached: %s\n", i+1, total, printable(stepLine(in)))
+			st.apply(in)
 			continue
 		}
-		switch in.Cmd {
-		case "RUN":
-			if err := runStep(ctx, e, sb.ID, st, in); err != nil {
+		fmt.Fprintf(e.stderr, "step %d/%d: %s\n", i+1, total, printable(stepLine(in)))
+		if err := runBuildStep(ctx, e, sb.ID, job.contextDir, st, in); err != nil {
+			return nil, err
+		}
+		if changesFS(in) {
+			if err := cacheStep(ctx, e, sb.ID, keys[i]); err != nil {
 				return nil, err
 			}
-		case "COPY", "ADD":
-			if err := copyStep(ctx, e, sb.ID, contextDir, st, in); err != nil {
-				return nil, err
+			holds = true
+		}
+	}
+	t, err := finishBuild(ctx, cleanupCtx, e, sb.ID, job, cfgJSON)
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	if holds {
+		// The new holder counts among the kept.
+		if _, err := pruneHolders(ctx, e, holders, job.name, cacheKeep-1, sb.ID); err != nil {
+			fmt.Fprintf(e.stderr, "space: warning: %v\n", err)
+		}
+	}
+	return t, nil
+}
+
+// templateFree refuses, before any step runs, a name the server would
+// refuse at the end (a template is replaced only after a delete).
+func templateFree(ctx context.Context, c *space.Client, name string) error {
+	list, err := c.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range list {
+		if t.Name == name && (t.State == "ready" || t.State == "building") {
+			return fmt.Errorf("template %s exists; delete it first (space template delete %s): the step cache outlives it, so the rebuild reruns only what changed", printable(name), printable(name))
+		}
+	}
+	return nil
+}
+
+// buildSandbox is the build's sandbox, running: a fork of the holder of
+// the last cached step from its snapshot, or a new sandbox from the FROM
+// template.
+func buildSandbox(ctx context.Context, e *env, base string, job dockerfileJob, from cacheEntry) (*sandboxv1.Sandbox, error) {
+	var sb *sandboxv1.Sandbox
+	var err error
+	if from.snapshot != "" {
+		sb, err = e.c.ForkSandbox(ctx, from.holder, sandboxv1.ForkRequest{Snapshot: from.snapshot})
+		if err != nil {
+			return nil, fmt.Errorf("build sandbox from cached snapshot %s of %s: %w", from.snapshot, from.holder, err)
+		}
+		// The fork has its holder's lifetime; a build has its own.
+		if _, err := e.c.SetTimeout(ctx, sb.ID, "2h"); err != nil {
+			_ = e.c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
+			return nil, fmt.Errorf("build sandbox %s: timeout: %w", sb.ID, err)
+		}
+	} else {
+		sb, err = e.c.CreateSandbox(ctx, sandboxv1.CreateSandboxRequest{
+			Template: base, Runtime: job.runtime, Timeout: "2h",
+			Metadata: map[string]string{cacheLabel: job.name},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("build sandbox from %s: %w", printable(base), err)
+		}
+	}
+	if sb.State != sandboxv1.StateRunning {
+		running, err := e.c.WaitForState(ctx, sb.ID, sandboxv1.StateRunning)
+		if err != nil {
+			_ = e.c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
+			return nil, err
+		}
+		sb = running
+	}
+	return sb, nil
+}
+
+// runBuildStep runs one step in build sandbox id.
+func runBuildStep(ctx context.Context, e *env, id, contextDir string, st *buildState, in dockerfile.Instruction) error {
+	if st.apply(in) {
+		if in.Cmd == "WORKDIR" {
+			if err := mkdirs(ctx, e, id, st.workdir); err != nil {
+				return fmt.Errorf("line %d: %w", in.Line, err)
 			}
 		}
-		// CMD, ENTRYPOINT, EXPOSE, LABEL, ARG: recorded in the image config.
+		return nil
 	}
-	if err := mkdirs(ctx, e, sb.ID, path.Dir(imagecfg.Path)); err != nil {
+	switch in.Cmd {
+	case "RUN":
+		return runStep(ctx, e, id, st, in)
+	case "COPY", "ADD":
+		return copyStep(ctx, e, id, contextDir, st, in)
+	}
+	// CMD, ENTRYPOINT, EXPOSE, LABEL, ARG: recorded in the image config.
+	return nil
+}
+
+// cacheStep takes the cached snapshot of a step: a disk snapshot named
+// after its key.
+func cacheStep(ctx context.Context, e *env, id, key string) error {
+	name, err := cacheName(key)
+	if err != nil {
+		return err
+	}
+	if _, err := readySnapshot(ctx, e.c, id, name); err != nil {
+		return fmt.Errorf("step cache: %w", err)
+	}
+	return nil
+}
+
+// finishBuild writes the image config in build sandbox id, snapshots it and
+// builds the template from that snapshot, which it then deletes.
+func finishBuild(ctx, cleanupCtx context.Context, e *env, id string, job dockerfileJob, cfgJSON []byte) (*sandboxv1.Template, error) {
+	if err := mkdirs(ctx, e, id, path.Dir(imagecfg.Path)); err != nil {
 		return nil, err
 	}
-	if err := e.c.WriteFile(ctx, sb.ID, imagecfg.Path, strings.NewReader(string(cfgJSON))); err != nil {
+	if err := e.c.WriteFile(ctx, id, imagecfg.Path, strings.NewReader(string(cfgJSON))); err != nil {
 		return nil, err
 	}
-	snapID, err := readySnapshot(ctx, e.c, sb.ID)
+	snapID, err := readySnapshot(ctx, e.c, id, "")
 	if snapID != "" {
 		defer func() {
-			if err := e.c.DeleteSnapshot(cleanupCtx, sb.ID, snapID); err != nil {
+			if err := e.c.DeleteSnapshot(cleanupCtx, id, snapID); err != nil {
 				fmt.Fprintf(e.stderr, "space: warning: remove build snapshot %s: %v\n", snapID, err)
 			}
 		}()
@@ -242,12 +384,12 @@ func dockerfileBuild(ctx context.Context, e *env, name, file, contextDir, runtim
 	if err != nil {
 		return nil, err
 	}
-	t, err := e.c.BuildTemplate(ctx, sandboxv1.BuildTemplateRequest{Name: name, From: "snapshot:" + snapID, Egress: egress})
+	t, err := e.c.BuildTemplate(ctx, sandboxv1.BuildTemplateRequest{Name: job.name, From: "snapshot:" + snapID, Egress: job.egress})
 	if err != nil {
 		return nil, err
 	}
 	if t.State != "ready" {
-		if t, err = e.c.WaitForTemplate(ctx, name, nil); err != nil {
+		if t, err = e.c.WaitForTemplate(ctx, job.name, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -340,10 +482,11 @@ func stepLine(in dockerfile.Instruction) string {
 	return in.Cmd + " " + strings.Join(in.Args, " ")
 }
 
-// readySnapshot takes a disk snapshot of id and waits until it is ready; it
+// readySnapshot takes a disk snapshot of id (named name, unless empty) and
+// waits until it is ready; it
 // returns the id whenever the server assigned one, so it can be deleted.
-func readySnapshot(ctx context.Context, c *space.Client, id string) (string, error) {
-	s, err := c.CreateSnapshot(ctx, id, sandboxv1.CreateSnapshotRequest{Kind: sandboxv1.SnapshotDisk})
+func readySnapshot(ctx context.Context, c *space.Client, id, name string) (string, error) {
+	s, err := c.CreateSnapshot(ctx, id, sandboxv1.CreateSnapshotRequest{Kind: sandboxv1.SnapshotDisk, Name: name})
 	if err != nil {
 		return "", err
 	}

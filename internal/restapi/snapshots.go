@@ -2,6 +2,7 @@ package restapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -17,15 +18,30 @@ func apiSnapshot(snap store.Snapshot) sandboxv1.Snapshot {
 	}
 }
 
+// named is s with name among its names, when name is set.
+func named(s sandboxv1.Snapshot, name string) sandboxv1.Snapshot {
+	if name != "" {
+		s.Names = []string{name}
+	}
+	return s
+}
+
 func (a *API) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 	snaps, err := a.svc.ListSnapshots(r.Context(), a.caller(r), r.PathValue("id"))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
+	names, err := a.svc.SnapshotNames(r.Context(), a.caller(r))
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	out := sandboxv1.SnapshotList{Snapshots: []sandboxv1.Snapshot{}}
 	for _, snap := range snaps {
-		out.Snapshots = append(out.Snapshots, apiSnapshot(snap))
+		s := apiSnapshot(snap)
+		s.Names = names[snap.ID]
+		out.Snapshots = append(out.Snapshots, s)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -41,14 +57,28 @@ func (a *API) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	// A name is checked before the snapshot is taken, given once it is
+	// recorded (ready or still being taken).
+	if req.Name != "" {
+		if err := a.svc.CheckSnapshotName(r.Context(), req.Name); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+	}
 	snap, err := a.svc.TakeSnapshotWithKey(r.Context(), a.caller(r), r.PathValue("id"), store.SnapshotKind(req.Kind), service.TierManual, idempotencyKeyOf(r.Context()))
+	if req.Name != "" && (err == nil || errors.Is(err, service.ErrStillWorking)) {
+		if nerr := a.svc.NameSnapshot(r.Context(), a.caller(r), snap.ID, req.Name); nerr != nil {
+			a.writeError(w, r, fmt.Errorf("snapshot %s taken, not named %s: %w", snap.ID, req.Name, nerr))
+			return
+		}
+	}
 	switch {
 	case errors.Is(err, service.ErrStillWorking):
-		writeJSON(w, http.StatusAccepted, apiSnapshot(snap))
+		writeJSON(w, http.StatusAccepted, named(apiSnapshot(snap), req.Name))
 	case err != nil:
 		a.writeError(w, r, err)
 	default:
-		writeJSON(w, http.StatusCreated, apiSnapshot(snap))
+		writeJSON(w, http.StatusCreated, named(apiSnapshot(snap), req.Name))
 	}
 }
 

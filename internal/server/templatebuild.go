@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
@@ -15,7 +16,8 @@ import (
 
 // Template builds: the REST API (internal/restapi) records a template and
 // asks for its build through restapi.Host; the builds run here, one at a
-// time, on every live node.
+// time, on every live node (a snapshot:ID source only on the snapshot's
+// node).
 
 // templateJobs is the queue of template builds; RunTemplateBuilds drains it.
 type templateJob struct{ name, source string }
@@ -85,19 +87,21 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 }
 
 func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, error) {
+	only, err := s.sourceNode(ctx, job.source)
+	if err != nil {
+		return 0, err
+	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		nodes, err := s.store.ListNodes(ctx)
+		all, err := s.store.ListNodes(ctx)
 		if err != nil {
 			return 0, err
 		}
+		nodes := buildNodes(all, only, time.Now())
 		var built int
 		var size int64
 		var errs []error
 		for _, n := range nodes {
-			if n.State != store.NodeReady || time.Since(n.LastHeartbeat) > 15*time.Second {
-				continue
-			}
 			c, err := s.nodes.client(n.ID)
 			if err != nil {
 				errs = append(errs, err)
@@ -125,8 +129,12 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 		if len(errs) > 0 {
 			return 0, errors.Join(errs...)
 		}
-		// No node has registered yet (the server just started): wait.
+		// No node has registered yet (the server just started), or the
+		// snapshot's node is back soon: wait.
 		if time.Now().After(deadline) {
+			if only != "" {
+				return 0, fmt.Errorf("%w: template source %s: node %s, which holds the snapshot, is not live; build again once it is", errdefs.ErrUnavailable, job.source, only)
+			}
 			return 0, fmt.Errorf("no live node to build on")
 		}
 		select {
@@ -135,6 +143,41 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// sourceNode is the one node a build of source can run on, or "" for any
+// node: a snapshot:ID source is the tree of a disk snapshot, which only the
+// node holding it has (another node would fail to find it, and a build that
+// succeeded there alone must not count as the template being built).
+func (s *Server) sourceNode(ctx context.Context, source string) (string, error) {
+	id, ok := strings.CutPrefix(source, "snapshot:")
+	if !ok {
+		return "", nil
+	}
+	snap, err := s.store.GetSnapshot(ctx, "", id)
+	if err != nil {
+		return "", fmt.Errorf("template source %s: %w", source, err)
+	}
+	if snap.Node == "" {
+		return "", fmt.Errorf("%w: template source %s: the snapshot's files are on no node (only in object storage); build from a snapshot still on its node", errdefs.ErrFailedPrecondition, source)
+	}
+	return snap.Node, nil
+}
+
+// buildNodes is the nodes of all a build runs on at now: the live ones
+// (ready, heard from within 15s), only node only when it is set.
+func buildNodes(all []store.Node, only string, now time.Time) []store.Node {
+	var out []store.Node
+	for _, n := range all {
+		if n.State != store.NodeReady || now.Sub(n.LastHeartbeat) > 15*time.Second {
+			continue
+		}
+		if only != "" && n.ID != only {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // templateProgressEvery is the least time between two writes of a

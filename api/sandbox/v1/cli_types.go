@@ -20,6 +20,9 @@ type Snapshot struct {
 	Reason    string    `json:"reason,omitempty"`
 	SizeBytes int64     `json:"size_bytes,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// Names are the snapshot's names (unique within the tenant; see
+	// CreateSnapshotRequest.Name).
+	Names []string `json:"names,omitempty"`
 }
 
 // SnapshotList is the body of GET /v1/sandboxes/{id}/snapshots.
@@ -31,6 +34,10 @@ type SnapshotList struct {
 // defaults to SnapshotDisk.
 type CreateSnapshotRequest struct {
 	Kind string `json:"kind,omitempty"`
+	// Name, when set, names the snapshot: unique within the tenant (naming
+	// another snapshot moves the name there), a template name's shape, not
+	// a template's name. It is how a Dockerfile build labels a cached step.
+	Name string `json:"name,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork. Without Snapshot the

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/store/sqlite"
+)
+
+// TestBuildNodesOfASnapshotSource: a snapshot:ID template is built only on
+// the node holding the snapshot (another node has no such tree: its failure
+// was ignored once one node built it, and a template "built" on a node
+// without the snapshot would be a wrong result there); other sources build
+// on every live node; a snapshot on no node is refused with what to do.
+func TestBuildNodesOfASnapshotSource(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "space.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tn := store.Tenant{ID: sandbox.NewTenantID(), Name: "acme", CreatedAt: time.Now().UTC()}
+	if err := st.CreateTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range []store.Snapshot{
+		{ID: "sn-on2", SandboxID: "sb-x", Tenant: tn.ID, Kind: store.SnapshotDisk, Tier: "manual", State: store.SnapshotReady, Node: "n2", Runtime: "ns", Template: "minimal", CreatedAt: time.Now()},
+		{ID: "sn-uploaded", SandboxID: "sb-x", Tenant: tn.ID, Kind: store.SnapshotDisk, Tier: "manual", State: store.SnapshotReady, Runtime: "ns", Template: "minimal", CreatedAt: time.Now()},
+	} {
+		if err := st.CreateSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := New(Config{}, st, NewNodes(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	now := time.Now()
+	live := func(id string) store.Node { return store.Node{ID: id, State: store.NodeReady, LastHeartbeat: now} }
+	stale := live("n4")
+	stale.LastHeartbeat = now.Add(-time.Minute)
+	all := []store.Node{live("n1"), live("n2"), live("n3"), stale}
+
+	for _, tc := range []struct {
+		source string
+		want   []string
+	}{
+		{"builtin:minimal", []string{"n1", "n2", "n3"}},
+		{"dir:/srv/tree", []string{"n1", "n2", "n3"}},
+		{"snapshot:sn-on2", []string{"n2"}},
+	} {
+		only, err := srv.sourceNode(ctx, tc.source)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.source, err)
+		}
+		var got []string
+		for _, n := range buildNodes(all, only, now) {
+			got = append(got, n.ID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s builds on %v, want %v", tc.source, got, tc.want)
+		}
+	}
+	// The snapshot's node is not live: nothing to build on (buildOnNodes
+	// waits, then says which node it needs).
+	if got := buildNodes([]store.Node{live("n1"), live("n3")}, "n2", now); len(got) != 0 {
+		t.Errorf("snapshot on n2, n2 not live: builds on %v, want none", got)
+	}
+	if _, err := srv.sourceNode(ctx, "snapshot:sn-uploaded"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("snapshot on no node: %v, want FailedPrecondition", err)
+	}
+	if _, err := srv.sourceNode(ctx, "snapshot:sn-missing"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("missing snapshot: %v, want NotFound", err)
+	}
+}
