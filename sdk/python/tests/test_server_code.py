@@ -150,5 +150,5 @@ def test_run_code_streams_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pyt
         print(f"\n[figure] run_code printing 100 MiB: client peak Python heap {peak:.1f} MiB, {secs:.1f} s", flush=True)
     assert ex.error is None, ex.error
     assert n == chunks * piece and got.hexdigest() == want.hexdigest(), f"{n} characters arrived"
-    assert ex.logs.stdout == []
     assert peak < 40, f"the client's heap peaked at {peak:.0f} MiB taking 100 MiB of output"
+    assert ex.logs.stdout == []
