@@ -95,6 +95,10 @@ func TestSandboxListFiltersPagesAndFileStat(t *testing.T) {
 	if len(sdkIDs) != 3 || sdkIDs[0] != ids[0] || sdkIDs[2] != ids[2] {
 		t.Errorf("SDK pages of one listed %v, want %v", sdkIDs, ids)
 	}
+	// ListSandboxes reads the same pages (limit=1000): all three, oldest first.
+	if all, err := c.ListSandboxes(t.Context()); err != nil || len(all) != 3 || all[0].ID != ids[0] || all[1].ID != ids[1] || all[2].ID != ids[2] {
+		t.Errorf("SDK ListSandboxes: %v %+v, want %v in order", err, all, ids)
+	}
 	if list, err := c.ListSandboxesFiltered(t.Context(), space.SandboxFilter{Template: "no-such-template"}); err != nil || len(list) != 0 {
 		t.Errorf("SDK template=no-such-template: %v %+v, want none", err, list)
 	}

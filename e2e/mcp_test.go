@@ -23,8 +23,9 @@ import (
 // sandbox, run commands, move files, snapshot, fork, expose a port, pause
 // and delete, answer the API's errors and refuse bad arguments as tool
 // errors, and another tenant's key reaches none of it; run_code streams a
-// code-interpreter sandbox's output as progress notifications
-// (testdata/mcp/client.py).
+// code-interpreter sandbox's output as progress notifications and the
+// code_context_* tools keep a context's state apart, list, restart and
+// delete it (testdata/mcp/client.py).
 func TestMCP(t *testing.T) {
 	python := testenv.PythonVenv(t, "mcp", "testdata/mcp/requirements.txt")
 	// The code-interpreter template run_code needs is built from the

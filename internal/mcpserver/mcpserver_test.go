@@ -134,7 +134,8 @@ func TestTheToolList(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"file_list", "file_read", "file_write", "port_expose", "run_code", "run_command", "sandbox_create", "sandbox_delete",
+	want := []string{"code_context_create", "code_context_delete", "code_context_list", "code_context_restart",
+		"file_list", "file_read", "file_write", "port_expose", "run_code", "run_command", "sandbox_create", "sandbox_delete",
 		"sandbox_fork", "sandbox_get", "sandbox_hibernate", "sandbox_list", "sandbox_pause", "sandbox_restore", "sandbox_resume",
 		"snapshot_create", "snapshot_list"}
 	if !slices.Equal(names, want) {
@@ -190,6 +191,13 @@ func TestBadArgumentsAreRefusedBeforeSending(t *testing.T) {
 		{"run_code", map[string]any{"id": "", "code": "1"}, "argument id"},
 		{"run_code", map[string]any{"id": "sb", "code": "1", "language": "python", "context": "c"}, "argument context"},
 		{"run_code", map[string]any{"id": "sb", "code": "1", "timeout": "-1s"}, "argument timeout"},
+		{"code_context_create", map[string]any{"id": ""}, "argument id"},
+		{"code_context_create", map[string]any{"id": "sb", "language": "ruby"}, "argument language"},
+		{"code_context_create", map[string]any{"id": "sb", "cwd": "tmp"}, "argument cwd"},
+		{"code_context_list", map[string]any{"id": " "}, "argument id"},
+		{"code_context_restart", map[string]any{"id": "sb", "context": ""}, "argument context"},
+		{"code_context_delete", map[string]any{"id": "", "context": "c"}, "argument id"},
+		{"code_context_delete", map[string]any{"id": "sb", "context": " "}, "argument context"},
 	} {
 		res := call(t, cs, c.tool, c.args)
 		if !res.IsError || !strings.Contains(text(res), c.want) {

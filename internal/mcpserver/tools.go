@@ -80,6 +80,15 @@ type (
 		Env      map[string]string `json:"env,omitempty" jsonschema:"environment variables for this execution only"`
 		Timeout  string            `json:"timeout,omitempty" jsonschema:"a duration such as 30s (default 60s); the code is interrupted after it"`
 	}
+	ContextCreateArgs struct {
+		ID       string `json:"id" jsonschema:"the sandbox id (a sandbox of the code-interpreter template)"`
+		Language string `json:"language,omitempty" jsonschema:"python (default) or bash"`
+		Cwd      string `json:"cwd,omitempty" jsonschema:"the context's working directory, an absolute path (default: the interpreter's)"`
+	}
+	ContextArgs struct {
+		ID      string `json:"id" jsonschema:"the sandbox id"`
+		Context string `json:"context" jsonschema:"the code context id (code_context_list lists them)"`
+	}
 	FileArgs struct {
 		ID   string `json:"id" jsonschema:"the sandbox id"`
 		Path string `json:"path" jsonschema:"an absolute path in the sandbox"`
@@ -149,6 +158,19 @@ type (
 		JavaScript string         `json:"javascript,omitempty"`
 		JSON       any            `json:"json,omitempty"`
 		Extra      map[string]any `json:"extra,omitempty" jsonschema:"formats without a field of their own, by MIME type"`
+	}
+	// CodeContext is a code interpreter context: its own kernel (or
+	// bash), state and working directory.
+	CodeContext struct {
+		ID       string `json:"id" jsonschema:"pass it as run_code's context"`
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	CodeContextList struct {
+		Contexts []CodeContext `json:"contexts"`
+	}
+	ContextDone struct {
+		Context string `json:"context"`
 	}
 	FileContent struct {
 		Path     string `json:"path"`
@@ -326,6 +348,7 @@ func (t *tools) register(s *mcp.Server) {
 			}
 			return nil, out, nil
 		})
+	t.registerCodeContexts(s)
 	mcp.AddTool(s, &mcp.Tool{Name: "file_read", Description: fmt.Sprintf("Read a file of a sandbox (at most %d bytes): UTF-8 text as it is, anything else base64.", maxFileRead)},
 		handler(t, func(ctx context.Context, c *space.Client, in FileArgs) (FileContent, error) {
 			if err := needID(in.ID); err != nil {

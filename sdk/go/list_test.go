@@ -3,9 +3,11 @@ package space
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -93,5 +95,49 @@ func TestStatFileAsksTheStatRoute(t *testing.T) {
 	}
 	if _, err := c.StatFile(context.Background(), "sb-1", ""); err == nil {
 		t.Fatal("an empty path was accepted")
+	}
+}
+
+// TestListSandboxesReadsEveryPage: a tenant whose unpaged listing is over
+// the client's JSON body limit (2,500 sandboxes with 8 KiB of metadata, 20
+// MiB) is still listed whole, in order, by pages each under it. The fake
+// answers like the server: everything without a limit, pages with one.
+func TestListSandboxesReadsEveryPage(t *testing.T) {
+	const n = 2500
+	all := make([]sandboxv1.Sandbox, n)
+	pad := strings.Repeat("m", 8<<10)
+	for i := range all {
+		all[i] = sandboxv1.Sandbox{ID: fmt.Sprintf("sb-%05d", i), Metadata: map[string]string{"pad": pad}}
+	}
+	var mu sync.Mutex
+	var limits []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		mu.Lock()
+		limits = append(limits, q.Get("limit"))
+		mu.Unlock()
+		if q.Get("limit") == "" {
+			writeJSON(w, 200, sandboxv1.SandboxList{Sandboxes: all})
+			return
+		}
+		limit, _ := strconv.Atoi(q.Get("limit"))
+		from, _ := strconv.Atoi(q.Get("page_token"))
+		to := min(from+limit, n)
+		list := sandboxv1.SandboxList{Sandboxes: all[from:to]}
+		if to < n {
+			list.NextPageToken = strconv.Itoa(to)
+		}
+		writeJSON(w, 200, list)
+	})
+	got, err := newTestServer(t, mux).ListSandboxes(context.Background())
+	if err != nil {
+		t.Fatalf("ListSandboxes of %d sandboxes: %v", n, err)
+	}
+	if len(got) != n || got[0].ID != "sb-00000" || got[n-1].ID != fmt.Sprintf("sb-%05d", n-1) {
+		t.Fatalf("ListSandboxes: %d sandboxes, want %d in order", len(got), n)
+	}
+	if !slices.Equal(limits, []string{"1000", "1000", "1000"}) {
+		t.Fatalf("requests with limits %q, want three pages of 1000", limits)
 	}
 }

@@ -23,14 +23,15 @@ func (c *Client) CreateSandbox(ctx context.Context, req sandboxv1.CreateSandboxR
 	return &sb, nil
 }
 
-// ListSandboxes lists the caller's tenant's sandboxes.
+// ListSandboxes lists every sandbox of the caller's tenant, oldest first.
+//
+// It reads the listing page by page (ListSandboxesFiltered with no
+// filter): the unpaged answer grows with the tenant, and past a few
+// thousand sandboxes with metadata it no longer fits the client's limit on
+// one JSON body, so one request would fail where pages succeed. A sandbox
+// created or deleted while the pages are read may be missed or listed.
 func (c *Client) ListSandboxes(ctx context.Context) ([]sandboxv1.Sandbox, error) {
-	var list sandboxv1.SandboxList
-	r := request{method: http.MethodGet, path: "/v1/sandboxes"}
-	if err := c.call(ctx, r, nil, &list, maxJSONBody); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	return list.Sandboxes, nil
+	return c.ListSandboxesFiltered(ctx, SandboxFilter{})
 }
 
 // SandboxFilter selects the sandboxes a listing returns; empty fields

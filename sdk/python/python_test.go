@@ -74,7 +74,9 @@ func pytest(t *testing.T, python string, env []string, files ...string) {
 // failing t when it fails.
 func run(t *testing.T, python string, env []string, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// A backstop, not a measure: the server files include microVMs under
+	// emulation (TCG) and 100 MiB streams, on a shared machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	src, err := filepath.Abs("src")
 	if err != nil {

@@ -22,6 +22,7 @@ WANT_TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_get", "sandbox_delete", "run_command", "run_code",
     "file_read", "file_write", "file_list", "port_expose", "snapshot_create", "snapshot_list",
     "sandbox_fork", "sandbox_hibernate", "sandbox_restore", "sandbox_pause", "sandbox_resume",
+    "code_context_create", "code_context_list", "code_context_restart", "code_context_delete",
 }
 
 
@@ -205,12 +206,44 @@ async def code(space_binary, sid):
             out = await call(session, "run_code", {"id": sid, "code": "echo $0 $GREETING", "language": "bash", "env": {"GREETING": "hi"}})
             if not out["stdout"].endswith("hi\n"):
                 fail(f"run_code in bash: {out}")
+            await contexts(session, sid)
             plain = await call(session, "sandbox_create", {"template": "minimal", "runtime": "ns", "timeout": "10m"})
             try:
                 await call(session, "run_code", {"id": plain["id"], "code": "1"}, want_error="code-interpreter")
+                await call(session, "code_context_create", {"id": plain["id"]}, want_error="code-interpreter")
             finally:
                 await call(session, "sandbox_delete", {"id": plain["id"]})
             await call(session, "run_code", {"id": sid, "code": ""}, want_error="argument code")
+
+
+async def contexts(session, sid):
+    """The code context tools: a context keeps its own state apart from the
+    default one, is listed, restarts to a fresh kernel and, deleted, is
+    gone (run_code in it is then a tool error)."""
+    ctx = await call(session, "code_context_create", {"id": sid, "language": "python", "cwd": "/tmp"})
+    if not ctx["id"] or ctx["language"] != "python" or ctx["cwd"] != "/tmp":
+        fail(f"code_context_create: {ctx}")
+    cid = ctx["id"]
+    await call(session, "run_code", {"id": sid, "code": "x = 'in the context'", "context": cid})
+    out = await call(session, "run_code", {"id": sid, "code": "import os\n(x, os.getcwd())", "context": cid})
+    if out["text"] != "('in the context', '/tmp')":
+        fail(f"run_code in a context: {out}")
+    out = await call(session, "run_code", {"id": sid, "code": "x"})
+    if out["text"] != "41":
+        fail(f"the context's state reached the default one: {out}")
+    listed = await call(session, "code_context_list", {"id": sid})
+    if cid not in [c["id"] for c in listed["contexts"]]:
+        fail(f"code_context_list: {listed}, want {cid} in it")
+    await call(session, "code_context_restart", {"id": sid, "context": cid})
+    out = await call(session, "run_code", {"id": sid, "code": "x", "context": cid})
+    if not out.get("error") or out["error"]["name"] != "NameError":
+        fail(f"run_code after code_context_restart kept its state: {out}")
+    await call(session, "code_context_delete", {"id": sid, "context": cid})
+    listed = await call(session, "code_context_list", {"id": sid})
+    if cid in [c["id"] for c in listed["contexts"]]:
+        fail(f"code_context_list after delete: {listed}")
+    await call(session, "run_code", {"id": sid, "code": "1", "context": cid}, want_error="not_found")
+    await call(session, "code_context_restart", {"id": sid, "context": ""}, want_error="argument context")
 
 
 def main():

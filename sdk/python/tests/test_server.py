@@ -14,6 +14,7 @@ import os
 import resource
 import shutil
 import time
+import tracemalloc
 import uuid
 from typing import Iterator
 
@@ -207,6 +208,41 @@ def test_100_mib_streams_in_constant_memory(sb: ss.Sandbox) -> None:
     grew = max_rss_mib() - base
     assert grew < 40, f"peak memory grew by {grew:.0f} MiB moving 100 MiB each way"
     sb.files.remove("/tmp/huge")
+
+
+def test_exec_stream_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
+    """A command writing 100 MiB, read off its stream as it comes: the
+    client's peak Python heap (tracemalloc) stays far under the output."""
+    size = 100 << 20
+    line = b"0123456789abcdef\n"
+    want = hashlib.sha256()
+    left = size
+    while left:
+        piece = (line * 4096)[:left]
+        want.update(piece)
+        left -= len(piece)
+    got = hashlib.sha256()
+    n = 0
+    tracemalloc.start()
+    try:
+        with sb.exec_stream(["sh", "-c", f"yes 0123456789abcdef | head -c {size}"]) as st:
+            for out in st:
+                assert out.stream == "stdout", out
+                got.update(out.data)
+                n += len(out.data)
+            assert st.exit_code == 0
+        peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
+    finally:
+        tracemalloc.stop()
+    log_figure(capsys, f"exec_stream of 100 MiB: client peak Python heap {peak:.1f} MiB")
+    assert n == size and got.hexdigest() == want.hexdigest()
+    assert peak < 40, f"the client's heap peaked at {peak:.0f} MiB reading 100 MiB of output"
+
+
+def log_figure(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    """Writes a measured figure past pytest's capture, into go test's log."""
+    with capsys.disabled():
+        print(f"\n[figure] {text}", flush=True)
 
 
 def test_errors_carry_the_servers_message(client: ss.Client, sb: ss.Sandbox) -> None:

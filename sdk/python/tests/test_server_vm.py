@@ -1,6 +1,6 @@
 """Integration tests of what is runtime-specific, on the vm runtime: exec
-(run to completion and streamed), files and pause/resume in a microVM,
-through the sync and async clients.
+(run to completion and streamed), files, pause/resume and run_code in a
+microVM, through the sync and async clients.
 
 python_test.go runs this file against the same `space server --dev` as
 test_server.py. It is skipped, saying why, when the server's node offers no
@@ -91,3 +91,24 @@ def test_vm_async(client: ss.Client) -> None:
             assert await sb.files.read("/tmp/a") == b"async vm bytes"
 
     asyncio.run(main())
+
+
+def test_vm_run_code(client: ss.Client, code_interpreter_template: str) -> None:
+    # The code interpreter's kernel runs in the microVM: its state is kept
+    # between calls, its output streams to the callback, a Bash context
+    # runs there too, and the Python sees the guest kernel, not the host's.
+    with client.create_sandbox(code_interpreter_template, runtime="vm", memory_mib=1024, timeout="30m") as sb:
+        assert sb.info.runtime == "vm"
+        ex = sb.run_code("import os\nrelease = os.uname().release\nrelease", timeout=WAIT)
+        assert ex.error is None, ex.error
+        assert ex.text.strip("'") != os.uname().release, ex.text
+        out: list = []
+        ex = sb.run_code("print('from the vm')\nlen(release) * 0 + 6 * 7", timeout=WAIT, on_stdout=out.append)
+        assert ex.text == "42" and "".join(out) == "from the vm\n"
+        ctx = sb.create_code_context(language="bash")
+        try:
+            ex = sb.run_code("echo in bash; exit_code_is_kept=3; (exit $exit_code_is_kept)", context=ctx.id, timeout=WAIT)
+            assert "".join(ex.logs.stdout) == "in bash\n"
+            assert ex.error is not None and ex.error.name == "ExitCodeError", ex.error
+        finally:
+            sb.delete_code_context(ctx.id)

@@ -700,3 +700,15 @@ def test_build_template_takes_a_builtin_name() -> None:
         with pytest.raises(ValueError, match="source"):
             c.build_template("x", bad)
     assert len(sent) == 1
+
+
+def test_run_code_without_keep_logs_gives_output_to_the_callbacks_alone() -> None:
+    body = code_stream(*CODE_EVENTS)
+    sb = ss.Sandbox(client(lambda r: httpx.Response(200, stream=httpx.ByteStream(body))), ss.SandboxInfo.from_dict(SB))
+    out: List[str] = []
+    err_: List[str] = []
+    ex = sb.run_code("x", on_stdout=out.append, on_stderr=err_.append, keep_logs=False)
+    assert out == ["hello\n"] and err_ == ["warn\n"]
+    assert ex.logs.stdout == [] and ex.logs.stderr == [] and ex.text == "42" and ex.error is not None
+    with pytest.raises(ValueError, match="keep_logs"):
+        sb.run_code("x", keep_logs="no")  # type: ignore[arg-type]

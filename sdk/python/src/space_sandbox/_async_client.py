@@ -615,18 +615,22 @@ class AsyncSandbox:
         on_stderr: Optional[Callable[[str], None]] = None,
         on_result: Optional[Callable[[CodeResult], None]] = None,
         on_error: Optional[Callable[[CodeError], None]] = None,
+        keep_logs: bool = True,
     ) -> Execution:
         """Runs ``code`` in the sandbox's code interpreter (a sandbox of the
         code-interpreter template; another answers :class:`~space_sandbox.errors.FailedPrecondition`),
         in the default context of ``language`` (``"python"``, the default, or
         ``"bash"``) or in ``context`` (made by :meth:`create_code_context`).
-        The callbacks are called as the events stream in, read in constant
-        memory; ``timeout`` (default 60 s on the server) interrupts the code,
+        The callbacks are called as the events stream in; the stream is read
+        in memory bounded by its largest event, and with ``keep_logs=False``
+        the output reaches only ``on_stdout``/``on_stderr`` (``Execution.logs``
+        stays empty), so code that prints far more than the client can hold
+        runs in constant memory. ``timeout`` (default 60 s on the server) interrupts the code,
         the execution then has a ``TimeoutError``. An error in the code is not
         an exception: check ``Execution.error``. Never retried."""
         body = _core.code_body(code, language, context, env, timeout)
         secs = _core.seconds_of(body.get("timeout", "")) or 60.0
-        dec = _core.CodeDecoder(on_stdout, on_stderr, on_result, on_error)
+        dec = _core.CodeDecoder(on_stdout, on_stderr, on_result, on_error, keep_logs=keep_logs)
         resp = await self.client._send(Req("POST", self._path("/code"), json=body), timeout=max(self.client._timeout, secs + 30.0))
         try:
             async for chunk in resp.aiter_bytes(64 << 10):

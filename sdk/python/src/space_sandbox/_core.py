@@ -515,7 +515,8 @@ def context_path(sandbox_id: str, context_id: str, suffix: str = "") -> str:
 class CodeDecoder:
     """Reads the NDJSON stream of run_code chunk by chunk, in memory bounded
     by the largest event, into an Execution, calling the callbacks as the
-    events arrive."""
+    events arrive. Without ``keep_logs`` the output goes to the callbacks
+    alone: the Execution then grows only by results and the error."""
 
     def __init__(
         self,
@@ -523,8 +524,13 @@ class CodeDecoder:
         on_stderr: Optional[CodeCallback],
         on_result: Optional[Callable[[CodeResult], None]],
         on_error: Optional[Callable[[CodeError], None]],
+        *,
+        keep_logs: bool = True,
     ) -> None:
+        if not isinstance(keep_logs, bool):
+            raise ValueError(f"keep_logs {keep_logs!r}: want True or False")
         self.execution = Execution()
+        self._keep_logs = keep_logs
         self.done = False
         self._buf = bytearray()
         self._cb = (on_stdout, on_stderr, on_result, on_error)
@@ -568,7 +574,8 @@ class CodeDecoder:
         if t == "stdout" or t == "stderr":
             text = ev.get("text")
             text = text if isinstance(text, str) else ""
-            (ex.logs.stdout if t == "stdout" else ex.logs.stderr).append(text)
+            if self._keep_logs:
+                (ex.logs.stdout if t == "stdout" else ex.logs.stderr).append(text)
             cb = on_stdout if t == "stdout" else on_stderr
             if cb is not None:
                 cb(text)
