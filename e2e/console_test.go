@@ -17,7 +17,8 @@ import (
 )
 
 // TestConsole drives the web console (console/, docs/console.md) in Debian's
-// headless Chromium through playwright-core (pinned in console/'s lockfile):
+// headless Chromium and Firefox ESR through playwright-core (pinned in
+// console/'s lockfile):
 // a wrong key refused, sign-in, create an ns sandbox from the form (size,
 // env, timeout; a bad env line refused) landing in its focused terminal,
 // `echo hello` read back, a process's markup output as text, pause and resume, hibernate and restore, with only the legal moves

@@ -1,8 +1,10 @@
-// Drives the web console in headless Chromium (Debian's, via playwright-core
-// from console/'s lockfile) against a running `space server --dev`.
+// Drives the web console in headless Chromium or Firefox (Debian's chromium
+// or firefox-esr, as BROWSER says, via playwright-core from console/'s
+// lockfile) against a running `space server --dev`.
 // Env: SPACE_URL, SPACE_KEY, XSS_ID (a sandbox whose metadata label is
 // XSS_PAYLOAD), SHOTS (a directory for screenshots), PLAYWRIGHT (the
-// playwright-core module's path). Prints one JSON line: {ok, problems,
+// playwright-core module's path), BROWSER (chromium, the default, or
+// firefox). Prints one JSON line: {ok, problems,
 // steps, id, fork}.
 import { createRequire } from "node:module";
 
