@@ -17,7 +17,8 @@ import (
 )
 
 // TestConsole drives the web console (console/, docs/console.md) in Debian's
-// headless Chromium through playwright-core (pinned in console/'s lockfile):
+// headless Chromium and Firefox ESR through playwright-core (pinned in
+// console/'s lockfile):
 // a wrong key refused, sign-in, create an ns sandbox from the form (size,
 // env, timeout; a bad env line refused) landing in its focused terminal,
 // `echo hello` read back, a process's markup output as text, pause and resume, hibernate and restore, with only the legal moves
@@ -39,6 +40,10 @@ import (
 // no other tenant's sandbox or credential; CPU and memory now (the metrics
 // route) in the table and as an SVG chart on the sandbox's page. No Content-Security-Policy violation may be reported.
 // Screenshots are kept in a directory the test prints.
+//
+// The same checks run in each browser, as a subtest: chromium (Debian's
+// chromium over CDP) and firefox (Debian's firefox-esr over WebDriver BiDi,
+// playwright-core's BiDi Firefox), each against its own server.
 func TestConsole(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -48,9 +53,22 @@ func TestConsole(t *testing.T) {
 	if _, err := os.Stat(playwright); err != nil {
 		t.Fatalf("playwright-core is not installed (%v): run make build, which runs npm ci in console/", err)
 	}
-	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
-		t.Fatalf("Debian's chromium is not installed (%v): run make deps-test", err)
+	for _, b := range []struct{ name, exe, pkg string }{
+		{"chromium", "/usr/bin/chromium", "chromium"},
+		{"firefox", "/usr/bin/firefox-esr", "firefox-esr"},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			if _, err := os.Stat(b.exe); err != nil {
+				t.Fatalf("Debian's %s is not installed (%v): run make deps-test", b.pkg, err)
+			}
+			consoleIn(t, b.name, playwright)
+		})
 	}
+}
+
+// consoleIn runs testdata/console/console.mjs in browser (chromium or
+// firefox) against a server of its own.
+func consoleIn(t *testing.T, browser, playwright string) {
 	in := startServer(t, t.TempDir())
 	resp, err := http.Get(in.url + "/console/")
 	if err != nil {
@@ -94,14 +112,14 @@ func TestConsole(t *testing.T) {
 	}
 
 	// Kept after the test, as its artifacts.
-	shots, err := os.MkdirTemp("", "space-console-shots-")
+	shots, err := os.MkdirTemp("", "space-console-shots-"+browser+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshots in %s", shots)
 	cmd := exec.Command("node", "testdata/console/console.mjs")
 	cmd.Env = append(os.Environ(), "SPACE_URL="+in.url, "SPACE_KEY="+in.key, "XSS_ID="+xss.ID, "XSS_PAYLOAD="+payload,
-		"SHOTS="+shots, "PLAYWRIGHT="+playwright, "TEMPLATE_DIR="+tree)
+		"SHOTS="+shots, "PLAYWRIGHT="+playwright, "TEMPLATE_DIR="+tree, "BROWSER="+browser)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -28,8 +28,9 @@ fi
 if [ "${1:-test}" = test ]; then
   want+=(postgresql)
   # The web console's end-to-end test (e2e TestConsole) drives Debian's
-  # Chromium headless through playwright-core: no browser download.
-  want+=(chromium)
+  # Chromium and Firefox ESR headless through playwright-core (Firefox over
+  # WebDriver BiDi): no browser download.
+  want+=(chromium firefox-esr)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -53,8 +53,11 @@ function header(): HTMLElement {
   out.addEventListener("click", () => {
     api.clearKey();
     isAdmin = null;
-    location.hash = "";
-    route();
+    // One sign-in form: a change of the hash routes by its hashchange,
+    // after this returns; routing here too would draw a second one over
+    // a key being typed into the first.
+    if (location.hash === "" || location.hash === "#") route();
+    else location.hash = "";
   });
   const nav = el("nav", { id: "nav" });
   for (const [href, label, admin] of pages) {

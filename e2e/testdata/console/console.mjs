@@ -1,13 +1,15 @@
-// Drives the web console in headless Chromium (Debian's, via playwright-core
-// from console/'s lockfile) against a running `space server --dev`.
+// Drives the web console in headless Chromium or Firefox (Debian's chromium
+// or firefox-esr, as BROWSER says, via playwright-core from console/'s
+// lockfile) against a running `space server --dev`.
 // Env: SPACE_URL, SPACE_KEY, XSS_ID (a sandbox whose metadata label is
 // XSS_PAYLOAD), SHOTS (a directory for screenshots), PLAYWRIGHT (the
-// playwright-core module's path). Prints one JSON line: {ok, problems,
+// playwright-core module's path), BROWSER (chromium, the default, or
+// firefox). Prints one JSON line: {ok, problems,
 // steps, id, fork}.
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
-const { chromium } = require(process.env.PLAYWRIGHT);
+const pw = require(process.env.PLAYWRIGHT);
 const url = process.env.SPACE_URL, key = process.env.SPACE_KEY, shots = process.env.SHOTS;
 const xssID = process.env.XSS_ID, payload = process.env.XSS_PAYLOAD;
 const steps = [];
@@ -23,6 +25,22 @@ async function until(what, cond, ms = 60000) {
   }
 }
 const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
+// go opens u. Over BiDi, playwright-core 1.49 waits for a load that a
+// change of the fragment alone (the console's routes) never fires in
+// Firefox: there such a move sets location.hash, as a link would.
+async function go(page, u) {
+  await cspSeen(page);
+  const doc = (x) => x.split("#")[0];
+  if (which !== "firefox" || doc(page.url()) !== doc(u)) return page.goto(u);
+  await page.evaluate((h) => { location.hash = h; }, new URL(u).hash);
+}
+// cspSeen moves the violations the page's document saw into problems.
+const cspProbe = "csp-probe.invalid";
+async function cspSeen(page) {
+  for (const v of await page.evaluate(() => (window.__csp ?? []).splice(0))) problems.push("CSP violation (by step " + steps.at(-1) + "): " + v);
+}
+// count: how many elements sel matches (page.$$ of none fails over BiDi).
+const count = (page, sel) => page.$$eval(sel, (es) => es.length);
 const step = (s) => { steps.push(s); console.error("console.mjs: " + s); };
 // rest calls the REST API as the test, beside the console.
 async function rest(method, path, body, as = key) {
@@ -55,25 +73,113 @@ async function noHorizontalScroll(page, where) {
   if (sw > iw) problems.push(`${where} at ${iw}px wide scrolls sideways: the page is ${sw}px wide`);
 }
 const hostile = "<img src=x onerror=alert(1)>";
+// shot keeps a screenshot in SHOTS. Over BiDi, playwright-core 1.49 sends
+// a PNG's quality as 80 where BiDi wants 0..1, which Firefox refuses
+// ("invalid argument"): Firefox's are JPEGs of quality 1, BiDi's best. And
+// there the caret is left as it is: hiding it injects an inline <style>,
+// which the console's policy rightly refuses (a violation the watch sees).
+const shot = (page, name, opts = {}) =>
+  which === "firefox"
+    ? page.screenshot({ ...opts, path: shots + "/" + name + ".jpg", type: "jpeg", quality: 1, caret: "initial" })
+    : page.screenshot({ ...opts, path: shots + "/" + name + ".png" });
 
-const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] });
+// BROWSER picks the browser: chromium (Debian's, over CDP) or firefox
+// (Debian's firefox-esr over WebDriver BiDi, playwright-core's BiDi
+// Firefox: Playwright's own patched Firefox cannot be downloaded here).
+const which = process.env.BROWSER || "chromium";
+const launchers = {
+  chromium: () => pw.chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] }),
+  firefox: () => pw._bidiFirefox.launch({ executablePath: "/usr/bin/firefox-esr", headless: true }),
+};
+if (!launchers[which]) throw new Error("BROWSER=" + which + ": want chromium or firefox");
+const browser = await launchers[which]();
+console.error("console.mjs: " + which + " " + browser.version());
+
+// upload puts a file (name, bytes) into the file input at sel, as a user's
+// pick would. playwright-core 1.49's BiDi Firefox implements no
+// setInputFiles: there the page is handed the File itself (DataTransfer,
+// then the change event the console listens to).
+async function upload(page, sel, name, bytes) {
+  if (which !== "firefox") return page.setInputFiles(sel, { name, mimeType: "application/octet-stream", buffer: bytes });
+  await page.$eval(sel, (input, [name, b64]) => {
+    const bin = atob(b64);
+    const dt = new DataTransfer();
+    dt.items.add(new File([Uint8Array.from(bin, (c) => c.charCodeAt(0))], name, { type: "application/octet-stream" }));
+    input.files = dt.files;
+    input.dispatchEvent(new Event("change", { bubbles: true }));
+  }, [name, bytes.toString("base64")]);
+}
+// download clicks sel and returns the file the browser was asked to save:
+// {name, bytes}. playwright-core 1.49's BiDi Firefox reports no downloads:
+// there the page's save (a click on an <a download> of a blob: URL, what
+// the console does) is caught, cancelled, and its name and blob read back.
+async function download(page, sel) {
+  if (which !== "firefox") {
+    const [dl] = await Promise.all([page.waitForEvent("download"), page.click(sel)]);
+    const { readFileSync } = await import("node:fs");
+    return { name: dl.suggestedFilename(), bytes: readFileSync(await dl.path()) };
+  }
+  const n = await page.evaluate(() => {
+    if (!window.__saves) {
+      window.__saves = [];
+      const blobs = new Map();
+      const create = URL.createObjectURL;
+      URL.createObjectURL = (b) => { const h = create.call(URL, b); blobs.set(h, b); return h; };
+      document.addEventListener("click", (e) => {
+        const a = e.target;
+        if (a instanceof HTMLAnchorElement && a.hasAttribute("download")) {
+          e.preventDefault();
+          window.__saves.push({ name: a.download, blob: blobs.get(a.href) });
+        }
+      }, true);
+    }
+    return window.__saves.length;
+  });
+  await page.click(sel);
+  await until("the download", () => page.evaluate((n) => window.__saves.length > n, n), 30000);
+  const d = await page.evaluate(async (n) => {
+    const { name, blob } = window.__saves[n];
+    if (!blob) return { name, b64: "" };
+    let s = "";
+    for (const c of new Uint8Array(await blob.arrayBuffer())) s += String.fromCharCode(c);
+    return { name, b64: btoa(s) };
+  }, n);
+  return { name: d.name, bytes: Buffer.from(d.b64, "base64") };
+}
 let id = "", fork = "";
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on("dialog", async (d) => { problems.push("a dialog opened: " + d.message()); await d.dismiss(); });
   page.on("console", (m) => {
-    if (m.type() === "error" && /Content Security Policy|Refused to/i.test(m.text())) problems.push("CSP violation: " + m.text());
+    if (m.type() === "error" && /Content Security Policy|Refused to/i.test(m.text()) && !m.text().includes(cspProbe)) problems.push("CSP violation: " + m.text());
+  });
+  // Every browser reports a violation to the page as a
+  // securitypolicyviolation event (Firefox's console messages do not reach
+  // playwright over BiDi): each document keeps them, read by cspSeen.
+  // An inline <style> added by a script the driver evaluated (source
+  // "… > eval": playwright-core's screenshots over BiDi add one) is not the
+  // console's, whose policy allows no eval, so none of its scripts is one.
+  await page.addInitScript(() => {
+    window.__csp = [];
+    const driverStyle = (e) => e.violatedDirective === "style-src-elem" && / > eval$/.test(decodeURIComponent(e.sourceFile));
+    document.addEventListener("securitypolicyviolation", (e) => driverStyle(e) || window.__csp.push(`${e.violatedDirective} ${e.blockedURI} from ${e.sourceFile}:${e.lineNumber} ${JSON.stringify(e.sample)}`), true);
   });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   page.setDefaultTimeout(60000);
 
-  await page.goto(url + "/console/");
+  await go(page, url + "/console/");
+  step("csp probe");
+  // The watch sees a violation: a fetch from a foreign origin, refused.
+  await page.evaluate((u) => { fetch(u).catch(() => {}); }, "http://" + cspProbe + "/");
+  let probed = [];
+  await until("the probe's violation reported", async () => (probed = await page.evaluate(() => window.__csp.splice(0))).some((v) => v.includes(cspProbe)), 10000)
+    .catch(() => problems.push("the CSP watch saw no violation of a fetch to " + cspProbe + ": " + JSON.stringify(probed)));
   step("wrong key");
   await page.fill("#key", "space_k-000000000000000000_" + "0".repeat(64));
   await page.click("#signin button[type=submit]");
   await until("the refusal", async () => (await text(page, "#signin-error")).includes("unauthenticated"));
   if (await page.evaluate(() => sessionStorage.length) !== 0) problems.push("a refused key was kept in session storage");
-  await page.screenshot({ path: shots + "/signin-refused.png" });
+  await shot(page, "signin-refused");
 
   step("sign in");
   await page.fill("#key", key);
@@ -114,7 +220,7 @@ try {
   // A process's output that is markup stays text in the terminal's rows.
   await typed(page, "printf '%s\\n' '" + hostile + "'", hostile);
   if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("an img element made from a process's output");
-  await page.screenshot({ path: shots + "/sandbox-terminal.png" });
+  await shot(page, "sandbox-terminal");
 
   step("resize");
   // The terminal follows the window: the PTY gets the new size.
@@ -163,7 +269,7 @@ try {
   await until("the refusal", async () => (await text(page, "#refusal")) !== "");
   const shown = await text(page, "#refusal");
   if (shown !== direct.code + ": " + direct.message) problems.push(`refusal shown as ${JSON.stringify(shown)}, the server says ${JSON.stringify(direct)}`);
-  await page.screenshot({ path: shots + "/sandbox-refusal.png" });
+  await shot(page, "sandbox-refusal");
   release();
   await page.unroute(record);
   await until("stopped", async () => (await text(page, '[data-field="state"]')) === "stopped");
@@ -239,21 +345,20 @@ try {
   await page.waitForSelector('#files tr[data-name="notes.txt"]');
   step("upload");
   const upBytes = Buffer.from("uploaded from the console\n" + "x".repeat(100000));
-  await page.setInputFiles("#files-upload", { name: "up.bin", mimeType: "application/octet-stream", buffer: upBytes });
+  await upload(page, "#files-upload", "up.bin", upBytes);
   await page.waitForSelector('#files tr[data-name="up.bin"]');
   const back = await fetch(url + "/v1/sandboxes/" + id + "/files?path=/home/user/up.bin", { headers: { Authorization: "Bearer " + key } });
   if (!Buffer.from(await back.arrayBuffer()).equals(upBytes)) problems.push("the uploaded file in the sandbox differs from what was uploaded");
   step("download");
-  const [dl] = await Promise.all([page.waitForEvent("download"), page.click('#files tr[data-name="notes.txt"] button.download')]);
-  if (dl.suggestedFilename() !== "notes.txt") problems.push("download named " + dl.suggestedFilename());
-  const { readFileSync } = await import("node:fs");
-  const got = readFileSync(await dl.path(), "utf8");
+  const dl = await download(page, '#files tr[data-name="notes.txt"] button.download');
+  if (dl.name !== "notes.txt") problems.push("download named " + dl.name);
+  const got = dl.bytes.toString("utf8");
   if (got !== notes) problems.push("downloaded " + JSON.stringify(got) + ", the file is " + JSON.stringify(notes));
-  const [dl2] = await Promise.all([page.waitForEvent("download"), page.click('#files tr[data-name="up.bin"] button.download')]);
-  if (!readFileSync(await dl2.path()).equals(upBytes)) problems.push("the uploaded file downloaded differs");
+  const dl2 = await download(page, '#files tr[data-name="up.bin"] button.download');
+  if (!dl2.bytes.equals(upBytes)) problems.push("the uploaded file downloaded differs");
   await page.click('#files tr[data-name="up.bin"] button.link');
   await until("a binary-or-text view", async () => (await text(page, "#file-view")).startsWith("uploaded from the console"));
-  await page.screenshot({ path: shots + "/sandbox-files.png", fullPage: true });
+  await shot(page, "sandbox-files", { fullPage: true });
   if (await page.evaluate(() => window.__xss)) problems.push("a script from a file ran");
 
   step("ports");
@@ -285,7 +390,7 @@ try {
   const saved = (await rest("GET", "/v1/sandboxes/" + id + "/egress")).json;
   if (saved.allow_internet !== false || JSON.stringify(saved.allow?.domains) !== '["example.com","*.pypi.org"]' || JSON.stringify(saved.allow?.ports) !== '["443"]')
     problems.push("the saved egress policy is not the sandbox's: " + JSON.stringify(saved));
-  await page.screenshot({ path: shots + "/sandbox-egress.png", fullPage: true });
+  await shot(page, "sandbox-egress", { fullPage: true });
 
   step("snapshots");
   // takeSnapshot takes one from the console and returns its id once it is
@@ -338,7 +443,7 @@ try {
   const snap2 = await takeSnapshot();
   await page.click(`#snapshots tr[data-id="${snap2}"] button[data-op="delete"]`);
   await page.click("#confirm-yes");
-  await until("the snapshot deleted", async () => (await page.$$(`#snapshots tr[data-id="${snap2}"]`)).length === 0);
+  await until("the snapshot deleted", async () => (await count(page, `#snapshots tr[data-id="${snap2}"]`)) === 0);
   step("events");
   await until("snapshot and state events", () =>
     page.$$eval("#events li", (ls) => ls.some((l) => l.dataset.type === "snapshot") && ls.some((l) => l.dataset.type === "state")),
@@ -346,7 +451,7 @@ try {
   const apiEvents = (await rest("GET", "/v1/sandboxes/" + id + "/events")).json.events;
   const last = apiEvents.at(-1);
   await until("the newest event first", async () => (await text(page, "#events li:first-child .message")) === last.message, 20000);
-  await page.screenshot({ path: shots + "/sandbox-snapshots.png", fullPage: true });
+  await shot(page, "sandbox-snapshots", { fullPage: true });
   step("fork");
   await page.click(`#snapshots tr[data-id="${snap1}"] button[data-op="fork"]`);
   await until("the child's page", async () => !page.url().includes(encodeURIComponent(id)), 60000);
@@ -359,33 +464,33 @@ try {
   await page.setViewportSize({ width: 390, height: 844 });
   await new Promise((r) => setTimeout(r, 300));
   await noHorizontalScroll(page, "a sandbox's page");
-  await page.screenshot({ path: shots + "/phone-sandbox.png", fullPage: true });
+  await shot(page, "phone-sandbox", { fullPage: true });
   step("delete confirmation");
   await page.click('#lifecycle button[data-op="delete"]');
   await page.waitForSelector("#confirm");
   await page.click("#confirm-no");
   await new Promise((r) => setTimeout(r, 500));
   if ((await rest("GET", "/v1/sandboxes/" + fork)).json?.state !== "running") problems.push("a cancelled delete deleted the sandbox");
-  await page.goto(url + "/console/#/");
+  await go(page, url + "/console/#/");
   await page.waitForSelector(`#sandboxes tr[data-id="${fork}"]`);
   await noHorizontalScroll(page, "the sandboxes table");
-  await page.screenshot({ path: shots + "/phone-sandboxes.png", fullPage: true });
+  await shot(page, "phone-sandboxes", { fullPage: true });
   await page.setViewportSize({ width: 1280, height: 800 });
 
   step("xss");
-  await page.goto(url + "/console/#/sandbox/" + encodeURIComponent(xssID));
+  await go(page, url + "/console/#/sandbox/" + encodeURIComponent(xssID));
   await until("the label", async () => (await text(page, '[data-field="metadata label"]')) === payload);
   const imgs = await page.$$eval("img", (is) => is.length);
   if (imgs !== 0) problems.push(imgs + " img elements made from sandbox metadata");
   if (await page.evaluate(() => window.__xss)) problems.push("the metadata's script ran");
-  await page.screenshot({ path: shots + "/sandbox-xss.png" });
+  await shot(page, "sandbox-xss");
 
   step("list");
-  await page.goto(url + "/console/#/");
+  await go(page, url + "/console/#/");
   await page.waitForSelector(`#sandboxes tr[data-id="${id}"]`);
   await page.waitForSelector(`#sandboxes tr[data-id="${xssID}"]`);
   if (await page.$$eval("img", (is) => is.length) !== 0) problems.push("img elements on the sandboxes page");
-  await page.screenshot({ path: shots + "/sandboxes.png" });
+  await shot(page, "sandboxes");
   // The table refreshes by itself: its status says when.
   const updated = await text(page, "#list-status");
   await until("the table's next refresh", async () => {
@@ -394,7 +499,7 @@ try {
   }, 10000);
   const listed = () => page.$$eval("#sandboxes tr[data-id]", (rs) => rs.map((r) => r.dataset.id).sort().join(","));
   await until("CPU and memory in the table", async () => /% · \d+\/\d+ MiB/.test(await text(page, `#sandboxes tr[data-id="${id}"] td.usage`)), 30000);
-  await page.screenshot({ path: shots + "/sandboxes-usage.png" });
+  await shot(page, "sandboxes-usage");
   step("filters");
   await page.fill("#filter-search", fork.slice(-8));
   await until("the search", async () => (await listed()) === fork);
@@ -416,18 +521,33 @@ try {
   step("credentials");
   // Every response the console reads from here on is kept: a secret must
   // be in none of them, nor in the page.
+  // Over BiDi, playwright-core 1.49 gives no response bodies: there the
+  // page's fetch (all the console reads with) keeps a copy of each.
   const bodies = [];
   const keep = async (r) => { if (r.url().includes("/v1/")) bodies.push(await r.text().catch(() => "")); };
-  page.on("response", keep);
+  const copyFetch = () => {
+    if (window.__bodies) return;
+    window.__bodies = [];
+    const f = window.fetch;
+    window.fetch = async (...args) => {
+      const r = await f(...args);
+      if (r.url.includes("/v1/")) r.clone().text().then((t) => window.__bodies.push(t), () => {});
+      return r;
+    };
+  };
+  if (which === "firefox") {
+    await page.addInitScript(copyFetch);
+    await page.evaluate(copyFetch);
+  } else page.on("response", keep);
   const secret = "console-secret-" + Math.random().toString(36).slice(2);
   const cred = await rest("POST", "/v1/credentials", { name: "console-cred", secret, injection: { method: "header", name: "X-Token" }, allowed_hosts: ["api.example.test"], sandbox: id });
   if (cred.status !== 201) problems.push("create credential: HTTP " + cred.status + " " + cred.text);
-  await page.goto(url + "/console/#/credentials");
+  await go(page, url + "/console/#/credentials");
   await page.waitForSelector(`#credentials tr[data-id="${cred.json.id}"]`);
   const credRow = await page.$eval(`#credentials tr[data-id="${cred.json.id}"]`, (r) => r.textContent);
   if (!credRow.includes("console-cred") || !credRow.includes("header X-Token") || !credRow.includes("api.example.test")) problems.push("the credential's row: " + credRow);
   if ((await page.content()).includes(secret)) problems.push("the credentials page holds the secret");
-  await page.screenshot({ path: shots + "/credentials.png" });
+  await shot(page, "credentials");
   step("audit");
   await page.click('#nav a[data-page="audit log"]');
   await page.waitForSelector("#audit tr");
@@ -450,7 +570,7 @@ try {
   console.error("console.mjs: template progress seen: " + JSON.stringify(progressSeen));
   const built = (await rest("GET", "/v1/templates")).json.templates.find((x) => x.name === "console-tiny");
   if (built?.state !== "ready") problems.push("the console's template build is not ready in the API: " + JSON.stringify(built));
-  await page.screenshot({ path: shots + "/templates.png" });
+  await shot(page, "templates");
 
   step("nodes");
   await page.click('#nav a[data-page="nodes"]');
@@ -465,7 +585,7 @@ try {
   await page.waitForSelector("#confirm");
   await page.click("#confirm-no");
   if ((await rest("GET", "/v1/nodes")).json.nodes.find((n) => n.id === sbNode).state !== "ready") problems.push("a cancelled drain drained the node");
-  await page.screenshot({ path: shots + "/nodes.png" });
+  await shot(page, "nodes");
   await page.click('#nav a[data-page="sandboxes"]');
   await page.waitForSelector(`#sandboxes tr[data-id="${id}"]`);
 
@@ -477,7 +597,7 @@ try {
   await page.waitForSelector("#confirm");
   const items = await page.$$eval("#confirm-items li", (ls) => ls.map((l) => l.textContent).sort().join(","));
   if (items !== [id, fork].sort().join(",")) problems.push("the bulk confirmation lists " + items);
-  await page.screenshot({ path: shots + "/sandboxes-bulk-delete.png" });
+  await shot(page, "sandboxes-bulk-delete");
   await page.click("#confirm-yes");
   await until("the delete", () =>
     page.$$eval(`#sandboxes tr[data-id]`, (rs, ids) => rs.filter((r) => ids.includes(r.dataset.id)).every((r) => /deleting|deleted/.test(r.textContent)), [id, fork]),
@@ -501,7 +621,7 @@ try {
   await page.waitForSelector(`#tenants tr[data-id="${made.json.tenant.id}"]`);
   await page.click(`#tenants tr[data-id="${made.json.tenant.id}"] button.keys`);
   await page.waitForSelector("#keys tr[data-id]");
-  await page.screenshot({ path: shots + "/tenants.png" });
+  await shot(page, "tenants");
 
   step("tenant key");
   // A tenant's key: the admin pages are not offered, and the API refuses
@@ -514,32 +634,40 @@ try {
   await until("the nav decided", async () => (await page.$$eval("#nav a", (as) => as.filter((a) => !a.hidden).length)) === 4);
   const offered = await page.$$eval("#nav a", (as) => as.filter((a) => !a.hidden).map((a) => a.dataset.page).join(","));
   if (offered !== "sandboxes,templates,credentials,audit log") problems.push("a tenant key is offered " + offered);
-  if (await page.$(`#sandboxes tr[data-id="${id}"]`)) problems.push("a tenant key sees another tenant's sandbox");
+  if ((await count(page, `#sandboxes tr[data-id="${id}"]`)) !== 0) problems.push("a tenant key sees another tenant's sandbox");
   for (const [path, want] of [["/v1/nodes", 403], ["/v1/tenants", 403]]) {
     const r = await rest("GET", path, undefined, tkey);
     if (r.status !== want) problems.push(`a tenant key's GET ${path}: HTTP ${r.status}, want ${want}`);
   }
-  await page.goto(url + "/console/#/nodes");
+  await go(page, url + "/console/#/nodes");
   await until("the nodes refusal", async () => (await text(page, "#nodes-status")) !== "");
   const nodesRefusal = await text(page, "#nodes-status");
   const direct403 = (await rest("GET", "/v1/nodes", undefined, tkey)).json;
   if (nodesRefusal !== direct403.code + ": " + direct403.message) problems.push("a tenant on #/nodes sees " + JSON.stringify(nodesRefusal));
-  await page.goto(url + "/console/#/templates");
+  await go(page, url + "/console/#/templates");
   await page.fill("#build-name", "tenant-try");
   await page.fill("#build-from", "dir:" + process.env.TEMPLATE_DIR);
   await page.click("#build button[type=submit]");
   await until("the build refusal", async () => (await text(page, "#build-error")).startsWith("permission_denied"));
-  await page.goto(url + "/console/#/credentials");
-  await until("the credentials listed", async () => (await page.$$("#credentials tr")).length > 0);
+  await go(page, url + "/console/#/credentials");
+  await until("the credentials listed", async () => (await count(page, "#credentials tr")) > 0);
   await new Promise((r) => setTimeout(r, 300));
-  if (await page.$(`#credentials tr[data-id="${cred.json.id}"]`)) problems.push("a tenant key sees another tenant's credential");
-  page.off("response", keep);
+  if ((await count(page, `#credentials tr[data-id="${cred.json.id}"]`)) !== 0) problems.push("a tenant key sees another tenant's credential");
+  if (which === "firefox") bodies.push(...(await page.evaluate(() => window.__bodies ?? [])));
+  else page.off("response", keep);
   const html = await page.evaluate(() => document.documentElement.outerHTML);
   if (html.includes(secret) || bodies.some((b) => b.includes(secret))) problems.push("a credential's secret reached the console");
   if (!bodies.some((b) => b.includes(cred.json.id))) problems.push("the kept responses miss the credential listing: the secret check saw nothing");
+  await cspSeen(page);
   step("done");
 } catch (e) {
   problems.push("after step " + steps.at(-1) + ": " + e.message);
+  // What the page showed when it failed: a screenshot and its text.
+  const [page] = browser.contexts().flatMap((c) => c.pages());
+  if (page) {
+    await shot(page, "failed", { fullPage: true }).catch(() => {});
+    console.error("console.mjs: the page at the failure:\n" + (await page.evaluate(() => document.body.innerText.slice(0, 4000)).catch((e) => e.message)));
+  }
 } finally {
   await browser.close();
 }
