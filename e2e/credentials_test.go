@@ -1,17 +1,10 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/spacesandbox/space/internal/testenv"
 	space "github.com/spacesandbox/space/sdk/go"
@@ -32,41 +24,6 @@ const (
 	upSecret = "20.0.0.20" // api.secret.test: has a credential rule
 	upOther  = "20.0.0.21" // api.other.test: allowed, no credential
 )
-
-// testPKI is a CA the upstream TLS servers' certificates chain to; the
-// gateway trusts it (--gateway-upstream-ca), the sandbox does not.
-type testPKI struct {
-	caPEM  []byte
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e upstream CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testPKI{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), caCert: cert, caKey: key}
-}
-
-func (p *testPKI) leaf(t *testing.T, host string) tls.Certificate {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
-		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // seenHeaders records the Authorization headers an upstream received.
 type seenHeaders struct {
@@ -84,7 +41,7 @@ func (s *seenHeaders) all() []string {
 // serveHTTPS serves TLS on addr:443 in the egress namespace with a
 // certificate for host; it records each request's Authorization and never
 // echoes it.
-func (e *egressNet) serveHTTPS(t *testing.T, pki *testPKI, addr, host string) *seenHeaders {
+func (e *egressNet) serveHTTPS(t *testing.T, pki *testenv.UpstreamCA, addr, host string) *seenHeaders {
 	ln := e.listen(func() (any, error) { return net.Listen("tcp", addr+":443") }).(net.Listener)
 	seen := &seenHeaders{}
 	srv := &http.Server{
@@ -103,7 +60,7 @@ func (e *egressNet) serveHTTPS(t *testing.T, pki *testPKI, addr, host string) *s
 			}
 			fmt.Fprintf(w, "hello from %s", host)
 		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pki.leaf(t, host)}},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pki.Leaf(t, host)}},
 	}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
@@ -124,11 +81,11 @@ func TestCredentialInjectionVM(t *testing.T) {
 func testCredentialInjection(t *testing.T, runtime string) {
 	const secret = "sk-live-e2e-5eCr3t-value-0042"
 	e := newEgressNet(t)
-	pki := newTestPKI(t)
+	pki := testenv.NewUpstreamCA(t, "e2e upstream CA")
 	secretSeen := e.serveHTTPS(t, pki, upSecret, "api.secret.test")
 	otherSeen := e.serveHTTPS(t, pki, upOther, "api.other.test")
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, pki.caPEM, 0o600); err != nil {
+	if err := os.WriteFile(caFile, pki.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	in := startServerWith(t, t.TempDir(), append(e.serverFlags(), "--gateway-upstream-ca", caFile)...)

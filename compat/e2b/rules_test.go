@@ -1,15 +1,8 @@
 package e2b_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -19,9 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/spacesandbox/space/internal/gateway/dnsgw/dnstest"
+	"github.com/spacesandbox/space/internal/testenv"
 	"github.com/spacesandbox/space/internal/testenv/devserver"
 )
 
@@ -66,7 +59,7 @@ func TestE2BSDKNetworkRules(t *testing.T) {
 	}
 
 	ns := newUpstreamNetns(t)
-	ca := newRulesCA(t)
+	ca := testenv.NewUpstreamCA(t, "compat upstream CA")
 	seen := &ruleSeen{got: map[string][]string{}}
 	ns.serveRuleHTTPS(t, ca, netAllowed, rulesHost, seen)
 	ns.serveRuleHTTPS(t, ca, netOther, rulesOther, seen)
@@ -75,8 +68,8 @@ func TestE2BSDKNetworkRules(t *testing.T) {
 		rulesHost: {netip.MustParseAddr(netAllowed)}, rulesOther: {netip.MustParseAddr(netOther)},
 	})
 	t.Cleanup(dns.Close)
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.PEM")
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -122,7 +115,7 @@ func (s *ruleSeen) of(key string) []string {
 
 // serveRuleHTTPS serves TLS for host on addr:443 in the namespace; /echo
 // answers the X-Rule header it received in its body.
-func (n *upstreamNetns) serveRuleHTTPS(t *testing.T, ca *rulesCA, addr, host string, seen *ruleSeen) {
+func (n *upstreamNetns) serveRuleHTTPS(t *testing.T, ca *testenv.UpstreamCA, addr, host string, seen *ruleSeen) {
 	ln := n.listen(t, func() (any, error) { return net.Listen("tcp", addr+":443") }).(net.Listener)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -134,42 +127,8 @@ func (n *upstreamNetns) serveRuleHTTPS(t *testing.T, ca *rulesCA, addr, host str
 			}
 			fmt.Fprintf(w, "hello from %s", host)
 		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, host)}},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, host)}},
 	}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
-}
-
-// rulesCA is the CA of the upstreams' certificates.
-type rulesCA struct {
-	pem  []byte
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newRulesCA(t *testing.T) *rulesCA {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "compat upstream CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &rulesCA{pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}
-}
-
-func (c *rulesCA) leaf(t *testing.T, host string) tls.Certificate {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
-		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
