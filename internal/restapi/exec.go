@@ -54,17 +54,12 @@ func (a *API) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	release, err := a.host.OpenStream(sb)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	defer release()
-	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
+	g, release, err := a.execGuest(r, sb)
 	if err != nil {
 		a.writeError(w, r, a.overtaken(r, sb, err))
 		return
 	}
+	defer release()
 	start := time.Now()
 	res, err := runToCompletion(r.Context(), g, &req, timeout)
 	a.host.ObserveExec(time.Since(start))
@@ -86,17 +81,12 @@ func (a *API) handleListProcesses(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	release, err := a.host.OpenStream(sb)
+	g, release, err := a.execGuest(r, sb)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	defer release()
-	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
 	resp, err := g.Process.List(r.Context(), connect.NewRequest(&processv1.ListRequest{}))
 	if err != nil {
 		a.writeError(w, r, a.overtaken(r, sb, GuestError("list processes", err)))
@@ -113,6 +103,23 @@ func (a *API) handleListProcesses(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.SortFunc(out.Processes, func(x, y sandboxv1.Process) int { return cmp.Compare(x.PID, y.PID) })
 	writeJSON(w, http.StatusOK, out)
+}
+
+// execGuest takes one of the sandbox's stream slots (a refusal is 429
+// too_many_streams) and reaches its guest with exec's authorization; the
+// caller releases the slot when done. The slot is taken first, so a
+// refused stream never reaches the guest.
+func (a *API) execGuest(r *http.Request, sb *sandbox.Sandbox) (*Guest, func(), error) {
+	release, err := a.host.OpenStream(sb)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return g, release, nil
 }
 
 // overtaken is the answer to an exec whose guest channel failed: when a

@@ -13,7 +13,6 @@ import (
 
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -30,17 +29,12 @@ func (a *API) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	}
 	// The slot is taken before the upgrade: a refusal is a plain 429
 	// too_many_streams the client reads, not a WebSocket that closes.
-	release, err := a.host.OpenStream(sb)
+	g, release, err := a.execGuest(r, sb)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	defer release()
-	g, err := a.host.Guest(r.Context(), sb, capability.OpExec)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ExecSubprotocol}})
 	if err != nil {
 		return // Accept has answered the client.
