@@ -30,11 +30,7 @@ func TestMCP(t *testing.T) {
 	python := testenv.PythonVenv(t, "mcp", "testdata/mcp/requirements.txt")
 	// The code-interpreter template run_code needs is built from the
 	// Debian tree kept in $SPACE_TEST_CACHE_DIR (as TestRunCode does).
-	var srvEnv []string
-	if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
-		srvEnv = append(srvEnv, "SPACE_CACHE_DIR="+cache)
-	}
-	in := startServerEnv(t, newDataDir(t), srvEnv)
+	in := startServerEnv(t, newDataDir(t), templateCacheEnv())
 	defer in.stop()
 	out, errOut, code := in.cli("", "tenant", "create", "mcp-other")
 	if code != 0 {
@@ -59,13 +55,7 @@ func TestMCP(t *testing.T) {
 	}
 	t.Run("stdio", func(t *testing.T) { run(t, "stdio", bin.space) })
 	t.Run("run_code", func(t *testing.T) {
-		if _, err := exec.LookPath("debootstrap"); err != nil {
-			t.Fatal("debootstrap is not installed (scripts/deps.sh test installs it)")
-		}
-		if out, errOut, code := in.cli("", "template", "build", "code-interpreter", "--from", "builtin:code-interpreter"); code != 0 {
-			t.Fatalf("space template build code-interpreter: exit %d\n%s\n%s\n%s", code, out, errOut, in.logs())
-		}
-		in.waitTemplate("code-interpreter")
+		in.buildCodeInterpreter(t)
 		var sb sandbox
 		if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "code-interpreter", "runtime": "ns", "memory_mib": 1024}, &sb); code != http.StatusCreated {
 			t.Fatalf("create: HTTP %d\n%s", code, in.logs())

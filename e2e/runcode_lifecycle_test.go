@@ -22,20 +22,10 @@ import (
 // empty one. The vm runs under TCG here: few cases, generous timeouts.
 // SPACE_TEST_RUNCODE_RUNTIMES (e.g. "ns") narrows the runtimes.
 func TestRunCodeLifecycle(t *testing.T) {
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		t.Fatal("debootstrap is not installed (scripts/deps.sh test installs it)")
-	}
-	var env []string
-	if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
-		env = append(env, "SPACE_CACHE_DIR="+cache)
-	}
-	in := startServerEnv(t, newDataDir(t), env)
+	in := startServerEnv(t, newDataDir(t), templateCacheEnv())
 	defer in.stop()
 	start := time.Now()
-	if out, errOut, code := in.cli("", "template", "build", "code-interpreter", "--from", "builtin:code-interpreter"); code != 0 {
-		t.Fatalf("space template build code-interpreter: exit %d\n%s\n%s\n%s", code, out, errOut, in.logs())
-	}
-	in.waitTemplate("code-interpreter")
+	in.buildCodeInterpreter(t)
 	t.Logf("template code-interpreter built in %v", time.Since(start).Round(time.Millisecond))
 	c := space.NewClient(in.url, in.key)
 	runtimes := []string{"ns", "vm"}

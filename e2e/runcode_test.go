@@ -26,19 +26,9 @@ import (
 // code-interpreter template (built here; its Debian tree is kept in
 // $SPACE_TEST_CACHE_DIR, so only a cold cache pays for debootstrap).
 func TestRunCode(t *testing.T) {
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		t.Fatal("debootstrap is not installed (scripts/deps.sh test installs it)")
-	}
-	var env []string
-	if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
-		env = append(env, "SPACE_CACHE_DIR="+cache)
-	}
-	in := startServerEnv(t, newDataDir(t), env)
+	in := startServerEnv(t, newDataDir(t), templateCacheEnv())
 	defer in.stop()
-	if out, errOut, code := in.cli("", "template", "build", "code-interpreter", "--from", "builtin:code-interpreter"); code != 0 {
-		t.Fatalf("space template build code-interpreter: exit %d\n%s\n%s\n%s", code, out, errOut, in.logs())
-	}
-	in.waitTemplate("code-interpreter")
+	in.buildCodeInterpreter(t)
 	var sb sandbox
 	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": "code-interpreter", "runtime": "ns", "memory_mib": 1024}, &sb); code != http.StatusCreated {
 		t.Fatalf("create: HTTP %d\n%s", code, in.logs())
@@ -238,4 +228,26 @@ func hasContext(list []sandboxv1.CodeContext, id string) bool {
 		}
 	}
 	return false
+}
+
+// templateCacheEnv points a server's template cache at make test's
+// ($SPACE_TEST_CACHE_DIR), so the Debian trees are debootstrapped once.
+func templateCacheEnv() []string {
+	if cache := os.Getenv("SPACE_TEST_CACHE_DIR"); cache != "" {
+		return []string{"SPACE_CACHE_DIR=" + cache}
+	}
+	return nil
+}
+
+// buildCodeInterpreter builds the code-interpreter template on the server
+// and waits until it is ready.
+func (in *instance) buildCodeInterpreter(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		t.Fatal("debootstrap is not installed (scripts/deps.sh test installs it)")
+	}
+	if out, errOut, code := in.cli("", "template", "build", "code-interpreter", "--from", "builtin:code-interpreter"); code != 0 {
+		t.Fatalf("space template build code-interpreter: exit %d\n%s\n%s\n%s", code, out, errOut, in.logs())
+	}
+	in.waitTemplate("code-interpreter")
 }
