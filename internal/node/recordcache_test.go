@@ -56,25 +56,3 @@ func TestLoadSharedSeesEverySave(t *testing.T) {
 		t.Fatalf("after remove: %+v, want not found", got)
 	}
 }
-
-// BenchmarkRecordLoadShared is handleGuest's read of the runtime record
-// with the cache (a stat per request when the record is unchanged), beside
-// BenchmarkRecordLoad's open, read and parse.
-func BenchmarkRecordLoadShared(b *testing.B) {
-	r := records{dir: b.TempDir(), cache: newRecordCache()}
-	rec := &Record{
-		StartExecution: nodev1.StartExecution{ExecID: "sb1-g3-x", SandboxID: "sb1", Generation: 3, ActivationID: "a-1", Runtime: "ns"},
-		BridgePid:      1234, BridgeStartTime: 5678, BridgeExeDev: 1, BridgeExeIno: 2,
-	}
-	if err := os.MkdirAll(r.execDir(rec.ExecID), 0o700); err != nil {
-		b.Fatal(err)
-	}
-	if err := r.save(rec); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := r.loadShared(rec.ExecID); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
