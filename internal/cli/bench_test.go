@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -407,11 +408,52 @@ func TestBenchFilesWrongBytesIsAnError(t *testing.T) {
 	if code != 1 || out != "" {
 		t.Fatalf("exit %d, stdout %q; want 1 and no figures", code, out)
 	}
-	if !strings.Contains(errOut, "bench files") || !strings.Contains(errOut, "sha256") || !strings.Contains(errOut, "round 1 of 3") {
+	if !strings.Contains(errOut, "bench files") || !strings.Contains(errOut, "differs from what was written") || !strings.Contains(errOut, "round 1 of 3") {
 		t.Errorf("stderr %q does not report the mismatch", errOut)
 	}
 	if c := s.counts(); c.left != 0 {
 		t.Errorf("%d sandboxes left after the failure", c.left)
+	}
+}
+
+// TestFileCheck: the files scenario's check finds the first byte that
+// differs wherever it falls in the writes, and a read that is shorter or
+// longer than what was written.
+func TestFileCheck(t *testing.T) {
+	want := bytes.Repeat([]byte("0123456789"), 100)
+	flip := func(i int) []byte {
+		b := bytes.Clone(want)
+		b[i] ^= 1
+		return b
+	}
+	tests := []struct {
+		name    string
+		got     []byte
+		chunk   int
+		wantErr string
+	}{
+		{"same", want, 7, ""},
+		{"same, one write", want, len(want), ""},
+		{"first byte", flip(0), 64, "byte 0 differs"},
+		{"across writes", flip(513), 64, "byte 513 differs"},
+		{"last byte", flip(999), 1000, "byte 999 differs"},
+		{"short", want[:999], 64, "got 999 bytes, wrote 1000"},
+		{"long", append(bytes.Clone(want), 'x'), 64, "got 1001 bytes, wrote 1000"},
+		{"empty", nil, 64, "got 0 bytes, wrote 1000"},
+	}
+	for _, tt := range tests {
+		c := &fileCheck{want: want}
+		for got := tt.got; len(got) > 0; {
+			n := min(tt.chunk, len(got))
+			if k, err := c.Write(got[:n]); k != n || err != nil {
+				t.Fatalf("%s: Write = %d, %v", tt.name, k, err)
+			}
+			got = got[n:]
+		}
+		err := c.result()
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%s: result() = %v; want %q", tt.name, err, tt.wantErr)
+		}
 	}
 }
 
