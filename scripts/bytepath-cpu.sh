@@ -15,7 +15,8 @@ $B/space server --dev --data-dir $D --listen 127.0.0.1:$port --no-base-template 
 spid=$!
 trap 'kill -TERM $spid 2>/dev/null; wait $spid 2>/dev/null; rm -rf $D' EXIT
 export SPACE_API_URL=http://127.0.0.1:$port
-for i in $(seq 1 600); do [ -s $D/admin.key ] && SPACE_API_KEY=$(cat $D/admin.key) $B/space sandbox list >/dev/null 2>&1 && break; sleep 0.5; done
+# Ready once the minimal template (built at start) is listed.
+for i in $(seq 1 600); do [ -s $D/admin.key ] && SPACE_API_KEY=$(cat $D/admin.key) $B/space template list 2>/dev/null | grep -q minimal && break; sleep 0.5; done
 export SPACE_API_KEY=$(cat $D/admin.key)
 sb=$($B/space sandbox create --runtime ns --template minimal) || exit 1
 bridge=$(pgrep -P $spid -f "space-host-bridge --exec-id $sb" | head -1)

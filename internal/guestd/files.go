@@ -188,11 +188,13 @@ func writeUpload(dest string, src io.Reader, u caller, md map[string]string) (up
 	}
 	perm := os.FileMode(0o644)
 	target := p
+	replacing := false
 	if fi, err := os.Stat(p); err == nil {
 		if !fi.Mode().IsRegular() {
 			return uploadedEntry{}, fmt.Errorf("write %s: exists and is not a regular file: %w", p, errBadRequest)
 		}
 		perm = fi.Mode().Perm()
+		replacing = fi.Size() > 0
 		if target, err = filepath.EvalSymlinks(p); err != nil {
 			return uploadedEntry{}, fmt.Errorf("write %s: %w", p, err)
 		}
@@ -205,7 +207,11 @@ func writeUpload(dest string, src io.Reader, u caller, md map[string]string) (up
 		return uploadedEntry{}, fmt.Errorf("open %s for writing: %w", p, err)
 	}
 	tmp := f.Name()
-	_, copyErr := copyLarge(f, src)
+	dst := io.Writer(f)
+	if replacing {
+		dst = &writebackAhead{f: f, fd: int(f.Fd())}
+	}
+	_, copyErr := copyLarge(dst, src)
 	if copyErr == nil {
 		copyErr = f.Chmod(perm)
 	}
@@ -259,4 +265,43 @@ type bigWriter struct{ http.ResponseWriter }
 
 func (w *bigWriter) ReadFrom(r io.Reader) (int64, error) {
 	return copyLarge(w.ResponseWriter, r)
+}
+
+// writebackChunk is how much of an upload that replaces a file is written
+// before the kernel is asked to start writing it back.
+const writebackChunk = 8 << 20
+
+// writebackAhead writes an upload that replaces a non-empty file and starts
+// the writeback of every writebackChunk as soon as it is written
+// (sync_file_range(2) SYNC_FILE_RANGE_WRITE: start, do not wait). A rename
+// over a non-empty file makes btrfs (and ext4's auto_da_alloc) start the
+// writeback of the whole new file inside rename(2), while the upload's
+// answer waits; started here, that writeback overlaps the rest of the body
+// arriving and the rename has at most the last chunk left to start. What
+// reaches the disk, and when the rename makes the file visible, are as
+// without it. A file system that cannot (EINVAL, ENOSYS, EOPNOTSUPP,
+// ESPIPE) is written as before; an I/O error fails the upload.
+type writebackAhead struct {
+	f       *os.File
+	fd      int
+	written int64
+	started int64
+	off     bool
+}
+
+func (w *writebackAhead) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.written += int64(n)
+	if err != nil || w.off || w.written-w.started < writebackChunk {
+		return n, err
+	}
+	switch err := unix.SyncFileRange(w.fd, w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE); {
+	case err == nil:
+		w.started = w.written
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ESPIPE):
+		w.off = true
+	default:
+		return n, fmt.Errorf("start writeback of bytes %d-%d: %w", w.started, w.written, err)
+	}
+	return n, nil
 }

@@ -97,6 +97,26 @@ func TestUploadCutShortKeepsFile(t *testing.T) {
 	}
 }
 
+// TestUploadReplacesLargeFile: uploads over a non-empty file of more than
+// the writeback chunks (8 MiB, started while the body arrives) leave
+// exactly the new content, and the next one replaces it again.
+func TestUploadReplacesLargeFile(t *testing.T) {
+	c := startGuest(t, guestd.Config{})
+	dest := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(dest, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, size := range []int{20<<20 + 12345, 17 << 20, 3} {
+		data := bytes.Repeat([]byte{byte('a' + i)}, size)
+		copy(data[size/2:], "middle")
+		resp := doHTTP(t, c, "POST", filesURL(dest, ""), "application/octet-stream", bytes.NewReader(data))
+		got, err := os.ReadFile(dest)
+		if resp.StatusCode != http.StatusOK || err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("upload %d of %d bytes: %s; the file has %d bytes (%v), equal %v", i, size, resp.Status, len(got), err, bytes.Equal(got, data))
+		}
+	}
+}
+
 func trunc(b []byte) string {
 	if len(b) > 40 {
 		return string(b[:40]) + "…"
