@@ -18,6 +18,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"time"
 	"unicode"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
@@ -70,7 +71,28 @@ type Job struct {
 	NoCache bool
 	// Log gets the step lines and the RUN steps' output.
 	Log io.Writer
+	// Ready, when not "", is a shell command that must exit 0 before the
+	// snapshot: the image's start command is started in the build
+	// sandbox, then Ready is run once a second until it exits 0, for at
+	// most ReadyTimeout (0: DefaultReadyTimeout).
+	Ready        string
+	ReadyTimeout time.Duration
 }
+
+// DefaultReadyTimeout bounds a Ready check when the job names no bound.
+const DefaultReadyTimeout = 5 * time.Minute
+
+// StepError is a step's failure.
+type StepError struct {
+	// Index is the step's, 0-based, in File.Steps; len(File.Steps) is the
+	// ready check.
+	Index int
+	Err   error
+}
+
+func (e *StepError) Error() string { return e.Err.Error() }
+
+func (e *StepError) Unwrap() error { return e.Err }
 
 // Plan is what Prepare computed of a job before any step runs.
 type Plan struct {
@@ -150,13 +172,19 @@ func Run(ctx context.Context, b Backend, p *Plan) (*sandboxv1.Template, error) {
 		}
 		fmt.Fprintf(job.Log, "step %d/%d: %s\n", i+1, total, printable(stepLine(in)))
 		if err := runBuildStep(ctx, b, id, job, st, in); err != nil {
-			return nil, err
+			return nil, &StepError{Index: i, Err: err}
 		}
 		if c != nil && changesFS(in) {
 			if err := cacheStep(ctx, b, id, p.keys[i]); err != nil {
 				return nil, err
 			}
 			holds = true
+		}
+	}
+	if job.Ready != "" {
+		fmt.Fprintf(job.Log, "ready check: %s\n", printable(job.Ready))
+		if err := readyCheck(ctx, b, id, job, st, p.cfgJSON); err != nil {
+			return nil, &StepError{Index: total, Err: err}
 		}
 	}
 	t, err := finishBuild(ctx, cleanupCtx, b, id, job, p.cfgJSON)

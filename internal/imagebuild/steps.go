@@ -74,6 +74,9 @@ func (s *buildState) runStart(in dockerfile.Instruction) sandboxv1.ExecStart {
 		env[k] = v
 	}
 	user := s.user
+	if u := in.Flags["user"]; u != "" {
+		user = u // an E2B runCmd's own user
+	}
 	if user == "" {
 		user = "root" // Docker's default
 	}
