@@ -420,7 +420,7 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,
 		E2BFilesDir: filepath.Join(o.dataDir, "e2b-template-files"),
-		Internal: server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
+		Internal:    server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)
