@@ -38,7 +38,7 @@ func readyCheck(ctx context.Context, b Backend, id string, job Job, st *buildSta
 		start := sandboxv1.ExecStart{
 			// In its own session where setsid exists, so that the end of
 			// this exec does not end it.
-			Cmd: []string{"/bin/sh", "-c", "S=; command -v setsid >/dev/null 2>&1 && S=setsid; nohup $S" + quoted + " >/tmp/space-start.log 2>&1 </dev/null &"},
+			Cmd: []string{"/bin/sh", "-c", "S=; command -v setsid >/dev/null 2>&1 && S=setsid; $S" + quoted + " >/tmp/space-start.log 2>&1 </dev/null &"},
 			Env: env, Cwd: st.workdir, User: user,
 		}
 		tail := &tailWriter{max: 2048}
