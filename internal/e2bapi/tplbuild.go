@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -197,7 +198,7 @@ type logWriter struct {
 func (w *logWriter) Write(p []byte) (int, error) {
 	w.partial = append(w.partial, p...)
 	for {
-		i := strings.IndexByte(string(w.partial), '\n')
+		i := bytes.IndexByte(w.partial, '\n')
 		if i < 0 {
 			break
 		}
