@@ -1,7 +1,7 @@
 // Template.build with the published SDK against SPACE (docs/e2b.md): a
 // template from a SPACE template with runCmd, copy, setWorkdir, setEnvs
 // and setStartCmd with a readyCmd, its build log streamed, then a sandbox
-// of it; a failing runCmd is a BuildError naming its step; fromImage is
+// of it; a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage is
 // refused naming the feature; a hostile upload (a symlink out of the file
 // context) is refused.
 import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
@@ -47,6 +47,15 @@ await run('templates', [
     const r = await sbx.commands.run('cat /built.txt /app/hello.txt /app/ran.txt && /app/tools/tool.sh && echo "$GREETING"')
     eq(r.stdout, 'built\nhello from the upload\nhi from /app\ntool ran\nhi\n', 'files, env')
     await waitFor(async () => (await sbx.commands.run('cat /tmp/started 2>/dev/null || true')).stdout === 'started\n', 'the start command', 30_000)
+  }],
+  ['an upload is kept for the tenant: a second build skips it', async () => {
+    const logs = []
+    const t = Template({ fileContextPath: ctx }).fromTemplate(template).copy('hello.txt', '/app/hello.txt')
+    await Template.build(t, name + '-again', { onBuildLogs: (e) => logs.push(e.message) })
+    assert(logs.some((l) => l.includes("Skipping upload of 'hello.txt', already cached")), `the SDK skipped the upload:\n${logs.join('\n')}`)
+    const sbx = await Sandbox.create(name + '-again', { timeoutMs: 60_000 })
+    sandboxes.push(sbx)
+    eq((await sbx.commands.run('cat /app/hello.txt')).stdout, 'hello from the upload\n', 'the kept upload copied')
   }],
   ['a failing runCmd is a BuildError naming its step', async () => {
     const t = Template({ fileContextPath: ctx }).fromTemplate(template)
