@@ -419,7 +419,8 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,
-		Internal: server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
+		E2BFilesDir: filepath.Join(o.dataDir, "e2b-template-files"),
+		Internal:    server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -52,6 +52,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/capability"
+	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
 )
@@ -90,6 +91,9 @@ type Host interface {
 	// ServeIngressHTTP serves r as SPACE's ingress does, for port of
 	// sandbox id at path.
 	ServeIngressHTTP(w http.ResponseWriter, r *http.Request, id string, port int, path string)
+	// BuildBackend is what a template build of r's caller runs on:
+	// SPACE's public API as that caller, with its authorization.
+	BuildBackend(r *http.Request) (imagebuild.Backend, error)
 }
 
 // NodeStats measures a node's executions.
@@ -118,6 +122,11 @@ type Config struct {
 	// UploadIdleTimeout bounds the wait for the next byte of an upload's
 	// body (0: 60 s).
 	UploadIdleTimeout time.Duration
+	// FilesDir keeps the template builds' uploaded COPY sources
+	// (tplfiles.go); "" refuses uploads.
+	FilesDir string
+	// MaxUploadBytes bounds one such upload (0: 1 GiB).
+	MaxUploadBytes int64
 }
 
 // API serves the E2B REST API and data plane.
@@ -133,6 +142,11 @@ type API struct {
 	uploadIdle time.Duration
 	// history is every sandbox's metrics series (history.go).
 	history *metricsHistory
+	// builds are the template builds (tplbuild.go); filesDir and
+	// maxUpload keep and bound their uploads (Config).
+	builds    *templateBuilds
+	filesDir  string
+	maxUpload int64
 }
 
 // New returns the E2B surface of cfg.
@@ -143,8 +157,12 @@ func New(cfg Config) *API {
 	if cfg.UploadIdleTimeout == 0 {
 		cfg.UploadIdleTimeout = 60 * time.Second
 	}
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = 1 << 30
+	}
 	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
-		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep)}
+		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep),
+		builds: newTemplateBuilds(), filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes}
 }
 
 // Mux is where Register adds the routes.
@@ -196,6 +214,14 @@ func (a *API) Register(mux Mux) {
 	route("DELETE /templates/{id}", a.handleE2BDeleteSnapshot)
 	route("POST /sandboxes/{id}/fork", a.handleE2BFork)
 	route("PUT /sandboxes/{id}/network", a.handleE2BUpdateNetwork)
+	route("POST /v3/templates", a.handleTemplateRequest)
+	route("GET /templates/aliases/{alias}", a.handleTemplateAlias)
+	route("GET /templates/{templateID}/files/{hash}", a.handleTemplateFiles)
+	route("POST /v2/templates/{templateID}/builds/{buildID}", a.handleTemplateBuild)
+	route("GET /templates/{templateID}/builds/{buildID}/status", a.handleTemplateBuildStatus)
+	// An upload is authorized by its url's MAC, not by a key (tplfiles.go).
+	upload := "PUT " + PathPrefix + "/template-files/{tenant}/{hash}"
+	mux.Handle(upload, a.host.Instrument(upload, a.e2bErrors(http.HandlerFunc(a.handleTemplateFilesPut))))
 	for _, l := range e2bLacking {
 		full := e2bLackingPattern(l.pattern)
 		mux.Handle(full, a.host.Instrument(full, a.e2bErrors(a.e2bAuth(a.e2bLacks(l.feature)))))

@@ -20,8 +20,8 @@ import (
 type e2bFeature struct{ name, instead string }
 
 var (
-	e2bTemplates = e2bFeature{"templates through the E2B API (Template.build, aliases, tags, builds, listing)",
-		"build and list templates with `space template build` and `space template list`; a create names a SPACE template by its name as templateID"}
+	e2bTemplates = e2bFeature{"template tags, listing and updates through the E2B API (Template.build and Template.exists work: docs/e2b.md)",
+		"list and delete templates with `space template list` and `space template delete`; a template has one build, under its name, which a create names as templateID"}
 	e2bSecrets = e2bFeature{"secrets (E2B's team secrets)",
 		"store the secret as a SPACE credential (docs/credentials.md): the gateway injects it into the sandbox's HTTPS requests without the sandbox holding it"}
 	e2bVolumes = e2bFeature{"volumes (E2B's persistent volumes and their content API)",

@@ -71,6 +71,15 @@ var (
 	// authenticated caller (e2bapi/lacks.go).
 	e2bUnsupported = [principals]int{401, 401, 401, 400, 400, 400}
 	metricsCells   = [principals]int{401, 401, 401, 403, 403, 200}
+	// e2bBuild: an E2B template build's routes; a build is its admin
+	// requester's and the fixture has none, so every caller finds none.
+	e2bBuild = [principals]int{401, 401, 401, 404, 404, 404}
+	// e2bAlias: whether a template name is taken, answered to every
+	// caller (SPACE's templates are shared, as GET /v1/templates lists).
+	e2bAlias = [principals]int{401, 401, 401, allowed, allowed, allowed}
+	// e2bUpload: an upload url is authorized by its MAC, never by a key;
+	// the matrix's url has none.
+	e2bUpload = [principals]int{401, 401, 401, 401, 401, 401}
 	// keyRevoke: an admin revokes any tenant's key (admin.go).
 	keyRevoke = [principals]int{401, 401, 401, 404, allowed, allowed}
 	// dataPlane: the E2B data plane takes the sandbox's access token only;
@@ -265,16 +274,22 @@ var authzRows = []authzRow{
 	{pattern: "DELETE /e2b/templates/{id}", req: e2bCall("DELETE", "/templates/{snapshot}", ""), want: tenantResource},
 	{pattern: "POST /e2b/sandboxes/{id}/fork", req: e2bCall("POST", "/sandboxes/{sandbox}/fork", `{}`), want: tenantResource},
 	{pattern: "PUT /e2b/sandboxes/{id}/network", req: e2bCall("PUT", "/sandboxes/{sandbox}/network", `{}`), want: tenantResource},
+	{pattern: "POST /e2b/v3/templates", req: e2bCall("POST", "/v3/templates", `{"name":"e2bnew"}`), want: adminOnly},
+	{pattern: "GET /e2b/templates/aliases/{alias}", req: e2bCall("GET", "/templates/aliases/{template}", ""), want: e2bAlias},
+	{pattern: "GET /e2b/templates/{templateID}/files/{hash}", req: e2bCall("GET", "/templates/{template}/files/"+strings.Repeat("a", 64), ""), want: e2bBuild},
+	{pattern: "POST /e2b/v2/templates/{templateID}/builds/{buildID}", req: e2bCall("POST", "/v2/templates/{template}/builds/bld-x", `{"fromTemplate":"minimal","steps":[]}`), want: e2bBuild},
+	{pattern: "GET /e2b/templates/{templateID}/builds/{buildID}/status", req: e2bCall("GET", "/templates/{template}/builds/bld-x/status", ""), want: e2bBuild},
+	{pattern: "PUT /e2b/template-files/{tenant}/{hash}", req: e2bCall("PUT", "/template-files/74/"+strings.Repeat("a", 64)+"?expires=9999999999&sig=00", "x"), want: e2bUpload},
 	{pattern: "GET /e2b/sandboxes/metrics", req: e2bCall("GET", "/sandboxes/metrics", ""), want: e2bUnsupported},
 	{pattern: "GET /e2b/sandboxes/{id}/logs", req: e2bCall("GET", "/sandboxes/{sandbox}/logs", ""), want: e2bUnsupported},
 	{pattern: "GET /e2b/v2/sandboxes/{id}/logs", req: e2bCall("GET", "/v2/sandboxes/{sandbox}/logs", ""), want: e2bUnsupported},
 	{pattern: "/e2b/default-templates", req: e2bCall("GET", "/default-templates", ""), want: e2bUnsupported},
 	{pattern: "/e2b/templates", req: e2bCall("GET", "/templates", ""), want: e2bUnsupported},
-	{pattern: "/e2b/templates/", req: e2bCall("GET", "/templates/aliases/base", ""), want: e2bUnsupported},
+	{pattern: "/e2b/templates/", req: e2bCall("GET", "/templates/base/tags", ""), want: e2bUnsupported},
 	{pattern: "DELETE /e2b/templates/tags", req: e2bCall("DELETE", "/templates/tags", `{}`), want: e2bUnsupported},
 	{pattern: "/e2b/v2/templates", req: e2bCall("GET", "/v2/templates", ""), want: e2bUnsupported},
 	{pattern: "/e2b/v2/templates/", req: e2bCall("PATCH", "/v2/templates/base", `{}`), want: e2bUnsupported},
-	{pattern: "/e2b/v3/templates", req: e2bCall("POST", "/v3/templates", `{}`), want: e2bUnsupported},
+	{pattern: "/e2b/v3/templates", req: e2bCall("GET", "/v3/templates", ""), want: e2bUnsupported},
 	{pattern: "/e2b/v3/templates/", req: e2bCall("POST", "/v3/templates/x", `{}`), want: e2bUnsupported},
 	{pattern: "/e2b/secrets", req: e2bCall("GET", "/secrets", ""), want: e2bUnsupported},
 	{pattern: "/e2b/secrets/", req: e2bCall("DELETE", "/secrets/s1", ""), want: e2bUnsupported},

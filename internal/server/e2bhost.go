@@ -2,11 +2,19 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
+
+	space "github.com/spacesandbox/space/sdk/go"
 
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/e2bapi"
+	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
 )
@@ -69,11 +77,42 @@ func (h e2bHost) ServeIngressHTTP(w http.ResponseWriter, r *http.Request, id str
 	h.s.ingress.ServeHTTPPort(w, r, id, port, path)
 }
 
+// BuildBackend runs an E2B template build on the public API of this very
+// server, over loopback, with the key r was authenticated with: the build
+// may do what its caller may, checked by the same handlers. The key stays
+// in memory for the build's life, and a revoked key stops the build.
+func (h e2bHost) BuildBackend(r *http.Request) (imagebuild.Backend, error) {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	addr := h.s.apiAddr.Load()
+	if !ok || addr == nil {
+		return nil, fmt.Errorf("%w: template builds need the API listener and a bearer key", errdefs.ErrUnavailable)
+	}
+	return imagebuild.Client{C: space.NewClient("http://"+*addr, strings.TrimSpace(key), space.WithUserAgent("space-e2b-template-build"))}, nil
+}
+
+// loopbackAddr is where this host reaches listener address a: the
+// loopback address for an unspecified one.
+func loopbackAddr(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := ta.IP
+	switch {
+	case ip == nil || ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(ta.Port))
+}
+
 // newE2B is the E2B surface of s.
 func (s *Server) newE2B() *e2bapi.API {
 	return e2bapi.New(e2bapi.Config{
 		Service: s.svc, Credentials: s.creds, Host: e2bHost{s}, TokenKey: s.e2bTokenKey(),
 		IngressDomain: s.ingressDomain(), Log: s.log,
 		MaxFileBytes: s.cfg.MaxFileBytes, UploadIdleTimeout: s.cfg.UploadIdleTimeout,
+		FilesDir: s.cfg.E2BFilesDir,
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/spacesandbox/space/internal/capability"
@@ -67,6 +68,9 @@ type Config struct {
 	// UploadIdleTimeout bounds the wait for the next byte of an upload's
 	// body (0: 60 s).
 	UploadIdleTimeout time.Duration
+	// E2BFilesDir keeps the COPY sources that E2B template builds upload
+	// (internal/e2bapi tplfiles.go); "" refuses those uploads.
+	E2BFilesDir string
 	// MaxSandboxStreams bounds the guest streams one sandbox may have open
 	// at the API at once (0: DefaultMaxSandboxStreams; streams.go).
 	MaxSandboxStreams int
@@ -122,11 +126,14 @@ type Config struct {
 
 // Server serves the REST API.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	store store.Store
-	nodes *Nodes
-	rec   *reconcile.Reconciler
+	cfg Config
+	// apiAddr is the listener's loopback address (host:port) once Run
+	// opened it: where E2B template builds reach the public API.
+	apiAddr atomic.Pointer[string]
+	log     *slog.Logger
+	store   store.Store
+	nodes   *Nodes
+	rec     *reconcile.Reconciler
 	// svc is the operations on sandboxes every surface calls, creds those
 	// on credentials.
 	svc     *service.Sandboxes
@@ -277,6 +284,8 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 	// The internal-service list re-resolves its names while the API
 	// serves, and stops with it.
 	s.internal.setListener(ln.Addr())
+	apiAddr := loopbackAddr(ln.Addr())
+	s.apiAddr.Store(&apiAddr)
 	rctx, stopResolving := context.WithCancel(ctx)
 	resolved := make(chan struct{})
 	defer func() { stopResolving(); <-resolved }()
@@ -294,6 +303,9 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 	}()
 	go func() {
 		<-ctx.Done()
+		// The E2B template builds remove their sandboxes through the API,
+		// so they stop before it does.
+		s.e2bAPI.StopBuilds()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)

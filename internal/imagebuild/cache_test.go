@@ -1,4 +1,4 @@
-package cli
+package imagebuild
 
 import (
 	"os"
@@ -25,8 +25,8 @@ func TestCacheName(t *testing.T) {
 		t.Errorf("keys %s and %s share name %s", a, b, na)
 	}
 	for _, n := range []string{na, nb, zero} {
-		if len(n) != len(cacheNamePrefix)+50 || len(n) > 63 || !strings.HasPrefix(n, cacheNamePrefix) {
-			t.Errorf("name %q: want %s and 50 base-36 digits", n, cacheNamePrefix)
+		if len(n) != len(CacheNamePrefix)+50 || len(n) > 63 || !strings.HasPrefix(n, CacheNamePrefix) {
+			t.Errorf("name %q: want %s and 50 base-36 digits", n, CacheNamePrefix)
 		}
 	}
 	for _, bad := range []string{"", "abc", strings.Repeat("g", 64), strings.Repeat("f", 65)} {

@@ -1,0 +1,87 @@
+// Template.build with the published SDK against SPACE (docs/e2b.md): a
+// template from a SPACE template with runCmd, copy, setWorkdir, setEnvs
+// and setStartCmd with a readyCmd, its build log streamed, then a sandbox
+// of it; a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage is
+// refused naming the feature; a hostile upload (a symlink out of the file
+// context) is refused.
+import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
+import { mkdtempSync, mkdirSync, writeFileSync, symlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { assert, eq, rejects, run, template, waitFor } from './lib.mjs'
+
+const ctx = mkdtempSync(join(tmpdir(), 'e2btpl-'))
+writeFileSync(join(ctx, 'hello.txt'), 'hello from the upload\n')
+mkdirSync(join(ctx, 'tools'))
+writeFileSync(join(ctx, 'tools', 'tool.sh'), '#!/bin/sh\necho tool ran\n', { mode: 0o755 })
+mkdirSync(join(ctx, 'evil'))
+symlinkSync('/etc/passwd', join(ctx, 'evil', 'passwd'))
+
+const name = 'e2btpl-' + process.pid
+const sandboxes = []
+
+await run('templates', [
+  ['Template.build: steps, logs streamed, readyCmd', async () => {
+    const logs = []
+    const t = Template({ fileContextPath: ctx })
+      .fromTemplate(template)
+      .runCmd('echo built > /built.txt')
+      .copy('hello.txt', '/app/hello.txt')
+      .copy('tools', '/app/tools')
+      .setWorkdir('/app')
+      .setEnvs({ GREETING: 'hi' })
+      .runCmd('echo "$GREETING from $(pwd)" > ran.txt')
+      .setStartCmd('echo started > /tmp/started; exec sleep 100000', waitForFile('/tmp/started'))
+    const info = await Template.build(t, name, { onBuildLogs: (e) => logs.push(e.message) })
+    eq(info.name, name, 'built name')
+    const text = logs.join('\n')
+    assert(text.includes('step 2/7: COPY'), `the log names the steps:\n${text}`)
+    assert(text.includes('ready check'), `the log shows the ready check:\n${text}`)
+    assert(text.includes(`template ${name} ready`), `the log ends ready:\n${text}`)
+    assert(await Template.exists(name), 'Template.exists after the build')
+    assert(!(await Template.exists(name + '-none')), 'Template.exists of a free name')
+  }],
+  ['Sandbox.create of the template sees the files, env and start command', async () => {
+    const sbx = await Sandbox.create(name, { timeoutMs: 120_000 })
+    sandboxes.push(sbx)
+    const r = await sbx.commands.run('cat /built.txt /app/hello.txt /app/ran.txt && /app/tools/tool.sh && echo "$GREETING"')
+    eq(r.stdout, 'built\nhello from the upload\nhi from /app\ntool ran\nhi\n', 'files, env')
+    await waitFor(async () => (await sbx.commands.run('cat /tmp/started 2>/dev/null || true')).stdout === 'started\n', 'the start command', 30_000)
+  }],
+  ['an upload is kept for the tenant: a second build skips it', async () => {
+    const logs = []
+    const t = Template({ fileContextPath: ctx }).fromTemplate(template).copy('hello.txt', '/app/hello.txt')
+    await Template.build(t, name + '-again', { onBuildLogs: (e) => logs.push(e.message) })
+    assert(logs.some((l) => l.includes("Skipping upload of 'hello.txt', already cached")), `the SDK skipped the upload:\n${logs.join('\n')}`)
+    const sbx = await Sandbox.create(name + '-again', { timeoutMs: 60_000 })
+    sandboxes.push(sbx)
+    eq((await sbx.commands.run('cat /app/hello.txt')).stdout, 'hello from the upload\n', 'the kept upload copied')
+  }],
+  ['a failing runCmd is a BuildError naming its step', async () => {
+    const t = Template({ fileContextPath: ctx }).fromTemplate(template)
+      .runCmd('true')
+      .runCmd('echo about to fail; exit 7')
+    const bg = await Template.buildInBackground(t, name + '-fail')
+    let st
+    await waitFor(async () => {
+      st = await Template.getBuildStatus(bg)
+      return st.status === 'error'
+    }, 'the failed build', 120_000)
+    eq(st.reason.step, '2', 'the failing step')
+    assert(st.reason.message.includes('exit code 7') && st.reason.message.includes('about to fail'), `reason: ${st.reason.message}`)
+    const e = await rejects(() => Template.build(t, name + '-fail2'), BuildError, 'Template.build of a failing step')
+    assert(e.message.includes('exit code 7'), `BuildError: ${e.message}`)
+  }],
+  ['fromImage is refused naming the feature', async () => {
+    const t = Template().fromImage('ubuntu:22.04').runCmd('true')
+    const e = await rejects(() => Template.build(t, name + '-img'), BuildError, 'fromImage')
+    assert(e.message.includes('fromImage') && e.message.includes('fromTemplate'), `message: ${e.message}`)
+  }],
+  ['a hostile upload is refused', async () => {
+    const t = Template({ fileContextPath: ctx }).fromTemplate(template).copy('evil', '/evil')
+    await rejects(() => Template.build(t, name + '-evil'), FileUploadError, 'symlink out of the context')
+    assert(!(await Template.exists(name + '-evil')), 'no template of the refused build')
+  }],
+], async () => {
+  for (const s of sandboxes) await s.kill().catch(() => {})
+})

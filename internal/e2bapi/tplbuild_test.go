@@ -1,0 +1,242 @@
+package e2bapi
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spacesandbox/space/internal/errdefs"
+)
+
+// tarOf is a tar of hdrs, each regular file with content "x"; gzipped
+// when gz.
+func tarOf(t *testing.T, gz bool, hdrs ...tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var zw *gzip.Writer
+	w := tar.NewWriter(&buf)
+	if gz {
+		zw = gzip.NewWriter(&buf)
+		w = tar.NewWriter(zw)
+	}
+	for _, h := range hdrs {
+		if h.Typeflag == tar.TypeReg {
+			h.Size = 1
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := w.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			w.Write([]byte("x"))
+		}
+	}
+	w.Close()
+	if zw != nil {
+		zw.Close()
+	}
+	return buf.Bytes()
+}
+
+// TestCheckArchiveHostile: an upload whose entry is absolute or climbs
+// out, a symlink or hard link out of the file context, or a device is
+// refused as invalid, gzip or not; the SDK's own tars (files,
+// directories, links inside) pass.
+func TestCheckArchiveHostile(t *testing.T) {
+	ok := []tar.Header{
+		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "app/a.txt", Typeflag: tar.TypeReg},
+		{Name: "app/sub/link", Typeflag: tar.TypeSymlink, Linkname: "../a.txt"},
+		{Name: "app/hard", Typeflag: tar.TypeLink, Linkname: "app/a.txt"},
+	}
+	for _, gz := range []bool{false, true} {
+		if err := checkArchive(context.Background(), bytes.NewReader(tarOf(t, gz, ok...))); err != nil {
+			t.Errorf("gzip %v: the SDK's tar refused: %v", gz, err)
+		}
+	}
+	hostile := []struct {
+		name string
+		hdr  tar.Header
+	}{
+		{"dotdot", tar.Header{Name: "../evil", Typeflag: tar.TypeReg}},
+		{"inner dotdot", tar.Header{Name: "app/../../evil", Typeflag: tar.TypeReg}},
+		{"absolute", tar.Header{Name: "/etc/evil", Typeflag: tar.TypeReg}},
+		{"symlink absolute", tar.Header{Name: "app/l", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}},
+		{"symlink climbing", tar.Header{Name: "app/l", Typeflag: tar.TypeSymlink, Linkname: "../../etc/passwd"}},
+		{"hard link out", tar.Header{Name: "app/h", Typeflag: tar.TypeLink, Linkname: "../etc/passwd"}},
+		{"device", tar.Header{Name: "app/dev", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}},
+	}
+	for _, c := range hostile {
+		for _, gz := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s gzip %v", c.name, gz), func(t *testing.T) {
+				err := checkArchive(context.Background(), bytes.NewReader(tarOf(t, gz, append(ok[:2:2], c.hdr)...)))
+				if !errors.Is(err, errdefs.ErrInvalidArgument) {
+					t.Errorf("checkArchive = %v, want an invalid-argument refusal", err)
+				}
+			})
+		}
+	}
+	if err := checkArchive(context.Background(), strings.NewReader("not a tar at all, just some bytes that go on")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("garbage: %v, want invalid argument", err)
+	}
+}
+
+// TestStoreUploadRefusesHostile: a hostile upload is not kept; a good
+// one is kept under its tenant's directory and extracts there; another
+// tenant's hash finds nothing.
+func TestStoreUploadRefusesHostile(t *testing.T) {
+	a := &API{filesDir: t.TempDir(), key: []byte("k")}
+	hash := strings.Repeat("ab", 32)
+	bad := tarOf(t, true, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+	if err := a.storeUpload(context.Background(), "t1", hash, bytes.NewReader(bad)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("hostile upload: %v, want refused", err)
+	}
+	if _, err := os.Stat(a.filesPath("t1", hash)); !os.IsNotExist(err) {
+		t.Fatalf("hostile upload kept: %v", err)
+	}
+	good := tarOf(t, true, tar.Header{Name: "app/a.txt", Typeflag: tar.TypeReg})
+	if err := a.storeUpload(context.Background(), "t1", hash, bytes.NewReader(good)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := a.extractUpload(context.Background(), "t1", hash, filepath.Join(dir, "c")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "c", "app", "a.txt")); err != nil || string(b) != "x" {
+		t.Errorf("extracted file: %q %v", b, err)
+	}
+	if err := a.extractUpload(context.Background(), "t2", hash, filepath.Join(dir, "d")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("another tenant's extract of the hash: %v, want not uploaded", err)
+	}
+}
+
+// TestUploadSig: an upload url's MAC binds the tenant, the hash and the
+// expiry.
+func TestUploadSig(t *testing.T) {
+	a := &API{key: []byte("k")}
+	h := strings.Repeat("0", 64)
+	sig := a.uploadSig("t1", h, 100)
+	for _, other := range []string{a.uploadSig("t2", h, 100), a.uploadSig("t1", strings.Repeat("1", 64), 100), a.uploadSig("t1", h, 101)} {
+		if other == sig {
+			t.Errorf("two uploads share the MAC %s", sig)
+		}
+	}
+}
+
+// TestDockerfileOf: the SDK's steps become the builder's; what SPACE
+// cannot build is refused naming the feature.
+func TestDockerfileOf(t *testing.T) {
+	h := strings.Repeat("a", 64)
+	df, force, err := dockerfileOf(templateSpec{
+		FromTemplate: "base",
+		Steps: []templateStep{
+			{Type: "RUN", Args: []string{"echo hi", "app"}},
+			{Type: "COPY", Args: []string{"src/x", "/app/", "app", "0755"}, FilesHash: h},
+			{Type: "ENV", Args: []string{"A", "1"}},
+			{Type: "WORKDIR", Args: []string{"/app"}},
+			{Type: "USER", Args: []string{"app"}, Force: true},
+		},
+		StartCmd: "serve",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !force {
+		t.Error("a step's force did not make the build skip the cache")
+	}
+	if len(df.Steps) != 6 || df.From != "base" {
+		t.Fatalf("steps %+v from %q", df.Steps, df.From)
+	}
+	if s := df.Steps[0]; s.Flags["user"] != "app" || s.Args[0] != "echo hi" || s.Line != 1 {
+		t.Errorf("RUN: %+v", s)
+	}
+	if s := df.Steps[1]; s.Args[0] != "copy1/src/x" || s.Flags["chown"] != "app" || s.Flags["chmod"] != "0755" || !strings.Contains(s.Text, h) {
+		t.Errorf("COPY: %+v", s)
+	}
+	if s := df.Steps[5]; s.Cmd != "CMD" || strings.Join(s.Args, " ") != "/bin/sh -c serve" {
+		t.Errorf("start command: %+v", s)
+	}
+	refused := []struct {
+		spec templateSpec
+		want string
+	}{
+		{templateSpec{FromImage: "ubuntu:22.04"}, "fromImage"},
+		{templateSpec{FromImageRegistry: []byte(`{"type":"aws"}`)}, "fromImageRegistry"},
+		{templateSpec{}, "fromTemplate"},
+		{templateSpec{FromTemplate: "team/base"}, "not a SPACE template name"},
+		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "COPY", Args: []string{"../x", "/"}, FilesHash: h}}}, "leaves the file context"},
+		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "COPY", Args: []string{"*.txt", "/"}, FilesHash: h}}}, "glob"},
+		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "COPY", Args: []string{"x", "/"}, FilesHash: "nothex"}}}, "filesHash"},
+		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "HEALTHCHECK", Args: []string{"x"}}}}, "unknown step type"},
+		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "ENV", Args: []string{"A"}}}}, "step 1 (ENV)"},
+	}
+	for _, c := range refused {
+		_, _, err := dockerfileOf(c.spec)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want invalid argument naming %q", c.spec, err, c.want)
+		}
+	}
+}
+
+// TestBuildLogCapped: a build's log stops at maxBuildLogs entries, the
+// last saying so, and a long line is clipped to maxLogMessage.
+func TestBuildLogCapped(t *testing.T) {
+	b := newTemplateBuilds()
+	tb, err := b.add("t1", "x", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &logWriter{b: b, tb: tb}
+	fmt.Fprintf(w, "%s\n", strings.Repeat("y", 3*maxLogMessage))
+	for i := 0; i < maxBuildLogs+10; i++ {
+		fmt.Fprintf(w, "line %d\n", i)
+	}
+	if n := len(tb.logs); n != maxBuildLogs {
+		t.Fatalf("%d log entries, want the cap %d", n, maxBuildLogs)
+	}
+	if m := tb.logs[0].Message; len(m) > maxLogMessage+len("…") {
+		t.Errorf("long line kept at %d bytes, want at most %d", len(m), maxLogMessage)
+	}
+	if last := tb.logs[maxBuildLogs-1].Message; !strings.Contains(last, "capped") {
+		t.Errorf("last entry %q does not say the log is capped", last)
+	}
+}
+
+// TestBuildsBounded: a tenant runs at most maxTenantBuilds builds at once,
+// another tenant's build is not found, and StopBuilds refuses new ones.
+func TestBuildsBounded(t *testing.T) {
+	a := &API{builds: newTemplateBuilds()}
+	now := time.Now()
+	var first *templateBuild
+	for i := 0; i < maxTenantBuilds; i++ {
+		tb, err := a.builds.add("t1", fmt.Sprint("x", i), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = tb
+	}
+	if _, err := a.builds.add("t1", "y", now); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("build past the tenant's cap: %v, want resource exhausted", err)
+	}
+	if _, err := a.builds.get("t2", first.templateID, first.id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant's get: %v, want not found", err)
+	}
+	a.builds.finish(first, nil)
+	if _, err := a.builds.add("t1", "y", now); err != nil {
+		t.Errorf("after one finished: %v", err)
+	}
+	a.StopBuilds()
+	if _, err := a.builds.add("t3", "z", now); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("after StopBuilds: %v, want unavailable", err)
+	}
+}

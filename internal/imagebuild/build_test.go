@@ -1,0 +1,133 @@
+package imagebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+)
+
+// recordingBackend is an in-memory Backend: it records the execs and
+// answers each with the exit code exit gives it, and records deletions.
+type recordingBackend struct {
+	exit func(cmd string) (int, string)
+
+	mu      sync.Mutex // guards the fields below
+	execs   []string
+	deleted []string
+	built   []string
+}
+
+func (b *recordingBackend) TemplateTaken(context.Context, string) (bool, error) { return false, nil }
+func (b *recordingBackend) CreateSandbox(context.Context, sandboxv1.CreateSandboxRequest) (string, error) {
+	return "sb1", nil
+}
+func (b *recordingBackend) ForkSandbox(context.Context, string, string, string) (string, error) {
+	return "", errors.New("no fork")
+}
+func (b *recordingBackend) DeleteSandbox(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.deleted = append(b.deleted, id)
+	return nil
+}
+func (b *recordingBackend) Exec(_ context.Context, _ string, start sandboxv1.ExecStart, stdout, _ io.Writer) (int, error) {
+	cmd := strings.Join(start.Cmd, " ")
+	if r := start.Env["SPACE_READY_CMD"]; r != "" {
+		cmd = "READY " + r
+	}
+	b.mu.Lock()
+	b.execs = append(b.execs, cmd)
+	b.mu.Unlock()
+	code, out := b.exit(cmd)
+	fmt.Fprint(stdout, out)
+	return code, nil
+}
+func (b *recordingBackend) WriteFile(context.Context, string, string, io.Reader) error { return nil }
+func (b *recordingBackend) Snapshot(context.Context, string, string) (string, error) {
+	return "snap1", nil
+}
+func (b *recordingBackend) DeleteSnapshot(context.Context, string, string) error { return nil }
+func (b *recordingBackend) BuildTemplate(_ context.Context, req sandboxv1.BuildTemplateRequest) (*sandboxv1.Template, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.built = append(b.built, req.Name+" from "+req.From)
+	return &sandboxv1.Template{Name: req.Name, State: "ready"}, nil
+}
+
+// TestRunReadyCheck: with Ready set, the start command is started and
+// the check run after the steps; a check that never passes fails the build
+// as the step after the last (StepError.Index == len(Steps)) with its
+// output, makes no template and removes the sandbox; one that passes
+// builds the template.
+func TestRunReadyCheck(t *testing.T) {
+	df := parseDF(t, "FROM minimal\nRUN true\nCMD [\"/bin/sh\", \"-c\", \"serve\"]\n")
+	for _, passes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("passes=%v", passes), func(t *testing.T) {
+			b := &recordingBackend{exit: func(cmd string) (int, string) {
+				if strings.HasPrefix(cmd, "READY ") && !passes {
+					return 124, "ready command did not exit 0 within 300s"
+				}
+				return 0, ""
+			}}
+			p, err := Prepare(Job{Name: "t", File: df, Ready: "test -f /ready"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Run(context.Background(), b, p)
+			var started, checked bool
+			for _, c := range b.execs {
+				started = started || strings.Contains(c, "'/bin/sh' '-c' 'serve'") && strings.Contains(c, "&")
+				checked = checked || c == "READY test -f /ready"
+			}
+			if !started || !checked {
+				t.Errorf("execs %q: want the start command started in the background and the ready check run", b.execs)
+			}
+			if len(b.deleted) != 1 {
+				t.Errorf("deleted %v, want the build sandbox", b.deleted)
+			}
+			if passes {
+				if err != nil || len(b.built) != 1 {
+					t.Errorf("Run = %v, built %v; want the template built", err, b.built)
+				}
+				return
+			}
+			var se *StepError
+			if !errors.As(err, &se) || se.Index != len(df.Steps) || !strings.Contains(err.Error(), "ready check") || !strings.Contains(err.Error(), "did not exit 0") {
+				t.Errorf("Run = %v, want a StepError at index %d naming the ready check and its output", err, len(df.Steps))
+			}
+			if len(b.built) != 0 {
+				t.Errorf("built %v after a failed ready check", b.built)
+			}
+		})
+	}
+}
+
+// TestRunStepError: a failing RUN is a StepError with its index, its exit
+// code and output, and the sandbox is removed.
+func TestRunStepError(t *testing.T) {
+	df := parseDF(t, "FROM minimal\nENV A=1\nRUN exit 7\n")
+	b := &recordingBackend{exit: func(cmd string) (int, string) {
+		if strings.Contains(cmd, "exit 7") {
+			return 7, "about to fail\n"
+		}
+		return 0, ""
+	}}
+	p, err := Prepare(Job{Name: "t", File: df})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), b, p)
+	var se *StepError
+	if !errors.As(err, &se) || se.Index != 1 || !strings.Contains(err.Error(), "exit code 7") || !strings.Contains(err.Error(), "about to fail") {
+		t.Errorf("Run = %v, want a StepError at index 1 with exit code 7 and the output", err)
+	}
+	if len(b.deleted) != 1 {
+		t.Errorf("deleted %v, want the build sandbox", b.deleted)
+	}
+}
