@@ -62,14 +62,25 @@ func (in *instance) execLatencies(id string) []time.Duration {
 	return in.execTimes(id, neighbourExecs)
 }
 
-// createSized creates a sandbox of cpus CPUs.
+// createSized creates a sandbox of cpus CPUs. A 503 (a node offers vm once
+// its guest kernel is ready; a node under memory pressure, which a shared
+// machine's other jobs can cause, takes no new sandbox) is retried for up to
+// three minutes.
 func (in *instance) createSized(template, runtime string, cpus int) sandbox {
 	in.t.Helper()
-	var sb sandbox
-	if code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": runtime, "memory_mib": 256, "cpus": cpus}, &sb); code != http.StatusCreated {
-		in.t.Fatalf("create: HTTP %d\n%s", code, in.logs())
+	var sb struct {
+		sandbox
+		Message string `json:"message"`
 	}
-	return sb
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		code := in.do("POST", "/v1/sandboxes", map[string]any{"template": template, "runtime": runtime, "memory_mib": 256, "cpus": cpus}, &sb)
+		if code == http.StatusCreated {
+			return sb.sandbox
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			in.t.Fatalf("create: HTTP %d %s\n%s", code, sb.Message, in.logs())
+		}
+	}
 }
 
 // percentileMS is the p-th percentile of d in milliseconds.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,8 +26,35 @@ import (
 // space_node_streams_refused_total); meanwhile a neighbour sandbox's exec,
 // its own upstream connection and its own tunnel work, the server's open
 // fds stay under a bound, and once the flood ends they come back to the
-// baseline.
+// baseline. It runs beside TestConnectionFloodVM (each has its own server
+// and network namespace).
 func TestConnectionFlood(t *testing.T) {
+	t.Parallel()
+	testConnectionFlood(t, connFlood{runtime: "ns", dials: 100000, tunnels: 100000})
+}
+
+// TestConnectionFloodVM: the same floods from and to vm sandboxes (the
+// flooding sandbox and the one whose port is flooded are microVMs, the
+// neighbour an ns sandbox), shorter for TCG: 5,000 connection attempts and
+// 1,100 tunnels, so that both caps are reached and held.
+func TestConnectionFloodVM(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+	}
+	t.Parallel()
+	testConnectionFlood(t, connFlood{runtime: "vm", dials: 5000, tunnels: 1100})
+}
+
+// connFlood is one run of testConnectionFlood: the runtime of the flooding
+// sandbox and of the one whose port is flooded, how many connections the
+// first attempts, and at most how many tunnels the client opens (it stops
+// 1,000 refusals after the first).
+type connFlood struct {
+	runtime        string
+	dials, tunnels int
+}
+
+func testConnectionFlood(t *testing.T, fc connFlood) {
 	e := newEgressNet(t)
 	upstream := net.JoinHostPort(upAllowed, "9000")
 	ln := e.listen(func() (any, error) { return net.Listen("tcp", upstream) }).(net.Listener)
@@ -58,9 +86,10 @@ func TestConnectionFlood(t *testing.T) {
 	// this test holds is the node's per-execution cap behind it.
 	in := startServerWith(t, t.TempDir(), append(e.serverFlags(), "--max-tenant-streams", "8192")...)
 	internet := map[string]any{"allow_internet": true}
-	flooder := in.createWithEgress("ns", internet)
-	target := in.createWithEgress("ns", internet)
+	flooder := in.createWithEgress(fc.runtime, internet)
+	target := in.createWithEgress(fc.runtime, internet)
 	neighbour := in.createWithEgress("ns", internet)
+	t.Logf("sandboxes created (%s)", fc.runtime)
 	defer in.delete(flooder.ID)
 	defer in.delete(target.ID)
 	defer in.delete(neighbour.ID)
@@ -104,7 +133,7 @@ func TestConnectionFlood(t *testing.T) {
 	metricsBefore := in.nodeMetrics(t)
 
 	// (a) The sandbox floods its gateway: every accepted connection is held.
-	if r := in.sh(flooder.ID, "(connflood dial "+upstream+" 100000 25s </dev/null >/tmp/flood.json 2>/tmp/flood.err & echo $! >/tmp/flood.pid)"); r.ExitCode != 0 {
+	if r := in.sh(flooder.ID, fmt.Sprintf("(connflood dial %s %d 25s", upstream, fc.dials)+" </dev/null >/tmp/flood.json 2>/tmp/flood.err & echo $! >/tmp/flood.pid)"); r.ExitCode != 0 {
 		t.Fatalf("start the flood: %+v", r)
 	}
 	var got struct {
@@ -143,7 +172,7 @@ func TestConnectionFlood(t *testing.T) {
 		}
 	}()
 	refused, lastErr := 0, error(nil)
-	for i := 0; i < 100000 && refused < 1000; i++ {
+	for i := 0; i < fc.tunnels && refused < 1000; i++ {
 		c, err := in.tunnel(target.ID, 2222)
 		if err != nil {
 			refused++

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sandboxid "github.com/spacesandbox/space/internal/sandbox"
 )
 
 // hostInventory is what the platform holds on the host for one data
@@ -178,6 +180,46 @@ func whereStuck(entries []string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestInventoryScopesCgroups: the inventory lists the cgroups named after
+// the sandboxes it is given (an execution's group is named
+// <sandbox>-g<generation>-<suffix> under "space") and no other, so that a
+// test's check is not failed by another server's sandboxes on the shared
+// host, while a group of its own left behind is.
+func TestInventoryScopesCgroups(t *testing.T) {
+	parents, _ := filepath.Glob("/sys/fs/cgroup/*/space")
+	if v2 := "/sys/fs/cgroup/space"; len(parents) == 0 {
+		if _, err := os.Stat(v2); err == nil {
+			parents = []string{v2}
+		}
+	}
+	if len(parents) == 0 {
+		t.Skip("no space cgroup parent on this host (no server has run here)")
+	}
+	ours, theirs := sandboxid.NewID(), sandboxid.NewID()
+	for _, id := range []string{ours, theirs} {
+		g := filepath.Join(parents[0], sandboxid.NewExecID(id, 1))
+		if err := os.Mkdir(g, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := os.Remove(g); err != nil {
+				t.Errorf("remove the test's group: %v", err)
+			}
+		})
+	}
+	dir := t.TempDir()
+	got := inventory(dir, ours)
+	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "cgroup ") && strings.Contains(s, ours) }) {
+		t.Errorf("the inventory of sandbox %s misses its group:\n%s", ours, strings.Join(got, "\n"))
+	}
+	if slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, theirs) }) {
+		t.Errorf("the inventory of sandbox %s lists another sandbox's group:\n%s", ours, strings.Join(got, "\n"))
+	}
+	if none := inventory(dir); slices.ContainsFunc(none, func(s string) bool { return strings.Contains(s, ours) || strings.Contains(s, theirs) }) {
+		t.Errorf("the inventory of no sandbox lists groups:\n%s", strings.Join(none, "\n"))
+	}
 }
 
 func TestWhereStuckDescribesAProcess(t *testing.T) {

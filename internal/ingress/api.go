@@ -34,10 +34,12 @@ type Host interface {
 	// KeyTenant is the tenant of a valid, unrevoked API key; an
 	// Unauthenticated error for any other.
 	KeyTenant(ctx context.Context, key apikey.Key) (string, error)
-	// OpenTunnel takes one of sb's tenant's stream slots for a TCP tunnel
-	// until release is called; past the tenant's cap it is refused with
-	// errdefs.ErrTooManyStreams (answered 429 before the node is dialled).
-	OpenTunnel(sb *sandbox.Sandbox) (release func(), err error)
+	// OpenStream takes one of sb's tenant's stream slots for a request to
+	// one of its ports, protocol "tcp" (a tunnel) or "http" (a request, an
+	// upgraded WebSocket included), until release is called; past the
+	// tenant's cap it is refused with errdefs.ErrTooManyStreams (answered
+	// 429 before the node is dialled).
+	OpenStream(sb *sandbox.Sandbox, protocol string) (release func(), err error)
 	// TrafficTokenValid reports whether token is sandbox id's E2B traffic
 	// access token.
 	TrafficTokenValid(id, token string) bool

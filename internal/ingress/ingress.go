@@ -290,6 +290,15 @@ func (a *Ingress) serveIngressHTTP(w http.ResponseWriter, r *http.Request, id st
 		a.host.WriteError(w, r, err)
 		return
 	}
+	// The request holds a stream slot of its tenant for its life (an
+	// upgraded WebSocket until it closes: ServeHTTP returns then), as
+	// tunnels do: the node caps port requests per execution only.
+	release, err := a.host.OpenStream(sb, "http")
+	if err != nil {
+		a.host.WriteError(w, r, err)
+		return
+	}
+	defer release()
 	pt, err := a.newPortTransport(sb, uint16(port), "http")
 	if err != nil {
 		a.host.WriteError(w, r, err)

@@ -47,7 +47,7 @@ func (a *Ingress) handleIngressTCP(w http.ResponseWriter, r *http.Request) {
 		a.host.WriteError(w, r, err)
 		return
 	}
-	release, err := a.host.OpenTunnel(sb)
+	release, err := a.host.OpenStream(sb, "tcp")
 	if err != nil {
 		a.host.WriteError(w, r, err)
 		return

@@ -43,11 +43,15 @@ func (h ingressHost) Node(ctx context.Context, id string) (ingress.Node, error) 
 	return c, nil
 }
 
-// OpenTunnel takes one of sb's tenant's stream slots for a TCP tunnel (the
-// node caps tunnels per execution; the tenant's cap bounds them across its
-// sandboxes).
-func (h ingressHost) OpenTunnel(sb *sandbox.Sandbox) (func(), error) {
-	return h.s.streams.acquire(surfaceTCP, sb.Tenant, "")
+// OpenStream takes one of sb's tenant's stream slots for a TCP tunnel or
+// an HTTP request to one of its ports (the node caps both per execution;
+// the tenant's cap bounds them across its sandboxes).
+func (h ingressHost) OpenStream(sb *sandbox.Sandbox, protocol string) (func(), error) {
+	surface := surfaceTCP
+	if protocol == "http" {
+		surface = surfacePortHTTP
+	}
+	return h.s.streams.acquire(surface, sb.Tenant, "")
 }
 
 // KeyTenant returns the tenant of a valid, unrevoked API key; errBadKey

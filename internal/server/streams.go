@@ -21,7 +21,8 @@ const DefaultMaxSandboxStreams = 256
 // DefaultMaxTenantStreams is how many long-lived operations one tenant may
 // have open at the API at once across all its sandboxes
 // (Config.MaxTenantStreams, space server --max-tenant-streams): the streams
-// DefaultMaxSandboxStreams counts plus TCP port tunnels through the API. It
+// DefaultMaxSandboxStreams counts plus TCP port tunnels and HTTP requests to
+// exposed ports through the API. It
 // is four sandboxes at their own cap: without it a tenant holding many
 // sandboxes holds 256 streams on each, and a client of one tenant could
 // take the server's fd table (each stream holds a client connection and a
@@ -38,9 +39,13 @@ const (
 	surfaceREST = "rest"
 	surfaceE2B  = "e2b"
 	surfaceTCP  = "tcp" // TCP port tunnels through the API (ingress)
+	// HTTP requests to exposed ports through the API (ingress: the port
+	// URL, the path form, the E2B data plane's ports other than envd's),
+	// an upgraded WebSocket included.
+	surfacePortHTTP = "port_http"
 )
 
-var streamSurfaces = []string{surfaceREST, surfaceE2B, surfaceTCP}
+var streamSurfaces = []string{surfaceREST, surfaceE2B, surfaceTCP, surfacePortHTTP}
 
 // streamLimiter counts the open streams of each sandbox and of each tenant
 // and refuses one past either cap: a client opening 10,000 watches on one
@@ -71,7 +76,7 @@ func newStreamLimiter(max, maxTenant int) *streamLimiter {
 			"Guest streams (exec sessions, watches, transfers, E2B envd requests) refused because their sandbox had as many open as it may, by API surface.",
 			"surface").Always(streamSurfaces...),
 		refusedTenant: prom.NewCounterVec("space_tenant_streams_refused_total",
-			"Streams (exec sessions, watches, transfers, E2B envd requests, TCP port tunnels) refused because their tenant had as many open across its sandboxes as it may, by API surface.",
+			"Streams (exec sessions, watches, transfers, E2B envd requests, TCP port tunnels, HTTP port requests) refused because their tenant had as many open across its sandboxes as it may, by API surface.",
 			"surface").Always(streamSurfaces...),
 	}
 }
@@ -93,7 +98,7 @@ func (l *streamLimiter) acquire(surface, tenant, id string) (release func(), err
 	if l.tenant[tenant] >= l.maxTenant {
 		l.mu.Unlock()
 		l.refusedTenant.Inc(surface)
-		return nil, fmt.Errorf("%w: tenant %s has %d streams open across its sandboxes (exec sessions, watches, file transfers, port tunnels), the most one tenant may; close some or wait for them to end (the server's --max-tenant-streams)",
+		return nil, fmt.Errorf("%w: tenant %s has %d streams open across its sandboxes (exec sessions, watches, file transfers, port tunnels and requests), the most one tenant may; close some or wait for them to end (the server's --max-tenant-streams)",
 			errdefs.ErrTooManyStreams, tenant, l.maxTenant)
 	}
 	if id != "" {

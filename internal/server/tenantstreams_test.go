@@ -239,6 +239,70 @@ func TestIngressTCPTenantCap(t *testing.T) {
 	}
 }
 
+// TestIngressHTTPTenantCap: HTTP requests to exposed ports (the port URL and
+// the path form) count against the sandbox's tenant for their life, an
+// upgraded WebSocket until it closes: past the tenant's cap the next request
+// is refused 429 too_many_streams naming the tenant before the node sees it,
+// counted (surface port_http); a finished request and a closed WebSocket
+// free their slots.
+func TestIngressHTTPTenantCap(t *testing.T) {
+	p := newPortPlane(t)
+	p.srv.streams = newStreamLimiter(0, 2) // before any request
+	sb := p.sandbox(sandbox.StateRunning)
+	p.expose(sb.ID, 8080, "http", true)
+	host := fmt.Sprintf("8080-%s.localhost", sb.ID)
+	if a := p.send(http.MethodGet, p.url+"/plain", host, "", nil); a.status != http.StatusOK {
+		t.Fatalf("a request under the cap: HTTP %d %s", a.status, a.body)
+	}
+	if n := p.srv.streams.tenantCount(p.tenant); n != 0 {
+		t.Fatalf("a finished request holds %d of its tenant's slots; want 0", n)
+	}
+	webSocket := func() net.Conn {
+		t.Helper()
+		conn, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			body, _ := io.ReadAll(resp.Body)
+			t.Fatalf("a WebSocket under the cap: HTTP %d %s", resp.StatusCode, body)
+		}
+		return conn
+	}
+	held := []net.Conn{webSocket(), webSocket()}
+	waitFor(t, "both WebSockets to be counted", func() bool { return p.srv.streams.tenantCount(p.tenant) == 2 })
+	calls := p.node.calls.Load()
+	for _, a := range []answer{
+		p.send(http.MethodGet, p.url+"/third", host, "", nil),
+		p.send(http.MethodGet, p.url+"/v1/sandboxes/"+sb.ID+"/ports/8080/proxy/third", "", "", nil),
+	} {
+		if a.status != http.StatusTooManyRequests || !strings.Contains(a.body, `"reason":"too_many_streams"`) || !strings.Contains(a.body, "tenant "+p.tenant+" has 2 streams open") {
+			t.Fatalf("a request past the tenant's cap: HTTP %d %s; want 429 too_many_streams naming the tenant", a.status, a.body)
+		}
+	}
+	if n := p.node.calls.Load() - calls; n != 0 {
+		t.Errorf("the node saw %d requests refused by the tenant's cap", n)
+	}
+	var b strings.Builder
+	p.srv.streams.write(&b)
+	if !strings.Contains(b.String(), `space_tenant_streams_refused_total{surface="port_http"} 2`+"\n") ||
+		!strings.Contains(b.String(), `space_sandbox_streams_open{surface="port_http"} 2`+"\n") {
+		t.Errorf("the refused requests or the open WebSockets are not counted under port_http:\n%s", b.String())
+	}
+	held[0].Close()
+	waitFor(t, "a closed WebSocket to free its slot", func() bool { return p.srv.streams.tenantCount(p.tenant) == 1 })
+	if a := p.send(http.MethodGet, p.url+"/after", host, "", nil); a.status != http.StatusOK {
+		t.Fatalf("a request after a WebSocket closed: HTTP %d %s", a.status, a.body)
+	}
+}
+
 // refusingGuest refuses every watch the way guestd does at its watcher cap.
 type refusingGuest struct {
 	filesystemv1connect.UnimplementedFilesystemHandler

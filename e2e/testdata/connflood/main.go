@@ -5,6 +5,9 @@
 // stdout and then holds the connections until it is killed. "connflood
 // serve ADDR" accepts connections on ADDR and holds each one open, echoing
 // what it reads (the exposed port the test floods through ingress).
+// "connflood http ADDR" serves HTTP on ADDR: GET /hold answers "held" at
+// once and then holds the request open until its client leaves (the
+// port-request flood of e2e.TestPortRequestFlood), any other path "ok".
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -24,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
-		fail("usage: connflood dial ADDR N DURATION | connflood serve ADDR")
+		fail("usage: connflood dial ADDR N DURATION | connflood serve ADDR | connflood http ADDR")
 	}
 	switch os.Args[1] {
 	case "dial":
@@ -42,6 +46,8 @@ func main() {
 		dial(os.Args[2], n, d)
 	case "serve":
 		serve(os.Args[2])
+	case "http":
+		serveHTTP(os.Args[2])
 	default:
 		fail("unknown mode " + os.Args[1])
 	}
@@ -128,4 +134,17 @@ func serve(addr string) {
 			_, _ = io.Copy(conn, conn)
 		}()
 	}
+}
+
+func serveHTTP(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "held\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	fail((&http.Server{Addr: addr, Handler: mux}).ListenAndServe().Error())
 }
