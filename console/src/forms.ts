@@ -95,11 +95,20 @@ export function egressList(field: string, kind: "domain" | "cidr" | "port", text
 
 // usageText is a metrics sample as the table shows it: CPU percent of the
 // sandbox's CPUs and memory used of its total, in MiB.
-export function usageText(m: { cpuUsedPct: number; memUsed: number; memTotal: number } | undefined): string {
+export function usageText(m: { cpu_used_pct: number; mem_used_bytes: number; mem_total_bytes: number } | undefined): string {
   if (!m) return "";
-  const mib = (b: number) => Math.round(b / (1 << 20));
-  return `${m.cpuUsedPct.toFixed(1)}% · ${mib(m.memUsed)}/${mib(m.memTotal)} MiB`;
+  return `${m.cpu_used_pct.toFixed(1)}% · ${mib(m.mem_used_bytes)}/${mib(m.mem_total_bytes)} MiB`;
 }
+
+// diskText is a sample's disk: used of the root volume's limit, in MiB, or
+// that the node does not account it (the server leaves the fields out).
+export function diskText(m: { disk_used_bytes?: number; disk_total_bytes?: number } | undefined): string {
+  if (!m) return "";
+  if (m.disk_used_bytes === undefined || !m.disk_total_bytes) return "disk not accounted on its node";
+  return `disk ${mib(m.disk_used_bytes)}/${mib(m.disk_total_bytes)} MiB`;
+}
+
+const mib = (b: number) => Math.round(b / (1 << 20));
 
 // chartPoints maps samples (t, v) to an SVG polyline's points in a w×h box,
 // time across the samples' span and v from 0 to max (at least the largest

@@ -294,14 +294,44 @@ try {
   }, 20000);
 
   step("usage");
-  // CPU and memory now, from the metrics route, as text and a chart.
+  // CPU, memory and disk now, from the native metrics route
+  // (GET /v1/sandboxes/{id}/metrics), as text and a chart over the
+  // sandbox's whole life.
   await until("the usage now", async () => (await text(page, "#usage-now")).startsWith("now: "), 30000);
-  const m = (await rest("GET", "/e2b/sandboxes/" + id + "/metrics")).json;
-  if (!Array.isArray(m) || !m.length || !(m.at(-1).memTotal > 0)) problems.push("the metrics route answers " + JSON.stringify(m));
-  const memShown = /· \d+\/(\d+) MiB/.exec(await text(page, "#usage-now"));
-  if (!memShown || Number(memShown[1]) !== Math.round(m.at(-1).memTotal / (1 << 20))) problems.push("usage shown " + JSON.stringify(await text(page, "#usage-now")) + ", the route says " + JSON.stringify(m.at(-1)));
-  const chart = await page.$eval("#usage-chart", (svg) => ({ kids: [...svg.children].map((c) => c.tagName).join(","), cpu: svg.querySelector("polyline.cpu").getAttribute("points") }));
-  if (chart.kids !== "title,rect,polyline,polyline" || !/^[0-9.]+,[0-9.]+/.test(chart.cpu)) problems.push("the usage chart: " + JSON.stringify(chart));
+  const m = (await rest("GET", "/v1/sandboxes/" + id + "/metrics")).json?.metrics;
+  if (!Array.isArray(m) || !m.length || !(m.at(-1).mem_total_bytes > 0)) problems.push("the metrics route answers " + JSON.stringify(m));
+  const nowShown = await text(page, "#usage-now");
+  const memShown = /· \d+\/(\d+) MiB/.exec(nowShown);
+  if (!memShown || Number(memShown[1]) !== Math.round(m.at(-1).mem_total_bytes / (1 << 20))) problems.push("usage shown " + JSON.stringify(nowShown) + ", the route says " + JSON.stringify(m.at(-1)));
+  // Disk as the route says it: used of the limit, or not accounted.
+  const mibOf = (b) => Math.round(b / (1 << 20));
+  const wantDisk = m.at(-1).disk_total_bytes ? `disk ${mibOf(m.at(-1).disk_used_bytes)}/${mibOf(m.at(-1).disk_total_bytes)} MiB` : "disk not accounted on its node";
+  const diskShown = /disk [^,]*$/.exec(nowShown)?.[0] ?? "";
+  // The used bytes move between the two reads: the limit and the form must agree.
+  if (diskShown.replace(/ \d+\//, " N/") !== wantDisk.replace(/ \d+\//, " N/")) problems.push("disk shown " + JSON.stringify(diskShown) + ", the route says " + JSON.stringify(wantDisk));
+  console.error("console.mjs: disk " + diskShown);
+  // The whole life: by now (a pause, a stop and a start later) the server
+  // kept samples from before the stop; the chart draws every one the route
+  // has over the life (the live one at the end moves on).
+  const lifeOf = async () => (await rest("GET", "/v1/sandboxes/" + id + "/metrics?end=" + Math.floor(Date.now() / 1000 - 2))).json.metrics;
+  let life = await lifeOf();
+  if (life.length < 2) problems.push("the metrics route kept " + life.length + " samples of a sandbox that ran for minutes: " + JSON.stringify(life));
+  let lifeShown = "";
+  await until("the chart over the whole life", async () => {
+    lifeShown = await text(page, "#usage-life");
+    life = await lifeOf();
+    const first = lifeShown.split(" from ")[1]?.split(" to ")[0] ?? "";
+    return life.length > 0 && first === life[0].time && Number(await page.$eval("#usage-life", (e) => e.dataset.samples)) >= life.length;
+  }, 20000).catch((e) => problems.push(e.message + ": the page says " + JSON.stringify(lifeShown) + ", the route's first sample is " + JSON.stringify(life[0]) + " of " + life.length));
+  console.error("console.mjs: chart " + lifeShown);
+  const chart = await page.$eval("#usage-chart", (svg) => ({
+    kids: [...svg.children].map((c) => c.tagName).join(","),
+    cpu: svg.querySelector("polyline.cpu").getAttribute("points"),
+    disk: svg.querySelector("polyline.disk").getAttribute("points"),
+  }));
+  if (chart.kids !== "title,rect,polyline,polyline,polyline" || !/^[0-9.]+,[0-9.]+/.test(chart.cpu)) problems.push("the usage chart: " + JSON.stringify(chart));
+  if (m.at(-1).disk_total_bytes && !/^[0-9.]+,[0-9.]+/.test(chart.disk)) problems.push("the route reports disk but the chart draws none: " + JSON.stringify(chart));
+  await shot(page, "sandbox-usage");
 
   step("hibernate");
   await page.click('#lifecycle button[data-op="hibernate"]');
