@@ -74,3 +74,12 @@ test("usageText and chartPoints", () => {
   assert.equal(f.chartPoints([[5, 200]], 100, 50, 100), "0.0,0.0 100.0,0.0");
   assert.equal(f.chartPoints([[5, 25]], 100, 50, 100), "0.0,37.5 100.0,37.5");
 });
+
+test("quotaField and usedText", () => {
+  assert.equal(f.quotaField("max CPUs", ""), 0);
+  assert.equal(f.quotaField("max CPUs", " 12 "), 12);
+  assert.throws(() => f.quotaField("max CPUs", "-1"), /max CPUs "-1": want a whole number/);
+  assert.throws(() => f.quotaField("max CPUs", "1.5"), /want a whole number/);
+  assert.equal(f.usedText({ used_mib: 900, memory_total_mib: 4096, memory_measured: true }), "900 of 4096 MiB");
+  assert.equal(f.usedText({ used_mib: -1, memory_total_mib: -1, memory_measured: false }), "not measured");
+});

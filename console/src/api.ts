@@ -229,6 +229,11 @@ export interface Node {
   live: boolean;
   sandboxes: number;
   warm_pool?: WarmPool[];
+  committed_mib: number;
+  memory_measured: boolean;
+  memory_total_mib: number;
+  used_mib: number;
+  memory_pressure?: string;
 }
 export interface Credential {
   id: string;
@@ -274,6 +279,11 @@ export const listCredentials = () => call<{ credentials: Credential[] }>("GET", 
 export const listAudit = () => call<{ entries: AuditEntry[] }>("GET", "/v1/credentials/audit").then((r) => r.entries ?? []);
 export const listTenants = () => call<{ tenants: Tenant[] }>("GET", "/v1/tenants").then((r) => r.tenants ?? []);
 export const listKeys = () => call<{ keys: APIKey[] }>("GET", "/v1/keys").then((r) => r.keys ?? []);
+export const listKeysOf = (tenant: string) => call<{ keys: APIKey[] }>("GET", "/v1/keys?tenant=" + encodeURIComponent(tenant)).then((r) => r.keys ?? []);
+export const setQuota = (tenant: string, q: Tenant["quota"]) => call<Tenant>("PUT", "/v1/tenants/" + encodeURIComponent(tenant) + "/quota", q);
+// createKey makes a key of tenant: its secret is in this answer only.
+export const createKey = (tenant: string) => call<{ key: APIKey; secret: string }>("POST", "/v1/keys", { tenant });
+export const revokeKey = (id: string) => call<unknown>("DELETE", "/v1/keys/" + encodeURIComponent(id));
 
 // Metric is one sample of GET /v1/sandboxes/{id}/metrics: the samples the
 // server kept over the sandbox's life (bounded: older ones merged), and one

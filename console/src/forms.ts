@@ -123,3 +123,19 @@ export function chartPoints(samples: [number, number][], w: number, h: number, m
   const top = Math.max(max, ...samples.map((s) => s[1]), 1e-9);
   return samples.map(([t, v]) => `${(((t - t0) / span) * w).toFixed(1)},${(h - (v / top) * h).toFixed(1)}`).join(" ");
 }
+
+// quotaField reads one limit of the quota editor: empty or 0 is unlimited,
+// else a whole number (the server checks the largest it takes).
+export function quotaField(name: string, text: string): number {
+  const t = text.trim();
+  if (t === "") return 0;
+  if (!/^[0-9]+$/.test(t)) throw new Error(`${name} ${JSON.stringify(t)}: want a whole number, 0 or empty for unlimited`);
+  return Number(t);
+}
+
+// usedText is a node's measured memory as the nodes page shows it: used of
+// its total, or that the node does not report it (-1 from the API).
+export function usedText(n: { used_mib: number; memory_total_mib: number; memory_measured: boolean }): string {
+  if (!n.memory_measured || n.used_mib < 0) return "not measured";
+  return `${n.used_mib} of ${n.memory_total_mib} MiB`;
+}

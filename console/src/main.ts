@@ -239,6 +239,7 @@ function sandboxesPage() {
     }
     failures = failed.join("\n");
     status.textContent = failures;
+    status.classList.toggle("error", failures !== "");
     void tick();
   };
   bulk.addEventListener("click", async () => {
