@@ -3,7 +3,9 @@
 # request (GET /v1/sandboxes with 10 sandboxes, GET /v1/sandboxes/{id} and a
 # sandbox page's side reads: its snapshots, events and ports), from
 # the server process's utime+stime over N requests, one at a time as the
-# console sends them; then the server's CPU per second idle and with one
+# console sends them (the metrics one over the history only: a sample
+# taken now waits a quarter second on the node, measured in the schedule
+# below); then the server's CPU per second idle and with one
 # open console simulated at the console's own schedule (the table, then a
 # sandbox's page), interleaved idle/console for ROUNDS rounds of SECS
 # seconds, and their ratio. Usage: scripts/console-cost.sh BIN_DIR (make
@@ -30,7 +32,7 @@ for i in $(seq 10); do ids+=($(curl -sf -H "$H" -X POST -d '{"template":"minimal
 cpu() { awk '{print $14+$15}' /proc/$pid/stat; }
 N=${N:-2000}
 for round in 1 2 3; do
- for path in /v1/sandboxes /v1/sandboxes/${ids[0]} /v1/sandboxes/${ids[0]}/snapshots /v1/sandboxes/${ids[0]}/events /v1/sandboxes/${ids[0]}/ports /v1/sandboxes/${ids[0]}/metrics /v1/sandboxes/${ids[0]}/egress /v1/nodes /v1/templates; do
+ for path in /v1/sandboxes /v1/sandboxes/${ids[0]} /v1/sandboxes/${ids[0]}/snapshots /v1/sandboxes/${ids[0]}/events /v1/sandboxes/${ids[0]}/ports "/v1/sandboxes/${ids[0]}/metrics?end=$(( $(date +%s) - 1 ))" /v1/sandboxes/${ids[0]}/egress /v1/nodes /v1/templates; do
   a=$(cpu); t0=$(date +%s.%N)
   for i in $(seq $N); do echo "url = \"http://127.0.0.1:18124$path\""; done > $d/urls
   curl -sf -H "$H" -K $d/urls > /dev/null
@@ -45,17 +47,18 @@ done
 # every 6 s, its snapshots, processes, metrics (its whole life), ports and
 # events. Server CPU per second over SECS seconds, against SECS seconds idle
 # just before (the server samples every running sandbox's metrics every
-# 5 s either way).
+# 5 s either way). Only the curls are waited for: a bare wait would wait
+# for the server.
 U=http://127.0.0.1:18124
 table() { local end=$(( $(date +%s) + SECS )) t=0
   while [ $(date +%s) -lt $end ]; do
     curl -sf -H "$H" $U/v1/sandboxes >/dev/null
-    if [ $((t % 3)) = 0 ]; then now=$(date +%s); for id in "${ids[@]}"; do curl -sf -H "$H" "$U/v1/sandboxes/$id/metrics?start=$((now-1))" >/dev/null & done; wait; fi
+    if [ $((t % 3)) = 0 ]; then now=$(date +%s); ps=(); for id in "${ids[@]}"; do curl -sf -H "$H" "$U/v1/sandboxes/$id/metrics?start=$((now-1))" >/dev/null & ps+=($!); done; wait "${ps[@]}"; fi
     t=$((t+1)); sleep 2; done; }
 page() { local end=$(( $(date +%s) + SECS )) t=0 id=${ids[0]}
   while [ $(date +%s) -lt $end ]; do
     curl -sf -H "$H" $U/v1/sandboxes/$id >/dev/null
-    if [ $((t % 3)) = 0 ]; then for r in snapshots processes metrics ports events; do curl -sf -H "$H" $U/v1/sandboxes/$id/$r >/dev/null & done; wait; fi
+    if [ $((t % 3)) = 0 ]; then ps=(); for r in snapshots processes metrics ports events; do curl -sf -H "$H" $U/v1/sandboxes/$id/$r >/dev/null & ps+=($!); done; wait "${ps[@]}"; fi
     t=$((t+1)); sleep 2; done; }
 SECS=${SECS:-30}
 for round in $(seq ${ROUNDS:-3}); do

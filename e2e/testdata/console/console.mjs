@@ -286,6 +286,8 @@ try {
   await until("the refused event in the timeline", async () =>
     page.$$eval('#events li[data-type="refused"] .message', (ms, want) => ms.some((m) => m.textContent === want), refusedWant), 20000);
   await shot(page, "sandbox-refusal");
+  await page.$eval("#events", (e) => e.scrollIntoView({ block: "center" }));
+  await shot(page, "sandbox-events-refused");
   release();
   await page.unroute(record);
   await until("stopped", async () => (await text(page, '[data-field="state"]')) === "stopped");
