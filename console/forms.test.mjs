@@ -64,10 +64,22 @@ test("egressList splits on commas, spaces and lines and names a bad entry", () =
 
 test("usageText and chartPoints", () => {
   assert.equal(f.usageText(undefined), "");
-  assert.equal(f.usageText({ cpuUsedPct: 12.345, memUsed: 50 << 20, memTotal: 256 << 20 }), "12.3% · 50/256 MiB");
+  assert.equal(f.usageText({ cpu_used_pct: 12.345, mem_used_bytes: 50 << 20, mem_total_bytes: 256 << 20 }), "12.3% · 50/256 MiB");
+  assert.equal(f.diskText(undefined), "");
+  assert.equal(f.diskText({}), "disk not accounted on its node");
+  assert.equal(f.diskText({ disk_used_bytes: 10 << 20, disk_total_bytes: 2048 * 2 ** 20 }), "disk 10/2048 MiB");
   assert.equal(f.chartPoints([], 100, 50, 100), "");
   assert.equal(f.chartPoints([[10, 0], [20, 50], [30, 100]], 100, 50, 100), "0.0,50.0 50.0,25.0 100.0,0.0");
   // A value above max raises the top; one sample is a level line.
   assert.equal(f.chartPoints([[5, 200]], 100, 50, 100), "0.0,0.0 100.0,0.0");
   assert.equal(f.chartPoints([[5, 25]], 100, 50, 100), "0.0,37.5 100.0,37.5");
+});
+
+test("quotaField and usedText", () => {
+  assert.equal(f.quotaField("max CPUs", ""), 0);
+  assert.equal(f.quotaField("max CPUs", " 12 "), 12);
+  assert.throws(() => f.quotaField("max CPUs", "-1"), /max CPUs "-1": want a whole number/);
+  assert.throws(() => f.quotaField("max CPUs", "1.5"), /want a whole number/);
+  assert.equal(f.usedText({ used_mib: 900, memory_total_mib: 4096, memory_measured: true }), "900 of 4096 MiB");
+  assert.equal(f.usedText({ used_mib: -1, memory_total_mib: -1, memory_measured: false }), "not measured");
 });

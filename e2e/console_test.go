@@ -38,7 +38,12 @@ import (
 // cancel, drain, undrain), tenants and their keys; a tenant's key is offered
 // no admin page, is refused one by the API and the console alike, and sees
 // no other tenant's sandbox or credential; CPU and memory now (the metrics
-// route) in the table and as an SVG chart on the sandbox's page. No Content-Security-Policy violation may be reported.
+// route) in the table and as an SVG chart on the sandbox's page; disk and
+// the whole life from GET /v1/sandboxes/{id}/metrics; a refused move as a
+// "refused" event in the timeline; a node's used memory; quotas edited and
+// keys created (secret shown once) and revoked; the build log; Escape
+// cancelling a confirmation; a bulk delete where one fails. No
+// Content-Security-Policy violation may be reported.
 // Screenshots are kept in a directory the test prints.
 //
 // The same checks run in each browser, as a subtest: chromium (Debian's
@@ -132,16 +137,21 @@ func consoleIn(t *testing.T, browser, playwright string) {
 		Steps    []string `json:"steps"`
 		ID       string   `json:"id"`
 		Fork     string   `json:"fork"`
+		Victim   string   `json:"victim"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("console.mjs printed %q: %v\n%s", out, err, stderr.String())
+	}
+	if res.Victim != "" {
+		defer in.do("DELETE", "/v1/sandboxes/"+res.Victim, nil, nil)
 	}
 	t.Logf("console.mjs:\n%s", stderr.String())
 	if !res.OK {
 		t.Fatalf("console: %s (steps %v)\n%s", strings.Join(res.Problems, "; "), res.Steps, stderr.String())
 	}
-	// The console's deletes (one row's, the bulk one) reached the server.
-	for _, id := range []string{res.ID, res.Fork, xss.ID} {
+	// The console's deletes (one row's, the bulk one) reached the server
+	// (the bulk delete's third sandbox the test deleted itself).
+	for _, id := range []string{res.ID, res.Fork, xss.ID, res.Victim} {
 		var sb struct {
 			State string `json:"state"`
 		}

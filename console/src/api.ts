@@ -229,6 +229,11 @@ export interface Node {
   live: boolean;
   sandboxes: number;
   warm_pool?: WarmPool[];
+  committed_mib: number;
+  memory_measured: boolean;
+  memory_total_mib: number;
+  used_mib: number;
+  memory_pressure?: string;
 }
 export interface Credential {
   id: string;
@@ -274,20 +279,29 @@ export const listCredentials = () => call<{ credentials: Credential[] }>("GET", 
 export const listAudit = () => call<{ entries: AuditEntry[] }>("GET", "/v1/credentials/audit").then((r) => r.entries ?? []);
 export const listTenants = () => call<{ tenants: Tenant[] }>("GET", "/v1/tenants").then((r) => r.tenants ?? []);
 export const listKeys = () => call<{ keys: APIKey[] }>("GET", "/v1/keys").then((r) => r.keys ?? []);
+export const listKeysOf = (tenant: string) => call<{ keys: APIKey[] }>("GET", "/v1/keys?tenant=" + encodeURIComponent(tenant)).then((r) => r.keys ?? []);
+export const setQuota = (tenant: string, q: Tenant["quota"]) => call<Tenant>("PUT", "/v1/tenants/" + encodeURIComponent(tenant) + "/quota", q);
+// createKey makes a key of tenant: its secret is in this answer only.
+export const createKey = (tenant: string) => call<{ key: APIKey; secret: string }>("POST", "/v1/keys", { tenant });
+export const revokeKey = (id: string) => call<unknown>("DELETE", "/v1/keys/" + encodeURIComponent(id));
 
-// Metric is one sample of GET /e2b/sandboxes/{id}/metrics, the metrics
-// route the server has (the E2B surface, which takes the same key as a
-// Bearer token): the history the server samples while it serves, and a
-// sample taken now when the window holds the present.
+// Metric is one sample of GET /v1/sandboxes/{id}/metrics: the samples the
+// server kept over the sandbox's life (bounded: older ones merged), and one
+// taken now when the window holds the present and it runs. Disk is absent
+// where the node does not account it.
 export interface Metric {
-  timestampUnix: number;
-  cpuCount: number;
-  cpuUsedPct: number;
-  memUsed: number;
-  memTotal: number;
+  time: string;
+  cpu_count: number;
+  cpu_used_pct: number;
+  mem_used_bytes: number;
+  mem_total_bytes: number;
+  disk_used_bytes?: number;
+  disk_total_bytes?: number;
+  span_seconds: number;
 }
+// metrics reads a sandbox's samples from second since (unix seconds) to
+// the present, or over its whole life when since is not given.
 export function metrics(id: string, since?: number): Promise<Metric[]> {
-  const now = Math.floor(Date.now() / 1000);
-  const window = since === undefined ? "" : `?start=${since}&end=${now + 3600}`;
-  return call<Metric[]>("GET", "/e2b/sandboxes/" + encodeURIComponent(id) + "/metrics" + window).then((r) => (Array.isArray(r) ? r : []));
+  const window = since === undefined ? "" : `?start=${since}`;
+  return call<{ metrics: Metric[] }>("GET", sbPath(id) + "/metrics" + window).then((r) => r.metrics ?? []);
 }

@@ -95,11 +95,20 @@ export function egressList(field: string, kind: "domain" | "cidr" | "port", text
 
 // usageText is a metrics sample as the table shows it: CPU percent of the
 // sandbox's CPUs and memory used of its total, in MiB.
-export function usageText(m: { cpuUsedPct: number; memUsed: number; memTotal: number } | undefined): string {
+export function usageText(m: { cpu_used_pct: number; mem_used_bytes: number; mem_total_bytes: number } | undefined): string {
   if (!m) return "";
-  const mib = (b: number) => Math.round(b / (1 << 20));
-  return `${m.cpuUsedPct.toFixed(1)}% · ${mib(m.memUsed)}/${mib(m.memTotal)} MiB`;
+  return `${m.cpu_used_pct.toFixed(1)}% · ${mib(m.mem_used_bytes)}/${mib(m.mem_total_bytes)} MiB`;
 }
+
+// diskText is a sample's disk: used of the root volume's limit, in MiB, or
+// that the node does not account it (the server leaves the fields out).
+export function diskText(m: { disk_used_bytes?: number; disk_total_bytes?: number } | undefined): string {
+  if (!m) return "";
+  if (m.disk_used_bytes === undefined || !m.disk_total_bytes) return "disk not accounted on its node";
+  return `disk ${mib(m.disk_used_bytes)}/${mib(m.disk_total_bytes)} MiB`;
+}
+
+const mib = (b: number) => Math.round(b / (1 << 20));
 
 // chartPoints maps samples (t, v) to an SVG polyline's points in a w×h box,
 // time across the samples' span and v from 0 to max (at least the largest
@@ -113,4 +122,20 @@ export function chartPoints(samples: [number, number][], w: number, h: number, m
   const span = Math.max(1, samples[samples.length - 1][0] - t0);
   const top = Math.max(max, ...samples.map((s) => s[1]), 1e-9);
   return samples.map(([t, v]) => `${(((t - t0) / span) * w).toFixed(1)},${(h - (v / top) * h).toFixed(1)}`).join(" ");
+}
+
+// quotaField reads one limit of the quota editor: empty or 0 is unlimited,
+// else a whole number (the server checks the largest it takes).
+export function quotaField(name: string, text: string): number {
+  const t = text.trim();
+  if (t === "") return 0;
+  if (!/^[0-9]+$/.test(t)) throw new Error(`${name} ${JSON.stringify(t)}: want a whole number, 0 or empty for unlimited`);
+  return Number(t);
+}
+
+// usedText is a node's measured memory as the nodes page shows it: used of
+// its total, or that the node does not report it (-1 from the API).
+export function usedText(n: { used_mib: number; memory_total_mib: number; memory_measured: boolean }): string {
+  if (!n.memory_measured || n.used_mib < 0) return "not measured";
+  return `${n.used_mib} of ${n.memory_total_mib} MiB`;
 }

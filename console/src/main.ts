@@ -4,7 +4,7 @@ import * as api from "./api";
 import { el, age } from "./dom";
 import { openTerminal } from "./terminal";
 import { adminPages } from "./pages";
-import { asText, chartPoints, egressList, filterSandboxes, usageText, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
+import { asText, chartPoints, diskText, egressList, filterSandboxes, usageText, joinPath, maxView, parentPath, parseEnv, positiveInt } from "./forms";
 
 // The sandboxes table polls every pollMs: one GET /v1/sandboxes per open
 // console per period (docs/console.md gives its cost).
@@ -239,6 +239,7 @@ function sandboxesPage() {
     }
     failures = failed.join("\n");
     status.textContent = failures;
+    status.classList.toggle("error", failures !== "");
     void tick();
   };
   bulk.addEventListener("click", async () => {
@@ -592,9 +593,9 @@ function processesPanel(id: string) {
   return { node, refresh };
 }
 
-// usagePanel is a running sandbox's CPU and memory: the latest sample as
-// text and a chart over the samples the server kept, drawn as SVG (points
-// and labels set as attributes and text, never markup).
+// usagePanel is a sandbox's CPU, memory and disk: the latest sample as text
+// and a chart over its whole life (every sample the server kept), drawn as
+// SVG (points and labels set as attributes and text, never markup).
 function usagePanel(id: string) {
   const svgNS = "http://www.w3.org/2000/svg";
   const w = 600, h = 120;
@@ -613,27 +614,41 @@ function usagePanel(id: string) {
   };
   const cpu = line("cpu", "#1a4fd6");
   const mem = line("mem", "#0a7d32");
+  const disk = line("disk", "#b35c00");
   const frame = document.createElementNS(svgNS, "rect");
   for (const [k, v] of [["x", "0"], ["y", "0"], ["width", String(w)], ["height", String(h)], ["fill", "#fff"], ["stroke", "#e3e5ea"]]) frame.setAttribute(k, v);
-  svg.append(title, frame, cpu, mem);
+  svg.append(title, frame, cpu, mem, disk);
   const now = el("p", { id: "usage-now" });
+  const life = el("p", { id: "usage-life", class: "hint" });
   const refresh = async (state: string) => {
-    if (state !== "running") {
-      now.textContent = "sandbox " + state + ": no use now";
-      return;
-    }
     try {
+      // The whole life: a stopped or paused sandbox keeps its chart.
       const ms = await api.metrics(id);
       const last = ms[ms.length - 1];
-      now.textContent = last ? "now: " + usageText(last) + (last.cpuCount ? ` (${last.cpuCount} CPU)` : "") + `, ${ms.length} samples` : "no samples yet";
-      cpu.setAttribute("points", chartPoints(ms.map((m) => [m.timestampUnix, m.cpuUsedPct]), w, h, 100));
-      mem.setAttribute("points", chartPoints(ms.map((m) => [m.timestampUnix, m.memTotal ? (100 * m.memUsed) / m.memTotal : 0]), w, h, 100));
-      title.textContent = "CPU % (blue) and memory % of total (green) over the last " + ms.length + " samples";
+      if (state !== "running") now.textContent = "sandbox " + state + ": no use now";
+      else now.textContent = last ? "now: " + usageText(last) + (last.cpu_count ? ` (${last.cpu_count} CPU)` : "") + ", " + diskText(last) : "no samples yet";
+      const t = (m: api.Metric) => Date.parse(m.time) / 1000;
+      cpu.setAttribute("points", chartPoints(ms.map((m) => [t(m), m.cpu_used_pct]), w, h, 100));
+      mem.setAttribute("points", chartPoints(ms.map((m) => [t(m), m.mem_total_bytes ? (100 * m.mem_used_bytes) / m.mem_total_bytes : 0]), w, h, 100));
+      const withDisk = ms.filter((m) => m.disk_total_bytes);
+      disk.setAttribute("points", withDisk.length === ms.length ? chartPoints(ms.map((m) => [t(m), (100 * (m.disk_used_bytes ?? 0)) / (m.disk_total_bytes ?? 1)]), w, h, 100) : "");
+      const since = ms.length ? ms[0].time : "";
+      life.textContent = ms.length ? `${ms.length} samples from ${since} to ${last.time}` : "";
+      life.dataset.samples = String(ms.length);
+      title.textContent = "CPU % (blue), memory % of total (green) and disk % of its limit (orange) over the sandbox's life: " + ms.length + " samples";
     } catch (e) {
       now.textContent = errorText(e);
     }
   };
-  const node = el("section", { id: "usage-section" }, el("h2", {}, "CPU and memory"), now, svg, el("p", { class: "hint" }, "blue: CPU % of its CPUs; green: memory % of its total; 0 to 100 % bottom to top"));
+  const node = el(
+    "section",
+    { id: "usage-section" },
+    el("h2", {}, "CPU, memory and disk"),
+    now,
+    svg,
+    life,
+    el("p", { class: "hint" }, "blue: CPU % of its CPUs; green: memory % of its total; orange: disk % of its limit (when its node accounts it); 0 to 100 % bottom to top, over the sandbox's life"),
+  );
   return { node, refresh };
 }
 

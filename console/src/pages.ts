@@ -4,6 +4,7 @@
 // and quotas. Each polls its list; a refusal shows as the server says it.
 import * as api from "./api";
 import { el, age } from "./dom";
+import { quotaField, usedText } from "./forms";
 
 const pollMs = 2000;
 
@@ -44,6 +45,10 @@ function progressText(p?: api.Progress): string {
   return `${p.phase} ${n}${p.unit ? " " + p.unit : ""}${p.message ? ": " + p.message : ""}`;
 }
 
+// buildPollMs is how often the templates page reads while a build is under
+// way: each new progress reading becomes a line of that build's log.
+const buildPollMs = 1000;
+
 function templatesPage(errorText: ErrorText): Page {
   const t = table("templates", ["name", "source", "state", "progress", "bytes", "created"]);
   const status = el("p", { class: "error", id: "templates-status", role: "alert" });
@@ -51,6 +56,27 @@ function templatesPage(errorText: ErrorText): Page {
   const from = el("input", { id: "build-from", size: "40", placeholder: "docker.io/library/python:3.12, dir:/srv/rootfs, ./Dockerfile" });
   const buildErr = el("span", { class: "error", id: "build-error", role: "alert" });
   const form = el("form", { id: "build", class: "row" }, el("label", {}, "build ", name), el("label", {}, "from ", from), el("button", { type: "submit" }, "Build template"), buildErr);
+  // The build log: per template seen building, each progress reading the
+  // server reported, in order, as it came (the REST API has no stream of a
+  // build: the page reads the list every buildPollMs while one builds).
+  const logs = el("div", { id: "build-logs" });
+  const seen = new Map<string, { list: HTMLOListElement; last: string }>();
+  const logLine = (x: api.TemplateInfo) => {
+    const line = progressText(x.progress) || x.state;
+    let l = seen.get(x.name);
+    if (!l) {
+      if (x.state !== "building") return;
+      const list = el("ol", { class: "build-log", "data-name": x.name });
+      logs.append(el("section", {}, el("h2", {}, "Build of ", el("code", {}, x.name)), list));
+      l = { list, last: "" };
+      seen.set(x.name, l);
+    }
+    const text = x.state === "building" ? line : x.state + (x.reason ? " (" + x.reason + ")" : "") + (x.progress ? ": " + line : "");
+    if (text === l.last) return;
+    l.last = text;
+    l.list.append(el("li", { "data-state": x.state }, el("time", {}, new Date().toLocaleTimeString()), " ", text));
+  };
+  let fast: ReturnType<typeof setInterval> | null = null;
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     if (!name.value.trim() || !from.value.trim()) {
@@ -59,8 +85,9 @@ function templatesPage(errorText: ErrorText): Page {
     }
     buildErr.textContent = "starting…";
     try {
-      await api.buildTemplate(name.value.trim(), from.value.trim());
-      buildErr.textContent = "building: its progress shows in the table";
+      // The answer is the template building: its log starts with it.
+      logLine(await api.buildTemplate(name.value.trim(), from.value.trim()));
+      buildErr.textContent = "building: its progress shows in the table and its log below";
       void load();
     } catch (e) {
       buildErr.textContent = errorText(e);
@@ -68,6 +95,13 @@ function templatesPage(errorText: ErrorText): Page {
   });
   const load = async () => {
     const ts = await api.listTemplateInfo();
+    for (const x of ts) logLine(x);
+    const building = ts.some((x) => x.state === "building");
+    if (building && !fast) fast = setInterval(() => void load().catch((e) => (status.textContent = errorText(e))), buildPollMs);
+    if (!building && fast) {
+      clearInterval(fast);
+      fast = null;
+    }
     fill(
       t,
       ts.map((x) =>
@@ -85,11 +119,18 @@ function templatesPage(errorText: ErrorText): Page {
       "no templates",
     );
   };
-  return polled("Templates", status, load, errorText, form, t.node);
+  const p = polled("Templates", status, load, errorText, form, t.node, logs);
+  return {
+    node: p.node,
+    stop: () => {
+      p.stop();
+      if (fast) clearInterval(fast);
+    },
+  };
 }
 
 function nodesPage(errorText: ErrorText, confirm: Confirm): Page {
-  const t = table("nodes", ["id", "state", "live", "runtimes", "capacity", "committed", "sandboxes", "warm pool", ""]);
+  const t = table("nodes", ["id", "state", "live", "runtimes", "capacity", "committed", "used", "sandboxes", "warm pool", ""]);
   const status = el("p", { class: "error", id: "nodes-status", role: "alert" });
   const load = async () => {
     const [nodes, sbs] = await Promise.all([api.listNodes(), api.listSandboxes()]);
@@ -124,6 +165,9 @@ function nodesPage(errorText: ErrorText, confirm: Confirm): Page {
           el("td", {}, n.runtimes.join(", ")),
           el("td", { class: "capacity" }, `${n.cpus} CPU, ${n.memory_mib} MiB`),
           el("td", { class: "committed" }, `${cpus} CPU, ${mem} MiB`),
+          // Used: the node's own measure of its memory (MemTotal minus
+          // MemAvailable, from its heartbeats), beside what was committed.
+          el("td", { class: "used" + (n.memory_pressure ? " error" : ""), title: n.memory_pressure ?? "" }, usedText(n) + (n.memory_pressure ? " (pressure)" : "")),
           el("td", { class: "num" }, String(n.sandboxes)),
           el("td", { class: "pools" }, ...pools.map((p) => el("div", {}, p))),
           el("td", {}, b),
@@ -192,21 +236,115 @@ function auditPage(errorText: ErrorText): Page {
   return polled("Audit log (credentials)", status, load, errorText, t.node);
 }
 
-function tenantsPage(errorText: ErrorText): Page {
+function tenantsPage(errorText: ErrorText, confirm: Confirm): Page {
   const t = table("tenants", ["id", "name", "sandboxes", "CPUs", "memory MiB", "created", ""]);
-  const keys = table("keys", ["id", "tenant", "prefix", "admin", "created", "revoked"]);
+  const keys = table("keys", ["id", "tenant", "prefix", "admin", "created", "revoked", ""]);
   const keysOf = el("span", { id: "keys-of" });
   const status = el("p", { class: "error", id: "tenants-status", role: "alert" });
   const used = (u: number, max: number) => `${u} of ${max > 0 ? max : "unlimited"}`;
-  const showKeys = async (tenant: api.Tenant) => {
-    keysOf.textContent = tenant.name;
+  let current: api.Tenant | null = null;
+
+  // The quota editor of the tenant picked with its Quota button: empty or
+  // 0 is unlimited; the form checks whole numbers, the server the rest,
+  // and its refusal is shown as it says it.
+  const qName = el("span", { id: "quota-of" });
+  const qField = (id: string) => el("input", { id, inputmode: "numeric", size: "8", placeholder: "unlimited" });
+  const qSandboxes = qField("quota-sandboxes"), qCPUs = qField("quota-cpus"), qMemory = qField("quota-memory");
+  const qStatus = el("span", { class: "error", id: "quota-status", role: "alert" });
+  const quotaForm = el(
+    "form",
+    { id: "quota", class: "row", hidden: "" },
+    el("b", {}, "Quota of ", qName),
+    el("label", {}, "sandboxes ", qSandboxes),
+    el("label", {}, "CPUs ", qCPUs),
+    el("label", {}, "memory MiB ", qMemory),
+    el("button", { type: "submit", id: "quota-save" }, "Save quota"),
+    qStatus,
+  );
+  let quotaTenant = "";
+  const editQuota = (x: api.Tenant) => {
+    quotaTenant = x.id;
+    qName.textContent = x.name;
+    const v = (n: number) => (n > 0 ? String(n) : "");
+    qSandboxes.value = v(x.quota.max_sandboxes);
+    qCPUs.value = v(x.quota.max_cpus);
+    qMemory.value = v(x.quota.max_memory_mib);
+    qStatus.textContent = "";
+    quotaForm.hidden = false;
+  };
+  quotaForm.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    let q: api.Tenant["quota"];
     try {
-      const ks = await api.call<{ keys: api.APIKey[] }>("GET", "/v1/keys?tenant=" + encodeURIComponent(tenant.id)).then((r) => r.keys ?? []);
+      q = { max_sandboxes: quotaField("sandboxes", qSandboxes.value), max_cpus: quotaField("CPUs", qCPUs.value), max_memory_mib: quotaField("memory MiB", qMemory.value) };
+    } catch (e) {
+      qStatus.textContent = (e as Error).message;
+      return;
+    }
+    qStatus.textContent = "saving…";
+    try {
+      const saved = await api.setQuota(quotaTenant, q);
+      editQuota(saved);
+      qStatus.textContent = "saved";
+      await load();
+    } catch (e) {
+      qStatus.textContent = errorText(e);
+    }
+  });
+
+  // A new key's secret is shown here once, as the API answers it once;
+  // it is not kept anywhere by the console.
+  const secretBox = el("p", { id: "key-secret", hidden: "" });
+  const newKey = el("button", { type: "button", id: "key-create", disabled: "" }, "Create key");
+  const keyStatus = el("span", { class: "error", id: "key-status", role: "alert" });
+  newKey.addEventListener("click", async () => {
+    if (!current) return;
+    keyStatus.textContent = "";
+    try {
+      const made = await api.createKey(current.id);
+      secretBox.replaceChildren("New key ", el("code", {}, made.key.id), " of ", current.name, ": ", el("code", { id: "key-secret-value" }, made.secret), " — copy it now: it is shown once and never again.");
+      secretBox.hidden = false;
+      await showKeys(current);
+    } catch (e) {
+      keyStatus.textContent = errorText(e);
+    }
+  });
+  const showKeys = async (tenant: api.Tenant) => {
+    if (current?.id !== tenant.id) {
+      secretBox.hidden = true;
+      secretBox.replaceChildren();
+    }
+    current = tenant;
+    keysOf.textContent = tenant.name;
+    newKey.removeAttribute("disabled");
+    try {
+      const ks = await api.listKeysOf(tenant.id);
       fill(
         keys,
-        ks.map((k) =>
-          el("tr", { "data-id": k.id }, el("td", {}, el("code", {}, k.id)), el("td", {}, k.tenant), el("td", {}, el("code", {}, k.prefix)), el("td", {}, k.admin ? "admin" : ""), el("td", {}, k.created_at), el("td", {}, k.revoked_at ?? "")),
-        ),
+        ks.map((k) => {
+          const revoke = el("button", { type: "button", class: "danger revoke" }, "Revoke");
+          revoke.addEventListener("click", async () => {
+            if (!(await confirm("Revoke this key? Every client using it is refused from then on.", [k.id + " (" + k.prefix + "…)"], "Revoke"))) return;
+            keyStatus.textContent = "";
+            try {
+              await api.revokeKey(k.id);
+              await showKeys(tenant);
+            } catch (e) {
+              keyStatus.textContent = errorText(e);
+            }
+          });
+          return el(
+            "tr",
+            { "data-id": k.id },
+            el("td", {}, el("code", {}, k.id)),
+            el("td", {}, k.tenant),
+            el("td", {}, el("code", {}, k.prefix)),
+            el("td", {}, k.admin ? "admin" : ""),
+            el("td", {}, k.created_at),
+            el("td", { class: "revoked" }, k.revoked_at ?? ""),
+            el("td", {}, k.revoked_at ? "" : revoke),
+          );
+        }),
         "no keys",
       );
     } catch (e) {
@@ -220,22 +358,36 @@ function tenantsPage(errorText: ErrorText): Page {
       ts.map((x) => {
         const b = el("button", { type: "button", class: "keys" }, "Keys");
         b.addEventListener("click", () => void showKeys(x));
+        const qb = el("button", { type: "button", class: "quota" }, "Quota");
+        qb.addEventListener("click", () => editQuota(x));
         return el(
           "tr",
           { "data-id": x.id },
           el("td", {}, el("code", {}, x.id)),
           el("td", {}, x.name),
           el("td", { class: "quota-sandboxes" }, used(x.usage.sandboxes, x.quota.max_sandboxes)),
-          el("td", {}, used(x.usage.cpus, x.quota.max_cpus)),
-          el("td", {}, used(x.usage.memory_mib, x.quota.max_memory_mib)),
+          el("td", { class: "quota-cpus" }, used(x.usage.cpus, x.quota.max_cpus)),
+          el("td", { class: "quota-memory" }, used(x.usage.memory_mib, x.quota.max_memory_mib)),
           el("td", { title: x.created_at }, age(x.created_at) + " ago"),
-          el("td", {}, b),
+          el("td", { class: "row" }, qb, b),
         );
       }),
       "no tenants",
     );
   };
-  return polled("Tenants, keys and quotas", status, load, errorText, el("p", { class: "hint" }, "Usage of quota: used of the most allowed."), t.node, el("h2", {}, "Keys of ", keysOf), keys.node);
+  return polled(
+    "Tenants, keys and quotas",
+    status,
+    load,
+    errorText,
+    el("p", { class: "hint" }, "Usage of quota: used of the most allowed."),
+    t.node,
+    quotaForm,
+    el("h2", {}, "Keys of ", keysOf),
+    el("div", { class: "row" }, newKey, keyStatus),
+    secretBox,
+    keys.node,
+  );
 }
 
 export const adminPages: Record<string, (errorText: ErrorText, confirm: Confirm) => Page> = {

@@ -486,22 +486,40 @@ func (a *API) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	out, err := a.Metrics(r.Context(), sb, start, end)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// Metrics returns sandbox sb's samples from second start to second end
+// (unix seconds, both included): its history (history.go), then, when the
+// window reaches the current second and sb runs, one sample taken now. The
+// native REST API's GET /v1/sandboxes/{id}/metrics answers the same
+// samples (internal/server gives them to it).
+func (a *API) Metrics(ctx context.Context, sb *sandbox.Sandbox, start, end int64) ([]Metric, error) {
 	out := a.history.window(sb.ID, start, end)
 	if out == nil {
 		out = []Metric{}
 	}
 	if now := time.Now().Unix(); start <= now && end >= now {
-		m, err := a.sampleE2BMetric(r.Context(), sb)
+		m, err := a.sampleE2BMetric(ctx, sb)
 		if err != nil {
-			a.writeE2BErr(w, r, err)
-			return
+			return nil, err
 		}
 		if m != nil {
 			out = append(out, *m)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
+
+// Span is the time sample m's CPU use covers: MetricsEvery for a sample of
+// the history that was never merged, the sum of the merged ones' for a
+// merged one, the quarter second measured for one taken at a request.
+func (m Metric) Span() time.Duration { return m.span }
 
 // metricsWindow parses getMetrics' start and end, unix seconds: an absent
 // start is 0, an absent end the largest second.
@@ -549,6 +567,7 @@ func (a *API) sampleE2BMetric(ctx context.Context, sb *sandbox.Sandbox) (*Metric
 		var second *nodev1.ExecStats
 		if second, err = node.Stats(ctx, sb.ExecID); err == nil {
 			sample := e2bMetricOf(first, second)
+			sample.span = second.Time.Sub(first.Time)
 			m = &sample
 			if sb.Runtime == "vm" {
 				// The node sees the VMM's memory (guest RAM as QEMU holds

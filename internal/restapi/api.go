@@ -71,6 +71,11 @@ type Host interface {
 	// (store.NodeReady) registered node id and returns it; an unknown id
 	// is NotFound.
 	SetNodeState(ctx context.Context, id string, state store.NodeState) (sandboxv1.Node, error)
+	// Metrics returns sandbox sb's use from second start to second end
+	// (unix seconds, both included), oldest first: the samples kept over
+	// its life, and one taken now when the window holds the present and
+	// it runs.
+	Metrics(ctx context.Context, sb *sandbox.Sandbox, start, end int64) ([]sandboxv1.Metric, error)
 }
 
 // Config is what New needs.
@@ -179,6 +184,7 @@ func (a *API) Register(mux Mux) {
 	authed("POST /v1/sandboxes/{id}/snapshots", a.idempotent(a.handleCreateSnapshot))
 	authed("DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", a.handleDeleteSnapshot)
 	authed("GET /v1/sandboxes/{id}/events", a.handleEvents)
+	authed("GET /v1/sandboxes/{id}/metrics", a.handleMetrics)
 	authed("GET /v1/sandboxes/{id}/ca.pem", a.handleGetCA)
 
 	authed("POST /v1/credentials", a.idempotent(a.handleCreateCredential))

@@ -220,6 +220,7 @@ var authzRows = []authzRow{
 	{pattern: "POST /v1/sandboxes/{id}/snapshots", req: call("POST", "/v1/sandboxes/{sandbox}/snapshots", `{}`), want: tenantResource},
 	{pattern: "DELETE /v1/sandboxes/{id}/snapshots/{snapshot}", req: call("DELETE", "/v1/sandboxes/{sandbox}/snapshots/{snapshot}", ""), want: tenantResource},
 	{pattern: "GET /v1/sandboxes/{id}/events", req: get("/v1/sandboxes/{sandbox}/events"), want: tenantResource},
+	{pattern: "GET /v1/sandboxes/{id}/metrics", req: get("/v1/sandboxes/{sandbox}/metrics"), want: tenantResource},
 	{pattern: "GET /v1/sandboxes/{id}/ca.pem", req: get("/v1/sandboxes/{sandbox}/ca.pem"), want: tenantResource},
 
 	{pattern: "POST /v1/credentials", req: call("POST", "/v1/credentials", credentialBody), want: tenantScope},

@@ -669,6 +669,39 @@ func TestE2BREST(t *testing.T) {
 		wantE2BError(t, "metrics of another tenant's sandbox", p.e2bCall("GET", "/sandboxes/"+theirs.ID+"/metrics", p.key, ""), 404)
 		wantE2BError(t, "metrics with a bad end", p.e2bCall("GET", "/sandboxes/"+run1.ID+"/metrics?end=soon", p.key, ""), 400)
 	})
+	t.Run("metrics on the native API: the same samples, disk included", func(t *testing.T) {
+		auth := map[string]string{"Authorization": "Bearer " + p.key}
+		a := p.send(http.MethodGet, "/v1/sandboxes/"+run1.ID+"/metrics", "", "", auth)
+		var got sandboxv1.MetricList
+		if a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &got) != nil || len(got.Metrics) != 1 {
+			t.Fatalf("GET /v1/…/metrics: HTTP %d %s, want one sample", a.status, a.body)
+		}
+		m := got.Metrics[0]
+		if m.CPUCount != 1 || m.MemUsedBytes != 100<<20 || m.MemTotalBytes != 256<<20 || m.CPUUsedPct < 35 || m.CPUUsedPct > 65 || m.Time.IsZero() {
+			t.Errorf("sample %+v, want 1 CPU at ~50%%, 100 of 256 MiB", m)
+		}
+		if m.DiskUsedBytes == nil || *m.DiskUsedBytes != 10<<20 || m.DiskTotalBytes == nil || *m.DiskTotalBytes != 2048<<20 {
+			t.Errorf("sample disk %v of %v, want 10 MiB of 2048 MiB as the node measured", m.DiskUsedBytes, m.DiskTotalBytes)
+		}
+		if m.SpanSeconds < 0.2 || m.SpanSeconds > 5 {
+			t.Errorf("span_seconds %v, want the quarter second measured", m.SpanSeconds)
+		}
+		if a := p.send(http.MethodGet, "/v1/sandboxes/"+run1.ID+"/metrics?end=1000", "", "", auth); a.status != http.StatusOK || strings.TrimSpace(a.body) != `{"metrics":[]}` {
+			t.Errorf("a window that ended: HTTP %d %s, want no samples", a.status, a.body)
+		}
+		for name, c := range map[string]struct {
+			path string
+			want int
+		}{
+			"another tenant's sandbox": {"/v1/sandboxes/" + theirs.ID + "/metrics", 404},
+			"a bad end":                {"/v1/sandboxes/" + run1.ID + "/metrics?end=soon", 400},
+			"end before start":         {"/v1/sandboxes/" + run1.ID + "/metrics?start=20&end=10", 400},
+		} {
+			if a := p.send(http.MethodGet, c.path, "", "", auth); a.status != c.want {
+				t.Errorf("%s: HTTP %d %s, want %d", name, a.status, a.body, c.want)
+			}
+		}
+	})
 	t.Run("connect a running sandbox", func(t *testing.T) {
 		a := p.e2bCall("POST", "/v2/sandboxes/"+run2.ID+"/connect", p.key, `{"timeout":10}`)
 		var got e2bapi.Sandbox

@@ -66,3 +66,20 @@ func (s *Server) newREST() *restapi.API {
 		DefaultEgress: s.cfg.DefaultEgress, Builtins: s.cfg.Builtins, Keyring: s.cfg.Keyring, KMS: s.cfg.KMS,
 	})
 }
+
+func (h restHost) Metrics(ctx context.Context, sb *sandbox.Sandbox, start, end int64) ([]sandboxv1.Metric, error) {
+	ms, err := h.s.e2bAPI.Metrics(ctx, sb, start, end)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandboxv1.Metric, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, sandboxv1.Metric{
+			Time: m.Timestamp, CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct,
+			MemUsedBytes: m.MemUsed, MemTotalBytes: m.MemTotal,
+			DiskUsedBytes: m.DiskUsed, DiskTotalBytes: m.DiskTotal,
+			SpanSeconds: m.Span().Seconds(),
+		})
+	}
+	return out, nil
+}

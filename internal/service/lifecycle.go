@@ -91,6 +91,7 @@ func (s *Sandboxes) apply(ctx context.Context, c Caller, id string, op sandbox.O
 	if err != nil {
 		return nil, err
 	}
+	sbID := sb.ID
 	wait := s.rec.Watch(sb.ID)
 	defer wait.Stop()
 	for {
@@ -127,6 +128,7 @@ func (s *Sandboxes) apply(ctx context.Context, c Caller, id string, op sandbox.O
 		}
 	}
 	if err != nil {
+		s.refused(ctx, sbID, op, err)
 		return nil, err
 	}
 	target := sandbox.Settled(sb.State)
@@ -264,6 +266,7 @@ func (s *Sandboxes) Delete(ctx context.Context, c Caller, id string) error {
 	if err != nil {
 		return err
 	}
+	sbID := sb.ID
 	wait := s.rec.Watch(sb.ID)
 	defer wait.Stop()
 	for {
@@ -280,6 +283,7 @@ func (s *Sandboxes) Delete(ctx context.Context, c Caller, id string) error {
 		}
 	}
 	if err != nil {
+		s.refused(ctx, sbID, sandbox.OpDelete, err)
 		return err
 	}
 	s.Event(ctx, sb.ID, "state", "delete requested")

@@ -95,6 +95,8 @@ type Sandboxes struct {
 	// started is when the control plane started: creates wait for a first
 	// node only while it warms up (warmup.go).
 	started time.Time
+	// refusals caps the events of refused lifecycle requests (refusals.go).
+	refusals refusals
 }
 
 // New returns the operations over st, carried out by rec. started is when

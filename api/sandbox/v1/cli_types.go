@@ -159,3 +159,28 @@ type Progress struct {
 type EventList struct {
 	Events []Event `json:"events"`
 }
+
+// Metric is one sample of a sandbox's use, as GET
+// /v1/sandboxes/{id}/metrics answers it: what the control plane sampled
+// over the sandbox's life (a bounded history, older samples merged), and a
+// sample taken at the request while it runs. Bytes are bytes.
+type Metric struct {
+	Time     time.Time `json:"time"`
+	CPUCount int       `json:"cpu_count"`
+	// CPUUsedPct is the CPU time used over SpanSeconds, per allowed CPU.
+	CPUUsedPct    float64 `json:"cpu_used_pct"`
+	MemUsedBytes  uint64  `json:"mem_used_bytes"`
+	MemTotalBytes uint64  `json:"mem_total_bytes"`
+	// DiskUsedBytes and DiskTotalBytes are the root volume's use and
+	// limit; absent where the node does not account the disk.
+	DiskUsedBytes  *uint64 `json:"disk_used_bytes,omitempty"`
+	DiskTotalBytes *uint64 `json:"disk_total_bytes,omitempty"`
+	// SpanSeconds is the time the sample covers (merged samples cover
+	// more).
+	SpanSeconds float64 `json:"span_seconds"`
+}
+
+// MetricList is the body of GET /v1/sandboxes/{id}/metrics, oldest first.
+type MetricList struct {
+	Metrics []Metric `json:"metrics"`
+}

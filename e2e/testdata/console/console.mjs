@@ -5,7 +5,7 @@
 // XSS_PAYLOAD), SHOTS (a directory for screenshots), PLAYWRIGHT (the
 // playwright-core module's path), BROWSER (chromium, the default, or
 // firefox). Prints one JSON line: {ok, problems,
-// steps, id, fork}.
+// steps, id, fork, victim}.
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
@@ -146,7 +146,7 @@ async function download(page, sel) {
   }, n);
   return { name: d.name, bytes: Buffer.from(d.b64, "base64") };
 }
-let id = "", fork = "";
+let id = "", fork = "", victim = "";
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on("dialog", async (d) => { problems.push("a dialog opened: " + d.message()); await d.dismiss(); });
@@ -187,6 +187,14 @@ try {
   await page.waitForSelector("#sandboxes");
   if (page.url().includes(key)) problems.push("the key is in the URL: " + page.url());
 
+  // The bulk delete's third sandbox, made now through the API (a
+  // shared machine's node may refuse new ones under memory pressure for a
+  // while: retried for a minute).
+  await until("the bulk delete's third sandbox", async () => {
+    const r = await rest("POST", "/v1/sandboxes", { template: "minimal", runtime: "ns", memory_mib: 256 });
+    if (r.status !== 201) console.error("console.mjs: create the third sandbox: HTTP " + r.status + " " + r.text);
+    return (victim = r.json?.id ?? "") !== "";
+  }, 60000);
   step("create");
   await page.waitForSelector("#create-template option[value=minimal]", { state: "attached" });
   await page.selectOption("#create-template", "minimal");
@@ -269,7 +277,17 @@ try {
   await until("the refusal", async () => (await text(page, "#refusal")) !== "");
   const shown = await text(page, "#refusal");
   if (shown !== direct.code + ": " + direct.message) problems.push(`refusal shown as ${JSON.stringify(shown)}, the server says ${JSON.stringify(direct)}`);
+  // The refusal is an event of the sandbox on the server, shown in the
+  // timeline as the server recorded it (the test's own pause and the
+  // console's were both refused).
+  const refusedWant = "pause refused: " + direct.code + ": " + direct.message;
+  const refusedEvents = (await rest("GET", "/v1/sandboxes/" + id + "/events")).json.events.filter((e) => e.type === "refused");
+  if (!refusedEvents.some((e) => e.message === refusedWant)) problems.push("the server's events hold no refused pause: " + JSON.stringify(refusedEvents));
+  await until("the refused event in the timeline", async () =>
+    page.$$eval('#events li[data-type="refused"] .message', (ms, want) => ms.some((m) => m.textContent === want), refusedWant), 20000);
   await shot(page, "sandbox-refusal");
+  await page.$eval("#events", (e) => e.scrollIntoView({ block: "center" }));
+  await shot(page, "sandbox-events-refused");
   release();
   await page.unroute(record);
   await until("stopped", async () => (await text(page, '[data-field="state"]')) === "stopped");
@@ -294,14 +312,46 @@ try {
   }, 20000);
 
   step("usage");
-  // CPU and memory now, from the metrics route, as text and a chart.
+  // CPU, memory and disk now, from the native metrics route
+  // (GET /v1/sandboxes/{id}/metrics), as text and a chart over the
+  // sandbox's whole life.
   await until("the usage now", async () => (await text(page, "#usage-now")).startsWith("now: "), 30000);
-  const m = (await rest("GET", "/e2b/sandboxes/" + id + "/metrics")).json;
-  if (!Array.isArray(m) || !m.length || !(m.at(-1).memTotal > 0)) problems.push("the metrics route answers " + JSON.stringify(m));
-  const memShown = /· \d+\/(\d+) MiB/.exec(await text(page, "#usage-now"));
-  if (!memShown || Number(memShown[1]) !== Math.round(m.at(-1).memTotal / (1 << 20))) problems.push("usage shown " + JSON.stringify(await text(page, "#usage-now")) + ", the route says " + JSON.stringify(m.at(-1)));
-  const chart = await page.$eval("#usage-chart", (svg) => ({ kids: [...svg.children].map((c) => c.tagName).join(","), cpu: svg.querySelector("polyline.cpu").getAttribute("points") }));
-  if (chart.kids !== "title,rect,polyline,polyline" || !/^[0-9.]+,[0-9.]+/.test(chart.cpu)) problems.push("the usage chart: " + JSON.stringify(chart));
+  const m = (await rest("GET", "/v1/sandboxes/" + id + "/metrics")).json?.metrics;
+  if (!Array.isArray(m) || !m.length || !(m.at(-1).mem_total_bytes > 0)) problems.push("the metrics route answers " + JSON.stringify(m));
+  const nowShown = await text(page, "#usage-now");
+  const memShown = /· \d+\/(\d+) MiB/.exec(nowShown);
+  if (!memShown || Number(memShown[1]) !== Math.round(m.at(-1).mem_total_bytes / (1 << 20))) problems.push("usage shown " + JSON.stringify(nowShown) + ", the route says " + JSON.stringify(m.at(-1)));
+  // Disk as the route says it: used of the limit, or not accounted.
+  const mibOf = (b) => Math.round(b / (1 << 20));
+  const wantDisk = m.at(-1).disk_total_bytes ? `disk ${mibOf(m.at(-1).disk_used_bytes)}/${mibOf(m.at(-1).disk_total_bytes)} MiB` : "disk not accounted on its node";
+  const diskShown = /disk [^,]*$/.exec(nowShown)?.[0] ?? "";
+  // The used bytes move between the two reads: the limit and the form must agree.
+  if (diskShown.replace(/ \d+\//, " N/") !== wantDisk.replace(/ \d+\//, " N/")) problems.push("disk shown " + JSON.stringify(diskShown) + ", the route says " + JSON.stringify(wantDisk));
+  console.error("console.mjs: disk " + diskShown);
+  // The whole life: by now (a pause, a stop and a start later) the server
+  // kept samples from before the stop; the chart draws every one the route
+  // has over the life (the live one at the end moves on).
+  // The kept samples (5 s or more each; the one taken at the request
+  // covers a quarter second): one comes within 5 s of running.
+  const lifeOf = async () => (await rest("GET", "/v1/sandboxes/" + id + "/metrics")).json.metrics.filter((x) => x.span_seconds >= 1);
+  let life = [];
+  await until("a kept metrics sample", async () => (life = await lifeOf()).length > 0, 30000).catch(() => problems.push("the metrics route kept no sample of a sandbox running for 30 s"));
+  let lifeShown = "";
+  await until("the chart over the whole life", async () => {
+    lifeShown = await text(page, "#usage-life");
+    life = await lifeOf();
+    const first = lifeShown.split(" from ")[1]?.split(" to ")[0] ?? "";
+    return life.length > 0 && first === life[0].time && Number(await page.$eval("#usage-life", (e) => e.dataset.samples)) >= life.length;
+  }, 20000).catch((e) => problems.push(e.message + ": the page says " + JSON.stringify(lifeShown) + ", the route's first sample is " + JSON.stringify(life[0]) + " of " + life.length));
+  console.error("console.mjs: chart " + lifeShown);
+  const chart = await page.$eval("#usage-chart", (svg) => ({
+    kids: [...svg.children].map((c) => c.tagName).join(","),
+    cpu: svg.querySelector("polyline.cpu").getAttribute("points"),
+    disk: svg.querySelector("polyline.disk").getAttribute("points"),
+  }));
+  if (chart.kids !== "title,rect,polyline,polyline,polyline" || !/^[0-9.]+,[0-9.]+/.test(chart.cpu)) problems.push("the usage chart: " + JSON.stringify(chart));
+  if (m.at(-1).disk_total_bytes && !/^[0-9.]+,[0-9.]+/.test(chart.disk)) problems.push("the route reports disk but the chart draws none: " + JSON.stringify(chart));
+  await shot(page, "sandbox-usage");
 
   step("hibernate");
   await page.click('#lifecycle button[data-op="hibernate"]');
@@ -471,6 +521,13 @@ try {
   await page.click("#confirm-no");
   await new Promise((r) => setTimeout(r, 500));
   if ((await rest("GET", "/v1/sandboxes/" + fork)).json?.state !== "running") problems.push("a cancelled delete deleted the sandbox");
+  // Escape cancels it too.
+  await page.click('#lifecycle button[data-op="delete"]');
+  await page.waitForSelector("#confirm");
+  await page.keyboard.press("Escape");
+  await until("the dialog gone after Escape", async () => (await count(page, "#confirm")) === 0, 5000);
+  await new Promise((r) => setTimeout(r, 500));
+  if ((await rest("GET", "/v1/sandboxes/" + fork)).json?.state !== "running") problems.push("an Escaped delete deleted the sandbox");
   await go(page, url + "/console/#/");
   await page.waitForSelector(`#sandboxes tr[data-id="${fork}"]`);
   await noHorizontalScroll(page, "the sandboxes table");
@@ -568,6 +625,13 @@ try {
     return st === "ready";
   }, 120000);
   console.error("console.mjs: template progress seen: " + JSON.stringify(progressSeen));
+  // The build's log: the readings as they came, from the building one the
+  // build's answer gave to the final state, newest last.
+  await until("the build log's final line", async () => (await page.$$eval('.build-log[data-name="console-tiny"] li', (ls) => ls.at(-1)?.dataset.state ?? "")) === "ready", 20000);
+  const logLines = await page.$$eval('.build-log[data-name="console-tiny"] li', (ls) => ls.map((l) => l.dataset.state + " " + l.textContent));
+  console.error("console.mjs: build log: " + JSON.stringify(logLines));
+  if (logLines.length < 2 || !logLines[0].startsWith("building ")) problems.push("the build log does not start with the build under way: " + JSON.stringify(logLines));
+  if (new Set(logLines.map((l) => l.replace(/^\S+ \S+ /, ""))).size !== logLines.length) problems.push("the build log repeats a reading: " + JSON.stringify(logLines));
   const built = (await rest("GET", "/v1/templates")).json.templates.find((x) => x.name === "console-tiny");
   if (built?.state !== "ready") problems.push("the console's template build is not ready in the API: " + JSON.stringify(built));
   await shot(page, "templates");
@@ -580,6 +644,15 @@ try {
   const mine = (await rest("GET", "/v1/sandboxes")).json.sandboxes.filter((x) => x.node === sbNode && !["stopped", "hibernated", "deleted", "failed"].includes(x.state));
   const wantCommitted = `${mine.reduce((a, x) => a + x.cpus, 0)} CPU, ${mine.reduce((a, x) => a + x.memory_mib, 0)} MiB`;
   if (committed !== wantCommitted) problems.push(`node ${sbNode} committed shown ${JSON.stringify(committed)}, the sandboxes on it hold ${wantCommitted}`);
+  // Used beside committed: the node's measured memory as GET /v1/nodes says it.
+  let usedShown = "", usedWant = "";
+  await until("the node's used memory as the API says it", async () => {
+    usedShown = await page.$eval(`#nodes tr[data-id="${sbNode}"] td.used`, (e) => e.textContent);
+    const n = (await rest("GET", "/v1/nodes")).json.nodes.find((x) => x.id === sbNode);
+    usedWant = !n.memory_measured || n.used_mib < 0 ? "not measured" : `${n.used_mib} of ${n.memory_total_mib} MiB`;
+    return usedShown.replace(/ \(pressure\)$/, "") === usedWant;
+  }, 20000).catch(() => problems.push(`node ${sbNode} used shown ${JSON.stringify(usedShown)}, the API says ${JSON.stringify(usedWant)}`));
+  console.error("console.mjs: node used " + usedShown);
   // A drain asks first; Cancel leaves the node as it was.
   await page.click(`#nodes tr[data-id="${sbNode}"] button[data-op="drain"]`);
   await page.waitForSelector("#confirm");
@@ -590,18 +663,33 @@ try {
   await page.waitForSelector(`#sandboxes tr[data-id="${id}"]`);
 
   step("bulk delete");
-  await page.check(`#sandboxes tr[data-id="${id}"] input.pick`);
-  await page.check(`#sandboxes tr[data-id="${fork}"] input.pick`);
-  await until("two picked", async () => (await text(page, "#bulk-delete")) === "Delete selected (2)");
+  // Three picked; one is deleted behind the console's back while the
+  // confirmation is open: the other two are deleted, and that one's
+  // refusal is shown as the server says it.
+  await page.waitForSelector(`#sandboxes tr[data-id="${victim}"]`);
+  for (const x of [id, fork, victim]) await page.check(`#sandboxes tr[data-id="${x}"] input.pick`);
+  await until("three picked", async () => (await text(page, "#bulk-delete")) === "Delete selected (3)");
   await page.click("#bulk-delete");
   await page.waitForSelector("#confirm");
   const items = await page.$$eval("#confirm-items li", (ls) => ls.map((l) => l.textContent).sort().join(","));
-  if (items !== [id, fork].sort().join(",")) problems.push("the bulk confirmation lists " + items);
+  if (items !== [id, fork, victim].sort().join(",")) problems.push("the bulk confirmation lists " + items);
   await shot(page, "sandboxes-bulk-delete");
+  await rest("DELETE", "/v1/sandboxes/" + victim);
+  await until("the third sandbox gone", async () => (await rest("GET", "/v1/sandboxes/" + victim)).status === 404, 60000);
+  const goneDirect = await rest("DELETE", "/v1/sandboxes/" + victim);
   await page.click("#confirm-yes");
   await until("the delete", () =>
     page.$$eval(`#sandboxes tr[data-id]`, (rs, ids) => rs.filter((r) => ids.includes(r.dataset.id)).every((r) => /deleting|deleted/.test(r.textContent)), [id, fork]),
   );
+  const wantFail = victim + ": " + goneDirect.json?.code + ": " + goneDirect.json?.message;
+  await until("the failure shown", async () => (await text(page, "#list-status")).includes(victim), 20000).catch(() => {});
+  if (goneDirect.status !== 404 || (await text(page, "#list-status")) !== wantFail)
+    problems.push(`bulk delete's failure shown ${JSON.stringify(await text(page, "#list-status"))}, the server says HTTP ${goneDirect.status} ${JSON.stringify(wantFail)}`);
+  for (const x of [id, fork]) {
+    const r = await rest("GET", "/v1/sandboxes/" + x);
+    if (r.status !== 404 && !/deleting|deleted/.test(r.json?.state)) problems.push("the bulk delete left " + x + " " + r.text);
+  }
+  await shot(page, "sandboxes-bulk-delete-failed");
   step("drain");
   await page.click('#nav a[data-page="nodes"]');
   await page.click(`#nodes tr[data-id="${sbNode}"] button[data-op="drain"]`);
@@ -621,6 +709,56 @@ try {
   await page.waitForSelector(`#tenants tr[data-id="${made.json.tenant.id}"]`);
   await page.click(`#tenants tr[data-id="${made.json.tenant.id}"] button.keys`);
   await page.waitForSelector("#keys tr[data-id]");
+  step("quota");
+  const tid = made.json.tenant.id;
+  await page.click(`#tenants tr[data-id="${tid}"] button.quota`);
+  await page.fill("#quota-sandboxes", "-1");
+  await page.click("#quota-save");
+  await until("the form's quota refusal", async () => (await text(page, "#quota-status")).startsWith('sandboxes "-1": want a whole number'));
+  const tooBig = String(2 ** 31);
+  const bigDirect = await rest("PUT", "/v1/tenants/" + tid + "/quota", { max_sandboxes: 3, max_cpus: 0, max_memory_mib: 2 ** 31 });
+  await page.fill("#quota-sandboxes", "3");
+  await page.fill("#quota-memory", tooBig);
+  await page.click("#quota-save");
+  await until("the server's quota refusal", async () => !["saving…", ""].includes(await text(page, "#quota-status")));
+  if (bigDirect.status !== 400 || (await text(page, "#quota-status")) !== bigDirect.json.code + ": " + bigDirect.json.message)
+    problems.push(`quota refusal shown ${JSON.stringify(await text(page, "#quota-status"))}, the server says HTTP ${bigDirect.status} ${bigDirect.text}`);
+  await page.fill("#quota-memory", "2048");
+  await page.fill("#quota-cpus", "4");
+  await page.click("#quota-save");
+  await until("the quota saved", async () => (await text(page, "#quota-status")) === "saved");
+  const q = (await rest("GET", "/v1/tenants")).json.tenants.find((x) => x.id === tid).quota;
+  if (q.max_sandboxes !== 3 || q.max_cpus !== 4 || q.max_memory_mib !== 2048) problems.push("the saved quota is not the tenant's: " + JSON.stringify(q));
+  await until("the table's quota", async () => (await text(page, `#tenants tr[data-id="${tid}"] td.quota-sandboxes`)) === "0 of 3");
+  step("key create");
+  await page.click("#key-create");
+  await page.waitForSelector("#key-secret-value");
+  const newSecret = await text(page, "#key-secret-value");
+  if ((await rest("GET", "/v1/sandboxes", undefined, newSecret)).status !== 200) problems.push("the key the console made does not sign in");
+  const newKeyID = (await rest("GET", "/v1/keys?tenant=" + tid)).json.keys.find((k) => newSecret.startsWith(k.prefix) && !k.revoked_at)?.id;
+  if (!newKeyID) problems.push("the new key is not in the tenant's keys");
+  await page.waitForSelector(`#keys tr[data-id="${newKeyID}"]`);
+  await shot(page, "tenants-key-created");
+  // The secret is shown once: another tenant's keys, and back, and it is gone.
+  await page.click(`#tenants tr[data-id="${(await rest("GET", "/v1/tenants")).json.tenants.find((x) => x.id !== tid).id}"] button.keys`);
+  await until("the secret gone", async () => !(await page.content()).includes(newSecret));
+  await page.click(`#tenants tr[data-id="${tid}"] button.keys`);
+  await page.waitForSelector(`#keys tr[data-id="${newKeyID}"] button.revoke`);
+  if ((await page.content()).includes(newSecret)) problems.push("the key's secret is shown again");
+  step("key revoke");
+  // Escape cancels the confirmation: nothing done.
+  await page.click(`#keys tr[data-id="${newKeyID}"] button.revoke`);
+  await page.waitForSelector("#confirm");
+  await page.keyboard.press("Escape");
+  await until("the dialog gone", async () => (await count(page, "#confirm")) === 0, 5000);
+  await new Promise((r) => setTimeout(r, 300));
+  if ((await rest("GET", "/v1/sandboxes", undefined, newSecret)).status !== 200) problems.push("an Escaped revoke revoked the key");
+  await page.click(`#keys tr[data-id="${newKeyID}"] button.revoke`);
+  await page.waitForSelector("#confirm");
+  if (!(await text(page, "#confirm-items")).includes(newKeyID)) problems.push("the revoke confirmation does not name " + newKeyID);
+  await page.click("#confirm-yes");
+  await until("revoked in the table", async () => (await text(page, `#keys tr[data-id="${newKeyID}"] td.revoked`)) !== "");
+  if ((await rest("GET", "/v1/sandboxes", undefined, newSecret)).status !== 401) problems.push("the key the console revoked still signs in");
   await shot(page, "tenants");
 
   step("tenant key");
@@ -671,4 +809,4 @@ try {
 } finally {
   await browser.close();
 }
-console.log(JSON.stringify({ ok: problems.length === 0, problems, steps, id, fork }));
+console.log(JSON.stringify({ ok: problems.length === 0, problems, steps, id, fork, victim }));
