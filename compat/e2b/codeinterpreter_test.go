@@ -113,5 +113,10 @@ func (e ciEnv) server(t testing.TB, rt string, extra ...string) *server {
 	}
 	srv.WaitTemplate(t, "code-interpreter")
 	t.Logf("%s: template code-interpreter built in %v", rt, time.Since(start).Round(time.Millisecond))
+	// The build copied 1.3 GB: on a small shared host the node can be under
+	// memory pressure for a while after, refusing creates (503).
+	if p := srv.WaitNoMemoryPressure(t, 3*time.Minute); p != "" {
+		t.Logf("%s: the node still reports memory pressure 3m after the build (%s); the creates may be refused", rt, p)
+	}
 	return srv
 }

@@ -237,3 +237,35 @@ func (s *Server) WaitTemplate(t testing.TB, name string) {
 	}
 	t.Fatalf("template %s not ready after 5m:\n%s", name, s.Logs())
 }
+
+// WaitNoMemoryPressure waits (up to limit) until no node reports memory
+// pressure, so that the creates a test makes next are placed: a template
+// build copying a big tree can push a small, shared host's memory PSI over
+// the node's threshold for a while, and a create in that window is refused
+// with 503 as it should be. It returns the pressure still reported when
+// limit passed ("" when none).
+func (s *Server) WaitNoMemoryPressure(t testing.TB, limit time.Duration) string {
+	t.Helper()
+	last := ""
+	for deadline := time.Now().Add(limit); ; time.Sleep(time.Second) {
+		var list struct {
+			Nodes []struct {
+				MemoryPressure string `json:"memory_pressure"`
+			}
+		}
+		if err := s.Get("/v1/nodes", &list); err == nil {
+			last = ""
+			for _, n := range list.Nodes {
+				if n.MemoryPressure != "" {
+					last = n.MemoryPressure
+				}
+			}
+			if last == "" {
+				return ""
+			}
+		}
+		if time.Now().After(deadline) {
+			return last
+		}
+	}
+}
