@@ -150,6 +150,38 @@ const tests = [
     eq(lang.logs.stdout.join(''), 'by-language\n', 'language: bash')
     await sbx.removeCodeContext(ctx)
   }],
+  ["the e2b SDK's git helper (the template has git, as base has)", async () => {
+    // Sandbox.git runs git through commands.run: init, config, add,
+    // commit, status, branches, remotes, clone, push and pull, here
+    // against a bare repository in the sandbox.
+    const g = sbx.git
+    await g.init('/home/user/repo', { initialBranch: 'main' })
+    await g.configureUser('Space CI', 'ci@space.invalid')
+    eq(await g.getConfig('user.name'), 'Space CI', 'getConfig')
+    await sbx.files.write('/home/user/repo/a.txt', 'one\n')
+    eq((await g.status('/home/user/repo')).fileStatus.length, 1, 'status of one new file')
+    await g.add('/home/user/repo', { all: true })
+    await g.commit('/home/user/repo', 'first')
+    eq((await g.status('/home/user/repo')).isClean, true, 'clean after the commit')
+    await g.createBranch('/home/user/repo', 'feature')
+    const br = await g.branches('/home/user/repo')
+    assert(br.branches.includes('main') && br.branches.includes('feature') && br.currentBranch === 'feature', `branches: ${JSON.stringify(br)}`)
+    await g.checkoutBranch('/home/user/repo', 'main')
+    await g.deleteBranch('/home/user/repo', 'feature', { force: true })
+    await sbx.commands.run('git init --bare -q /home/user/remote.git')
+    await g.remoteAdd('/home/user/repo', 'origin', '/home/user/remote.git')
+    eq(await g.remoteGet('/home/user/repo', 'origin'), '/home/user/remote.git', 'remoteGet')
+    await g.push('/home/user/repo', { remote: 'origin', branch: 'main', setUpstream: true })
+    await g.clone('/home/user/remote.git', { path: '/home/user/clone', branch: 'main' })
+    eq(await sbx.files.read('/home/user/clone/a.txt'), 'one\n', 'the cloned file')
+    await sbx.files.write('/home/user/repo/a.txt', 'two\n')
+    await g.restore('/home/user/repo', { paths: ['a.txt'] })
+    eq(await sbx.files.read('/home/user/repo/a.txt'), 'one\n', 'restore')
+    await g.pull('/home/user/clone')
+    await g.reset('/home/user/clone', { mode: 'hard', target: 'HEAD' })
+    await g.setConfig('pull.rebase', 'false', { scope: 'global' })
+    eq(await g.getConfig('pull.rebase', { scope: 'global' }), 'false', 'global config')
+  }],
   ['an unsupported language is refused with 400', async () => {
     let err
     try { await sbx.runCode('1', { language: 'r' }) } catch (e) { err = e }

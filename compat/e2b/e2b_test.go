@@ -36,7 +36,7 @@ var runs = []struct {
 	runtime string
 	scripts []string
 }{
-	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs"}},
+	{"ns", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs", "surface.mjs"}},
 	{"vm", []string{"commands.mjs", "files.mjs", "lifecycle.mjs", "ports.mjs"}},
 }
 
@@ -51,7 +51,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	modules := installSDK(t)
 	work := t.TempDir()
-	for _, name := range []string{"lib.mjs", "package.json", "commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs"} {
+	for _, name := range []string{"lib.mjs", "package.json", "commands.mjs", "files.mjs", "lifecycle.mjs", "errors.mjs", "ports.mjs", "keys.mjs", "surface.mjs"} {
 		copyFile(t, name, filepath.Join(work, name))
 	}
 	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
@@ -73,6 +73,12 @@ func TestE2BSDK(t *testing.T) {
 
 // runScript runs one SDK script against srv.
 func (s *server) runScript(t *testing.T, work, name string) {
+	s.runScriptEnv(t, work, name)
+}
+
+// runScriptEnv runs one SDK script against srv with more environment
+// variables, and returns its output.
+func (s *server) runScriptEnv(t testing.TB, work, name string, env ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", name)
@@ -84,6 +90,7 @@ func (s *server) runScript(t *testing.T, work, name string) {
 	cmd.Env = append(os.Environ(),
 		"E2B_API_URL="+s.E2BAPI, "E2B_SANDBOX_URL="+s.E2BSandbox, "E2B_API_KEY="+key, "SPACE_KEY="+s.Key,
 		"E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
@@ -91,11 +98,12 @@ func (s *server) runScript(t *testing.T, work, name string) {
 	if err != nil {
 		t.Errorf("node %s: %v\nserver log:\n%s", name, err, s.Logs())
 	}
+	return string(out)
 }
 
 // installSDK runs `npm ci` for package-lock.json into the cache, once per
 // lockfile content, and returns the node_modules directory.
-func installSDK(t *testing.T) string {
+func installSDK(t testing.TB) string {
 	t.Helper()
 	lock, err := os.ReadFile("package-lock.json")
 	if err != nil {
@@ -149,7 +157,7 @@ func installSDK(t *testing.T) string {
 	return modules
 }
 
-func copyFile(t *testing.T, from, to string) {
+func copyFile(t testing.TB, from, to string) {
 	t.Helper()
 	data, err := os.ReadFile(from)
 	if err != nil {
@@ -171,7 +179,7 @@ type server struct {
 // runtime (extra: more flags), waits until the minimal template and the
 // runtime are ready, and mints an E2B-shaped key. It is stopped when the
 // test ends.
-func startServer(t *testing.T, bin, runtime string, extra ...string) *server {
+func startServer(t testing.TB, bin, runtime string, extra ...string) *server {
 	t.Helper()
 	srv := &server{Server: devserver.Start(t, bin, runtime, extra...)}
 	mint := exec.Command(filepath.Join(bin, "space"), "key", "create", "--e2b")

@@ -21,7 +21,7 @@ var pythonRuns = []struct {
 	runtime, version string
 	sections         []string
 }{
-	{"ns", "2.63", []string{"commands", "pty", "files", "lifecycle", "network", "fields"}},
+	{"ns", "2.63", []string{"commands", "pty", "files", "lifecycle", "network", "fields", "hung"}},
 	{"ns", "2.45", []string{"commands", "files", "lifecycle"}},
 	{"vm", "2.63", []string{"commands", "files", "lifecycle"}},
 }

@@ -1,6 +1,6 @@
 // E2B's network.rules with the unmodified e2b SDK: a header injected into
 // the sandbox's HTTPS requests to one host, kept out of the sandbox,
-// replaced and cleared by updateNetwork. rules_test.go serves RULES_HOST
+// replaced, made several headers and cleared by updateNetwork. rules_test.go serves RULES_HOST
 // and RULES_OTHER (HTTPS, a CA the sandbox does not trust) and checks
 // after the run what each request path carried to the upstream.
 const { Sandbox, ALL_TRAFFIC } = await import(process.env.E2B_PACKAGE || 'e2b')
@@ -76,6 +76,18 @@ try {
       await sbx.updateNetwork({ allowOut, denyOut: [ALL_TRAFFIC], rules: rule(v2) })
       const out = await get(`https://${host}/two`)
       assert(out.startsWith('200\n'), `GET ${host}/two: ${out}`)
+    }],
+    ['several headers for one host, from one rule and from the next', async () => {
+      const rules = { [host]: [{ transform: { headers: { 'X-Rule': v1 } } }, { transform: { headers: { 'X-Second': v2 } } }] }
+      await sbx.updateNetwork({ allowOut, denyOut: [ALL_TRAFFIC], rules })
+      const out = await get(`-H 'X-Second: placeholder' https://${host}/multi`)
+      assert(out.startsWith('200\n'), `GET ${host}/multi: ${out}`)
+      const echo = await get(`https://${host}/echo-multi`)
+      assert(/^200\necho \*+ \*+\n/.test(echo), `the echo answer, both values removed: ${echo}`)
+      assert(!echo.includes(v1) && !echo.includes(v2), 'the echo answer carries a value')
+      const info = await sbx.getInfo()
+      eq(JSON.stringify(info.network?.rules?.[host]), JSON.stringify([{ transform: { headers: { 'X-Rule': '', 'X-Second': '' } } }]), 'the rule as getInfo says it')
+      await refused(() => sbx.updateNetwork({ allowOut, denyOut: [ALL_TRAFFIC], rules: { [host]: [{ transform: { headers: { 'X-Rule': v1 } } }, { transform: { headers: { 'x-rule': v2 } } }] } }), 'sets header x-rule twice')
     }],
     ['updateNetwork without rules clears them', async () => {
       await sbx.updateNetwork({ allowOut, denyOut: [ALL_TRAFFIC] })

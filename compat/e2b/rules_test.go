@@ -33,7 +33,8 @@ const (
 // on create inject the header into the sandbox's HTTPS requests to the
 // named host, and only there; the sandbox cannot read the value (its
 // environment, its files, an upstream echoing the request back);
-// updateNetwork replaces the rule and, left out, clears it. The upstream
+// updateNetwork replaces the rule, sets two headers for the host (both
+// reach the upstream, neither the sandbox) and, left out, clears them. The upstream
 // records what each request path carried and the test checks it after.
 func TestE2BSDKNetworkRules(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -82,11 +83,14 @@ func TestE2BSDKNetworkRules(t *testing.T) {
 	srv.runScript(t, work, "rules.mjs")
 
 	for path, want := range map[string]string{
-		rulesHost + "/one":   rulesV1,       // the rule's value, over the sandbox's placeholder
-		rulesHost + "/echo":  rulesV1,       // echoed back, and removed before the sandbox read it
-		rulesOther + "/one":  "placeholder", // no rule: what the sandbox sent
-		rulesHost + "/two":   rulesV2,       // replaced by updateNetwork
-		rulesHost + "/three": "",            // cleared by updateNetwork
+		rulesHost + "/one":                 rulesV1,       // the rule's value, over the sandbox's placeholder
+		rulesHost + "/echo":                rulesV1,       // echoed back, and removed before the sandbox read it
+		rulesOther + "/one":                "placeholder", // no rule: what the sandbox sent
+		rulesHost + "/two":                 rulesV2,       // replaced by updateNetwork
+		rulesHost + "/multi":               rulesV1,       // two headers of one host: both set
+		rulesHost + "/multi X-Second":      rulesV2,
+		rulesHost + "/echo-multi X-Second": rulesV2,
+		rulesHost + "/three":               "", // cleared by updateNetwork
 	} {
 		if got := seen.of(path); len(got) != 1 || got[0] != want {
 			t.Errorf("upstream %s received X-Rule %q, want [%q]", path, got, want)
@@ -99,7 +103,8 @@ func TestE2BSDKNetworkRules(t *testing.T) {
 	}
 }
 
-// ruleSeen records the X-Rule header of each request, by host and path.
+// ruleSeen records the X-Rule header of each request, by host and path,
+// and its X-Second header under "host/path X-Second".
 type ruleSeen struct {
 	mu  sync.Mutex // guards got
 	got map[string][]string
@@ -121,8 +126,15 @@ func (n *upstreamNetns) serveRuleHTTPS(t *testing.T, ca *testenv.UpstreamCA, add
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			v := r.Header.Get("X-Rule")
 			seen.add(host+r.URL.Path, v)
-			if r.URL.Path == "/echo" {
+			if second := r.Header.Get("X-Second"); second != "" {
+				seen.add(host+r.URL.Path+" X-Second", second)
+			}
+			switch r.URL.Path {
+			case "/echo":
 				fmt.Fprintf(w, "echo %s\n", v)
+				return
+			case "/echo-multi":
+				fmt.Fprintf(w, "echo %s %s\n", v, r.Header.Get("X-Second"))
 				return
 			}
 			fmt.Fprintf(w, "hello from %s", host)

@@ -90,6 +90,14 @@ var publicPaths = map[string]bool{
 	"/envs":   true,
 }
 
+// guestInitTimeout bounds the guest's Init. Init itself is quick, but it
+// starts the template's autostart entries and start command, and waits for
+// each one's port up to 10 s (guestd's autostartReadyWait): the
+// code-interpreter template's server, under TCG and from a restored
+// template snapshot, takes longer than a 10 s bound on all of Init, which
+// failed every such create ("guest init: deadline_exceeded").
+const guestInitTimeout = 30 * time.Second
+
 // IsPublicGuestPath reports whether path is a guest route that the manager (and,
 // through it, an authorised client) may reach.
 func IsPublicGuestPath(path string) bool {
@@ -428,7 +436,7 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 			trustErr = b.installTrust(tctx, cert)
 		}()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), guestInitTimeout)
 	defer cancel()
 	_, err = b.client.Control().Init(ctx, connect.NewRequest(msg))
 	wg.Wait()

@@ -12,8 +12,10 @@
 package credentials
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
@@ -103,14 +105,38 @@ const (
 	MethodBasic = "basic"
 	// MethodQuery sets the URL query parameter Injection.Name to the secret.
 	MethodQuery = "query"
+	// MethodHeaders sets several HTTP headers: Injection.Name lists their
+	// names joined by commas, the secret their values in the same order
+	// joined by newlines (a header value holds neither). E2B's network.rules
+	// set several headers on one host (service.HeaderRule).
+	MethodHeaders = "headers"
 )
+
+// MaxInjectedHeaders bounds the headers of one MethodHeaders credential.
+const MaxInjectedHeaders = 16
+
+// InjectedHeaders splits a MethodHeaders credential into its header names
+// and values (views of c.Secret: zeroing the secret zeroes them). The
+// error says what does not match and never contains a value.
+func (c *Credential) InjectedHeaders() (names []string, values [][]byte, err error) {
+	if c.Injection.Method != MethodHeaders {
+		return nil, nil, fmt.Errorf("injection method %.32q is not %s: %w", c.Injection.Method, MethodHeaders, errdefs.ErrInvalidArgument)
+	}
+	names = strings.Split(c.Injection.Name, ",")
+	values = bytes.Split(c.Secret, []byte("\n"))
+	if len(names) != len(values) {
+		return nil, nil, fmt.Errorf("%d header names and %d values: %w", len(names), len(values), errdefs.ErrInvalidArgument)
+	}
+	return names, values, nil
+}
 
 // Injection says how the gateway adds the secret to a request.
 type Injection struct {
-	// Method is MethodHeader, MethodBasic or MethodQuery.
+	// Method is MethodHeader, MethodBasic, MethodQuery or MethodHeaders.
 	Method string `json:"method"`
-	// Name is the header name (MethodHeader) or query parameter name
-	// (MethodQuery); empty for MethodBasic.
+	// Name is the header name (MethodHeader), the query parameter name
+	// (MethodQuery) or the comma-joined header names (MethodHeaders);
+	// empty for MethodBasic.
 	Name string `json:"name,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package credentials
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -95,5 +96,52 @@ func TestMemoryBackend(t *testing.T) {
 	}
 	if err := b.Put(ctx, Credential{ID: "bad"}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("Put of an invalid credential: %v", err)
+	}
+}
+
+func TestHeadersInjectionValidate(t *testing.T) {
+	ok := cred("c1", Scope{Tenant: "t1"}, "a.example.com")
+	ok.Injection = Injection{Method: MethodHeaders, Name: "X-Key,X-Org"}
+	ok.Secret = []byte("key-value-1\norg-value-2")
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid headers credential: %v", err)
+	}
+	names, values, err := ok.InjectedHeaders()
+	if err != nil || strings.Join(names, "|") != "X-Key|X-Org" || string(values[0]) != "key-value-1" || string(values[1]) != "org-value-2" {
+		t.Fatalf("InjectedHeaders = %q, %q, %v", names, values, err)
+	}
+	tests := map[string]func(c *Credential){
+		"one header":      func(c *Credential) { c.Injection.Name = "X-Key"; c.Secret = []byte("key-value-1") },
+		"more names":      func(c *Credential) { c.Injection.Name = "X-Key,X-Org,X-Third" },
+		"more values":     func(c *Credential) { c.Secret = []byte("key-value-1\norg-value-2\nthird-value") },
+		"empty name":      func(c *Credential) { c.Injection.Name = "X-Key," },
+		"bad name":        func(c *Credential) { c.Injection.Name = "X-Key,X Org" },
+		"framing header":  func(c *Credential) { c.Injection.Name = "X-Key,Transfer-Encoding" },
+		"same name twice": func(c *Credential) { c.Injection.Name = "X-Key,x-key" },
+		"short value":     func(c *Credential) { c.Secret = []byte("key-value-1\nq7z") },
+		"CR in a value":   func(c *Credential) { c.Secret = []byte("key-value-1\rX: y\norg-value-2") },
+		"too many": func(c *Credential) {
+			var names, values []string
+			for i := range MaxInjectedHeaders + 1 {
+				names, values = append(names, fmt.Sprintf("X-H%d", i)), append(values, fmt.Sprintf("value-%04d", i))
+			}
+			c.Injection.Name, c.Secret = strings.Join(names, ","), []byte(strings.Join(values, "\n"))
+		},
+		"headers of no names": func(c *Credential) { c.Injection.Name = "" },
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := ok.Clone()
+			mutate(&c)
+			err := c.Validate()
+			if !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("Validate = %v, want ErrInvalidArgument", err)
+			}
+			for _, v := range strings.Split(string(c.Secret), "\n") {
+				if strings.Contains(err.Error(), v) {
+					t.Errorf("error quotes a value: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -44,3 +44,35 @@ func FuzzHostMatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHeadersValidate: a "headers" credential that validates splits into
+// 2 to MaxInjectedHeaders distinct token names, each with a value of at
+// least MinSecretLen bytes holding no CR, LF or NUL (none could split the
+// request or hide another header).
+func FuzzHeadersValidate(f *testing.F) {
+	f.Add("X-Key,X-Org", "key-value-1\norg-value-2")
+	f.Add("X-Key,x-key", "key-value-1\norg-value-2")
+	f.Add("X-Key", "key-value-1")
+	f.Add("X-Key,X-Org,", "key-value-1\norg-value-2\n")
+	f.Fuzz(func(t *testing.T, names, secret string) {
+		c := Credential{ID: "c1", Scope: Scope{Tenant: "t1"}, Name: "c1", Secret: []byte(secret),
+			Injection: Injection{Method: MethodHeaders, Name: names}, AllowedHosts: []string{"a.example.com"}}
+		if c.Validate() != nil {
+			return
+		}
+		ns, vs, err := c.InjectedHeaders()
+		if err != nil || len(ns) < 2 || len(ns) > MaxInjectedHeaders || len(ns) != len(vs) {
+			t.Fatalf("valid %q/%q: %d names, %d values, %v", names, secret, len(ns), len(vs), err)
+		}
+		seen := map[string]bool{}
+		for i, n := range ns {
+			if n == "" || !isToken(n) || seen[strings.ToLower(n)] {
+				t.Fatalf("valid %q: header name %q", names, n)
+			}
+			seen[strings.ToLower(n)] = true
+			if len(vs[i]) < MinSecretLen || strings.ContainsAny(string(vs[i]), "\r\n\x00") {
+				t.Fatalf("valid %q: value %q of %s", secret, vs[i], n)
+			}
+		}
+	})
+}

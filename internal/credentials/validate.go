@@ -70,9 +70,11 @@ func (c Credential) validSecret() error {
 		if len(inj.Name) == 0 || len(inj.Name) > maxInjectionName || !isToken(inj.Name) {
 			return fmt.Errorf("query parameter name %.64q: want 1 to %d token characters: %w", inj.Name, maxInjectionName, errdefs.ErrInvalidArgument)
 		}
+	case MethodHeaders:
+		return c.validHeaders()
 	default:
-		return fmt.Errorf("injection method %.32q: want %s, %s or %s: %w",
-			inj.Method, MethodHeader, MethodBasic, MethodQuery, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("injection method %.32q: want %s, %s, %s or %s: %w",
+			inj.Method, MethodHeader, MethodBasic, MethodQuery, MethodHeaders, errdefs.ErrInvalidArgument)
 	}
 	if inj.Method != MethodQuery {
 		// A header value may not contain control characters other than tab:
@@ -80,6 +82,44 @@ func (c Credential) validSecret() error {
 		for _, b := range c.Secret {
 			if b < 0x20 && b != '\t' || b == 0x7f {
 				return fmt.Errorf("secret contains a control character, not allowed in an HTTP header: %w", errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	return nil
+}
+
+// validHeaders checks a MethodHeaders credential: 2 to MaxInjectedHeaders
+// distinct header names a credential may set, each with a value of at
+// least MinSecretLen bytes (each is redacted on its own) and no control
+// character but tab. Errors never contain a value.
+func (c Credential) validHeaders() error {
+	names, values, err := c.InjectedHeaders()
+	if err != nil {
+		return err
+	}
+	if len(names) < 2 || len(names) > MaxInjectedHeaders {
+		return fmt.Errorf("%d headers, want 2 to %d (one header: method %s): %w", len(names), MaxInjectedHeaders, MethodHeader, errdefs.ErrInvalidArgument)
+	}
+	seen := make(map[string]bool, len(names))
+	for i, name := range names {
+		if len(name) == 0 || len(name) > maxInjectionName || !isToken(name) {
+			return fmt.Errorf("header name %.64q: want 1 to %d token characters: %w", name, maxInjectionName, errdefs.ErrInvalidArgument)
+		}
+		canon := http.CanonicalHeaderKey(name)
+		if forbiddenHeaders[canon] {
+			return fmt.Errorf("header %s frames the request and cannot carry a credential: %w", name, errdefs.ErrInvalidArgument)
+		}
+		if seen[canon] {
+			return fmt.Errorf("header %s is named twice: %w", name, errdefs.ErrInvalidArgument)
+		}
+		seen[canon] = true
+		if len(values[i]) < MinSecretLen {
+			return fmt.Errorf("header %s: a value of %d bytes, fewer than %d (the gateway redacts each value from responses, and a shorter one would match ordinary text): %w",
+				name, len(values[i]), MinSecretLen, errdefs.ErrInvalidArgument)
+		}
+		for _, b := range values[i] {
+			if b < 0x20 && b != '\t' || b == 0x7f {
+				return fmt.Errorf("header %s: the value contains a control character, not allowed in an HTTP header: %w", name, errdefs.ErrInvalidArgument)
 			}
 		}
 	}

@@ -11,8 +11,8 @@ package e2bapi
 // As on E2B: keys are exact names or "*.suffix", in any case (kept in
 // lowercase); an exact name beats a wildcard, the longest wildcard the
 // others; the rules open no egress (allowOut does). What SPACE refuses
-// that E2B takes, each with a 400 naming the host: more than one header per
-// host (a credential injects one header), a value shorter than 8 bytes (the
+// that E2B takes, each with a 400 naming the host: more than 16 headers a
+// host or one header set twice, a value shorter than 8 bytes (the
 // gateway removes the value from responses, and a shorter one matches
 // ordinary text), a wildcard of a top-level domain ("*.com"), a CIDR key.
 // Everywhere: headers that frame or route the request (Host,
@@ -96,7 +96,9 @@ func parseE2BRules(raw json.RawMessage) ([]service.HeaderRule, error) {
 }
 
 // parseE2BHostRules reads the list of rules of host key: ok false when it
-// sets no header.
+// sets no header. The headers of every rule of the list are the host's,
+// as E2B applies a host's rules in order; a header set twice (names match
+// in any case) is refused rather than one of its values picked.
 func parseE2BHostRules(key string, list []json.RawMessage) (r service.HeaderRule, ok bool, err error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: network.rules[%q]: "+format, append([]any{errdefs.ErrInvalidArgument, service.Clip(key)}, args...)...)
@@ -104,6 +106,7 @@ func parseE2BHostRules(key string, list []json.RawMessage) (r service.HeaderRule
 	if key == "" || key == "*" {
 		return r, false, bad("not a host name; give an exact name or *.example.com")
 	}
+	seen := map[string]bool{}
 	for i, raw := range list {
 		var rule e2bRuleJSON
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -114,21 +117,27 @@ func parseE2BHostRules(key string, list []json.RawMessage) (r service.HeaderRule
 		if rule.Transform == nil {
 			continue
 		}
-		for name, v := range rule.Transform.Headers {
+		for _, name := range slices.Sorted(maps.Keys(rule.Transform.Headers)) {
+			v := rule.Transform.Headers[name]
 			if v == nil {
 				return r, false, bad("header %q: want a string value", service.Clip(name))
 			}
-			if ok {
-				return r, false, bad("sets more than one header (%s and %s); SPACE injects one header per host: keep the one the host needs",
-					service.Clip(r.Header), service.Clip(name))
+			canon := http.CanonicalHeaderKey(name)
+			if seen[canon] {
+				return r, false, bad("sets header %s twice (header names match in any case): keep one", service.Clip(name))
+			}
+			seen[canon] = true
+			if len(seen) > credentials.MaxInjectedHeaders {
+				return r, false, bad("sets more than %d headers", credentials.MaxInjectedHeaders)
 			}
 			if err := checkE2BRuleHeader(name, *v); err != nil {
 				return r, false, bad("%s", err)
 			}
-			r.Header, r.Value, ok = name, *v, true
+			r.Headers = append(r.Headers, service.RuleHeader{Name: name, Value: *v})
 		}
 	}
-	return r, ok, nil
+	slices.SortFunc(r.Headers, func(a, b service.RuleHeader) int { return strings.Compare(a.Name, b.Name) })
+	return r, len(r.Headers) > 0, nil
 }
 
 // checkE2BRuleHeader checks one header a rule sets; the error never
@@ -145,6 +154,17 @@ func checkE2BRuleHeader(name, value string) error {
 	}
 	if strings.ContainsAny(value, "\r\n\x00") {
 		return fmt.Errorf("header %s: the value contains CR, LF or NUL, which would split the request", service.Clip(name))
+	}
+	// Secret.fill(NAME) and an iam token put E2B's placeholders in the
+	// value for E2B's proxy to resolve; SPACE has neither E2B secrets nor
+	// workload tokens, and would send the placeholder text as the value.
+	for _, p := range []struct{ prefix, what string }{
+		{"${e2b.secrets.", "an E2B secret (Secret.fill): SPACE keeps no E2B secrets; put the value itself in the rule (it never enters the sandbox)"},
+		{"${e2b.identity.", "an E2B workload identity token (iam): SPACE mints none"},
+	} {
+		if strings.Contains(value, p.prefix) {
+			return fmt.Errorf("header %s: the value names %s", service.Clip(name), p.what)
+		}
 	}
 	return nil
 }
@@ -209,7 +229,11 @@ func (a *API) e2bRulesInfo(ctx context.Context, sb *sandbox.Sandbox) (map[string
 	}
 	out := make(map[string][]e2bRuleInfo, len(rules))
 	for _, r := range rules {
-		out[r.Host] = []e2bRuleInfo{{Transform: e2bTransformInfo{Headers: map[string]string{r.Header: ""}}}}
+		names := make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			names[h.Name] = ""
+		}
+		out[r.Host] = []e2bRuleInfo{{Transform: e2bTransformInfo{Headers: names}}}
 	}
 	return out, nil
 }

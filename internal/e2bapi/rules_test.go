@@ -17,6 +17,11 @@ import (
 // looked for in error messages.
 const ruleValue = "Bearer rule-value-0123456789"
 
+// one is a rule's one header, of value ruleValue.
+func one(name string) []service.RuleHeader {
+	return []service.RuleHeader{{Name: name, Value: ruleValue}}
+}
+
 func ruleJSON(host, header, value string) string {
 	h, _ := json.Marshal(host)
 	n, _ := json.Marshal(header)
@@ -39,10 +44,14 @@ func TestParseE2BRules(t *testing.T) {
 		{`{"a.example.com":[]}`, nil},
 		{`{"a.example.com":[{}]}`, nil},
 		{`{"a.example.com":[{"transform":{}}]}`, nil},
-		{ruleJSON("API.Example.com.", "Authorization", ruleValue), []service.HeaderRule{{Host: "api.example.com", Header: "Authorization", Value: ruleValue}}},
+		{ruleJSON("API.Example.com.", "Authorization", ruleValue), []service.HeaderRule{{Host: "api.example.com", Headers: one("Authorization")}}},
 		{`{"*.example.com":[{"transform":{"headers":{"X-Key":"` + ruleValue + `"}}}],"b.test":[{},{"transform":{"headers":{"X-B":"` + ruleValue + `"}}}]}`,
-			[]service.HeaderRule{{Host: "*.example.com", Header: "X-Key", Value: ruleValue}, {Host: "b.test", Header: "X-B", Value: ruleValue}}},
-		{ruleJSON("10.0.0.1", "X-Key", ruleValue), []service.HeaderRule{{Host: "10.0.0.1", Header: "X-Key", Value: ruleValue}}},
+			[]service.HeaderRule{{Host: "*.example.com", Headers: one("X-Key")}, {Host: "b.test", Headers: one("X-B")}}},
+		{ruleJSON("10.0.0.1", "X-Key", ruleValue), []service.HeaderRule{{Host: "10.0.0.1", Headers: one("X-Key")}}},
+		// Several headers: of one transform, and of several rules of the
+		// host's list, sorted by name.
+		{`{"a.test":[{"transform":{"headers":{"X-Org":"` + ruleValue + `","Authorization":"` + ruleValue + `"}}},{"transform":{"headers":{"X-B":"` + ruleValue + `"}}}]}`,
+			[]service.HeaderRule{{Host: "a.test", Headers: []service.RuleHeader{{Name: "Authorization", Value: ruleValue}, {Name: "X-B", Value: ruleValue}, {Name: "X-Org", Value: ruleValue}}}}},
 	}
 	for _, tc := range ok {
 		got, err := parseE2BRules(json.RawMessage(tc.raw))
@@ -55,6 +64,11 @@ func TestParseE2BRules(t *testing.T) {
 		many[fmt.Sprintf("h%d.test", i)] = []any{map[string]any{"transform": map[string]any{"headers": map[string]string{"X-K": ruleValue}}}}
 	}
 	tooMany, _ := json.Marshal(many)
+	headers := map[string]string{}
+	for i := range 17 {
+		headers[fmt.Sprintf("X-H%02d", i)] = ruleValue
+	}
+	tooManyHeaders, _ := json.Marshal(map[string]any{"a.test": []any{map[string]any{"transform": map[string]any{"headers": headers}}}})
 	bad := []struct{ raw, why string }{
 		{`[]`, "want an object"},
 		{`{"a.test":{}}`, "want an object"},
@@ -82,8 +96,11 @@ func TestParseE2BRules(t *testing.T) {
 		{ruleJSON("a.test", "X-K", ruleValue+"\x01"), "control character"},
 		{ruleJSON("a.test", "X-K", "short"), "fewer than 8"},
 		{ruleJSON("a.test", "X-K", strings.Repeat("v", maxE2BRuleValue+1)), "more than"},
-		{`{"a.test":[{"transform":{"headers":{"X-A":"` + ruleValue + `","X-B":"` + ruleValue + `"}}}]}`, "more than one header"},
-		{`{"a.test":[{"transform":{"headers":{"X-A":"` + ruleValue + `"}}},{"transform":{"headers":{"X-A":"` + ruleValue + `"}}}]}`, "more than one header"},
+		{`{"a.test":[{"transform":{"headers":{"X-A":"` + ruleValue + `"}}},{"transform":{"headers":{"x-a":"` + ruleValue + `"}}}]}`, "sets header x-a twice"},
+		{`{"a.test":[{"transform":{"headers":{"X-A":"` + ruleValue + `","X-A ":"` + ruleValue + `"}}}]}`, "token characters"},
+		{string(tooManyHeaders), "more than 16 headers"},
+		{ruleJSON("a.test", "Authorization", "Bearer ${e2b.secrets.openai-key}"), "an E2B secret (Secret.fill)"},
+		{ruleJSON("a.test", "Authorization", "Bearer ${e2b.identity.tokens.aws}"), "workload identity token"},
 		{`{"A.test":[],"a.test":[]}`, "listed twice"},
 		{string(tooMany), "more than 32"},
 	}
@@ -119,6 +136,7 @@ func FuzzParseE2BRules(f *testing.F) {
 	f.Add(`{"a.test":[{"transform":{"headers":{"Host":"` + ruleValue + `"}}}]}`)
 	f.Add(`{"a.test":[{"transform":{"headers":{"X":"` + ruleValue + `\r\nY: z"}}}]}`)
 	f.Add(`{"A.test":[],"a.test.":[]}`)
+	f.Add(`{"a.test":[{"transform":{"headers":{"X-A":"` + ruleValue + `","X-B":"` + ruleValue + `"}}},{"transform":{"headers":{"x-a":"` + ruleValue + `"}}}]}`)
 	f.Add(`null`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		rules, err := parseE2BRules(json.RawMessage(raw))
@@ -137,11 +155,18 @@ func FuzzParseE2BRules(f *testing.F) {
 				t.Fatalf("parseE2BRules(%q): host %q repeated, empty or not lowercase", raw, r.Host)
 			}
 			hosts[r.Host] = true
-			if e2bHopByHop[http.CanonicalHeaderKey(r.Header)] || strings.ContainsAny(r.Header, " :\r\n\x00") || r.Header == "" {
-				t.Fatalf("parseE2BRules(%q): header name %q accepted", raw, r.Header)
+			if len(r.Headers) == 0 || len(r.Headers) > 16 {
+				t.Fatalf("parseE2BRules(%q): %d headers for %s", raw, len(r.Headers), r.Host)
 			}
-			if len(r.Value) < 8 || len(r.Value) > maxE2BRuleValue || strings.ContainsAny(r.Value, "\r\n\x00\x7f") {
-				t.Fatalf("parseE2BRules(%q): value of %d bytes %q accepted", raw, len(r.Value), r.Value)
+			names := map[string]bool{}
+			for _, h := range r.Headers {
+				if e2bHopByHop[http.CanonicalHeaderKey(h.Name)] || strings.ContainsAny(h.Name, " :,\r\n\x00") || h.Name == "" || names[http.CanonicalHeaderKey(h.Name)] {
+					t.Fatalf("parseE2BRules(%q): header name %q accepted", raw, h.Name)
+				}
+				names[http.CanonicalHeaderKey(h.Name)] = true
+				if len(h.Value) < 8 || len(h.Value) > maxE2BRuleValue || strings.ContainsAny(h.Value, "\r\n\x00\x7f") {
+					t.Fatalf("parseE2BRules(%q): value of %d bytes %q accepted", raw, len(h.Value), h.Value)
+				}
 			}
 		}
 	})

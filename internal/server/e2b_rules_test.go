@@ -21,6 +21,7 @@ const (
 	ruleWildcard = "Bearer e2b-rule-wildcard-0123456789abcdef"
 	ruleLonger   = "Bearer e2b-rule-longer-wildcard-0123456789"
 	ruleNew      = "Bearer e2b-rule-replaced-0123456789abcdef"
+	ruleOrg      = "org-e2b-rule-second-header-0123456789"
 )
 
 // TestE2BNetworkRules: network.rules on an E2B create become the
@@ -32,7 +33,8 @@ func TestE2BNetworkRules(t *testing.T) {
 	cp := newCredPlane(t)
 	rules := `{"api.example.com":[{"transform":{"headers":{"Authorization":"` + ruleExact + `"}}}],` +
 		`"*.example.com":[{"transform":{"headers":{"Authorization":"` + ruleWildcard + `"}}}],` +
-		`"*.deep.Example.com":[{"transform":{"headers":{"X-Key":"` + ruleLonger + `"}}}]}`
+		`"*.deep.Example.com":[{"transform":{"headers":{"X-Key":"` + ruleLonger + `"}}}],` +
+		`"multi.test":[{"transform":{"headers":{"X-Org":"` + ruleOrg + `","Authorization":"` + ruleExact + `"}}}]}`
 	code, b := cp.call(t, cp.key, http.MethodPost, E2BPathPrefix+"/sandboxes",
 		`{"templateID":"minimal","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"],"rules":`+rules+`}}`)
 	if code != http.StatusCreated {
@@ -68,6 +70,15 @@ func TestE2BNetworkRules(t *testing.T) {
 	want(id, "api.example.com", "Authorization", ruleExact)
 	want(id, "other.example.com", "Authorization", ruleWildcard)
 	want(id, "a.deep.example.com", "X-Key", ruleLonger)
+	// Several headers of one host: one credential of the headers method.
+	wantMulti := func(sandboxID string) {
+		t.Helper()
+		code, out := resolve(sandboxID, "multi.test")
+		if code != http.StatusOK || out.Method != credentials.MethodHeaders || out.Name != "Authorization,X-Org" || string(out.Secret) != ruleExact+"\n"+ruleOrg {
+			t.Errorf("multi.test of %s: HTTP %d %s %s (%d bytes), want headers Authorization and X-Org with their values", sandboxID, code, out.Method, out.Name, len(out.Secret))
+		}
+	}
+	wantMulti(id)
 	want(id, "example.com", "", "") // a wildcard is not its apex
 	want(id, "api.other.test", "", "")
 
@@ -86,6 +97,9 @@ func TestE2BNetworkRules(t *testing.T) {
 	if r := info.Network.Rules["*.deep.example.com"]; len(r) != 1 || len(r[0].Transform.Headers) != 1 || r[0].Transform.Headers["X-Key"] != "" {
 		t.Errorf("getInfo's rules %s, want each host with its header name and no value", b)
 	}
+	if r := info.Network.Rules["multi.test"]; len(r) != 1 || len(r[0].Transform.Headers) != 2 || r[0].Transform.Headers["X-Org"] != "" || r[0].Transform.Headers["Authorization"] != "" {
+		t.Errorf("getInfo's rules %s, want multi.test with both header names and no value", b)
+	}
 
 	// A fork gets its parent's rules. (The fake node takes no snapshot, so
 	// the copy the fork handler makes is called on a second sandbox.)
@@ -100,6 +114,7 @@ func TestE2BNetworkRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(child, "api.example.com", "Authorization", ruleExact)
+	wantMulti(child)
 
 	// updateNetwork replaces the set: a changed value, a host gone.
 	code, b = cp.call(t, cp.key, http.MethodPut, E2BPathPrefix+"/sandboxes/"+id+"/network",
@@ -130,8 +145,8 @@ func TestE2BNetworkRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := cp.backend.List(t.Context(), credentials.Scope{Tenant: childSb.Tenant, Sandbox: child}); len(got) != 3 {
-		t.Fatalf("the fork has %d header rules in the backend, want 3", len(got))
+	if got, _ := cp.backend.List(t.Context(), credentials.Scope{Tenant: childSb.Tenant, Sandbox: child}); len(got) != 4 {
+		t.Fatalf("the fork has %d header rules in the backend, want 4", len(got))
 	}
 	if code, b = cp.call(t, cp.key, http.MethodDelete, E2BPathPrefix+"/sandboxes/"+child, ""); code != http.StatusNoContent {
 		t.Fatalf("kill the fork: HTTP %d %s", code, b)
@@ -139,7 +154,7 @@ func TestE2BNetworkRules(t *testing.T) {
 	// A rule set while (or after) it is deleted is refused, so that
 	// none outlives it.
 	if err := service.NewCredentials(cp.st, cp.backend, nil, slog.New(slog.NewTextHandler(cp.logs, nil))).ReplaceHeaderRules(t.Context(), to,
-		[]service.HeaderRule{{Host: "late.example.com", Header: "X-Late", Value: ruleNew}}); !errors.Is(err, errdefs.ErrNotFound) {
+		[]service.HeaderRule{{Host: "late.example.com", Headers: []service.RuleHeader{{Name: "X-Late", Value: ruleNew}}}}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("header rules set on a deleted sandbox: %v, want NotFound", err)
 	}
 	waitFor(t, "the fork's row to go", func() bool {
@@ -158,7 +173,7 @@ func TestE2BNetworkRules(t *testing.T) {
 			t.Errorf("credential %s of the deleted fork is still indexed", c.ID)
 		}
 	}
-	for _, v := range []string{ruleExact, ruleWildcard, ruleLonger, ruleNew} {
+	for _, v := range []string{ruleExact, ruleWildcard, ruleLonger, ruleNew, ruleOrg} {
 		if strings.Contains(cp.logs.String(), v) || strings.Contains(cp.bodies.String(), v) {
 			t.Errorf("a rule's value is in the server log or an answer")
 		}

@@ -2,7 +2,11 @@ package service
 
 // Header rules: the headers a sandbox's outbound HTTPS requests to named
 // hosts get on the way out (E2B's network.rules), kept as sandbox-scoped
-// credentials with the header method, one per host.
+// credentials, one per host: with the header method for one header, the
+// headers method (several headers, each value redacted on its own) for
+// more. One credential a host, not one a header: the gateway resolves one
+// credential per request, and one store write then switches all of a
+// host's headers at once.
 //
 // Why credentials and not a rule set of their own: a credential already is
 // "this header, with this value, on HTTPS requests of this sandbox to this
@@ -43,14 +47,18 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-// HeaderRule is one header a sandbox's HTTPS requests to Host carry.
+// HeaderRule is the headers a sandbox's HTTPS requests to Host carry.
 type HeaderRule struct {
 	// Host is an exact name, an address or "*.suffix", in lowercase.
 	Host string
-	// Header is the header's name; Value replaces whatever the sandbox
-	// sent in it.
-	Header string
-	Value  string
+	// Headers are set on the request, each replacing whatever the sandbox
+	// sent in it: 1 to credentials.MaxInjectedHeaders, sorted by name.
+	Headers []RuleHeader
+}
+
+// RuleHeader is one header of a HeaderRule; Value is empty in listings.
+type RuleHeader struct {
+	Name, Value string
 }
 
 // MaxHeaderRules bounds the hosts of one sandbox's rules.
@@ -66,20 +74,64 @@ func headerRuleID(id, host string) string {
 	return headerRulePrefix + id + "-" + hex.EncodeToString(sum[:8])
 }
 
-// headerRuleCredential is rule r of sb as a credential.
+// headerRuleCredential is rule r of sb as a credential: method header for
+// one header, headers for several.
 func headerRuleCredential(sb *sandbox.Sandbox, r HeaderRule) credentials.Credential {
 	name := "e2b network.rules " + r.Host
 	if len(name) > credentials.MaxIDLen {
 		name = name[:credentials.MaxIDLen]
 	}
+	inj := credentials.Injection{Method: credentials.MethodHeader}
+	names := make([]string, len(r.Headers))
+	values := make([]string, len(r.Headers))
+	for i, h := range r.Headers {
+		names[i], values[i] = h.Name, h.Value
+	}
+	if len(r.Headers) == 1 {
+		inj.Name = names[0]
+	} else {
+		inj = credentials.Injection{Method: credentials.MethodHeaders, Name: strings.Join(names, ",")}
+	}
 	return credentials.Credential{
 		ID:           headerRuleID(sb.ID, r.Host),
 		Scope:        credentials.Scope{Tenant: sb.Tenant, Sandbox: sb.ID},
 		Name:         name,
-		Secret:       []byte(r.Value),
-		Injection:    credentials.Injection{Method: credentials.MethodHeader, Name: r.Header},
+		Secret:       []byte(strings.Join(values, "\n")),
+		Injection:    inj,
 		AllowedHosts: []string{r.Host},
 	}
+}
+
+// ruleHeaders reads the headers of a header rule's credential c back:
+// their names, and their values when withValues.
+func ruleHeaders(c *credentials.Credential, withValues bool) ([]RuleHeader, error) {
+	switch c.Injection.Method {
+	case credentials.MethodHeader:
+		h := RuleHeader{Name: c.Injection.Name}
+		if withValues {
+			h.Value = string(c.Secret)
+		}
+		return []RuleHeader{h}, nil
+	case credentials.MethodHeaders:
+		names := strings.Split(c.Injection.Name, ",")
+		var values [][]byte
+		if withValues {
+			_, vs, err := c.InjectedHeaders()
+			if err != nil {
+				return nil, err
+			}
+			values = vs
+		}
+		out := make([]RuleHeader, len(names))
+		for i, n := range names {
+			out[i].Name = n
+			if withValues {
+				out[i].Value = string(values[i])
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("injection method %.32q is not a header rule's", c.Injection.Method)
 }
 
 // ValidateHeaderRules checks rules as ReplaceHeaderRules would store them;
@@ -95,6 +147,9 @@ func ValidateHeaderRules(rules []HeaderRule) error {
 			return fmt.Errorf("%w: host %q has two header rules", errdefs.ErrInvalidArgument, Clip(r.Host))
 		}
 		seen[r.Host] = true
+		if len(r.Headers) == 0 || len(r.Headers) > credentials.MaxInjectedHeaders {
+			return fmt.Errorf("%w: host %q: %d headers, want 1 to %d", errdefs.ErrInvalidArgument, Clip(r.Host), len(r.Headers), credentials.MaxInjectedHeaders)
+		}
 		c := headerRuleCredential(probe, r)
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("%w: host %q: %s", errdefs.ErrInvalidArgument, Clip(r.Host), strings.TrimPrefix(err.Error(), "credential "+c.ID+": "))
@@ -206,7 +261,11 @@ func (s *Credentials) HeaderRules(ctx context.Context, sb *sandbox.Sandbox) ([]H
 		if err := json.Unmarshal([]byte(row.Metadata), &m); err != nil || len(m.AllowedHosts) != 1 {
 			return nil, fmt.Errorf("sandbox %s: header rule %s: unreadable metadata", sb.ID, row.ID)
 		}
-		out = append(out, HeaderRule{Host: m.AllowedHosts[0], Header: m.Injection.Name})
+		hs, err := ruleHeaders(&m, false)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: header rule %s: %w", sb.ID, row.ID, err)
+		}
+		out = append(out, HeaderRule{Host: m.AllowedHosts[0], Headers: hs})
 	}
 	slices.SortFunc(out, func(a, b HeaderRule) int { return strings.Compare(a.Host, b.Host) })
 	return out, nil
@@ -224,7 +283,9 @@ func (s *Credentials) CopyHeaderRules(ctx context.Context, from, to *sandbox.San
 	var rules []HeaderRule
 	defer func() {
 		for i := range rules {
-			rules[i].Value = ""
+			for j := range rules[i].Headers {
+				rules[i].Headers[j].Value = ""
+			}
 		}
 	}()
 	for _, row := range rows {
@@ -232,10 +293,14 @@ func (s *Credentials) CopyHeaderRules(ctx context.Context, from, to *sandbox.San
 		if err != nil {
 			return fmt.Errorf("sandbox %s: copy header rule %s from %s: %w", to.ID, row.ID, from.ID, err)
 		}
-		if len(c.AllowedHosts) == 1 {
-			rules = append(rules, HeaderRule{Host: c.AllowedHosts[0], Header: c.Injection.Name, Value: string(c.Secret)})
+		hs, herr := ruleHeaders(c, true)
+		if herr == nil && len(c.AllowedHosts) == 1 {
+			rules = append(rules, HeaderRule{Host: c.AllowedHosts[0], Headers: hs})
 		}
 		c.Zero()
+		if herr != nil {
+			return fmt.Errorf("sandbox %s: copy header rule %s from %s: %w", to.ID, row.ID, from.ID, herr)
+		}
 	}
 	if len(rules) == 0 {
 		return nil

@@ -102,7 +102,9 @@ type ResolvedCredential struct {
 	// Applies answers a CheckOnly request.
 	Applies bool `json:"applies"`
 	// ID, Method, Name and Secret describe the credential to inject
-	// (Method "header", "basic" or "query"; Name the header or parameter).
+	// (Method "header", "basic", "query" or "headers"; Name the header or
+	// parameter, or for "headers" the comma-joined header names, whose
+	// values Secret holds newline-joined in the same order).
 	ID     string `json:"id,omitempty"`
 	Method string `json:"method,omitempty"`
 	Name   string `json:"name,omitempty"`

@@ -5,7 +5,9 @@ import "time"
 // CredentialInjection says how the gateway adds a credential's secret to a
 // request: Method "header" sets the header Name to the secret, "basic" sets
 // "Authorization: Basic" from a secret "user:password" (Name empty),
-// "query" sets the URL query parameter Name.
+// "query" sets the URL query parameter Name, "headers" sets each of the
+// comma-joined header names in Name to its value (the secret's values in
+// the same order, newline-joined).
 type CredentialInjection struct {
 	Method string `json:"method"`
 	Name   string `json:"name,omitempty"`

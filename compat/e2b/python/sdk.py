@@ -4,11 +4,12 @@ E2B_SANDBOX_URL, E2B_API_KEY and E2B_TEMPLATE set. Each check prints a line;
 the first failure exits non-zero."""
 
 import os
+import signal
 import sys
 import time
 import uuid
 
-from e2b import CommandExitException, NotFoundException, Sandbox, SandboxException, SandboxQuery, Template
+from e2b import CommandExitException, NotFoundException, Sandbox, SandboxException, SandboxQuery, ServiceBusyException, Template
 from e2b.sandbox.commands.command_handle import PtySize
 
 TEMPLATE = os.environ.get("E2B_TEMPLATE", "minimal")
@@ -176,7 +177,52 @@ def fields(sbx):
     check(not Template.exists(TEMPLATE + "-no-such"), "Template.exists of a free name")
 
 
-SECTIONS = {"commands": commands, "pty": pty, "files": files, "lifecycle": lifecycle, "network": network, "fields": fields}
+def guest_daemon_pid(marker):
+    """The host pid of the ns sandbox's guest daemon: the init (pid 1) of a
+    pid namespace whose root holds marker. The test runs as root on the
+    sandbox's host."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                nspid = next((l.split()[1:] for l in f if l.startswith("NSpid:")), [])
+            if len(nspid) >= 2 and nspid[-1] == "1" and os.path.exists(f"/proc/{pid}/root{marker}"):
+                found.append(int(pid))
+        except OSError:
+            continue
+    eq(len(found), 1, f"guest daemons holding {marker}")
+    return found[0]
+
+
+def hung(sbx):
+    """pause(strict=True) of a sandbox whose guest agent really hangs (its
+    guest daemon stopped with SIGSTOP from the host): ServiceBusyException
+    (503, naming requireHealthyGuest) within the probe's 5 s, and the
+    sandbox left running, as E2B documents; once the daemon runs again the
+    sandbox answers and a strict pause passes. ns only: a vm's guest daemon
+    is inside its VM."""
+    if sbx.get_info().metadata.get("space.runtime") != "ns":
+        print("skip hung: the vm's guest daemon cannot be stopped from the host", flush=True)
+        return
+    marker = "/tmp/hung-" + TAG
+    sbx.files.write(marker, "here")
+    pid = guest_daemon_pid(marker)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        e = raises(lambda: sbx.pause(strict=True), ServiceBusyException, "pause(strict=True) of a hung guest")
+        took = time.time() - t0
+        check("requireHealthyGuest" in str(e) and "left running" in str(e), f"the refusal says why and what it left: {e}")
+        check(took < 60, f"the refusal came after {took:.1f} s")
+        eq(Sandbox.get_info(sbx.sandbox_id).state, "running", "state after the refused strict pause")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    eq(sbx.commands.run("echo back").stdout, "back\n", "the guest answers once its daemon runs again")
+    check(sbx.pause(strict=True), "pause(strict=True) once the guest answers")
+    eq(sbx.get_info().state, "paused", "state after the strict pause")
+
+
+SECTIONS = {"commands": commands, "pty": pty, "files": files, "lifecycle": lifecycle, "network": network, "fields": fields, "hung": hung}
 
 
 def main():

@@ -26,7 +26,10 @@
 // interceptor replaces whatever is there. For Injection method "header" the
 // header Name is set to the secret, for "basic" Authorization is set to
 // "Basic base64(user:password)", for "query" the parameter Name is set,
-// other parameters keeping their order and bytes. A host for which
+// other parameters keeping their order and bytes, for "headers" each of
+// the comma-joined names in Name is set to its value (the secret's
+// newline-joined values, in order; all of them, or the request is
+// refused). A host for which
 // Resolve finds no credential (the rule was deleted since Applies) is
 // forwarded with nothing added.
 //
@@ -49,7 +52,8 @@
 // for HTML characters, for every punctuation byte, and for non-ASCII);
 // and those escapings of the base64 forms. For basic injection both
 // "user:password" and, when at least credentials.MinSecretLen bytes, the
-// password alone are secrets. The status line, every header name (in any
+// password alone are secrets; for "headers" injection each value is a
+// secret of its own. The status line, every header name (in any
 // ASCII case: net/http canonicalises names) and value, 1xx responses, the
 // body and the trailers are scanned; a Location of a redirect is a header
 // like any other.

@@ -201,6 +201,16 @@ func jsonEscape(b []byte, opt int) []byte {
 // long enough to be told apart from ordinary text (credentials.MinSecretLen).
 // The results are copies.
 func injectedSecrets(cred *credentials.Credential) [][]byte {
+	if cred.Injection.Method == credentials.MethodHeaders {
+		// Each value on its own: a response echoes headers one by one.
+		if _, values, err := cred.InjectedHeaders(); err == nil {
+			out := make([][]byte, 0, len(values))
+			for _, v := range values {
+				out = append(out, bytes.Clone(v))
+			}
+			return out
+		}
+	}
 	out := [][]byte{bytes.Clone(cred.Secret)}
 	if cred.Injection.Method == credentials.MethodBasic {
 		if _, pw, ok := bytes.Cut(cred.Secret, []byte(":")); ok && len(pw) >= credentials.MinSecretLen {

@@ -34,7 +34,14 @@ const (
 	placeholder   = "PLACEHOLDER"
 )
 
-var allSecrets = []string{secretHeader, secretBasicPw, secretQuery, secretLimited, secretIP}
+// secretMultiKey and secretMultiOrg are the two headers of c-multi, a
+// "headers" credential.
+const (
+	secretMultiKey = "sk-MULTI-key-91c2"
+	secretMultiOrg = "org-MULTI-value-5d0e"
+)
+
+var allSecrets = []string{secretHeader, secretBasicPw, secretQuery, secretLimited, secretIP, secretMultiKey, secretMultiOrg}
 
 // testCredentials are the rules of sandbox sb1 of tenant t1.
 func testCredentials(t testing.TB) []credentials.Credential {
@@ -57,7 +64,9 @@ func testCredentials(t testing.TB) []credentials.Credential {
 	expired.ExpiresAt = time.Now().Add(-time.Hour)
 	denied := hdr("c-denied", "denied.example.com", secretHeader)
 	ip := hdr("c-ip", "127.0.0.1", secretIP)
-	return []credentials.Credential{header, basic, query, limited, expired, denied, ip}
+	multi := hdr("c-multi", "multi.example.com", secretMultiKey+"\n"+secretMultiOrg)
+	multi.Injection = credentials.Injection{Method: credentials.MethodHeaders, Name: "X-Key,X-Org"}
+	return []credentials.Credential{header, basic, query, limited, expired, denied, ip, multi}
 }
 
 // seen is one request as the upstream received it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -266,4 +267,62 @@ type credentialFunc func(credentials.Request) (*credentials.Credential, error)
 
 func (f credentialFunc) Resolve(_ context.Context, r credentials.Request) (*credentials.Credential, error) {
 	return f(r)
+}
+
+// TestHeadersInjection: a "headers" credential sets each of its headers,
+// replacing what the guest sent; each value is redacted from the response
+// on its own; and a header it sets is not the guest's own credential.
+func TestHeadersInjection(t *testing.T) {
+	h := newHarness(t)
+	h.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo-Org", r.Header.Get("X-Org"))
+		_, _ = io.WriteString(w, "key="+r.Header.Get("X-Key")+"\n")
+	})
+	c, _ := h.client(flowFor("multi.example.com"))
+	req := newRequest(t, "GET", "https://multi.example.com/", nil)
+	req.Header.Set("X-Key", placeholder)
+	req.Header["x-org"] = []string{"guest-org"}
+	resp, body := h.do(c, req) // do fails on any secret in the answer
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d %q, want 200 from the upstream", resp.StatusCode, body)
+	}
+	s := h.onlySeen()
+	if got := s.Header.Values("X-Key"); len(got) != 1 || got[0] != secretMultiKey {
+		t.Errorf("upstream X-Key = %q, want only its secret", got)
+	}
+	if got := s.Header.Values("X-Org"); len(got) != 1 || got[0] != secretMultiOrg {
+		t.Errorf("upstream X-Org = %q, want only its secret", got)
+	}
+	if v := s.Header["x-org"]; v != nil {
+		t.Errorf("upstream got the guest's lower-case X-Org %q", v)
+	}
+	if body != "key="+strings.Repeat(string(body[4]), len(secretMultiKey))+"\n" || strings.Trim(resp.Header.Get("X-Echo-Org"), string(body[4])) != "" {
+		t.Errorf("answer %q, X-Echo-Org %q: want both values overwritten", body, resp.Header.Get("X-Echo-Org"))
+	}
+	// A credential header of the guest's own is refused, whichever of the
+	// credential's headers the request also carries.
+	own := newRequest(t, "GET", "https://multi.example.com/", nil)
+	own.Header.Set("X-Key", placeholder)
+	own.Header.Set("Authorization", "Bearer attacker-own-key")
+	if resp, body := h.do(c, own); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "its own credential") {
+		t.Errorf("a request with its own Authorization: %d %q, want 403", resp.StatusCode, body)
+	}
+}
+
+// TestHeadersInjectionRefusesABrokenCredential: a "headers" credential
+// whose names and values do not pair up (a source other than the
+// validated store) sets none of them.
+func TestHeadersInjectionRefusesABrokenCredential(t *testing.T) {
+	out := newRequest(t, "GET", "https://multi.example.com/", nil)
+	for _, c := range []credentials.Credential{
+		{ID: "c-odd", Secret: []byte("only-one-value"), Injection: credentials.Injection{Method: credentials.MethodHeaders, Name: "X-Key,X-Org"}},
+		{ID: "c-host", Secret: []byte("value-one-1\nvalue-two-2"), Injection: credentials.Injection{Method: credentials.MethodHeaders, Name: "X-Key,Host"}},
+	} {
+		if err := inject(out, &c); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("%s: inject = %v, want ErrFailedPrecondition", c.ID, err)
+		}
+		if out.Header.Get("X-Key") != "" {
+			t.Errorf("%s: X-Key set (%q) by a refused credential", c.ID, out.Header.Get("X-Key"))
+		}
+	}
 }

@@ -2,10 +2,12 @@ package intercept
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -102,15 +104,17 @@ var credentialHeaders = []string{
 // ownCredential returns the name of a header of h that carries a
 // credential other than the one inj sets, or "".
 func ownCredential(h http.Header, inj credentials.Injection) string {
-	set := ""
+	var set []string
 	switch inj.Method {
 	case credentials.MethodHeader:
-		set = inj.Name
+		set = []string{inj.Name}
 	case credentials.MethodBasic:
-		set = "Authorization"
+		set = []string{"Authorization"}
+	case credentials.MethodHeaders:
+		set = strings.Split(inj.Name, ",")
 	}
 	for k := range h {
-		if set != "" && strings.EqualFold(k, set) {
+		if slices.ContainsFunc(set, func(s string) bool { return strings.EqualFold(k, s) }) {
 			continue
 		}
 		for _, c := range credentialHeaders {
@@ -139,6 +143,24 @@ func inject(out *http.Request, cred *credentials.Credential) error {
 		setHeader(out.Header, name, v)
 	case credentials.MethodBasic:
 		setHeader(out.Header, "Authorization", "Basic "+base64.StdEncoding.EncodeToString(cred.Secret))
+	case credentials.MethodHeaders:
+		names, values, err := cred.InjectedHeaders()
+		if err != nil {
+			return fmt.Errorf("credential %s: %w", cred.ID, errors.Join(err, errdefs.ErrFailedPrecondition))
+		}
+		// Every header is checked before any is set: a request carries
+		// all of them or is refused.
+		for i, n := range names {
+			if !httpguts.ValidHeaderFieldName(n) || reservedHeader(n) {
+				return fmt.Errorf("credential %s: header %.64q cannot carry a credential: %w", cred.ID, n, errdefs.ErrFailedPrecondition)
+			}
+			if !httpguts.ValidHeaderFieldValue(string(values[i])) {
+				return fmt.Errorf("credential %s: the value of header %.64q is not a valid header value: %w", cred.ID, n, errdefs.ErrFailedPrecondition)
+			}
+		}
+		for i, n := range names {
+			setHeader(out.Header, n, string(values[i]))
+		}
 	case credentials.MethodQuery:
 		if name == "" {
 			return fmt.Errorf("credential %s: empty query parameter name: %w", cred.ID, errdefs.ErrFailedPrecondition)

@@ -25,7 +25,7 @@ import (
 // Build builds space, space-node-manager, space-host-bridge and the static
 // space-guest of this source tree into a temporary directory of t and
 // returns it.
-func Build(t *testing.T) string {
+func Build(t testing.TB) string {
 	t.Helper()
 	_, self, _, ok := runtime.Caller(0)
 	if !ok {
@@ -88,7 +88,7 @@ func (s *Server) Logs() string {
 // and extra flags, and waits until the minimal template and the runtime
 // are ready. When t ends, whatever a failed test left is deleted through
 // the API, as an operator would, and the server is stopped (SIGTERM).
-func Start(t *testing.T, bin, runtime string, extra ...string) *Server {
+func Start(t testing.TB, bin, runtime string, extra ...string) *Server {
 	t.Helper()
 	data := t.TempDir()
 	srv := &Server{Bin: bin}
@@ -194,7 +194,7 @@ func (s *Server) Get(path string, out any) error {
 
 // WaitRuntime waits until a node offers runtime (the vm runtime comes once
 // the node has its guest kernel).
-func (s *Server) WaitRuntime(t *testing.T, runtime string) {
+func (s *Server) WaitRuntime(t testing.TB, runtime string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -216,7 +216,7 @@ func (s *Server) WaitRuntime(t *testing.T, runtime string) {
 }
 
 // WaitTemplate waits until template name is ready.
-func (s *Server) WaitTemplate(t *testing.T, name string) {
+func (s *Server) WaitTemplate(t testing.TB, name string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -236,4 +236,36 @@ func (s *Server) WaitTemplate(t *testing.T, name string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("template %s not ready after 5m:\n%s", name, s.Logs())
+}
+
+// WaitNoMemoryPressure waits (up to limit) until no node reports memory
+// pressure, so that the creates a test makes next are placed: a template
+// build copying a big tree can push a small, shared host's memory PSI over
+// the node's threshold for a while, and a create in that window is refused
+// with 503 as it should be. It returns the pressure still reported when
+// limit passed ("" when none).
+func (s *Server) WaitNoMemoryPressure(t testing.TB, limit time.Duration) string {
+	t.Helper()
+	last := ""
+	for deadline := time.Now().Add(limit); ; time.Sleep(time.Second) {
+		var list struct {
+			Nodes []struct {
+				MemoryPressure string `json:"memory_pressure"`
+			}
+		}
+		if err := s.Get("/v1/nodes", &list); err == nil {
+			last = ""
+			for _, n := range list.Nodes {
+				if n.MemoryPressure != "" {
+					last = n.MemoryPressure
+				}
+			}
+			if last == "" {
+				return ""
+			}
+		}
+		if time.Now().After(deadline) {
+			return last
+		}
+	}
 }
