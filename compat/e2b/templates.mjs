@@ -1,7 +1,8 @@
 // Template.build with the published SDK against SPACE (docs/e2b.md): a
 // template from a SPACE template with runCmd, copy, setWorkdir, setEnvs
 // and setStartCmd with a readyCmd, its build log streamed, then a sandbox
-// of it; a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage is
+// of it; a readyCmd passes in every new sandbox before its first command;
+// a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage is
 // refused naming the feature; a hostile upload (a symlink out of the file
 // context) is refused.
 import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
@@ -47,6 +48,18 @@ await run('templates', [
     const r = await sbx.commands.run('cat /built.txt /app/hello.txt /app/ran.txt && /app/tools/tool.sh && echo "$GREETING"')
     eq(r.stdout, 'built\nhello from the upload\nhi from /app\ntool ran\nhi\n', 'files, env')
     await waitFor(async () => (await sbx.commands.run('cat /tmp/started 2>/dev/null || true')).stdout === 'started\n', 'the start command', 30_000)
+  }],
+  ['a readyCmd runs in every sandbox of the template: the first command sees it passed', async () => {
+    // /dev/shm is the sandbox's own tmpfs, not in the template's tree: the
+    // file the build sandbox's check saw is gone, and only this sandbox's
+    // start command (2 s in) makes it again.
+    const t = Template().fromTemplate(template)
+      .setStartCmd('sleep 2; touch /dev/shm/ready; exec sleep 100000', 'test -f /dev/shm/ready')
+    await Template.build(t, name + '-ready')
+    const sbx = await Sandbox.create(name + '-ready', { timeoutMs: 60_000 })
+    sandboxes.push(sbx)
+    const r = await sbx.commands.run('test -f /dev/shm/ready && echo ready || echo not-ready')
+    eq(r.stdout, 'ready\n', 'the first command of a new sandbox, after the readyCmd passed')
   }],
   ['an upload is kept for the tenant: a second build skips it', async () => {
     const logs = []

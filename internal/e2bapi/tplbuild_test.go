@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // tarOf is a tar of hdrs, each regular file with content "x"; gzipped
@@ -238,5 +241,74 @@ func TestBuildsBounded(t *testing.T) {
 	a.StopBuilds()
 	if _, err := a.builds.add("t3", "z", now); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("after StopBuilds: %v, want unavailable", err)
+	}
+}
+
+// callerHost is a Host whose every caller is c; nothing else of it is
+// used.
+type callerHost struct {
+	Host
+	c service.Caller
+}
+
+func (h callerHost) Caller(context.Context) service.Caller { return h.c }
+
+// TestUploadURLBase: the upload link is built on the configured public URL
+// whatever the request's Host header says, and on the Host header (and the
+// request's scheme) only without one.
+func TestUploadURLBase(t *testing.T) {
+	hash := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name, public, host, proto, want string
+	}{
+		{"public url", "https://space.example.com", "evil.example", "", "https://space.example.com/e2b/template-files/"},
+		{"public url with port", "http://10.0.0.5:8080", "evil.example", "https", "http://10.0.0.5:8080/e2b/template-files/"},
+		{"no public url", "", "api.local:9000", "", "http://api.local:9000/e2b/template-files/"},
+		{"no public url, https proxy", "", "api.local", "https", "https://api.local/e2b/template-files/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New(Config{Host: callerHost{c: service.Caller{Tenant: "t1", Admin: true}}, TokenKey: []byte("k"),
+				FilesDir: t.TempDir(), PublicURL: tc.public})
+			tb, err := a.builds.add("t1", "tpl", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/e2b/templates/tpl/files/"+hash, nil)
+			r.Host = tc.host
+			if tc.proto != "" {
+				r.Header.Set("X-Forwarded-Proto", tc.proto)
+			}
+			r.SetPathValue("templateID", tb.templateID)
+			r.SetPathValue("hash", hash)
+			w := httptest.NewRecorder()
+			a.handleTemplateFiles(w, r)
+			var body struct {
+				URL string `json:"url"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 200 {
+				t.Fatalf("GET files: %d %s (%v)", w.Code, w.Body, err)
+			}
+			if !strings.HasPrefix(body.URL, tc.want) {
+				t.Errorf("upload url %q, want it on %q", body.URL, tc.want)
+			}
+		})
+	}
+}
+
+// TestParsePublicURL: only http(s)://HOST[:PORT] is a public URL.
+func TestParsePublicURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://space.example.com": "https://space.example.com",
+		"http://10.0.0.5:8080/":     "http://10.0.0.5:8080",
+		"https://[::1]:8443":        "https://[::1]:8443",
+	} {
+		if got, err := ParsePublicURL(in); err != nil || got != want {
+			t.Errorf("ParsePublicURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"space.example.com", "ftp://x", "https://", "https://x/e2b", "https://x?a=1", "https://u:p@x", "https://x#f", "http://x:port"} {
+		if got, err := ParsePublicURL(in); err == nil {
+			t.Errorf("ParsePublicURL(%q) = %q, want an error", in, got)
+		}
 	}
 }
