@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/service"
 )
 
@@ -175,6 +177,9 @@ func TestDockerfileOf(t *testing.T) {
 	}{
 		{templateSpec{FromImage: "ubuntu:22.04"}, "fromImage"},
 		{templateSpec{FromImageRegistry: []byte(`{"type":"aws"}`)}, "fromImageRegistry"},
+		{templateSpec{FromImage: "oci:layout"}, "ABSOLUTE"},
+		{templateSpec{FromImage: "docker-archive:/a\x00b"}, "ABSOLUTE"},
+		{templateSpec{FromImage: "oci:/l", FromTemplate: "b"}, "name one base"},
 		{templateSpec{}, "fromTemplate"},
 		{templateSpec{FromTemplate: "team/base"}, "not a SPACE template name"},
 		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "COPY", Args: []string{"../x", "/"}, FilesHash: h}}}, "leaves the file context"},
@@ -310,5 +315,55 @@ func TestParsePublicURL(t *testing.T) {
 		if got, err := ParsePublicURL(in); err == nil {
 			t.Errorf("ParsePublicURL(%q) = %q, want an error", in, got)
 		}
+	}
+}
+
+// TestDockerfileOfLocalImage: fromImage of an image on the server's
+// filesystem is the base of the steps as the template it is imported as.
+func TestDockerfileOfLocalImage(t *testing.T) {
+	for _, src := range []string{"oci:/srv/layout#app:1", "docker-archive:/srv/image.tar"} {
+		df, _, err := dockerfileOf(templateSpec{FromImage: src, Steps: []templateStep{{Type: "RUN", Args: []string{"true"}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if df.From != imageBaseName(src) || !strings.HasPrefix(df.From, "e2bimg-") || len(df.Steps) != 1 {
+			t.Errorf("%s: FROM %q, %d steps; want FROM %s and the step", src, df.From, len(df.Steps), imageBaseName(src))
+		}
+	}
+	if imageBaseName("oci:/a") == imageBaseName("oci:/b") {
+		t.Error("two sources share an imported template")
+	}
+}
+
+// deniedHost is a callerHost answering errors with their errdefs status.
+type deniedHost struct{ callerHost }
+
+func (h deniedHost) BuildBackend(*http.Request) (imagebuild.Backend, error) {
+	return nil, fmt.Errorf("%w: the test has no build backend: the request got past the admin check", errdefs.ErrInvalidArgument)
+}
+
+func (h deniedHost) Status(err error) int {
+	if errors.Is(err, errdefs.ErrPermissionDenied) {
+		return 403
+	}
+	return 400
+}
+
+// TestLocalImageAdminOnly: a key that is not an admin's may not name a
+// path on the server's machine as fromImage.
+func TestLocalImageAdminOnly(t *testing.T) {
+	a := New(Config{Host: deniedHost{callerHost{c: service.Caller{Tenant: "t1"}}}, TokenKey: []byte("k"), FilesDir: t.TempDir()})
+	tb, err := a.builds.add("t1", "tpl", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/e2b/v2/templates/tpl/builds/"+tb.id, strings.NewReader(`{"fromImage":"oci:/etc","steps":[]}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.SetPathValue("templateID", tb.templateID)
+	r.SetPathValue("buildID", tb.id)
+	w := httptest.NewRecorder()
+	a.handleTemplateBuild(w, r)
+	if w.Code != 403 || !strings.Contains(w.Body.String(), "admin key only") {
+		t.Fatalf("fromImage oci:/etc with a tenant key: %d %s, want 403 saying admin key only", w.Code, w.Body)
 	}
 }
