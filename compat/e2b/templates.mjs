@@ -52,9 +52,10 @@ await run('templates', [
   ['a readyCmd runs in every sandbox of the template: the first command sees it passed', async () => {
     // /dev/shm is the sandbox's own tmpfs, not in the template's tree: the
     // file the build sandbox's check saw is gone, and only this sandbox's
-    // start command (2 s in) makes it again.
+    // start command (12 s in: past the host's old 10 s bound on the
+    // guest's start) makes it again.
     const t = Template().fromTemplate(template)
-      .setStartCmd('sleep 2; touch /dev/shm/ready; exec sleep 100000', 'test -f /dev/shm/ready')
+      .setStartCmd('sleep 12; touch /dev/shm/ready; exec sleep 100000', 'test -f /dev/shm/ready')
     await Template.build(t, name + '-ready')
     const sbx = await Sandbox.create(name + '-ready', { timeoutMs: 60_000 })
     sandboxes.push(sbx)

@@ -33,6 +33,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/template/imagecfg"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -428,7 +429,7 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 			trustErr = b.installTrust(tctx, cert)
 		}()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), initTimeout)
 	defer cancel()
 	_, err = b.client.Control().Init(ctx, connect.NewRequest(msg))
 	wg.Wait()
@@ -446,6 +447,11 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 	})
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// initTimeout bounds the guest's Init: it returns once the template's start
+// command is ready, which may take its ready command's whole bound
+// (imagecfg.MaxReadyTimeout) after the autostart and port waits.
+const initTimeout = imagecfg.MaxReadyTimeout*time.Second + time.Minute
 
 // Activity is the body of GET /bridge/v1/activity.
 type Activity struct {

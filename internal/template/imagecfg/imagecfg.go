@@ -47,7 +47,9 @@ const (
 	// MaxReadyCmd is the longest SpaceReadyCmd, in bytes.
 	MaxReadyCmd = 4096
 	// MaxReadyTimeout is the largest SpaceReadyTimeout, in seconds.
-	MaxReadyTimeout = 300
+	// MaxReadyTimeout keeps the wait inside the control plane's bounds on a
+	// start (a resume waits 2 minutes, a create 5).
+	MaxReadyTimeout = 90
 	// DefaultReadyTimeout is the wait, in seconds, for a SpaceReadyCmd
 	// when SpaceReadyTimeout is 0.
 	DefaultReadyTimeout = 60

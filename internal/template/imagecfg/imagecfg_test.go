@@ -111,7 +111,7 @@ func TestParseRefuses(t *testing.T) {
 		{"ready cmd NUL", `{"SpaceReadyCmd":"test -f /a\u0000b"}`, "NUL"},
 		{"ready cmd wrong type", `{"SpaceReadyCmd":["true"]}`, "field SpaceReadyCmd"},
 		{"ready timeout negative", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":-1}`, "want 0"},
-		{"ready timeout big", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":301}`, "want 0"},
+		{"ready timeout big", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":91}`, "want 0"},
 		{"ready timeout fraction", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":1.5}`, "field SpaceReadyTimeout"},
 		{"ready timeout alone", `{"SpaceReadyTimeout":5}`, "without a SpaceReadyCmd"},
 	} {
