@@ -24,6 +24,7 @@ import (
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/credentials"
 	"github.com/spacesandbox/space/internal/credentials/localstore"
+	"github.com/spacesandbox/space/internal/e2bapi"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/hostbin"
@@ -79,6 +80,7 @@ func runServer(args []string) int {
 	defaultEgress := fs.String("default-egress", "", "JSON egress policy file for sandboxes created without one (default {\"allow_internet\": true}: the public internet only; see docs/network.md)")
 	ingressDomain := fs.String("ingress-domain", server.DefaultIngressDomain, "domain of the host names that reach exposed sandbox ports on the API listener: {port}-{sandbox}.DOMAIN (see docs/ports.md)")
 	nodeLostAfter := fs.Duration("node-lost-after", reconcile.DefaultNodeLostAfter, "how long a node may miss heartbeats before it is declared lost and its sandboxes recovered on other nodes from their snapshots in object storage, or failed (see docs/scale-out.md)")
+	publicURL := fs.String("public-url", "", "the API's address as clients reach it, http(s)://HOST[:PORT] (behind a proxy or load balancer): the links the API hands out (E2B template upload urls) are built on it; default: each request's Host header")
 	metricsTokenFile := fs.String("metrics-token-file", "", "file holding a bearer token that may read GET /metrics (a Prometheus scraper's); admin keys always may (see docs/authorization.md)")
 	gwFlags := addGatewayFlags(fs)
 	var denyCIDRs []netip.Prefix
@@ -103,6 +105,14 @@ func runServer(args []string) int {
 	if err := validDomain(*ingressDomain); err != nil {
 		fmt.Fprintf(os.Stderr, "space server: --ingress-domain %q: %v\n", *ingressDomain, err)
 		return 2
+	}
+	if *publicURL != "" {
+		u, err := e2bapi.ParsePublicURL(*publicURL)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "space server: --public-url: %v\n", err)
+			return 2
+		}
+		*publicURL = u
 	}
 	log := newLogger()
 	dir, err := resolveDataDir(*dataDir)
@@ -173,7 +183,7 @@ func runServer(args []string) int {
 	opts := serverOptions{gateway: gw, dev: *dev, listen: *listen, dataDir: dir, database: *database, defaultRuntime: *runtime, runtimeFallback: *fallback, memoryOvercommit: *overcommit, cpuOvercommit: *cpuOvercommit, warmupWait: *warmupWait, maxTenantStreams: *maxTenantStreams, buildBase: !*noBase, kernelBuild: *kernelBuild, memory: mem,
 		objectStore: *objectStore, kmsDir: *kmsDir, ingressDomain: strings.ToLower(strings.TrimSuffix(*ingressDomain, ".")),
 		schedule: retention.Schedule{DiskEvery: *snapEvery, FullEvery: *fullEvery}, warmPools: warmPools,
-		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs}
+		nodeLostAfter: *nodeLostAfter, denyCIDRs: denyCIDRs, publicURL: *publicURL}
 	if *metricsTokenFile != "" {
 		if opts.metricsToken, err = readMetricsToken(*metricsTokenFile); err != nil {
 			fmt.Fprintf(os.Stderr, "space server: --metrics-token-file: %v\n", err)
@@ -235,6 +245,8 @@ type serverOptions struct {
 	defaultEgress *egress.Policy
 	// ingressDomain is the domain of the ingress host names.
 	ingressDomain string
+	// publicURL is --public-url, checked ("": none).
+	publicURL string
 	// warmPools are the prepared executions nodes keep ready.
 	warmPools []server.WarmPool
 	// denyCIDRs are the --deny-cidr prefixes: internal services no
@@ -419,8 +431,8 @@ func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
 		Keyring: keyring, KMS: keys, DefaultEgress: o.defaultEgress,
 		Credentials: creds.manager, CredentialStore: creds.backend, CredentialAudit: creds.audit, CASealer: caSealer,
 		IngressDomain: o.ingressDomain, WarmPools: o.warmPools, MetricsToken: o.metricsToken,
-		E2BFilesDir: filepath.Join(o.dataDir, "e2b-template-files"),
-		Internal:    server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
+		E2BFilesDir: filepath.Join(o.dataDir, "e2b-template-files"), PublicURL: o.publicURL,
+		Internal: server.InternalConfig{DenyCIDRs: o.denyCIDRs, Hosts: server.ServiceHosts(o.database, o.objectStore)},
 	}, st, nodes, rec, log.With("component", "server"))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -1,8 +1,9 @@
 // Template.build with the published SDK against SPACE (docs/e2b.md): a
 // template from a SPACE template with runCmd, copy, setWorkdir, setEnvs
 // and setStartCmd with a readyCmd, its build log streamed, then a sandbox
-// of it; a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage is
-// refused naming the feature; a hostile upload (a symlink out of the file
+// of it; a readyCmd passes in every new sandbox before its first command;
+// a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage of a
+// registry image is refused naming the feature, one of an OCI layout on the server builds; a hostile upload (a symlink out of the file
 // context) is refused.
 import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
 import { mkdtempSync, mkdirSync, writeFileSync, symlinkSync } from 'node:fs'
@@ -48,6 +49,19 @@ await run('templates', [
     eq(r.stdout, 'built\nhello from the upload\nhi from /app\ntool ran\nhi\n', 'files, env')
     await waitFor(async () => (await sbx.commands.run('cat /tmp/started 2>/dev/null || true')).stdout === 'started\n', 'the start command', 30_000)
   }],
+  ['a readyCmd runs in every sandbox of the template: the first command sees it passed', async () => {
+    // /dev/shm is the sandbox's own tmpfs, not in the template's tree: the
+    // file the build sandbox's check saw is gone, and only this sandbox's
+    // start command (12 s in: past the host's old 10 s bound on the
+    // guest's start) makes it again.
+    const t = Template().fromTemplate(template)
+      .setStartCmd('sleep 12; touch /dev/shm/ready; exec sleep 100000', 'test -f /dev/shm/ready')
+    await Template.build(t, name + '-ready')
+    const sbx = await Sandbox.create(name + '-ready', { timeoutMs: 60_000 })
+    sandboxes.push(sbx)
+    const r = await sbx.commands.run('test -f /dev/shm/ready && echo ready || echo not-ready')
+    eq(r.stdout, 'ready\n', 'the first command of a new sandbox, after the readyCmd passed')
+  }],
   ['an upload is kept for the tenant: a second build skips it', async () => {
     const logs = []
     const t = Template({ fileContextPath: ctx }).fromTemplate(template).copy('hello.txt', '/app/hello.txt')
@@ -72,10 +86,24 @@ await run('templates', [
     const e = await rejects(() => Template.build(t, name + '-fail2'), BuildError, 'Template.build of a failing step')
     assert(e.message.includes('exit code 7'), `BuildError: ${e.message}`)
   }],
-  ['fromImage is refused naming the feature', async () => {
+  ['fromImage of a registry image is refused naming the feature', async () => {
     const t = Template().fromImage('ubuntu:22.04').runCmd('true')
     const e = await rejects(() => Template.build(t, name + '-img'), BuildError, 'fromImage')
     assert(e.message.includes('fromImage') && e.message.includes('fromTemplate'), `message: ${e.message}`)
+  }],
+  ['fromImage of an OCI layout on the server: imported once, the steps on top', async () => {
+    const src = `oci:${process.env.E2B_OCI_LAYOUT}#compat:1`
+    const logs = []
+    const t = Template().fromImage(src).runCmd('cat /etc/msg > /from-steps')
+    await Template.build(t, name + '-oci', { onBuildLogs: (e) => logs.push(e.message) })
+    assert(logs.some((l) => l.includes('base: importing oci:')), `the log names the import:\n${logs.join('\n')}`)
+    const sbx = await Sandbox.create(name + '-oci', { timeoutMs: 60_000 })
+    sandboxes.push(sbx)
+    // The image has no /bin/bash for commands.run: read the step's file.
+    eq(await sbx.files.read('/from-steps', { user: 'root' }), 'from the image\n', 'the step ran on the image')
+    const again = []
+    await Template.build(Template().fromImage(src).runCmd('true'), name + '-oci2', { onBuildLogs: (e) => again.push(e.message) })
+    assert(again.some((l) => l.includes('imported already')), `a second build reuses the import:\n${again.join('\n')}`)
   }],
   ['a hostile upload is refused', async () => {
     const t = Template({ fileContextPath: ctx }).fromTemplate(template).copy('evil', '/evil')

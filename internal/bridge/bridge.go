@@ -33,6 +33,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/template/imagecfg"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -89,14 +90,6 @@ var publicPaths = map[string]bool{
 	"/health": true,
 	"/envs":   true,
 }
-
-// guestInitTimeout bounds the guest's Init. Init itself is quick, but it
-// starts the template's autostart entries and start command, and waits for
-// each one's port up to 10 s (guestd's autostartReadyWait): the
-// code-interpreter template's server, under TCG and from a restored
-// template snapshot, takes longer than a 10 s bound on all of Init, which
-// failed every such create ("guest init: deadline_exceeded").
-const guestInitTimeout = 30 * time.Second
 
 // IsPublicGuestPath reports whether path is a guest route that the manager (and,
 // through it, an authorised client) may reach.
@@ -436,7 +429,7 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 			trustErr = b.installTrust(tctx, cert)
 		}()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), guestInitTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), initTimeout)
 	defer cancel()
 	_, err = b.client.Control().Init(ctx, connect.NewRequest(msg))
 	wg.Wait()
@@ -454,6 +447,15 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 	})
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// initTimeout bounds the guest's Init: it returns once the template's start
+// command is ready, which may take its ready command's whole bound
+// (imagecfg.MaxReadyTimeout) after the autostart entries' and start
+// command's port waits (up to 10 s each, guestd's autostartReadyWait). A
+// 10 s bound on all of Init failed every create of the code-interpreter
+// template on vm (TCG, from a restored template snapshot: "guest init:
+// deadline_exceeded").
+const initTimeout = imagecfg.MaxReadyTimeout*time.Second + time.Minute
 
 // Activity is the body of GET /bridge/v1/activity.
 type Activity struct {

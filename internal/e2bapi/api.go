@@ -127,6 +127,11 @@ type Config struct {
 	FilesDir string
 	// MaxUploadBytes bounds one such upload (0: 1 GiB).
 	MaxUploadBytes int64
+	// PublicURL, when not "", is the API's own address as clients reach
+	// it (scheme://host[:port], ParsePublicURL): the links the API hands
+	// out (template upload urls) are built on it instead of on the
+	// request's Host header.
+	PublicURL string
 }
 
 // API serves the E2B REST API and data plane.
@@ -144,8 +149,10 @@ type API struct {
 	history *metricsHistory
 	// builds are the template builds (tplbuild.go); filesDir and
 	// maxUpload keep and bound their uploads (Config).
-	builds    *templateBuilds
-	filesDir  string
+	builds   *templateBuilds
+	filesDir string
+	// publicURL is Config.PublicURL.
+	publicURL string
 	maxUpload int64
 }
 
@@ -162,7 +169,8 @@ func New(cfg Config) *API {
 	}
 	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
 		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep),
-		builds: newTemplateBuilds(), filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes}
+		builds: newTemplateBuilds(), filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
+		publicURL: strings.TrimSuffix(cfg.PublicURL, "/")}
 }
 
 // Mux is where Register adds the routes.

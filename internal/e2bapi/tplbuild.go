@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -286,6 +288,12 @@ func (a *API) handleTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	if _, local, _ := localImage(spec.FromImage); local && !c.Admin {
+		// The path is read by the server with its own rights: only an
+		// admin, who may name server paths as template sources, may.
+		a.writeE2BErr(w, r, fmt.Errorf("%w: fromImage(%q) names a path on the server's machine: an admin key only (or fromTemplate with a template an admin imported)", errdefs.ErrPermissionDenied, service.Clip(spec.FromImage)))
+		return
+	}
 	backend, err := a.host.BuildBackend(r)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
@@ -354,6 +362,11 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 			return &imagebuild.StepError{Index: i, Err: fmt.Errorf("COPY %s: %w", service.Clip(s.Args[0]), err)}
 		}
 	}
+	if src, local, _ := localImage(spec.FromImage); local {
+		if err := importImage(ctx, backend, src, df.From, log); err != nil {
+			return err
+		}
+	}
 	plan, err := imagebuild.Prepare(imagebuild.Job{
 		Name: tb.templateID, File: df, ContextDir: dir, Runtime: "ns", NoCache: force, Log: log, Ready: spec.ReadyCmd,
 	})
@@ -416,4 +429,24 @@ func (a *API) handleTemplateAlias(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": true})
+}
+
+// importImage builds template name from the local image src (oci: or
+// docker-archive:) unless a template of that name exists already: it is
+// the base of the steps, imported once per source (delete it to import a
+// changed image again).
+func importImage(ctx context.Context, backend imagebuild.Backend, src, name string, log io.Writer) error {
+	taken, err := backend.TemplateTaken(ctx, name)
+	if err != nil {
+		return fmt.Errorf("fromImage %s: %w", service.Clip(src), err)
+	}
+	if taken {
+		fmt.Fprintf(log, "base: %s imported already as template %s\n", service.Clip(src), name)
+		return nil
+	}
+	fmt.Fprintf(log, "base: importing %s as template %s\n", service.Clip(src), name)
+	if _, err := backend.BuildTemplate(ctx, sandboxv1.BuildTemplateRequest{Name: name, From: src}); err != nil {
+		return fmt.Errorf("fromImage %s: import as template %s: %w", service.Clip(src), name, err)
+	}
+	return nil
 }

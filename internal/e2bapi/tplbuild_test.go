@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/imagebuild"
+	"github.com/spacesandbox/space/internal/service"
 )
 
 // tarOf is a tar of hdrs, each regular file with content "x"; gzipped
@@ -172,6 +177,9 @@ func TestDockerfileOf(t *testing.T) {
 	}{
 		{templateSpec{FromImage: "ubuntu:22.04"}, "fromImage"},
 		{templateSpec{FromImageRegistry: []byte(`{"type":"aws"}`)}, "fromImageRegistry"},
+		{templateSpec{FromImage: "oci:layout"}, "ABSOLUTE"},
+		{templateSpec{FromImage: "docker-archive:/a\x00b"}, "ABSOLUTE"},
+		{templateSpec{FromImage: "oci:/l", FromTemplate: "b"}, "name one base"},
 		{templateSpec{}, "fromTemplate"},
 		{templateSpec{FromTemplate: "team/base"}, "not a SPACE template name"},
 		{templateSpec{FromTemplate: "b", Steps: []templateStep{{Type: "COPY", Args: []string{"../x", "/"}, FilesHash: h}}}, "leaves the file context"},
@@ -238,5 +246,124 @@ func TestBuildsBounded(t *testing.T) {
 	a.StopBuilds()
 	if _, err := a.builds.add("t3", "z", now); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("after StopBuilds: %v, want unavailable", err)
+	}
+}
+
+// callerHost is a Host whose every caller is c; nothing else of it is
+// used.
+type callerHost struct {
+	Host
+	c service.Caller
+}
+
+func (h callerHost) Caller(context.Context) service.Caller { return h.c }
+
+// TestUploadURLBase: the upload link is built on the configured public URL
+// whatever the request's Host header says, and on the Host header (and the
+// request's scheme) only without one.
+func TestUploadURLBase(t *testing.T) {
+	hash := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name, public, host, proto, want string
+	}{
+		{"public url", "https://space.example.com", "evil.example", "", "https://space.example.com/e2b/template-files/"},
+		{"public url with port", "http://10.0.0.5:8080", "evil.example", "https", "http://10.0.0.5:8080/e2b/template-files/"},
+		{"no public url", "", "api.local:9000", "", "http://api.local:9000/e2b/template-files/"},
+		{"no public url, https proxy", "", "api.local", "https", "https://api.local/e2b/template-files/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New(Config{Host: callerHost{c: service.Caller{Tenant: "t1", Admin: true}}, TokenKey: []byte("k"),
+				FilesDir: t.TempDir(), PublicURL: tc.public})
+			tb, err := a.builds.add("t1", "tpl", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/e2b/templates/tpl/files/"+hash, nil)
+			r.Host = tc.host
+			if tc.proto != "" {
+				r.Header.Set("X-Forwarded-Proto", tc.proto)
+			}
+			r.SetPathValue("templateID", tb.templateID)
+			r.SetPathValue("hash", hash)
+			w := httptest.NewRecorder()
+			a.handleTemplateFiles(w, r)
+			var body struct {
+				URL string `json:"url"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 200 {
+				t.Fatalf("GET files: %d %s (%v)", w.Code, w.Body, err)
+			}
+			if !strings.HasPrefix(body.URL, tc.want) {
+				t.Errorf("upload url %q, want it on %q", body.URL, tc.want)
+			}
+		})
+	}
+}
+
+// TestParsePublicURL: only http(s)://HOST[:PORT] is a public URL.
+func TestParsePublicURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://space.example.com": "https://space.example.com",
+		"http://10.0.0.5:8080/":     "http://10.0.0.5:8080",
+		"https://[::1]:8443":        "https://[::1]:8443",
+	} {
+		if got, err := ParsePublicURL(in); err != nil || got != want {
+			t.Errorf("ParsePublicURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"space.example.com", "ftp://x", "https://", "https://x/e2b", "https://x?a=1", "https://u:p@x", "https://x#f", "http://x:port"} {
+		if got, err := ParsePublicURL(in); err == nil {
+			t.Errorf("ParsePublicURL(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+// TestDockerfileOfLocalImage: fromImage of an image on the server's
+// filesystem is the base of the steps as the template it is imported as.
+func TestDockerfileOfLocalImage(t *testing.T) {
+	for _, src := range []string{"oci:/srv/layout#app:1", "docker-archive:/srv/image.tar"} {
+		df, _, err := dockerfileOf(templateSpec{FromImage: src, Steps: []templateStep{{Type: "RUN", Args: []string{"true"}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if df.From != imageBaseName(src) || !strings.HasPrefix(df.From, "e2bimg-") || len(df.Steps) != 1 {
+			t.Errorf("%s: FROM %q, %d steps; want FROM %s and the step", src, df.From, len(df.Steps), imageBaseName(src))
+		}
+	}
+	if imageBaseName("oci:/a") == imageBaseName("oci:/b") {
+		t.Error("two sources share an imported template")
+	}
+}
+
+// deniedHost is a callerHost answering errors with their errdefs status.
+type deniedHost struct{ callerHost }
+
+func (h deniedHost) BuildBackend(*http.Request) (imagebuild.Backend, error) {
+	return nil, fmt.Errorf("%w: the test has no build backend: the request got past the admin check", errdefs.ErrInvalidArgument)
+}
+
+func (h deniedHost) Status(err error) int {
+	if errors.Is(err, errdefs.ErrPermissionDenied) {
+		return 403
+	}
+	return 400
+}
+
+// TestLocalImageAdminOnly: a key that is not an admin's may not name a
+// path on the server's machine as fromImage.
+func TestLocalImageAdminOnly(t *testing.T) {
+	a := New(Config{Host: deniedHost{callerHost{c: service.Caller{Tenant: "t1"}}}, TokenKey: []byte("k"), FilesDir: t.TempDir()})
+	tb, err := a.builds.add("t1", "tpl", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/e2b/v2/templates/tpl/builds/"+tb.id, strings.NewReader(`{"fromImage":"oci:/etc","steps":[]}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.SetPathValue("templateID", tb.templateID)
+	r.SetPathValue("buildID", tb.id)
+	w := httptest.NewRecorder()
+	a.handleTemplateBuild(w, r)
+	if w.Code != 403 || !strings.Contains(w.Body.String(), "admin key only") {
+		t.Fatalf("fromImage oci:/etc with a tenant key: %d %s, want 403 saying admin key only", w.Code, w.Body)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -84,13 +85,9 @@ func (a *API) handleTemplateFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	_, err := os.Stat(a.filesPath(c.Tenant, hash))
 	present := err == nil
-	scheme := "http"
-	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
-		scheme = "https"
-	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"present": present,
-		"url":     scheme + "://" + r.Host + a.uploadPath(c.Tenant, hash, time.Now()),
+		"url":     a.baseURL(r) + a.uploadPath(c.Tenant, hash, time.Now()),
 		"headers": map[string]string{},
 	})
 }
@@ -257,4 +254,32 @@ func (a *API) extractUpload(ctx context.Context, tenant, hash, dir string) error
 		return err
 	}
 	return template.Extract(ctx, ar, dir, uploadLimits)
+}
+
+// baseURL is where clients reach the API: the configured PublicURL, else
+// the request's scheme and Host header.
+func (a *API) baseURL(r *http.Request) string {
+	if a.publicURL != "" {
+		return a.publicURL
+	}
+	scheme := "http"
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// ParsePublicURL checks a public URL for Config.PublicURL: http or https,
+// a host, no path (but "/"), query, fragment or user; it returns it
+// without a trailing "/".
+func ParsePublicURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("public url %q: %w", s, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "" {
+		return "", fmt.Errorf("public url %q: want http(s)://HOST[:PORT] with no path, query or user, like https://space.example.com", s)
+	}
+	return u.Scheme + "://" + u.Host, nil
 }

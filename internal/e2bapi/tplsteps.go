@@ -1,6 +1,8 @@
 package e2bapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -48,9 +50,17 @@ func copyDir(i int) string { return fmt.Sprintf("copy%d", i) }
 // COPY step i reads its sources from copyDir(i) of the context. It refuses,
 // naming the feature, what SPACE cannot build.
 func dockerfileOf(spec templateSpec) (*dockerfile.File, bool, error) {
+	from := spec.FromTemplate
+	src, local, err := localImage(spec.FromImage)
 	switch {
+	case err != nil:
+		return nil, false, err
+	case local && spec.FromTemplate != "":
+		return nil, false, fmt.Errorf("%w: both fromImage and fromTemplate: name one base", errdefs.ErrInvalidArgument)
+	case local:
+		from = imageBaseName(src)
 	case spec.FromImage != "" || len(spec.FromImageRegistry) > 0:
-		return nil, false, fmt.Errorf("%w: fromImage and fromImageRegistry (a base image pulled from a registry) are not supported by SPACE, whose control plane reaches no registry: import the image once with `space template build NAME --from oci:DIR` (or docker-archive:FILE) and build on it with fromTemplate('NAME') (docs/e2b.md)", errdefs.ErrInvalidArgument)
+		return nil, false, fmt.Errorf("%w: fromImage and fromImageRegistry (a base image pulled from a registry) are not supported by SPACE, whose control plane reaches no registry: import the image once with `space template build NAME --from oci:DIR` (or docker-archive:FILE) and build on it with fromTemplate('NAME'), or, with an admin key, name the layout on the server: fromImage('oci:/DIR') or fromImage('docker-archive:/FILE') (docs/e2b.md)", errdefs.ErrInvalidArgument)
 	case spec.FromTemplate == "":
 		return nil, false, fmt.Errorf("%w: the template names no base: use fromTemplate('NAME') with a SPACE template (docs/e2b.md)", errdefs.ErrInvalidArgument)
 	case strings.ContainsAny(spec.FromTemplate, ":/"):
@@ -58,7 +68,7 @@ func dockerfileOf(spec templateSpec) (*dockerfile.File, bool, error) {
 	case len(spec.Steps) > maxTemplateSteps:
 		return nil, false, fmt.Errorf("%w: %d steps: at most %d", errdefs.ErrInvalidArgument, len(spec.Steps), maxTemplateSteps)
 	}
-	df := &dockerfile.File{From: spec.FromTemplate}
+	df := &dockerfile.File{From: from}
 	force := spec.Force
 	for i, s := range spec.Steps {
 		in, err := instructionOf(i, s)
@@ -166,4 +176,28 @@ func validFilesHash(h string) bool {
 func jsonText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// localImage reports whether fromImage names an image on the server's
+// filesystem (oci:/DIR[#REF] or docker-archive:/FILE[#TAG]) and returns
+// it; such a name that is not an absolute path is an error.
+func localImage(fromImage string) (string, bool, error) {
+	kind, rest, ok := strings.Cut(fromImage, ":")
+	if !ok || (kind != "oci" && kind != "docker-archive") {
+		return "", false, nil
+	}
+	if !strings.HasPrefix(rest, "/") || strings.ContainsRune(rest, 0) || len(fromImage) > maxImageSource {
+		return "", false, fmt.Errorf("%w: fromImage(%q): want %s:/ABSOLUTE/PATH on the server's machine (at most %d bytes)", errdefs.ErrInvalidArgument, service.Clip(fromImage), kind, maxImageSource)
+	}
+	return fromImage, true, nil
+}
+
+// maxImageSource bounds a fromImage source.
+const maxImageSource = 4096
+
+// imageBaseName is the template a local image source is imported as, once:
+// e2bimg- and the first 16 hex digits of the source's sha256.
+func imageBaseName(src string) string {
+	sum := sha256.Sum256([]byte(src))
+	return "e2bimg-" + hex.EncodeToString(sum[:8])
 }

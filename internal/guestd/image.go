@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/template/imagecfg"
@@ -61,7 +63,7 @@ func (d *Daemon) loadImage() {
 			}
 		}
 		d.log.Info("image defaults", "user", c.User, "env", len(c.Env), "workdir", c.WorkingDir,
-			"start", len(c.StartCommand()) > 0, "ready_port", c.ReadyPort())
+			"start", len(c.StartCommand()) > 0, "ready_port", c.ReadyPort(), "ready_cmd", c.SpaceReadyCmd != "")
 	}
 	d.image.set(c)
 }
@@ -122,11 +124,14 @@ func (db *accountDB) groupID(group string) (uint32, error) {
 
 // startCommand starts the image's Entrypoint+Cmd, unless it runs already,
 // with the defaults every command gets; when the image exposes exactly one
-// TCP port, Init waits (at most autostartReadyWait) until it listens. A
-// start command that cannot start is logged; the sandbox still starts.
+// TCP port, Init waits (at most autostartReadyWait) until it listens. Then,
+// when the image has a SpaceReadyCmd, Init runs it until it exits 0 (see
+// waitReady). A start command that cannot start, or does not get ready, is
+// logged; the sandbox still starts.
 func (d *Daemon) startCommand() {
-	argv := d.image.get().StartCommand()
-	if len(argv) == 0 {
+	img := d.image.get()
+	argv := img.StartCommand()
+	if len(argv) == 0 && img.SpaceReadyCmd == "" {
 		return
 	}
 	u, err := d.userNamed("")
@@ -134,6 +139,24 @@ func (d *Daemon) startCommand() {
 		d.log.Warn("start command: no user to run it as; not started", "err", err)
 		return
 	}
+	if len(argv) > 0 && !d.spawnStart(argv, u, img.ReadyPort()) {
+		return
+	}
+	if img.SpaceReadyCmd == "" {
+		return
+	}
+	start := time.Now()
+	tries, err := d.waitReady(img.SpaceReadyCmd, u, img.ReadyWait())
+	if err != nil {
+		d.log.Warn("start command not ready: the sandbox starts anyway", "ready_cmd", img.SpaceReadyCmd, "tries", tries, "err", err)
+		return
+	}
+	d.log.Info("start command ready", "ready_cmd", img.SpaceReadyCmd, "tries", tries, "after", time.Since(start))
+}
+
+// spawnStart starts the start command and waits for its ready port, if any;
+// false when it did not start (it runs already counts as started).
+func (d *Daemon) spawnStart(argv []string, u caller, port int) bool {
 	tag := startTag
 	p, sub, err := d.spawn(spawnRequest{
 		config: &processv1.ProcessConfig{Cmd: argv[0], Args: argv[1:]}, tag: &tag, user: u,
@@ -141,19 +164,86 @@ func (d *Daemon) startCommand() {
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		d.log.Debug("start command still running")
-		return
+		return true
 	case err != nil:
 		d.log.Warn("start command not started", "argv", argv, "err", err)
-		return
+		return false
 	}
 	// Nobody follows its output: with no subscriber it is read and dropped.
 	p.unsubscribe(sub)
 	d.log.Info("start command started", "argv", argv, "pid", p.pid, "user", u.Name)
-	if port := d.image.get().ReadyPort(); port > 0 {
+	if port > 0 {
 		if err := waitListening(port, p.ended, autostartReadyWait); err != nil {
 			d.log.Warn("start command not ready", "port", port, "err", err)
-			return
+			return true
 		}
 		d.log.Info("start command ready", "port", port)
 	}
+	return true
+}
+
+// Ready command retries: the first pause is readyFirstPause, each next one
+// doubles up to readyMaxPause.
+const (
+	readyFirstPause = 200 * time.Millisecond
+	readyMaxPause   = time.Second
+	// readyOutputTail is how much of the last try's output the log keeps.
+	readyOutputTail = 512
+)
+
+// waitReady runs cmd through /bin/sh -c, as u with the image's environment
+// and directory, until it exits 0 or wait passes (a try still running then
+// is killed). It returns the number of tries and, when none exited 0, an
+// error with the last try's exit status and output tail.
+func (d *Daemon) waitReady(cmd string, u caller, wait time.Duration) (int, error) {
+	deadline := time.Now().Add(wait)
+	pause := readyFirstPause
+	last := "never ran"
+	for tries := 1; ; tries++ {
+		status, out, err := d.readyTry(cmd, u, deadline)
+		if err != nil {
+			return tries, fmt.Errorf("ready command not started: %w", err)
+		}
+		if status == "exit status 0" {
+			return tries, nil
+		}
+		last = status
+		if out != "" {
+			last += ", output: " + out
+		}
+		if left := time.Until(deadline); left > 0 {
+			time.Sleep(min(pause, left))
+		}
+		if !time.Now().Before(deadline) {
+			return tries, fmt.Errorf("did not exit 0 within %v (last: %s)", wait, last)
+		}
+		pause = min(2*pause, readyMaxPause)
+	}
+}
+
+// readyTry runs cmd once, killed at deadline, and returns its end status
+// ("exit status N", "signal: killed") and the tail of its output.
+func (d *Daemon) readyTry(cmd string, u caller, deadline time.Time) (string, string, error) {
+	p, sub, err := d.spawn(spawnRequest{
+		config: &processv1.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}, user: u, deadline: deadline,
+	})
+	if err != nil {
+		return "", "", err
+	}
+	var out []byte
+	status := "exit status unknown"
+	for ev := range sub.ch {
+		if data := ev.GetData(); data != nil {
+			out = append(out, data.GetStdout()...)
+			out = append(out, data.GetStderr()...)
+			if len(out) > readyOutputTail {
+				out = out[len(out)-readyOutputTail:]
+			}
+		}
+		if end := ev.GetEnd(); end != nil {
+			status = end.GetStatus()
+		}
+	}
+	<-p.ended
+	return status, strings.TrimSpace(strings.ToValidUTF8(string(out), "?")), nil
 }

@@ -249,6 +249,15 @@ func TestImageHostileFile(t *testing.T) {
 			return os.WriteFile(p, []byte(`{"Env":["FOO=bad"],"WorkingDir":"../../etc"}`), 0o644)
 		}},
 		{"bad env", func(p string) error { return os.WriteFile(p, []byte(`{"Env":["FOO=bad","X\u0000=1"]}`), 0o644) }},
+		{"ready cmd NUL", func(p string) error {
+			return os.WriteFile(p, []byte(`{"Env":["FOO=bad"],"SpaceReadyCmd":"sleep 600\u0000"}`), 0o644)
+		}},
+		{"ready cmd too long", func(p string) error {
+			return os.WriteFile(p, []byte(`{"Env":["FOO=bad"],"SpaceReadyCmd":"sleep 600;`+strings.Repeat(" ", imagecfg.MaxReadyCmd)+`"}`), 0o644)
+		}},
+		{"ready timeout too big", func(p string) error {
+			return os.WriteFile(p, []byte(`{"Env":["FOO=bad"],"SpaceReadyCmd":"false","SpaceReadyTimeout":100000}`), 0o644)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, root := imageTree(t, "")
@@ -266,6 +275,83 @@ func TestImageHostileFile(t *testing.T) {
 			res := run(t, c, req, "")
 			if got, want := strings.TrimSpace(res.stdout.String()), "|"+self(t).HomeDir; got != want {
 				t.Fatalf("command saw %q, want %q: the hostile file was applied", got, want)
+			}
+		})
+	}
+}
+
+// readyTree is an image tree whose start command (when start is not "")
+// and SpaceReadyCmd run as the test's user in the tree's /app.
+func readyTree(t *testing.T, start, ready string, timeout int) (guestd.Config, string) {
+	t.Helper()
+	cfg, root := imageTree(t, "")
+	app := filepath.Join(root, "app")
+	if err := os.Chmod(app, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	img := imagecfg.Config{WorkingDir: app, Env: []string{"APP=" + app}, SpaceReadyCmd: ready, SpaceReadyTimeout: timeout}
+	if start != "" {
+		img.Entrypoint = []string{"/bin/sh", "-c", start}
+	}
+	if os.Geteuid() != 0 {
+		img.User = self(t).Username
+		cfg.PasswdPath, cfg.GroupPath = "", ""
+	}
+	if err := imagecfg.Write(root, img); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, app
+}
+
+// TestImageReadyCmd: Init returns only once the ready command exited 0:
+// the start command makes the file the check tests after a second, and
+// the check (image env and directory) passed after several tries.
+func TestImageReadyCmd(t *testing.T) {
+	cfg, app := readyTree(t, `sleep 1; touch "$APP/ready"; exec sleep 300`,
+		`echo try >> tries; test -f "$APP/ready" && [ "$PWD" = "$APP" ]`, 20)
+	c := startGuest(t, cfg)
+	start := time.Now()
+	if _, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"})); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(app, "ready")); err != nil {
+		t.Fatalf("right after Init (%v): %v: Init did not wait for the ready command", time.Since(start), err)
+	}
+	b, _ := os.ReadFile(filepath.Join(app, "tries"))
+	if n := strings.Count(string(b), "try"); n < 2 {
+		t.Errorf("the ready command ran %d times, want several (it fails until the file exists)", n)
+	}
+	if tags := processTags(t, c); strings.Join(tags, ",") != "start" {
+		t.Errorf("processes after Init: tags %q, want the start command alone (no ready try left)", tags)
+	}
+}
+
+// TestImageReadyCmdNeverReady: a ready command that never exits 0 holds
+// Init for its SpaceReadyTimeout, not longer (a try that hangs is killed),
+// and the sandbox still starts.
+func TestImageReadyCmdNeverReady(t *testing.T) {
+	for _, tc := range []struct{ name, ready string }{
+		{"fails", "exit 3"},
+		{"hangs", "exec sleep 600"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _ := readyTree(t, "exec sleep 300", tc.ready, 2)
+			c := startGuest(t, cfg)
+			ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			if _, err := c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"})); err != nil {
+				t.Fatalf("Init with a ready command that never passes: %v", err)
+			}
+			if took := time.Since(start); took < 2*time.Second {
+				t.Errorf("Init returned after %v, before the ready command's 2s bound", took)
+			}
+			res := run(t, c, sh("echo up"), "")
+			if got := strings.TrimSpace(res.stdout.String()); got != "up" {
+				t.Fatalf("a command after the bound: %q, want up", got)
+			}
+			if tags := processTags(t, c); strings.Join(tags, ",") != "start" {
+				t.Errorf("processes after Init: tags %q, want the start command alone (the hung try killed)", tags)
 			}
 		})
 	}

@@ -74,7 +74,11 @@ type Job struct {
 	// Ready, when not "", is a shell command that must exit 0 before the
 	// snapshot: the image's start command is started in the build
 	// sandbox, then Ready is run once a second until it exits 0, for at
-	// most ReadyTimeout (0: DefaultReadyTimeout).
+	// most ReadyTimeout (0: DefaultReadyTimeout). It is also the
+	// template's SpaceReadyCmd (imagecfg): every sandbox made from the
+	// template runs it after its start command before its first request,
+	// for at most ReadyTimeout capped at imagecfg.MaxReadyTimeout (0:
+	// imagecfg.DefaultReadyTimeout).
 	Ready        string
 	ReadyTimeout time.Duration
 }
@@ -107,6 +111,11 @@ func Prepare(job Job) (*Plan, error) {
 	cfgJSON, err := dockerfile.ImageConfigJSON(job.File)
 	if err != nil {
 		return nil, err
+	}
+	if job.Ready != "" {
+		if cfgJSON, err = withReady(cfgJSON, job); err != nil {
+			return nil, err
+		}
 	}
 	keys, err := stepKeys(job.File, job.ContextDir)
 	if err != nil {
@@ -258,4 +267,22 @@ func printable(s string) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "?"))
+}
+
+// withReady adds job.Ready to the image config as its SpaceReadyCmd; a
+// command the guest would refuse (too long, a NUL byte) is an error here.
+func withReady(cfgJSON []byte, job Job) ([]byte, error) {
+	c, err := imagecfg.Parse(cfgJSON)
+	if err != nil {
+		return nil, err
+	}
+	c.SpaceReadyCmd = job.Ready
+	if job.ReadyTimeout > 0 {
+		c.SpaceReadyTimeout = min(int((job.ReadyTimeout+time.Second-1)/time.Second), imagecfg.MaxReadyTimeout)
+	}
+	b, err := imagecfg.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("ready command: %w", err)
+	}
+	return b, nil
 }

@@ -8,8 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
+
+	"github.com/spacesandbox/space/internal/template/imagecfg"
 )
 
 // recordingBackend is an in-memory Backend: it records the execs and
@@ -21,6 +24,7 @@ type recordingBackend struct {
 	execs   []string
 	deleted []string
 	built   []string
+	written map[string]string // path -> body of WriteFile
 }
 
 func (b *recordingBackend) TemplateTaken(context.Context, string) (bool, error) { return false, nil }
@@ -48,7 +52,16 @@ func (b *recordingBackend) Exec(_ context.Context, _ string, start sandboxv1.Exe
 	fmt.Fprint(stdout, out)
 	return code, nil
 }
-func (b *recordingBackend) WriteFile(context.Context, string, string, io.Reader) error { return nil }
+func (b *recordingBackend) WriteFile(_ context.Context, _, name string, r io.Reader) error {
+	body, err := io.ReadAll(r)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.written == nil {
+		b.written = map[string]string{}
+	}
+	b.written[name] = string(body)
+	return err
+}
 func (b *recordingBackend) Snapshot(context.Context, string, string) (string, error) {
 	return "snap1", nil
 }
@@ -95,6 +108,10 @@ func TestRunReadyCheck(t *testing.T) {
 				if err != nil || len(b.built) != 1 {
 					t.Errorf("Run = %v, built %v; want the template built", err, b.built)
 				}
+				cfg, perr := imagecfg.Parse([]byte(b.written[imagecfg.Path]))
+				if perr != nil || cfg.SpaceReadyCmd != "test -f /ready" || cfg.SpaceReadyTimeout != 0 {
+					t.Errorf("image config %q (%v): want SpaceReadyCmd test -f /ready, the default wait", b.written[imagecfg.Path], perr)
+				}
 				return
 			}
 			var se *StepError
@@ -105,6 +122,26 @@ func TestRunReadyCheck(t *testing.T) {
 				t.Errorf("built %v after a failed ready check", b.built)
 			}
 		})
+	}
+}
+
+// TestPrepareReady: the ready command goes into the image config with the
+// job's bound capped at the guest's maximum; one the guest would refuse is
+// refused before any step.
+func TestPrepareReady(t *testing.T) {
+	df := parseDF(t, "FROM minimal\nCMD [\"serve\"]\n")
+	p, err := Prepare(Job{Name: "t", File: df, Ready: "true", ReadyTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := imagecfg.Parse(p.cfgJSON)
+	if err != nil || cfg.SpaceReadyCmd != "true" || cfg.SpaceReadyTimeout != imagecfg.MaxReadyTimeout || len(cfg.Cmd) != 1 {
+		t.Errorf("image config %s (%v): want Cmd, SpaceReadyCmd true, timeout %d", p.cfgJSON, err, imagecfg.MaxReadyTimeout)
+	}
+	for _, ready := range []string{"a\x00b", strings.Repeat("x", imagecfg.MaxReadyCmd+1)} {
+		if _, err := Prepare(Job{Name: "t", File: df, Ready: ready}); err == nil || !strings.Contains(err.Error(), "SpaceReadyCmd") {
+			t.Errorf("Prepare with ready command %.20q: %v, want an error naming SpaceReadyCmd", ready, err)
+		}
 	}
 }
 

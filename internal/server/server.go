@@ -71,6 +71,10 @@ type Config struct {
 	// E2BFilesDir keeps the COPY sources that E2B template builds upload
 	// (internal/e2bapi tplfiles.go); "" refuses those uploads.
 	E2BFilesDir string
+	// PublicURL is the API's address as clients reach it
+	// (scheme://host[:port]); "": links are built on each request's Host
+	// header.
+	PublicURL string
 	// MaxSandboxStreams bounds the guest streams one sandbox may have open
 	// at the API at once (0: DefaultMaxSandboxStreams; streams.go).
 	MaxSandboxStreams int

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Path is where a template's tree keeps its image defaults (mode 0644,
@@ -43,6 +44,15 @@ const (
 	MaxLabels = 256
 	// maxUser bounds the user field (name[:group]).
 	maxUser = 256
+	// MaxReadyCmd is the longest SpaceReadyCmd, in bytes.
+	MaxReadyCmd = 4096
+	// MaxReadyTimeout is the largest SpaceReadyTimeout, in seconds.
+	// MaxReadyTimeout keeps the wait inside the control plane's bounds on a
+	// start (a resume waits 2 minutes, a create 5).
+	MaxReadyTimeout = 90
+	// DefaultReadyTimeout is the wait, in seconds, for a SpaceReadyCmd
+	// when SpaceReadyTimeout is 0.
+	DefaultReadyTimeout = 60
 )
 
 // ErrInvalid is wrapped by every error Parse returns for bytes that are not
@@ -69,6 +79,22 @@ type Config struct {
 	ExposedPorts map[string]struct{} `json:"ExposedPorts,omitempty"`
 	// Labels are free-form metadata.
 	Labels map[string]string `json:"Labels,omitempty"`
+	// SpaceReadyCmd, a SPACE extension (E2B's readyCmd), is a shell
+	// command (/bin/sh -c) that says the start command is ready: every
+	// sandbox runs it after starting the start command until it exits 0,
+	// for at most SpaceReadyTimeout seconds, before its first request.
+	SpaceReadyCmd string `json:"SpaceReadyCmd,omitempty"`
+	// SpaceReadyTimeout bounds the SpaceReadyCmd wait, in seconds: 0 is
+	// DefaultReadyTimeout, at most MaxReadyTimeout.
+	SpaceReadyTimeout int `json:"SpaceReadyTimeout,omitempty"`
+}
+
+// ReadyWait is how long a sandbox waits for SpaceReadyCmd to exit 0.
+func (c Config) ReadyWait() time.Duration {
+	if c.SpaceReadyTimeout > 0 {
+		return time.Duration(c.SpaceReadyTimeout) * time.Second
+	}
+	return DefaultReadyTimeout * time.Second
 }
 
 // StartCommand is Entrypoint followed by Cmd: the argv of the template's
@@ -120,6 +146,7 @@ func Parse(b []byte) (Config, error) {
 		{"User", &c.User}, {"Env", &c.Env}, {"WorkingDir", &c.WorkingDir},
 		{"Entrypoint", &c.Entrypoint}, {"Cmd", &c.Cmd},
 		{"ExposedPorts", &c.ExposedPorts}, {"Labels", &c.Labels},
+		{"SpaceReadyCmd", &c.SpaceReadyCmd}, {"SpaceReadyTimeout", &c.SpaceReadyTimeout},
 	} {
 		raw, ok := fields[f.name]
 		if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
@@ -193,6 +220,18 @@ func (c Config) Validate() error {
 		if k == "" || strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
 			return bad("Labels", "label %.64q: empty name or a NUL byte", k)
 		}
+	}
+	if len(c.SpaceReadyCmd) > MaxReadyCmd {
+		return bad("SpaceReadyCmd", "%d bytes, more than %d", len(c.SpaceReadyCmd), MaxReadyCmd)
+	}
+	if strings.IndexByte(c.SpaceReadyCmd, 0) >= 0 {
+		return bad("SpaceReadyCmd", "holds a NUL byte")
+	}
+	if c.SpaceReadyTimeout < 0 || c.SpaceReadyTimeout > MaxReadyTimeout {
+		return bad("SpaceReadyTimeout", "%d seconds, want 0 (the default, %d) to %d", c.SpaceReadyTimeout, DefaultReadyTimeout, MaxReadyTimeout)
+	}
+	if c.SpaceReadyTimeout != 0 && c.SpaceReadyCmd == "" {
+		return bad("SpaceReadyTimeout", "set without a SpaceReadyCmd to bound")
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -106,6 +107,13 @@ func TestParseRefuses(t *testing.T) {
 		{"ports count", `{"ExposedPorts":{` + many(MaxPorts+1, func(i int) string { return `"` + itoa(i+1) + `":{}` }) + `}}`, "more than"},
 		{"labels count", `{"Labels":{` + many(MaxLabels+1, func(i int) string { return `"l` + itoa(i) + `":""` }) + `}}`, "more than"},
 		{"label empty name", `{"Labels":{"":"x"}}`, "empty name"},
+		{"ready cmd too long", `{"SpaceReadyCmd":"` + strings.Repeat("x", MaxReadyCmd+1) + `"}`, "more than"},
+		{"ready cmd NUL", `{"SpaceReadyCmd":"test -f /a\u0000b"}`, "NUL"},
+		{"ready cmd wrong type", `{"SpaceReadyCmd":["true"]}`, "field SpaceReadyCmd"},
+		{"ready timeout negative", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":-1}`, "want 0"},
+		{"ready timeout big", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":91}`, "want 0"},
+		{"ready timeout fraction", `{"SpaceReadyCmd":"true","SpaceReadyTimeout":1.5}`, "field SpaceReadyTimeout"},
+		{"ready timeout alone", `{"SpaceReadyTimeout":5}`, "without a SpaceReadyCmd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.in))
@@ -145,14 +153,32 @@ func TestReadyPort(t *testing.T) {
 	}
 }
 
+func TestReadyCmd(t *testing.T) {
+	c, err := Parse([]byte(`{"Cmd":["srv"],"SpaceReadyCmd":"test -f /tmp/ready","SpaceReadyTimeout":7,"spacereadycmd":"ignored"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SpaceReadyCmd != "test -f /tmp/ready" || c.ReadyWait() != 7*time.Second {
+		t.Fatalf("Parse: ready cmd %q wait %v, want test -f /tmp/ready and 7s", c.SpaceReadyCmd, c.ReadyWait())
+	}
+	c, err = Parse([]byte(`{"SpaceReadyCmd":"` + strings.Repeat("x", MaxReadyCmd) + `"}`))
+	if err != nil {
+		t.Fatalf("a ready command of MaxReadyCmd bytes: %v", err)
+	}
+	if c.ReadyWait() != DefaultReadyTimeout*time.Second {
+		t.Errorf("ReadyWait without a timeout = %v, want %ds", c.ReadyWait(), DefaultReadyTimeout)
+	}
+}
+
 func TestMarshalRoundTrip(t *testing.T) {
 	c := Config{User: "user", Env: []string{"A=1"}, WorkingDir: "/w", Entrypoint: []string{"/bin/sh", "-c"},
-		Cmd: []string{"echo <&>"}, ExposedPorts: map[string]struct{}{"8080/tcp": {}}, Labels: map[string]string{"k": "v"}}
+		Cmd: []string{"echo <&>"}, ExposedPorts: map[string]struct{}{"8080/tcp": {}}, Labels: map[string]string{"k": "v"},
+		SpaceReadyCmd: "test -f /tmp/ready", SpaceReadyTimeout: 30}
 	b, err := Marshal(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{`"User"`, `"Env"`, `"WorkingDir"`, `"Entrypoint"`, `"Cmd"`, `"ExposedPorts"`, `"8080/tcp": {}`, `"Labels"`} {
+	for _, name := range []string{`"User"`, `"Env"`, `"WorkingDir"`, `"Entrypoint"`, `"Cmd"`, `"ExposedPorts"`, `"8080/tcp": {}`, `"Labels"`, `"SpaceReadyCmd"`, `"SpaceReadyTimeout"`} {
 		if !bytes.Contains(b, []byte(name)) {
 			t.Errorf("Marshal output lacks %s:\n%s", name, b)
 		}
