@@ -163,6 +163,7 @@ func TestOtherTenantIsNotFound(t *testing.T) {
 // change what the next caller gets.
 func TestCallersGetCopies(t *testing.T) {
 	f := newFixture(t, openSQLite(t))
+	f.s.dropSandbox(f.sb.ID) // the first read below is a miss, the second a hit
 	for range 2 {
 		sb, err := f.s.GetSandbox(t.Context(), f.tenant, f.sb.ID)
 		must(t, err)
@@ -210,6 +211,15 @@ type slowReads struct {
 	armed         bool
 }
 
+func (b *slowReads) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) {
+	k, err := b.Backend.GetAPIKey(ctx, id)
+	if b.armed {
+		b.read <- struct{}{}
+		<-b.release
+	}
+	return k, err
+}
+
 func (b *slowReads) GetSandbox(ctx context.Context, tenant, id string) (*sandbox.Sandbox, error) {
 	sb, err := b.Backend.GetSandbox(ctx, tenant, id)
 	if b.armed {
@@ -244,6 +254,31 @@ func TestReadOvertakenByAWrite(t *testing.T) {
 	must(t, err)
 	if got.State != sandbox.StateFailed {
 		t.Errorf("after the write returned: state %s, want failed (the overtaken read put the old row back)", got.State)
+	}
+}
+
+// TestKeyReadOvertakenByARevocation: the same for a key and its revocation.
+func TestKeyReadOvertakenByARevocation(t *testing.T) {
+	b := &slowReads{Backend: openSQLite(t), read: make(chan struct{}), release: make(chan struct{})}
+	f := newFixture(t, b)
+	f.s.dropKey(f.key.ID)
+	b.armed = true
+	old := make(chan store.APIKey)
+	go func() {
+		k, _ := f.s.GetAPIKey(context.Background(), f.key.ID)
+		old <- k
+	}()
+	<-b.read
+	b.armed = false
+	must(t, f.s.RevokeAPIKey(t.Context(), f.key.ID, time.Now()))
+	close(b.release)
+	if k := <-old; k.Revoked() {
+		t.Fatalf("the overtaken read got a revoked key, want the key as it was")
+	}
+	k, err := f.s.GetAPIKey(t.Context(), f.key.ID)
+	must(t, err)
+	if !k.Revoked() {
+		t.Errorf("after RevokeAPIKey returned: key not revoked (the overtaken read put the old row back)")
 	}
 }
 
