@@ -367,15 +367,21 @@ func singleReplica(dbURL string) bool {
 
 // openSQLite opens the SQLite file at path behind the read cache of API keys
 // and sandboxes (internal/store/readcache): this process is the file's only
-// writer, so every write that changes a cached answer goes through the cache
-// and drops it before it returns. PostgreSQL stores are never cached: another
-// replica's revocation would not reach this one's cache.
+// writer (it holds the file's lock, sqlitelock.go), so every write that
+// changes a cached answer goes through the cache and drops it before it
+// returns. PostgreSQL stores are never cached: another replica's revocation
+// would not reach this one's cache.
 func openSQLite(ctx context.Context, path string) (store.Store, error) {
-	st, err := sqlite.Open(ctx, path)
+	st, err := sqlite.Open(ctx, path) // first: it checks path
 	if err != nil {
 		return nil, err
 	}
-	return readcache.New(st, readcache.DefaultSize), nil
+	lock, err := lockSQLite(ctx, path)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return cachedSQLite{Store: readcache.New(st, readcache.DefaultSize), lock: lock}, nil
 }
 
 func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
