@@ -43,6 +43,7 @@ import (
 	"github.com/spacesandbox/space/internal/server"
 	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/store/postgres"
+	"github.com/spacesandbox/space/internal/store/readcache"
 	"github.com/spacesandbox/space/internal/store/sqlite"
 	"github.com/spacesandbox/space/internal/vmimage"
 )
@@ -376,12 +377,23 @@ func singleReplica(dbURL string) bool {
 	return dbURL == "" || strings.HasPrefix(dbURL, "sqlite:")
 }
 
+// openSQLite opens the SQLite file at path behind the read cache of API keys
+// and sandboxes (internal/store/readcache): this process is the file's only
+// writer (it holds the file's lock, sqlitelock.go), so every write that
+// changes a cached answer goes through the cache and drops it before it
+// returns. PostgreSQL stores are never cached: another replica's revocation
+// would not reach this one's cache.
 func openSQLite(ctx context.Context, path string) (store.Store, error) {
-	st, err := sqlite.Open(ctx, path)
+	st, err := sqlite.Open(ctx, path) // first: it checks path
 	if err != nil {
 		return nil, err
 	}
-	return st, nil
+	lock, err := lockSQLite(ctx, path)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return cachedSQLite{Store: readcache.New(st, readcache.DefaultSize), lock: lock}, nil
 }
 
 func serve(ctx context.Context, o serverOptions, log *slog.Logger) error {
