@@ -21,7 +21,7 @@ const (
 
 // TestE2BSDKGitAuth runs gitauth.mjs with the published @e2b/code-interpreter
 // SDK (its e2b 2.51 Git helper) on the code-interpreter template, which has
-// git, on ns: clone, push and pull with username/password against a git
+// git, on ns and vm: clone, push and pull with username/password against a git
 // server with HTTP Basic authentication (git http-backend behind
 // net/http/cgi) that the sandbox reaches through its egress policy, a wrong
 // password (the SDK's GitAuthError), and dangerouslyAuthenticate (the
@@ -42,20 +42,6 @@ func TestE2BSDKGitAuth(t *testing.T) {
 	copyFile(t, "gitauth.mjs", filepath.Join(env.work, "gitauth.mjs"))
 
 	root := t.TempDir()
-	repo := filepath.Join(root, "repo.git")
-	seed := filepath.Join(t.TempDir(), "seed")
-	for _, args := range [][]string{
-		{"init", "-q", "--bare", "--initial-branch", "main", repo},
-		{"-C", repo, "config", "http.receivepack", "true"},
-		{"init", "-q", "--initial-branch", "main", seed},
-		{"-C", seed, "-c", "user.name=Seed", "-c", "user.email=seed@space.invalid", "commit", "-q", "--allow-empty", "-m", "seed"},
-		{"-C", seed, "push", "-q", repo, "main"},
-	} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-
 	ns := newUpstreamNetns(t)
 	auth := &gitAuthSeen{}
 	ln := ns.listen(t, func() (any, error) { return net.Listen("tcp", net.JoinHostPort(netAllowed, "80")) }).(net.Listener)
@@ -73,23 +59,48 @@ func TestE2BSDKGitAuth(t *testing.T) {
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 
-	srv := env.server(t, "ns", "--egress-netns", ns.path)
-	srv.runScriptEnv(t, env.work, "gitauth.mjs", "GIT_ADDR="+netAllowed, "GIT_URL=http://"+netAllowed+"/repo.git",
-		"GIT_USER="+gitUser, "GIT_PASSWORD="+gitPassword)
+	for _, rt := range []string{"ns", "vm"} {
+		t.Run(rt, func(t *testing.T) {
+			repo := seedRepo(t, root, rt)
+			srv := env.server(t, rt, "--egress-netns", ns.path)
+			before := auth.wrong()
+			srv.runScriptEnv(t, env.work, "gitauth.mjs", "GIT_ADDR="+netAllowed, "GIT_URL=http://"+netAllowed+"/"+rt+".git",
+				"GIT_USER="+gitUser, "GIT_PASSWORD="+gitPassword)
+			out, err := exec.Command("git", "--git-dir", repo, "log", "--format=%s", "main").CombinedOutput()
+			if err != nil {
+				t.Fatalf("git log: %v\n%s", err, out)
+			}
+			if got, want := strings.Fields(strings.ReplaceAll(string(out), " ", "_")), []string{"stored_credential", "with_credentials", "seed"}; strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("the commits of main on the server: %q, want %q", got, want)
+			}
+			if auth.wrong() == before {
+				t.Errorf("the server refused no request with a wrong password: the wrong-password clone did not reach it")
+			}
+			if strings.Contains(srv.Logs(), gitPassword) {
+				t.Errorf("the git password is in the server log")
+			}
+		})
+	}
+}
 
-	out, err := exec.Command("git", "--git-dir", repo, "log", "--format=%s", "main").CombinedOutput()
-	if err != nil {
-		t.Fatalf("git log: %v\n%s", err, out)
+// seedRepo makes the bare repository root/NAME.git that the git server
+// serves, its main branch holding one commit "seed", pushes allowed.
+func seedRepo(t *testing.T, root, name string) string {
+	t.Helper()
+	repo := filepath.Join(root, name+".git")
+	seed := filepath.Join(t.TempDir(), "seed")
+	for _, args := range [][]string{
+		{"init", "-q", "--bare", "--initial-branch", "main", repo},
+		{"-C", repo, "config", "http.receivepack", "true"},
+		{"init", "-q", "--initial-branch", "main", seed},
+		{"-C", seed, "-c", "user.name=Seed", "-c", "user.email=seed@space.invalid", "commit", "-q", "--allow-empty", "-m", "seed"},
+		{"-C", seed, "push", "-q", repo, "main"},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
 	}
-	if got, want := strings.Fields(strings.ReplaceAll(string(out), " ", "_")), []string{"stored_credential", "with_credentials", "seed"}; strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("the commits of main on the server: %q, want %q", got, want)
-	}
-	if n := auth.wrong(); n == 0 {
-		t.Errorf("the server refused no request with a wrong password: the wrong-password clone did not reach it")
-	}
-	if strings.Contains(srv.Logs(), gitPassword) {
-		t.Errorf("the git password is in the server log")
-	}
+	return repo
 }
 
 // gitAuthSeen counts the requests the git server refused, and those of
