@@ -23,7 +23,7 @@ var pythonRuns = []struct {
 }{
 	{"ns", "2.63", []string{"commands", "pty", "files", "lifecycle", "network", "fields", "hung"}},
 	{"ns", "2.45", []string{"commands", "files", "lifecycle"}},
-	{"vm", "2.63", []string{"commands", "files", "lifecycle"}},
+	{"vm", "2.63", []string{"commands", "files", "lifecycle", "hung"}},
 }
 
 // TestE2BPythonSDK runs the published e2b Python SDK, unmodified, against
@@ -74,7 +74,7 @@ func (s *server) runPython(t *testing.T, python, script, section, version string
 	}
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+s.E2BAPI, "E2B_SANDBOX_URL="+s.E2BSandbox,
-		"E2B_API_KEY="+s.e2bKey, "E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal")
+		"E2B_API_KEY="+s.e2bKey, "E2B_DOMAIN=localhost", "E2B_TEMPLATE=minimal", "SPACE_DATA_DIR="+s.DataDir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()

@@ -58,6 +58,8 @@ type Server struct {
 	Key string
 	// Bin is the directory of the binaries it runs.
 	Bin string
+	// DataDir is the server's --data-dir (its nodes' state is under it).
+	DataDir string
 
 	mu  sync.Mutex
 	log bytes.Buffer
@@ -91,7 +93,7 @@ func (s *Server) Logs() string {
 func Start(t testing.TB, bin, runtime string, extra ...string) *Server {
 	t.Helper()
 	data := t.TempDir()
-	srv := &Server{Bin: bin}
+	srv := &Server{Bin: bin, DataDir: data}
 	cmd := exec.Command(filepath.Join(bin, "space"), append([]string{"server", "--dev", "--listen", "127.0.0.1:0", "--data-dir", data,
 		"--no-base-template", "--kernel-build", "wait", "--default-runtime", runtime, "--snapshot-every", "0", "--full-snapshot-every", "0"}, extra...)...)
 	cmd.Env = append(os.Environ(), "SPACE_DATA_DIR="+data)
