@@ -630,3 +630,32 @@ def test_credentials(client: ss.Client) -> None:
     client.delete_credential(cred.id)
     with pytest.raises(ss.NotFound):
         client.get_credential(cred.id)
+
+
+def test_list_processes(sb: ss.Sandbox) -> None:
+    # A streamed command is listed by the guest daemon while it runs (its
+    # pid, program and arguments, never its environment), and gone once
+    # its stream is closed; the async client lists the same.
+    with sb.exec_stream(["sleep", "306"], env={"SECRET_ENV": "s3cr3t-env-value"}, cwd="/tmp") as st:
+        with pytest.raises(ss.WaitTimeout):
+            st.wait(timeout=1)  # reads the stream's start, which names the pid
+        assert st.pid > 0
+        procs = sb.list_processes()
+        mine = [p for p in procs if p.pid == st.pid]
+        assert len(mine) == 1, procs
+        assert (mine[0].cmd, mine[0].args, mine[0].cwd) == ("sleep", ["306"], "/tmp"), mine[0]
+        assert "s3cr3t-env-value" not in repr(procs)
+        assert [p.pid for p in procs] == sorted(p.pid for p in procs)
+
+        async def alist() -> "list[int]":
+            async with ss.AsyncClient() as c:
+                return [p.pid for p in await (await c.get_sandbox(sb.id)).list_processes()]
+
+        assert st.pid in asyncio.run(alist())
+        pid = st.pid
+    deadline = time.monotonic() + 15
+    while pid in [p.pid for p in sb.list_processes()]:
+        assert time.monotonic() < deadline, f"process {pid} still listed after its stream closed"
+        time.sleep(0.2)
+    with pytest.raises(ss.NotFound):
+        ss.Sandbox(sb.client, ss.SandboxInfo(id="sb-nope", state="running")).list_processes()
