@@ -66,13 +66,16 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	t.Logf("template code-interpreter built in %v", time.Since(start).Round(time.Millisecond))
 	srv.runScript(t, work, "codeinterpreter.mjs")
 	// The same template through the published Python SDK
-	// (e2b-code-interpreter from PyPI, every package pinned).
-	t.Run("python", func(t *testing.T) {
-		python := testenv.PythonVenv(t, "e2b-ci-2.11", filepath.Join("python", "requirements-ci-2.11.txt"))
-		script, err := filepath.Abs("python/codeinterpreter.py")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.runPython(t, python, script, "", "code-interpreter 2.11")
-	})
+	// (e2b-code-interpreter from PyPI, every package pinned): the newest
+	// and one older.
+	for _, version := range []string{"2.11", "2.10"} {
+		t.Run("python-"+version, func(t *testing.T) {
+			python := testenv.PythonVenv(t, "e2b-ci-"+version, filepath.Join("python", "requirements-ci-"+version+".txt"))
+			script, err := filepath.Abs("python/codeinterpreter.py")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.runPython(t, python, script, "", "code-interpreter "+version)
+		})
+	}
 }
