@@ -16,7 +16,9 @@ import (
 // (pinned by codeinterpreter/package-lock.json) against a real server on
 // the ns runtime: codeinterpreter.mjs creates a sandbox with the SDK's
 // default template, which SPACE maps to its code-interpreter template, and
-// drives SPACE's code interpreter server in it.
+// drives SPACE's code interpreter server in it. The published Python SDKs
+// (e2b-code-interpreter, the newest and one older) run python/codeinterpreter.py
+// on that server, then on a second one whose sandboxes are microVMs (vm).
 //
 // The template is built here with `space template build code-interpreter
 // --from builtin:code-interpreter`. Its Debian tree (debootstrap of python3 and
@@ -54,7 +56,48 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	}
 	bin := devserver.Build(t)
 	srv := startServer(t, bin, "ns")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	buildCodeInterpreter(t, srv, bin)
+	srv.runScript(t, work, "codeinterpreter.mjs")
+	// The same template through the published Python SDK
+	// (e2b-code-interpreter from PyPI, every package pinned): the newest
+	// and one older.
+	pythons := map[string]string{}
+	for _, version := range codeInterpreterVersions {
+		pythons[version] = testenv.PythonVenv(t, "e2b-ci-"+version, filepath.Join("python", "requirements-ci-"+version+".txt"))
+	}
+	runPythons := func(t *testing.T, srv *server) {
+		script, err := filepath.Abs("python/codeinterpreter.py")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, version := range codeInterpreterVersions {
+			t.Run("python-"+version, func(t *testing.T) { srv.runPython(t, pythons[version], script, "", "code-interpreter "+version) })
+		}
+	}
+	runPythons(t, srv)
+	// The Python SDKs again on the vm runtime: a server whose sandboxes
+	// are microVMs, the template built there.
+	t.Run("vm", func(t *testing.T) {
+		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+			t.Skip("QEMU is not installed (make test installs qemu-system-x86)")
+		}
+		vm := startServer(t, bin, "vm")
+		buildCodeInterpreter(t, vm, bin)
+		runPythons(t, vm)
+	})
+}
+
+// codeInterpreterVersions are the published e2b-code-interpreter Python
+// SDKs run against the template, each pinned by
+// python/requirements-ci-VERSION.txt: the newest and one older.
+var codeInterpreterVersions = []string{"2.11", "2.10"}
+
+// buildCodeInterpreter builds the code-interpreter template on srv with
+// `space template build code-interpreter --from builtin:code-interpreter`
+// and waits until it is ready.
+func buildCodeInterpreter(t *testing.T, srv *server, bin string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
 	defer cancel()
 	start := time.Now()
 	build := exec.CommandContext(ctx, filepath.Join(bin, "space"), "template", "build", "code-interpreter", "--from", "builtin:code-interpreter")
@@ -64,18 +107,4 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	}
 	srv.WaitTemplate(t, "code-interpreter")
 	t.Logf("template code-interpreter built in %v", time.Since(start).Round(time.Millisecond))
-	srv.runScript(t, work, "codeinterpreter.mjs")
-	// The same template through the published Python SDK
-	// (e2b-code-interpreter from PyPI, every package pinned): the newest
-	// and one older.
-	for _, version := range []string{"2.11", "2.10"} {
-		t.Run("python-"+version, func(t *testing.T) {
-			python := testenv.PythonVenv(t, "e2b-ci-"+version, filepath.Join("python", "requirements-ci-"+version+".txt"))
-			script, err := filepath.Abs("python/codeinterpreter.py")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.runPython(t, python, script, "", "code-interpreter "+version)
-		})
-	}
 }
