@@ -95,6 +95,25 @@ func TestSandboxListFiltersPagesAndFileStat(t *testing.T) {
 	if len(sdkIDs) != 3 || sdkIDs[0] != ids[0] || sdkIDs[2] != ids[2] {
 		t.Errorf("SDK pages of one listed %v, want %v", sdkIDs, ids)
 	}
+	// A filter and pages together: the two running sandboxes, one a page.
+	var running []string
+	pages := 0
+	for token := ""; ; {
+		page, err := c.ListSandboxesPage(t.Context(), space.SandboxFilter{State: sandboxv1.StateRunning, Template: "minimal"}, 1, token)
+		if err != nil {
+			t.Fatalf("SDK ListSandboxesPage(running, minimal): %v", err)
+		}
+		pages++
+		for _, sb := range page.Sandboxes {
+			running = append(running, sb.ID)
+		}
+		if token = page.NextPageToken; token == "" || pages > 3 {
+			break
+		}
+	}
+	if len(running) != 2 || running[0] != ids[0] || running[1] != ids[2] || pages != 2 {
+		t.Errorf("SDK pages of one of the running sandboxes: %v in %d pages, want [%s %s] in 2", running, pages, ids[0], ids[2])
+	}
 	// ListSandboxes reads the same pages (limit=1000): all three, oldest first.
 	if all, err := c.ListSandboxes(t.Context()); err != nil || len(all) != 3 || all[0].ID != ids[0] || all[1].ID != ids[1] || all[2].ID != ids[2] {
 		t.Errorf("SDK ListSandboxes: %v %+v, want %v in order", err, all, ids)

@@ -19,8 +19,9 @@ import (
 // time): codeinterpreter.mjs (ns) drives every call of the SDK,
 // codeinterpreter_life.mjs (both) state across calls, a PNG chart, an error
 // and state across pause and resume in one sandbox; the published Python
-// SDK runs on ns. The sandboxes are created with the SDK's default template,
-// which SPACE maps to its code-interpreter template.
+// SDKs (e2b-code-interpreter, the newest and one older) run
+// python/codeinterpreter.py on both. The sandboxes are created with the
+// SDK's default template, which SPACE maps to its code-interpreter template.
 //
 // The template is built on each server with `space template build
 // code-interpreter --from builtin:code-interpreter`. Its Debian tree
@@ -43,23 +44,27 @@ func TestCodeInterpreterSDK(t *testing.T) {
 					srv.runScript(t, env.work, "codeinterpreter.mjs")
 				}
 				srv.runScriptEnv(t, env.work, "codeinterpreter_life.mjs", "E2B_RUNTIME="+rt)
-				if rt != "ns" {
-					return
-				}
-				// The same template through the published Python SDK
+				// The same template through the published Python SDKs
 				// (e2b-code-interpreter from PyPI, every package pinned).
-				t.Run("python", func(t *testing.T) {
-					python := testenv.PythonVenv(t, "e2b-ci-2.11", filepath.Join("python", "requirements-ci-2.11.txt"))
-					script, err := filepath.Abs("python/codeinterpreter.py")
-					if err != nil {
-						t.Fatal(err)
-					}
-					srv.runPython(t, python, script, "", "code-interpreter 2.11")
-				})
+				script, err := filepath.Abs("python/codeinterpreter.py")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, version := range codeInterpreterVersions {
+					t.Run("python-"+version, func(t *testing.T) {
+						python := testenv.PythonVenv(t, "e2b-ci-"+version, filepath.Join("python", "requirements-ci-"+version+".txt"))
+						srv.runPython(t, python, script, "", "code-interpreter "+version)
+					})
+				}
 			})
 		}
 	})
 }
+
+// codeInterpreterVersions are the published e2b-code-interpreter Python
+// SDKs run against the template, each pinned by
+// python/requirements-ci-VERSION.txt: the newest and one older.
+var codeInterpreterVersions = []string{"2.11", "2.10"}
 
 // ciEnv is what the code-interpreter scripts need: the SDK installed, a
 // work directory holding the scripts, and the server's binaries.

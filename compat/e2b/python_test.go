@@ -15,15 +15,19 @@ import (
 
 // pythonRuns are the published `e2b` Python SDKs (PyPI; every package of
 // each pinned by its python/requirements-VERSION.txt) and the sections of
-// python/sdk.py each runs, per runtime: the newest on both runtimes, one
-// older on ns.
+// python/sdk.py each runs, per runtime: the newest and one older, each on
+// both runtimes, every section of the calls docs/e2b.md's Python table
+// names (create, commands, pty, files, list, pause-connect, snapshot, fork,
+// timeout, network, metrics); "fields", the request fields of the newest,
+// on ns.
 var pythonRuns = []struct {
 	runtime, version string
 	sections         []string
 }{
 	{"ns", "2.63", []string{"commands", "pty", "files", "lifecycle", "network", "fields", "hung"}},
-	{"ns", "2.45", []string{"commands", "files", "lifecycle"}},
-	{"vm", "2.63", []string{"commands", "files", "lifecycle", "hung"}},
+	{"ns", "2.45", []string{"commands", "pty", "files", "lifecycle", "network"}},
+	{"vm", "2.63", []string{"commands", "pty", "files", "lifecycle", "network", "hung"}},
+	{"vm", "2.45", []string{"commands", "pty", "files", "lifecycle", "network"}},
 }
 
 // TestE2BPythonSDK runs the published e2b Python SDK, unmodified, against

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -95,9 +96,10 @@ func bearer(h http.Header) (string, bool) {
 }
 
 // RunStdio serves the tools over standard input and output until ctx ends
-// or the client closes the stream.
+// or the client closes the stream. A line that is no JSON-RPC message is
+// answered with a JSON-RPC error, and the session goes on (stdioTransport).
 func RunStdio(ctx context.Context, cfg Config) error {
-	return NewServer(cfg).Run(ctx, &mcp.StdioTransport{})
+	return NewServer(cfg).Run(ctx, &stdioTransport{in: os.Stdin, out: os.Stdout})
 }
 
 // sessionIdle is how long an HTTP session lives without a request.

@@ -124,6 +124,8 @@ async def other_tenant(session, sid):
 
 
 async def stdio(space_binary):
+    await stdio_garbage(space_binary)
+
     def params(key):
         env = dict(os.environ, SPACE_API_KEY=key)
         return StdioServerParameters(command=space_binary, args=["mcp"], env=env)
@@ -140,7 +142,62 @@ async def stdio(space_binary):
             await call(session, "sandbox_delete", {"id": sid})
 
 
+async def stdio_garbage(space_binary):
+    """Bytes that are no JSON-RPC message, written straight to `space mcp`'s
+    stdin: each gets a JSON-RPC error line and the session goes on (the
+    official client after it works on the same process's output)."""
+    proc = await asyncio.create_subprocess_exec(space_binary, "mcp", stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
+
+    async def answer(line):
+        proc.stdin.write(line + b"\n")
+        await proc.stdin.drain()
+        got = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if not got:
+            fail(f"space mcp closed its output after {line[:60]!r} (exit {await proc.wait()})")
+        return json.loads(got)
+
+    try:
+        a = await answer(b"\x00\xffnot json at all")
+        if a.get("id") is not None or a.get("error", {}).get("code") != -32700:
+            fail(f"garbage on stdin: {a}, want a parse error (-32700) with a null id")
+        a = await answer(b'{"jsonrpc":"2.0","id":9,"method":17}')
+        if a.get("id") != 9 or a.get("error", {}).get("code") != -32600:
+            fail(f"a request whose method is a number: {a}, want an invalid request (-32600) with id 9")
+        a = await answer(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}).encode())
+        if a.get("id") != 1 or "result" not in a:
+            fail(f"initialize after the garbage: {a}")
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        a = await answer(b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}')
+        if a.get("id") != 2 or {t["name"] for t in a["result"]["tools"]} != WANT_TOOLS:
+            fail(f"tools/list after the garbage: {a}")
+        proc.stdin.close()
+        if await asyncio.wait_for(proc.wait(), 60) != 0:
+            fail(f"space mcp exited {proc.returncode} at the end of its input, want 0")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def http_garbage(url):
+    """Over HTTP, a body that is no JSON-RPC message is refused by the
+    transport (400), and the server serves the next request."""
+    async with httpx2.AsyncClient(headers={"Authorization": "Bearer " + os.environ["SPACE_API_KEY"]}) as raw:
+        resp = await raw.post(url, content=b"\x00\xffnot json at all", headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        if resp.status_code != 400:
+            fail(f"garbage over HTTP: HTTP {resp.status_code} {resp.text[:200]!r}, want 400")
+        resp = await raw.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}},
+            headers={"Accept": "application/json, text/event-stream"})
+        if resp.status_code != 200:
+            fail(f"initialize after garbage over HTTP: HTTP {resp.status_code}")
+
+
 async def http(url):
+    await http_garbage(url)
     # No key: refused by the transport itself.
     async with httpx2.AsyncClient() as raw:
         resp = await raw.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},

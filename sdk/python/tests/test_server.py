@@ -11,12 +11,11 @@ import asyncio
 import hashlib
 import io
 import os
-import resource
 import shutil
 import time
 import tracemalloc
 import uuid
-from typing import Iterator
+from typing import AsyncIterator, Iterator, Optional
 
 import pytest
 
@@ -186,34 +185,80 @@ class HashSink(io.RawIOBase):
         return len(b)
 
 
-def max_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+MIB100 = 100 << 20
 
 
-def test_100_mib_streams_in_constant_memory(sb: ss.Sandbox) -> None:
-    """100 MiB up from a generator and back down into a sink: the process's
-    peak memory grows by far less than the file."""
+def _chunk_and_digest() -> "tuple[bytes, str]":
+    """A random 1 MiB chunk and the SHA-256 of 100 copies of it."""
     chunk = os.urandom(1 << 20)
     want = hashlib.sha256()
-    for _ in range(100):
+    for _ in range(MIB100 // len(chunk)):
         want.update(chunk)
-    # Warm up the connection pool and buffers before taking the baseline.
+    return chunk, want.hexdigest()
+
+
+def test_100_mib_streams_in_constant_memory(sb: ss.Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
+    """100 MiB up from a generator and back down into a sink: the client's
+    peak Python heap (tracemalloc) stays far under the file, and the bytes
+    that came back are the bytes that went up (SHA-256, both ends)."""
+    chunk, want = _chunk_and_digest()
+    # Warm up the connection pool and buffers before the measure.
     sb.files.write("/tmp/warm", (chunk for _ in range(2)))
     sb.files.download("/tmp/warm", HashSink())
-    base = max_rss_mib()
-    sb.files.write("/tmp/huge", (chunk for _ in range(100)))
-    sink = HashSink()
-    assert sb.files.download("/tmp/huge", sink) == 100 << 20
-    assert sink.h.hexdigest() == want.hexdigest()
-    grew = max_rss_mib() - base
-    assert grew < 40, f"peak memory grew by {grew:.0f} MiB moving 100 MiB each way"
+    tracemalloc.start()
+    try:
+        sb.files.write("/tmp/huge", (chunk for _ in range(MIB100 // len(chunk))))
+        up = tracemalloc.get_traced_memory()[1] / (1 << 20)
+        tracemalloc.reset_peak()
+        sink = HashSink()
+        n = sb.files.download("/tmp/huge", sink)
+        down = tracemalloc.get_traced_memory()[1] / (1 << 20)
+    finally:
+        tracemalloc.stop()
+    log_figure(capsys, f"files 100 MiB (sync): client peak Python heap {up:.1f} MiB up, {down:.1f} MiB down")
+    assert n == MIB100 and sink.h.hexdigest() == want
+    assert sb.exec(["sha256sum", "/tmp/huge"]).stdout.split()[0] == want
+    assert up < 16 and down < 16, f"the client's heap peaked at {up:.0f} MiB up, {down:.0f} MiB down moving 100 MiB"
     sb.files.remove("/tmp/huge")
 
 
-def test_exec_stream_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
-    """A command writing 100 MiB, read off its stream as it comes: the
-    client's peak Python heap (tracemalloc) stays far under the output."""
-    size = 100 << 20
+def test_async_100_mib_streams_in_constant_memory(sb: ss.Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
+    """The async twin: 100 MiB up from an async generator and back down into
+    a sink through AsyncClient, the client's peak Python heap (tracemalloc)
+    bounded, SHA-256 checked on both ends."""
+    chunk, want = _chunk_and_digest()
+
+    async def chunks(count: int) -> "AsyncIterator[bytes]":
+        for _ in range(count):
+            yield chunk
+
+    async def main() -> "tuple[int, str, float, float]":
+        async with ss.AsyncClient() as c:
+            asb = await c.get_sandbox(sb.id)
+            await asb.files.write("/tmp/awarm", chunks(2))
+            await asb.files.download("/tmp/awarm", HashSink())
+            tracemalloc.start()
+            try:
+                await asb.files.write("/tmp/ahuge", chunks(MIB100 // len(chunk)))
+                up = tracemalloc.get_traced_memory()[1] / (1 << 20)
+                tracemalloc.reset_peak()
+                sink = HashSink()
+                n = await asb.files.download("/tmp/ahuge", sink)
+                down = tracemalloc.get_traced_memory()[1] / (1 << 20)
+            finally:
+                tracemalloc.stop()
+            return n, sink.h.hexdigest(), up, down
+
+    n, got, up, down = asyncio.run(main())
+    log_figure(capsys, f"files 100 MiB (async): client peak Python heap {up:.1f} MiB up, {down:.1f} MiB down")
+    assert n == MIB100 and got == want
+    assert sb.exec(["sha256sum", "/tmp/ahuge"]).stdout.split()[0] == want
+    assert up < 16 and down < 16, f"the async client's heap peaked at {up:.0f} MiB up, {down:.0f} MiB down moving 100 MiB"
+    sb.files.remove("/tmp/ahuge")
+
+
+def _yes_digest(size: int) -> str:
+    """The SHA-256 of the first size bytes of `yes 0123456789abcdef`."""
     line = b"0123456789abcdef\n"
     want = hashlib.sha256()
     left = size
@@ -221,11 +266,18 @@ def test_exec_stream_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pytest.C
         piece = (line * 4096)[:left]
         want.update(piece)
         left -= len(piece)
+    return want.hexdigest()
+
+
+def test_exec_stream_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
+    """A command writing 100 MiB, read off its stream as it comes: the
+    client's peak Python heap (tracemalloc) stays far under the output."""
+    want = _yes_digest(MIB100)
     got = hashlib.sha256()
     n = 0
     tracemalloc.start()
     try:
-        with sb.exec_stream(["sh", "-c", f"yes 0123456789abcdef | head -c {size}"]) as st:
+        with sb.exec_stream(["sh", "-c", f"yes 0123456789abcdef | head -c {MIB100}"]) as st:
             for out in st:
                 assert out.stream == "stdout", out
                 got.update(out.data)
@@ -234,9 +286,39 @@ def test_exec_stream_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pytest.C
         peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
     finally:
         tracemalloc.stop()
-    log_figure(capsys, f"exec_stream of 100 MiB: client peak Python heap {peak:.1f} MiB")
-    assert n == size and got.hexdigest() == want.hexdigest()
-    assert peak < 40, f"the client's heap peaked at {peak:.0f} MiB reading 100 MiB of output"
+    log_figure(capsys, f"exec_stream of 100 MiB (sync): client peak Python heap {peak:.1f} MiB")
+    assert n == MIB100 and got.hexdigest() == want
+    assert peak < 16, f"the client's heap peaked at {peak:.0f} MiB reading 100 MiB of output"
+
+
+def test_async_exec_stream_100_mib_in_constant_memory(sb: ss.Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
+    """The async twin: 100 MiB of a command's output read off an
+    AsyncExecStream with ``async for``, the client's peak Python heap
+    (tracemalloc) bounded, every byte there in order (SHA-256)."""
+    want = _yes_digest(MIB100)
+
+    async def main() -> "tuple[int, str, float, Optional[int]]":
+        got = hashlib.sha256()
+        n = 0
+        async with ss.AsyncClient() as c:
+            asb = await c.get_sandbox(sb.id)
+            tracemalloc.start()
+            try:
+                async with await asb.exec_stream(["sh", "-c", f"yes 0123456789abcdef | head -c {MIB100}"]) as st:
+                    async for out in st:
+                        assert out.stream == "stdout", out
+                        got.update(out.data)
+                        n += len(out.data)
+                    code = st.exit_code
+                peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
+            finally:
+                tracemalloc.stop()
+        return n, got.hexdigest(), peak, code
+
+    n, got, peak, code = asyncio.run(main())
+    log_figure(capsys, f"exec_stream of 100 MiB (async): client peak Python heap {peak:.1f} MiB")
+    assert code == 0 and n == MIB100 and got == want
+    assert peak < 16, f"the async client's heap peaked at {peak:.0f} MiB reading 100 MiB of output"
 
 
 def log_figure(capsys: pytest.CaptureFixture[str], text: str) -> None:
@@ -548,3 +630,32 @@ def test_credentials(client: ss.Client) -> None:
     client.delete_credential(cred.id)
     with pytest.raises(ss.NotFound):
         client.get_credential(cred.id)
+
+
+def test_list_processes(sb: ss.Sandbox) -> None:
+    # A streamed command is listed by the guest daemon while it runs (its
+    # pid, program and arguments, never its environment), and gone once
+    # its stream is closed; the async client lists the same.
+    with sb.exec_stream(["sleep", "306"], env={"SECRET_ENV": "s3cr3t-env-value"}, cwd="/tmp") as st:
+        with pytest.raises(ss.WaitTimeout):
+            st.wait(timeout=1)  # reads the stream's start, which names the pid
+        assert st.pid > 0
+        procs = sb.list_processes()
+        mine = [p for p in procs if p.pid == st.pid]
+        assert len(mine) == 1, procs
+        assert (mine[0].cmd, mine[0].args, mine[0].cwd) == ("sleep", ["306"], "/tmp"), mine[0]
+        assert "s3cr3t-env-value" not in repr(procs)
+        assert [p.pid for p in procs] == sorted(p.pid for p in procs)
+
+        async def alist() -> "list[int]":
+            async with ss.AsyncClient() as c:
+                return [p.pid for p in await (await c.get_sandbox(sb.id)).list_processes()]
+
+        assert st.pid in asyncio.run(alist())
+        pid = st.pid
+    deadline = time.monotonic() + 15
+    while pid in [p.pid for p in sb.list_processes()]:
+        assert time.monotonic() < deadline, f"process {pid} still listed after its stream closed"
+        time.sleep(0.2)
+    with pytest.raises(ss.NotFound):
+        ss.Sandbox(sb.client, ss.SandboxInfo(id="sb-nope", state="running")).list_processes()

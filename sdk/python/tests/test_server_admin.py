@@ -235,6 +235,15 @@ def test_list_filters_and_pages_on_the_server(client: ss.Client, tenant: Tuple[s
         assert [sb.id for sb in theirs.list_sandboxes(metadata={"suite": "pages", "i": "3"})] == [ids[3]]
         page, token = theirs.list_sandboxes_page(name="p1", state="running", limit=1)
         assert [sb.id for sb in page] == [ids[3]] and token == ""
+        # A filter and pages together: the matches of the filter, a page at
+        # a time, across more of them than a page holds.
+        page, token = theirs.list_sandboxes_page(name="p0", limit=2)
+        assert [sb.id for sb in page] == [ids[0], ids[2]] and token
+        page, token = theirs.list_sandboxes_page(name="p0", limit=2, page_token=token)
+        assert [sb.id for sb in page] == [ids[4]] and token == ""
+        running = [ids[0], ids[2], ids[3], ids[4]]
+        assert [sb.id for sb in theirs.iter_sandboxes(state="running", template="minimal", page_size=1)] == running
+        assert [sb.id for sb in theirs.iter_sandboxes(metadata={"suite": "pages"}, state="running", page_size=3)] == running
         # The server itself refuses a bad filter or token (the SDK checks what it can first).
         with pytest.raises(ss.InvalidArgument, match="state"):
             theirs.list_sandboxes(state="sleeping")
@@ -255,6 +264,11 @@ def test_list_filters_and_pages_on_the_server(client: ss.Client, tenant: Tuple[s
                 page, token = await ac.list_sandboxes_page(limit=4)
                 assert [x.id for x in page] == ids[:4] and token
                 assert [x.id async for x in ac.iter_sandboxes(metadata={"suite": "pages"}, page_size=2)] == ids
+                page, token = await ac.list_sandboxes_page(state="running", limit=3)
+                assert [x.id for x in page] == [ids[0], ids[2], ids[3]] and token
+                page, token = await ac.list_sandboxes_page(state="running", limit=3, page_token=token)
+                assert [x.id for x in page] == [ids[4]] and token == ""
+                assert [x.id async for x in ac.iter_sandboxes(name="p1", page_size=1)] == [ids[1], ids[3]]
                 asb = await ac.get_sandbox(ids[0])
                 assert (await asb.files.stat("/tmp/stat-me")).size == 5
 

@@ -112,3 +112,20 @@ def test_vm_run_code(client: ss.Client, code_interpreter_template: str) -> None:
             assert ex.error is not None and ex.error.name == "ExitCodeError", ex.error
         finally:
             sb.delete_code_context(ctx.id)
+
+
+def test_vm_async_run_code(client: ss.Client, code_interpreter_template: str) -> None:
+    # run_code through the async client in a microVM: a result, output to
+    # the callback, state kept between two calls, the guest's kernel seen.
+    # Kept small: the microVM runs under emulation (TCG).
+    async def main() -> None:
+        async with ss.AsyncClient(timeout=WAIT) as c, \
+                await c.create_sandbox(code_interpreter_template, runtime="vm", memory_mib=1024, timeout="30m") as sb:
+            assert sb.info.runtime == "vm"
+            out: list = []
+            ex = await sb.run_code("import os\nprint('async vm')\nn = 6\nos.uname().release", timeout=WAIT, on_stdout=out.append)
+            assert ex.error is None, ex.error
+            assert "".join(out) == "async vm\n" and ex.text.strip("'") != os.uname().release, (out, ex.text)
+            assert (await sb.run_code("n * 7", timeout=WAIT)).text == "42"
+
+    asyncio.run(main())

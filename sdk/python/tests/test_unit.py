@@ -255,6 +255,16 @@ def never(r: httpx.Request) -> httpx.Response:
         (lambda c: c.create_sandbox(env={"A": 1}), "env"),
         (lambda c: c.create_sandbox(project="a b"), "project"),
         (lambda c: c.get_sandbox(""), "sandbox_id"),
+        (lambda c: c.create_sandbox(3), "template"),
+        (lambda c: c.create_sandbox(name=3), "name"),
+        (lambda c: c.create_sandbox(env={"A=B": "x"}), "env"),
+        (lambda c: c.create_sandbox(env={"A": "x\x00"}), "env"),
+        (lambda c: c.create_sandbox(idempotency_key=3), "idempotency_key"),
+        (lambda c: c.create_sandbox(idempotency_key="two words"), "idempotency_key"),
+        (lambda c: c.wait_for_state("sb-1", "sleeping"), "state"),
+        (lambda c: ss.Client("http://space.test", "k", timeout=0), "timeout"),
+        (lambda c: ss.Client("http://space.test", "k", timeout=-1), "timeout"),
+        (lambda c: ss.AsyncClient("http://space.test", "k", timeout=True), "timeout"),
     ],
 )
 def test_bad_input_is_a_value_error_naming_the_field(call: Callable[[ss.Client], Any], field: str) -> None:
@@ -279,6 +289,16 @@ def test_bad_input_is_a_value_error_naming_the_field(call: Callable[[ss.Client],
         (lambda sb: sb.expose_port(70000), "port"),
         (lambda sb: sb.expose_port(80, protocol="udp"), "protocol"),
         (lambda sb: sb.set_timeout(""), "timeout"),
+        (lambda sb: sb.exec("true", env={"A=B": "x"}), "env"),
+        (lambda sb: sb.files.read("/tmp/a\x00b"), "path"),
+        (lambda sb: sb.files.write("/" + "a" * 4096, b""), "path"),
+        (lambda sb: sb.files.write("/a", 3), "data"),
+        (lambda sb: sb.files.stat(3), "path"),
+        (lambda sb: sb.files.move("/a\x00", "/b"), "source"),
+        (lambda sb: sb.files.list_page("/", limit=10001), "limit"),
+        (lambda sb: sb.fork(name=3), "name"),
+        (lambda sb: sb.forward(80, local_port=-1), "local_port"),
+        (lambda sb: sb.fork(snapshot=7), "snapshot"),
     ],
 )
 def test_bad_sandbox_input_is_a_value_error_naming_the_field(call: Callable[[ss.Sandbox], Any], field: str) -> None:
@@ -712,3 +732,33 @@ def test_run_code_without_keep_logs_gives_output_to_the_callbacks_alone() -> Non
     assert ex.logs.stdout == [] and ex.logs.stderr == [] and ex.text == "42" and ex.error is not None
     with pytest.raises(ValueError, match="keep_logs"):
         sb.run_code("x", keep_logs="no")  # type: ignore[arg-type]
+
+
+def test_list_processes_asks_the_processes_route() -> None:
+    answer = {"processes": [{"pid": 7, "cmd": "python3", "args": ["-m", "http.server"], "cwd": "/work", "tag": "agent"},
+                            {"pid": 31, "cmd": "/bin/bash", "args": ["-l"]}]}
+
+    def h(r: httpx.Request) -> httpx.Response:
+        assert (r.method, r.url.path) == ("GET", "/v1/sandboxes/sb-1/processes")
+        return httpx.Response(200, json=answer)
+
+    want = [ss.Process(pid=7, cmd="python3", args=["-m", "http.server"], cwd="/work", tag="agent"),
+            ss.Process(pid=31, cmd="/bin/bash", args=["-l"])]
+    assert ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB)).list_processes() == want
+
+    async def main() -> None:
+        async with aclient(h) as c:
+            assert await ss.AsyncSandbox(c, ss.SandboxInfo.from_dict(SB)).list_processes() == want
+
+    asyncio.run(main())
+
+
+def test_a_file_page_may_be_as_large_as_the_server_serves() -> None:
+    seen: List[httpx.Request] = []
+
+    def h(r: httpx.Request) -> httpx.Response:
+        seen.append(r)
+        return httpx.Response(200, json={"entries": []})
+
+    ss.Sandbox(client(h), ss.SandboxInfo.from_dict(SB)).files.list_page("/", limit=10000)
+    assert seen[0].url.params["limit"] == "10000"

@@ -31,6 +31,7 @@ from .models import (
     FileEntry,
     FileList,
     Node,
+    Process,
     SandboxInfo,
     ServicePort,
     SigningKey,
@@ -64,9 +65,9 @@ class AsyncClient:
         user_agent: str = "space-python-sdk",
     ) -> None:
         self.api_url, self._key = _core.resolve_config(api_url, api_key)
-        self._timeout = timeout
+        self._timeout = _core.client_timeout(timeout)
         self._own = http_client is None
-        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
+        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(self._timeout, connect=10.0))
         self._headers = {"User-Agent": user_agent}
         if self._key:
             self._headers["Authorization"] = "Bearer " + self._key
@@ -248,6 +249,7 @@ class AsyncClient:
         """Polls a sandbox until it is in ``state``; raises
         :class:`~space_sandbox.WaitTimeout` after ``timeout`` seconds and
         :class:`~space_sandbox.SpaceError` when it failed or is being deleted."""
+        _core.state_arg(state)
         deadline = time.monotonic() + timeout
         pause = 0.1
         while True:
@@ -706,6 +708,8 @@ class AsyncSandbox:
         """Creates a new sandbox from this one's filesystem, or from one of its
         snapshots, and returns it."""
         body: Dict[str, Any] = {}
+        _core.opt_str("snapshot", snapshot)
+        _core.opt_str("name", name)
         if snapshot:
             body["snapshot"] = snapshot
         if name:
@@ -764,6 +768,13 @@ class AsyncSandbox:
 
     # -- events, ports, egress --------------------------------------------
 
+    async def list_processes(self) -> List[Process]:
+        """The processes the sandbox's guest daemon started and that still
+        run (streamed execs, terminals, code kernels), by pid; a command run
+        with :meth:`exec` is among them while it runs."""
+        d = await self.client._call(Req("GET", self._path("/processes"))) or {}
+        return [Process.from_dict(p) for p in d.get("processes") or [] if isinstance(p, dict)]
+
     async def events(self) -> List[Event]:
         """The sandbox's history, oldest first."""
         d = await self.client._call(Req("GET", self._path("/events"))) or {}
@@ -794,6 +805,7 @@ class AsyncSandbox:
         """Listens on ``host:local_port`` (0: any free port; see ``address``)
         and forwards each connection to ``port`` of the sandbox."""
         _core.port_body(port, "tcp", False)
+        _core.local_port_arg(local_port)
         fwd = AsyncPortForward(lambda: self.dial_port(port))
         return await fwd.start(host, local_port)
 
@@ -910,12 +922,6 @@ class AsyncFiles:
 
     async def move(self, source: str, destination: str, *, user: Optional[str] = None) -> FileEntry:
         """Renames ``source`` to ``destination``."""
-        if not source:
-            raise ValueError("source is empty")
-        if not destination:
-            raise ValueError("destination is empty")
-        params = {"from": source, "to": destination}
-        if user:
-            params["user"] = user
+        params = _core.move_params(source, destination, user)
         d = await self._sb.client._call(Req("POST", self._path("/move"), params=params))
         return FileEntry.from_dict(d or {})

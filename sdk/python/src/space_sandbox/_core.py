@@ -24,6 +24,20 @@ MAX_EXEC_BODY = 200 << 20
 #: The body of an error answer.
 MAX_ERROR_BODY = 64 << 10
 
+#: The longest path the file API takes, in bytes (UTF-8).
+MAX_PATH = 4096
+#: The longest Idempotency-Key sent.
+MAX_IDEMPOTENCY_KEY = 255
+
+#: The largest page of a directory listing the server serves.
+MAX_FILE_PAGE = 10000
+
+#: Every state a sandbox can be in (api/sandbox/v1).
+STATES = (
+    "creating", "running", "pausing", "paused", "resuming", "hibernating", "hibernated",
+    "restoring", "recovering", "stopping", "stopped", "deleting", "deleted", "failed",
+)
+
 #: Lifecycle verbs and the state each one settles in.
 TARGET_STATE = {
     "pause": "paused",
@@ -62,6 +76,11 @@ class Req:
     start: int = 0
     #: The Content-Type of ``content`` when it is not opaque bytes.
     content_type: str = ""
+
+    def __post_init__(self) -> None:
+        k = self.idempotency_key
+        if not isinstance(k, str) or not all(" " < c < "\x7f" for c in k) or len(k) > MAX_IDEMPOTENCY_KEY:
+            raise ValueError(f"idempotency_key {k!r}: want a string of at most {MAX_IDEMPOTENCY_KEY} printable ASCII characters, no spaces")
 
     def replayable(self) -> bool:
         """Whether the request may be sent again after ``refresh_route``: a read,
@@ -147,7 +166,9 @@ def duration(name: str, v: Union[str, int, float, None]) -> str:
     return v
 
 
-def _str_map(name: str, m: Optional[Mapping[str, str]]) -> Optional[Dict[str, str]]:
+def _str_map(name: str, m: Optional[Mapping[str, str]], env: bool = False) -> Optional[Dict[str, str]]:
+    """A mapping of strings, checked; ``env`` adds the rules of environment
+    variables (no '=' or NUL in a name, no NUL in a value)."""
     if m is None:
         return None
     if not isinstance(m, Mapping):
@@ -158,6 +179,10 @@ def _str_map(name: str, m: Optional[Mapping[str, str]]) -> Optional[Dict[str, st
             raise ValueError(f"{name}[{k!r}]: keys and values must be strings")
         if k == "":
             raise ValueError(f"{name}: a key is empty")
+        if env and ("=" in k or "\x00" in k):
+            raise ValueError(f"{name}[{k!r}]: a variable name must not contain '=' or NUL")
+        if env and "\x00" in v:
+            raise ValueError(f"{name}[{k!r}]: the value must not contain NUL")
         out[k] = v
     return out
 
@@ -189,6 +214,8 @@ def create_body(
 ) -> Dict[str, Any]:
     """The body of ``POST /v1/sandboxes``, validated."""
     body: Dict[str, Any] = {}
+    opt_str("template", template)
+    opt_str("name", name)
     if template:
         body["template"] = template
     if runtime:
@@ -201,7 +228,7 @@ def create_body(
         n = _count(key, val)
         if n:
             body[key] = n
-    e = _str_map("env", env)
+    e = _str_map("env", env, env=True)
     if e:
         body["env"] = e
     t = duration("timeout", timeout)
@@ -264,7 +291,7 @@ def exec_body(
         if argv[0] == "":
             raise ValueError("cmd[0] is empty: want the program to run")
     body: Dict[str, Any] = {"cmd": argv}
-    e = _str_map("env", env)
+    e = _str_map("env", env, env=True)
     if e:
         body["env"] = e
     if cwd:
@@ -285,10 +312,57 @@ def exec_body(
     return body
 
 
+def opt_str(name: str, v: Optional[str]) -> Optional[str]:
+    """v when it is None or a string; a ValueError naming the field otherwise."""
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"{name}: want a string, got {type(v).__name__}")
+    return v
+
+
+def path_arg(name: str, path: str) -> str:
+    """A path for the file API: a non-empty string of at most 4096 bytes
+    without NUL (the guest resolves it, relative ones against the user's home)."""
+    if not isinstance(path, str):
+        raise ValueError(f"{name}: want a string, got {type(path).__name__}")
+    if path == "":
+        raise ValueError(f"{name} is empty")
+    if "\x00" in path:
+        raise ValueError(f"{name} {path!r}: must not contain NUL")
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH:
+        raise ValueError(f"{name}: longer than {MAX_PATH} bytes")
+    return path
+
+
+def state_arg(state: str) -> str:
+    """A sandbox state to wait for or filter by, one the server knows."""
+    if state not in STATES:
+        raise ValueError(f"state {state!r}: want one of {', '.join(STATES)}")
+    return state
+
+
+def client_timeout(timeout: float) -> float:
+    """The client's HTTP timeout: seconds, more than 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout {timeout!r}: want a number of seconds more than 0")
+    return float(timeout)
+
+
+def local_port_arg(port: int) -> int:
+    """A local port to listen on: 0 (any free one) to 65535."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"local_port {port!r}: want 0 (any free port) to 65535")
+    return port
+
+
+def move_params(source: str, destination: str, user: Optional[str]) -> Dict[str, str]:
+    p = {"from": path_arg("source", source), "to": path_arg("destination", destination)}
+    if user:
+        p["user"] = user
+    return p
+
+
 def file_params(path: str, user: Optional[str] = None) -> Dict[str, str]:
-    if not isinstance(path, str) or path == "":
-        raise ValueError("path is empty")
-    p = {"path": path}
+    p = {"path": path_arg("path", path)}
     if user:
         p["user"] = user
     return p
@@ -301,8 +375,8 @@ def list_params(path: str, depth: Optional[int], limit: Optional[int], page_toke
             raise ValueError(f"depth {depth!r}: want 1..32")
         p["depth"] = str(depth)
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ValueError(f"limit {limit!r}: want 1..10000")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FILE_PAGE:
+            raise ValueError(f"limit {limit!r}: want 1..{MAX_FILE_PAGE}")
         p["limit"] = str(limit)
     if page_token:
         p["page_token"] = page_token
@@ -320,6 +394,8 @@ def write_content(data: Body, encoding: str = "utf-8") -> Any:
         raise ValueError("data is None: want bytes, str, a binary file or an iterable of bytes")
     if isinstance(data, io.TextIOBase):
         raise ValueError("data is a text file: open it in binary mode ('rb')")
+    if not isinstance(data, io.IOBase) and not hasattr(data, "read") and not hasattr(data, "__iter__") and not hasattr(data, "__aiter__"):
+        raise ValueError(f"data: want bytes, str, a binary file or an iterable of bytes, got {type(data).__name__}")
     return data
 
 
@@ -488,7 +564,7 @@ def code_body(
             if not isinstance(v, str) or v == "":
                 raise ValueError(f"{what} {v!r}: want a non-empty string, or leave it out")
             body[what] = v
-    e = _str_map("env", env)
+    e = _str_map("env", env, env=True)
     if e:
         body["env"] = e
     t = duration("timeout", timeout)

@@ -305,6 +305,24 @@ class Event:
 
 
 @dataclass
+class Process:
+    """A process the sandbox's guest daemon started (a streamed exec, a
+    terminal, a code context's kernel), as the processes list shows it. Its
+    environment is not shown: it may hold secrets."""
+
+    pid: int
+    cmd: str
+    args: List[str] = field(default_factory=list)
+    cwd: str = ""
+    tag: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Process":
+        """A Process from the server's JSON; fields it does not know are ignored."""
+        return cls(pid=_int(d, "pid"), cmd=_str(d, "cmd"), args=_strlist(d, "args"), cwd=_str(d, "cwd"), tag=_str(d, "tag"))
+
+
+@dataclass
 class ServicePort:
     """A sandbox port exposed through the gateway. ``token`` (private ports,
     only in the answer of an expose) goes in the ``X-Space-Port-Token`` header."""
