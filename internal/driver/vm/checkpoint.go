@@ -214,7 +214,10 @@ func (v *verified) Close() {
 }
 
 // verifyCheckpoint checks cp's form, that it fits spec, and every file's
-// size and digest, before any of them is used.
+// size and digest, before any of them is used. A file this driver verified
+// before and that has not changed since is not read again (d.verified): a
+// template snapshot's RAM file and disk are hashed at its first restores,
+// and later ones map the RAM file without reading it.
 func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*verified, error) {
 	if cp == nil {
 		return nil, fmt.Errorf("%w: no checkpoint", errdefs.ErrInvalidArgument)
@@ -231,7 +234,7 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 	}
 	v := &verified{cp: cp}
 	var err error
-	metaBytes, err := readVerified(cp, cpMeta)
+	metaBytes, err := readVerified(cp, cpMeta, &d.verified)
 	if err != nil {
 		return nil, err
 	}
@@ -254,18 +257,18 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 			return nil, fmt.Errorf("%w: checkpoint %s needs %s, which is gone: %v", errdefs.ErrFailedPrecondition, cp.Dir, p, err)
 		}
 	}
-	if v.guestConfig, err = readVerified(cp, cpGuestConfig); err != nil {
+	if v.guestConfig, err = readVerified(cp, cpGuestConfig, &d.verified); err != nil {
 		return nil, err
 	}
-	if v.memory, err = cp.OpenVerified(cpMemory); err != nil {
+	if v.memory, err = cp.OpenVerifiedKnown(cpMemory, &d.verified); err != nil {
 		return nil, err
 	}
-	if v.disk, err = cp.OpenVerified(cpDisk); err != nil {
+	if v.disk, err = cp.OpenVerifiedKnown(cpDisk, &d.verified); err != nil {
 		v.memory.Close()
 		return nil, err
 	}
 	if v.meta.MemoryFile {
-		if v.ram, err = cp.OpenVerified(cpRAM); err == nil {
+		if v.ram, err = cp.OpenVerifiedKnown(cpRAM, &d.verified); err == nil {
 			if err = checkRAMFile(v.ram, cp.Dir, cp.MemoryMiB); err != nil {
 				err = fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err)
 			}
@@ -280,8 +283,8 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 
 // readVerified returns the contents of a small checkpoint file after
 // checking it.
-func readVerified(cp *driver.Checkpoint, name string) ([]byte, error) {
-	f, err := cp.OpenVerified(name)
+func readVerified(cp *driver.Checkpoint, name string, known *driver.VerifiedFiles) ([]byte, error) {
+	f, err := cp.OpenVerifiedKnown(name, known)
 	if err != nil {
 		return nil, err
 	}
@@ -353,8 +356,10 @@ func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Check
 	if err != nil {
 		return nil, d.failedStart(ctx, spec.ExecID, "restore", err)
 	}
+	known, hashed := d.verified.Counts()
 	d.log.Info("execution restored", "exec", spec.ExecID, "sandbox", spec.SandboxID, "from", cp.Dir, "origin", origin,
-		"pid", inst.Pid, "verify", verifiedIn.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond))
+		"pid", inst.Pid, "verify", verifiedIn.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond),
+		"files_known", known, "files_hashed", hashed)
 	return inst, nil
 }
 

@@ -184,6 +184,9 @@ type Driver struct {
 	memFileOn    bool
 	memFileWhy   string
 	noMemoryFile bool
+	// verified remembers the checkpoint files whose digests were checked
+	// (verifyCheckpoint).
+	verified driver.VerifiedFiles
 	// statfs is unix.Statfs (memoryFileRoom); a test seam.
 	statfs func(string, *unix.Statfs_t) error
 

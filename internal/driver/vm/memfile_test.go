@@ -186,12 +186,16 @@ func TestMemoryFile(t *testing.T) {
 		return
 	}
 
+	// The checkpoint's files settle (driver.VerifiedFiles): the first
+	// restore hashes them and the driver remembers them verified.
+	time.Sleep(1100 * time.Millisecond)
 	var rs [2]*guest.Client
 	for i, id := range []string{"mf-r1", "mf-r2"} {
 		cp, err := driver.ReadCheckpoint(cpDir)
 		if err != nil {
 			t.Fatal(err)
 		}
+		hits, hashed := d.verified.Counts()
 		inst, err := d.Restore(ctx, driver.Spec{ExecID: id, SandboxID: id}, cp)
 		if err != nil {
 			t.Fatalf("Restore %s: %v", id, err)
@@ -200,6 +204,12 @@ func TestMemoryFile(t *testing.T) {
 		t.Logf("restore %s to Ready: %s", id, took.Round(time.Millisecond))
 		rs[i] = c
 		defer gone(t, d, stateDir, inst)
+		// The second restore reads none of the checkpoint's files again:
+		// the RAM file is mapped, not read.
+		h, x := d.verified.Counts()
+		if i == 1 && (h-hits != uint64(len(cp.Files)) || x != hashed) {
+			t.Errorf("restore %s: %d files known and %d hashed again; want all %d known", id, h-hits, x-hashed, len(cp.Files))
+		}
 	}
 	t.Run("RestoreKeepsMemory", func(t *testing.T) {
 		for i, c := range rs {
@@ -281,6 +291,54 @@ func TestMemoryFile(t *testing.T) {
 		_, err = d.Restore(ctx, driver.Spec{ExecID: "mf-bad", SandboxID: "mf-bad"}, cp)
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "RAM file ram is 134217728 bytes, the VM has 256 MiB") {
 			t.Fatalf("Restore with a RAM file of the wrong size = %v; want FailedPrecondition naming the sizes", err)
+		}
+		if _, err := os.Lstat(filepath.Join(stateDir, "exec", "mf-bad")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the refused restore created its execution: %v", err)
+		}
+		t.Logf("refused: %v", err)
+	})
+
+	t.Run("ChangedKnownRAMFileRefused", func(t *testing.T) {
+		// The checkpoint's RAM file is known verified (two restores
+		// above); a byte changed in place, its modification time set back,
+		// makes it hashed again and refused.
+		path := filepath.Join(cpDir, cpRAM)
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var old [1]byte
+		const at = 100 << 20
+		if _, err := f.ReadAt(old[:], at); err != nil {
+			t.Fatal(err)
+		}
+		flip := func() {
+			t.Helper()
+			old[0] ^= 0x40
+			if _, err := f.WriteAt(old[:], at); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flip()
+		defer f.Close()
+		defer flip()
+		cp, err := driver.ReadCheckpoint(cpDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Restore(ctx, driver.Spec{ExecID: "mf-bad", SandboxID: "mf-bad"}, cp)
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "sha256") {
+			t.Fatalf("Restore of a changed RAM file = %v; want FailedPrecondition naming %s and its digest", err, path)
 		}
 		if _, err := os.Lstat(filepath.Join(stateDir, "exec", "mf-bad")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the refused restore created its execution: %v", err)
