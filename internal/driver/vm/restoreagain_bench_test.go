@@ -67,7 +67,9 @@ func BenchmarkRestoreAgain(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer c.Close()
-				if err := c.Wait(ctx); err != nil {
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				if err := c.Wait(wctx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -81,11 +83,14 @@ func BenchmarkRestoreAgain(b *testing.B) {
 				b.Fatal(err)
 			}
 			benchShell(b, c, "dd if=/dev/urandom of=/dev/shm/fill bs=1M count="+strconv.Itoa(mib*2/5)+" 2>&1")
-			c.Close()
+			// The host stays connected through the save, as in
+			// BenchmarkCheckpoint: a restored guest then ends that session
+			// and opens its channel anew.
 			cp, err := d.Checkpoint(ctx, "ra-src", filepath.Join(b.TempDir(), "cp"))
 			if err != nil {
 				b.Fatal(err)
 			}
+			c.Close()
 			d.Cleanup(ctx, "ra-src")
 			time.Sleep(1100 * time.Millisecond) // the files settle (driver.VerifiedFiles)
 			restore := func(id string) time.Duration {
