@@ -82,6 +82,9 @@ func (d *Driver) Checkpoint(ctx context.Context, execID, dir string) (*driver.Ch
 	if !driver.ProcAlive(st.Pid, st.StartTime) {
 		return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: QEMU is not running", execID, errdefs.ErrFailedPrecondition)
 	}
+	if st.PrivateRAM {
+		return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: its RAM is a private mapping of its template's (a measurement seam)", execID, errdefs.ErrFailedPrecondition)
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: %s already exists", execID, errdefs.ErrConflict, dir)
@@ -376,9 +379,16 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 		if err := memoryFileRoom(dir, st.MemoryMiB, d.statfs); err != nil {
 			return nil, fmt.Errorf("restore a checkpoint whose RAM is a file: %w", err)
 		}
-		// The VM's own copy-on-write clone: nothing it writes reaches the
-		// checkpoint or any other VM restored from it.
-		if err := vmimage.CloneImageFrom(ctx, v.ram, filepath.Join(dir, memFile)); err != nil {
+		if d.privateTemplateRAM && st.Origin == originTemplate {
+			// The measurement seam: the template's own file, mapped
+			// privately.
+			if err := os.Link(filepath.Join(v.cp.Dir, cpRAM), filepath.Join(dir, memFile)); err != nil {
+				return nil, fmt.Errorf("link the template's RAM file: %w", err)
+			}
+			st.PrivateRAM = true
+		} else if err := vmimage.CloneImageFrom(ctx, v.ram, filepath.Join(dir, memFile)); err != nil {
+			// The VM's own copy-on-write clone: nothing it writes reaches
+			// the checkpoint or any other VM restored from it.
 			return nil, fmt.Errorf("clone the checkpoint's RAM file: %w", err)
 		}
 	}

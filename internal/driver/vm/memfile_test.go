@@ -438,7 +438,11 @@ func TestMemoryFileArgs(t *testing.T) {
 				t.Errorf("%s: QEMU arguments lack %q: %s", machine, want, args)
 			}
 		}
-		st.MemoryFile = false
+		st.PrivateRAM = true
+		if args := strings.Join(qemuArgs(st), " "); !strings.Contains(args, "mem-path=ram,share=off") {
+			t.Errorf("%s: a VM on the private RAM seam does not map its RAM file share=off: %s", machine, args)
+		}
+		st.MemoryFile, st.PrivateRAM = false, false
 		if args := strings.Join(qemuArgs(st), " "); strings.Contains(args, "memory-backend") {
 			t.Errorf("%s: a VM without a RAM file has a memory backend: %s", machine, args)
 		}
@@ -471,11 +475,13 @@ func TestProbeMemoryFiles(t *testing.T) {
 	}
 }
 
-// BenchmarkIdlePSS starts 4 VMs of 256 MiB from one template snapshot and
-// reports the mean PSS of their QEMU processes once idle (smaps_rollup),
-// with the state under TMPDIR: RAM files on btrfs, unless
-// SPACE_BENCH_CHECKPOINT_STREAM=1 keeps RAM anonymous. Run with
-// -benchtime=1x.
+// BenchmarkIdlePSS starts 5 VMs (SPACE_BENCH_PSS_VMS) of 256 MiB from one
+// template snapshot and reports the mean PSS of their QEMU processes once
+// idle (smaps_rollup), with the state under TMPDIR: RAM files on btrfs (a
+// reflink of the template's per VM), unless SPACE_BENCH_CHECKPOINT_STREAM=1
+// keeps RAM anonymous; SPACE_BENCH_PSS_PRIVATE=1 maps the template's RAM
+// file itself share=off into each VM (the measurement seam
+// privateTemplateRAM). Run with -benchtime=1x.
 func BenchmarkIdlePSS(b *testing.B) {
 	f := newFixture(b)
 	stateDir := b.TempDir()
@@ -484,11 +490,18 @@ func BenchmarkIdlePSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	d.noMemoryFile = os.Getenv("SPACE_BENCH_CHECKPOINT_STREAM") == "1"
+	d.privateTemplateRAM = os.Getenv("SPACE_BENCH_PSS_PRIVATE") == "1"
+	vms := 5
+	if env := os.Getenv("SPACE_BENCH_PSS_VMS"); env != "" {
+		if vms, err = strconv.Atoi(env); err != nil || vms < 1 {
+			b.Fatalf("SPACE_BENCH_PSS_VMS=%q: want a count of VMs", env)
+		}
+	}
 	defer d.Wait()
 	ctx := context.Background()
 	for b.Loop() {
 		var insts []*driver.Instance
-		for i := range 4 {
+		for i := range vms {
 			id := "pss-" + strconv.Itoa(i)
 			inst, err := d.Start(ctx, driver.Spec{ExecID: id, SandboxID: id, RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: 256})
 			if err != nil {
