@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -161,7 +163,16 @@ func FuzzParseCheckpoint(f *testing.F) {
 func TestVerifiedFiles(t *testing.T) {
 	data := bytes.Repeat([]byte("state"), 100000)
 	cp := writeCheckpoint(t, map[string][]byte{"memory": data})
-	known := &VerifiedFiles{Settle: 200 * time.Millisecond}
+	path := filepath.Join(cp.Dir, "memory")
+	// The clock of the hashes: the file's change time plus lag.
+	var lag time.Duration
+	known := &VerifiedFiles{now: func() time.Time {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(st.Ctim.Unix()).Add(lag)
+	}}
 	open := func() error {
 		t.Helper()
 		f, err := cp.OpenVerifiedKnown("memory", known)
@@ -182,13 +193,15 @@ func TestVerifiedFiles(t *testing.T) {
 			t.Errorf("%s: %d known, %d hashed; want %d, %d", what, hits, hashed, wantHits, wantHashed)
 		}
 	}
+	// Changed 0.5 s before the hash: within Settle (1 s), not remembered.
+	lag = 500 * time.Millisecond
 	for i := 0; i < 2; i++ {
 		if err := open(); err != nil {
 			t.Fatalf("OpenVerifiedKnown of an intact file: %v", err)
 		}
 	}
-	counts("a file written just before", 0, 2)
-	time.Sleep(300 * time.Millisecond)
+	counts("a file changed just before", 0, 2)
+	lag = 5 * time.Second
 	for i := 0; i < 3; i++ {
 		if err := open(); err != nil {
 			t.Fatalf("OpenVerifiedKnown of an intact, settled file: %v", err)
@@ -196,14 +209,15 @@ func TestVerifiedFiles(t *testing.T) {
 	}
 	counts("a settled file", 2, 3)
 
-	path := filepath.Join(cp.Dir, "memory")
 	refused := func(what string) {
 		t.Helper()
 		if err := open(); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: OpenVerifiedKnown = %v; want FailedPrecondition naming %s", what, err, path)
 		}
 	}
-	// One flipped bit in place, the modification time set back.
+	// One flipped bit in place, the modification time set back; later than
+	// a tick of the coarse clock, so the change time moves.
+	time.Sleep(50 * time.Millisecond)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -220,9 +234,8 @@ func TestVerifiedFiles(t *testing.T) {
 	refused("flipped bit in place, mtime set back")
 	counts("after the flip", 2, 4)
 
-	// Put the bytes back and let them settle: known again after one hash.
+	// The bytes put back: known again after one hash.
 	os.WriteFile(path, data, 0o600)
-	time.Sleep(300 * time.Millisecond)
 	open()
 	open()
 	counts("restored bytes", 3, 5)
@@ -235,7 +248,6 @@ func TestVerifiedFiles(t *testing.T) {
 
 	// Another manifest naming the same (verified) file with another digest.
 	os.WriteFile(path, data, 0o600)
-	time.Sleep(300 * time.Millisecond)
 	if err := open(); err != nil {
 		t.Fatal(err)
 	}
