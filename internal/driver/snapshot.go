@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -188,6 +190,14 @@ func DescribeFile(dir, name string) (CheckpointFile, error) {
 // swapped after the check is not read; the checkpoint directory must still be
 // writable by the host alone.
 func (cp *Checkpoint) OpenVerified(name string) (*os.File, error) {
+	return cp.OpenVerifiedKnown(name, nil)
+}
+
+// OpenVerifiedKnown is OpenVerified that skips reading a file known holds as
+// verified with the manifest's digest and unchanged since (same device,
+// inode, size, modification and change times), and records in known a file
+// it hashed. A nil known hashes every time.
+func (cp *Checkpoint) OpenVerifiedKnown(name string, known *VerifiedFiles) (*os.File, error) {
 	want := cp.File(name)
 	if want == nil {
 		return nil, fmt.Errorf("%w: checkpoint %s: file %s is not in the manifest", errdefs.ErrFailedPrecondition, cp.Dir, name)
@@ -197,11 +207,20 @@ func (cp *Checkpoint) OpenVerified(name string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: checkpoint file %s: %v", errdefs.ErrFailedPrecondition, path, err)
 	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != want.Size {
+	var before unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &before); err != nil || before.Mode&unix.S_IFMT != unix.S_IFREG || before.Size != want.Size {
 		f.Close()
 		return nil, fmt.Errorf("%w: checkpoint file %s: not a regular file of %d bytes (corrupted or replaced; take a new checkpoint)", errdefs.ErrFailedPrecondition, path, want.Size)
 	}
+	key := verifiedKeyOf(&before)
+	if known.has(key, want.SHA256) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+	start := known.clock()
 	sum, err := FileDigest(f)
 	if err != nil {
 		f.Close()
@@ -211,11 +230,110 @@ func (cp *Checkpoint) OpenVerified(name string) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: checkpoint file %s: sha256 %s, manifest says %s (corrupted or tampered; refusing to load it)", errdefs.ErrFailedPrecondition, path, sum, want.SHA256)
 	}
+	known.record(f, key, sum, start)
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// VerifiedFiles remembers checkpoint files whose digest was checked, so
+// that restoring from one checkpoint again (a template snapshot restored for
+// every new VM) does not read all of its RAM and disk again: a restore then
+// maps the RAM file without touching its pages. The zero value is ready;
+// it is safe for concurrent use.
+//
+// A file is known by its device, inode, size and its modification and
+// change times: any write, truncation, clone into it or mapping written
+// through sets the change time (which no caller can set back), so a changed
+// file is hashed again. The change time has the granularity of the kernel's
+// coarse clock, so a file is recorded only when its last change is older
+// than the start of its hashing by Settle: a later change then has a later
+// change time.
+type VerifiedFiles struct {
+	// Settle is that margin; 0 means defaultVerifiedSettle.
+	Settle time.Duration
+	// now is time.Now; a test seam.
+	now func() time.Time
+
+	mu     sync.Mutex
+	files  map[verifiedKey]string
+	hits   atomic.Uint64
+	hashed atomic.Uint64
+}
+
+// defaultVerifiedSettle is VerifiedFiles.Settle by default: far above a
+// tick of the coarse clock.
+const defaultVerifiedSettle = time.Second
+
+// maxVerifiedFiles bounds what VerifiedFiles holds; when full it starts
+// afresh (files of removed checkpoints are never looked up again).
+const maxVerifiedFiles = 4096
+
+// verifiedKey is the identity and last change of a file.
+type verifiedKey struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func verifiedKeyOf(st *unix.Stat_t) verifiedKey {
+	return verifiedKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// clock returns the time a hash starts.
+func (v *VerifiedFiles) clock() time.Time {
+	if v == nil || v.now == nil {
+		return time.Now()
+	}
+	return v.now()
+}
+
+// Counts returns how many files were found known and how many were hashed.
+func (v *VerifiedFiles) Counts() (hits, hashed uint64) {
+	return v.hits.Load(), v.hashed.Load()
+}
+
+// has reports whether the file of key was verified with digest sum.
+func (v *VerifiedFiles) has(key verifiedKey, sum string) bool {
+	if v == nil {
+		return false
+	}
+	v.mu.Lock()
+	got, ok := v.files[key]
+	v.mu.Unlock()
+	if ok && got == sum {
+		v.hits.Add(1)
+		return true
+	}
+	v.hashed.Add(1)
+	return false
+}
+
+// record remembers f, of key before hashing from start, as having digest
+// sum, if it did not change while hashed and had settled before.
+func (v *VerifiedFiles) record(f *os.File, key verifiedKey, sum string, start time.Time) {
+	if v == nil {
+		return
+	}
+	var after unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &after); err != nil || verifiedKeyOf(&after) != key {
+		return
+	}
+	settle := v.Settle
+	if settle == 0 {
+		settle = defaultVerifiedSettle
+	}
+	if time.Unix(key.ctime.Unix()).After(start.Add(-settle)) {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.files == nil || len(v.files) >= maxVerifiedFiles {
+		v.files = map[verifiedKey]string{}
+	}
+	v.files[key] = sum
 }
 
 // FileDigest returns the hex SHA-256 of f's data extents: for each extent,

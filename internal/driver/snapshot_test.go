@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -151,4 +153,107 @@ func FuzzParseCheckpoint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestVerifiedFiles: a checkpoint file verified once (and settled before)
+// is not read again while unchanged; one changed in place, even with its
+// modification time set back, or replaced, is hashed again and refused; one
+// changed too recently before its check is not remembered; a manifest with
+// another digest is not answered from what was verified.
+func TestVerifiedFiles(t *testing.T) {
+	data := bytes.Repeat([]byte("state"), 100000)
+	cp := writeCheckpoint(t, map[string][]byte{"memory": data})
+	path := filepath.Join(cp.Dir, "memory")
+	// The clock of the hashes: the file's change time plus lag.
+	var lag time.Duration
+	known := &VerifiedFiles{now: func() time.Time {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(st.Ctim.Unix()).Add(lag)
+	}}
+	open := func() error {
+		t.Helper()
+		f, err := cp.OpenVerifiedKnown("memory", known)
+		if err != nil {
+			return err
+		}
+		got := make([]byte, 5)
+		f.Read(got)
+		f.Close()
+		if string(got) != "state" {
+			t.Errorf("OpenVerifiedKnown left the offset elsewhere: read %q", got)
+		}
+		return nil
+	}
+	counts := func(what string, wantHits, wantHashed uint64) {
+		t.Helper()
+		if hits, hashed := known.Counts(); hits != wantHits || hashed != wantHashed {
+			t.Errorf("%s: %d known, %d hashed; want %d, %d", what, hits, hashed, wantHits, wantHashed)
+		}
+	}
+	// Changed 0.5 s before the hash: within Settle (1 s), not remembered.
+	lag = 500 * time.Millisecond
+	for i := 0; i < 2; i++ {
+		if err := open(); err != nil {
+			t.Fatalf("OpenVerifiedKnown of an intact file: %v", err)
+		}
+	}
+	counts("a file changed just before", 0, 2)
+	lag = 5 * time.Second
+	for i := 0; i < 3; i++ {
+		if err := open(); err != nil {
+			t.Fatalf("OpenVerifiedKnown of an intact, settled file: %v", err)
+		}
+	}
+	counts("a settled file", 2, 3)
+
+	refused := func(what string) {
+		t.Helper()
+		if err := open(); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: OpenVerifiedKnown = %v; want FailedPrecondition naming %s", what, err, path)
+		}
+	}
+	// One flipped bit in place, the modification time set back; later than
+	// a tick of the coarse clock, so the change time moves.
+	time.Sleep(50 * time.Millisecond)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{data[len(data)/2] ^ 1}, int64(len(data)/2))
+	f.Close()
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	refused("flipped bit in place, mtime set back")
+	counts("after the flip", 2, 4)
+
+	// The bytes put back: known again after one hash.
+	os.WriteFile(path, data, 0o600)
+	open()
+	open()
+	counts("restored bytes", 3, 5)
+	// Replaced by another file of the same size and other bytes.
+	flipped := bytes.Clone(data)
+	flipped[0] ^= 1
+	os.WriteFile(path+".new", flipped, 0o600)
+	os.Rename(path+".new", path)
+	refused("replaced")
+
+	// Another manifest naming the same (verified) file with another digest.
+	os.WriteFile(path, data, 0o600)
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+	other := *cp
+	other.Files = []CheckpointFile{{Name: "memory", Size: int64(len(data)), SHA256: strings.Repeat("0", 64)}}
+	if _, err := other.OpenVerifiedKnown("memory", known); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("a manifest with another digest of a known file: %v; want FailedPrecondition", err)
+	}
 }

@@ -82,6 +82,9 @@ func (d *Driver) Checkpoint(ctx context.Context, execID, dir string) (*driver.Ch
 	if !driver.ProcAlive(st.Pid, st.StartTime) {
 		return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: QEMU is not running", execID, errdefs.ErrFailedPrecondition)
 	}
+	if st.PrivateRAM {
+		return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: its RAM is a private mapping of its template's (a measurement seam)", execID, errdefs.ErrFailedPrecondition)
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("vm: exec %s: checkpoint: %w: %s already exists", execID, errdefs.ErrConflict, dir)
@@ -214,7 +217,10 @@ func (v *verified) Close() {
 }
 
 // verifyCheckpoint checks cp's form, that it fits spec, and every file's
-// size and digest, before any of them is used.
+// size and digest, before any of them is used. A file this driver verified
+// before and that has not changed since is not read again (d.verified): a
+// template snapshot's RAM file and disk are hashed at its first restores,
+// and later ones map the RAM file without reading it.
 func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*verified, error) {
 	if cp == nil {
 		return nil, fmt.Errorf("%w: no checkpoint", errdefs.ErrInvalidArgument)
@@ -231,7 +237,7 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 	}
 	v := &verified{cp: cp}
 	var err error
-	metaBytes, err := readVerified(cp, cpMeta)
+	metaBytes, err := readVerified(cp, cpMeta, &d.verified)
 	if err != nil {
 		return nil, err
 	}
@@ -254,18 +260,18 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 			return nil, fmt.Errorf("%w: checkpoint %s needs %s, which is gone: %v", errdefs.ErrFailedPrecondition, cp.Dir, p, err)
 		}
 	}
-	if v.guestConfig, err = readVerified(cp, cpGuestConfig); err != nil {
+	if v.guestConfig, err = readVerified(cp, cpGuestConfig, &d.verified); err != nil {
 		return nil, err
 	}
-	if v.memory, err = cp.OpenVerified(cpMemory); err != nil {
+	if v.memory, err = cp.OpenVerifiedKnown(cpMemory, &d.verified); err != nil {
 		return nil, err
 	}
-	if v.disk, err = cp.OpenVerified(cpDisk); err != nil {
+	if v.disk, err = cp.OpenVerifiedKnown(cpDisk, &d.verified); err != nil {
 		v.memory.Close()
 		return nil, err
 	}
 	if v.meta.MemoryFile {
-		if v.ram, err = cp.OpenVerified(cpRAM); err == nil {
+		if v.ram, err = cp.OpenVerifiedKnown(cpRAM, &d.verified); err == nil {
 			if err = checkRAMFile(v.ram, cp.Dir, cp.MemoryMiB); err != nil {
 				err = fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err)
 			}
@@ -280,8 +286,8 @@ func (d *Driver) verifyCheckpoint(spec driver.Spec, cp *driver.Checkpoint) (*ver
 
 // readVerified returns the contents of a small checkpoint file after
 // checking it.
-func readVerified(cp *driver.Checkpoint, name string) ([]byte, error) {
-	f, err := cp.OpenVerified(name)
+func readVerified(cp *driver.Checkpoint, name string, known *driver.VerifiedFiles) ([]byte, error) {
+	f, err := cp.OpenVerifiedKnown(name, known)
 	if err != nil {
 		return nil, err
 	}
@@ -353,8 +359,10 @@ func (d *Driver) restore(ctx context.Context, spec driver.Spec, cp *driver.Check
 	if err != nil {
 		return nil, d.failedStart(ctx, spec.ExecID, "restore", err)
 	}
+	known, hashed := d.verified.Counts()
 	d.log.Info("execution restored", "exec", spec.ExecID, "sandbox", spec.SandboxID, "from", cp.Dir, "origin", origin,
-		"pid", inst.Pid, "verify", verifiedIn.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond))
+		"pid", inst.Pid, "verify", verifiedIn.Round(time.Millisecond), "total", time.Since(t0).Round(time.Millisecond),
+		"files_known", known, "files_hashed", hashed)
 	return inst, nil
 }
 
@@ -371,9 +379,16 @@ func (d *Driver) launchRestore(ctx context.Context, st *state, v *verified) (*dr
 		if err := memoryFileRoom(dir, st.MemoryMiB, d.statfs); err != nil {
 			return nil, fmt.Errorf("restore a checkpoint whose RAM is a file: %w", err)
 		}
-		// The VM's own copy-on-write clone: nothing it writes reaches the
-		// checkpoint or any other VM restored from it.
-		if err := vmimage.CloneImageFrom(ctx, v.ram, filepath.Join(dir, memFile)); err != nil {
+		if d.privateTemplateRAM && st.Origin == originTemplate {
+			// The measurement seam: the template's own file, mapped
+			// privately.
+			if err := os.Link(filepath.Join(v.cp.Dir, cpRAM), filepath.Join(dir, memFile)); err != nil {
+				return nil, fmt.Errorf("link the template's RAM file: %w", err)
+			}
+			st.PrivateRAM = true
+		} else if err := vmimage.CloneImageFrom(ctx, v.ram, filepath.Join(dir, memFile)); err != nil {
+			// The VM's own copy-on-write clone: nothing it writes reaches
+			// the checkpoint or any other VM restored from it.
 			return nil, fmt.Errorf("clone the checkpoint's RAM file: %w", err)
 		}
 	}

@@ -184,6 +184,16 @@ type Driver struct {
 	memFileOn    bool
 	memFileWhy   string
 	noMemoryFile bool
+	// privateTemplateRAM, a measurement seam (BenchmarkIdlePSS), maps a
+	// template snapshot's RAM file into each VM restored from it with
+	// share=off over a hard link of it instead of a reflink per VM. Not for
+	// production: QEMU 7.2 opens the file read-write (readonly=on would
+	// make the guest's RAM a ROM), so one VM's QEMU could change the pages
+	// of every VM from the template (docs/PERFORMANCE.md).
+	privateTemplateRAM bool
+	// verified remembers the checkpoint files whose digests were checked
+	// (verifyCheckpoint).
+	verified driver.VerifiedFiles
 	// statfs is unix.Statfs (memoryFileRoom); a test seam.
 	statfs func(string, *unix.Statfs_t) error
 

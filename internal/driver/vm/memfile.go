@@ -41,7 +41,11 @@ const (
 
 // memoryFileArgs are the QEMU arguments that back st's RAM with memFile.
 func memoryFileArgs(st *state) []string {
-	return []string{"-object", "memory-backend-file,id=" + memBackendID + ",size=" + strconv.Itoa(st.MemoryMiB) + "M,mem-path=" + memFile + ",share=on"}
+	share := "on"
+	if st.PrivateRAM {
+		share = "off"
+	}
+	return []string{"-object", "memory-backend-file,id=" + memBackendID + ",size=" + strconv.Itoa(st.MemoryMiB) + "M,mem-path=" + memFile + ",share=" + share}
 }
 
 // memoryFiles reports whether new VMs get a file-backed RAM, probing once.

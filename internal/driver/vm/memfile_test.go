@@ -186,12 +186,16 @@ func TestMemoryFile(t *testing.T) {
 		return
 	}
 
+	// The checkpoint's files settle (driver.VerifiedFiles): the first
+	// restore hashes them and the driver remembers them verified.
+	time.Sleep(1100 * time.Millisecond)
 	var rs [2]*guest.Client
 	for i, id := range []string{"mf-r1", "mf-r2"} {
 		cp, err := driver.ReadCheckpoint(cpDir)
 		if err != nil {
 			t.Fatal(err)
 		}
+		hits, hashed := d.verified.Counts()
 		inst, err := d.Restore(ctx, driver.Spec{ExecID: id, SandboxID: id}, cp)
 		if err != nil {
 			t.Fatalf("Restore %s: %v", id, err)
@@ -200,6 +204,12 @@ func TestMemoryFile(t *testing.T) {
 		t.Logf("restore %s to Ready: %s", id, took.Round(time.Millisecond))
 		rs[i] = c
 		defer gone(t, d, stateDir, inst)
+		// The second restore reads none of the checkpoint's files again:
+		// the RAM file is mapped, not read.
+		h, x := d.verified.Counts()
+		if i == 1 && (h-hits != uint64(len(cp.Files)) || x != hashed) {
+			t.Errorf("restore %s: %d files known and %d hashed again; want all %d known", id, h-hits, x-hashed, len(cp.Files))
+		}
 	}
 	t.Run("RestoreKeepsMemory", func(t *testing.T) {
 		for i, c := range rs {
@@ -281,6 +291,54 @@ func TestMemoryFile(t *testing.T) {
 		_, err = d.Restore(ctx, driver.Spec{ExecID: "mf-bad", SandboxID: "mf-bad"}, cp)
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "RAM file ram is 134217728 bytes, the VM has 256 MiB") {
 			t.Fatalf("Restore with a RAM file of the wrong size = %v; want FailedPrecondition naming the sizes", err)
+		}
+		if _, err := os.Lstat(filepath.Join(stateDir, "exec", "mf-bad")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the refused restore created its execution: %v", err)
+		}
+		t.Logf("refused: %v", err)
+	})
+
+	t.Run("ChangedKnownRAMFileRefused", func(t *testing.T) {
+		// The checkpoint's RAM file is known verified (two restores
+		// above); a byte changed in place, its modification time set back,
+		// makes it hashed again and refused.
+		path := filepath.Join(cpDir, cpRAM)
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var old [1]byte
+		const at = 100 << 20
+		if _, err := f.ReadAt(old[:], at); err != nil {
+			t.Fatal(err)
+		}
+		flip := func() {
+			t.Helper()
+			old[0] ^= 0x40
+			if _, err := f.WriteAt(old[:], at); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flip()
+		defer f.Close()
+		defer flip()
+		cp, err := driver.ReadCheckpoint(cpDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Restore(ctx, driver.Spec{ExecID: "mf-bad", SandboxID: "mf-bad"}, cp)
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "sha256") {
+			t.Fatalf("Restore of a changed RAM file = %v; want FailedPrecondition naming %s and its digest", err, path)
 		}
 		if _, err := os.Lstat(filepath.Join(stateDir, "exec", "mf-bad")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the refused restore created its execution: %v", err)
@@ -380,7 +438,11 @@ func TestMemoryFileArgs(t *testing.T) {
 				t.Errorf("%s: QEMU arguments lack %q: %s", machine, want, args)
 			}
 		}
-		st.MemoryFile = false
+		st.PrivateRAM = true
+		if args := strings.Join(qemuArgs(st), " "); !strings.Contains(args, "mem-path=ram,share=off") {
+			t.Errorf("%s: a VM on the private RAM seam does not map its RAM file share=off: %s", machine, args)
+		}
+		st.MemoryFile, st.PrivateRAM = false, false
 		if args := strings.Join(qemuArgs(st), " "); strings.Contains(args, "memory-backend") {
 			t.Errorf("%s: a VM without a RAM file has a memory backend: %s", machine, args)
 		}
@@ -413,11 +475,13 @@ func TestProbeMemoryFiles(t *testing.T) {
 	}
 }
 
-// BenchmarkIdlePSS starts 4 VMs of 256 MiB from one template snapshot and
-// reports the mean PSS of their QEMU processes once idle (smaps_rollup),
-// with the state under TMPDIR: RAM files on btrfs, unless
-// SPACE_BENCH_CHECKPOINT_STREAM=1 keeps RAM anonymous. Run with
-// -benchtime=1x.
+// BenchmarkIdlePSS starts 5 VMs (SPACE_BENCH_PSS_VMS) of 256 MiB from one
+// template snapshot and reports the mean PSS of their QEMU processes once
+// idle (smaps_rollup), with the state under TMPDIR: RAM files on btrfs (a
+// reflink of the template's per VM), unless SPACE_BENCH_CHECKPOINT_STREAM=1
+// keeps RAM anonymous; SPACE_BENCH_PSS_PRIVATE=1 maps the template's RAM
+// file itself share=off into each VM (the measurement seam
+// privateTemplateRAM). Run with -benchtime=1x.
 func BenchmarkIdlePSS(b *testing.B) {
 	f := newFixture(b)
 	stateDir := b.TempDir()
@@ -426,11 +490,18 @@ func BenchmarkIdlePSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	d.noMemoryFile = os.Getenv("SPACE_BENCH_CHECKPOINT_STREAM") == "1"
+	d.privateTemplateRAM = os.Getenv("SPACE_BENCH_PSS_PRIVATE") == "1"
+	vms := 5
+	if env := os.Getenv("SPACE_BENCH_PSS_VMS"); env != "" {
+		if vms, err = strconv.Atoi(env); err != nil || vms < 1 {
+			b.Fatalf("SPACE_BENCH_PSS_VMS=%q: want a count of VMs", env)
+		}
+	}
 	defer d.Wait()
 	ctx := context.Background()
 	for b.Loop() {
 		var insts []*driver.Instance
-		for i := range 4 {
+		for i := range vms {
 			id := "pss-" + strconv.Itoa(i)
 			inst, err := d.Start(ctx, driver.Spec{ExecID: id, SandboxID: id, RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: 256})
 			if err != nil {

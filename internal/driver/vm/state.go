@@ -70,6 +70,11 @@ type state struct {
 	// MemoryFile says the guest's RAM is the file memFile in the
 	// execution's directory (memfile.go), left out of the migration stream.
 	MemoryFile bool `json:"memory_file,omitempty"`
+	// PrivateRAM says the RAM file is a hard link of the template
+	// snapshot's, mapped share=off (copy-on-write into anonymous memory):
+	// set only by the measurement seam Driver.privateTemplateRAM
+	// (BenchmarkIdlePSS); such a VM cannot be checkpointed.
+	PrivateRAM bool `json:"private_ram,omitempty"`
 	// Origin says how the execution started: originBoot, originTemplate or
 	// originCheckpoint.
 	Origin string `json:"origin,omitempty"`
