@@ -451,11 +451,12 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 // initTimeout bounds the guest's Init: it returns once the template's start
 // command is ready, which may take its ready command's whole bound
 // (imagecfg.MaxReadyTimeout) after the autostart entries' and start
-// command's port waits (up to 10 s each, guestd's autostartReadyWait). A
+// command's port waits (10 s each, or up to 60 s for an entry that says so
+// with "# space-ready-wait:", as the code interpreter's does). A
 // 10 s bound on all of Init failed every create of the code-interpreter
 // template on vm (TCG, from a restored template snapshot: "guest init:
 // deadline_exceeded").
-const initTimeout = imagecfg.MaxReadyTimeout*time.Second + time.Minute
+const initTimeout = imagecfg.MaxReadyTimeout*time.Second + 2*time.Minute
 
 // Activity is the body of GET /bridge/v1/activity.
 type Activity struct {

@@ -29,10 +29,16 @@ const DefaultAutostartDir = "/etc/space/autostart.d"
 //
 // Init then waits, at most autostartReadyWait, until 127.0.0.1:PORT accepts
 // a connection (or the entry exits), so that a sandbox reported running
-// already answers there.
+// already answers there. An entry whose server takes longer to listen (a
+// Jupyter kernel under emulation) may say how long to wait, in seconds, up
+// to maxAutostartReadyWait:
+//
+//	# space-ready-wait: 60
 const (
-	readyPortPrefix    = "# space-ready-port:"
-	autostartReadyWait = 10 * time.Second
+	readyPortPrefix       = "# space-ready-port:"
+	readyWaitPrefix       = "# space-ready-wait:"
+	autostartReadyWait    = 10 * time.Second
+	maxAutostartReadyWait = 60 * time.Second
 )
 
 // autostartUser is who runs the entries when Init names no default user:
@@ -104,7 +110,7 @@ func (d *Daemon) autostartOne(name string, u caller) error {
 	f.Close()
 	if port := readyPort(head[:n]); port > 0 {
 		start := time.Now()
-		if err := waitListening(port, p.ended, autostartReadyWait); err != nil {
+		if err := waitListening(port, p.ended, readyWait(head[:n])); err != nil {
 			return fmt.Errorf("entry %s: %w", name, err)
 		}
 		d.log.Info("autostart: ready", "entry", name, "port", port, "after", time.Since(start))
@@ -115,18 +121,37 @@ func (d *Daemon) autostartOne(name string, u caller) error {
 // readyPort finds the "# space-ready-port: N" line of an entry's head; 0
 // when there is none or it is not a port number.
 func readyPort(head []byte) int {
+	port, ok := headerNumber(head, readyPortPrefix)
+	if !ok || port < 1 || port > 65535 {
+		return 0
+	}
+	return port
+}
+
+// readyWait is how long Init waits for an entry's ready port: its
+// "# space-ready-wait: SECONDS" line (1 to maxAutostartReadyWait), else
+// autostartReadyWait.
+func readyWait(head []byte) time.Duration {
+	secs, ok := headerNumber(head, readyWaitPrefix)
+	if !ok || secs < 1 || time.Duration(secs)*time.Second > maxAutostartReadyWait {
+		return autostartReadyWait
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// headerNumber reads the number of the first line of head that starts with
+// prefix (after spaces); ok is false when there is none or it is not a
+// decimal number.
+func headerNumber(head []byte, prefix string) (n int, ok bool) {
 	for _, line := range strings.Split(string(head), "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), readyPortPrefix)
-		if !ok {
+		v, found := strings.CutPrefix(strings.TrimSpace(line), prefix)
+		if !found {
 			continue
 		}
-		port, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || port < 1 || port > 65535 {
-			return 0
-		}
-		return port
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		return n, err == nil
 	}
-	return 0
+	return 0, false
 }
 
 // waitListening waits until 127.0.0.1:port accepts a connection, ended is

@@ -1,6 +1,9 @@
 package guestd
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestReadyPort(t *testing.T) {
 	for head, want := range map[string]int{
@@ -20,12 +23,33 @@ func TestReadyPort(t *testing.T) {
 	}
 }
 
+func TestReadyWait(t *testing.T) {
+	for head, want := range map[string]time.Duration{
+		"#!/bin/sh\n# space-ready-port: 49999\n# space-ready-wait: 60\n": 60 * time.Second,
+		"# space-ready-wait:5\n":                     5 * time.Second,
+		"# space-ready-port: 49999\n":                autostartReadyWait,
+		"# space-ready-wait: 61\n":                   autostartReadyWait,
+		"# space-ready-wait: 0\n":                    autostartReadyWait,
+		"# space-ready-wait: -5\n":                   autostartReadyWait,
+		"# space-ready-wait: 99999999999999999999\n": autostartReadyWait,
+		"# space-ready-wait: ten\n":                  autostartReadyWait,
+		"echo '# space-ready-wait: 30'\n":            autostartReadyWait,
+	} {
+		if got := readyWait([]byte(head)); got != want {
+			t.Errorf("readyWait(%q) = %v, want %v", head, got, want)
+		}
+	}
+}
+
 func FuzzReadyPort(f *testing.F) {
 	f.Add([]byte("#!/bin/sh\n# space-ready-port: 49999\n"))
 	f.Add([]byte("# space-ready-port: 99999999999999999999\n"))
 	f.Fuzz(func(t *testing.T, head []byte) {
 		if p := readyPort(head); p < 0 || p > 65535 {
 			t.Fatalf("readyPort(%q) = %d: not a port", head, p)
+		}
+		if w := readyWait(head); w < time.Second || w > maxAutostartReadyWait {
+			t.Fatalf("readyWait(%q) = %v: outside 1s..%v", head, w, maxAutostartReadyWait)
 		}
 	})
 }

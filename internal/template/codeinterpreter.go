@@ -50,10 +50,14 @@ const (
 var codeInterpreterServer []byte
 
 // codeInterpreterStart is the autostart entry: it runs the server on
-// CodeInterpreterPort with its log in /tmp.
+// CodeInterpreterPort with its log in /tmp. Init waits up to 60 s for the
+// port: under TCG on a busy host the server (Python, the Jupyter client)
+// took longer than the default 10 s, and an SDK's first runCode after the
+// create was refused (connection refused on 49999).
 var codeInterpreterStart = []byte(fmt.Sprintf(`#!/bin/sh
 # Started by space-guest as the sandbox's user (/etc/space/autostart.d).
 # space-ready-port: %d
+# space-ready-wait: 60
 exec /usr/bin/python3 -u /%s --port %d >>/tmp/space-code-interpreter.log 2>&1
 `, CodeInterpreterPort, codeInterpreterServerPath, CodeInterpreterPort))
 
