@@ -73,6 +73,7 @@ func testStartNotReadyEvent(t *testing.T, runtime string) {
 	if !ok {
 		t.Fatalf("no start_not_ready event: the ready command's failure is seen by nobody\n%s", in.logs())
 	}
+	t.Logf("start_not_ready: %s", ev)
 	for _, want := range []string{"ready command failed", "within 2s", "exit status 3", `db not up\n\x1b[2J`} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("start_not_ready event %q lacks %q", ev, want)
