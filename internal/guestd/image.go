@@ -150,6 +150,8 @@ func (d *Daemon) startCommand() *controlv1.StartNotReady {
 		return &controlv1.StartNotReady{Stage: stageNotStarted, Detail: "no user to run it as: " + err.Error()}
 	}
 	if len(argv) > 0 {
+		// A port that did not listen is the answer only without a
+		// ready command: with one, that command says whether it is ready.
 		if nr := d.spawnStart(argv, u, img.ReadyPort()); nr != nil && (nr.Stage == stageNotStarted || img.SpaceReadyCmd == "") {
 			return nr
 		}
