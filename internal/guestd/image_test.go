@@ -375,3 +375,26 @@ func TestImageReadyCmdNeverReady(t *testing.T) {
 		})
 	}
 }
+
+// TestImageStartNotStarted: a start command that cannot be started is in
+// Init's answer (stage not_started, with the error), and Init succeeds.
+func TestImageStartNotStarted(t *testing.T) {
+	cfg, app := readyTree(t, "", "", 0)
+	root := filepath.Dir(app)
+	img := imagecfg.Config{Entrypoint: []string{"/nonexistent/start"}}
+	if os.Geteuid() != 0 {
+		img.User = self(t).Username
+	}
+	if err := imagecfg.Write(root, img); err != nil {
+		t.Fatal(err)
+	}
+	c := startGuest(t, cfg)
+	resp, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"}))
+	if err != nil {
+		t.Fatalf("Init with a start command that cannot start: %v", err)
+	}
+	nr := resp.Msg.GetStartNotReady()
+	if nr.GetStage() != "not_started" || !strings.Contains(nr.GetDetail(), "/nonexistent/start") {
+		t.Errorf("start_not_ready = %v, want stage not_started naming /nonexistent/start", nr)
+	}
+}
