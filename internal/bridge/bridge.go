@@ -33,6 +33,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guest"
+	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/template/imagecfg"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
@@ -431,7 +432,7 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), initTimeout)
 	defer cancel()
-	_, err = b.client.Control().Init(ctx, connect.NewRequest(msg))
+	resp, err := b.client.Control().Init(ctx, connect.NewRequest(msg))
 	wg.Wait()
 	if err != nil {
 		writeJSONError(w, http.StatusBadGateway, "guest init: "+err.Error())
@@ -445,7 +446,57 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 	b.adm.install(capability.Identity{
 		Sandbox: req.SandboxID, Generation: req.Generation, Node: req.Node, Substrate: req.Substrate, Activation: req.ActivationID,
 	})
-	w.WriteHeader(http.StatusNoContent)
+	note := startNotReady(resp.Msg.GetStartNotReady())
+	if note == "" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(InitResult{StartNotReady: note})
+}
+
+// InitResult is the answer of POST /bridge/v1/init when there is something
+// to say (200); otherwise, and from a bridge older than it, the answer is
+// 204 and no body.
+type InitResult struct {
+	// StartNotReady says, for users, why the template's start command was
+	// not ready at Init: guest text, escaped and bounded
+	// (sandbox.GuestText). Empty: ready, or no start command.
+	StartNotReady string `json:"start_not_ready,omitempty"`
+}
+
+// startNotReady is the one-line account of nr for a sandbox event, e.g.
+// "ready command failed: did not exit 0 within 2s (3 tries; last: exit
+// status 3; output: db not up)". Every field is the guest's: the whole line
+// goes through sandbox.GuestText.
+func startNotReady(nr *controlv1.StartNotReady) string {
+	if nr == nil {
+		return ""
+	}
+	var what string
+	switch nr.GetStage() {
+	case "not_started":
+		what = "start command not started"
+	case "port_not_ready":
+		what = "start command's port not ready"
+	case "ready_failed":
+		what = "ready command failed"
+	default:
+		what = "start command not ready"
+	}
+	line := what + ": " + nr.GetDetail()
+	if nr.GetStage() == "ready_failed" {
+		line += fmt.Sprintf(" (%d tries; last: %s", nr.GetTries(), nr.GetLastStatus())
+		if out := nr.GetOutputTail(); len(out) > 0 {
+			const maxTail = 1024
+			if len(out) > maxTail {
+				out = out[len(out)-maxTail:]
+			}
+			line += "; output: " + string(out)
+		}
+		line += ")"
+	}
+	return sandbox.GuestText(line)
 }
 
 // initTimeout bounds the guest's Init: it returns once the template's start

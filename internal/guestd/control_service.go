@@ -78,7 +78,12 @@ func (s *controlService) Init(_ context.Context, req *connect.Request[controlv1.
 		"pids_limited", resp.PidsLimited, "pids_error", resp.PidsError)
 	s.d.loadImage()
 	s.d.autostart()
-	s.d.startCommand()
+	if nr := s.d.startCommand(); nr != nil {
+		// proto3 strings must be valid UTF-8 or the answer fails to marshal.
+		nr.Detail = strings.ToValidUTF8(nr.Detail, "?")
+		nr.LastStatus = strings.ToValidUTF8(nr.LastStatus, "?")
+		resp.StartNotReady = nr
+	}
 	failpoint.GuestAfterInit.Hit()
 	return connect.NewResponse(resp), nil
 }

@@ -1,14 +1,15 @@
 package guestd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
 	processv1 "github.com/spacesandbox/space/api/guest/v1/process"
 	"github.com/spacesandbox/space/internal/template/imagecfg"
 )
@@ -122,41 +123,60 @@ func (db *accountDB) groupID(group string) (uint32, error) {
 	return 0, fmt.Errorf("group %q: %w", group, errUnknownUser)
 }
 
+// Stages of a start command that did not get ready (StartNotReady.Stage).
+const (
+	stageNotStarted   = "not_started"
+	stagePortNotReady = "port_not_ready"
+	stageReadyFailed  = "ready_failed"
+)
+
 // startCommand starts the image's Entrypoint+Cmd, unless it runs already,
 // with the defaults every command gets; when the image exposes exactly one
 // TCP port, Init waits (at most autostartReadyWait) until it listens. Then,
 // when the image has a SpaceReadyCmd, Init runs it until it exits 0 (see
 // waitReady). A start command that cannot start, or does not get ready, is
-// logged; the sandbox still starts.
-func (d *Daemon) startCommand() {
+// logged and returned, for Init's answer to carry to the host (which makes
+// it a sandbox event); the sandbox still starts. nil: ready, or nothing to
+// start.
+func (d *Daemon) startCommand() *controlv1.StartNotReady {
 	img := d.image.get()
 	argv := img.StartCommand()
 	if len(argv) == 0 && img.SpaceReadyCmd == "" {
-		return
+		return nil
 	}
 	u, err := d.userNamed("")
 	if err != nil {
 		d.log.Warn("start command: no user to run it as; not started", "err", err)
-		return
+		return &controlv1.StartNotReady{Stage: stageNotStarted, Detail: "no user to run it as: " + err.Error()}
 	}
-	if len(argv) > 0 && !d.spawnStart(argv, u, img.ReadyPort()) {
-		return
+	if len(argv) > 0 {
+		// A port that did not listen is the answer only without a
+		// ready command: with one, that command says whether it is ready.
+		if nr := d.spawnStart(argv, u, img.ReadyPort()); nr != nil && (nr.Stage == stageNotStarted || img.SpaceReadyCmd == "") {
+			return nr
+		}
 	}
 	if img.SpaceReadyCmd == "" {
-		return
+		return nil
 	}
 	start := time.Now()
-	tries, err := d.waitReady(img.SpaceReadyCmd, u, img.ReadyWait())
-	if err != nil {
-		d.log.Warn("start command not ready: the sandbox starts anyway", "ready_cmd", img.SpaceReadyCmd, "tries", tries, "err", err)
-		return
+	r := d.waitReady(img.SpaceReadyCmd, u, img.ReadyWait())
+	if r.err != nil {
+		d.log.Warn("start command not ready: the sandbox starts anyway", "ready_cmd", img.SpaceReadyCmd, "tries", r.tries,
+			"err", r.err, "last", r.status, "output", string(r.out))
+		stage := stageReadyFailed
+		if r.status == "" {
+			stage = stageNotStarted
+		}
+		return &controlv1.StartNotReady{Stage: stage, Detail: r.err.Error(), LastStatus: r.status, OutputTail: r.out, Tries: uint32(r.tries)}
 	}
-	d.log.Info("start command ready", "ready_cmd", img.SpaceReadyCmd, "tries", tries, "after", time.Since(start))
+	d.log.Info("start command ready", "ready_cmd", img.SpaceReadyCmd, "tries", r.tries, "after", time.Since(start))
+	return nil
 }
 
 // spawnStart starts the start command and waits for its ready port, if any;
-// false when it did not start (it runs already counts as started).
-func (d *Daemon) spawnStart(argv []string, u caller, port int) bool {
+// nil when it started (it runs already counts) and, with a port, listens.
+func (d *Daemon) spawnStart(argv []string, u caller, port int) *controlv1.StartNotReady {
 	tag := startTag
 	p, sub, err := d.spawn(spawnRequest{
 		config: &processv1.ProcessConfig{Cmd: argv[0], Args: argv[1:]}, tag: &tag, user: u,
@@ -164,10 +184,10 @@ func (d *Daemon) spawnStart(argv []string, u caller, port int) bool {
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		d.log.Debug("start command still running")
-		return true
+		return nil
 	case err != nil:
 		d.log.Warn("start command not started", "argv", argv, "err", err)
-		return false
+		return &controlv1.StartNotReady{Stage: stageNotStarted, Detail: err.Error()}
 	}
 	// Nobody follows its output: with no subscriber it is read and dropped.
 	p.unsubscribe(sub)
@@ -175,11 +195,11 @@ func (d *Daemon) spawnStart(argv []string, u caller, port int) bool {
 	if port > 0 {
 		if err := waitListening(port, p.ended, autostartReadyWait); err != nil {
 			d.log.Warn("start command not ready", "port", port, "err", err)
-			return true
+			return &controlv1.StartNotReady{Stage: stagePortNotReady, Detail: fmt.Sprintf("port %d: %v", port, err)}
 		}
 		d.log.Info("start command ready", "port", port)
 	}
-	return true
+	return nil
 }
 
 // Ready command retries: the first pause is readyFirstPause, each next one
@@ -187,35 +207,43 @@ func (d *Daemon) spawnStart(argv []string, u caller, port int) bool {
 const (
 	readyFirstPause = 200 * time.Millisecond
 	readyMaxPause   = time.Second
-	// readyOutputTail is how much of the last try's output the log keeps.
-	readyOutputTail = 512
+	// readyOutputTail is how much of the last try's output Init's answer
+	// (and the log) keeps.
+	readyOutputTail = 1024
 )
+
+// readyResult is how a ready command's tries went.
+type readyResult struct {
+	tries  int
+	status string // the last try's end ("exit status 3"); "" when none ran
+	out    []byte // the last try's output tail, at most readyOutputTail
+	err    error  // nil when a try exited 0
+}
 
 // waitReady runs cmd through /bin/sh -c, as u with the image's environment
 // and directory, until it exits 0 or wait passes (a try still running then
-// is killed). It returns the number of tries and, when none exited 0, an
-// error with the last try's exit status and output tail.
-func (d *Daemon) waitReady(cmd string, u caller, wait time.Duration) (int, error) {
+// is killed). When none exited 0, the result has an error and the last
+// try's exit status and output tail.
+func (d *Daemon) waitReady(cmd string, u caller, wait time.Duration) readyResult {
 	deadline := time.Now().Add(wait)
 	pause := readyFirstPause
-	last := "never ran"
-	for tries := 1; ; tries++ {
+	var r readyResult
+	for r.tries = 1; ; r.tries++ {
 		status, out, err := d.readyTry(cmd, u, deadline)
 		if err != nil {
-			return tries, fmt.Errorf("ready command not started: %w", err)
+			r.err = fmt.Errorf("ready command not started: %w", err)
+			return r
 		}
 		if status == "exit status 0" {
-			return tries, nil
+			return readyResult{tries: r.tries}
 		}
-		last = status
-		if out != "" {
-			last += ", output: " + out
-		}
+		r.status, r.out = status, out
 		if left := time.Until(deadline); left > 0 {
 			time.Sleep(min(pause, left))
 		}
 		if !time.Now().Before(deadline) {
-			return tries, fmt.Errorf("did not exit 0 within %v (last: %s)", wait, last)
+			r.err = fmt.Errorf("did not exit 0 within %v", wait)
+			return r
 		}
 		pause = min(2*pause, readyMaxPause)
 	}
@@ -223,12 +251,12 @@ func (d *Daemon) waitReady(cmd string, u caller, wait time.Duration) (int, error
 
 // readyTry runs cmd once, killed at deadline, and returns its end status
 // ("exit status N", "signal: killed") and the tail of its output.
-func (d *Daemon) readyTry(cmd string, u caller, deadline time.Time) (string, string, error) {
+func (d *Daemon) readyTry(cmd string, u caller, deadline time.Time) (string, []byte, error) {
 	p, sub, err := d.spawn(spawnRequest{
 		config: &processv1.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}, user: u, deadline: deadline,
 	})
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	var out []byte
 	status := "exit status unknown"
@@ -245,5 +273,5 @@ func (d *Daemon) readyTry(cmd string, u caller, deadline time.Time) (string, str
 		}
 	}
 	<-p.ended
-	return status, strings.TrimSpace(strings.ToValidUTF8(string(out), "?")), nil
+	return status, bytes.TrimSpace(out), nil
 }

@@ -311,8 +311,12 @@ func TestImageReadyCmd(t *testing.T) {
 		`echo try >> tries; test -f "$APP/ready" && [ "$PWD" = "$APP" ]`, 20)
 	c := startGuest(t, cfg)
 	start := time.Now()
-	if _, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"})); err != nil {
+	resp, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"}))
+	if err != nil {
 		t.Fatalf("Init: %v", err)
+	}
+	if nr := resp.Msg.GetStartNotReady(); nr != nil {
+		t.Errorf("Init's answer says the start command was not ready (%v); it was", nr)
 	}
 	if _, err := os.Stat(filepath.Join(app, "ready")); err != nil {
 		t.Fatalf("right after Init (%v): %v: Init did not wait for the ready command", time.Since(start), err)
@@ -328,11 +332,12 @@ func TestImageReadyCmd(t *testing.T) {
 
 // TestImageReadyCmdNeverReady: a ready command that never exits 0 holds
 // Init for its SpaceReadyTimeout, not longer (a try that hangs is killed),
-// and the sandbox still starts.
+// and the sandbox still starts. Init's answer says why: the last try's end
+// and its output's last KiB.
 func TestImageReadyCmdNeverReady(t *testing.T) {
-	for _, tc := range []struct{ name, ready string }{
-		{"fails", "exit 3"},
-		{"hangs", "exec sleep 600"},
+	for _, tc := range []struct{ name, ready, status, tail string }{
+		{"fails", `echo warming; head -c 5000 /dev/zero | tr '\0' x; echo; echo "db not up" >&2; exit 3`, "exit status 3", "db not up"},
+		{"hangs", "echo hanging; exec sleep 600", "signal: killed", "hanging"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, _ := readyTree(t, "exec sleep 300", tc.ready, 2)
@@ -340,11 +345,25 @@ func TestImageReadyCmdNeverReady(t *testing.T) {
 			ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
 			defer cancel()
 			start := time.Now()
-			if _, err := c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"})); err != nil {
+			resp, err := c.Control().Init(ctx, connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"}))
+			if err != nil {
 				t.Fatalf("Init with a ready command that never passes: %v", err)
 			}
 			if took := time.Since(start); took < 2*time.Second {
 				t.Errorf("Init returned after %v, before the ready command's 2s bound", took)
+			}
+			nr := resp.Msg.GetStartNotReady()
+			if nr == nil {
+				t.Fatal("Init's answer has no start_not_ready: the failure is seen by nobody")
+			}
+			if nr.GetStage() != "ready_failed" || nr.GetLastStatus() != tc.status || nr.GetTries() < 1 {
+				t.Errorf("start_not_ready = stage %q, last %q, tries %d; want ready_failed, %q, >= 1", nr.GetStage(), nr.GetLastStatus(), nr.GetTries(), tc.status)
+			}
+			if out := nr.GetOutputTail(); len(out) > 1024 || !strings.HasSuffix(string(out), tc.tail) {
+				t.Errorf("output tail: %d bytes ending %q; want at most 1024 ending %q", len(out), out[max(0, len(out)-40):], tc.tail)
+			}
+			if !strings.Contains(nr.GetDetail(), "within 2s") {
+				t.Errorf("detail %q, want the bound it missed (within 2s)", nr.GetDetail())
 			}
 			res := run(t, c, sh("echo up"), "")
 			if got := strings.TrimSpace(res.stdout.String()); got != "up" {
@@ -354,5 +373,28 @@ func TestImageReadyCmdNeverReady(t *testing.T) {
 				t.Errorf("processes after Init: tags %q, want the start command alone (the hung try killed)", tags)
 			}
 		})
+	}
+}
+
+// TestImageStartNotStarted: a start command that cannot be started is in
+// Init's answer (stage not_started, with the error), and Init succeeds.
+func TestImageStartNotStarted(t *testing.T) {
+	cfg, app := readyTree(t, "", "", 0)
+	root := filepath.Dir(app)
+	img := imagecfg.Config{Entrypoint: []string{"/nonexistent/start"}}
+	if os.Geteuid() != 0 {
+		img.User = self(t).Username
+	}
+	if err := imagecfg.Write(root, img); err != nil {
+		t.Fatal(err)
+	}
+	c := startGuest(t, cfg)
+	resp, err := c.Control().Init(testCtx(t), connect.NewRequest(&controlv1.InitRequest{DefaultUser: "user"}))
+	if err != nil {
+		t.Fatalf("Init with a start command that cannot start: %v", err)
+	}
+	nr := resp.Msg.GetStartNotReady()
+	if nr.GetStage() != "not_started" || !strings.Contains(nr.GetDetail(), "/nonexistent/start") {
+		t.Errorf("start_not_ready = %v, want stage not_started naming /nonexistent/start", nr)
 	}
 }

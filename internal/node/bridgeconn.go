@@ -398,20 +398,30 @@ func (b *bridgeConn) waitReady(ctx context.Context, timeout time.Duration) error
 	return fmt.Errorf("guest not ready after %s", timeout)
 }
 
-func (b *bridgeConn) init(ctx context.Context, req bridge.InitRequest) error {
+// init installs the identity and returns what the bridge said of the
+// template's start command (bridge.InitResult; zero when nothing).
+func (b *bridgeConn) init(ctx context.Context, req bridge.InitRequest) (bridge.InitResult, error) {
+	var res bridge.InitResult
 	body, _ := json.Marshal(req)
 	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://bridge/bridge/v1/init", bytes.NewReader(body))
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := b.client.Do(hreq)
 	if err != nil {
-		return fmt.Errorf("install identity: %w", err)
+		return res, fmt.Errorf("install identity: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("install identity: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return res, nil
+	case http.StatusOK:
+		// The bridge bounds the note; the limit here bounds the body.
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&res); err != nil {
+			return res, fmt.Errorf("install identity: bad answer: %w", err)
+		}
+		return res, nil
 	}
-	return nil
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return res, fmt.Errorf("install identity: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 }
 
 func (b *bridgeConn) stop(ctx context.Context) {

@@ -32,6 +32,7 @@ import (
 	"github.com/spacesandbox/space/internal/metrics"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
+	"github.com/spacesandbox/space/internal/sandbox"
 )
 
 // Config wires a sandbox manager.
@@ -205,6 +206,7 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 	m.retireOlder(req)
 	if rec, ok := m.claimWarm(ctx, req); ok {
 		ex := m.observe(ctx, rec)
+		ex.StartNotReady = rec.startNotReady
 		return &ex, nil
 	}
 	if err := os.MkdirAll(m.records.execDir(req.ExecID), 0o700); err != nil {
@@ -218,6 +220,7 @@ func (m *Manager) Start(ctx context.Context, req nodev1.StartExecution) (*nodev1
 		return nil, err
 	}
 	ex := m.observe(ctx, rec)
+	ex.StartNotReady = rec.startNotReady
 	return &ex, nil
 }
 
@@ -269,9 +272,11 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 	if err := m.pushAdmission(ctx, bc); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
-	if err := m.installIdentity(ctx, bc, req); err != nil {
+	note, err := m.installIdentity(ctx, bc, req)
+	if err != nil {
 		return nil, err
 	}
+	rec.startNotReady = note
 	rec.Starting = false
 	if err := m.records.save(rec); err != nil {
 		return nil, err
@@ -285,8 +290,9 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 // installIdentity makes a started guest req's: its identity (which the
 // bridge admits capabilities against), environment, defaults and fresh
 // entropy (Init), then the sandbox's interception CA, before anything of
-// the caller's runs.
-func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) error {
+// the caller's runs. It returns why the template's start command was not
+// ready, if it was not (guest text, escaped: sandbox.GuestText).
+func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) (string, error) {
 	t0 := time.Now()
 	// One bridge request: Init, and the CA, which the bridge has the guest
 	// trust at the same time; both are done before the caller gets the
@@ -306,11 +312,15 @@ func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev
 	if req.CA != nil && m.cfg.Gateway != nil {
 		init.CACertPEM = req.CA.CertPEM
 	}
-	if err := bc.init(ctx, init); err != nil {
-		return fmt.Errorf("exec %s: %w", req.ExecID, err)
+	res, err := bc.init(ctx, init)
+	if err != nil {
+		return "", fmt.Errorf("exec %s: %w", req.ExecID, err)
 	}
 	m.log.Debug("identity installed", "exec", req.ExecID, "took", time.Since(t0), "ca", init.CACertPEM != "")
-	return nil
+	if res.StartNotReady != "" {
+		m.log.Warn("template start command not ready", "exec", req.ExecID, "note", res.StartNotReady)
+	}
+	return sandbox.GuestText(res.StartNotReady), nil
 }
 
 // guestEnv is the sandbox's environment: the caller's, and, when the
@@ -617,7 +627,8 @@ func (m *Manager) finishStart(ctx context.Context, rec *Record) error {
 	if err := m.pushAdmission(ctx, bc); err != nil {
 		return err
 	}
-	if err := m.installIdentity(ctx, bc, rec.StartExecution); err != nil {
+	// Nobody waits for this start's answer: what Init said is logged.
+	if _, err := m.installIdentity(ctx, bc, rec.StartExecution); err != nil {
 		return err
 	}
 	rec.Starting = false

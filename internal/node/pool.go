@@ -492,9 +492,11 @@ func (m *Manager) claim(ctx context.Context, req nodev1.StartExecution, e *poole
 	if err != nil {
 		return nil, err
 	}
-	if err := m.installIdentity(ctx, bc, req); err != nil {
+	note, err := m.installIdentity(ctx, bc, req)
+	if err != nil {
 		return nil, err
 	}
+	rec.startNotReady = note
 	m.log.Debug("warm pool: execution claimed", "exec", req.ExecID, "prepared", poolID,
 		"move", tMoved.Sub(t0), "gateway", tAttached.Sub(tMoved), "identity", time.Since(tAttached))
 	return &rec, nil

@@ -37,6 +37,11 @@ type Record struct {
 	// (FinishInterruptedStarts) before it serves. Absent in records
 	// written before it existed: those are complete.
 	Starting bool `json:"starting,omitempty"`
+	// startNotReady is what this process's start of the execution learnt
+	// of the template's start command (Execution.StartNotReady); not saved:
+	// only the answer to that Start carries it, so the server records it
+	// once.
+	startNotReady string
 	// Paused is set while the execution is paused (its guest cannot answer).
 	Paused bool `json:"paused,omitempty"`
 	// Fenced is set (with Paused) on an execution the node froze when its

@@ -100,8 +100,19 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 	if ex.Warm {
 		how = ", a prepared execution from the node's warm pool"
 	}
-	return r.updateWithEvent(ctx, cur, "state", fmt.Sprintf("running on %s (generation %d, exec %s%s)", cur.Node, cur.Generation, cur.ExecID, how))
+	after, err := r.updateWithEvent(ctx, cur, "state", fmt.Sprintf("running on %s (generation %d, exec %s%s)", cur.Node, cur.Generation, cur.ExecID, how))
+	if err == nil && ex.StartNotReady != "" {
+		// Once per Init: only the answer to the Start that ran it says so.
+		// The text is the guest's; the node escaped it, and so does this.
+		r.event(ctx, cur.ID, EventStartNotReady, sandbox.GuestText(ex.StartNotReady))
+	}
+	return after, err
 }
+
+// EventStartNotReady is the type of the event that says a sandbox's
+// template start command (or its ready command) was not ready when the
+// sandbox started; the message says why (guest text, escaped).
+const EventStartNotReady = "start_not_ready"
 
 // retryLater reports whether a node's refusal may pass by itself: the node
 // is unavailable, or has no room now (errdefs.ErrNoCapacity, which a node

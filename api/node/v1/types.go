@@ -144,6 +144,11 @@ type Execution struct {
 	// control plane resumes it (its sandbox still runs here) or retires it
 	// (a newer generation serves the sandbox elsewhere).
 	Fenced bool `json:"fenced,omitempty"`
+	// StartNotReady, set only in the answer to the Start that started the
+	// execution, says why the template's start command was not ready when
+	// the guest's Init returned (the execution runs anyway). Guest text,
+	// escaped and bounded by the node; the server makes it a sandbox event.
+	StartNotReady string `json:"start_not_ready,omitempty"`
 }
 
 // PoolKey names one kind of prepared execution in a node's warm pool: a

@@ -45,6 +45,7 @@ func (ex Execution) ToWire() *nodeapiv1.Execution {
 		ExecId: ex.ExecID, SandboxId: ex.SandboxID, Generation: ex.Generation, ActivationId: ex.ActivationID,
 		Runtime: ex.Runtime, Template: ex.Template, State: string(ex.State), Reason: ex.Reason,
 		StartedAt: timestamp(ex.StartedAt), LastActivity: timestamp(ex.LastActivity), Warm: ex.Warm, Fenced: ex.Fenced,
+		StartNotReady: ex.StartNotReady,
 	}
 }
 
@@ -54,6 +55,7 @@ func ExecutionFromWire(w *nodeapiv1.Execution) Execution {
 		ExecID: w.GetExecId(), SandboxID: w.GetSandboxId(), Generation: w.GetGeneration(), ActivationID: w.GetActivationId(),
 		Runtime: w.GetRuntime(), Template: w.GetTemplate(), State: ExecState(w.GetState()), Reason: w.GetReason(),
 		StartedAt: fromTimestamp(w.GetStartedAt()), LastActivity: fromTimestamp(w.GetLastActivity()), Warm: w.GetWarm(), Fenced: w.GetFenced(),
+		StartNotReady: w.GetStartNotReady(),
 	}
 }
 

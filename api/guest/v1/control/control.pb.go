@@ -329,8 +329,13 @@ type InitResponse struct {
 	HostnameSet bool `protobuf:"varint,5,opt,name=hostname_set,json=hostnameSet,proto3" json:"hostname_set,omitempty"`
 	// pids_limited is true when pids_max now caps the processes the daemon
 	// starts; pids_error says why not when it was asked for.
-	PidsLimited   bool   `protobuf:"varint,6,opt,name=pids_limited,json=pidsLimited,proto3" json:"pids_limited,omitempty"`
-	PidsError     string `protobuf:"bytes,7,opt,name=pids_error,json=pidsError,proto3" json:"pids_error,omitempty"`
+	PidsLimited bool   `protobuf:"varint,6,opt,name=pids_limited,json=pidsLimited,proto3" json:"pids_limited,omitempty"`
+	PidsError   string `protobuf:"bytes,7,opt,name=pids_error,json=pidsError,proto3" json:"pids_error,omitempty"`
+	// start_not_ready, when set, says the template's start command did not
+	// get ready during Init (the sandbox starts anyway); absent when it did,
+	// or when the template has none. Guest-controlled text: a host bounds and
+	// escapes it before showing it to anyone.
+	StartNotReady *StartNotReady `protobuf:"bytes,8,opt,name=start_not_ready,json=startNotReady,proto3" json:"start_not_ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,6 +419,98 @@ func (x *InitResponse) GetPidsError() string {
 	return ""
 }
 
+func (x *InitResponse) GetStartNotReady() *StartNotReady {
+	if x != nil {
+		return x.StartNotReady
+	}
+	return nil
+}
+
+// StartNotReady is why the template's start command was not ready at Init.
+type StartNotReady struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stage is "not_started" (the start or ready command could not be
+	// started), "port_not_ready" (the image's one exposed port did not
+	// listen in time) or "ready_failed" (the ready command never exited 0).
+	Stage string `protobuf:"bytes,1,opt,name=stage,proto3" json:"stage,omitempty"`
+	// detail is the error, e.g. "did not exit 0 within 2s".
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// last_status is the ready command's last try's end ("exit status 3",
+	// "signal: killed"); ready_failed only.
+	LastStatus string `protobuf:"bytes,3,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
+	// output_tail is the end of that try's output (at most 1 KiB).
+	OutputTail []byte `protobuf:"bytes,4,opt,name=output_tail,json=outputTail,proto3" json:"output_tail,omitempty"`
+	// tries is how many times the ready command ran.
+	Tries         uint32 `protobuf:"varint,5,opt,name=tries,proto3" json:"tries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartNotReady) Reset() {
+	*x = StartNotReady{}
+	mi := &file_control_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartNotReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartNotReady) ProtoMessage() {}
+
+func (x *StartNotReady) ProtoReflect() protoreflect.Message {
+	mi := &file_control_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartNotReady.ProtoReflect.Descriptor instead.
+func (*StartNotReady) Descriptor() ([]byte, []int) {
+	return file_control_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StartNotReady) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *StartNotReady) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *StartNotReady) GetLastStatus() string {
+	if x != nil {
+		return x.LastStatus
+	}
+	return ""
+}
+
+func (x *StartNotReady) GetOutputTail() []byte {
+	if x != nil {
+		return x.OutputTail
+	}
+	return nil
+}
+
+func (x *StartNotReady) GetTries() uint32 {
+	if x != nil {
+		return x.Tries
+	}
+	return 0
+}
+
 type ActivityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -422,7 +519,7 @@ type ActivityRequest struct {
 
 func (x *ActivityRequest) Reset() {
 	*x = ActivityRequest{}
-	mi := &file_control_control_proto_msgTypes[4]
+	mi := &file_control_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +531,7 @@ func (x *ActivityRequest) String() string {
 func (*ActivityRequest) ProtoMessage() {}
 
 func (x *ActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[4]
+	mi := &file_control_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +544,7 @@ func (x *ActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityRequest.ProtoReflect.Descriptor instead.
 func (*ActivityRequest) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{4}
+	return file_control_control_proto_rawDescGZIP(), []int{5}
 }
 
 type ActivityResponse struct {
@@ -461,7 +558,7 @@ type ActivityResponse struct {
 
 func (x *ActivityResponse) Reset() {
 	*x = ActivityResponse{}
-	mi := &file_control_control_proto_msgTypes[5]
+	mi := &file_control_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +570,7 @@ func (x *ActivityResponse) String() string {
 func (*ActivityResponse) ProtoMessage() {}
 
 func (x *ActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[5]
+	mi := &file_control_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +583,7 @@ func (x *ActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityResponse.ProtoReflect.Descriptor instead.
 func (*ActivityResponse) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{5}
+	return file_control_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ActivityResponse) GetLastActivity() *timestamppb.Timestamp {
@@ -512,7 +609,7 @@ type FreezeRequest struct {
 
 func (x *FreezeRequest) Reset() {
 	*x = FreezeRequest{}
-	mi := &file_control_control_proto_msgTypes[6]
+	mi := &file_control_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +621,7 @@ func (x *FreezeRequest) String() string {
 func (*FreezeRequest) ProtoMessage() {}
 
 func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[6]
+	mi := &file_control_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +634,7 @@ func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeRequest.ProtoReflect.Descriptor instead.
 func (*FreezeRequest) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{6}
+	return file_control_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FreezeRequest) GetPaths() []string {
@@ -555,7 +652,7 @@ type FreezeResponse struct {
 
 func (x *FreezeResponse) Reset() {
 	*x = FreezeResponse{}
-	mi := &file_control_control_proto_msgTypes[7]
+	mi := &file_control_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +664,7 @@ func (x *FreezeResponse) String() string {
 func (*FreezeResponse) ProtoMessage() {}
 
 func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[7]
+	mi := &file_control_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +677,7 @@ func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeResponse.ProtoReflect.Descriptor instead.
 func (*FreezeResponse) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{7}
+	return file_control_control_proto_rawDescGZIP(), []int{8}
 }
 
 type ThawRequest struct {
@@ -592,7 +689,7 @@ type ThawRequest struct {
 
 func (x *ThawRequest) Reset() {
 	*x = ThawRequest{}
-	mi := &file_control_control_proto_msgTypes[8]
+	mi := &file_control_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +701,7 @@ func (x *ThawRequest) String() string {
 func (*ThawRequest) ProtoMessage() {}
 
 func (x *ThawRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[8]
+	mi := &file_control_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +714,7 @@ func (x *ThawRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawRequest.ProtoReflect.Descriptor instead.
 func (*ThawRequest) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{8}
+	return file_control_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ThawRequest) GetPaths() []string {
@@ -635,7 +732,7 @@ type ThawResponse struct {
 
 func (x *ThawResponse) Reset() {
 	*x = ThawResponse{}
-	mi := &file_control_control_proto_msgTypes[9]
+	mi := &file_control_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +744,7 @@ func (x *ThawResponse) String() string {
 func (*ThawResponse) ProtoMessage() {}
 
 func (x *ThawResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[9]
+	mi := &file_control_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +757,7 @@ func (x *ThawResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawResponse.ProtoReflect.Descriptor instead.
 func (*ThawResponse) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{9}
+	return file_control_control_proto_rawDescGZIP(), []int{10}
 }
 
 type ReseedRequest struct {
@@ -672,7 +769,7 @@ type ReseedRequest struct {
 
 func (x *ReseedRequest) Reset() {
 	*x = ReseedRequest{}
-	mi := &file_control_control_proto_msgTypes[10]
+	mi := &file_control_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +781,7 @@ func (x *ReseedRequest) String() string {
 func (*ReseedRequest) ProtoMessage() {}
 
 func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[10]
+	mi := &file_control_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +794,7 @@ func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReseedRequest.ProtoReflect.Descriptor instead.
 func (*ReseedRequest) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{10}
+	return file_control_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReseedRequest) GetEntropy() []byte {
@@ -716,7 +813,7 @@ type ReseedResponse struct {
 
 func (x *ReseedResponse) Reset() {
 	*x = ReseedResponse{}
-	mi := &file_control_control_proto_msgTypes[11]
+	mi := &file_control_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +825,7 @@ func (x *ReseedResponse) String() string {
 func (*ReseedResponse) ProtoMessage() {}
 
 func (x *ReseedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[11]
+	mi := &file_control_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +838,7 @@ func (x *ReseedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReseedResponse.ProtoReflect.Descriptor instead.
 func (*ReseedResponse) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{11}
+	return file_control_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReseedResponse) GetMethod() ReseedMethod {
@@ -760,7 +857,7 @@ type SetClockRequest struct {
 
 func (x *SetClockRequest) Reset() {
 	*x = SetClockRequest{}
-	mi := &file_control_control_proto_msgTypes[12]
+	mi := &file_control_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +869,7 @@ func (x *SetClockRequest) String() string {
 func (*SetClockRequest) ProtoMessage() {}
 
 func (x *SetClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[12]
+	mi := &file_control_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +882,7 @@ func (x *SetClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClockRequest.ProtoReflect.Descriptor instead.
 func (*SetClockRequest) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{12}
+	return file_control_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetClockRequest) GetNow() *timestamppb.Timestamp {
@@ -803,7 +900,7 @@ type SetClockResponse struct {
 
 func (x *SetClockResponse) Reset() {
 	*x = SetClockResponse{}
-	mi := &file_control_control_proto_msgTypes[13]
+	mi := &file_control_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +912,7 @@ func (x *SetClockResponse) String() string {
 func (*SetClockResponse) ProtoMessage() {}
 
 func (x *SetClockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_control_proto_msgTypes[13]
+	mi := &file_control_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +925,7 @@ func (x *SetClockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClockResponse.ProtoReflect.Descriptor instead.
 func (*SetClockResponse) Descriptor() ([]byte, []int) {
-	return file_control_control_proto_rawDescGZIP(), []int{13}
+	return file_control_control_proto_rawDescGZIP(), []int{14}
 }
 
 var File_control_control_proto protoreflect.FileDescriptor
@@ -861,7 +958,7 @@ const file_control_control_proto_rawDesc = "" +
 	"\bpids_max\x18\v \x01(\rR\apidsMax\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x81\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x02\n" +
 	"\fInitResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x124\n" +
 	"\x06reseed\x18\x02 \x01(\x0e2\x1c.space.guest.v1.ReseedMethodR\x06reseed\x12\x1b\n" +
@@ -871,7 +968,16 @@ const file_control_control_proto_rawDesc = "" +
 	"\fhostname_set\x18\x05 \x01(\bR\vhostnameSet\x12!\n" +
 	"\fpids_limited\x18\x06 \x01(\bR\vpidsLimited\x12\x1d\n" +
 	"\n" +
-	"pids_error\x18\a \x01(\tR\tpidsError\"\x11\n" +
+	"pids_error\x18\a \x01(\tR\tpidsError\x12E\n" +
+	"\x0fstart_not_ready\x18\b \x01(\v2\x1d.space.guest.v1.StartNotReadyR\rstartNotReady\"\x95\x01\n" +
+	"\rStartNotReady\x12\x14\n" +
+	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x1f\n" +
+	"\vlast_status\x18\x03 \x01(\tR\n" +
+	"lastStatus\x12\x1f\n" +
+	"\voutput_tail\x18\x04 \x01(\fR\n" +
+	"outputTail\x12\x14\n" +
+	"\x05tries\x18\x05 \x01(\rR\x05tries\"\x11\n" +
 	"\x0fActivityRequest\"\x80\x01\n" +
 	"\x10ActivityResponse\x12?\n" +
 	"\rlast_activity\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\x12+\n" +
@@ -915,56 +1021,58 @@ func file_control_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_control_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_control_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_control_control_proto_goTypes = []any{
 	(ReseedMethod)(0),             // 0: space.guest.v1.ReseedMethod
 	(*ReadyRequest)(nil),          // 1: space.guest.v1.ReadyRequest
 	(*ReadyResponse)(nil),         // 2: space.guest.v1.ReadyResponse
 	(*InitRequest)(nil),           // 3: space.guest.v1.InitRequest
 	(*InitResponse)(nil),          // 4: space.guest.v1.InitResponse
-	(*ActivityRequest)(nil),       // 5: space.guest.v1.ActivityRequest
-	(*ActivityResponse)(nil),      // 6: space.guest.v1.ActivityResponse
-	(*FreezeRequest)(nil),         // 7: space.guest.v1.FreezeRequest
-	(*FreezeResponse)(nil),        // 8: space.guest.v1.FreezeResponse
-	(*ThawRequest)(nil),           // 9: space.guest.v1.ThawRequest
-	(*ThawResponse)(nil),          // 10: space.guest.v1.ThawResponse
-	(*ReseedRequest)(nil),         // 11: space.guest.v1.ReseedRequest
-	(*ReseedResponse)(nil),        // 12: space.guest.v1.ReseedResponse
-	(*SetClockRequest)(nil),       // 13: space.guest.v1.SetClockRequest
-	(*SetClockResponse)(nil),      // 14: space.guest.v1.SetClockResponse
-	nil,                           // 15: space.guest.v1.InitRequest.EnvVarsEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*StartNotReady)(nil),         // 5: space.guest.v1.StartNotReady
+	(*ActivityRequest)(nil),       // 6: space.guest.v1.ActivityRequest
+	(*ActivityResponse)(nil),      // 7: space.guest.v1.ActivityResponse
+	(*FreezeRequest)(nil),         // 8: space.guest.v1.FreezeRequest
+	(*FreezeResponse)(nil),        // 9: space.guest.v1.FreezeResponse
+	(*ThawRequest)(nil),           // 10: space.guest.v1.ThawRequest
+	(*ThawResponse)(nil),          // 11: space.guest.v1.ThawResponse
+	(*ReseedRequest)(nil),         // 12: space.guest.v1.ReseedRequest
+	(*ReseedResponse)(nil),        // 13: space.guest.v1.ReseedResponse
+	(*SetClockRequest)(nil),       // 14: space.guest.v1.SetClockRequest
+	(*SetClockResponse)(nil),      // 15: space.guest.v1.SetClockResponse
+	nil,                           // 16: space.guest.v1.InitRequest.EnvVarsEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_control_control_proto_depIdxs = []int32{
-	16, // 0: space.guest.v1.ReadyResponse.boot_time:type_name -> google.protobuf.Timestamp
-	17, // 1: space.guest.v1.ReadyResponse.uptime:type_name -> google.protobuf.Duration
-	16, // 2: space.guest.v1.ReadyResponse.started_at:type_name -> google.protobuf.Timestamp
-	15, // 3: space.guest.v1.InitRequest.env_vars:type_name -> space.guest.v1.InitRequest.EnvVarsEntry
-	16, // 4: space.guest.v1.InitRequest.now:type_name -> google.protobuf.Timestamp
+	17, // 0: space.guest.v1.ReadyResponse.boot_time:type_name -> google.protobuf.Timestamp
+	18, // 1: space.guest.v1.ReadyResponse.uptime:type_name -> google.protobuf.Duration
+	17, // 2: space.guest.v1.ReadyResponse.started_at:type_name -> google.protobuf.Timestamp
+	16, // 3: space.guest.v1.InitRequest.env_vars:type_name -> space.guest.v1.InitRequest.EnvVarsEntry
+	17, // 4: space.guest.v1.InitRequest.now:type_name -> google.protobuf.Timestamp
 	0,  // 5: space.guest.v1.InitResponse.reseed:type_name -> space.guest.v1.ReseedMethod
-	16, // 6: space.guest.v1.ActivityResponse.last_activity:type_name -> google.protobuf.Timestamp
-	0,  // 7: space.guest.v1.ReseedResponse.method:type_name -> space.guest.v1.ReseedMethod
-	16, // 8: space.guest.v1.SetClockRequest.now:type_name -> google.protobuf.Timestamp
-	1,  // 9: space.guest.v1.Control.Ready:input_type -> space.guest.v1.ReadyRequest
-	3,  // 10: space.guest.v1.Control.Init:input_type -> space.guest.v1.InitRequest
-	5,  // 11: space.guest.v1.Control.Activity:input_type -> space.guest.v1.ActivityRequest
-	7,  // 12: space.guest.v1.Control.Freeze:input_type -> space.guest.v1.FreezeRequest
-	9,  // 13: space.guest.v1.Control.Thaw:input_type -> space.guest.v1.ThawRequest
-	11, // 14: space.guest.v1.Control.Reseed:input_type -> space.guest.v1.ReseedRequest
-	13, // 15: space.guest.v1.Control.SetClock:input_type -> space.guest.v1.SetClockRequest
-	2,  // 16: space.guest.v1.Control.Ready:output_type -> space.guest.v1.ReadyResponse
-	4,  // 17: space.guest.v1.Control.Init:output_type -> space.guest.v1.InitResponse
-	6,  // 18: space.guest.v1.Control.Activity:output_type -> space.guest.v1.ActivityResponse
-	8,  // 19: space.guest.v1.Control.Freeze:output_type -> space.guest.v1.FreezeResponse
-	10, // 20: space.guest.v1.Control.Thaw:output_type -> space.guest.v1.ThawResponse
-	12, // 21: space.guest.v1.Control.Reseed:output_type -> space.guest.v1.ReseedResponse
-	14, // 22: space.guest.v1.Control.SetClock:output_type -> space.guest.v1.SetClockResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	5,  // 6: space.guest.v1.InitResponse.start_not_ready:type_name -> space.guest.v1.StartNotReady
+	17, // 7: space.guest.v1.ActivityResponse.last_activity:type_name -> google.protobuf.Timestamp
+	0,  // 8: space.guest.v1.ReseedResponse.method:type_name -> space.guest.v1.ReseedMethod
+	17, // 9: space.guest.v1.SetClockRequest.now:type_name -> google.protobuf.Timestamp
+	1,  // 10: space.guest.v1.Control.Ready:input_type -> space.guest.v1.ReadyRequest
+	3,  // 11: space.guest.v1.Control.Init:input_type -> space.guest.v1.InitRequest
+	6,  // 12: space.guest.v1.Control.Activity:input_type -> space.guest.v1.ActivityRequest
+	8,  // 13: space.guest.v1.Control.Freeze:input_type -> space.guest.v1.FreezeRequest
+	10, // 14: space.guest.v1.Control.Thaw:input_type -> space.guest.v1.ThawRequest
+	12, // 15: space.guest.v1.Control.Reseed:input_type -> space.guest.v1.ReseedRequest
+	14, // 16: space.guest.v1.Control.SetClock:input_type -> space.guest.v1.SetClockRequest
+	2,  // 17: space.guest.v1.Control.Ready:output_type -> space.guest.v1.ReadyResponse
+	4,  // 18: space.guest.v1.Control.Init:output_type -> space.guest.v1.InitResponse
+	7,  // 19: space.guest.v1.Control.Activity:output_type -> space.guest.v1.ActivityResponse
+	9,  // 20: space.guest.v1.Control.Freeze:output_type -> space.guest.v1.FreezeResponse
+	11, // 21: space.guest.v1.Control.Thaw:output_type -> space.guest.v1.ThawResponse
+	13, // 22: space.guest.v1.Control.Reseed:output_type -> space.guest.v1.ReseedResponse
+	15, // 23: space.guest.v1.Control.SetClock:output_type -> space.guest.v1.SetClockResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_control_control_proto_init() }
@@ -978,7 +1086,7 @@ func file_control_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_control_proto_rawDesc), len(file_control_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -341,7 +341,11 @@ type Execution struct {
 	Warm bool `protobuf:"varint,11,opt,name=warm,proto3" json:"warm,omitempty"`
 	// fenced: frozen by the node because the control plane stopped
 	// answering its heartbeats.
-	Fenced        bool `protobuf:"varint,12,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	Fenced bool `protobuf:"varint,12,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	// start_not_ready, only in the answer to the Start that started the
+	// execution, says why the template's start command was not ready at the
+	// guest's Init (escaped guest text); empty: ready or none.
+	StartNotReady string `protobuf:"bytes,13,opt,name=start_not_ready,json=startNotReady,proto3" json:"start_not_ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -458,6 +462,13 @@ func (x *Execution) GetFenced() bool {
 		return x.Fenced
 	}
 	return false
+}
+
+func (x *Execution) GetStartNotReady() string {
+	if x != nil {
+		return x.StartNotReady
+	}
+	return ""
 }
 
 type ListExecutionsRequest struct {
@@ -2709,7 +2720,7 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\acleaned\x18\x03 \x01(\bR\acleaned\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1f\n" +
 	"\vvolume_only\x18\x05 \x01(\bR\n" +
-	"volumeOnly\"\x94\x03\n" +
+	"volumeOnly\"\xbc\x03\n" +
 	"\tExecution\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x1d\n" +
 	"\n" +
@@ -2727,7 +2738,8 @@ const file_nodeapi_node_proto_rawDesc = "" +
 	"\rlast_activity\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\flastActivity\x12\x12\n" +
 	"\x04warm\x18\v \x01(\bR\x04warm\x12\x16\n" +
-	"\x06fenced\x18\f \x01(\bR\x06fenced\"6\n" +
+	"\x06fenced\x18\f \x01(\bR\x06fenced\x12&\n" +
+	"\x0fstart_not_ready\x18\r \x01(\tR\rstartNotReady\"6\n" +
 	"\x15ListExecutionsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"R\n" +
