@@ -18,6 +18,13 @@ import (
 // storedSandbox opens a SQLite store in a temporary directory with one
 // sandbox in it.
 func storedSandbox(t *testing.T) (*sqlite.Store, string) {
+	st, ids := storedSandboxes(t, 1)
+	return st, ids[0]
+}
+
+// storedSandboxes opens a SQLite store in a temporary directory with n
+// sandboxes in it.
+func storedSandboxes(t *testing.T, n int) (*sqlite.Store, []string) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -28,11 +35,15 @@ func storedSandbox(t *testing.T) (*sqlite.Store, string) {
 	if err := st.CreateTenant(t.Context(), tn); err != nil {
 		t.Fatal(err)
 	}
-	sb := sandbox.New(tn.ID, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 128, DiskMiB: 512}, time.Now())
-	if err := st.CreateSandbox(t.Context(), sb); err != nil {
-		t.Fatal(err)
+	var ids []string
+	for range n {
+		sb := sandbox.New(tn.ID, sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 128, DiskMiB: 512}, time.Now())
+		if err := st.CreateSandbox(t.Context(), sb); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
 	}
-	return st, sb.ID
+	return st, ids
 }
 
 // TestMetricsHistoryStore: a flush writes the series; a new history on the
@@ -136,4 +147,25 @@ func sameMetrics(a, b []Metric) bool {
 		}
 	}
 	return true
+}
+
+// TestMetricsHistoryFlushBatches: a flush of more series than a
+// transaction takes writes every one of them.
+func TestMetricsHistoryFlushBatches(t *testing.T) {
+	st, ids := storedSandboxes(t, 2*metricsFlushBatch+5)
+	t0 := time.Unix(1_800_000_000, 0)
+	h := newMetricsHistory(5*time.Second, 10)
+	h.store = st
+	for _, id := range ids {
+		h.observe(id, "e1", reading(t0, 0, 0))
+		h.observe(id, "e1", reading(t0, 5, 1))
+	}
+	if err := h.flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if ser, err := st.GetMetricSeries(t.Context(), id); err != nil || len(ser.Samples) != 1 {
+			t.Fatalf("sandbox %s after a flush of %d series: %d samples, %v; want 1", id, len(ids), len(ser.Samples), err)
+		}
+	}
 }
