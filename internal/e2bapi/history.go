@@ -245,13 +245,13 @@ func (a *API) sampleRound(ctx context.Context) {
 	for _, sb := range sbs {
 		ids = append(ids, sb.ID)
 	}
-	a.history.load(ctx, ids)
+	unread := a.history.load(ctx, ids)
 	running := make(map[string]bool, len(sbs))
 	slots := make(chan struct{}, metricsParallel)
 	var wg sync.WaitGroup
 	for _, sb := range sbs {
 		running[sb.ID] = true
-		if sb.Node == "" || sb.ExecID == "" {
+		if sb.Node == "" || sb.ExecID == "" || unread[sb.ID] {
 			continue
 		}
 		wg.Add(1)

@@ -46,10 +46,12 @@ const metricsStopFlush = 5 * time.Second
 
 // load reads from the store the series of the sandboxes in ids this
 // replica has none of, so their sampling goes on from it. One that the
-// store has none of starts empty; a read that fails is retried next round.
-func (h *metricsHistory) load(ctx context.Context, ids []string) {
+// store has none of starts empty. It returns those whose read failed: they
+// are not sampled this round (a sample would start a series that the next
+// flush writes over the stored one), and read again the next.
+func (h *metricsHistory) load(ctx context.Context, ids []string) (failed map[string]bool) {
 	if h.store == nil {
-		return
+		return nil
 	}
 	for _, id := range ids {
 		h.mu.Lock()
@@ -60,6 +62,10 @@ func (h *metricsHistory) load(ctx context.Context, ids []string) {
 		}
 		ser, err := h.store.GetMetricSeries(ctx, id)
 		if err != nil && !errdefs.IsNotFound(err) {
+			if failed == nil {
+				failed = map[string]bool{}
+			}
+			failed[id] = true
 			continue
 		}
 		h.mu.Lock()
@@ -68,6 +74,7 @@ func (h *metricsHistory) load(ctx context.Context, ids []string) {
 		}
 		h.mu.Unlock()
 	}
+	return failed
 }
 
 // read is window, from the store when this replica has no series of

@@ -82,7 +82,16 @@ func TestMetricsHistoryStore(t *testing.T) {
 		}
 		ref.observe(id, exec, reading(t0, float64(5*i), float64(i)))
 	}
-	again.load(t.Context(), []string{id})
+	// A read that fails leaves the sandbox unsampled (no series to write
+	// over the stored one) and is tried again.
+	dead, cancel := context.WithCancel(t.Context())
+	cancel()
+	if failed := again.load(dead, []string{id}); !failed[id] || again.all[id] != nil {
+		t.Fatalf("load with a failing read: failed %v, series %v; want the sandbox failed and no series", failed, again.all[id])
+	}
+	if failed := again.load(t.Context(), []string{id}); len(failed) != 0 {
+		t.Fatalf("load: failed %v", failed)
+	}
 	for i := 8; i < 30; i++ { // past the bound: the loaded samples merge
 		again.observe(id, "e2", reading(t0, float64(5*i), float64(i)))
 	}
@@ -109,8 +118,6 @@ func TestMetricsHistoryStore(t *testing.T) {
 
 	// A failed flush (a cancelled context) is written by the next one.
 	again.observe(id, "e2", reading(t0, 150, 30))
-	dead, cancel := context.WithCancel(t.Context())
-	cancel()
 	if err := again.flush(dead); err == nil {
 		t.Fatal("flush with a cancelled context: no error")
 	}
