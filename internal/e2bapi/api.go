@@ -55,6 +55,7 @@ import (
 	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
+	"github.com/spacesandbox/space/internal/store"
 )
 
 // Host is what the E2B surface uses of the control plane that serves it
@@ -132,6 +133,9 @@ type Config struct {
 	// out (template upload urls) are built on it instead of on the
 	// request's Host header.
 	PublicURL string
+	// Metrics keeps the metrics history across restarts and replicas
+	// (historystore.go); nil keeps it in this process only.
+	Metrics store.MetricHistory
 }
 
 // API serves the E2B REST API and data plane.
@@ -167,8 +171,10 @@ func New(cfg Config) *API {
 	if cfg.MaxUploadBytes == 0 {
 		cfg.MaxUploadBytes = 1 << 30
 	}
+	history := newMetricsHistory(MetricsEvery, MetricsKeep)
+	history.store = cfg.Metrics
 	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
-		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: newMetricsHistory(MetricsEvery, MetricsKeep),
+		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: history,
 		builds: newTemplateBuilds(), filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
 		publicURL: strings.TrimSuffix(cfg.PublicURL, "/")}
 }

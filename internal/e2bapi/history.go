@@ -8,6 +8,7 @@ import (
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/store"
 )
 
 // E2B's getMetrics({start, end}) returns a series of samples of the
@@ -31,8 +32,9 @@ import (
 // does not wake a sandbox or count as its activity. So a vm sandbox's
 // history reports the memory its VM holds on the host (the live sample at
 // a request reads the guest's own /proc/meminfo). Each replica of the
-// control plane keeps its own series of every sandbox, from when it
-// started.
+// control plane samples every sandbox itself; the series are kept in
+// the store too, so a restart or another replica goes on from them
+// (historystore.go).
 
 // MetricsEvery is the spacing of a new series' samples; MetricsKeep bounds
 // a series.
@@ -53,8 +55,14 @@ type metricsHistory struct {
 	every time.Duration
 	// keep bounds a series, perLevel the samples at one spacing.
 	keep, perLevel int
-	mu             sync.Mutex
-	all            map[string]*metricSeries
+	// store keeps the series across restarts and replicas
+	// (historystore.go); nil keeps them in memory only.
+	store store.MetricHistory
+	// flushEvery is how often the changed series are written (MetricsFlush).
+	flushEvery time.Duration
+	// mu guards all and the series in it.
+	mu  sync.Mutex
+	all map[string]*metricSeries
 }
 
 // metricSeries is one sandbox's samples, oldest first.
@@ -67,10 +75,13 @@ type metricSeries struct {
 	// checked is when the sandbox was last seen running, or last looked up
 	// while not running.
 	checked time.Time
+	// dirty is set by a sample not yet written to the store.
+	dirty bool
 }
 
 func newMetricsHistory(every time.Duration, keep int) *metricsHistory {
-	return &metricsHistory{every: every, keep: max(keep, 2), perLevel: max(keep/16, 2), all: map[string]*metricSeries{}}
+	return &metricsHistory{every: every, keep: max(keep, 2), perLevel: max(keep/16, 2), flushEvery: MetricsFlush,
+		all: map[string]*metricSeries{}}
 }
 
 // observe adds reading st of sandbox id's execution exec: a sample when a
@@ -100,6 +111,7 @@ func (h *metricsHistory) observe(id, exec string, st *nodev1.ExecStats) {
 	s.samples = append(s.samples, m)
 	s.last = st
 	s.samples = h.compact(s.samples)
+	s.dirty = true
 }
 
 // compact keeps a series within its bound as an exponential histogram:
@@ -191,17 +203,30 @@ func (h *metricsHistory) forget(id string) {
 	delete(h.all, id)
 }
 
-// RunMetrics samples every running sandbox every MetricsEvery until ctx is
-// done (internal/server runs it beside the listener).
+// RunMetrics samples every running sandbox every MetricsEvery and writes
+// the changed series to the store every MetricsFlush until ctx is done,
+// then writes them a last time (internal/server runs it beside the
+// listener).
 func (a *API) RunMetrics(ctx context.Context) {
 	t := time.NewTicker(a.history.every)
 	defer t.Stop()
+	f := time.NewTicker(a.history.flushEvery)
+	defer f.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), metricsStopFlush)
+			defer cancel()
+			if err := a.history.flush(fctx); err != nil {
+				a.log.Warn("metrics history: last write to the store", "err", err)
+			}
 			return
 		case <-t.C:
 			a.sampleRound(ctx)
+		case <-f.C:
+			if err := a.history.flush(ctx); err != nil {
+				a.log.Warn("metrics history: write to the store", "err", err)
+			}
 		}
 	}
 }
@@ -216,12 +241,17 @@ func (a *API) sampleRound(ctx context.Context) {
 		a.log.Debug("metrics history: list running sandboxes", "err", err)
 		return
 	}
+	ids := make([]string, 0, len(sbs))
+	for _, sb := range sbs {
+		ids = append(ids, sb.ID)
+	}
+	unread := a.history.load(ctx, ids)
 	running := make(map[string]bool, len(sbs))
 	slots := make(chan struct{}, metricsParallel)
 	var wg sync.WaitGroup
 	for _, sb := range sbs {
 		running[sb.ID] = true
-		if sb.Node == "" || sb.ExecID == "" {
+		if sb.Node == "" || sb.ExecID == "" || unread[sb.ID] {
 			continue
 		}
 		wg.Add(1)

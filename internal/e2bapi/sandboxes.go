@@ -500,7 +500,10 @@ func (a *API) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 // native REST API's GET /v1/sandboxes/{id}/metrics answers the same
 // samples (internal/server gives them to it).
 func (a *API) Metrics(ctx context.Context, sb *sandbox.Sandbox, start, end int64) ([]Metric, error) {
-	out := a.history.window(sb.ID, start, end)
+	out, err := a.history.read(ctx, sb.ID, start, end)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: metrics history: %w", sb.ID, err)
+	}
 	if out == nil {
 		out = []Metric{}
 	}

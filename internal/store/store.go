@@ -37,6 +37,7 @@ type Store interface {
 	Credentials
 	ServicePorts
 	Leases
+	MetricHistory
 	// Close releases the backend's connections.
 	Close() error
 }

@@ -7,6 +7,9 @@
 // firefox). Prints one JSON line: {ok, problems,
 // steps, id, fork, victim}.
 import { createRequire } from "node:module";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const require = createRequire(import.meta.url);
 const pw = require(process.env.PLAYWRIGHT);
@@ -87,64 +90,59 @@ const shot = (page, name, opts = {}) =>
 // (Debian's firefox-esr over WebDriver BiDi, playwright-core's BiDi
 // Firefox: Playwright's own patched Firefox cannot be downloaded here).
 const which = process.env.BROWSER || "chromium";
+// files holds what the firefox branch of upload and download writes (the
+// picked file, the saved download); removed at the end.
+const files = mkdtempSync(join(tmpdir(), "space-console-files-"));
 const launchers = {
   chromium: () => pw.chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] }),
-  firefox: () => pw._bidiFirefox.launch({ executablePath: "/usr/bin/firefox-esr", headless: true }),
+  // Firefox saves a download without asking, into files/saved.
+  firefox: () => pw._bidiFirefox.launch({ executablePath: "/usr/bin/firefox-esr", headless: true, firefoxUserPrefs: {
+    "browser.download.dir": join(files, "saved"), "browser.download.folderList": 2, "browser.download.useDownloadDir": true,
+    "browser.download.always_ask_before_handling_new_types": false } }),
 };
 if (!launchers[which]) throw new Error("BROWSER=" + which + ": want chromium or firefox");
 const browser = await launchers[which]();
 console.error("console.mjs: " + which + " " + browser.version());
 
-// upload puts a file (name, bytes) into the file input at sel, as a user's
-// pick would. playwright-core 1.49's BiDi Firefox implements no
-// setInputFiles: there the page is handed the File itself (DataTransfer,
-// then the change event the console listens to).
+// bidi is the WebDriver BiDi session of page's browsing context, in
+// Firefox: playwright-core 1.49's BiDi Firefox implements neither
+// setInputFiles nor download events, while Firefox's BiDi has both
+// (input.setFiles; browsingContext.downloadWillBegin and downloadEnd,
+// to which playwright-core's subscription to "browsingContext" already
+// listens), so upload and download send and read them on this session.
+const bidi = (page) => pw._toImpl(page)._delegate._session;
+
+// upload puts a file (name, bytes) into the file input at sel (a CSS
+// selector), as a user's pick would: playwright's setInputFiles in
+// Chromium; in Firefox the file, written to disk, is set by the browser's
+// own input.setFiles, which fires the input and change events a pick does.
 async function upload(page, sel, name, bytes) {
   if (which !== "firefox") return page.setInputFiles(sel, { name, mimeType: "application/octet-stream", buffer: bytes });
-  await page.$eval(sel, (input, [name, b64]) => {
-    const bin = atob(b64);
-    const dt = new DataTransfer();
-    dt.items.add(new File([Uint8Array.from(bin, (c) => c.charCodeAt(0))], name, { type: "application/octet-stream" }));
-    input.files = dt.files;
-    input.dispatchEvent(new Event("change", { bubbles: true }));
-  }, [name, bytes.toString("base64")]);
+  const dir = mkdtempSync(join(files, "pick-"));
+  writeFileSync(join(dir, name), bytes);
+  const s = bidi(page);
+  const r = await s.send("script.callFunction", { functionDeclaration: "(sel) => document.querySelector(sel)",
+    target: { context: s.sessionId }, arguments: [{ type: "string", value: sel }], awaitPromise: false, resultOwnership: "none" });
+  if (r.type !== "success" || r.result.type !== "node") throw new Error("upload: no element " + sel + ": " + JSON.stringify(r).slice(0, 300));
+  await s.send("input.setFiles", { context: s.sessionId, element: { sharedId: r.result.sharedId }, files: [join(dir, name)] });
 }
-// download clicks sel and returns the file the browser was asked to save:
-// {name, bytes}. playwright-core 1.49's BiDi Firefox reports no downloads:
-// there the page's save (a click on an <a download> of a blob: URL, what
-// the console does) is caught, cancelled, and its name and blob read back.
+// download clicks sel and returns the file the browser saved: {name,
+// bytes}. Chromium: playwright's download event. Firefox: the browser's
+// browsingContext.downloadWillBegin (the suggested name) and downloadEnd
+// (the status and the path it saved to), the saved file read back.
 async function download(page, sel) {
   if (which !== "firefox") {
     const [dl] = await Promise.all([page.waitForEvent("download"), page.click(sel)]);
-    const { readFileSync } = await import("node:fs");
     return { name: dl.suggestedFilename(), bytes: readFileSync(await dl.path()) };
   }
-  const n = await page.evaluate(() => {
-    if (!window.__saves) {
-      window.__saves = [];
-      const blobs = new Map();
-      const create = URL.createObjectURL;
-      URL.createObjectURL = (b) => { const h = create.call(URL, b); blobs.set(h, b); return h; };
-      document.addEventListener("click", (e) => {
-        const a = e.target;
-        if (a instanceof HTMLAnchorElement && a.hasAttribute("download")) {
-          e.preventDefault();
-          window.__saves.push({ name: a.download, blob: blobs.get(a.href) });
-        }
-      }, true);
-    }
-    return window.__saves.length;
+  const s = bidi(page);
+  const next = (ev) => new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error("download: no " + ev + " in 30 s")), 30000);
+    s.once(ev, (p) => { clearTimeout(t); resolve(p); });
   });
-  await page.click(sel);
-  await until("the download", () => page.evaluate((n) => window.__saves.length > n, n), 30000);
-  const d = await page.evaluate(async (n) => {
-    const { name, blob } = window.__saves[n];
-    if (!blob) return { name, b64: "" };
-    let s = "";
-    for (const c of new Uint8Array(await blob.arrayBuffer())) s += String.fromCharCode(c);
-    return { name, b64: btoa(s) };
-  }, n);
-  return { name: d.name, bytes: Buffer.from(d.b64, "base64") };
+  const [will, end] = await Promise.all([next("browsingContext.downloadWillBegin"), next("browsingContext.downloadEnd"), page.click(sel)]);
+  if (end.status !== "complete" || !end.filepath) throw new Error("download: " + JSON.stringify(end));
+  return { name: will.suggestedFilename, bytes: readFileSync(end.filepath) };
 }
 let id = "", fork = "", victim = "";
 try {
@@ -808,5 +806,6 @@ try {
   }
 } finally {
   await browser.close();
+  rmSync(files, { recursive: true, force: true });
 }
 console.log(JSON.stringify({ ok: problems.length === 0, problems, steps, id, fork, victim }));

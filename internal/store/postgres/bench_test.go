@@ -29,6 +29,7 @@ func BenchmarkListSandboxes(b *testing.B)   { storetest.BenchListSandboxes(b, be
 func BenchmarkNodeUsage(b *testing.B)       { storetest.BenchNodeUsage(b, benchStore(b)) }
 func BenchmarkUpdateSandbox(b *testing.B)   { storetest.BenchUpdateSandbox(b, benchStore(b)) }
 func BenchmarkRecordHeartbeat(b *testing.B) { storetest.BenchRecordHeartbeat(b, benchStore(b)) }
+func BenchmarkPutMetricSeries(b *testing.B) { storetest.BenchPutMetricSeries(b, benchStore(b)) }
 
 // BenchmarkCreateSandboxParallel: sandbox inserts from concurrent callers
 // sharing the pool, as one replica's API handlers do (-cpu sets how many).

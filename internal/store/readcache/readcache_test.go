@@ -335,6 +335,7 @@ var writes = []string{
 // unaffected names every other method, with why it changes neither answer.
 var unaffected = map[string]string{
 	"GetAPIKey": "the cached read", "GetSandbox": "the cached read",
+	"GetMetricSeries": "read", "PutMetricSeries": "sandbox_metrics rows only (skips a sandbox with no row)",
 	"Close": "no row", "CreateTenant": "no key or sandbox row", "GetTenant": "read", "ListTenants": "read",
 	"SetTenantQuota": "tenant row only", "TenantUsage": "read", "ListAPIKeys": "read",
 	"GetSandboxByID": "read, not cached", "ListSandboxes": "read, not cached",

@@ -30,6 +30,7 @@ func BenchmarkListSandboxes(b *testing.B)   { storetest.BenchListSandboxes(b, be
 func BenchmarkNodeUsage(b *testing.B)       { storetest.BenchNodeUsage(b, benchStore(b)) }
 func BenchmarkUpdateSandbox(b *testing.B)   { storetest.BenchUpdateSandbox(b, benchStore(b)) }
 func BenchmarkRecordHeartbeat(b *testing.B) { storetest.BenchRecordHeartbeat(b, benchStore(b)) }
+func BenchmarkPutMetricSeries(b *testing.B) { storetest.BenchPutMetricSeries(b, benchStore(b)) }
 
 // BenchmarkBurstCreates: a burst of 50 concurrent creates (a sandbox with
 // its events, within quota: what each create of a burst commits), each

@@ -152,6 +152,7 @@ var _ interface {
 	store.Credentials
 	store.ServicePorts
 	store.Leases
+	store.MetricHistory
 } = (*Store)(nil)
 
 // queryAll runs a read and scans each of its rows with scan. No row is an

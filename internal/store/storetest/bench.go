@@ -134,3 +134,34 @@ func BenchRecordHeartbeat(b *testing.B, s store.Store) {
 		}
 	}
 }
+
+// BenchPutMetricSeries: one flush of the metrics history at 1,000 running
+// sandboxes, each series at its bound of 360 samples (one transaction a
+// minute in production: internal/e2bapi/historystore.go). It reports the
+// bytes a flush writes.
+func BenchPutMetricSeries(b *testing.B, s store.Store) {
+	tenant := BenchTenant(b, s)
+	ctx := context.Background()
+	const sandboxes, samples = 1000, 360
+	mem := uint64(200 << 20)
+	batch := make([]store.MetricSeries, sandboxes)
+	for i := range batch {
+		sb := BenchSandbox(tenant)
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+		ss := make([]store.MetricSample, samples)
+		t0 := time.Now().UTC()
+		for j := range ss {
+			ss[j] = store.MetricSample{Time: t0.Add(time.Duration(j) * 5 * time.Second), Span: 5 * time.Second, Level: j / 22,
+				CPUCount: 2, CPUUsedPct: 12.34, MemUsed: 123456789, MemTotal: 268435456, MemCache: &mem, DiskUsed: &mem, DiskTotal: &mem}
+		}
+		batch[i] = store.MetricSeries{SandboxID: sb.ID, Samples: ss}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := s.PutMetricSeries(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"UpdateWithinQuota", testUpdateWithinQuota},
 		{"ConcurrentAdmissions", testConcurrentAdmissions},
 		{"ReplicaAddresses", testReplicaAddresses}, // replicas.go
+		{"MetricHistory", testMetricHistory},       // metrics.go
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
