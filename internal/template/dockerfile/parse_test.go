@@ -231,3 +231,24 @@ func TestResolveSource(t *testing.T) {
 		t.Errorf("ResolveSource(missing) = %v, want does not exist", err)
 	}
 }
+
+// TestFromImageForms: FROM oci:DIR[#REF] and docker-archive:FILE[#TAG] are
+// kept whole (the # is no comment), also through an ARG before FROM; AS
+// (multi-stage) is refused.
+func TestFromImageForms(t *testing.T) {
+	for src, want := range map[string]string{
+		"FROM oci:layout#app:1\nRUN true\n":                             "oci:layout#app:1",
+		"FROM docker-archive:/srv/img.tar\n":                            "docker-archive:/srv/img.tar",
+		"ARG IMG=img.tar\nFROM docker-archive:${IMG}#a/b:1\nRUN true\n": "docker-archive:img.tar#a/b:1",
+	} {
+		f, err := Parse(strings.NewReader(src), nil)
+		if err != nil {
+			t.Errorf("%q: %v", src, err)
+		} else if f.From != want {
+			t.Errorf("%q: FROM %q; want %q", src, f.From, want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("FROM oci:layout AS build\nRUN true\n"), nil); err == nil || !strings.Contains(err.Error(), "multi-stage") {
+		t.Errorf("FROM oci:layout AS build: %v; want multi-stage refused", err)
+	}
+}
