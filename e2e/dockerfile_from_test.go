@@ -15,13 +15,14 @@ import (
 // ADDs of a gzip tar (extracted) and of a file named like one that is not
 // (copied): a sandbox sees the image's files and the steps'. A second build
 // reuses the import (and the step cache); a changed layout is imported
-// again; a registry ref and a hostile archive are refused, the latter with
-// its line.
+// again; FROM docker-archive:image.tar#e2e:1 builds too; a registry ref and
+// a hostile archive are refused, the latter with its line.
 func TestDockerfileFromImage(t *testing.T) {
 	in := startServer(t, newDataDir(t))
 	defer in.stop()
 	dir := t.TempDir()
 	writeOCILayout(t, filepath.Join(dir, "layout"))
+	writeDockerArchive(t, filepath.Join(dir, "image.tar"))
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	tw := tar.NewWriter(zw)
@@ -44,6 +45,7 @@ func TestDockerfileFromImage(t *testing.T) {
 		// needs: the first RUN installs them.
 		"Dockerfile": "FROM oci:layout#e2e:1\nRUN /bin/busybox --install -s /bin && cat /etc/msg > /etc/seen\n" +
 			"COPY added.txt /etc/added\nADD app.tar.gz /opt/\nADD notes.tar.gz /opt/\n",
+		"Dockerfile.archive":  "FROM docker-archive:image.tar#e2e:1\nRUN /bin/busybox --install -s /bin && cat /etc/msg > /etc/seen2\n",
 		"Dockerfile.registry": "FROM debian:12\nRUN true\n",
 		"Dockerfile.evil":     "FROM minimal\nADD evil.tar /x/\n",
 	}
@@ -81,6 +83,15 @@ func TestDockerfileFromImage(t *testing.T) {
 		t.Errorf("build after the layout changed: exit %d, want a new import and no cached step\n%s", code, log)
 	}
 
+	if log, code = build("dfarc", "Dockerfile.archive"); code != 0 || !strings.Contains(log, "base: importing docker-archive:"+filepath.Join(dir, "image.tar")+"#e2e:1") {
+		t.Errorf("build FROM docker-archive:image.tar: exit %d, want the import logged\n%s", code, log)
+	} else {
+		sb := in.createWith("dfarc", "ns")
+		if res := in.exec(sb.ID, "cat", "/etc/seen2"); res.Stdout != "from the image\n" {
+			t.Errorf("/etc/seen2 in a sandbox from the docker-archive build: %+v", res)
+		}
+		in.delete(sb.ID)
+	}
 	if log, code = build("dfreg", "Dockerfile.registry"); code == 0 || !strings.Contains(log, "pulls from no registry") {
 		t.Errorf("FROM debian:12: exit %d, want refused\n%s", code, log)
 	}
