@@ -17,6 +17,10 @@ import (
 // internal/imagebuild, over the Go SDK (imagebuild.Client): the CLI parses
 // the file and reports the result.
 
+// dfImagePrefix begins the name of a template a Dockerfile's FROM oci:DIR
+// or docker-archive:FILE is imported as.
+const dfImagePrefix = "dfimg-"
+
 // dockerfileJob is what `space template build NAME --dockerfile FILE` was
 // asked.
 type dockerfileJob struct {
@@ -37,8 +41,16 @@ func dockerfileBuild(ctx context.Context, e *env, job dockerfileJob, wait time.D
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", job.file, err)
 	}
-	if strings.Contains(df.From, ":") || strings.Contains(df.From, "/") {
-		return nil, fmt.Errorf("%s: FROM %s: not a SPACE template name; import an image first (space template build BASE --from oci:DIR) and write FROM BASE", job.file, printable(df.From))
+	src, imageID, local, err := imagebuild.ImageSource(df.From, job.contextDir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", job.file, err)
+	}
+	if local {
+		// The steps run on the image imported as a template named after its
+		// identity, so the step keys (which start from FROM) include it.
+		df.From = imagebuild.BaseName(dfImagePrefix, imageID)
+	} else if strings.Contains(df.From, ":") || strings.Contains(df.From, "/") {
+		return nil, fmt.Errorf("%s: FROM %s: not a SPACE template name, and SPACE pulls from no registry: save the image (docker save -o image.tar REF, or skopeo copy to an OCI layout) and write FROM docker-archive:image.tar or FROM oci:DIR", job.file, printable(df.From))
 	}
 	plan, err := imagebuild.Prepare(imagebuild.Job{
 		Name: job.name, File: df, ContextDir: job.contextDir, Runtime: job.runtime,
@@ -49,5 +61,10 @@ func dockerfileBuild(ctx context.Context, e *env, job dockerfileJob, wait time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	if local {
+		if err := imagebuild.ImportBase(ctx, imagebuild.Client{C: e.c}, src, df.From, e.stderr); err != nil {
+			return nil, fmt.Errorf("%s: %w", job.file, err)
+		}
+	}
 	return imagebuild.Run(ctx, imagebuild.Client{C: e.c}, plan)
 }

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
-
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -363,7 +361,7 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 		}
 	}
 	if src, local, _ := localImage(spec.FromImage); local {
-		if err := importImage(ctx, backend, src, df.From, log); err != nil {
+		if err := imagebuild.ImportBase(ctx, backend, src, df.From, log); err != nil {
 			return err
 		}
 	}
@@ -429,24 +427,4 @@ func (a *API) handleTemplateAlias(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": true})
-}
-
-// importImage builds template name from the local image src (oci: or
-// docker-archive:) unless a template of that name exists already: it is
-// the base of the steps, imported once per source (delete it to import a
-// changed image again).
-func importImage(ctx context.Context, backend imagebuild.Backend, src, name string, log io.Writer) error {
-	taken, err := backend.TemplateTaken(ctx, name)
-	if err != nil {
-		return fmt.Errorf("fromImage %s: %w", service.Clip(src), err)
-	}
-	if taken {
-		fmt.Fprintf(log, "base: %s imported already as template %s\n", service.Clip(src), name)
-		return nil
-	}
-	fmt.Fprintf(log, "base: importing %s as template %s\n", service.Clip(src), name)
-	if _, err := backend.BuildTemplate(ctx, sandboxv1.BuildTemplateRequest{Name: name, From: src}); err != nil {
-		return fmt.Errorf("fromImage %s: import as template %s: %w", service.Clip(src), name, err)
-	}
-	return nil
 }

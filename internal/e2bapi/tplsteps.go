@@ -1,14 +1,13 @@
 package e2bapi
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
 
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/template/dockerfile"
 )
@@ -197,7 +196,4 @@ const maxImageSource = 4096
 
 // imageBaseName is the template a local image source is imported as, once:
 // e2bimg- and the first 16 hex digits of the source's sha256.
-func imageBaseName(src string) string {
-	sum := sha256.Sum256([]byte(src))
-	return "e2bimg-" + hex.EncodeToString(sum[:8])
-}
+func imageBaseName(src string) string { return imagebuild.BaseName("e2bimg-", src) }

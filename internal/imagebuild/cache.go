@@ -108,6 +108,11 @@ func stepKeys(df *dockerfile.File, contextDir string) ([]string, error) {
 			if content, err = dockerfile.ContentHash(contextDir, in.Args[:len(in.Args)-1]); err != nil {
 				return nil, fmt.Errorf("line %d: %s: %w", in.Line, in.Cmd, err)
 			}
+			if in.Cmd == "ADD" {
+				// An ADD extracts archives: its keys differ from those of
+				// the builds that copied such a file as it was.
+				content = "add-extracts\x00" + content
+			}
 		}
 		keys[i] = dockerfile.StepKey(parent, in, content)
 		parent = keys[i]

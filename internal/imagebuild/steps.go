@@ -9,11 +9,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 
+	"github.com/spacesandbox/space/internal/template"
 	"github.com/spacesandbox/space/internal/template/dockerfile"
 )
 
@@ -94,12 +96,19 @@ type copyEntry struct {
 // destination rules: a directory source copies its contents; several
 // sources or a destination ending in / make the destination a directory.
 // Sources are confined to the context (dockerfile.ResolveSource).
-func copyPlan(contextDir string, s *buildState, in dockerfile.Instruction) ([]copyEntry, error) {
+//
+// ADD of a local tar archive (plain, gzip, bzip2, xz or zstd, known by its
+// content) extracts it into the destination directory, as Docker does:
+// it is unpacked into a new directory under tmp with template.ExtractIfArchive
+// (no absolute names or "..", nothing written through a symlink, no
+// devices, addLimits) and copied as a directory source is. Any other file
+// is copied as a file.
+func copyPlan(ctx context.Context, contextDir, tmp string, s *buildState, in dockerfile.Instruction) ([]copyEntry, error) {
 	srcs, rawDest := in.Args[:len(in.Args)-1], in.Args[len(in.Args)-1]
 	dest := s.abs(rawDest)
 	intoDir := strings.HasSuffix(rawDest, "/") || len(srcs) > 1
 	var out []copyEntry
-	for _, src := range srcs {
+	for n, src := range srcs {
 		p, err := dockerfile.ResolveSource(contextDir, src)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %s %s: %w", in.Line, in.Cmd, src, err)
@@ -107,6 +116,22 @@ func copyPlan(contextDir string, s *buildState, in dockerfile.Instruction) ([]co
 		fi, err := os.Lstat(p)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %s %s: %w", in.Line, in.Cmd, src, err)
+		}
+		extracted := false
+		if in.Cmd == "ADD" && fi.Mode().IsRegular() {
+			x := filepath.Join(tmp, strconv.Itoa(n))
+			if err := os.Mkdir(x, 0o755); err != nil {
+				return nil, fmt.Errorf("line %d: ADD %s: %w", in.Line, src, err)
+			}
+			if extracted, err = template.ExtractIfArchive(ctx, p, x, addLimits); err != nil {
+				return nil, fmt.Errorf("line %d: ADD %s: extract the archive: %w", in.Line, src, err)
+			}
+			if extracted {
+				if fi, err = os.Lstat(x); err != nil {
+					return nil, fmt.Errorf("line %d: ADD %s: %w", in.Line, src, err)
+				}
+				p = x
+			}
 		}
 		base := dest
 		if !fi.IsDir() {
@@ -121,6 +146,11 @@ func copyPlan(contextDir string, s *buildState, in dockerfile.Instruction) ([]co
 				return err
 			}
 			rel, _ := filepath.Rel(p, hp)
+			if extracted && rel == "." {
+				// The destination keeps its own mode and owner: the
+				// directory unpacked into is not the archive's.
+				return nil
+			}
 			info, err := d.Info()
 			if err != nil {
 				return err
@@ -210,7 +240,12 @@ func runStep(ctx context.Context, b Backend, id string, log io.Writer, st *build
 // copyStep runs a COPY or ADD step: the files written, then their modes,
 // owners and symlinks set by a script.
 func copyStep(ctx context.Context, b Backend, id, contextDir string, st *buildState, in dockerfile.Instruction) error {
-	entries, err := copyPlan(contextDir, st, in)
+	tmp, err := os.MkdirTemp("", "space-add-")
+	if err != nil {
+		return fmt.Errorf("line %d: %s: %w", in.Line, in.Cmd, err)
+	}
+	defer os.RemoveAll(tmp)
+	entries, err := copyPlan(ctx, contextDir, tmp, st, in)
 	if err != nil {
 		return err
 	}
@@ -250,6 +285,9 @@ func copyStep(ctx context.Context, b Backend, id, contextDir string, st *buildSt
 	}
 	return nil
 }
+
+// addLimits bound what an ADD unpacks of one archive on the client.
+var addLimits = template.Limits{MaxBytes: 16 << 30, MaxEntries: 1 << 20}
 
 // fixupTimeout bounds the script that sets a COPY's modes and owners.
 const fixupTimeout = 10 * time.Minute

@@ -1,7 +1,12 @@
 package imagebuild
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -55,7 +60,7 @@ func TestCopyPlan(t *testing.T) {
 	plan := func(line string) []string {
 		t.Helper()
 		f := parseDF(t, "FROM minimal\n"+line+"\n")
-		es, err := copyPlan(dir, st, f.Steps[0])
+		es, err := copyPlan(context.Background(), dir, t.TempDir(), st, f.Steps[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +83,7 @@ func TestCopyPlan(t *testing.T) {
 	os.Symlink("/etc", filepath.Join(dir, "out"))
 	// (A source with .. is refused by the parser already.)
 	f := parseDF(t, "FROM minimal\nCOPY out/passwd /x\n")
-	if _, err := copyPlan(dir, st, f.Steps[0]); !errors.Is(err, dockerfile.ErrOutsideContext) || !strings.Contains(err.Error(), "line 2") {
+	if _, err := copyPlan(context.Background(), dir, t.TempDir(), st, f.Steps[0]); !errors.Is(err, dockerfile.ErrOutsideContext) || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("COPY through a symlink out of the context: %v, want ErrOutsideContext", err)
 	}
 }
@@ -94,5 +99,96 @@ func TestFixupScript(t *testing.T) {
 	}
 	if s := fixupScript([]copyEntry{{dest: "/f", mode: 0o644}}, "app:app", "600"); !strings.Contains(s, "chmod 600 '/f'") || !strings.Contains(s, "chown 'app:app' '/f'") {
 		t.Errorf("--chown/--chmod not applied:\n%s", s)
+	}
+}
+
+// writeTar writes a tar of hdrs (regular files get body "x") to file,
+// gzip-compressed when gz.
+func writeTar(t *testing.T, file string, gz bool, hdrs ...tar.Header) {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.Writer = &buf
+	var zw *gzip.Writer
+	if gz {
+		zw = gzip.NewWriter(&buf)
+		w = zw
+	}
+	tw := tar.NewWriter(w)
+	for _, h := range hdrs {
+		if h.Typeflag == tar.TypeReg {
+			h.Size = 1
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte("x"))
+		}
+	}
+	tw.Close()
+	if zw != nil {
+		zw.Close()
+	}
+	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAddArchive: ADD of a local tar archive (known by content, compressed
+// or not) copies its tree into the destination; a file that only looks
+// like one by name is copied as a file; a hostile archive (.., absolute
+// names, a write through a symlink) is refused with the Dockerfile line.
+func TestAddArchive(t *testing.T) {
+	dir := t.TempDir()
+	good := []tar.Header{
+		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "app/run.sh", Typeflag: tar.TypeReg, Mode: 0o755},
+		{Name: "app/cur", Typeflag: tar.TypeSymlink, Linkname: "run.sh"},
+	}
+	writeTar(t, filepath.Join(dir, "app.tar.gz"), true, good...)
+	writeTar(t, filepath.Join(dir, "plain.tar"), false, good...)
+	os.WriteFile(filepath.Join(dir, "notes.tar.gz"), []byte("not an archive\n"), 0o644)
+	st := &buildState{env: map[string]string{}, workdir: "/w"}
+	plan := func(line string) ([]copyEntry, error) {
+		t.Helper()
+		return copyPlan(context.Background(), dir, t.TempDir(), st, parseDF(t, "FROM minimal\n"+line+"\n").Steps[0])
+	}
+	for line, want := range map[string][]string{
+		"ADD app.tar.gz /opt/":            {"/opt/app", "/opt/app/cur", "/opt/app/run.sh"},
+		"ADD plain.tar /opt":              {"/opt/app", "/opt/app/cur", "/opt/app/run.sh"},
+		"COPY app.tar.gz /opt/":           {"/opt/app.tar.gz"},
+		"ADD notes.tar.gz /n/":            {"/n/notes.tar.gz"},
+		"ADD notes.tar.gz app.tar.gz /m/": {"/m/notes.tar.gz", "/m/app", "/m/app/cur", "/m/app/run.sh"},
+	} {
+		es, err := plan(line)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, e.dest)
+			if e.dest == "/opt/app/cur" && e.link != "run.sh" {
+				t.Errorf("%s: symlink %s -> %q, want run.sh", line, e.dest, e.link)
+			}
+			if e.dest == "/opt/app/run.sh" && e.mode.Perm() != 0o755 {
+				t.Errorf("%s: run.sh mode %o, want 755", line, e.mode.Perm())
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %v, want %v", line, got, want)
+		}
+	}
+	for name, hdrs := range map[string][]tar.Header{
+		"dotdot.tar":   {{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+		"abs.tar":      {{Name: "/etc/escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+		"throught.tar": {{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/tmp"}, {Name: "l/escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+	} {
+		writeTar(t, filepath.Join(dir, name), false, hdrs...)
+		if _, err := plan("ADD " + name + " /x/"); err == nil || !strings.Contains(err.Error(), "line 2: ADD "+name) {
+			t.Errorf("hostile %s: %v; want refused with line 2", name, err)
+		}
+	}
+	if _, err := os.Stat("/tmp/escape"); err == nil {
+		t.Errorf("a hostile archive wrote /tmp/escape")
 	}
 }

@@ -377,3 +377,34 @@ func unixBits(mode int64) fs.FileMode {
 	}
 	return m
 }
+
+// ExtractIfArchive unpacks file into dest (which must exist) under
+// Extract's rules and limits when it is a tar archive, plain or gzip,
+// bzip2, xz or zstd compressed, recognised by its content (compression
+// magic, then the tar header's "ustar" magic), as Docker's ADD does; it
+// reports whether it was one. A file that is not such an archive is left
+// alone (false, nil): ADD copies it as a file.
+func ExtractIfArchive(ctx context.Context, file, dest string, lim Limits) (bool, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	r, wait, err := decompress(ctx, f)
+	if errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return false, err // zstd or xz is not installed
+	}
+	if err != nil {
+		// A file with a compression magic that does not decompress is not
+		// an archive: it is copied as it is.
+		return false, nil
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, _ := br.Peek(512)
+	if len(head) < 512 || !bytes.HasPrefix(head[257:], []byte("ustar")) {
+		_ = wait()
+		return false, nil
+	}
+	err = Extract(ctx, br, dest, lim)
+	return true, errors.Join(err, wait())
+}

@@ -301,3 +301,52 @@ func FuzzExtract(f *testing.F) {
 		checkOutsideUntouched(t, outside)
 	})
 }
+
+// TestExtractIfArchive: tar archives are known by content, plain or
+// compressed (gzip, bzip2, xz, zstd with the programs installed), and
+// unpacked under Extract's rules and limits; other files, gzip of a
+// non-tar included, are left alone.
+func TestExtractIfArchive(t *testing.T) {
+	dir := t.TempDir()
+	plain := mkTar(t, ent{typ: tar.TypeReg, name: "a/f", body: "hi", mode: 0o644})
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(plain)
+	zw.Close()
+	var gzText bytes.Buffer
+	zw = gzip.NewWriter(&gzText)
+	zw.Write([]byte("just text\n"))
+	zw.Close()
+	files := map[string][]byte{"p.bin": plain, "g.bin": gz.Bytes(), "t.tar.gz": gzText.Bytes(), "e.tar": nil}
+	for _, prog := range []string{"bzip2", "xz", "zstd"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			continue
+		}
+		cmd := exec.Command(prog, "-c")
+		cmd.Stdin = bytes.NewReader(plain)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[prog+".bin"] = out
+	}
+	for name, body := range files {
+		os.WriteFile(filepath.Join(dir, name), body, 0o644)
+		dest := filepath.Join(dir, "out-"+name)
+		os.Mkdir(dest, 0o755)
+		ok, err := ExtractIfArchive(t.Context(), filepath.Join(dir, name), dest, DefaultLimits)
+		wantArchive := name != "t.tar.gz" && name != "e.tar"
+		if err != nil || ok != wantArchive {
+			t.Errorf("%s: archive %v, %v; want %v", name, ok, err, wantArchive)
+			continue
+		}
+		if b, _ := os.ReadFile(filepath.Join(dest, "a", "f")); wantArchive && string(b) != "hi" {
+			t.Errorf("%s: a/f = %q, want hi", name, b)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "big.tar"), mkTar(t, ent{typ: tar.TypeReg, name: "f", body: "0123456789", mode: 0o644}), 0o644)
+	os.Mkdir(filepath.Join(dir, "out-big"), 0o755)
+	if _, err := ExtractIfArchive(t.Context(), filepath.Join(dir, "big.tar"), filepath.Join(dir, "out-big"), Limits{MaxBytes: 5, MaxEntries: 10}); err == nil {
+		t.Error("an archive over MaxBytes was extracted")
+	}
+}

@@ -11,10 +11,6 @@ import (
 	"strings"
 )
 
-// archiveSuffixes are the names ADD would auto-extract in Docker. SPACE refuses
-// them rather than copy an archive where the Dockerfile meant a tree.
-var archiveSuffixes = []string{".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tzst"}
-
 // parseCopy fills a COPY or ADD instruction: flags (--chown, --chmod), then
 // sources and a destination, in shell or JSON form.
 func parseCopy(in *Instruction, rest string, lookup func(string) (string, bool)) error {
@@ -74,11 +70,6 @@ func parseCopy(in *Instruction, rest string, lookup func(string) (string, bool))
 		if cmd == "ADD" {
 			if strings.Contains(src, "://") || strings.HasPrefix(src, "git@") {
 				return errf(in.Line, "ADD is not supported from a URL (%s): no network at parse time; fetch it in a RUN step, which runs under the template's egress policy", src)
-			}
-			for _, suf := range archiveSuffixes {
-				if strings.HasSuffix(strings.ToLower(src), suf) {
-					return errf(in.Line, "ADD is not supported for archives (%s): SPACE does not auto-extract; COPY it and RUN tar -x", src)
-				}
 			}
 		}
 		if strings.ContainsAny(src, "*?[") {

@@ -146,7 +146,6 @@ func TestRefused(t *testing.T) {
 		{"FROM base\nCOPY <<-'EOF' /x\n", "line 2: COPY is not supported with a heredoc"},
 		{"FROM base\nRUN --mount=type=cache,target=/c true\n", "line 2: RUN is not supported with flags"},
 		{"FROM base\nADD https://example.com/x /x\n", "line 2: ADD is not supported from a URL"},
-		{"FROM base\nADD root.tar.gz /\n", "line 2: ADD is not supported for archives"},
 		{"FROM base\nCOPY ../secret /x\n", "line 2: COPY: source \"../secret\": climbs out"},
 		{"FROM base\nCOPY a/../../b /x\n", "climbs out"},
 		{"FROM base\nCOPY *.go /x/\n", "wildcards"},
@@ -229,5 +228,26 @@ func TestResolveSource(t *testing.T) {
 	}
 	if _, err := ResolveSource(ctx, "missing"); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("ResolveSource(missing) = %v, want does not exist", err)
+	}
+}
+
+// TestFromImageForms: FROM oci:DIR[#REF] and docker-archive:FILE[#TAG] are
+// kept whole (the # is no comment), also through an ARG before FROM; AS
+// (multi-stage) is refused.
+func TestFromImageForms(t *testing.T) {
+	for src, want := range map[string]string{
+		"FROM oci:layout#app:1\nRUN true\n":                             "oci:layout#app:1",
+		"FROM docker-archive:/srv/img.tar\n":                            "docker-archive:/srv/img.tar",
+		"ARG IMG=img.tar\nFROM docker-archive:${IMG}#a/b:1\nRUN true\n": "docker-archive:img.tar#a/b:1",
+	} {
+		f, err := Parse(strings.NewReader(src), nil)
+		if err != nil {
+			t.Errorf("%q: %v", src, err)
+		} else if f.From != want {
+			t.Errorf("%q: FROM %q; want %q", src, f.From, want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("FROM oci:layout AS build\nRUN true\n"), nil); err == nil || !strings.Contains(err.Error(), "multi-stage") {
+		t.Errorf("FROM oci:layout AS build: %v; want multi-stage refused", err)
 	}
 }
