@@ -120,21 +120,6 @@ func TestMetricsHistoryStale(t *testing.T) {
 	}
 }
 
-func TestMetricsWindow(t *testing.T) {
-	for _, tt := range []struct {
-		start, end string
-		ok         bool
-	}{
-		{"", "", true}, {"100", "", true}, {"", "100", true}, {"100", "100", true}, {"100", "200", true},
-		{"200", "100", false}, {"soon", "", false}, {"", "-1", false}, {"", "1e3", false}, {"", "99999999999999", false},
-	} {
-		_, _, err := metricsWindow(tt.start, tt.end)
-		if (err == nil) != tt.ok {
-			t.Errorf("metricsWindow(%q, %q): %v, want ok %v", tt.start, tt.end, err, tt.ok)
-		}
-	}
-}
-
 func FuzzMetricsHistory(f *testing.F) {
 	f.Add(uint8(3), []byte{5, 5, 0, 10, 255, 1})
 	f.Fuzz(func(t *testing.T, keep uint8, steps []byte) {

@@ -481,7 +481,7 @@ func (a *API) handleE2BMetrics(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
-	start, end, err := metricsWindow(r.URL.Query().Get("start"), r.URL.Query().Get("end"))
+	start, end, err := service.MetricsWindow(r.URL.Query().Get("start"), r.URL.Query().Get("end"))
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -523,31 +523,6 @@ func (a *API) Metrics(ctx context.Context, sb *sandbox.Sandbox, start, end int64
 // the history that was never merged, the sum of the merged ones' for a
 // merged one, the quarter second measured for one taken at a request.
 func (m Metric) Span() time.Duration { return m.span }
-
-// metricsWindow parses getMetrics' start and end, unix seconds: an absent
-// start is 0, an absent end the largest second.
-func metricsWindow(start, end string) (from, to int64, err error) {
-	parse := func(name, v string, absent int64) (int64, error) {
-		if v == "" {
-			return absent, nil
-		}
-		sec, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || sec < 0 || sec > 1<<40 {
-			return 0, fmt.Errorf("%w: %s %q: want unix seconds", errdefs.ErrInvalidArgument, name, service.Clip(v))
-		}
-		return sec, nil
-	}
-	if from, err = parse("start", start, 0); err != nil {
-		return 0, 0, err
-	}
-	if to, err = parse("end", end, math.MaxInt64); err != nil {
-		return 0, 0, err
-	}
-	if to < from {
-		return 0, 0, fmt.Errorf("%w: end %d is before start %d", errdefs.ErrInvalidArgument, to, from)
-	}
-	return from, to, nil
-}
 
 // sampleE2BMetric measures sandbox sb now: nil when it is not running (or
 // its execution ended meanwhile).
