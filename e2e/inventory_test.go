@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spacesandbox/space/internal/driver/vm"
 	sandboxid "github.com/spacesandbox/space/internal/sandbox"
 )
 
@@ -20,9 +21,10 @@ import (
 // directory: its processes (the binaries this package built, or any
 // process naming the directory), mounts under the directory, loop devices
 // backed by files in it, the volume store's subvolumes and work in
-// progress, and the network namespaces and cgroups (under
-// SPACE's "space" groups) named after the test's sandboxes. The machine is
-// shared, so what belongs to other servers is left out.
+// progress, the network namespaces and cgroups (under SPACE's "space"
+// groups) named after the test's sandboxes, and the VMMs' cgroups of the
+// directory's vm runtime (vmmGroups). The machine is shared, so what
+// belongs to other servers is left out.
 type hostInventory []string
 
 // inventory lists what the platform holds for dataDir and the sandboxes ids.
@@ -71,7 +73,31 @@ func inventory(dataDir string, ids ...string) hostInventory {
 	named("netns", "/run/netns/*")
 	named("cgroup", "/sys/fs/cgroup/*/space/*")
 	named("cgroup", "/sys/fs/cgroup/space/*")
+	for _, g := range vmmGroups(dataDir) {
+		out = append(out, "cgroup "+g)
+	}
 	slices.Sort(out)
+	return out
+}
+
+// vmmGroups lists the QEMU cgroups of the vm runtime of the server over
+// dataDir: the node-manager's vm driver keeps its state in
+// DATA/volumes/vm and puts each VMM in a group <execution id> under
+// vm.CgroupParent of that directory, in every v1 hierarchy or under the v2
+// root. The parent is the directory's own, so every group under it is the
+// test's, whatever sandbox it was for; the parent itself, which the driver
+// creates once and keeps, is not listed.
+func vmmGroups(dataDir string) []string {
+	parent := vm.CgroupParent(filepath.Join(dataDir, "volumes", "vm"))
+	var out []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/" + parent + "/*", "/sys/fs/cgroup/" + parent + "/*"} {
+		paths, _ := filepath.Glob(pattern)
+		for _, p := range paths {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				out = append(out, p)
+			}
+		}
+	}
 	return out
 }
 
@@ -219,6 +245,50 @@ func TestInventoryScopesCgroups(t *testing.T) {
 	}
 	if none := inventory(dir); slices.ContainsFunc(none, func(s string) bool { return strings.Contains(s, ours) || strings.Contains(s, theirs) }) {
 		t.Errorf("the inventory of no sandbox lists groups:\n%s", strings.Join(none, "\n"))
+	}
+}
+
+// TestInventoryListsVMMGroups: the inventory of a data directory lists the
+// QEMU cgroups its vm runtime left (space-vm-<digest of DATA/volumes/vm>/
+// <execution id>), under every hierarchy, and not those of another
+// directory's runtime, so that a crash test's check sees a VMM group its
+// server leaked while other servers' VMs on the shared host pass by.
+func TestInventoryListsVMMGroups(t *testing.T) {
+	mounts := []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		mounts = []string{"/sys/fs/cgroup"} // v2: one hierarchy
+	}
+	ours, theirs := t.TempDir(), t.TempDir()
+	execID := sandboxid.NewExecID(sandboxid.NewID(), 1)
+	var want []string
+	for _, dir := range []string{ours, theirs} {
+		parent := vm.CgroupParent(filepath.Join(dir, "volumes", "vm"))
+		for _, m := range mounts {
+			g := filepath.Join(m, parent, execID)
+			if err := os.MkdirAll(g, 0o755); err != nil {
+				t.Skipf("cannot create a cgroup on this host (%v): run as root on a host with cgroups", err)
+			}
+			t.Cleanup(func() {
+				for _, d := range []string{g, filepath.Dir(g)} {
+					if err := os.Remove(d); err != nil {
+						t.Errorf("remove the test's group: %v", err)
+					}
+				}
+			})
+			if dir == ours {
+				want = append(want, "cgroup "+g)
+			}
+		}
+	}
+	got := inventory(ours)
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("the inventory of %s misses its VMM group %s:\n%s", ours, w, strings.Join(got, "\n"))
+		}
+	}
+	theirParent := vm.CgroupParent(filepath.Join(theirs, "volumes", "vm"))
+	if slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, theirParent) }) {
+		t.Errorf("the inventory of %s lists another directory's VMM group:\n%s", ours, strings.Join(got, "\n"))
 	}
 }
 

@@ -54,6 +54,11 @@ func TestVMRuntime(t *testing.T) {
 	if got := strings.TrimSpace(res.Stdout); got == "" || got == hostRelease {
 		t.Errorf("guest kernel %q, host kernel %q: want the guest's own", got, hostRelease)
 	}
+	// QEMU runs in a cgroup of its own, where the host inventory of the
+	// server's directory (the crash tests' leak check) looks for it.
+	if groups := vmmGroups(in.dataDir); len(groups) == 0 {
+		t.Errorf("the inventory of %s lists no VMM group of the running vm sandbox %s", in.dataDir, sb.ID)
+	}
 	if res := in.exec(sb.ID, "hostname"); strings.TrimSpace(res.Stdout) != sb.ID {
 		t.Errorf("hostname = %q, want %s", res.Stdout, sb.ID)
 	}
@@ -126,4 +131,15 @@ func TestVMRuntime(t *testing.T) {
 	}
 	in.delete(sb.ID)
 	deleted = true
+	// Delete removes the VMM's cgroup (the failed QEMU's included).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		groups := vmmGroups(in.dataDir)
+		if len(groups) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after delete, VMM groups left: %v", groups)
+			break
+		}
+	}
 }

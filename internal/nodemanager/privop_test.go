@@ -35,6 +35,26 @@ type memStorage struct {
 }
 
 func (m *memStorage) Name() string { return "mem" }
+
+// hasTemplate, hasClone and snapshotOf read the storage's maps under its
+// lock, as the node-manager's goroutines write them: a test reads them
+// through these, never directly (go test -race).
+func (m *memStorage) hasTemplate(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.templates[name]
+}
+func (m *memStorage) hasClone(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.clones[id]
+}
+func (m *memStorage) snapshotOf(snap string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.snaps[snap]
+	return v, ok
+}
 func (m *memStorage) CreateTemplate(_ context.Context, name string) (string, error) {
 	p := filepath.Join(m.dir, "t-"+name)
 	if _, err := os.Stat(p); err == nil {
@@ -251,7 +271,7 @@ func TestStartPassesTheGuestChannel(t *testing.T) {
 	if err := c.Cleanup(ctx, "sb1-g1-abc", ""); err != nil {
 		t.Fatal(err)
 	}
-	if st.clones["sb1-g1-abc"] {
+	if st.hasClone("sb1-g1-abc") {
 		t.Error("clone left after cleanup")
 	}
 	// Cleanup is idempotent.
@@ -323,7 +343,7 @@ func TestEnsureTemplateSharesOneBuildAndReportsFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !st.templates["shared"] {
+	if !st.hasTemplate("shared") {
 		t.Error("template not sealed")
 	}
 	if _, err := c.EnsureTemplate(ctx, "broken", "builtin:broken"); err == nil || !strings.Contains(err.Error(), "no such source") {
@@ -405,7 +425,7 @@ func TestEnsureTemplateAfterInterruptedBuild(t *testing.T) {
 	if _, err := c.EnsureTemplate(context.Background(), "half", "builtin:minimal"); err != nil {
 		t.Fatalf("EnsureTemplate over an unfinished build: %v", err)
 	}
-	if !st.templates["half"] {
+	if !st.hasTemplate("half") {
 		t.Error("template not sealed")
 	}
 }
@@ -467,9 +487,7 @@ func TestCleanupWaitsForAStartTheCallerGaveUpOn(t *testing.T) {
 	drv.mu.Lock()
 	left := len(drv.peers)
 	drv.mu.Unlock()
-	st.mu.Lock()
-	clone := st.clones[args.ExecID]
-	st.mu.Unlock()
+	clone := st.hasClone(args.ExecID)
 	if left != 0 || clone {
 		t.Fatalf("after the cleanup: %d executions and clone %v left by the abandoned start", left, clone)
 	}

@@ -28,8 +28,8 @@ func TestSnapshots(t *testing.T) {
 	if info.ID != "snap-1" || info.Kind != privop.SnapshotDisk || info.SandboxID != "sb1" || info.Runtime != "ns" || info.CreatedAt.IsZero() {
 		t.Errorf("info = %+v", info)
 	}
-	if st.snaps["snap-1"] != "sb1-g1-abc" {
-		t.Errorf("volume snapshot not taken of the execution's volume: %v", st.snaps)
+	if of, _ := st.snapshotOf("snap-1"); of != "sb1-g1-abc" {
+		t.Errorf("volume snapshot taken of %q, want the execution's volume sb1-g1-abc", of)
 	}
 	// Repeating it returns the same snapshot; another sandbox's request for
 	// the id is refused.
@@ -48,7 +48,7 @@ func TestSnapshots(t *testing.T) {
 	if _, err := c.Snapshot(ctx, full); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("full snapshot on ns: %v, want FailedPrecondition", err)
 	}
-	if _, ok := st.snaps["snap-2"]; ok {
+	if _, ok := st.snapshotOf("snap-2"); ok {
 		t.Error("a refused snapshot left files behind")
 	}
 	list, err := c.Snapshots(ctx)
@@ -66,7 +66,7 @@ func TestSnapshots(t *testing.T) {
 		t.Fatalf("Start from snapshot: %v", err)
 	}
 	ch2.Close()
-	if !st.clones["sb1-g2-def"] {
+	if !st.hasClone("sb1-g2-def") {
 		t.Error("the new execution's volume was not cloned from the snapshot")
 	}
 	args3 := args2

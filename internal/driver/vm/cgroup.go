@@ -77,11 +77,13 @@ const (
 // aborts, so the cap sits well above what it uses.
 const vmmPidsBase = 96
 
-// cgroupParent is the parent group of the VMMs of the driver over
+// CgroupParent is the parent group of the VMMs of the driver over
 // stateDir: "space-vm-" and a digest of the directory, so that two drivers
 // over different state directories on one host (two nodes, tests) never
-// take each other's groups for leftovers.
-func cgroupParent(stateDir string) string {
+// take each other's groups for leftovers. An execution's group is
+// CgroupParent(stateDir)/<execution id> under each hierarchy (e2e's host
+// inventory looks there for the groups a test's server left).
+func CgroupParent(stateDir string) string {
 	sum := sha256.Sum256([]byte(stateDir))
 	return "space-vm-" + hex.EncodeToString(sum[:6])
 }

@@ -58,7 +58,7 @@ func TestVMMLimits(t *testing.T) {
 	if _, err := vmmLimits(&state{MemoryMiB: 256, CPUs: 1, Kernel: filepath.Join(dir, "missing"), Initrd: initrd}); err == nil {
 		t.Error("vmmLimits without the kernel file: want an error")
 	}
-	if a, b := cgroupParent("/var/lib/space/vm"), cgroupParent("/var/lib/space2/vm"); a == b || validCgroupName(a) != nil {
+	if a, b := CgroupParent("/var/lib/space/vm"), CgroupParent("/var/lib/space2/vm"); a == b || validCgroupName(a) != nil {
 		t.Errorf("cgroupParent: %q and %q for two state directories", a, b)
 	}
 }

@@ -251,7 +251,7 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("vm: create %s: %w", dir, err)
 		}
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, cgroupParent: cgroupParent(cfg.StateDir), statfs: unix.Statfs}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "vm"), accel: cfg.Accel, cgroupParent: CgroupParent(cfg.StateDir), statfs: unix.Statfs}
 	// An unconfined driver makes no groups, but removes those a confined
 	// one left over the same state directory.
 	hier, err := cgroup.Detect()
