@@ -77,6 +77,10 @@ function templatesPage(errorText: ErrorText): Page {
     l.list.append(el("li", { "data-state": x.state }, el("time", {}, new Date().toLocaleTimeString()), " ", text));
   };
   let fast: ReturnType<typeof setInterval> | null = null;
+  // pending is the template this page started building: once it is no
+  // longer building, the "building" line beside the form gives way to its
+  // outcome (nothing when ready: the table and the log say it).
+  let pending = "";
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     if (!name.value.trim() || !from.value.trim()) {
@@ -87,6 +91,7 @@ function templatesPage(errorText: ErrorText): Page {
     try {
       // The answer is the template building: its log starts with it.
       logLine(await api.buildTemplate(name.value.trim(), from.value.trim()));
+      pending = name.value.trim();
       buildErr.textContent = "building: its progress shows in the table and its log below";
       void load();
     } catch (e) {
@@ -96,6 +101,11 @@ function templatesPage(errorText: ErrorText): Page {
   const load = async () => {
     const ts = await api.listTemplateInfo();
     for (const x of ts) logLine(x);
+    const mine = pending ? ts.find((x) => x.name === pending) : undefined;
+    if (mine && mine.state !== "building") {
+      buildErr.textContent = mine.state === "ready" ? "" : mine.name + ": " + mine.state + (mine.reason ? " (" + mine.reason + ")" : "");
+      pending = "";
+    }
     const building = ts.some((x) => x.state === "building");
     if (building && !fast) fast = setInterval(() => void load().catch((e) => (status.textContent = errorText(e))), buildPollMs);
     if (!building && fast) {

@@ -630,6 +630,10 @@ try {
   console.error("console.mjs: build log: " + JSON.stringify(logLines));
   if (logLines.length < 2 || !logLines[0].startsWith("building ")) problems.push("the build log does not start with the build under way: " + JSON.stringify(logLines));
   if (new Set(logLines.map((l) => l.replace(/^\S+ \S+ /, ""))).size !== logLines.length) problems.push("the build log repeats a reading: " + JSON.stringify(logLines));
+  // The "building" line beside the form gives way once the build is done.
+  await until("the building line cleared", async () => (await text(page, "#build-error")) === "", 20000).catch(async () =>
+    problems.push("after the build was ready the form still says: " + JSON.stringify(await text(page, "#build-error"))),
+  );
   const built = (await rest("GET", "/v1/templates")).json.templates.find((x) => x.name === "console-tiny");
   if (built?.state !== "ready") problems.push("the console's template build is not ready in the API: " + JSON.stringify(built));
   await shot(page, "templates");
