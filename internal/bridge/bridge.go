@@ -33,8 +33,7 @@ import (
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/guest"
-	"github.com/spacesandbox/space/internal/sandbox"
-	"github.com/spacesandbox/space/internal/template/imagecfg"
+	"github.com/spacesandbox/space/internal/guesttext"
 	"github.com/spacesandbox/space/internal/unixsock"
 )
 
@@ -461,14 +460,14 @@ func (b *Bridge) handleInit(w http.ResponseWriter, r *http.Request) {
 type InitResult struct {
 	// StartNotReady says, for users, why the template's start command was
 	// not ready at Init: guest text, escaped and bounded
-	// (sandbox.GuestText). Empty: ready, or no start command.
+	// (guesttext.Escape). Empty: ready, or no start command.
 	StartNotReady string `json:"start_not_ready,omitempty"`
 }
 
 // startNotReady is the one-line account of nr for a sandbox event, e.g.
 // "ready command failed: did not exit 0 within 2s (3 tries; last: exit
 // status 3; output: db not up)". Every field is the guest's: the whole line
-// goes through sandbox.GuestText.
+// goes through guesttext.Escape.
 func startNotReady(nr *controlv1.StartNotReady) string {
 	if nr == nil {
 		return ""
@@ -496,18 +495,23 @@ func startNotReady(nr *controlv1.StartNotReady) string {
 		}
 		line += ")"
 	}
-	return sandbox.GuestText(line)
+	return guesttext.Escape(line)
 }
 
 // initTimeout bounds the guest's Init: it returns once the template's start
 // command is ready, which may take its ready command's whole bound
-// (imagecfg.MaxReadyTimeout) after the autostart entries' and start
+// (maxReadyTimeout) after the autostart entries' and start
 // command's port waits (10 s each, or up to 60 s for an entry that says so
 // with "# space-ready-wait:", as the code interpreter's does). A
 // 10 s bound on all of Init failed every create of the code-interpreter
 // template on vm (TCG, from a restored template snapshot: "guest init:
 // deadline_exceeded").
-const initTimeout = imagecfg.MaxReadyTimeout*time.Second + 2*time.Minute
+const initTimeout = maxReadyTimeout + 2*time.Minute
+
+// maxReadyTimeout is imagecfg.MaxReadyTimeout, the longest a template's
+// ready command may be waited for (TestInitTimeoutHoldsTheReadyBound keeps
+// them equal): the bridge does not link the template packages.
+const maxReadyTimeout = 90 * time.Second
 
 // Activity is the body of GET /bridge/v1/activity.
 type Activity struct {

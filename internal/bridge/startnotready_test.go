@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	controlv1 "github.com/spacesandbox/space/api/guest/v1/control"
-	"github.com/spacesandbox/space/internal/sandbox"
+	"github.com/spacesandbox/space/internal/guesttext"
 )
 
 // TestStartNotReadyLine: what the guest's Init said of its start command
@@ -31,7 +31,7 @@ func TestStartNotReadyLine(t *testing.T) {
 		})
 	}
 	huge := &controlv1.StartNotReady{Stage: "ready_failed", Detail: strings.Repeat("\x00", 10<<10), OutputTail: []byte(strings.Repeat("\xff", 10<<10))}
-	if got := startNotReady(huge); len(got) > sandbox.MaxGuestText || strings.ContainsRune(got, 0) {
-		t.Errorf("a 20 KiB hostile answer gave %d bytes (NUL kept: %v), want at most %d", len(got), strings.ContainsRune(got, 0), sandbox.MaxGuestText)
+	if got := startNotReady(huge); len(got) > guesttext.MaxBytes || strings.ContainsRune(got, 0) {
+		t.Errorf("a 20 KiB hostile answer gave %d bytes (NUL kept: %v), want at most %d", len(got), strings.ContainsRune(got, 0), guesttext.MaxBytes)
 	}
 }

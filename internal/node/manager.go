@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -20,19 +19,21 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/bridge"
 	"github.com/spacesandbox/space/internal/capability"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/failpoint"
+	"github.com/spacesandbox/space/internal/guesttext"
 	"github.com/spacesandbox/space/internal/keylock"
 	"github.com/spacesandbox/space/internal/kms"
 	"github.com/spacesandbox/space/internal/mempressure"
 	"github.com/spacesandbox/space/internal/metrics"
 	"github.com/spacesandbox/space/internal/objstore"
 	"github.com/spacesandbox/space/internal/privop"
-	"github.com/spacesandbox/space/internal/sandbox"
 )
 
 // Config wires a sandbox manager.
@@ -291,7 +292,7 @@ func (m *Manager) start(ctx context.Context, req nodev1.StartExecution) (*Record
 // bridge admits capabilities against), environment, defaults and fresh
 // entropy (Init), then the sandbox's interception CA, before anything of
 // the caller's runs. It returns why the template's start command was not
-// ready, if it was not (guest text, escaped: sandbox.GuestText).
+// ready, if it was not (guest text, escaped: guesttext.Escape).
 func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev1.StartExecution) (string, error) {
 	t0 := time.Now()
 	// One bridge request: Init, and the CA, which the bridge has the guest
@@ -320,7 +321,7 @@ func (m *Manager) installIdentity(ctx context.Context, bc *bridgeConn, req nodev
 	if res.StartNotReady != "" {
 		m.log.Warn("template start command not ready", "exec", req.ExecID, "note", res.StartNotReady)
 	}
-	return sandbox.GuestText(res.StartNotReady), nil
+	return guesttext.Escape(res.StartNotReady), nil
 }
 
 // guestEnv is the sandbox's environment: the caller's, and, when the

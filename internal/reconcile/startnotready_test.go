@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
+	"github.com/spacesandbox/space/internal/guesttext"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
@@ -35,8 +36,8 @@ func TestCreateRecordsStartNotReady(t *testing.T) {
 	if !strings.Contains(msg, "exit status 3") || !strings.Contains(msg, `\x1b[2J\x1b]0;pwned\x07\nfake: line\u{202e}\xff`) {
 		t.Errorf("event %.200q: want the exit status and the control bytes escaped", msg)
 	}
-	if len(msg) > sandbox.MaxGuestText {
-		t.Errorf("event is %d bytes, want at most %d", len(msg), sandbox.MaxGuestText)
+	if len(msg) > guesttext.MaxBytes {
+		t.Errorf("event is %d bytes, want at most %d", len(msg), guesttext.MaxBytes)
 	}
 	if strings.ContainsAny(msg, "\x1b\x07\n\u202e") || !strings.HasSuffix(msg, "…") {
 		t.Errorf("event %.200q...: raw control characters, or not marked as cut", msg)

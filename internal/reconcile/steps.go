@@ -9,6 +9,7 @@ import (
 	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/failpoint"
+	"github.com/spacesandbox/space/internal/guesttext"
 	"github.com/spacesandbox/space/internal/sandbox"
 )
 
@@ -104,7 +105,7 @@ func (r *Reconciler) startExecution(ctx context.Context, sb *sandbox.Sandbox) (t
 	if err == nil && ex.StartNotReady != "" {
 		// Once per Init: only the answer to the Start that ran it says so.
 		// The text is the guest's; the node escaped it, and so does this.
-		r.event(ctx, cur.ID, EventStartNotReady, sandbox.GuestText(ex.StartNotReady))
+		r.event(ctx, cur.ID, EventStartNotReady, guesttext.Escape(ex.StartNotReady))
 	}
 	return after, err
 }

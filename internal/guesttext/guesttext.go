@@ -1,4 +1,6 @@
-package sandbox
+// Package guesttext makes text a guest wrote safe for a host to show. It
+// stands on the standard library alone: the host bridge links it.
+package guesttext
 
 import (
 	"fmt"
@@ -7,24 +9,24 @@ import (
 	"unicode/utf8"
 )
 
-// MaxGuestText bounds guest-controlled text a host shows users (a sandbox
+// MaxBytes bounds guest-controlled text a host shows users (a sandbox
 // event's message), after escaping.
-const MaxGuestText = 2048
+const MaxBytes = 2048
 
-// GuestText makes text a guest wrote safe to show: invalid UTF-8 bytes
+// Escape makes text a guest wrote safe to show: invalid UTF-8 bytes
 // become \xNN, control and format characters (terminal escapes, newlines,
 // bidirectional overrides, line separators) become \n, \t, \xNN or \u{N},
-// and a result longer than MaxGuestText bytes is cut on a character
+// and a result longer than MaxBytes bytes is cut on a character
 // boundary, "…" marking the cut.
 //
 // Every byte from a guest is hostile, and the text crosses several hosts'
-// processes (bridge, node, server): each applies GuestText where the text
+// processes (bridge, node, server): each applies Escape where the text
 // comes in. That is why it is idempotent: a backslash is left as it is (an
 // escape reads the same as the guest writing one, which harms nobody), and
 // a result is never longer than the bound.
-func GuestText(s string) string {
+func Escape(s string) string {
 	var b strings.Builder
-	for i := 0; i < len(s) && b.Len() <= MaxGuestText; {
+	for i := 0; i < len(s) && b.Len() <= MaxBytes; {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1:
@@ -43,11 +45,11 @@ func GuestText(s string) string {
 		i += n
 	}
 	out := b.String()
-	if len(out) <= MaxGuestText {
+	if len(out) <= MaxBytes {
 		return out
 	}
 	const cut = "…"
-	end := MaxGuestText - len(cut)
+	end := MaxBytes - len(cut)
 	for end > 0 && !utf8.RuneStart(out[end]) {
 		end--
 	}
