@@ -18,8 +18,9 @@ import (
 )
 
 // hostInventory is what the platform holds on the host for one data
-// directory: its processes (the binaries this package built, or any
-// process naming the directory), mounts under the directory, loop devices
+// directory: its processes (the binaries this package built running in
+// the directory or naming one of the test's sandboxes, or any process
+// naming the directory), mounts under the directory, loop devices
 // backed by files in it, the volume store's subvolumes and work in
 // progress, the network namespaces and cgroups (under SPACE's "space"
 // groups) named after the test's sandboxes, and the VMMs' cgroups of the
@@ -40,7 +41,18 @@ func inventory(dataDir string, ids ...string) hostInventory {
 		}
 		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if (bin.dir != "" && strings.HasPrefix(exe, bin.dir+"/")) || bytes.Contains(cmdline, []byte(dataDir)) {
+		// One of this package's binaries counts when it runs in
+		// dataDir (a host bridge runs in its execution's directory) or
+		// names one of ids: the servers of the tests running beside
+		// this one (t.Parallel) are theirs, not its.
+		ours := false
+		if bin.dir != "" && strings.HasPrefix(exe, bin.dir+"/") {
+			cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+			ours = strings.HasPrefix(cwd, dataDir+"/") || slices.ContainsFunc(ids, func(id string) bool {
+				return id != "" && bytes.Contains(cmdline, []byte(id))
+			})
+		}
+		if ours || bytes.Contains(cmdline, []byte(dataDir)) {
 			out = append(out, "process "+e.Name()+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}

@@ -11,10 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -273,6 +275,12 @@ func (c *Client) fail(procedure string, err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return fmt.Errorf("%w: node %s %s: %v", errdefs.ErrUnavailable, c.addr, procedure, err)
+	}
+	if !connect.IsWireError(ce) && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
+		// The client made the error, not the node: its answer broke
+		// off (a node killed mid-stream leaves "incomplete envelope:
+		// unexpected EOF"). The node may be back soon: retry.
+		return fmt.Errorf("%w: node %s %s: its answer broke off: %v", errdefs.ErrUnavailable, c.addr, procedure, err)
 	}
 	if (ce.Code() == connect.CodeUnimplemented || ce.Code() == connect.CodeNotFound) && ce.Meta().Get(nodev1.VersionHeader) == "" {
 		return fmt.Errorf("%w: node %s %s: %w (it answers %v %q)", errdefs.ErrFailedPrecondition, c.addr, procedure, ErrOlderNode, ce.Code(), ce.Message())

@@ -36,6 +36,13 @@ func (fakeSnapshots) Upload(ctx context.Context, req *connect.Request[nodeapiv1.
 		return ctx.Err()
 	case "broken":
 		return fmt.Errorf("%w: object store refused", errdefs.ErrFailedPrecondition)
+	case "cut":
+		// The node dies mid-answer: its connection is cut after a
+		// reading, with no end of stream.
+		if err := reading(0, false); err != nil {
+			return err
+		}
+		panic(http.ErrAbortHandler)
 	case "busy":
 		for range 8 {
 			if err := reading(1, false); err != nil {
@@ -106,6 +113,18 @@ func TestStreamGivesUpOnASilentNode(t *testing.T) {
 	arts, err := c.UploadProgress(t.Context(), "busy", nodev1.UploadSnapshot{}, nil)
 	if err != nil || arts.PlainBytes != 1024 {
 		t.Errorf("busy node: %+v, %v; want its answer", arts, err)
+	}
+}
+
+// TestACutStreamIsUnavailable: a node whose streamed answer is cut
+// before its end (the node process killed mid-upload) gives Unavailable,
+// so the caller retries (a hibernation is redone once the node is back),
+// not an error of no class that gives the operation up.
+func TestACutStreamIsUnavailable(t *testing.T) {
+	c := newFakeNode(t)
+	_, err := c.UploadProgress(t.Context(), "cut", nodev1.UploadSnapshot{}, nil)
+	if !errdefs.IsUnavailable(err) {
+		t.Errorf("stream cut by the node's death: %v, want Unavailable", err)
 	}
 }
 
