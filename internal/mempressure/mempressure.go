@@ -8,7 +8,15 @@
 // Pressure turns ON when either holds:
 //
 //	MemAvailable < Threshold% of MemTotal
-//	PSI "some" avg10 >= PSIThreshold
+//	PSI "some" avg10 >= PSIThreshold, while MemAvailable < PSIMemoryShare% of MemTotal
+//
+// PSI is the whole host's: it counts a task stalled reclaiming inside its
+// own cgroup's limit (a sandbox at its memory.max, a big copy in a small
+// group) as much as one stalled because the host is short. With half of
+// the host's memory available the host is not short, so stalls then say
+// nothing about room for new work: a node whose memory is plentiful was
+// refusing every create while one sandbox thrashed against its own limit
+// (CI, 2026-12-07: "psi some avg10=25.24" with 22 of 24 GiB available).
 //
 // and OFF only when both hold:
 //
@@ -216,6 +224,9 @@ const (
 	// DefaultPSIThreshold is the PSI "some" avg10 (percent of the last
 	// 10 s in which some task stalled on memory) that means pressure.
 	DefaultPSIThreshold = 20.0
+	// PSIMemoryShare is the share of MemTotal (percent) of MemAvailable
+	// from which PSI no longer counts (the package comment says why).
+	PSIMemoryShare = 50.0
 )
 
 // Default paths of the files a Monitor reads.
@@ -344,11 +355,12 @@ func (m *Monitor) Measure() Reading {
 func verdict(on bool, mi Meminfo, hasPSI bool, some, threshold, psiThreshold float64) (bool, string) {
 	share := 100 * float64(mi.AvailableKiB) / float64(mi.TotalKiB)
 	low := share < threshold
-	stalled := hasPSI && some >= psiThreshold
+	short := share < PSIMemoryShare
+	stalled := hasPSI && short && some >= psiThreshold
 	if on {
 		// Stay on until both have cleared with margin.
 		low = share < 2*threshold
-		stalled = hasPSI && some >= psiThreshold/2
+		stalled = hasPSI && short && some >= psiThreshold/2
 	}
 	var why []string
 	if low {

@@ -124,10 +124,14 @@ func TestMonitorHysteresis(t *testing.T) {
 		{900, 0, "MemAvailable 900 MiB of 9.8 GiB (9.0%) below 10%"},
 		{1500, 0, "below 20%"}, // between T and 2T, was on: stays on
 		{2000, 0, ""},          // at 2T: off
-		{5000, 20, "psi some avg10=20.00 at or above 20"},
-		{5000, 12, "psi some avg10=12.00 at or above 10"}, // on until below half
-		{5000, 9.99, ""},
-		{5000, 19.99, ""},
+		{4000, 20, "psi some avg10=20.00 at or above 20"},
+		{4000, 12, "psi some avg10=12.00 at or above 10"}, // on until below half
+		{4000, 9.99, ""},
+		{4000, 19.99, ""},
+		// Half the host's memory or more available: stalls are tasks
+		// reclaiming within their own cgroups' limits, not the node short.
+		{5000, 60, ""},
+		{9000, 100, ""},
 		{500, 50, "below 10%; psi some avg10=50.00"},
 		{2500, 15, "psi some avg10=15.00"}, // memory cleared, PSI not: still on
 		{2500, 5, ""},
