@@ -39,7 +39,7 @@ func TestHeartbeatCarriesMemory(t *testing.T) {
 	if !hb.MemoryMeasured || hb.MemoryTotalMib != 8192 || hb.AvailableMib != 6144 || hb.MemoryPressure != "" {
 		t.Fatalf("heartbeat with 6 of 8 GiB free: measured %v total %d available %d pressure %q", hb.MemoryMeasured, hb.MemoryTotalMib, hb.AvailableMib, hb.MemoryPressure)
 	}
-	write(6*1024*1024, "42.00")
+	write(3*1024*1024, "42.00") // PSI counts while less than half is available
 	hb = m.heartbeat(t.Context(), hello, "127.0.0.1:1")
 	if !strings.Contains(hb.MemoryPressure, "psi some avg10=42.00") {
 		t.Fatalf("heartbeat under PSI pressure: pressure %q", hb.MemoryPressure)
