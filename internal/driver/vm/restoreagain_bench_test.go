@@ -2,13 +2,9 @@ package vm
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,29 +24,9 @@ import (
 // RAM in the stream).
 func BenchmarkRestoreAgain(b *testing.B) {
 	f := newFixture(b)
-	sizes := []int{256, 1024}
-	if env := os.Getenv("SPACE_BENCH_CHECKPOINT_MIB"); env != "" {
-		sizes = nil
-		for _, f := range strings.Split(env, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				b.Fatalf("SPACE_BENCH_CHECKPOINT_MIB=%q: %v", env, err)
-			}
-			sizes = append(sizes, n)
-		}
-	}
-	for _, mib := range sizes {
+	for _, mib := range checkpointSizes(b) {
 		b.Run(strconv.Itoa(mib)+"MiB", func(b *testing.B) {
-			stateDir := b.TempDir()
-			var logw io.Writer = io.Discard
-			if testing.Verbose() {
-				logw = os.Stderr // the driver's log has each restore's steps
-			}
-			d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(logw, nil)), ColdBoot: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			d.noMemoryFile = os.Getenv("SPACE_BENCH_CHECKPOINT_STREAM") == "1"
+			d := checkpointDriver(b, f)
 			defer d.Wait()
 			ctx := context.Background()
 			inst, err := d.Start(ctx, driver.Spec{ExecID: "ra-src", SandboxID: "bench", RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: mib})

@@ -336,29 +336,9 @@ func reportPercentiles(b *testing.B, took []time.Duration) {
 // -benchtime=1x.
 func BenchmarkCheckpoint(b *testing.B) {
 	f := newFixture(b)
-	sizes := []int{256, 1024}
-	if env := os.Getenv("SPACE_BENCH_CHECKPOINT_MIB"); env != "" {
-		sizes = nil
-		for _, f := range strings.Split(env, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				b.Fatalf("SPACE_BENCH_CHECKPOINT_MIB=%q: %v", env, err)
-			}
-			sizes = append(sizes, n)
-		}
-	}
-	for _, mib := range sizes {
+	for _, mib := range checkpointSizes(b) {
 		b.Run(strconv.Itoa(mib)+"MiB", func(b *testing.B) {
-			stateDir := b.TempDir()
-			var logw io.Writer = io.Discard
-			if testing.Verbose() {
-				logw = os.Stderr // the driver's log has each save's steps
-			}
-			d, err := New(Config{StateDir: stateDir, Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(logw, nil)), ColdBoot: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			d.noMemoryFile = os.Getenv("SPACE_BENCH_CHECKPOINT_STREAM") == "1"
+			d := checkpointDriver(b, f)
 			defer d.Wait()
 			ctx := context.Background()
 			inst, err := d.Start(ctx, driver.Spec{ExecID: "cp-src", SandboxID: "bench", RootFS: f.image, GuestBinary: f.guestBin, MemoryMiB: mib})
@@ -452,4 +432,39 @@ func waitUptime(t *testing.T, c *guest.Client, d time.Duration) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// checkpointSizes are the guest sizes (MiB) the checkpoint benchmarks run:
+// 256 and 1024, or SPACE_BENCH_CHECKPOINT_MIB's comma-separated list.
+func checkpointSizes(b *testing.B) []int {
+	env := os.Getenv("SPACE_BENCH_CHECKPOINT_MIB")
+	if env == "" {
+		return []int{256, 1024}
+	}
+	var sizes []int
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			b.Fatalf("SPACE_BENCH_CHECKPOINT_MIB=%q: %v", env, err)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
+// checkpointDriver is a driver for one checkpoint benchmark size, its state
+// under a fresh TMPDIR directory, its log on stderr with -v; RAM files
+// unless SPACE_BENCH_CHECKPOINT_STREAM=1 keeps RAM in the stream.
+func checkpointDriver(b *testing.B, f *fixture) *Driver {
+	b.Helper()
+	var logw io.Writer = io.Discard
+	if testing.Verbose() {
+		logw = os.Stderr // the driver's log has each save's and restore's steps
+	}
+	d, err := New(Config{StateDir: b.TempDir(), Kernel: f.kernel, CacheDir: f.cacheDir, Log: slog.New(slog.NewTextHandler(logw, nil)), ColdBoot: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.noMemoryFile = os.Getenv("SPACE_BENCH_CHECKPOINT_STREAM") == "1"
+	return d
 }
