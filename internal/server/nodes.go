@@ -298,12 +298,17 @@ func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *
 	execs := nodev1.ExecutionsFromWire(hb.GetExecutions())
 	// What the node is bringing up is known before the store makes it
 	// live: a create in between would see a live node without vm, neither
-	// offered nor coming, and refuse (warmup.go).
+	// offered nor coming, and refuse (warmup.go). The runtimes it offers
+	// count as coming too: in the heartbeat where vm moves from pending to
+	// offered, the store still says the node lacks vm until
+	// recordHeartbeat below, and a create in that window must wait for it
+	// (stateOf looks at the store's runtimes first).
 	mem, err := nodeMemory(hb)
 	if err != nil {
 		s.nodes.warnMemory(s.log, id, err)
 	}
-	s.nodes.observe(id, execs, nodev1.PoolStatusesFromWire(hb.GetPools()), hb.GetRuntimesPending(), hb.GetRuntimeStatus(), mem)
+	coming := append(slices.Clone(hb.GetRuntimesPending()), hb.GetRuntimes()...)
+	s.nodes.observe(id, execs, nodev1.PoolStatusesFromWire(hb.GetPools()), coming, hb.GetRuntimeStatus(), mem)
 	if err := s.recordHeartbeat(ctx, id, hb, now); err != nil {
 		return nil, err
 	}

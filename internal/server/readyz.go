@@ -18,9 +18,11 @@ import (
 const DefaultWarmupWait = service.DefaultWarmupWait
 
 // pendingRuntimes are the runtimes node id said in its last heartbeat it is
-// bringing up; nothing when that heartbeat is not recent. A replica knows
-// what the heartbeats it received said: on another one a create for such a
-// runtime is refused or waits for the node's next heartbeat there.
+// bringing up or offers (NodeHeartbeat: the store may not have its offer
+// yet; service.stateOf reads the store's first); nothing when that
+// heartbeat is not recent. A replica knows what the heartbeats it received
+// said: on another one a create for such a runtime is refused or waits for
+// the node's next heartbeat there.
 func (n *Nodes) pendingRuntimes(id string) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/spacesandbox/space/internal/scheduler"
 	"github.com/spacesandbox/space/internal/service"
 	"github.com/spacesandbox/space/internal/store"
+	"github.com/spacesandbox/space/internal/store/sqlite"
 )
 
 // beat sends node n1's heartbeat (at the fake node, which starts any
@@ -382,5 +386,52 @@ func TestRuntimeStatusFromHeartbeat(t *testing.T) {
 	n.observe("n1", nil, nil, nil, nil, scheduler.Memory{})
 	if got := n.RuntimeStatus()["n1"]; got != nil {
 		t.Errorf("after a heartbeat without status: %q", got)
+	}
+}
+
+// heldHeartbeats is a store whose RecordHeartbeat of a node that starts
+// offering vm waits until release is closed, after saying so on held.
+type heldHeartbeats struct {
+	store.Store
+	held, release chan struct{}
+}
+
+func (s *heldHeartbeats) RecordHeartbeat(ctx context.Context, n store.Node) (store.NodeState, error) {
+	if slices.Contains(n.Runtimes, "vm") {
+		close(s.held)
+		<-s.release
+	}
+	return s.Store.RecordHeartbeat(ctx, n)
+}
+
+// TestCreateWhileRuntimeBecomesOffered: the heartbeat in which a node
+// stops bringing vm up and starts offering it is not in the store yet
+// while the server already knows vm is no longer pending; a create in
+// that window waits for the store, never refuses with "no vm runtime"
+// (TestCreateAtHealthzVM saw it once under load).
+func TestCreateWhileRuntimeBecomesOffered(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "space.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldHeartbeats{Store: st, held: make(chan struct{}), release: make(chan struct{})}
+	cp := newControlPlaneOn(t, Config{DefaultRuntime: "auto"}, io.Discard, held)
+	var once sync.Once
+	release := func() { once.Do(func() { close(held.release) }) }
+	t.Cleanup(release) // before the server's cleanup, which waits for the held heartbeat
+	cp.beat([]string{"ns"}, []string{"vm"})
+	beaten := make(chan struct{})
+	go func() {
+		defer close(beaten)
+		cp.beat([]string{"ns", "vm"}, nil)
+	}()
+	<-held.held
+	ch := cp.createAsync(`{"template":"minimal"}`)
+	stillWaiting(t, ch)
+	release()
+	<-beaten
+	a := <-ch
+	if a.code != http.StatusCreated || a.sb.Runtime != "vm" {
+		t.Fatalf("create while the node's new runtimes were being recorded: HTTP %d runtime %q %+v, want 201 on vm", a.code, a.sb.Runtime, a.err)
 	}
 }

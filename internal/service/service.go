@@ -44,7 +44,8 @@ type Caller struct {
 // what each node's last heartbeat to this replica said. The control
 // plane's node registry implements it.
 type Heartbeats interface {
-	// PendingRuntimes are the runtimes node id is bringing up; nothing
+	// PendingRuntimes are the runtimes node id is bringing up (or, in
+	// its last heartbeat, offers: the store may not say so yet); nothing
 	// when its last heartbeat is not recent.
 	PendingRuntimes(id string) []string
 	// WarmNodes maps each node with ready warm executions of key to how
