@@ -90,7 +90,19 @@ type copyEntry struct {
 	host, dest string
 	mode       fs.FileMode
 	link       string // symlink target
+	// owner, when not nil, is the owner an ADDed archive gave the entry;
+	// nil is root's (COPY, as Docker's).
+	owner *template.Owner
 }
+
+// MaxSandboxID is the largest uid and gid an ADDed archive may give its
+// files: a sandbox's user namespace maps ids 0 to 65535 (the ns runtime's
+// ns.RangeSize; the vm runtime's guests are confined to as many), so a
+// chown to a larger id fails in the sandbox. An archive naming one is
+// refused with its line, as Docker refuses ids its user-namespace remapping
+// cannot map, rather than clamped to some other owner the archive did not
+// ask for; --chown overrides the archive's owners and so accepts it.
+const MaxSandboxID = 65535
 
 // copyPlan lists what COPY/ADD in copies from contextDir, with Docker's
 // destination rules: a directory source copies its contents; several
@@ -102,7 +114,8 @@ type copyEntry struct {
 // it is unpacked into a new directory under tmp with template.ExtractIfArchive
 // (no absolute names or "..", nothing written through a symlink, no
 // devices, addLimits) and copied as a directory source is. Any other file
-// is copied as a file.
+// is copied as a file. The extracted entries keep the archive's modes and
+// owners (within MaxSandboxID) unless the step has --chown, as Docker's.
 func copyPlan(ctx context.Context, contextDir, tmp string, s *buildState, in dockerfile.Instruction) ([]copyEntry, error) {
 	srcs, rawDest := in.Args[:len(in.Args)-1], in.Args[len(in.Args)-1]
 	dest := s.abs(rawDest)
@@ -118,12 +131,13 @@ func copyPlan(ctx context.Context, contextDir, tmp string, s *buildState, in doc
 			return nil, fmt.Errorf("line %d: %s %s: %w", in.Line, in.Cmd, src, err)
 		}
 		extracted := false
+		var owners map[string]template.Owner
 		if in.Cmd == "ADD" && fi.Mode().IsRegular() {
 			x := filepath.Join(tmp, strconv.Itoa(n))
 			if err := os.Mkdir(x, 0o755); err != nil {
 				return nil, fmt.Errorf("line %d: ADD %s: %w", in.Line, src, err)
 			}
-			if extracted, err = template.ExtractIfArchive(ctx, p, x, addLimits); err != nil {
+			if owners, extracted, err = template.ExtractIfArchive(ctx, p, x, addLimits); err != nil {
 				return nil, fmt.Errorf("line %d: ADD %s: extract the archive: %w", in.Line, src, err)
 			}
 			if extracted {
@@ -156,6 +170,18 @@ func copyPlan(ctx context.Context, contextDir, tmp string, s *buildState, in doc
 				return err
 			}
 			e := copyEntry{host: hp, dest: path.Join(base, filepath.ToSlash(rel)), mode: info.Mode()}
+			if extracted && in.Flags["chown"] == "" {
+				o, ok := owners[filepath.ToSlash(rel)]
+				if !ok {
+					// A parent the archive has no entry of: root's, as
+					// Docker makes it.
+					o = template.Owner{}
+				}
+				if o.UID < 0 || o.UID > MaxSandboxID || o.GID < 0 || o.GID > MaxSandboxID {
+					return fmt.Errorf("entry %s: owner %d:%d: a sandbox has uids and gids 0 to %d only; set the owner with ADD --chown=USER:GROUP", printable(filepath.ToSlash(rel)), o.UID, o.GID, MaxSandboxID)
+				}
+				e.owner = &o
+			}
 			switch {
 			case info.Mode()&fs.ModeSymlink != 0:
 				if e.link, err = os.Readlink(hp); err != nil {
@@ -175,29 +201,50 @@ func copyPlan(ctx context.Context, contextDir, tmp string, s *buildState, in doc
 	return out, nil
 }
 
-// fixupScript sets what the files API does not: modes, owners (--chown, or
-// root as Docker does) and symlinks.
+// fixupScript sets what the files API does not: owners (--chown, an ADDed
+// archive's, or root as Docker does), modes (setuid, setgid and sticky
+// bits included, set after the owner, whose change clears them) and
+// symlinks.
 func fixupScript(entries []copyEntry, chown, chmod string) string {
-	owner := "0:0"
-	if chown != "" {
-		owner = chown
-	}
 	var b strings.Builder
 	b.WriteString("set -e\n")
 	for _, e := range entries {
 		q := shQuote(e.dest)
+		owner := "0:0"
+		switch {
+		case chown != "":
+			owner = chown
+		case e.owner != nil:
+			owner = fmt.Sprintf("%d:%d", e.owner.UID, e.owner.GID)
+		}
 		if e.link != "" {
 			fmt.Fprintf(&b, "rm -rf %s; ln -s %s %s\n", q, shQuote(e.link), q)
 			fmt.Fprintf(&b, "chown -h %s %s\n", shQuote(owner), q)
 			continue
 		}
-		mode := fmt.Sprintf("%o", e.mode.Perm())
+		mode := fmt.Sprintf("%o", unixMode(e.mode))
 		if chmod != "" {
 			mode = chmod
 		}
-		fmt.Fprintf(&b, "chmod %s %s\nchown %s %s\n", mode, q, shQuote(owner), q)
+		fmt.Fprintf(&b, "chown %s %s\nchmod %s %s\n", shQuote(owner), q, mode, q)
 	}
 	return b.String()
+}
+
+// unixMode is m's permission bits with its setuid, setgid and sticky bits
+// as chmod reads them.
+func unixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		u |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

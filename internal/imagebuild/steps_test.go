@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spacesandbox/space/internal/driver/ns"
 	"github.com/spacesandbox/space/internal/template/dockerfile"
 )
 
@@ -190,5 +192,80 @@ func TestAddArchive(t *testing.T) {
 	}
 	if _, err := os.Stat("/tmp/escape"); err == nil {
 		t.Errorf("a hostile archive wrote /tmp/escape")
+	}
+}
+
+// TestAddArchiveOwners: ADD of an archive keeps its entries' owners and
+// modes (setuid included), a directory the archive has no entry of is
+// root's, --chown overrides them all, and an id outside the sandbox's
+// user namespace is refused with the line unless --chown overrides it.
+func TestAddArchiveOwners(t *testing.T) {
+	dir := t.TempDir()
+	writeTar(t, filepath.Join(dir, "own.tar"), false,
+		tar.Header{Name: "srv/app/", Typeflag: tar.TypeDir, Mode: 0o750, Uid: 1000, Gid: 1001},
+		tar.Header{Name: "srv/app/run", Typeflag: tar.TypeReg, Mode: 0o4755, Uid: 1000, Gid: 50},
+		tar.Header{Name: "srv/app/cur", Typeflag: tar.TypeSymlink, Linkname: "run", Uid: 7, Gid: 8},
+		tar.Header{Name: "srv/nobody", Typeflag: tar.TypeReg, Mode: 0o644, Uid: 65534, Gid: 65534},
+	)
+	writeTar(t, filepath.Join(dir, "huge.tar"), false,
+		tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Uid: MaxSandboxID + 1, Gid: 0})
+	writeTar(t, filepath.Join(dir, "hugegid.tar"), false,
+		tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Uid: 0, Gid: 1 << 31})
+	st := &buildState{env: map[string]string{}}
+	plan := func(line string) ([]copyEntry, error) {
+		t.Helper()
+		return copyPlan(context.Background(), dir, t.TempDir(), st, parseDF(t, "FROM minimal\n"+line+"\n").Steps[0])
+	}
+	es, err := plan("ADD own.tar /opt/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range es {
+		if e.owner == nil {
+			t.Fatalf("%s: no owner from the archive", e.dest)
+		}
+		got[e.dest] = fmt.Sprintf("%d:%d %o", e.owner.UID, e.owner.GID, unixMode(e.mode))
+	}
+	want := map[string]string{
+		"/opt/srv": "0:0 755", "/opt/srv/app": "1000:1001 750", "/opt/srv/app/run": "1000:50 4755",
+		"/opt/srv/app/cur": "7:8 777", "/opt/srv/nobody": "65534:65534 644",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ADD own.tar: %v, want %v", got, want)
+	}
+	s := fixupScript(es, "", "")
+	for _, want := range []string{"chown '1000:50' '/opt/srv/app/run'\nchmod 4755 '/opt/srv/app/run'\n", "chown -h '7:8' '/opt/srv/app/cur'", "chown '0:0' '/opt/srv'\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("fixup script lacks %q:\n%s", want, s)
+		}
+	}
+	es, err = plan("ADD --chown=app:app own.tar /opt/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.owner != nil {
+			t.Errorf("ADD --chown: %s keeps the archive's owner %v", e.dest, *e.owner)
+		}
+	}
+	if s := fixupScript(es, "app:app", ""); strings.Contains(s, "1000") || !strings.Contains(s, "chown 'app:app' '/opt/srv/app/run'") {
+		t.Errorf("ADD --chown: script does not set app:app everywhere:\n%s", s)
+	}
+	for _, name := range []string{"huge.tar", "hugegid.tar"} {
+		if _, err := plan("ADD " + name + " /x/"); err == nil || !strings.Contains(err.Error(), "line 2: ADD "+name) || !strings.Contains(err.Error(), "0 to 65535") {
+			t.Errorf("ADD %s (an id past %d): %v; want refused with line 2", name, MaxSandboxID, err)
+		}
+		if _, err := plan("ADD --chown=0:0 " + name + " /x/"); err != nil {
+			t.Errorf("ADD --chown=0:0 %s: %v; want the archive's owner overridden", name, err)
+		}
+	}
+}
+
+// TestMaxSandboxIDIsTheNamespaceRange: MaxSandboxID is the last id of the
+// ns runtime's per-sandbox range.
+func TestMaxSandboxIDIsTheNamespaceRange(t *testing.T) {
+	if MaxSandboxID+1 != ns.RangeSize {
+		t.Errorf("MaxSandboxID %d, ns.RangeSize %d: want the range's last id", MaxSandboxID, ns.RangeSize)
 	}
 }

@@ -182,7 +182,10 @@ func ExtractLayer(ctx context.Context, r io.Reader, dest string, lim Limits) (in
 }
 
 func extract(ctx context.Context, r io.Reader, dest string, lim Limits, layer bool) (int64, error) {
-	t := tree{root: dest}
+	return tree{root: dest}.extract(ctx, r, lim, layer)
+}
+
+func (t tree) extract(ctx context.Context, r io.Reader, lim Limits, layer bool) (int64, error) {
 	if layer {
 		t.written = map[string]bool{}
 	}
@@ -272,6 +275,9 @@ func (t tree) entry(hdr *tar.Header, r io.Reader) (*dirMeta, error) {
 	path, err := t.parents(rel)
 	if err != nil {
 		return nil, err
+	}
+	if t.owners != nil {
+		t.owners[rel] = Owner{UID: hdr.Uid, GID: hdr.Gid}
 	}
 	exists, err := t.replace(path, hdr.Typeflag == tar.TypeDir)
 	if err != nil {
@@ -383,28 +389,33 @@ func unixBits(mode int64) fs.FileMode {
 // bzip2, xz or zstd compressed, recognised by its content (compression
 // magic, then the tar header's "ustar" magic), as Docker's ADD does; it
 // reports whether it was one. A file that is not such an archive is left
-// alone (false, nil): ADD copies it as a file.
-func ExtractIfArchive(ctx context.Context, file, dest string, lim Limits) (bool, error) {
+// alone (false, nil): ADD copies it as a file. Of an archive it returns
+// the owner each entry's header names, by its slash-separated path
+// relative to dest (a later entry of the same path wins), whether or not
+// the extraction could apply it (it does only as root): ADD gives the
+// files in the sandbox these owners.
+func ExtractIfArchive(ctx context.Context, file, dest string, lim Limits) (map[string]Owner, bool, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	defer f.Close()
 	r, wait, err := decompress(ctx, f)
 	if errors.Is(err, errdefs.ErrFailedPrecondition) {
-		return false, err // zstd or xz is not installed
+		return nil, false, err // zstd or xz is not installed
 	}
 	if err != nil {
 		// A file with a compression magic that does not decompress is not
 		// an archive: it is copied as it is.
-		return false, nil
+		return nil, false, nil
 	}
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(512)
 	if len(head) < 512 || !bytes.HasPrefix(head[257:], []byte("ustar")) {
 		_ = wait()
-		return false, nil
+		return nil, false, nil
 	}
-	err = Extract(ctx, br, dest, lim)
-	return true, errors.Join(err, wait())
+	t := tree{root: dest, owners: map[string]Owner{}}
+	_, err = t.extract(ctx, br, lim, false)
+	return t.owners, true, errors.Join(err, wait())
 }

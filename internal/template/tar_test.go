@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -334,7 +336,7 @@ func TestExtractIfArchive(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, name), body, 0o644)
 		dest := filepath.Join(dir, "out-"+name)
 		os.Mkdir(dest, 0o755)
-		ok, err := ExtractIfArchive(t.Context(), filepath.Join(dir, name), dest, DefaultLimits)
+		_, ok, err := ExtractIfArchive(t.Context(), filepath.Join(dir, name), dest, DefaultLimits)
 		wantArchive := name != "t.tar.gz" && name != "e.tar"
 		if err != nil || ok != wantArchive {
 			t.Errorf("%s: archive %v, %v; want %v", name, ok, err, wantArchive)
@@ -346,7 +348,45 @@ func TestExtractIfArchive(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "big.tar"), mkTar(t, ent{typ: tar.TypeReg, name: "f", body: "0123456789", mode: 0o644}), 0o644)
 	os.Mkdir(filepath.Join(dir, "out-big"), 0o755)
-	if _, err := ExtractIfArchive(t.Context(), filepath.Join(dir, "big.tar"), filepath.Join(dir, "out-big"), Limits{MaxBytes: 5, MaxEntries: 10}); err == nil {
+	if _, _, err := ExtractIfArchive(t.Context(), filepath.Join(dir, "big.tar"), filepath.Join(dir, "out-big"), Limits{MaxBytes: 5, MaxEntries: 10}); err == nil {
 		t.Error("an archive over MaxBytes was extracted")
+	}
+}
+
+// TestExtractIfArchiveOwners: the owners of an archive's entries are
+// returned by path, as the headers name them (a later entry of a path
+// wins; the root and skipped device nodes are not listed), whoever runs
+// the extraction.
+func TestExtractIfArchiveOwners(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755, Uid: 9, Gid: 9},
+		{Typeflag: tar.TypeDir, Name: "app/", Mode: 0o750, Uid: 1000, Gid: 1001},
+		{Typeflag: tar.TypeReg, Name: "app/run", Mode: 0o4755, Uid: 1000, Gid: 50},
+		{Typeflag: tar.TypeSymlink, Name: "app/link", Linkname: "run", Uid: 7, Gid: 8},
+		{Typeflag: tar.TypeReg, Name: "app/twice", Mode: 0o644, Uid: 1, Gid: 1},
+		{Typeflag: tar.TypeReg, Name: "app/twice", Mode: 0o644, Uid: 2, Gid: 3},
+		{Typeflag: tar.TypeChar, Name: "app/null", Mode: 0o666, Uid: 4, Gid: 4, Devmajor: 1, Devminor: 3},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	dir := t.TempDir()
+	file, dest := filepath.Join(dir, "a.tar"), filepath.Join(dir, "out")
+	os.WriteFile(file, buf.Bytes(), 0o644)
+	os.Mkdir(dest, 0o755)
+	owners, ok, err := ExtractIfArchive(t.Context(), file, dest, DefaultLimits)
+	if err != nil || !ok {
+		t.Fatalf("ExtractIfArchive: %v, %v", ok, err)
+	}
+	want := map[string]Owner{"app": {1000, 1001}, "app/run": {1000, 50}, "app/link": {7, 8}, "app/twice": {2, 3}}
+	if !maps.Equal(owners, want) {
+		t.Errorf("owners %v, want %v", owners, want)
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "app", "run")); err != nil || fi.Mode()&fs.ModeSetuid == 0 {
+		t.Errorf("app/run: %v, %v; want its setuid bit kept", fi, err)
 	}
 }

@@ -56,7 +56,13 @@ type tree struct {
 	// the entries the current layer wrote (an opaque directory keeps them),
 	// whiteouts are honoured and an entry may replace a directory.
 	written map[string]bool
+	// owners, when not nil, gets the owner each entry's header names, by
+	// its path relative to root (ExtractIfArchive).
+	owners map[string]Owner
 }
+
+// Owner is the numeric owner an archive entry's header names.
+type Owner struct{ UID, GID int }
 
 // parents makes sure every directory above rel exists as a real directory and
 // returns rel's absolute path. rel must come from cleanRel and be non-empty.
