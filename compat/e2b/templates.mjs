@@ -3,10 +3,11 @@
 // and setStartCmd with a readyCmd, its build log streamed, then a sandbox
 // of it; a readyCmd passes in every new sandbox before its first command;
 // a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage of a
-// registry image is refused naming the feature, one of an OCI layout on the server builds; a hostile upload (a symlink out of the file
+// registry image is refused naming the feature, one of an OCI layout on the server builds (imported once per
+// content: a copy under another path reuses the import, changed content imports anew); a hostile upload (a symlink out of the file
 // context) is refused.
 import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
-import { mkdtempSync, mkdirSync, writeFileSync, symlinkSync } from 'node:fs'
+import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { assert, eq, rejects, run, template, waitFor } from './lib.mjs'
@@ -104,6 +105,17 @@ await run('templates', [
     const again = []
     await Template.build(Template().fromImage(src).runCmd('true'), name + '-oci2', { onBuildLogs: (e) => again.push(e.message) })
     assert(again.some((l) => l.includes('imported already')), `a second build reuses the import:\n${again.join('\n')}`)
+    // The import is named after the image's content, not its path: a copy
+    // under another path reuses it; that path with new content imports anew.
+    const copy = `oci:${process.env.E2B_OCI_LAYOUT_COPY}#compat:1`
+    const same = []
+    await Template.build(Template().fromImage(copy).runCmd('true'), name + '-oci3', { onBuildLogs: (e) => same.push(e.message) })
+    assert(same.some((l) => l.includes('imported already')), `the same image under another path reuses the import:\n${same.join('\n')}`)
+    const ix = join(process.env.E2B_OCI_LAYOUT_COPY, 'index.json')
+    writeFileSync(ix, readFileSync(ix, 'utf8') + '\n')
+    const anew = []
+    await Template.build(Template().fromImage(copy).runCmd('true'), name + '-oci4', { onBuildLogs: (e) => anew.push(e.message) })
+    assert(anew.some((l) => l.includes('base: importing oci:')), `new content under a path imported before is imported anew:\n${anew.join('\n')}`)
   }],
   ['a hostile upload is refused', async () => {
     const t = Template({ fileContextPath: ctx }).fromTemplate(template).copy('evil', '/evil')

@@ -37,6 +37,10 @@ func TestE2BTemplateBuild(t *testing.T) {
 	layout := filepath.Join(t.TempDir(), "layout")
 	writeOCILayout(t, layout)
 	t.Setenv("E2B_OCI_LAYOUT", layout)
+	// The same image under another path (which the script then changes).
+	layoutCopy := filepath.Join(t.TempDir(), "copy")
+	writeOCILayout(t, layoutCopy)
+	t.Setenv("E2B_OCI_LAYOUT_COPY", layoutCopy)
 	srv := startServer(t, devserver.Build(t), "ns")
 	srv.runScript(t, work, "templates.mjs")
 }

@@ -360,7 +360,12 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 			return &imagebuild.StepError{Index: i, Err: fmt.Errorf("COPY %s: %w", service.Clip(s.Args[0]), err)}
 		}
 	}
-	if src, local, _ := localImage(spec.FromImage); local {
+	if _, local, _ := localImage(spec.FromImage); local {
+		src, name, err := imageBase(spec.FromImage)
+		if err != nil {
+			return err
+		}
+		df.From = name
 		if err := imagebuild.ImportBase(ctx, backend, src, df.From, log); err != nil {
 			return err
 		}

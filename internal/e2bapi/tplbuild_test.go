@@ -319,19 +319,55 @@ func TestParsePublicURL(t *testing.T) {
 }
 
 // TestDockerfileOfLocalImage: fromImage of an image on the server's
-// filesystem is the base of the steps as the template it is imported as.
+// filesystem is accepted without reading it (the caller may not be an
+// admin yet); the base is named when the build starts (imageBase).
 func TestDockerfileOfLocalImage(t *testing.T) {
 	for _, src := range []string{"oci:/srv/layout#app:1", "docker-archive:/srv/image.tar"} {
 		df, _, err := dockerfileOf(templateSpec{FromImage: src, Steps: []templateStep{{Type: "RUN", Args: []string{"true"}}}})
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
-		if df.From != imageBaseName(src) || !strings.HasPrefix(df.From, "e2bimg-") || len(df.Steps) != 1 {
-			t.Errorf("%s: FROM %q, %d steps; want FROM %s and the step", src, df.From, len(df.Steps), imageBaseName(src))
+		if df.From != "" || len(df.Steps) != 1 {
+			t.Errorf("%s: FROM %q, %d steps; want no FROM until the image is read, and the step", src, df.From, len(df.Steps))
 		}
 	}
-	if imageBaseName("oci:/a") == imageBaseName("oci:/b") {
-		t.Error("two sources share an imported template")
+}
+
+// TestImageBaseByContent: a fromImage's import is named after the image's
+// content and ref, not its path: a copy under another path shares the
+// import, the same path with new content gets a new one, as does another
+// ref; a path that holds no image is an invalid argument.
+func TestImageBaseByContent(t *testing.T) {
+	dir := t.TempDir()
+	index := `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` + strings.Repeat("a", 64) + `","size":1}]}`
+	for _, d := range []string{"one", "two"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+		os.WriteFile(filepath.Join(dir, d, "index.json"), []byte(index), 0o644)
+	}
+	name := func(from string) string {
+		t.Helper()
+		src, n, err := imageBase(from)
+		if err != nil {
+			t.Fatalf("imageBase(%s): %v", from, err)
+		}
+		if !strings.HasPrefix(n, ImagePrefix) || !strings.HasPrefix(src, "oci:/") {
+			t.Errorf("imageBase(%s) = %s, %s; want an oci:/ source and %s…", from, src, n, ImagePrefix)
+		}
+		return n
+	}
+	one := name("oci:" + filepath.Join(dir, "one") + "#app:1")
+	if two := name("oci:" + filepath.Join(dir, "two") + "#app:1"); two != one {
+		t.Errorf("one image under two paths: imports %s and %s, want one", one, two)
+	}
+	if other := name("oci:" + filepath.Join(dir, "one") + "#app:2"); other == one {
+		t.Errorf("another ref of the layout shares import %s", one)
+	}
+	os.WriteFile(filepath.Join(dir, "one", "index.json"), []byte(strings.Replace(index, "aaaa", "bbbb", 1)), 0o644)
+	if changed := name("oci:" + filepath.Join(dir, "one") + "#app:1"); changed == one {
+		t.Errorf("the layout changed under its path: still import %s, want a new one", one)
+	}
+	if _, _, err := imageBase("docker-archive:" + filepath.Join(dir, "none.tar")); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a missing archive: %v, want InvalidArgument", err)
 	}
 }
 

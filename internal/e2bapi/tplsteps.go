@@ -50,14 +50,16 @@ func copyDir(i int) string { return fmt.Sprintf("copy%d", i) }
 // naming the feature, what SPACE cannot build.
 func dockerfileOf(spec templateSpec) (*dockerfile.File, bool, error) {
 	from := spec.FromTemplate
-	src, local, err := localImage(spec.FromImage)
+	_, local, err := localImage(spec.FromImage)
 	switch {
 	case err != nil:
 		return nil, false, err
 	case local && spec.FromTemplate != "":
 		return nil, false, fmt.Errorf("%w: both fromImage and fromTemplate: name one base", errdefs.ErrInvalidArgument)
 	case local:
-		from = imageBaseName(src)
+		// FROM is the template the image is imported as, named after its
+		// content (imageBase), which is read once the caller is known to
+		// be an admin.
 	case spec.FromImage != "" || len(spec.FromImageRegistry) > 0:
 		return nil, false, fmt.Errorf("%w: fromImage and fromImageRegistry (a base image pulled from a registry) are not supported by SPACE, whose control plane reaches no registry: import the image once with `space template build NAME --from oci:DIR` (or docker-archive:FILE) and build on it with fromTemplate('NAME'), or, with an admin key, name the layout on the server: fromImage('oci:/DIR') or fromImage('docker-archive:/FILE') (docs/e2b.md)", errdefs.ErrInvalidArgument)
 	case spec.FromTemplate == "":
@@ -194,6 +196,21 @@ func localImage(fromImage string) (string, bool, error) {
 // maxImageSource bounds a fromImage source.
 const maxImageSource = 4096
 
-// imageBaseName is the template a local image source is imported as, once:
-// e2bimg- and the first 16 hex digits of the source's sha256.
-func imageBaseName(src string) string { return imagebuild.BaseName("e2bimg-", src) }
+// imageBase reads the image fromImage names on the server's filesystem
+// (an admin's: the server reads it with its own rights) and returns the
+// source to import it from and the template it is imported as, once:
+// e2bimg- and 16 hex digits of the image's identity (imagebuild.ImageSource:
+// the layout's index.json, the archive's manifest and configs, which hold
+// the digests of everything else, and the ref), not of its path, so the
+// same path with new content is imported anew and one image under two
+// paths is imported once.
+func imageBase(fromImage string) (src, name string, err error) {
+	src, id, _, err := imagebuild.ImageSource(fromImage, "/")
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return src, imagebuild.BaseName(ImagePrefix, id), nil
+}
+
+// ImagePrefix begins the name of a template a fromImage is imported as.
+const ImagePrefix = "e2bimg-"
