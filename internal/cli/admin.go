@@ -22,6 +22,8 @@ func init() {
 		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
 		&command{path: "template cache", args: "list | prune [NAME]",
 			summary: "list the Dockerfile step cache's holders (stopped sandboxes holding the cached steps' snapshots), or delete them: all, or those of template NAME's builds", run: templateCache},
+		&command{path: "template gc", args: "[--older-than DUR]",
+			summary: "delete the templates images were imported as (dfimg-…, e2bimg-…) that no sandbox uses, created more than DUR ago (default 168h); every build FROM an image does this too (admin key)", run: templateGC},
 		&command{path: "template delete", args: "NAME", summary: "delete a template", run: templateDelete},
 		&command{path: "template egress", args: "NAME (--set FILE | --clear)",
 			summary: "set (or clear) the default egress policy of sandboxes made from a template; their own policy wins", run: templateEgress},

@@ -9,7 +9,8 @@ import (
 )
 
 // The Dockerfile build's step cache (internal/imagebuild's cache.go) as
-// `space template cache list|prune`.
+// `space template cache list|prune`, and the collection of unused image
+// imports (imports.go) as `space template gc`.
 
 // templateCache runs `space template cache list|prune`.
 func templateCache(ctx context.Context, e *env, args []string) error {
@@ -66,5 +67,24 @@ func templateCachePrune(ctx context.Context, e *env, args []string) error {
 	}
 	n, err := imagebuild.PruneHolders(ctx, b, holders, name, 0, "")
 	fmt.Fprintf(e.stderr, "step cache: %d holder(s) deleted\n", n)
+	return err
+}
+
+// templateGC runs `space template gc [--older-than DUR]`.
+func templateGC(ctx context.Context, e *env, args []string) error {
+	fs := newFlags("template gc")
+	olderThan := durationFlag(fs, "older-than", imagebuild.ImportTTL, "delete only imports created longer ago than this")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, 0); err != nil {
+		return err
+	}
+	got, err := imagebuild.CollectImports(ctx, imagebuild.Client{C: e.c}, *olderThan, time.Now(), "", e.stderr)
+	for _, name := range got.Used {
+		fmt.Fprintf(e.stderr, "base: kept import %s: sandboxes use it\n", name)
+	}
+	fmt.Fprintf(e.stderr, "template gc: %d import(s) deleted, %d in use kept\n", len(got.Deleted), len(got.Used))
 	return err
 }

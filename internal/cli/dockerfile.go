@@ -19,7 +19,7 @@ import (
 
 // dfImagePrefix begins the name of a template a Dockerfile's FROM oci:DIR
 // or docker-archive:FILE is imported as.
-const dfImagePrefix = "dfimg-"
+const dfImagePrefix = imagebuild.DockerfileImportPrefix
 
 // dockerfileJob is what `space template build NAME --dockerfile FILE` was
 // asked.
@@ -66,5 +66,13 @@ func dockerfileBuild(ctx context.Context, e *env, job dockerfileJob, wait time.D
 			return nil, fmt.Errorf("%s: %w", job.file, err)
 		}
 	}
-	return imagebuild.Run(ctx, imagebuild.Client{C: e.c}, plan)
+	t, err := imagebuild.Run(ctx, imagebuild.Client{C: e.c}, plan)
+	if err == nil && local {
+		// The build's holder uses its import now; the others may be
+		// unused.
+		if _, err := imagebuild.CollectImports(ctx, imagebuild.Client{C: e.c}, imagebuild.ImportTTL, time.Now(), df.From, e.stderr); err != nil {
+			fmt.Fprintf(e.stderr, "space: warning: %v\n", err)
+		}
+	}
+	return t, err
 }

@@ -376,8 +376,17 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 	if err != nil {
 		return err
 	}
-	_, err = imagebuild.Run(ctx, backend, plan)
-	return err
+	if _, err = imagebuild.Run(ctx, backend, plan); err != nil {
+		return err
+	}
+	if im, ok := backend.(imagebuild.Imports); ok && spec.FromImage != "" {
+		// Built FROM an image (an admin's build): the build's holder uses
+		// its import now; the others may be unused.
+		if _, err := imagebuild.CollectImports(ctx, im, imagebuild.ImportTTL, time.Now(), df.From, log); err != nil {
+			fmt.Fprintf(log, "space: warning: %v\n", err)
+		}
+	}
+	return nil
 }
 
 // handleTemplateBuildStatus serves GET /templates/{templateID}/builds/{buildID}/status:

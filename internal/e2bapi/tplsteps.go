@@ -213,4 +213,4 @@ func imageBase(fromImage string) (src, name string, err error) {
 }
 
 // ImagePrefix begins the name of a template a fromImage is imported as.
-const ImagePrefix = "e2bimg-"
+const ImagePrefix = imagebuild.E2BImportPrefix
