@@ -265,3 +265,58 @@ func (in *instance) cacheSnapshots(id string) []string {
 	slices.Sort(names)
 	return names
 }
+
+// TestDockerfileCacheOutsideQuota: the step cache's holders are stopped
+// sandboxes, which the tenant's quota does not count: with a quota of one
+// running sandbox a tenant holding cached builds rebuilds (from a cached
+// step, and with new steps), and a build refused because another sandbox
+// runs says what a build counts.
+func TestDockerfileCacheOutsideQuota(t *testing.T) {
+	in := startServer(t, newDataDir(t))
+	defer in.stop()
+	dir := t.TempDir()
+	df := filepath.Join(dir, "Dockerfile")
+	os.WriteFile(filepath.Join(dir, "f"), []byte("one\n"), 0o644)
+	if err := os.WriteFile(df, []byte("FROM minimal\nRUN echo built > /built\nCOPY f /f\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := func(name string) (string, int) {
+		t.Helper()
+		_, stderr, code := in.cli("", "template", "build", name, "--dockerfile", df, "--context", dir)
+		return stderr, code
+	}
+	if log, code := build("dfq"); code != 0 {
+		t.Fatalf("first build: exit %d\n%s\n%s", code, log, in.logs())
+	}
+	holders := in.wantOnlyHolders()
+	var holder sandbox
+	if len(holders) != 1 || in.do("GET", "/v1/sandboxes/"+holders[0], nil, &holder) != http.StatusOK {
+		t.Fatalf("holders %v, want the first build's", holders)
+	}
+	tenant := holder.Tenant
+	if _, e, c := in.cli("", "tenant", "quota", tenant, "--max-sandboxes", "1"); c != 0 {
+		t.Fatalf("tenant quota: exit %d: %s", c, e)
+	}
+	defer in.cli("", "tenant", "quota", tenant, "--max-sandboxes", "0")
+	if log, code := build("dfq2"); code != 0 || !strings.Contains(log, "step 2/2: cached: COPY f /f") {
+		t.Errorf("a cached rebuild under a quota of 1 with a holder: exit %d, want it built from the cache\n%s", code, log)
+	}
+	os.WriteFile(filepath.Join(dir, "f"), []byte("two\n"), 0o644)
+	if log, code := build("dfq3"); code != 0 || !strings.Contains(log, "step 1/2: cached:") || strings.Contains(log, "step 2/2: cached:") {
+		t.Errorf("a rebuild with a new step under a quota of 1: exit %d, want step 1 cached and step 2 run\n%s", code, log)
+	}
+	if n := len(in.wantOnlyHolders()); n != 2 {
+		t.Errorf("after the builds: %d holders, want 2 (the fully cached rebuild made none)", n)
+	}
+	sb := in.createWith("dfq3", "ns")
+	if res := in.exec(sb.ID, "cat", "/built", "/f"); res.Stdout != "built\ntwo\n" {
+		t.Errorf("a sandbox from the rebuilt template: %+v", res)
+	}
+	log, code := build("dfq4")
+	if code == 0 || !strings.Contains(log, "over its quota") || !strings.Contains(log, "holders are stopped and do not count") {
+		t.Errorf("a build while the quota's one sandbox runs: exit %d, want the quota refusal saying what a build counts\n%s", code, log)
+	}
+	in.delete(sb.ID)
+	in.waitGone(sb.ID)
+	in.cli("", "template", "cache", "prune")
+}

@@ -14,6 +14,7 @@ package imagebuild
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -23,8 +24,10 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/template/dockerfile"
 	"github.com/spacesandbox/space/internal/template/imagecfg"
+	space "github.com/spacesandbox/space/sdk/go"
 )
 
 // Backend is what a build does in SPACE, as its caller.
@@ -203,7 +206,7 @@ func Run(ctx context.Context, b Backend, p *Plan) (*sandboxv1.Template, error) {
 	ok = true
 	if holds {
 		// The new holder counts among the kept.
-		if _, err := PruneHolders(ctx, b, holders, job.Name, cacheKeep-1, id); err != nil {
+		if _, err := deleteHolders(ctx, b, afterBuild(holders, job.Name, id)); err != nil {
 			fmt.Fprintf(job.Log, "space: warning: %v\n", err)
 		}
 	}
@@ -218,7 +221,7 @@ func buildSandbox(ctx context.Context, b Backend, base string, job Job, from cac
 		// The fork has its holder's lifetime; a build has its own.
 		id, err := b.ForkSandbox(ctx, from.holder, from.snapshot, buildTimeout)
 		if err != nil {
-			return "", fmt.Errorf("build sandbox from cached snapshot %s of %s: %w", from.snapshot, from.holder, err)
+			return "", fmt.Errorf("build sandbox from cached snapshot %s of %s: %w%s", from.snapshot, from.holder, err, quotaHint(err))
 		}
 		return id, nil
 	}
@@ -227,9 +230,18 @@ func buildSandbox(ctx context.Context, b Backend, base string, job Job, from cac
 		Metadata: map[string]string{CacheLabel: job.Name},
 	})
 	if err != nil {
-		return "", fmt.Errorf("build sandbox from %s: %w", printable(base), err)
+		return "", fmt.Errorf("build sandbox from %s: %w%s", printable(base), err, quotaHint(err))
 	}
 	return id, nil
+}
+
+// quotaHint says, after a refusal by the tenant's quota, what a build
+// counts in it.
+func quotaHint(err error) string {
+	if !space.IsReason(err, "quota_exceeded") && !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		return ""
+	}
+	return " (a build runs one sandbox, which counts in the quota like any running sandbox; the step cache's holders are stopped and do not count)"
 }
 
 // buildTimeout is a build sandbox's lifetime.

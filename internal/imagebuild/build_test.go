@@ -13,6 +13,7 @@ import (
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 
 	"github.com/spacesandbox/space/internal/template/imagecfg"
+	space "github.com/spacesandbox/space/sdk/go"
 )
 
 // recordingBackend is an in-memory Backend: it records the execs and
@@ -166,5 +167,28 @@ func TestRunStepError(t *testing.T) {
 	}
 	if len(b.deleted) != 1 {
 		t.Errorf("deleted %v, want the build sandbox", b.deleted)
+	}
+}
+
+// quotaBackend refuses the build sandbox as the server does over quota.
+type quotaBackend struct{ recordingBackend }
+
+func (b *quotaBackend) CreateSandbox(context.Context, sandboxv1.CreateSandboxRequest) (string, error) {
+	return "", &space.APIError{Status: 429, Code: sandboxv1.CodeResourceExhausted, Reason: "quota_exceeded", Message: "tenant t is over its quota"}
+}
+
+// TestRunQuotaRefusal: a build refused by the tenant's quota says what of
+// it counts: its one running sandbox, not the cache's stopped holders.
+func TestRunQuotaRefusal(t *testing.T) {
+	p, err := Prepare(Job{Name: "t", File: parseDF(t, "FROM minimal\nRUN true\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), &quotaBackend{}, p)
+	if err == nil || !strings.Contains(err.Error(), "over its quota") || !strings.Contains(err.Error(), "holders are stopped and do not count") {
+		t.Errorf("Run over quota = %v, want the refusal and what a build counts", err)
+	}
+	if _, err := Run(context.Background(), &recordingBackend{exit: func(string) (int, string) { return 0, "" }}, p); err != nil && strings.Contains(err.Error(), "quota") {
+		t.Errorf("Run without a refusal = %v, want no quota hint", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,8 +27,11 @@ import (
 // last step whose key names a ready snapshot (a key covers every step
 // before it, so that step's snapshot is the longest cached prefix), forks
 // its holder from that snapshot and runs the steps after it. The last
-// cacheKeep holders per template name are kept; PruneHolders deletes
-// them (`space template cache prune`).
+// cacheKeep holders per template name and cacheKeepTenant of all names are
+// kept (a build deletes the oldest beyond); PruneHolders deletes them
+// (`space template cache prune`). Holders are stopped sandboxes, which the
+// tenant's quota (running sandboxes, their memory and CPUs) does not
+// count: a build needs one running sandbox of the quota, cached or not.
 
 const (
 	// CacheLabel is the metadata key of a cache holder; its value is the
@@ -35,6 +39,10 @@ const (
 	CacheLabel = "dockerfile-cache"
 	// cacheKeep is how many holders a template name keeps.
 	cacheKeep = 3
+	// cacheKeepTenant is how many holders a tenant keeps, of all its
+	// template names: the cache's own bound, as holders (stopped) do not
+	// count toward the tenant's quota, which bounds running sandboxes.
+	cacheKeepTenant = 16
 	// cacheTTL is a holder's lifetime: its timeout.
 	cacheTTL = "168h"
 	// CacheNamePrefix starts the name of a cached step's snapshot.
@@ -169,16 +177,45 @@ func cachedPrefix(steps []dockerfile.Instruction, keys []string, idx map[string]
 // with name "") beyond the newest keep (all with keep 0), except holder
 // except; it returns how many it deleted.
 func PruneHolders(ctx context.Context, b Backend, holders []Holder, name string, keep int, except string) (int, error) {
+	return deleteHolders(ctx, b, toPrune(holders, name, keep, except))
+}
+
+// toPrune is the holders of template name (of every template with name
+// "") beyond the newest keep of holders (oldest first), except holder
+// except.
+func toPrune(holders []Holder, name string, keep int, except string) []Holder {
 	var mine []Holder
 	for _, h := range holders {
 		if (name == "" || h.Template == name) && h.ID != except {
 			mine = append(mine, h)
 		}
 	}
+	if len(mine) <= keep {
+		return nil
+	}
+	return mine[:len(mine)-keep]
+}
+
+// afterBuild is the holders a successful build of template name whose
+// sandbox became holder id deletes, of the tenant's holders before it
+// (oldest first): those of name beyond the newest cacheKeep, then the
+// oldest of any name beyond cacheKeepTenant, the new one counted in both.
+func afterBuild(holders []Holder, name, id string) []Holder {
+	gone := toPrune(holders, name, cacheKeep-1, id)
+	var rest []Holder
+	for _, h := range holders {
+		if !slices.ContainsFunc(gone, func(g Holder) bool { return g.ID == h.ID }) {
+			rest = append(rest, h)
+		}
+	}
+	return append(gone, toPrune(rest, "", cacheKeepTenant-1, id)...)
+}
+
+func deleteHolders(ctx context.Context, b Backend, hs []Holder) (int, error) {
 	deleted := 0
-	for i := 0; i < len(mine)-keep; i++ {
-		if err := b.DeleteSandbox(ctx, mine[i].ID); err != nil {
-			return deleted, fmt.Errorf("step cache: delete holder %s: %w", mine[i].ID, err)
+	for _, h := range hs {
+		if err := b.DeleteSandbox(ctx, h.ID); err != nil {
+			return deleted, fmt.Errorf("step cache: delete holder %s: %w", h.ID, err)
 		}
 		deleted++
 	}

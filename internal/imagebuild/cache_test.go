@@ -1,7 +1,9 @@
 package imagebuild
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -115,5 +117,43 @@ func TestBuildArgInRunEnv(t *testing.T) {
 		if env["WHO"] != "me" || env["X"] != "b" {
 			t.Errorf("RUN env %v: want WHO=me (the build arg) and X=b (ENV over ARG)", env)
 		}
+	}
+}
+
+// TestAfterBuild: a successful build keeps the newest cacheKeep holders of
+// its template name and cacheKeepTenant of all, its own new holder counted
+// in both and never deleted.
+func TestAfterBuild(t *testing.T) {
+	var holders []Holder
+	ids := func(hs []Holder) []string {
+		var out []string
+		for _, h := range hs {
+			out = append(out, h.ID)
+		}
+		return out
+	}
+	// Oldest first: 4 of "app", then cacheKeepTenant-3 of other names.
+	for i := range 4 {
+		holders = append(holders, Holder{ID: fmt.Sprintf("app%d", i), Template: "app"})
+	}
+	for i := range cacheKeepTenant - 3 {
+		holders = append(holders, Holder{ID: fmt.Sprintf("other%d", i), Template: fmt.Sprintf("t%d", i)})
+	}
+	// The new holder of app: app0 and app1 go for the per-name bound (2
+	// old ones kept), leaving 2 + 13 + the new one = 16, within the
+	// tenant's bound.
+	if got, want := ids(afterBuild(holders, "app", "new")), []string{"app0", "app1"}; !slices.Equal(got, want) {
+		t.Errorf("after a build of app: deletes %v, want %v", got, want)
+	}
+	// A build of another name leaves app's 4 to the per-name bound of
+	// app's next build, but the tenant's bound holds: 4 + 13 + the new
+	// one = 18, so the tenant's oldest 2 go.
+	if got, want := ids(afterBuild(holders, "fresh", "new")), []string{"app0", "app1"}; !slices.Equal(got, want) {
+		t.Errorf("after a build of a new name: deletes %v, want %v (the tenant's oldest)", got, want)
+	}
+	more := append(slices.Clone(holders), Holder{ID: "other-last", Template: "t-last"}, Holder{ID: "new", Template: "fresh"})
+	got := afterBuild(more, "fresh", "new")
+	if slices.ContainsFunc(got, func(h Holder) bool { return h.ID == "new" }) || len(more)-len(got) != cacheKeepTenant {
+		t.Errorf("with the new holder listed: deletes %v, want the new one kept and %d left", ids(got), cacheKeepTenant)
 	}
 }
