@@ -221,7 +221,7 @@ func buildSandbox(ctx context.Context, b Backend, base string, job Job, from cac
 		// The fork has its holder's lifetime; a build has its own.
 		id, err := b.ForkSandbox(ctx, from.holder, from.snapshot, buildTimeout)
 		if err != nil {
-			return "", fmt.Errorf("build sandbox from cached snapshot %s of %s: %w%s", from.snapshot, from.holder, err, quotaHint(err))
+			return "", buildSandboxError(fmt.Sprintf("build sandbox from cached snapshot %s of %s", from.snapshot, from.holder), err)
 		}
 		return id, nil
 	}
@@ -230,19 +230,33 @@ func buildSandbox(ctx context.Context, b Backend, base string, job Job, from cac
 		Metadata: map[string]string{CacheLabel: job.Name},
 	})
 	if err != nil {
-		return "", fmt.Errorf("build sandbox from %s: %w%s", printable(base), err, quotaHint(err))
+		return "", buildSandboxError("build sandbox from "+printable(base), err)
 	}
 	return id, nil
 }
 
-// quotaHint says, after a refusal by the tenant's quota, what a build
-// counts in it.
-func quotaHint(err error) string {
+// buildSandboxError is err of creating the build sandbox (what), which,
+// when the tenant's quota refused it, says what a build counts in the
+// quota: the server's message alone would not (a CLI shows only that).
+func buildSandboxError(what string, err error) error {
 	if !space.IsReason(err, "quota_exceeded") && !errors.Is(err, errdefs.ErrQuotaExceeded) {
-		return ""
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return " (a build runs one sandbox, which counts in the quota like any running sandbox; the step cache's holders are stopped and do not count)"
+	msg := err.Error()
+	var ae *space.APIError
+	if errors.As(err, &ae) {
+		msg = ae.Message
+	}
+	return &quotaError{msg: what + ": " + msg + "; a build runs one sandbox, which counts in the quota like any running sandbox (the step cache's holders are stopped and do not count)"}
 }
+
+// quotaError is a build refused by its tenant's quota.
+type quotaError struct{ msg string }
+
+func (e *quotaError) Error() string { return e.msg }
+
+// Unwrap makes it errdefs.ErrQuotaExceeded (and ErrResourceExhausted).
+func (e *quotaError) Unwrap() error { return errdefs.ErrQuotaExceeded }
 
 // buildTimeout is a build sandbox's lifetime.
 const buildTimeout = "2h"

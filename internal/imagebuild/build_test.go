@@ -12,6 +12,7 @@ import (
 
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 
+	"github.com/spacesandbox/space/internal/errdefs"
 	"github.com/spacesandbox/space/internal/template/imagecfg"
 	space "github.com/spacesandbox/space/sdk/go"
 )
@@ -185,8 +186,12 @@ func TestRunQuotaRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), &quotaBackend{}, p)
-	if err == nil || !strings.Contains(err.Error(), "over its quota") || !strings.Contains(err.Error(), "holders are stopped and do not count") {
+	if err == nil || !strings.Contains(err.Error(), "build sandbox from minimal: tenant t is over its quota; a build runs one sandbox") || !strings.Contains(err.Error(), "holders are stopped and do not count") {
 		t.Errorf("Run over quota = %v, want the refusal and what a build counts", err)
+	}
+	var ae *space.APIError
+	if !errors.Is(err, errdefs.ErrQuotaExceeded) || errors.As(err, &ae) {
+		t.Errorf("Run over quota = %#v: want ErrQuotaExceeded, not the API error (whose message alone a CLI shows)", err)
 	}
 	if _, err := Run(context.Background(), &recordingBackend{exit: func(string) (int, string) { return 0, "" }}, p); err != nil && strings.Contains(err.Error(), "quota") {
 		t.Errorf("Run without a refusal = %v, want no quota hint", err)
