@@ -96,9 +96,8 @@ type copyEntry struct {
 }
 
 // MaxSandboxID is the largest uid and gid an ADDed archive may give its
-// files: a sandbox's user namespace maps ids 0 to 65535 (the ns runtime's
-// ns.RangeSize; the vm runtime's guests are confined to as many), so a
-// chown to a larger id fails in the sandbox. An archive naming one is
+// files: a build runs in an ns sandbox, whose user namespace maps ids 0 to
+// 65535 (ns.RangeSize), so a chown to a larger id fails in the sandbox. An archive naming one is
 // refused with its line, as Docker refuses ids its user-namespace remapping
 // cannot map, rather than clamped to some other owner the archive did not
 // ask for; --chown overrides the archive's owners and so accepts it.
