@@ -3,8 +3,8 @@ package imagebuild
 import (
 	"fmt"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
