@@ -62,6 +62,7 @@ func TestUnaryCallsAreNotCompressed(t *testing.T) {
 	if info.NodeID != "n1" {
 		t.Fatalf("Info answered node %q, want n1", info.NodeID)
 	}
+	ts.Close() // waits for the handler, which records after answering
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.accepted) != 1 || strings.Contains(n.accepted[0], "gzip") || n.encoded[0] != "" {
