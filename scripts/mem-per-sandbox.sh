@@ -34,6 +34,8 @@ spid=$!
 export SPACE_API_URL=http://127.0.0.1:$port
 for i in $(seq 1 600); do [ -s $D/admin.key ] && SPACE_API_KEY=$(cat $D/admin.key) $B/space sandbox list >/dev/null 2>&1 && break; sleep 0.5; done
 export SPACE_API_KEY=$(cat $D/admin.key)
+# the minimal template is made after the API answers
+for i in $(seq 1 120); do $B/space template list 2>/dev/null | grep -q "^minimal *ready" && break; sleep 0.5; done
 create() { $B/space sandbox create --runtime ns --memory 128 --template minimal 2>>$D/create.err; }
 tree() { # the server's descendants, itself included
 	local all=($spid) i=0
