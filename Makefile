@@ -27,11 +27,14 @@ all: build
 
 # The host binaries, side by side: space (CLI, control plane, sandbox
 # manager) finds the node-manager and host bridge beside itself, the
-# node-manager the guest daemon.
+# node-manager the guest daemon. The node-manager and the host bridge are
+# pure Go, as deploy/kubernetes/Dockerfile and the e2e harness build them: a
+# bridge runs per sandbox, and with cgo each one maps libc and its loader
+# (docs/PERFORMANCE.md, "memory per idle ns sandbox").
 build: console
 	$(GO) build -o $(BIN)/space ./cmd/space
-	$(GO) build -o $(BIN)/space-node-manager ./cmd/space-node-manager
-	$(GO) build -o $(BIN)/space-host-bridge ./cmd/space-host-bridge
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/space-node-manager ./cmd/space-node-manager
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/space-host-bridge ./cmd/space-host-bridge
 	CGO_ENABLED=0 $(GO) build -tags osusergo,netgo -trimpath -ldflags='-s -w' -o $(BIN)/space-guest ./cmd/space-guest
 
 # The web console (console/, docs/console.md): TypeScript bundled by esbuild

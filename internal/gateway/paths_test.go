@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/egress"
 	"github.com/spacesandbox/space/internal/gateway/dnsgw/dnstest"
 	"github.com/spacesandbox/space/internal/gateway/gatewaytest"
@@ -48,11 +49,17 @@ type rawHarness struct {
 // (HOST:PORT as the sandbox sees it) is mapped to a listener of its own.
 func startRawHarness(t *testing.T, policy string, dsts ...string) *rawHarness {
 	t.Helper()
+	link, raw := gatewaytest.NewRawLink(t)
+	return startRawHarnessOn(t, link, raw, policy, dsts...)
+}
+
+// startRawHarnessOn is startRawHarness on a given link.
+func startRawHarnessOn(t *testing.T, link *driver.Link, raw *gatewaytest.RawGuest, policy string, dsts ...string) *rawHarness {
+	t.Helper()
 	p, err := egress.ParsePolicy([]byte(policy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	link, raw := gatewaytest.NewRawLink(t)
 	h := &rawHarness{raw: raw, dialer: &mapDialer{to: map[string]string{}}, counters: &Counters{}, accepts: map[string]*atomic.Int64{}}
 	for _, d := range dsts {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -241,6 +248,36 @@ func TestFrameAdmission(t *testing.T) {
 	}
 	if !h.dialer.dialled(markerDst.String()) {
 		t.Fatal("a well-formed SYN was not dialled")
+	}
+	h.expectUntouched(t, allowedDst.String())
+}
+
+// TestTapFrameLongerThanTheBufferRefused (D-1): on a tap, where one read is
+// one frame and a read cuts a frame to its buffer, a jumbo frame whose first
+// MTU bytes are a well-formed SYN (the rest Ethernet padding after the IP
+// packet) is refused whole as oversize, never admitted as the SYN it starts
+// with. The gateway's read buffer (inboundBuffer) is small, so this holds
+// only while the buffer is longer than the largest admitted frame.
+func TestTapFrameLongerThanTheBufferRefused(t *testing.T) {
+	link, raw := gatewaytest.NewRawTapLink(t)
+	h := startRawHarnessOn(t, link, raw, `{"allow_internet": true}`, allowedDst.String(), markerDst.String())
+	src := netip.AddrPortFrom(guestIP, guestPort)
+	// An IP packet of exactly the MTU: the frame's first maxLinkFrame
+	// bytes are a frame admission takes.
+	data := make([]byte, sandboxnet.MTU-header.IPv4MinimumSize-header.TCPMinimumSize)
+	whole := frameFromGuest(ipv4Packet{src: guestIP, dst: allowedDst.Addr(), proto: uint8(header.TCPProtocolNumber), payload: tcpSYN(src, allowedDst, data)})
+	if len(whole) != maxLinkFrame || admit(whole) != "" {
+		t.Fatalf("the control frame is %d bytes, refused for %q: want %d bytes, admitted", len(whole), admit(whole), maxLinkFrame)
+	}
+	jumbo := append(append([]byte(nil), whole...), make([]byte, 9000-len(whole))...)
+	before := h.counters.Snapshot()
+	h.send(t, jumbo)
+	h.expectCounted(t, before, map[string]uint64{ReasonOversize: 1})
+	// The control: a well-formed SYN to another address reaches its
+	// upstream, and the jumbo frame's destination was never dialled.
+	h.send(t, frameFromGuest(ipv4Packet{src: guestIP, dst: markerDst.Addr(), proto: uint8(header.TCPProtocolNumber), payload: tcpSYN(src, markerDst, nil)}))
+	if !waitSynAck(t, h.raw) {
+		t.Fatal("a well-formed SYN got no SYN-ACK on the tap link: the harness cannot tell a refusal")
 	}
 	h.expectUntouched(t, allowedDst.String())
 }

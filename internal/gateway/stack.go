@@ -244,10 +244,20 @@ func (g *Sandbox) countPendingSYNDrops(handle func(stack.TransportEndpointID, *s
 	}
 }
 
+// inboundBuffer is the size of the buffer inbound reads each frame into:
+// maxFrame, the largest a stream link carries. A tap's read cuts a longer
+// frame to the buffer, so the buffer must stay longer than the largest frame
+// admission lets through (maxLinkFrame): a cut frame is then still longer
+// than that and refused as oversize, where a buffer of maxLinkFrame would
+// hand the stack the first maxLinkFrame bytes of a jumbo frame as a whole
+// one (TestTapFrameLongerThanTheBufferRefused). It was 64 KiB, held by every
+// sandbox's gateway in the node for frames of at most 1.5 KiB.
+const inboundBuffer = maxFrame
+
 // inbound moves frames from the guest into the stack.
 func (g *Sandbox) inbound() {
 	defer g.wg.Done()
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, inboundBuffer)
 	for {
 		frame, err := g.io.ReadFrame(buf)
 		if err != nil {

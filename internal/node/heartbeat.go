@@ -31,6 +31,19 @@ type HeartbeatConfig struct {
 	Every time.Duration
 }
 
+// heartbeatClient is the client of the control plane's node-facing service
+// that heartbeats go through. It asks for no gzip: the messages are small
+// (see nodeclient.New), Connect leaves a unary call without an
+// Accept-Encoding when it offers no compression, and Go's transport would
+// then ask for gzip in its place and the control plane compress every reply
+// (TestHeartbeatRepliesAreNotCompressed).
+func heartbeatClient(server string) nodeapiv1connect.ControlPlaneServiceClient {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableCompression = true
+	return nodeapiv1connect.NewControlPlaneServiceClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}, strings.TrimRight(server, "/"),
+		connect.WithReadMaxBytes(4<<20), connect.WithAcceptCompression("gzip", nil, nil))
+}
+
 // RunHeartbeats registers the node and reports its capacity and executions
 // every interval until ctx is done. A failed report is logged and retried.
 func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error {
@@ -44,8 +57,7 @@ func (m *Manager) RunHeartbeats(ctx context.Context, cfg HeartbeatConfig) error 
 		return nil
 	}
 	m.clock.startHeartbeats()
-	client := nodeapiv1connect.NewControlPlaneServiceClient(&http.Client{Timeout: 10 * time.Second}, strings.TrimRight(cfg.Server, "/"),
-		connect.WithReadMaxBytes(4<<20), connect.WithAcceptCompression("gzip", nil, nil)) // small messages: see nodeclient.New
+	client := heartbeatClient(cfg.Server)
 	failures := 0
 	for {
 		if err := m.sendHeartbeat(ctx, client, cfg); err != nil && ctx.Err() == nil {

@@ -57,7 +57,11 @@ type Client struct {
 
 // New returns a client of the node-api at addr ("unix:PATH" or "HOST:PORT").
 func New(addr, token string) (*Client, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	// DisableCompression: the transport would otherwise ask for gzip on
+	// every request the Connect clients below leave without an
+	// Accept-Encoding (all unary calls), and the node would compress each
+	// answer (TestUnaryCallsAreNotCompressed).
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DisableCompression: true}
 	base := "http://node"
 	var dial func(ctx context.Context) (net.Conn, error)
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
@@ -86,7 +90,8 @@ func New(addr, token string) (*Client, error) {
 	// No gzip: Connect clients offer it by default and the node then
 	// compresses every answer (a fresh compressor each), for messages of a
 	// few hundred bytes; the large transfers are streams of sealed bytes
-	// that do not compress.
+	// that do not compress. The transport's DisableCompression keeps it
+	// from offering gzip in Connect's place.
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAnswer), connect.WithAcceptCompression("gzip", nil, nil)}
 	return &Client{
 		addr: addr, base: base, token: token, stream: stream, dial: dial,

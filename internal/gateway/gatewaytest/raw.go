@@ -25,6 +25,7 @@ import (
 // requests included, is delivered to Frames.
 type RawGuest struct {
 	f      *os.File
+	tap    bool       // one message per frame (FramingTap), not length-prefixed
 	mu     sync.Mutex // serialises writes
 	frames chan []byte
 }
@@ -33,13 +34,25 @@ type RawGuest struct {
 // gateway.Attach, and a RawGuest on the other. The guest goes away with the
 // test.
 func NewRawLink(t testing.TB) (*driver.Link, *RawGuest) {
+	return newRawLink(t, unix.SOCK_STREAM, driver.FramingStream)
+}
+
+// NewRawTapLink is NewRawLink with the framing of a tap (driver.FramingTap,
+// the ns runtime's link): a seqpacket socketpair, on which one read is one
+// frame and a frame longer than the reader's buffer is cut to it, as a tap's
+// read cuts it.
+func NewRawTapLink(t testing.TB) (*driver.Link, *RawGuest) {
+	return newRawLink(t, unix.SOCK_SEQPACKET, driver.FramingTap)
+}
+
+func newRawLink(t testing.TB, sockType int, framing driver.LinkFraming) (*driver.Link, *RawGuest) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, sockType|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	host, guest := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "raw-guest")
-	g := &RawGuest{f: guest, frames: make(chan []byte, 1024)}
+	g := &RawGuest{f: guest, tap: framing == driver.FramingTap, frames: make(chan []byte, 1024)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -49,12 +62,18 @@ func NewRawLink(t testing.TB) (*driver.Link, *RawGuest) {
 		guest.Close()
 		<-done
 	})
-	return &driver.Link{File: host, Framing: driver.FramingStream}, g
+	return &driver.Link{File: host, Framing: framing}, g
 }
 
 // WriteFrame sends one frame to the gateway as it is: no length or content
 // check.
 func (g *RawGuest) WriteFrame(frame []byte) error {
+	if g.tap {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		_, err := g.f.Write(frame)
+		return err
+	}
 	out := make([]byte, 4+len(frame))
 	binary.BigEndian.PutUint32(out, uint32(len(frame)))
 	copy(out[4:], frame)
@@ -90,13 +109,23 @@ func (g *RawGuest) Pending() [][]byte {
 func (g *RawGuest) read() {
 	r := bufio.NewReader(g.f)
 	for {
-		var head [4]byte
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			return
-		}
-		frame := make([]byte, binary.BigEndian.Uint32(head[:]))
-		if _, err := io.ReadFull(r, frame); err != nil {
-			return
+		var frame []byte
+		if g.tap {
+			buf := make([]byte, 64<<10)
+			n, err := g.f.Read(buf)
+			if err != nil {
+				return
+			}
+			frame = buf[:n]
+		} else {
+			var head [4]byte
+			if _, err := io.ReadFull(r, head[:]); err != nil {
+				return
+			}
+			frame = make([]byte, binary.BigEndian.Uint32(head[:]))
+			if _, err := io.ReadFull(r, frame); err != nil {
+				return
+			}
 		}
 		if reply := arpReply(frame); reply != nil {
 			_ = g.WriteFrame(reply)
