@@ -136,6 +136,10 @@ type Config struct {
 	// Metrics keeps the metrics history across restarts and replicas
 	// (historystore.go); nil keeps it in this process only.
 	Metrics store.MetricHistory
+	// Builds records the template builds across restarts and replicas
+	// (tplrecords.go); nil keeps them in this process only, and a
+	// template name is then never rebuilt.
+	Builds store.TemplateBuilds
 }
 
 // API serves the E2B REST API and data plane.
@@ -173,9 +177,19 @@ func New(cfg Config) *API {
 	}
 	history := newMetricsHistory(MetricsEvery, MetricsKeep)
 	history.store = cfg.Metrics
+	builds := newTemplateBuilds()
+	builds.st = cfg.Builds
+	if cfg.Log != nil {
+		builds.logger = cfg.Log
+	}
+	if cfg.Service != nil {
+		builds.deleteSandbox = func(ctx context.Context, tenant, id string) error {
+			return cfg.Service.Delete(ctx, service.Caller{Tenant: tenant}, id)
+		}
+	}
 	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
 		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: history,
-		builds: newTemplateBuilds(), filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
+		builds: builds, filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
 		publicURL: strings.TrimSuffix(cfg.PublicURL, "/")}
 }
 
@@ -230,6 +244,8 @@ func (a *API) Register(mux Mux) {
 	route("PUT /sandboxes/{id}/network", a.handleE2BUpdateNetwork)
 	route("POST /v3/templates", a.handleTemplateRequest)
 	route("GET /templates/aliases/{alias}", a.handleTemplateAlias)
+	route("GET /templates/{templateID}/{sub}", a.handleTemplateSub)
+	route("POST /templates/tags", a.handleAssignTags)
 	route("GET /templates/{templateID}/files/{hash}", a.handleTemplateFiles)
 	route("POST /v2/templates/{templateID}/builds/{buildID}", a.handleTemplateBuild)
 	route("GET /templates/{templateID}/builds/{buildID}/status", a.handleTemplateBuildStatus)

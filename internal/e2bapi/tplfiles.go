@@ -70,7 +70,7 @@ func (a *API) filesPath(tenant, hash string) string {
 // whether the caller's upload hash is kept, and where to PUT it.
 func (a *API) handleTemplateFiles(w http.ResponseWriter, r *http.Request) {
 	c := a.host.Caller(r.Context())
-	if _, err := a.builds.get(c.Tenant, r.PathValue("templateID"), ""); err != nil {
+	if _, err := a.builds.get(r.Context(), c.Tenant, r.PathValue("templateID"), ""); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
