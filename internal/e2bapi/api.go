@@ -128,6 +128,12 @@ type Config struct {
 	FilesDir string
 	// MaxUploadBytes bounds one such upload (0: 1 GiB).
 	MaxUploadBytes int64
+	// MaxTenantUploads and MaxTenantUploadBytes bound the uploads one
+	// tenant keeps (0: 256 and 8 GiB); UploadMaxAge is how long one no
+	// build uses is kept (0: 24 h). tplquota.go.
+	MaxTenantUploads     int
+	MaxTenantUploadBytes int64
+	UploadMaxAge         time.Duration
 	// PublicURL, when not "", is the API's own address as clients reach
 	// it (scheme://host[:port], ParsePublicURL): the links the API hands
 	// out (template upload urls) are built on it instead of on the
@@ -162,6 +168,8 @@ type API struct {
 	// publicURL is Config.PublicURL.
 	publicURL string
 	maxUpload int64
+	// uploads bounds each tenant's kept uploads (tplquota.go).
+	uploads *uploadKeeper
 }
 
 // New returns the E2B surface of cfg.
@@ -190,6 +198,7 @@ func New(cfg Config) *API {
 	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
 		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: history,
 		builds: builds, filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
+		uploads:   newUploadKeeper(uploadBounds{count: cfg.MaxTenantUploads, bytes: cfg.MaxTenantUploadBytes, age: cfg.UploadMaxAge}),
 		publicURL: strings.TrimSuffix(cfg.PublicURL, "/")}
 }
 

@@ -100,7 +100,7 @@ func TestCheckArchiveHostile(t *testing.T) {
 // one is kept under its tenant's directory and extracts there; another
 // tenant's hash finds nothing.
 func TestStoreUploadRefusesHostile(t *testing.T) {
-	a := &API{filesDir: t.TempDir(), key: []byte("k")}
+	a := &API{filesDir: t.TempDir(), key: []byte("k"), uploads: newUploadKeeper(uploadBounds{})}
 	hash := strings.Repeat("ab", 32)
 	bad := tarOf(t, true, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
 	if err := a.storeUpload(context.Background(), "t1", hash, bytes.NewReader(bad)); !errors.Is(err, errdefs.ErrInvalidArgument) {

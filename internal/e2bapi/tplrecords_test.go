@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -374,5 +376,84 @@ func TestTemplateTags(t *testing.T) {
 	}
 	if code, out := e2bDo(t, a, "POST", "/templates/tags", `{"target":"web","tags":["prod"]}`); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["message"]), `"prod"`) {
 		t.Errorf("assign prod: %d %v, want 400 naming the tag", code, out)
+	}
+}
+
+// putUpload PUTs body as tenant's upload hash through its signed url.
+func putUpload(t *testing.T, a *API, tenant, hash string, body []byte) (int, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	a.Register(mux)
+	r := httptest.NewRequest("PUT", a.uploadPath(tenant, hash, time.Now()), strings.NewReader(string(body)))
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
+}
+
+// TestUploadBounds: a tenant keeps at most MaxTenantUploads uploads and
+// MaxTenantUploadBytes in all (a refusal is a 429 naming the bound,
+// counted, and keeps nothing); replacing an upload takes no new slot,
+// another tenant has its own bounds, and an upload unused past
+// UploadMaxAge is removed (counted) at the next upload, while one a build
+// used stays.
+func TestUploadBounds(t *testing.T) {
+	files := t.TempDir()
+	up := tarOf(t, true, tar.Header{Name: "a.txt", Typeflag: tar.TypeReg})
+	a := New(Config{Host: buildHost{c: &service.Caller{Tenant: "t1"}}, TokenKey: []byte("k"), FilesDir: files,
+		MaxTenantUploads: 2, MaxTenantUploadBytes: int64(3 * len(up)), UploadMaxAge: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := func(c byte) string { return strings.Repeat(string(c), 64) }
+	for _, c := range []byte{'a', 'b'} {
+		if code, body := putUpload(t, a, "t1", h(c), up); code != http.StatusOK {
+			t.Fatalf("upload %c: %d %s", c, code, body)
+		}
+	}
+	code, body := putUpload(t, a, "t1", h('c'), up)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "at most 2") {
+		t.Errorf("third upload: %d %s, want 429 naming the count bound", code, body)
+	}
+	if _, err := os.Stat(a.filesPath("t1", h('c'))); !os.IsNotExist(err) {
+		t.Errorf("the refused upload was kept: %v", err)
+	}
+	if n := a.uploads.refused.Value("count"); n != 1 {
+		t.Errorf("count refusals counted %d, want 1", n)
+	}
+	if code, body := putUpload(t, a, "t1", h('a'), up); code != http.StatusOK {
+		t.Errorf("replacing an upload: %d %s, want it kept", code, body)
+	}
+	if code, body := putUpload(t, a, "t2", h('c'), up); code != http.StatusOK {
+		t.Errorf("another tenant's upload: %d %s, want its own bounds", code, body)
+	}
+
+	big := tarOf(t, false, tar.Header{Name: "big", Typeflag: tar.TypeReg}, tar.Header{Name: "big2", Typeflag: tar.TypeReg})
+	code, body = putUpload(t, a, "t2", h('d'), append(big, make([]byte, 3*len(up))...))
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "bytes") {
+		t.Errorf("upload past the bytes bound: %d %s, want 429 naming the bytes", code, body)
+	}
+	if n := a.uploads.refused.Value("bytes"); n != 1 {
+		t.Errorf("bytes refusals counted %d, want 1", n)
+	}
+
+	old := time.Now().Add(-2 * time.Hour)
+	for _, c := range []byte{'a', 'b'} {
+		if err := os.Chtimes(a.filesPath("t1", h(c)), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A build uses b: it is touched and stays.
+	if err := a.extractUpload(t.Context(), "t1", h('b'), filepath.Join(t.TempDir(), "ctx")); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := putUpload(t, a, "t1", h('e'), up); code != http.StatusOK {
+		t.Fatalf("upload after one expired: %d %s", code, body)
+	}
+	if _, err := os.Stat(a.filesPath("t1", h('a'))); !os.IsNotExist(err) {
+		t.Errorf("the upload unused past its age is still kept: %v", err)
+	}
+	if _, err := os.Stat(a.filesPath("t1", h('b'))); err != nil {
+		t.Errorf("the upload a build used was removed: %v", err)
+	}
+	if n := a.uploads.expired.Value("upload"); n != 1 {
+		t.Errorf("expired uploads counted %d, want 1", n)
 	}
 }
