@@ -221,3 +221,43 @@ func versionedName(alias string) string {
 
 // maxVersionedPrefix leaves a versioned name within SPACE's 63 characters.
 const maxVersionedPrefix = 63 - 9
+
+// RunBuildSweep marks lost builds failed, removing their sandboxes, every
+// buildLostAfter until ctx is done: so a build whose server died leaves no
+// sandbox behind even when no client asks for its status again.
+func (a *API) RunBuildSweep(ctx context.Context) {
+	t := time.NewTicker(buildLostAfter)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.builds.sweepLost(ctx, time.Now())
+		}
+	}
+}
+
+// sweepLost marks every stored build lost at now that this process does
+// not run.
+func (b *templateBuilds) sweepLost(ctx context.Context, now time.Time) {
+	if b.st == nil {
+		return
+	}
+	running, err := b.st.ListRunningTemplateBuilds(ctx)
+	if err != nil {
+		b.logger.Warn("e2b template builds: sweep", "err", err)
+		return
+	}
+	for _, r := range running {
+		b.mu.Lock()
+		_, ours := b.byID[r.ID]
+		b.mu.Unlock()
+		if ours && r.State == store.BuildBuilding || !lostBuild(r, now) {
+			continue
+		}
+		if _, err := b.markLost(ctx, r); err != nil {
+			b.logger.Warn("e2b template builds: sweep", "build", r.ID, "err", err)
+		}
+	}
+}

@@ -288,7 +288,8 @@ func TestBuildStatusAfterRestart(t *testing.T) {
 // TestLostBuild: a build whose server died (its record left building, no
 // write for buildLostAfter) is marked failed by whoever reads it, its
 // sandbox removed as its tenant; a late write of its server does not
-// bring it back, and a build whose record is fresh is left alone.
+// bring it back, and a build whose record is fresh is left alone; the
+// sweep does the same for a build nobody asks about.
 func TestLostBuild(t *testing.T) {
 	st := openBuildStore(t)
 	ctx := t.Context()
@@ -316,6 +317,19 @@ func TestLostBuild(t *testing.T) {
 	}
 	if len(deleted) != 1 || deleted[0] != "t1/sb-build" {
 		t.Errorf("sandboxes removed: %v, want t1/sb-build", deleted)
+	}
+	// The sweep finds a lost build nobody asks about.
+	quiet := store.TemplateBuild{ID: "bld-quiet", TenantID: "t2", Alias: "db", Template: "db", State: store.BuildBuilding, SandboxID: "sb-quiet"}
+	if err := st.CreateTemplateBuild(ctx, quiet); err != nil {
+		t.Fatal(err)
+	}
+	b.sweepLost(ctx, time.Now())
+	if r, _ := st.GetTemplateBuild(ctx, quiet.ID); r.State != store.BuildBuilding || len(deleted) != 1 {
+		t.Errorf("a fresh build after a sweep: %+v, deleted %v; want it untouched", r, deleted)
+	}
+	b.sweepLost(ctx, time.Now().Add(buildLostAfter+time.Second))
+	if r, _ := st.GetTemplateBuild(ctx, quiet.ID); r.State != store.BuildError || len(deleted) != 2 || deleted[1] != "t2/sb-quiet" {
+		t.Errorf("a lost build after a sweep: %+v, deleted %v; want it failed and t2/sb-quiet removed", r, deleted)
 	}
 	late := rec
 	late.State = store.BuildReady

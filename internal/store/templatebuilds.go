@@ -56,6 +56,10 @@ type TemplateBuilds interface {
 	// ListTemplateBuilds returns every build of alias, of any tenant,
 	// newest first.
 	ListTemplateBuilds(ctx context.Context, alias string) ([]TemplateBuild, error)
+	// ListRunningTemplateBuilds returns every build that is not final
+	// (waiting or building), of any tenant, oldest first: what a sweep
+	// looks through for builds whose server died.
+	ListRunningTemplateBuilds(ctx context.Context) ([]TemplateBuild, error)
 	// UpdateTemplateBuild overwrites the state, reason, sandbox and
 	// template of a build that is not final and sets UpdatedAt (a write of
 	// the same values is a heartbeat). A final build is ErrConflict (a

@@ -27,4 +27,4 @@ CREATE TABLE template_builds (
     updated_at BIGINT  NOT NULL
 );
 CREATE INDEX template_builds_alias ON template_builds (alias);
-CREATE INDEX template_builds_template ON template_builds (template);
+CREATE INDEX template_builds_state ON template_builds (state);

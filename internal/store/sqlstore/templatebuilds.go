@@ -68,6 +68,17 @@ func (s *Store) ListTemplateBuilds(ctx context.Context, alias string) ([]store.T
 	return out, nil
 }
 
+// ListRunningTemplateBuilds implements store.TemplateBuilds.
+func (s *Store) ListRunningTemplateBuilds(ctx context.Context) ([]store.TemplateBuild, error) {
+	out, err := queryAll(ctx, s.db, scanTemplateBuild,
+		`SELECT `+templateBuildColumns+` FROM template_builds WHERE state <> ? AND state <> ? ORDER BY created_at, id`,
+		string(store.BuildReady), string(store.BuildError))
+	if err != nil {
+		return nil, fmt.Errorf("list running template builds: %w", err)
+	}
+	return out, nil
+}
+
 // UpdateTemplateBuild implements store.TemplateBuilds: the statement
 // itself skips a final row, so a build marked lost by one replica is never
 // overwritten by another's late write.

@@ -11,7 +11,8 @@ import (
 // refused, the builds of an alias list newest first across tenants (and
 // no other alias's), an update rewrites state, reason, sandbox and
 // template and moves UpdatedAt, a final build refuses every later update,
-// and a deleted build is gone.
+// the running builds list oldest first without the final ones, and a
+// deleted build is gone.
 func testTemplateBuilds(t *testing.T, s store.Store) {
 	_, err := s.GetTemplateBuild(ctx(t), "bld-none")
 	wantClass(t, "GetTemplateBuild of an unknown id", err, errdefs.ErrNotFound)
@@ -42,6 +43,12 @@ func testTemplateBuilds(t *testing.T, s store.Store) {
 		t.Errorf("ListTemplateBuilds of an unknown alias = %#v, %v; want empty non-nil", none, err)
 	}
 
+	running, err := s.ListRunningTemplateBuilds(ctx(t))
+	must(t, "ListRunningTemplateBuilds", err)
+	if len(running) != 3 || running[0].ID != first.ID || running[1].ID != second.ID || running[2].ID != other.ID {
+		t.Errorf("ListRunningTemplateBuilds = %+v, want bld-1, bld-2, bld-3", running)
+	}
+
 	upd := got
 	upd.State, upd.SandboxID, upd.Template = store.BuildBuilding, "sb-build", "web.v1"
 	must(t, "UpdateTemplateBuild", s.UpdateTemplateBuild(ctx(t), upd))
@@ -58,6 +65,9 @@ func testTemplateBuilds(t *testing.T, s store.Store) {
 	wantClass(t, "UpdateTemplateBuild of a final build", s.UpdateTemplateBuild(ctx(t), late), errdefs.ErrConflict)
 	if got3, err := s.GetTemplateBuild(ctx(t), first.ID); err != nil || got3.State != store.BuildError || got3.Reason != `{"message":"lost"}` {
 		t.Errorf("a final build after a refused update = %+v, %v; want it in error with its reason", got3, err)
+	}
+	if running, err := s.ListRunningTemplateBuilds(ctx(t)); err != nil || len(running) != 2 || running[0].ID != second.ID {
+		t.Errorf("ListRunningTemplateBuilds after one failed = %+v, %v; want bld-2, bld-3", running, err)
 	}
 	wantClass(t, "UpdateTemplateBuild of an unknown id", s.UpdateTemplateBuild(ctx(t), store.TemplateBuild{ID: "bld-none", State: store.BuildReady}), errdefs.ErrNotFound)
 
