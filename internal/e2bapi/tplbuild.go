@@ -364,6 +364,10 @@ func (a *API) handleTemplateRequest(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, err)
 		return
 	}
+	if err := sandbox.ValidateTemplateName(name); err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	cpus, mem, err := sizeOf(req)
 	if err != nil {
 		a.writeE2BErr(w, r, err)

@@ -353,6 +353,7 @@ func TestBuildRequestRefusals(t *testing.T) {
 		{`{"name":"web","cpuCount":0}`, "cpuCount 0"},
 		{`{"name":"web","cpuCount":64}`, "cpuCount 64"},
 		{`{"name":"web","memoryMB":32}`, "memoryMB 32"},
+		{`{"name":"Web App"}`, "template name"},
 	} {
 		code, out := e2bDo(t, a, "POST", "/v3/templates", c.body)
 		if code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["message"]), c.want) {
@@ -469,5 +470,41 @@ func TestUploadBounds(t *testing.T) {
 	}
 	if n := a.uploads.expired.Value("upload"); n != 1 {
 		t.Errorf("expired uploads counted %d, want 1", n)
+	}
+}
+
+// BenchmarkE2BTemplateOf measures what resolving a create's templateID
+// through the build records costs, against the store-less lookup, in
+// interleaved rounds: alias "web" with 10 recorded builds.
+func BenchmarkE2BTemplateOf(b *testing.B) {
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "space.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for i := range maxKeptBuilds {
+		r := store.TemplateBuild{ID: fmt.Sprint("bld-", i), TenantID: "t1", Alias: "web", Template: fmt.Sprint("web.", i), State: store.BuildWaiting}
+		if err := st.CreateTemplateBuild(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+		r.State = store.BuildReady
+		if err := st.UpdateTemplateBuild(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	recorded := &API{builds: newTemplateBuilds()}
+	recorded.builds.st = st
+	memory := &API{builds: newTemplateBuilds()}
+	for _, c := range []struct {
+		name string
+		a    *API
+	}{{"memory", memory}, {"recorded", recorded}, {"memory", memory}, {"recorded", recorded}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, _, _, err := c.a.e2bTemplateOf(b.Context(), "web"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
