@@ -514,6 +514,13 @@ func (a *API) runBuild(ctx context.Context, backend imagebuild.Backend, tb *temp
 
 // buildSteps prepares the context and runs the steps.
 func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *templateBuild, spec templateSpec, df *dockerfile.File, force bool, log io.Writer) error {
+	// The files directory is made by the first upload: a build that
+	// copies nothing may come first.
+	if a.filesDir != "" {
+		if err := os.MkdirAll(a.filesDir, 0o700); err != nil {
+			return fmt.Errorf("build context: %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp(a.filesDir, ".context-*")
 	if err != nil {
 		return fmt.Errorf("build context: %w", err)

@@ -110,9 +110,10 @@ func (h buildHost) BuildBackend(*http.Request) (imagebuild.Backend, error) { ret
 func (h buildHost) Authenticate(next http.HandlerFunc) http.HandlerFunc    { return next }
 func (h buildHost) Instrument(_ string, next http.Handler) http.Handler    { return next }
 
-// buildAPI is an API over st whose builds run on backend, as caller c.
+// buildAPI is an API over st whose builds run on backend, as caller c;
+// its files directory does not exist yet (no upload made it).
 func buildAPI(t *testing.T, st store.TemplateBuilds, backend imagebuild.Backend, c *service.Caller) *API {
-	a := New(Config{Host: buildHost{c: c, backend: backend}, TokenKey: []byte("k"), FilesDir: t.TempDir(), Builds: st,
+	a := New(Config{Host: buildHost{c: c, backend: backend}, TokenKey: []byte("k"), FilesDir: filepath.Join(t.TempDir(), "files"), Builds: st,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(a.StopBuilds)
 	return a
