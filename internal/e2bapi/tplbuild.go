@@ -272,7 +272,7 @@ func (b *templateBuilds) log(tb *templateBuild, level, msg string) {
 // finish records tb's end.
 func (b *templateBuilds) finish(ctx context.Context, tb *templateBuild, reason *buildReason) {
 	b.mu.Lock()
-	tb.status, tb.sandbox = buildReady, ""
+	tb.status = buildReady
 	if reason != nil {
 		tb.status, tb.reason = buildError, reason
 	}

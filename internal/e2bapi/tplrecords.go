@@ -166,7 +166,16 @@ func (b *templateBuilds) markLost(ctx context.Context, r store.TemplateBuild) (s
 type trackedBackend struct {
 	imagebuild.Backend
 	track func(id string)
+	// stopping is done once the server stops (StopBuilds).
+	stopping context.Context
 }
+
+// stopDeleteWait bounds the removal of a build sandbox while the server
+// stops: its reconciler, which finishes a delete, stops with it, so the
+// API would hold the answer for its whole wait (2 minutes) and the stop
+// with it. The delete is recorded (the sandbox deleting) as soon as it is
+// asked for, and the restarted server's reconciler finishes it.
+const stopDeleteWait = 5 * time.Second
 
 func (t trackedBackend) CreateSandbox(ctx context.Context, req sandboxv1.CreateSandboxRequest) (string, error) {
 	id, err := t.Backend.CreateSandbox(ctx, req)
@@ -185,6 +194,11 @@ func (t trackedBackend) ForkSandbox(ctx context.Context, holder, snapshot, timeo
 }
 
 func (t trackedBackend) DeleteSandbox(ctx context.Context, id string) error {
+	if t.stopping.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, stopDeleteWait)
+		defer cancel()
+	}
 	err := t.Backend.DeleteSandbox(ctx, id)
 	if err == nil {
 		t.track("")
@@ -200,7 +214,7 @@ type trackedCache struct {
 
 // tracked is backend with its sandboxes recorded on tb's record.
 func (b *templateBuilds) tracked(ctx context.Context, backend imagebuild.Backend, tb *templateBuild) imagebuild.Backend {
-	t := trackedBackend{Backend: backend, track: func(id string) {
+	t := trackedBackend{Backend: backend, stopping: ctx, track: func(id string) {
 		b.mu.Lock()
 		tb.sandbox = id
 		b.mu.Unlock()
