@@ -59,7 +59,7 @@ func (tb *templateBuild) record() store.TemplateBuild {
 func buildOf(r store.TemplateBuild) *templateBuild {
 	tb := &templateBuild{
 		id: r.ID, templateID: r.Alias, tenant: r.TenantID, template: r.Template, created: r.CreatedAt,
-		status: string(r.State), sandbox: r.SandboxID, cpus: r.CPUs, memoryMiB: r.MemoryMiB, updated: r.UpdatedAt,
+		status: string(r.State), sandbox: r.SandboxID, cpus: r.CPUs, memoryMiB: r.MemoryMiB,
 	}
 	if r.Reason != "" {
 		var reason buildReason
