@@ -5,7 +5,8 @@
 // a second build reuses the kept upload; a failing runCmd is a BuildError naming its step; fromImage of a
 // registry image is refused naming the feature, one of an OCI layout on the server builds (imported once per
 // content: a copy under another path reuses the import, changed content imports anew); a hostile upload (a symlink out of the file
-// context) is refused.
+// context) is refused; a rebuild under one alias replaces the template
+// (cpuCount/memoryMB size its sandboxes, its one tag is default).
 import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -86,6 +87,28 @@ await run('templates', [
     assert(st.reason.message.includes('exit code 7') && st.reason.message.includes('about to fail'), `reason: ${st.reason.message}`)
     const e = await rejects(() => Template.build(t, name + '-fail2'), BuildError, 'Template.build of a failing step')
     assert(e.message.includes('exit code 7'), `BuildError: ${e.message}`)
+  }],
+  ['a rebuild under one alias replaces the template once ready: new sandboxes see it, a running one keeps the old, a failed rebuild changes nothing', async () => {
+    const alias = name + '-re'
+    await Template.build(Template().fromTemplate(template).runCmd('echo one > /version'), alias)
+    const old = await Sandbox.create(alias, { timeoutMs: 120_000 })
+    sandboxes.push(old)
+    eq((await old.commands.run('cat /version')).stdout, 'one\n', 'the first build')
+    const info = await Template.build(Template().fromTemplate(template).runCmd('echo two > /version'), alias, { cpuCount: 2, memoryMB: 256 })
+    const sbx = await Sandbox.create(alias, { timeoutMs: 120_000 })
+    sandboxes.push(sbx)
+    eq((await sbx.commands.run('cat /version')).stdout, 'two\n', 'a new sandbox of the alias after the rebuild')
+    const got = await sbx.getInfo()
+    eq(`${got.cpuCount} ${got.memoryMB}`, '2 256', 'the rebuild\'s cpuCount and memoryMB size the sandbox')
+    eq((await old.commands.run('cat /version')).stdout, 'one\n', 'the sandbox of the first build runs on')
+    await rejects(() => Template.build(Template().fromTemplate(template).runCmd('exit 3'), alias), BuildError, 'a failing rebuild')
+    const after = await Sandbox.create(alias, { timeoutMs: 120_000 })
+    sandboxes.push(after)
+    eq((await after.commands.run('cat /version')).stdout, 'two\n', 'a failed rebuild leaves the last good build')
+    const tags = await Template.getTags(alias)
+    eq(tags.map((t) => `${t.tag} ${t.buildId}`).join(','), `default ${info.buildId}`, 'the one tag, default, on the latest build')
+    const e = await rejects(() => Template.build(Template().fromTemplate(template), alias + ':v2'), BuildError, 'a tag other than default')
+    assert(e.message.includes('template tag "v2"'), `refusal: ${e.message}`)
   }],
   ['fromImage of a registry image is refused naming the feature', async () => {
     const t = Template().fromImage('ubuntu:22.04').runCmd('true')

@@ -128,6 +128,12 @@ type Config struct {
 	FilesDir string
 	// MaxUploadBytes bounds one such upload (0: 1 GiB).
 	MaxUploadBytes int64
+	// MaxTenantUploads and MaxTenantUploadBytes bound the uploads one
+	// tenant keeps (0: 256 and 8 GiB); UploadMaxAge is how long one no
+	// build uses is kept (0: 24 h). tplquota.go.
+	MaxTenantUploads     int
+	MaxTenantUploadBytes int64
+	UploadMaxAge         time.Duration
 	// PublicURL, when not "", is the API's own address as clients reach
 	// it (scheme://host[:port], ParsePublicURL): the links the API hands
 	// out (template upload urls) are built on it instead of on the
@@ -136,6 +142,10 @@ type Config struct {
 	// Metrics keeps the metrics history across restarts and replicas
 	// (historystore.go); nil keeps it in this process only.
 	Metrics store.MetricHistory
+	// Builds records the template builds across restarts and replicas
+	// (tplrecords.go); nil keeps them in this process only, and a
+	// template name is then never rebuilt.
+	Builds store.TemplateBuilds
 }
 
 // API serves the E2B REST API and data plane.
@@ -158,6 +168,8 @@ type API struct {
 	// publicURL is Config.PublicURL.
 	publicURL string
 	maxUpload int64
+	// uploads bounds each tenant's kept uploads (tplquota.go).
+	uploads *uploadKeeper
 }
 
 // New returns the E2B surface of cfg.
@@ -173,9 +185,20 @@ func New(cfg Config) *API {
 	}
 	history := newMetricsHistory(MetricsEvery, MetricsKeep)
 	history.store = cfg.Metrics
+	builds := newTemplateBuilds()
+	builds.st = cfg.Builds
+	if cfg.Log != nil {
+		builds.logger = cfg.Log
+	}
+	if cfg.Service != nil {
+		builds.deleteSandbox = func(ctx context.Context, tenant, id string) error {
+			return cfg.Service.Delete(ctx, service.Caller{Tenant: tenant}, id)
+		}
+	}
 	return &API{svc: cfg.Service, creds: cfg.Credentials, host: cfg.Host, key: cfg.TokenKey, domain: cfg.IngressDomain, log: cfg.Log,
 		maxFile: cfg.MaxFileBytes, uploadIdle: cfg.UploadIdleTimeout, history: history,
-		builds: newTemplateBuilds(), filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
+		builds: builds, filesDir: cfg.FilesDir, maxUpload: cfg.MaxUploadBytes,
+		uploads:   newUploadKeeper(uploadBounds{count: cfg.MaxTenantUploads, bytes: cfg.MaxTenantUploadBytes, age: cfg.UploadMaxAge}),
 		publicURL: strings.TrimSuffix(cfg.PublicURL, "/")}
 }
 
@@ -230,6 +253,8 @@ func (a *API) Register(mux Mux) {
 	route("PUT /sandboxes/{id}/network", a.handleE2BUpdateNetwork)
 	route("POST /v3/templates", a.handleTemplateRequest)
 	route("GET /templates/aliases/{alias}", a.handleTemplateAlias)
+	route("GET /templates/{templateID}/{sub}", a.handleTemplateSub)
+	route("POST /templates/tags", a.handleAssignTags)
 	route("GET /templates/{templateID}/files/{hash}", a.handleTemplateFiles)
 	route("POST /v2/templates/{templateID}/builds/{buildID}", a.handleTemplateBuild)
 	route("GET /templates/{templateID}/builds/{buildID}/status", a.handleTemplateBuildStatus)

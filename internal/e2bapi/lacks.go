@@ -20,8 +20,8 @@ import (
 type e2bFeature struct{ name, instead string }
 
 var (
-	e2bTemplates = e2bFeature{"template tags, listing and updates through the E2B API (Template.build and Template.exists work: docs/e2b.md)",
-		"list and delete templates with `space template list` and `space template delete`; a template has one build, under its name, which a create names as templateID"}
+	e2bTemplates = e2bFeature{"template tags other than default, listing and updates through the E2B API (Template.build, Template.exists, getTags and the default tag work: docs/e2b.md)",
+		"list and delete templates with `space template list` and `space template delete`; a name stands for its latest build, tagged default, which a create names as templateID"}
 	e2bSecrets = e2bFeature{"secrets (E2B's team secrets)",
 		"store the secret as a SPACE credential (docs/credentials.md): the gateway injects it into the sandbox's HTTPS requests without the sandbox holding it"}
 	e2bVolumes = e2bFeature{"volumes (E2B's persistent volumes and their content API)",

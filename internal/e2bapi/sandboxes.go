@@ -148,8 +148,13 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, ports, rules)
 		return
 	}
+	template, cpus, mem, err := a.e2bTemplateOf(r.Context(), req.TemplateID)
+	if err != nil {
+		a.writeE2BErr(w, r, err)
+		return
+	}
 	create := sandboxv1.CreateSandboxRequest{
-		Template: e2bTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
+		Template: template, CPUs: cpus, MemoryMiB: mem, Env: req.EnvVars, Metadata: req.Metadata, Timeout: ttl.String(),
 		AllowInternetAccess: req.AllowInternetAccess,
 	}
 	if idle.timeout > 0 { // paused, not deleted, at its timeout

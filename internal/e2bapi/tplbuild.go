@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,21 +19,30 @@ import (
 	"github.com/spacesandbox/space/internal/imagebuild"
 	"github.com/spacesandbox/space/internal/sandbox"
 	"github.com/spacesandbox/space/internal/service"
+	"github.com/spacesandbox/space/internal/store"
 	"github.com/spacesandbox/space/internal/template/dockerfile"
 )
 
 // Template.build of the e2b SDKs, served by internal/imagebuild: POST
-// /v3/templates asks for a build (templateID is the template's name,
-// SPACE's templates being named), the SDK uploads its COPY sources
-// (tplfiles.go), POST /v2/templates/{templateID}/builds/{buildID} starts
-// the steps, and the SDK polls GET .../status for the logs and the result.
+// /v3/templates asks for a build (templateID is the template's name, its
+// E2B alias), the SDK uploads its COPY sources (tplfiles.go), POST
+// /v2/templates/{templateID}/builds/{buildID} starts the steps, and the
+// SDK polls GET .../status for the logs and the result.
 //
 // A build runs as its caller: through Host.BuildBackend, SPACE's public
 // API with the caller's key, so it may do exactly what the caller may
-// (building a template takes an admin key, as POST /v1/templates). Build
-// state lives in this process only: the last maxBuilds builds, each with at
-// most maxBuildLogs log entries of at most maxLogMessage bytes. Builds
-// stop, their sandboxes removed, when StopBuilds is called.
+// (building a template takes an admin key, as POST /v1/templates). Builds
+// are recorded in the store (tplrecords.go): their status answers after a
+// restart and on every replica. This process keeps the builds it runs or
+// ran lately: the last maxBuilds, each with at most maxBuildLogs log
+// entries of at most maxLogMessage bytes. Builds stop, their sandboxes
+// removed, when StopBuilds is called.
+//
+// A name is an E2B alias (tpltags.go): the first build of a free name
+// makes the SPACE template of that name; a rebuild by the tenant whose
+// build made it makes a new template (NAME.xxxxxxxx) that the name stands
+// for once it is ready. The old one stays, and sandboxes made from it
+// run on; a failed rebuild changes nothing.
 
 const (
 	// maxBuilds is how many builds the server remembers; past it the
@@ -51,10 +61,10 @@ const (
 
 // buildStatus values are E2B's.
 const (
-	buildWaiting  = "waiting"
-	buildBuilding = "building"
-	buildReady    = "ready"
-	buildError    = "error"
+	buildWaiting  = string(store.BuildWaiting)
+	buildBuilding = string(store.BuildBuilding)
+	buildReady    = string(store.BuildReady)
+	buildError    = string(store.BuildError)
 )
 
 // logEntry is E2B's build log entry.
@@ -75,11 +85,18 @@ type buildReason struct {
 
 // templateBuild is one build. Its fields are guarded by templateBuilds.mu.
 type templateBuild struct {
-	id, templateID, tenant string
-	created                time.Time
-	status                 string
-	logs                   []logEntry
-	reason                 *buildReason
+	// templateID is the alias the build was asked under; template the
+	// SPACE template it makes.
+	id, templateID, tenant, template string
+	// cpus and memoryMiB size the sandboxes made through the alias (0:
+	// the server's default).
+	cpus, memoryMiB int
+	// sandbox is the build sandbox while one runs.
+	sandbox string
+	created time.Time
+	status  string
+	logs    []logEntry
+	reason  *buildReason
 }
 
 // templateBuilds is the server's builds.
@@ -88,20 +105,26 @@ type templateBuilds struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	mu     sync.Mutex // guards byID, stopped and the builds' fields
-	byID   map[string]*templateBuild
+	// st records the builds; nil keeps them in this process only.
+	st store.TemplateBuilds
+	// deleteSandbox removes a lost build's sandbox as its tenant.
+	deleteSandbox func(ctx context.Context, tenant, id string) error
+	logger        *slog.Logger
+	mu            sync.Mutex // guards byID, stopped and the builds' fields
+	byID          map[string]*templateBuild
 	// stopped refuses new builds once StopBuilds ran.
 	stopped bool
 }
 
 func newTemplateBuilds() *templateBuilds {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &templateBuilds{ctx: ctx, cancel: cancel, byID: map[string]*templateBuild{}}
+	return &templateBuilds{ctx: ctx, cancel: cancel, byID: map[string]*templateBuild{}, logger: slog.New(slog.DiscardHandler)}
 }
 
 // StopBuilds cancels the running builds and waits until each has removed
-// its build sandbox; later builds are refused. The server calls it before
-// it stops serving, while the builds can still reach its API.
+// its build sandbox and recorded its failure; later builds are refused.
+// The server calls it before it stops serving, while the builds can still
+// reach its API.
 func (a *API) StopBuilds() {
 	a.builds.mu.Lock()
 	a.builds.stopped = true
@@ -110,8 +133,32 @@ func (a *API) StopBuilds() {
 	a.builds.wg.Wait()
 }
 
-// add records a new build of tenant's templateID.
-func (b *templateBuilds) add(tenant, templateID string, now time.Time) (*templateBuild, error) {
+// newBuild is what a build request asks for.
+type newBuild struct {
+	tenant, alias, template string
+	cpus, memoryMiB         int
+}
+
+// add records a new build.
+func (b *templateBuilds) add(ctx context.Context, nb newBuild, now time.Time) (*templateBuild, error) {
+	tb, err := b.addLocal(nb, now)
+	if err != nil || b.st == nil {
+		return tb, err
+	}
+	b.mu.Lock()
+	r := tb.record()
+	b.mu.Unlock()
+	if err := b.st.CreateTemplateBuild(ctx, r); err != nil {
+		b.mu.Lock()
+		delete(b.byID, tb.id)
+		b.mu.Unlock()
+		return nil, fmt.Errorf("record the build: %w", err)
+	}
+	return tb, nil
+}
+
+// addLocal adds the build to this process's, within the bounds.
+func (b *templateBuilds) addLocal(nb newBuild, now time.Time) (*templateBuild, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped {
@@ -124,7 +171,7 @@ func (b *templateBuilds) add(tenant, templateID string, now time.Time) (*templat
 		if done && (oldest == nil || tb.created.Before(oldest.created)) {
 			oldest = tb
 		}
-		if tb.tenant == tenant && !done {
+		if tb.tenant == nb.tenant && !done {
 			running++
 		}
 	}
@@ -137,29 +184,73 @@ func (b *templateBuilds) add(tenant, templateID string, now time.Time) (*templat
 		}
 		delete(b.byID, oldest.id)
 	}
-	tb := &templateBuild{id: "bld-" + sandbox.NewID(), templateID: templateID, tenant: tenant, created: now, status: buildWaiting}
+	if nb.template == "" {
+		nb.template = nb.alias
+	}
+	tb := &templateBuild{id: "bld-" + sandbox.NewID(), templateID: nb.alias, tenant: nb.tenant, template: nb.template,
+		cpus: nb.cpus, memoryMiB: nb.memoryMiB, created: now, status: buildWaiting}
 	b.byID[tb.id] = tb
 	return tb, nil
 }
 
 // get is tenant's build id of templateID; with id "", any of its builds
 // of templateID that waits for its start. Another tenant's build is not
-// found.
-func (b *templateBuilds) get(tenant, templateID, id string) (*templateBuild, error) {
+// found. A build this process does not have is read from the store (a
+// lost one marked failed); one that waits for its start is taken on here.
+func (b *templateBuilds) get(ctx context.Context, tenant, templateID, id string) (*templateBuild, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if id != "" {
 		if tb, ok := b.byID[id]; ok && tb.tenant == tenant && tb.templateID == templateID {
+			b.mu.Unlock()
 			return tb, nil
 		}
 	} else {
 		for _, tb := range b.byID {
 			if tb.tenant == tenant && tb.templateID == templateID && tb.status == buildWaiting {
+				b.mu.Unlock()
 				return tb, nil
 			}
 		}
 	}
-	return nil, fmt.Errorf("%w: template %s has no such build", errdefs.ErrNotFound, service.Clip(templateID))
+	b.mu.Unlock()
+	if id == "" {
+		id = b.waitingID(ctx, tenant, templateID)
+	}
+	tb, err := b.stored(ctx, tenant, templateID, id, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if tb == nil {
+		return nil, fmt.Errorf("%w: template %s has no such build", errdefs.ErrNotFound, service.Clip(templateID))
+	}
+	if tb.status == buildWaiting {
+		b.mu.Lock()
+		if cur, ok := b.byID[tb.id]; ok {
+			tb = cur
+		} else if !b.stopped && len(b.byID) < maxBuilds {
+			b.byID[tb.id] = tb
+		}
+		b.mu.Unlock()
+	}
+	return tb, nil
+}
+
+// waitingID is the id of a stored build of tenant's templateID that waits
+// for its start, "" for none.
+func (b *templateBuilds) waitingID(ctx context.Context, tenant, templateID string) string {
+	if b.st == nil {
+		return ""
+	}
+	list, err := b.st.ListTemplateBuilds(ctx, templateID)
+	if err != nil {
+		return ""
+	}
+	for _, r := range list {
+		if r.TenantID == tenant && r.State == store.BuildWaiting {
+			return r.ID
+		}
+	}
+	return ""
 }
 
 // log appends an entry to tb's log, up to maxBuildLogs.
@@ -179,13 +270,14 @@ func (b *templateBuilds) log(tb *templateBuild, level, msg string) {
 }
 
 // finish records tb's end.
-func (b *templateBuilds) finish(tb *templateBuild, reason *buildReason) {
+func (b *templateBuilds) finish(ctx context.Context, tb *templateBuild, reason *buildReason) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	tb.status = buildReady
 	if reason != nil {
 		tb.status, tb.reason = buildError, reason
 	}
+	b.mu.Unlock()
+	b.save(ctx, tb)
 }
 
 // logWriter turns what a build writes into log entries, one a line.
@@ -219,59 +311,11 @@ func (w *logWriter) flush() {
 	}
 }
 
-// handleTemplateRequest serves POST /v3/templates (and POST /templates,
-// v2): a new build of template name.
-func (a *API) handleTemplateRequest(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Name  string   `json:"name"`
-		Alias string   `json:"alias"`
-		Tags  []string `json:"tags"`
-	}
-	if err := decodeE2B(w, r, &req); err != nil {
-		a.writeE2BErr(w, r, err)
-		return
-	}
-	if req.Name == "" {
-		req.Name = req.Alias
-	}
-	name, tag, _ := strings.Cut(req.Name, ":")
-	c := a.host.Caller(r.Context())
-	switch {
-	case !c.Admin:
-		a.writeE2BErr(w, r, fmt.Errorf("%w: building a template takes an admin key: SPACE's templates are shared by every tenant (POST /v1/templates is the admin's too)", errdefs.ErrPermissionDenied))
-		return
-	case name == "":
-		a.writeE2BErr(w, r, fmt.Errorf("%w: the build names no template", errdefs.ErrInvalidArgument))
-		return
-	case (tag != "" && tag != "default") || len(req.Tags) > 0 && !(len(req.Tags) == 1 && req.Tags[0] == "default"):
-		a.writeE2BErr(w, r, fmt.Errorf("%w: template tags are not supported by SPACE: a template has one build, under its name; build another name instead", errdefs.ErrInvalidArgument))
-		return
-	}
-	backend, err := a.host.BuildBackend(r)
-	if err != nil {
-		a.writeE2BErr(w, r, err)
-		return
-	}
-	if taken, err := backend.TemplateTaken(r.Context(), name); err != nil {
-		a.writeE2BErr(w, r, err)
-		return
-	} else if taken {
-		a.writeE2BErr(w, r, fmt.Errorf("%w: template %s exists; delete it first (space template delete %s)", errdefs.ErrConflict, service.Clip(name), service.Clip(name)))
-		return
-	}
-	tb, err := a.builds.add(c.Tenant, name, time.Now())
-	if err != nil {
-		a.writeE2BErr(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"templateID": name, "buildID": tb.id, "tags": []string{"default"}, "aliases": []string{name}, "public": false})
-}
-
 // handleTemplateBuild serves POST /v2/templates/{templateID}/builds/{buildID}:
 // the build's steps, run in the background.
 func (a *API) handleTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	c := a.host.Caller(r.Context())
-	tb, err := a.builds.get(c.Tenant, r.PathValue("templateID"), r.PathValue("buildID"))
+	tb, err := a.builds.get(r.Context(), c.Tenant, r.PathValue("templateID"), r.PathValue("buildID"))
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -308,6 +352,7 @@ func (a *API) handleTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		a.writeE2BErr(w, r, fmt.Errorf("%w: build %s was started already, or the server is stopping", errdefs.ErrConflict, tb.id))
 		return
 	}
+	a.builds.save(r.Context(), tb)
 	go func() {
 		defer a.builds.wg.Done()
 		a.runBuild(a.builds.ctx, backend, tb, spec, df, force)
@@ -316,14 +361,25 @@ func (a *API) handleTemplateBuild(w http.ResponseWriter, r *http.Request) {
 }
 
 // runBuild runs build tb: its COPY uploads extracted into a context
-// directory, then the steps, recording the log and the result.
+// directory, then the steps, recording the log and the result; its record
+// is rewritten every buildHeartbeat while it runs.
 func (a *API) runBuild(ctx context.Context, backend imagebuild.Backend, tb *templateBuild, spec templateSpec, df *dockerfile.File, force bool) {
+	hctx, stopHeartbeat := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		a.builds.heartbeat(hctx, tb)
+	}()
+	defer func() { stopHeartbeat(); <-beating }()
 	lw := &logWriter{b: a.builds, tb: tb}
-	err := a.buildSteps(ctx, backend, tb, spec, df, force, lw)
+	err := a.buildSteps(ctx, a.builds.tracked(ctx, backend, tb), tb, spec, df, force, lw)
 	lw.flush()
+	stopHeartbeat()
+	<-beating
 	if err == nil {
-		a.builds.log(tb, "info", "template "+tb.templateID+" ready")
-		a.builds.finish(tb, nil)
+		a.builds.log(tb, "info", "template "+tb.templateID+" ready (SPACE template "+tb.template+")")
+		a.builds.finish(ctx, tb, nil)
+		a.pruneBuilds(ctx, backend, tb)
 		return
 	}
 	step := "base"
@@ -335,18 +391,29 @@ func (a *API) runBuild(ctx context.Context, backend imagebuild.Backend, tb *temp
 		}
 	}
 	msg := err.Error()
-	if a.host.Status(err) == http.StatusInternalServerError && se == nil {
+	if ctx.Err() != nil {
+		// StopBuilds: the server stops.
+		msg = reasonRestarted
+	} else if a.host.Status(err) == http.StatusInternalServerError && se == nil {
 		a.log.Error("e2b template build", "build", tb.id, "template", tb.templateID, "err", err)
 	}
 	a.builds.log(tb, "error", msg)
 	a.builds.mu.Lock()
 	tail := append([]logEntry(nil), tb.logs[max(0, len(tb.logs)-20):]...)
 	a.builds.mu.Unlock()
-	a.builds.finish(tb, &buildReason{Message: msg, Step: step, LogEntries: tail})
+	a.builds.finish(ctx, tb, &buildReason{Message: msg, Step: step, LogEntries: tail})
+	a.pruneBuilds(ctx, backend, tb)
 }
 
 // buildSteps prepares the context and runs the steps.
 func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *templateBuild, spec templateSpec, df *dockerfile.File, force bool, log io.Writer) error {
+	// The files directory is made by the first upload: a build that
+	// copies nothing may come first.
+	if a.filesDir != "" {
+		if err := os.MkdirAll(a.filesDir, 0o700); err != nil {
+			return fmt.Errorf("build context: %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp(a.filesDir, ".context-*")
 	if err != nil {
 		return fmt.Errorf("build context: %w", err)
@@ -371,7 +438,7 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 		}
 	}
 	plan, err := imagebuild.Prepare(imagebuild.Job{
-		Name: tb.templateID, File: df, ContextDir: dir, Runtime: "ns", NoCache: force, Log: log, Ready: spec.ReadyCmd,
+		Name: tb.template, File: df, ContextDir: dir, Runtime: "ns", NoCache: force, Log: log, Ready: spec.ReadyCmd,
 	})
 	if err != nil {
 		return err
@@ -393,7 +460,7 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 // the status, the log entries from logsOffset on, and a failure's reason.
 func (a *API) handleTemplateBuildStatus(w http.ResponseWriter, r *http.Request) {
 	c := a.host.Caller(r.Context())
-	tb, err := a.builds.get(c.Tenant, r.PathValue("templateID"), r.PathValue("buildID"))
+	tb, err := a.builds.get(r.Context(), c.Tenant, r.PathValue("templateID"), r.PathValue("buildID"))
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return
@@ -420,25 +487,4 @@ func (a *API) handleTemplateBuildStatus(w http.ResponseWriter, r *http.Request) 
 		"buildID": tb.id, "templateID": tb.templateID, "status": status,
 		"logEntries": entries, "logs": lines, "reason": reason,
 	})
-}
-
-// handleTemplateAlias serves GET /templates/aliases/{alias}: 200 when a
-// template of that name exists, 404 when the name is free.
-func (a *API) handleTemplateAlias(w http.ResponseWriter, r *http.Request) {
-	backend, err := a.host.BuildBackend(r)
-	if err != nil {
-		a.writeE2BErr(w, r, err)
-		return
-	}
-	alias := r.PathValue("alias")
-	taken, err := backend.TemplateTaken(r.Context(), alias)
-	if err != nil {
-		a.writeE2BErr(w, r, err)
-		return
-	}
-	if !taken {
-		writeE2BError(w, http.StatusNotFound, "no template "+service.Clip(alias))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": true})
 }

@@ -100,7 +100,7 @@ func TestCheckArchiveHostile(t *testing.T) {
 // one is kept under its tenant's directory and extracts there; another
 // tenant's hash finds nothing.
 func TestStoreUploadRefusesHostile(t *testing.T) {
-	a := &API{filesDir: t.TempDir(), key: []byte("k")}
+	a := &API{filesDir: t.TempDir(), key: []byte("k"), uploads: newUploadKeeper(uploadBounds{})}
 	hash := strings.Repeat("ab", 32)
 	bad := tarOf(t, true, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
 	if err := a.storeUpload(context.Background(), "t1", hash, bytes.NewReader(bad)); !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -200,7 +200,7 @@ func TestDockerfileOf(t *testing.T) {
 // last saying so, and a long line is clipped to maxLogMessage.
 func TestBuildLogCapped(t *testing.T) {
 	b := newTemplateBuilds()
-	tb, err := b.add("t1", "x", time.Now())
+	tb, err := b.add(context.Background(), newBuild{tenant: "t1", alias: "x"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,24 +227,24 @@ func TestBuildsBounded(t *testing.T) {
 	now := time.Now()
 	var first *templateBuild
 	for i := 0; i < maxTenantBuilds; i++ {
-		tb, err := a.builds.add("t1", fmt.Sprint("x", i), now)
+		tb, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: fmt.Sprint("x", i)}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		first = tb
 	}
-	if _, err := a.builds.add("t1", "y", now); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: "y"}, now); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("build past the tenant's cap: %v, want resource exhausted", err)
 	}
-	if _, err := a.builds.get("t2", first.templateID, first.id); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := a.builds.get(context.Background(), "t2", first.templateID, first.id); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant's get: %v, want not found", err)
 	}
-	a.builds.finish(first, nil)
-	if _, err := a.builds.add("t1", "y", now); err != nil {
+	a.builds.finish(context.Background(), first, nil)
+	if _, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: "y"}, now); err != nil {
 		t.Errorf("after one finished: %v", err)
 	}
 	a.StopBuilds()
-	if _, err := a.builds.add("t3", "z", now); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := a.builds.add(context.Background(), newBuild{tenant: "t3", alias: "z"}, now); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("after StopBuilds: %v, want unavailable", err)
 	}
 }
@@ -274,7 +274,7 @@ func TestUploadURLBase(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := New(Config{Host: callerHost{c: service.Caller{Tenant: "t1", Admin: true}}, TokenKey: []byte("k"),
 				FilesDir: t.TempDir(), PublicURL: tc.public})
-			tb, err := a.builds.add("t1", "tpl", time.Now())
+			tb, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: "tpl"}, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -389,7 +389,7 @@ func (h deniedHost) Status(err error) int {
 // path on the server's machine as fromImage.
 func TestLocalImageAdminOnly(t *testing.T) {
 	a := New(Config{Host: deniedHost{callerHost{c: service.Caller{Tenant: "t1"}}}, TokenKey: []byte("k"), FilesDir: t.TempDir()})
-	tb, err := a.builds.add("t1", "tpl", time.Now())
+	tb, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: "tpl"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

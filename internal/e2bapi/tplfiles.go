@@ -42,7 +42,8 @@ import (
 // with the headers the answer gives. An upload is bounded in size
 // (MaxUploadBytes) and refused unless every entry passes checkArchive;
 // at build time it is extracted with template.Extract's hostile-archive
-// rules.
+// rules. A tenant's uploads are bounded in count, bytes and age
+// (tplquota.go).
 
 // filesLabel separates the upload MAC from any other under the same key.
 const filesLabel = "space e2b template files v1\x00"
@@ -70,7 +71,7 @@ func (a *API) filesPath(tenant, hash string) string {
 // whether the caller's upload hash is kept, and where to PUT it.
 func (a *API) handleTemplateFiles(w http.ResponseWriter, r *http.Request) {
 	c := a.host.Caller(r.Context())
-	if _, err := a.builds.get(c.Tenant, r.PathValue("templateID"), ""); err != nil {
+	if _, err := a.builds.get(r.Context(), c.Tenant, r.PathValue("templateID"), ""); err != nil {
 		a.writeE2BErr(w, r, err)
 		return
 	}
@@ -85,6 +86,10 @@ func (a *API) handleTemplateFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	_, err := os.Stat(a.filesPath(c.Tenant, hash))
 	present := err == nil
+	if present {
+		// The build that asks will use it: it must not expire first.
+		touch(a.filesPath(c.Tenant, hash), time.Now())
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"present": present,
 		"url":     a.baseURL(r) + a.uploadPath(c.Tenant, hash, time.Now()),
@@ -148,7 +153,7 @@ func (a *API) storeUpload(ctx context.Context, tenant, hash string, body io.Read
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", hash, err)
 	}
-	return os.Rename(f.Name(), a.filesPath(tenant, hash))
+	return a.uploads.keep(a.filesDir, dir, f.Name(), a.filesPath(tenant, hash), time.Now())
 }
 
 // openArchive is r's tar stream, gunzipped when it is gzip.
@@ -238,6 +243,7 @@ func escapes(dir, name string) bool {
 // extractUpload unpacks tenant's upload hash into dir under
 // template.Extract's rules.
 func (a *API) extractUpload(ctx context.Context, tenant, hash, dir string) error {
+	touch(a.filesPath(tenant, hash), time.Now())
 	f, err := os.Open(a.filesPath(tenant, hash))
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: files %s were not uploaded (GET /templates/{templateID}/files/{hash} answers where to)", errdefs.ErrInvalidArgument, hash)

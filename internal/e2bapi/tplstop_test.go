@@ -55,7 +55,7 @@ func (b *blockingBackend) BuildTemplate(context.Context, sandboxv1.BuildTemplate
 // not cancelled) and ended in error.
 func TestStopBuildsRemovesSandbox(t *testing.T) {
 	a := &API{host: statusHost{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), builds: newTemplateBuilds(), filesDir: t.TempDir()}
-	tb, err := a.builds.add("t1", "x", time.Now())
+	tb, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: "x"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

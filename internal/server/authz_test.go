@@ -77,6 +77,9 @@ var (
 	// e2bAlias: whether a template name is taken, answered to every
 	// caller (SPACE's templates are shared, as GET /v1/templates lists).
 	e2bAlias = [principals]int{401, 401, 401, allowed, allowed, allowed}
+	// e2bTagAssign: tagging is an admin's, as a build is; the fixture's
+	// template has no E2B build, so the admin finds none.
+	e2bTagAssign = [principals]int{401, 401, 401, 403, 403, 404}
 	// e2bUpload: an upload url is authorized by its MAC, never by a key;
 	// the matrix's url has none.
 	e2bUpload = [principals]int{401, 401, 401, 401, 401, 401}
@@ -280,13 +283,15 @@ var authzRows = []authzRow{
 	{pattern: "GET /e2b/templates/{templateID}/files/{hash}", req: e2bCall("GET", "/templates/{template}/files/"+strings.Repeat("a", 64), ""), want: e2bBuild},
 	{pattern: "POST /e2b/v2/templates/{templateID}/builds/{buildID}", req: e2bCall("POST", "/v2/templates/{template}/builds/bld-x", `{"fromTemplate":"minimal","steps":[]}`), want: e2bBuild},
 	{pattern: "GET /e2b/templates/{templateID}/builds/{buildID}/status", req: e2bCall("GET", "/templates/{template}/builds/bld-x/status", ""), want: e2bBuild},
+	{pattern: "GET /e2b/templates/{templateID}/{sub}", req: e2bCall("GET", "/templates/{template}/tags", ""), want: e2bBuild},
+	{pattern: "POST /e2b/templates/tags", req: e2bCall("POST", "/templates/tags", `{"target":"{template}","tags":["default"]}`), want: e2bTagAssign},
 	{pattern: "PUT /e2b/template-files/{tenant}/{hash}", req: e2bCall("PUT", "/template-files/74/"+strings.Repeat("a", 64)+"?expires=9999999999&sig=00", "x"), want: e2bUpload},
 	{pattern: "GET /e2b/sandboxes/metrics", req: e2bCall("GET", "/sandboxes/metrics", ""), want: e2bUnsupported},
 	{pattern: "GET /e2b/sandboxes/{id}/logs", req: e2bCall("GET", "/sandboxes/{sandbox}/logs", ""), want: e2bUnsupported},
 	{pattern: "GET /e2b/v2/sandboxes/{id}/logs", req: e2bCall("GET", "/v2/sandboxes/{sandbox}/logs", ""), want: e2bUnsupported},
 	{pattern: "/e2b/default-templates", req: e2bCall("GET", "/default-templates", ""), want: e2bUnsupported},
 	{pattern: "/e2b/templates", req: e2bCall("GET", "/templates", ""), want: e2bUnsupported},
-	{pattern: "/e2b/templates/", req: e2bCall("GET", "/templates/base/tags", ""), want: e2bUnsupported},
+	{pattern: "/e2b/templates/", req: e2bCall("GET", "/templates/base", ""), want: e2bUnsupported},
 	{pattern: "DELETE /e2b/templates/tags", req: e2bCall("DELETE", "/templates/tags", `{}`), want: e2bUnsupported},
 	{pattern: "/e2b/v2/templates", req: e2bCall("GET", "/v2/templates", ""), want: e2bUnsupported},
 	{pattern: "/e2b/v2/templates/", req: e2bCall("PATCH", "/v2/templates/base", `{}`), want: e2bUnsupported},

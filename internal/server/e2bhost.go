@@ -113,6 +113,6 @@ func (s *Server) newE2B() *e2bapi.API {
 		Service: s.svc, Credentials: s.creds, Host: e2bHost{s}, TokenKey: s.e2bTokenKey(),
 		IngressDomain: s.ingressDomain(), Log: s.log,
 		MaxFileBytes: s.cfg.MaxFileBytes, UploadIdleTimeout: s.cfg.UploadIdleTimeout,
-		FilesDir: s.cfg.E2BFilesDir, PublicURL: s.cfg.PublicURL, Metrics: s.store,
+		FilesDir: s.cfg.E2BFilesDir, PublicURL: s.cfg.PublicURL, Metrics: s.store, Builds: s.store,
 	})
 }

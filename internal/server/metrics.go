@@ -86,6 +86,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
 	s.metrics.write(&b)
 	s.streams.write(&b)
+	s.e2bAPI.WriteMetrics(&b)
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if sbs, err := s.store.ListSandboxes(ctx, store.SandboxFilter{}); err == nil {

@@ -305,6 +305,14 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 		defer close(sampled)
 		s.e2bAPI.RunMetrics(rctx)
 	}()
+	// The sweep of E2B template builds whose server died removes their
+	// sandboxes through the API, so it runs while the API serves.
+	swept := make(chan struct{})
+	defer func() { stopResolving(); <-swept }()
+	go func() {
+		defer close(swept)
+		s.e2bAPI.RunBuildSweep(rctx)
+	}()
 	go func() {
 		<-ctx.Done()
 		// The E2B template builds remove their sandboxes through the API,

@@ -38,6 +38,7 @@ type Store interface {
 	ServicePorts
 	Leases
 	MetricHistory
+	TemplateBuilds
 	// Close releases the backend's connections.
 	Close() error
 }

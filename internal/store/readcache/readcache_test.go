@@ -354,6 +354,8 @@ var unaffected = map[string]string{
 	"PutServicePort": "port rows", "GetServicePort": "read", "ListServicePorts": "read", "DeleteServicePort": "port rows",
 	"AcquireLease": "lease rows", "RenewLease": "lease rows", "ReleaseLease": "lease rows", "TakeOverLease": "lease rows",
 	"PutReplicaAddresses": "replica rows", "ListReplicaAddresses": "read",
+	"CreateTemplateBuild": "template build rows", "GetTemplateBuild": "read", "ListTemplateBuilds": "read", "ListRunningTemplateBuilds": "read",
+	"UpdateTemplateBuild": "template build rows", "DeleteTemplateBuild": "template build rows",
 }
 
 // TestEveryMethodIsClassified: a method added to the contract fails here

@@ -153,6 +153,7 @@ var _ interface {
 	store.ServicePorts
 	store.Leases
 	store.MetricHistory
+	store.TemplateBuilds
 } = (*Store)(nil)
 
 // queryAll runs a read and scans each of its rows with scan. No row is an

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentAdmissions", testConcurrentAdmissions},
 		{"ReplicaAddresses", testReplicaAddresses}, // replicas.go
 		{"MetricHistory", testMetricHistory},       // metrics.go
+		{"TemplateBuilds", testTemplateBuilds},     // templatebuilds.go
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
