@@ -137,11 +137,6 @@ func (c Client) BuildTemplate(ctx context.Context, req sandboxv1.BuildTemplateRe
 	return t, nil
 }
 
-// DeleteTemplate deletes template name (refused while a sandbox uses it).
-func (c Client) DeleteTemplate(ctx context.Context, name string) error {
-	return c.C.DeleteTemplate(ctx, name)
-}
-
 // Holders implements Cache.
 func (c Client) Holders(ctx context.Context) ([]Holder, error) {
 	all, err := c.C.ListSandboxes(ctx)
