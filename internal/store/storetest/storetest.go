@@ -60,8 +60,10 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateWithinQuota", testCreateWithinQuota},
 		{"UpdateWithinQuota", testUpdateWithinQuota},
 		{"ConcurrentAdmissions", testConcurrentAdmissions},
-		{"ReplicaAddresses", testReplicaAddresses}, // replicas.go
-		{"MetricHistory", testMetricHistory},       // metrics.go
+		{"CreateAfterTemplateDeleted", testCreateAfterTemplateDeleted}, // templaterace.go
+		{"TemplateDeleteRacesCreates", testTemplateDeleteRacesCreates}, // templaterace.go
+		{"ReplicaAddresses", testReplicaAddresses},                     // replicas.go
+		{"MetricHistory", testMetricHistory},                           // metrics.go
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
