@@ -14,7 +14,9 @@ import (
 	"github.com/spacesandbox/space/internal/store/sqlite"
 )
 
-// newTestStore is a real SQLite store with tenants a and b.
+// newTestStore is a real SQLite store with tenants a and b and the ready
+// template "minimal" that stored's sandboxes name (a create or fork checks
+// that its template exists).
 func newTestStore(t *testing.T) (st store.Store, a, b string) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "space.db"))
@@ -29,6 +31,9 @@ func newTestStore(t *testing.T) (st store.Store, a, b string) {
 			t.Fatal(err)
 		}
 		ids[i] = tn.ID
+	}
+	if err := st.CreateTemplate(t.Context(), store.Template{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady, CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
 	}
 	return st, ids[0], ids[1]
 }

@@ -141,6 +141,9 @@ type Sandboxes interface {
 	// *QuotaError (ErrResourceExhausted). Admissions serialize with every
 	// other write of the store, whichever replica makes them: of two creates
 	// racing for a tenant's last slot exactly one succeeds.
+	// In the same transaction it checks that sb's template still exists (the
+	// caller read it before, and DeleteTemplate may have deleted it since): a
+	// template gone is ErrNotFound and nothing is written.
 	CreateSandboxWithinQuota(ctx context.Context, sb *sandbox.Sandbox) error
 	// UpdateSandboxWithinQuota is UpdateSandbox with the same admission when
 	// the update moves sb from a stored state that holds no resources into

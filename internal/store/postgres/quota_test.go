@@ -22,6 +22,10 @@ func TestReplicasAdmitWithinQuota(t *testing.T) {
 	if err := replicas[0].CreateTenant(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
+	// A within-quota create checks that its template exists.
+	if err := replicas[0].CreateTemplate(ctx, store.Template{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady}); err != nil {
+		t.Fatal(err)
+	}
 	spec := sandbox.Spec{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256, DiskMiB: 512}
 	// Hibernated sandboxes to restore: they hold nothing yet.
 	var hibernated []*sandbox.Sandbox

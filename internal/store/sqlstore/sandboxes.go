@@ -124,8 +124,10 @@ func (s *Store) CreateSandboxWithinQuotaAndEvents(ctx context.Context, sb *sandb
 	return s.createSandbox(ctx, sb, true, events)
 }
 
-// createSandbox inserts sb, first admitting it under its tenant's quota if
-// withinQuota, then events (each naming sb), in one transaction.
+// createSandbox inserts sb, then events (each naming sb), in one
+// transaction; if withinQuota (a create or fork by a caller, who read the
+// template earlier) it first checks that sb's template still exists and
+// admits sb under its tenant's quota.
 func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQuota bool, events []store.Event) error {
 	if sb.ID == "" || sb.Tenant == "" {
 		return fmt.Errorf("create sandbox: empty id or tenant: %w", errdefs.ErrInvalidArgument)
@@ -150,9 +152,14 @@ func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 		if !ok {
 			return fmt.Errorf("sandbox %s: tenant %s: %w", sb.ID, sb.Tenant, errdefs.ErrNotFound)
 		}
-		if withinQuota && store.HoldsResources(sb.State) {
-			if err := admit(ctx, tx, sb); err != nil {
+		if withinQuota {
+			if err := templateStillExists(ctx, tx, sb); err != nil {
 				return err
+			}
+			if store.HoldsResources(sb.State) {
+				if err := admit(ctx, tx, sb); err != nil {
+					return err
+				}
 			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
@@ -176,6 +183,25 @@ func (s *Store) createSandbox(ctx context.Context, sb *sandbox.Sandbox, withinQu
 		return err
 	}
 	sb.CreatedAt, sb.Version, sb.UpdatedAt = created, 1, at
+	return nil
+}
+
+// templateStillExists returns ErrNotFound unless sb's template has a row.
+// The caller read the template before placing sb, and DeleteTemplate
+// deletes a template no sandbox uses: a delete between that read and this
+// insert would otherwise leave sb on a template that is gone. The read here
+// shares the insert's transaction, so the two cannot interleave: SQLite runs
+// one write at a time, and PostgreSQL at SERIALIZABLE aborts one of a create
+// and a delete that each read what the other writes, and the retry of the
+// create sees the template gone.
+func templateStillExists(ctx context.Context, tx Tx, sb *sandbox.Sandbox) error {
+	ok, err := exists(ctx, tx, `SELECT 1 FROM templates WHERE name = ?`, sb.Template)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: create: read template %s: %w", sb.ID, sb.Template, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: template %q was deleted while the sandbox was being created; create it again", errdefs.ErrNotFound, sb.Template)
+	}
 	return nil
 }
 

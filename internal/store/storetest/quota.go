@@ -143,6 +143,7 @@ func wantQuotaError(t *testing.T, what string, err error, limit string) {
 }
 
 func testCreateWithinQuota(t *testing.T, s store.Store) {
+	newTemplate(t, s, "minimal")
 	tn := newTenant(t, s, "admit", at(1))
 	unlimited := newTenant(t, s, "free", at(2))
 	for range 5 {
@@ -225,6 +226,7 @@ func testUpdateWithinQuota(t *testing.T, s store.Store) {
 // replica (several stores on one database) runs them.
 func testConcurrentAdmissions(t *testing.T, s store.Store) {
 	const limit, racers = 3, 12
+	newTemplate(t, s, "minimal")
 	tn := newTenant(t, s, "race", at(1))
 	must(t, "SetTenantQuota", s.SetTenantQuota(ctx(t), tn.ID, store.Quota{MaxSandboxes: limit}))
 	var wg sync.WaitGroup

@@ -218,6 +218,7 @@ func testSandboxEvents(t *testing.T, s store.Store) {
 	if !ok {
 		t.Skip("the store does not write sandboxes and events together")
 	}
+	newTemplate(t, s, "minimal")
 	tn := newTenant(t, s, "events", at(1))
 	must(t, "SetTenantQuota", s.SetTenantQuota(ctx(t), tn.ID, store.Quota{MaxSandboxes: 1}))
 	sb := quotaSandbox(tn.ID, 128, 1)

@@ -60,9 +60,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateWithinQuota", testCreateWithinQuota},
 		{"UpdateWithinQuota", testUpdateWithinQuota},
 		{"ConcurrentAdmissions", testConcurrentAdmissions},
-		{"ReplicaAddresses", testReplicaAddresses}, // replicas.go
-		{"MetricHistory", testMetricHistory},       // metrics.go
-		{"TemplateBuilds", testTemplateBuilds},     // templatebuilds.go
+		{"CreateAfterTemplateDeleted", testCreateAfterTemplateDeleted}, // templaterace.go
+		{"TemplateDeleteRacesCreates", testTemplateDeleteRacesCreates}, // templaterace.go
+		{"ReplicaAddresses", testReplicaAddresses},                     // replicas.go
+		{"MetricHistory", testMetricHistory},                           // metrics.go
+		{"TemplateBuilds", testTemplateBuilds},                         // templatebuilds.go
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
