@@ -88,9 +88,10 @@ func (h *Hierarchy) Group(parent, name string) (*Group, error) {
 // it. Groups below one shared parent are scheduled as one entity of the
 // parent's weight against the rest of the host: while one of them runs
 // flat out, the parent has used its share, and a sibling that wakes for a
-// millisecond of work waits until the parent is due again — on a host
-// loaded by other work, a busy sandbox made its quiet neighbour's p99 exec
-// latency 3 to 13 times its idle figure (docs/PERFORMANCE.md, 2026-12-07).
+// millisecond of work waits until the parent is due again: on a host
+// loaded by other work, beside a spinning sandbox, a quiet ns sandbox's p99
+// exec latency was a median 2.6 times its idle figure below one parent and
+// 0.56 times as a group of its own (docs/PERFORMANCE.md, 2026-12-07).
 // A top-level group is an entity of its own, as a host process is: it
 // waits only for its own use. Its limits hold as before (the cfs quota and
 // cpu.shares are its own); what it gives up is the parent's cap on what
