@@ -373,8 +373,10 @@ func (in *instance) wantOneExecutionIn(dataDir, id, what string) {
 		execs, seen = nil, nil
 		for _, s := range inventory(dataDir, id) {
 			kind, path, _ := strings.Cut(s, " ")
-			if (kind == "cgroup" || kind == "subvolume" && strings.Contains(path, "/volumes/volumes/")) && !slices.Contains(execs, filepath.Base(path)) {
-				execs = append(execs, filepath.Base(path))
+			// An ns execution's own cpu group is named space.<execution>.
+			name := strings.TrimPrefix(filepath.Base(path), "space.")
+			if (kind == "cgroup" || kind == "subvolume" && strings.Contains(path, "/volumes/volumes/")) && !slices.Contains(execs, name) {
+				execs = append(execs, name)
 			}
 			seen = append(seen, s)
 		}

@@ -23,7 +23,8 @@ import (
 // naming the directory), mounts under the directory, loop devices
 // backed by files in it, the volume store's subvolumes and work in
 // progress, the network namespaces and cgroups (under SPACE's "space"
-// groups) named after the test's sandboxes, and the VMMs' cgroups of the
+// groups, and an ns execution's top-level "space.<execution>" in the v1 cpu
+// hierarchy) named after the test's sandboxes, and the VMMs' cgroups of the
 // directory's vm runtime (vmmGroups). The machine is shared, so what
 // belongs to other servers is left out.
 type hostInventory []string
@@ -85,6 +86,7 @@ func inventory(dataDir string, ids ...string) hostInventory {
 	named("netns", "/run/netns/*")
 	named("cgroup", "/sys/fs/cgroup/*/space/*")
 	named("cgroup", "/sys/fs/cgroup/space/*")
+	named("cgroup", "/sys/fs/cgroup/*/space.*")
 	for _, g := range vmmGroups(dataDir) {
 		out = append(out, "cgroup "+g)
 	}
@@ -236,8 +238,13 @@ func TestInventoryScopesCgroups(t *testing.T) {
 		t.Skip("no space cgroup parent on this host (no server has run here)")
 	}
 	ours, theirs := sandboxid.NewID(), sandboxid.NewID()
-	for _, id := range []string{ours, theirs} {
-		g := filepath.Join(parents[0], sandboxid.NewExecID(id, 1))
+	groups := []string{filepath.Join(parents[0], sandboxid.NewExecID(ours, 1)), filepath.Join(parents[0], sandboxid.NewExecID(theirs, 1))}
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err == nil {
+		// An ns execution's own top-level group in the v1 cpu hierarchy
+		// (cgroup.Hierarchy.OwnCPUGroup).
+		groups = append(groups, "/sys/fs/cgroup/cpu/space."+sandboxid.NewExecID(ours, 2))
+	}
+	for _, g := range groups {
 		if err := os.Mkdir(g, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -249,8 +256,10 @@ func TestInventoryScopesCgroups(t *testing.T) {
 	}
 	dir := t.TempDir()
 	got := inventory(dir, ours)
-	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "cgroup ") && strings.Contains(s, ours) }) {
-		t.Errorf("the inventory of sandbox %s misses its group:\n%s", ours, strings.Join(got, "\n"))
+	for _, g := range groups {
+		if strings.Contains(g, ours) && !slices.Contains(got, "cgroup "+g) {
+			t.Errorf("the inventory of sandbox %s misses its group %s:\n%s", ours, g, strings.Join(got, "\n"))
+		}
 	}
 	if slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, theirs) }) {
 		t.Errorf("the inventory of sandbox %s lists another sandbox's group:\n%s", ours, strings.Join(got, "\n"))

@@ -195,7 +195,8 @@ func execLeftovers(dataDir, execID string) []string {
 	}
 	groups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "space", execID))
 	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "space", execID))
-	for _, g := range append(groups, more...) {
+	own, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "space."+execID)) // its own cpu group (v1)
+	for _, g := range slices.Concat(groups, more, own) {
 		out = append(out, "cgroup "+g)
 	}
 	if _, err := os.Lstat(filepath.Join(dataDir, "ns", "exec", execID)); err == nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,7 +131,8 @@ func leftovers(dir string, execIDs []string) []string {
 	for _, id := range execIDs {
 		groups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "space", id))
 		more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "space", id))
-		for _, g := range append(groups, more...) {
+		own, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "space."+id)) // its own cpu group (v1)
+		for _, g := range slices.Concat(groups, more, own) {
 			out = append(out, "cgroup "+g)
 		}
 	}

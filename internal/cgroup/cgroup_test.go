@@ -88,6 +88,117 @@ func TestGroupNames(t *testing.T) {
 	}
 }
 
+func TestOwnCPUGroupDirs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    *Hierarchy
+		want []string
+	}{
+		{"v1", &Hierarchy{Mode: V1, V1: map[string]string{"cpu": "/c/cpu", "cpuacct": "/c/cpuacct", "memory": "/c/memory"}},
+			[]string{"/c/cpu/space.e-1", "/c/cpuacct/space/e-1", "/c/memory/space/e-1"}},
+		// cpu and cpuacct mounted as one hierarchy: one directory in it.
+		{"v1 cpu,cpuacct", &Hierarchy{Mode: V1, V1: map[string]string{"cpu": "/c/cpu,cpuacct", "cpuacct": "/c/cpu,cpuacct", "pids": "/c/pids"}},
+			[]string{"/c/cpu,cpuacct/space.e-1", "/c/pids/space/e-1"}},
+		{"v1 without cpu", &Hierarchy{Mode: V1, V1: map[string]string{"memory": "/c/memory"}},
+			[]string{"/c/memory/space/e-1"}},
+		{"v2", &Hierarchy{Mode: V2, V2: "/c"}, []string{"/c/space/e-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := tc.h.OwnCPUGroup("space", "e-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Dirs(); !slices.Equal(got, tc.want) {
+				t.Errorf("Dirs() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if _, err := (&Hierarchy{Mode: V1, V1: map[string]string{"cpu": "/c/cpu"}}).OwnCPUGroup("space", "a/b"); err == nil {
+		t.Error("OwnCPUGroup(space, a/b): want an error")
+	}
+}
+
+// TestOwnCPUGroup creates an own-CPU group on this host: on cgroup v1 a
+// process in it is in a top-level group of the cpu hierarchy, weighted and
+// capped by the group's CPUs, and Delete removes that group.
+func TestOwnCPUGroup(t *testing.T) {
+	testenv.RequiresRoot(t)
+	h, err := Detect()
+	if err != nil {
+		t.Skipf("skipping: no usable cgroups: %v", err)
+	}
+	ctx := context.Background()
+	parent := testParent(t, h)
+	g, err := h.OwnCPUGroup(parent, "own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Create(Limits{MemoryBytes: 64 << 20, PidsMax: 16, CPUs: 2}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Kill(ctx); _ = g.Delete(ctx) })
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := g.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatalf("AddProc: %v", err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpuDir string
+	if h.Mode == V1 {
+		cpuDir = filepath.Join(h.V1["cpu"], parent+".own")
+		if got, want := cgroupIn(b, "cpu"), "/"+parent+".own"; got != want {
+			t.Errorf("/proc/%d/cgroup: cpu %q, want the top-level group %q", cmd.Process.Pid, got, want)
+		}
+		if got, want := cgroupIn(b, "memory"), "/"+parent+"/own"; got != want {
+			t.Errorf("/proc/%d/cgroup: memory %q, want %q", cmd.Process.Pid, got, want)
+		}
+		checkValue(t, cpuDir, "cpu.shares", "2048")
+		checkValue(t, cpuDir, "cpu.cfs_quota_us", "200000")
+	} else if exists(filepath.Join(h.V2, parent, "own"), "cpu.weight") {
+		checkValue(t, filepath.Join(h.V2, parent, "own"), "cpu.weight", "200")
+	}
+	if err := g.Kill(ctx); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	<-done
+	if err := g.Delete(ctx); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if g.Exists() {
+		t.Errorf("group still exists after Delete: %v", g.Dirs())
+	}
+}
+
+// cgroupIn is the path of the v1 hierarchy of controller ctrl in
+// /proc/PID/cgroup's text b ("4:memory:/x", "1:cpu,cpuacct:/y").
+func cgroupIn(b []byte, ctrl string) string {
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), ctrl) {
+			return f[2]
+		}
+	}
+	return ""
+}
+
+func checkValue(t *testing.T, dir, file, want string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != want {
+		t.Errorf("%s/%s = %q, want %q", dir, file, got, want)
+	}
+}
+
 func TestParsers(t *testing.T) {
 	if p, err := ParsePids([]byte("1\n22\n")); err != nil || len(p) != 2 || p[1] != 22 {
 		t.Errorf("ParsePids = %v, %v", p, err)

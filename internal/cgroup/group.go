@@ -33,7 +33,9 @@ type Limits struct {
 	MemoryBytes int64
 	// PidsMax caps the number of tasks; 0 means DefaultPidsMax.
 	PidsMax int
-	// CPUs caps CPU time at this many CPUs; 0 means no cap.
+	// CPUs caps CPU time at this many CPUs and weighs the group as that many
+	// host tasks under contention (cpu.shares, cpu.weight); 0 means no cap
+	// and the default weight.
 	CPUs int
 }
 
@@ -74,6 +76,43 @@ func (h *Hierarchy) Group(parent, name string) (*Group, error) {
 	}
 	for ctrl, mnt := range h.V1 {
 		g.dirs[ctrl] = filepath.Join(mnt, parent, name)
+	}
+	return g, nil
+}
+
+// OwnCPUGroup returns the group parent/name, as Group does, except that on
+// cgroup v1 its directory in the cpu hierarchy is the top-level group
+// "parent.name" instead of one below parent. It creates nothing.
+//
+// The CPU scheduler bills the time of a group's tasks to every group above
+// it. Groups below one shared parent are scheduled as one entity of the
+// parent's weight against the rest of the host: while one of them runs
+// flat out, the parent has used its share, and a sibling that wakes for a
+// millisecond of work waits until the parent is due again: on a host
+// loaded by other work, beside a spinning sandbox, a quiet ns sandbox's p99
+// exec latency was a median 2.6 times its idle figure below one parent and
+// 0.56 times as a group of its own (docs/PERFORMANCE.md, 2026-12-07).
+// A top-level group is an entity of its own, as a host process is: it
+// waits only for its own use. Its limits hold as before (the cfs quota and
+// cpu.shares are its own); what it gives up is the parent's cap on what
+// all its siblings weigh together.
+//
+// Controllers mounted with cpu in one hierarchy (cpu,cpuacct) have their
+// directory there too: a task is in one group per hierarchy. On cgroup v2,
+// where every controller shares one tree, it is Group.
+func (h *Hierarchy) OwnCPUGroup(parent, name string) (*Group, error) {
+	g, err := h.Group(parent, name)
+	if err != nil || h.Mode == V2 {
+		return g, err
+	}
+	cpu, ok := h.V1["cpu"]
+	if !ok {
+		return g, nil
+	}
+	for ctrl, mnt := range h.V1 {
+		if mnt == cpu {
+			g.dirs[ctrl] = filepath.Join(mnt, parent+"."+name)
+		}
 	}
 	return g, nil
 }
@@ -158,9 +197,19 @@ func (g *Group) limitV1(l Limits) error {
 		if err := write(cpu, "cpu.cfs_quota_us", strconv.Itoa(l.CPUs*cfsPeriod)); err != nil {
 			return err
 		}
+		if err := write(cpu, "cpu.shares", strconv.Itoa(cpuSharesV1(l.CPUs))); err != nil {
+			return err
+		}
 	}
 	return nil
 }
+
+// The CPU weight of a group of n CPUs is n times a host task's: under
+// contention a group of 4 CPUs gets four times the time of a group of 1.
+// cpuSharesV1 is v1's cpu.shares (a nice-0 task weighs 1024), cpuWeightV2
+// is v2's cpu.weight (100 for a nice-0 task, at most 10000).
+func cpuSharesV1(n int) int { return n * 1024 }
+func cpuWeightV2(n int) int { return min(n*100, 10000) }
 
 func (g *Group) enableV2Controllers() error {
 	dir := g.dirs[""]
@@ -194,7 +243,10 @@ func (g *Group) limitV2(l Limits) error {
 		return err
 	}
 	if l.CPUs > 0 && exists(dir, "cpu.max") {
-		return write(dir, "cpu.max", fmt.Sprintf("%d %d", l.CPUs*cfsPeriod, cfsPeriod))
+		if err := write(dir, "cpu.max", fmt.Sprintf("%d %d", l.CPUs*cfsPeriod, cfsPeriod)); err != nil {
+			return err
+		}
+		return write(dir, "cpu.weight", strconv.Itoa(cpuWeightV2(l.CPUs)))
 	}
 	return nil
 }

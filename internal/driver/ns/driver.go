@@ -166,7 +166,12 @@ func (d *Driver) Features() driver.Features {
 // shutdown after Kill.
 func (d *Driver) Wait() { d.reapers.Wait() }
 
+// group is the execution's cgroup: on cgroup v1 a top-level group of its
+// own in the cpu hierarchy (state.OwnCPU), below CgroupParent in the others.
 func (d *Driver) group(st *state) (*cgroup.Group, error) {
+	if st.OwnCPU {
+		return d.hier.OwnCPUGroup(st.CgroupParent, st.ExecID)
+	}
 	return d.hier.Group(st.CgroupParent, st.ExecID)
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -292,7 +293,7 @@ func forkBomb(t *testing.T, d *Driver, s *sandbox) {
 
 func assertClean(t *testing.T, d *Driver, st *state) {
 	t.Helper()
-	g, _ := d.hier.Group(st.CgroupParent, st.ExecID)
+	g, _ := d.group(st)
 	if g.Exists() {
 		t.Errorf("cgroup of %s left behind: %v", st.ExecID, g.Dirs())
 	}
@@ -460,4 +461,64 @@ func TestIDMappedRootOnBtrfs(t *testing.T) {
 	if err := d.Cleanup(ctx, "btrfs"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestExecutionIsItsOwnCPUEntity: on cgroup v1 every execution's cpu
+// group is a top-level group of its own (cgroup.Hierarchy.OwnCPUGroup),
+// never below a parent it shares with other sandboxes, which the scheduler
+// would bill for a busy neighbour's time (catalogue C-4); its other
+// controllers stay below CgroupParent, and Cleanup removes both.
+func TestExecutionIsItsOwnCPUEntity(t *testing.T) {
+	testenv.RequiresRoot(t)
+	d := newDriver(t, testConfig(t, t.TempDir()))
+	if d.hier.Mode != cgroup.V1 || d.hier.V1["cpu"] == "" {
+		t.Skipf("skipping: the host's cgroups are %v without a v1 cpu hierarchy; OwnCPUGroup is Group there", d.hier.Mode)
+	}
+	var states []*state
+	for _, id := range []string{"cpu-a", "cpu-b"} {
+		sp := spec(t, id)
+		sp.CPUs = 2
+		s := startSandbox(t, d, sp)
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(s.inst.Pid) + "/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent := d.cfg.CgroupParent
+		if got, want := cgroupIn(b, "cpu"), "/"+parent+"."+id; got != want {
+			t.Errorf("%s: the guest daemon's cpu group is %q, want the top-level group %q (one shared with no other sandbox)", id, got, want)
+		}
+		if got, want := cgroupIn(b, "pids"), "/"+parent+"/"+id; got != want {
+			t.Errorf("%s: the guest daemon's pids group is %q, want %q", id, got, want)
+		}
+		shares, err := os.ReadFile(filepath.Join(d.hier.V1["cpu"], parent+"."+id, "cpu.shares"))
+		if err != nil || strings.TrimSpace(string(shares)) != "2048" {
+			t.Errorf("%s: cpu.shares = %q, %v; want 2048 for 2 CPUs", id, shares, err)
+		}
+		st, err := d.loadState(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, st)
+	}
+	for _, st := range states {
+		if err := d.Cleanup(context.Background(), st.ExecID); err != nil {
+			t.Fatalf("Cleanup %s: %v", st.ExecID, err)
+		}
+		assertClean(t, d, st)
+		if top := filepath.Join(d.hier.V1["cpu"], st.CgroupParent+"."+st.ExecID); fileExists(top) {
+			t.Errorf("%s: cpu group %s left behind", st.ExecID, top)
+		}
+	}
+}
+
+// cgroupIn is the path of the v1 hierarchy of controller ctrl in
+// /proc/PID/cgroup's text b ("4:memory:/x", "1:cpu,cpuacct:/y").
+func cgroupIn(b []byte, ctrl string) string {
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), ctrl) {
+			return f[2]
+		}
+	}
+	return ""
 }

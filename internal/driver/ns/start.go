@@ -105,6 +105,7 @@ func (d *Driver) register(spec driver.Spec) (*state, error) {
 		ExecID:       spec.ExecID,
 		SandboxID:    spec.SandboxID,
 		CgroupParent: d.cfg.CgroupParent,
+		OwnCPU:       true,
 		UIDBase:      d.cfg.UIDBase + uint32(slot)*RangeSize,
 		RootFS:       spec.RootFS,
 		Network:      spec.Network,

@@ -26,6 +26,12 @@ type state struct {
 	StartTime uint64 `json:"start_time"`
 	// CgroupParent and the exec id name the cgroup.
 	CgroupParent string `json:"cgroup_parent"`
+	// OwnCPU: the cgroup's cpu-controller directory is the top-level
+	// CgroupParent.ExecID (cgroup.Hierarchy.OwnCPUGroup), so that no other
+	// sandbox's CPU time is billed to a group this one shares. False for an
+	// execution started by an older node-manager, whose cpu directory is
+	// below CgroupParent.
+	OwnCPU bool `json:"own_cpu,omitempty"`
 	// UIDBase is the first host uid (and gid) of the sandbox's range.
 	UIDBase uint32 `json:"uid_base"`
 	RootFS  string `json:"rootfs"`

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spacesandbox/space/internal/cgroup"
 	"github.com/spacesandbox/space/internal/errdefs"
 )
 
@@ -175,5 +176,27 @@ func TestHostRegistryMustBeRootsAlone(t *testing.T) {
 	d := slotDriver(t, registry, 1)
 	if _, err := d.allocSlot("sb"); err == nil || !strings.Contains(err.Error(), "only root writes") {
 		t.Fatalf("a world-writable registry: %v, want a refusal", err)
+	}
+}
+
+// TestGroupOfOlderExecution: an execution whose state predates OwnCPU (an
+// older node-manager started it) keeps its cpu group below CgroupParent, so
+// that a new node-manager stops and removes the group it is in.
+func TestGroupOfOlderExecution(t *testing.T) {
+	d := &Driver{hier: &cgroup.Hierarchy{Mode: cgroup.V1, V1: map[string]string{"cpu": "/c/cpu", "pids": "/c/pids"}}}
+	for _, tc := range []struct {
+		own  bool
+		want []string
+	}{
+		{false, []string{"/c/cpu/space/e-1", "/c/pids/space/e-1"}},
+		{true, []string{"/c/cpu/space.e-1", "/c/pids/space/e-1"}},
+	} {
+		g, err := d.group(&state{ExecID: "e-1", CgroupParent: "space", OwnCPU: tc.own})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Dirs(); !slices.Equal(got, tc.want) {
+			t.Errorf("OwnCPU=%v: Dirs() = %q, want %q", tc.own, got, tc.want)
+		}
 	}
 }
