@@ -48,6 +48,15 @@ func TestBridgeAndGuestFailpoints(t *testing.T) {
 	if n < 11 {
 		t.Errorf("%d bridge and guest points run on ns, want all of them", n)
 	}
+	// A restore's start passes the start points too.
+	for _, p := range childPoints() {
+		if p.Runtime == "" && p.Op == "create" {
+			t.Run("ns/restore/"+p.Name, func(t *testing.T) {
+				ids := killChildAtRestore(t, dir, p)
+				checkInventory(t, before, dir, ids...)
+			})
+		}
+	}
 	// The vm runtime (its guest freeze too), on request: minutes under TCG.
 	if os.Getenv("SPACE_TEST_FAILPOINTS_VM") == "" {
 		return
@@ -300,4 +309,53 @@ func (in *instance) raw(method, path, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// killChildAtRestore is killChildAtFailpoint's start points on a restore: a
+// sandbox hibernated on an unarmed server is restored on one whose bridges
+// and guests are armed with p (start point p of the create). The restore
+// answers 409 with the reason and the sandbox is failed with it, but what
+// it acknowledged before its hibernation is not lost: its snapshot is kept,
+// and on an unarmed server a rollback to it runs the sandbox again with it.
+func killChildAtRestore(t *testing.T, dir string, p *failpoint.Point) []string {
+	in := startServer(t, dir)
+	in.waitTemplate("minimal")
+	sb := in.createWith("minimal", "ns")
+	in.exec(sb.ID, "sh", "-c", "echo acknowledged > "+ackFile)
+	in.mustDo("POST", "/v1/sandboxes/"+sb.ID+"/hibernate", "")
+	if got := in.settle(sb.ID, "hibernate"); got.State != "hibernated" {
+		t.Fatalf("hibernate before the restore: %+v\n%s", got, in.logs())
+	}
+	in.stop()
+
+	in = startServerEnv(t, dir, []string{failpoint.EnvVar + "=" + p.Name + "=exit"})
+	var e struct{ Message string }
+	code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/restore", nil, &e)
+	if code != http.StatusConflict || e.Message == "" {
+		t.Errorf("restore with the %s killed at %s: HTTP %d %q, want 409 with the reason", p.Process, p.Name, code, e.Message)
+	}
+	if got := in.settle(sb.ID, "restore"); got.State != "failed" || got.Reason == "" {
+		t.Errorf("sandbox after its restore was killed at %s: %+v, want failed with the reason", p.Name, got)
+	}
+	var snap string
+	for _, s := range in.settleSnapshots(sb.ID) {
+		if s.State == "ready" {
+			snap = s.ID
+		}
+	}
+	if snap == "" {
+		t.Fatalf("the failed restore left sandbox %s no ready snapshot: what it acknowledged is lost\n%s", sb.ID, in.logs())
+	}
+	in.wantFired(p)
+	in.stop()
+
+	in = startServer(t, dir)
+	in.mustDo("POST", "/v1/sandboxes/"+sb.ID+"/rollback", `{"snapshot":"`+snap+`"}`)
+	in.wantRunning(sb.ID, "rollback to the hibernation's snapshot after the failed restore")
+	in.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+	in.waitGone(sb.ID)
+	in.waitNoObjects(fileStore)
+	in.waitNoVolumes([]string{sb.ID})
+	in.stop()
+	return []string{sb.ID}
 }
