@@ -64,12 +64,39 @@ func TestNodeManagerFailpoints(t *testing.T) {
 	if len(points) < 10 {
 		t.Fatalf("the registry has %d node-manager points, want create, restore, snapshot, pause, resume, hibernate, delete and template ones", len(points))
 	}
-	for i, p := range points {
-		t.Run(p.Name, func(sub *testing.T) {
+	// A point is driven by its own operation and by every other one whose
+	// work passes it: a stop, a fork and a hibernation take a disk
+	// snapshot; a stop and a hibernation release the execution; a start
+	// after stop, a rollback and a fork's child start from a snapshot.
+	also := map[*failpoint.Point][]string{
+		failpoint.NodeManagerAfterVolumeSnapshot:  {"stop", "fork", "hibernate"},
+		failpoint.NodeManagerAfterSnapshotInfo:    {"stop", "fork", "hibernate"},
+		failpoint.NodeManagerAfterKill:            {"stop", "hibernate"},
+		failpoint.NodeManagerAfterRootDelete:      {"stop", "hibernate"},
+		failpoint.NodeManagerAfterSnapshotClone:   {"start", "rollback", "fork"},
+		failpoint.NodeManagerAfterSnapshotRuntime: {"start", "rollback", "fork"},
+	}
+	type run struct {
+		p  *failpoint.Point
+		op string
+	}
+	var runs []run
+	for _, p := range points {
+		runs = append(runs, run{p, p.Op})
+		for _, op := range also[p] {
+			runs = append(runs, run{p, op})
+		}
+	}
+	for i, r := range runs {
+		name := r.p.Name
+		if r.op != r.p.Op {
+			name += "/via-" + r.op
+		}
+		t.Run(name, func(sub *testing.T) {
 			in.t, nb.t = sub, sub
 			defer func() { in.t, nb.t = t, t }()
 			t := sub
-			ids, template := nb.crashNodeManagerAt(t, p, i)
+			ids, template := nb.crashNodeManagerAt(t, r.p, r.op, i)
 			for _, id := range ids {
 				in.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
 				in.waitGone(id)
@@ -183,42 +210,59 @@ func (nb *armedNodeB) isOwn(s string) bool {
 	return strings.HasPrefix(s, "loop ") && strings.HasSuffix(s, " "+filepath.Join(nb.dirB, "volumes.img"))
 }
 
-// crashNodeManagerAt runs p's operation on node-b with its node-manager
-// armed at p, sees the node-manager die there, starts it again unarmed
-// and checks the outcome. It returns the sandboxes and the template (n
-// names it) the run made.
-func (nb *armedNodeB) crashNodeManagerAt(t *testing.T, p *failpoint.Point, n int) (ids []string, template string) {
+// crashNodeManagerAt runs operation op, which passes p, on node-b with
+// its node-manager armed at p, sees the node-manager die there, starts it
+// again unarmed and checks the outcome. It returns the sandboxes and the
+// template (n names it) the run made.
+func (nb *armedNodeB) crashNodeManagerAt(t *testing.T, p *failpoint.Point, op string, n int) (ids []string, template string) {
 	in := nb.in
 	nb.restartPM(p.Name + "=exit")
 	var id string
-	if p.Op != "create" && p.Op != "template" {
+	if op != "create" && op != "template" {
 		id = in.createWith("minimal", "ns").ID
 		in.exec(id, "sh", "-c", "echo acknowledged > "+ackFile)
 	}
-	if prep, ok := map[string]string{"restore": "hibernate", "resume": "pause"}[p.Op]; ok {
+	// The state the operation starts from. The preparations pass none of
+	// the node-manager's points an operation is driven through here but
+	// their own.
+	if prep, ok := map[string]string{"restore": "hibernate", "resume": "pause", "start": "stop"}[op]; ok {
 		in.mustDo("POST", "/v1/sandboxes/"+id+"/"+prep, "")
-		if got := in.settle(id, prep); got.State != prep+"d" {
-			t.Fatalf("%s before the %s: %+v", prep, p.Op, got)
+		want := map[string]string{"stop": "stopped"}[prep]
+		if want == "" {
+			want = prep + "d"
 		}
+		if got := in.settle(id, prep); got.State != want {
+			t.Fatalf("%s before the %s: %+v", prep, op, got)
+		}
+	}
+	var rollbackTo string
+	if op == "rollback" {
+		var snap snapshotJSON
+		if code := in.do("POST", "/v1/sandboxes/"+id+"/snapshots", map[string]string{"kind": "disk"}, &snap); code != http.StatusCreated {
+			t.Fatalf("the snapshot to roll back to: HTTP %d %+v", code, snap)
+		}
+		rollbackTo = snap.ID
 	}
 	idem := "nm-failpoint-" + strings.ReplaceAll(p.Name, "/", "-")
 	createBody := `{"template":"minimal","runtime":"ns","memory_mib":256}`
-	if p.Op == "template" {
+	if op == "template" {
 		template = "nmfp" + strconv.Itoa(n)
 	}
-	switch p.Op {
+	switch op {
 	case "create":
 		in.send("POST", "/v1/sandboxes", createBody, idem)
 	case "snapshot":
 		in.send("POST", "/v1/sandboxes/"+id+"/snapshots", `{"kind":"disk"}`, "")
-	case "hibernate", "restore", "pause", "resume":
-		in.send("POST", "/v1/sandboxes/"+id+"/"+p.Op, "", "")
+	case "hibernate", "restore", "pause", "resume", "stop", "start", "fork":
+		in.send("POST", "/v1/sandboxes/"+id+"/"+op, "", "")
+	case "rollback":
+		in.send("POST", "/v1/sandboxes/"+id+"/rollback", `{"snapshot":"`+rollbackTo+`"}`, "")
 	case "delete":
 		in.send("DELETE", "/v1/sandboxes/"+id, "", "")
 	case "template":
 		in.send("POST", "/v1/templates", `{"name":"`+template+`","from":"minimal"}`, "")
 	default:
-		t.Fatalf("node-manager failpoint %s: this test does not know how to drive operation %q; add it", p.Name, p.Op)
+		t.Fatalf("node-manager failpoint %s: this test does not know how to drive operation %q; add it", p.Name, op)
 	}
 	select {
 	case <-nb.pmExited:
@@ -241,7 +285,7 @@ func (nb *armedNodeB) crashNodeManagerAt(t *testing.T, p *failpoint.Point, n int
 	nb.startPM("")
 
 	ids = []string{id}
-	switch p.Op {
+	switch op {
 	case "create":
 		ids = []string{nb.wantCreated(idem, createBody)}
 	case "snapshot":
@@ -262,8 +306,25 @@ func (nb *armedNodeB) crashNodeManagerAt(t *testing.T, p *failpoint.Point, n int
 		}
 		in.mustDo("POST", "/v1/sandboxes/"+id+"/restore", "")
 		nb.wantRunning(id, "restore after the crashed hibernation")
-	case "restore", "resume":
-		nb.wantRunning(id, p.Op)
+	case "restore", "resume", "start", "rollback":
+		nb.wantRunning(id, op)
+	case "stop":
+		if got := in.settle(id, "stop"); got.State != "stopped" {
+			t.Fatalf("after the node-manager's crash: %+v, want stopped\n%s", got, in.logs())
+		}
+		in.mustDo("POST", "/v1/sandboxes/"+id+"/start", "")
+		nb.wantRunning(id, "start after the crashed stop")
+	case "fork":
+		nb.wantRunning(id, "the fork's parent")
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, child := range list.Sandboxes {
+			if child.ID == id {
+				continue
+			}
+			ids = append(ids, child.ID)
+			nb.wantRunning(child.ID, "fork child")
+		}
 	case "pause":
 		if got := in.settle(id, "pause"); got.State != "paused" {
 			t.Fatalf("after the node-manager's crash: %+v, want paused\n%s", got, in.logs())
