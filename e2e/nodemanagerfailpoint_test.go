@@ -29,8 +29,10 @@ import (
 // and starts it again unarmed on the same data directory, as systemd's
 // Restart= would. After it the operation completes (a template build cut
 // so is built again by the server once the node-manager answers), what
-// was acknowledged before is kept, a running sandbox has one execution of
-// its current generation on the host, the next operation works (a sandbox
+// was acknowledged before is kept, a sandbox whose snapshot, pause or
+// resume was cut keeps its execution (sandboxes outlive the node-manager),
+// a running sandbox has one execution of its current generation on the
+// host, the next operation works (a sandbox
 // is created and serves), and once the test's sandboxes are deleted the
 // object store is empty and node-b's host holds nothing for them it did
 // not hold before (processes, mounts, loop devices, subvolumes, netns,
@@ -218,8 +220,10 @@ func (nb *armedNodeB) crashNodeManagerAt(t *testing.T, p *failpoint.Point, op st
 	in := nb.in
 	nb.restartPM(p.Name + "=exit")
 	var id string
+	var gen uint64
 	if op != "create" && op != "template" {
-		id = in.createWith("minimal", "ns").ID
+		sb := in.createWith("minimal", "ns")
+		id, gen = sb.ID, sb.Generation
 		in.exec(id, "sh", "-c", "echo acknowledged > "+ackFile)
 	}
 	// The state the operation starts from. The preparations pass none of
@@ -285,6 +289,12 @@ func (nb *armedNodeB) crashNodeManagerAt(t *testing.T, p *failpoint.Point, op st
 	nb.startPM("")
 
 	ids = []string{id}
+	if op == "snapshot" || op == "pause" || op == "resume" {
+		// The sandbox outlives the node-manager: the same execution.
+		if got := in.settle(id, op); got.Generation != gen {
+			t.Errorf("after the node-manager's crash at %s the sandbox is at generation %d, want %d: its execution did not outlive the node-manager", p.Name, got.Generation, gen)
+		}
+	}
 	switch op {
 	case "create":
 		ids = []string{nb.wantCreated(idem, createBody)}
