@@ -48,6 +48,18 @@ func TestBridgeAndGuestFailpoints(t *testing.T) {
 	if n < 11 {
 		t.Errorf("%d bridge and guest points run on ns, want all of them", n)
 	}
+	// Every other start passes the start points too: a restore, a start
+	// after stop, a rollback, a fork's child.
+	for _, op := range []string{"restore", "start", "rollback", "fork"} {
+		for _, p := range childPoints() {
+			if p.Runtime == "" && p.Op == "create" {
+				t.Run("ns/"+op+"/"+p.Name, func(t *testing.T) {
+					ids := killChildAtStart(t, dir, p, op)
+					checkInventory(t, before, dir, ids...)
+				})
+			}
+		}
+	}
 	// The vm runtime (its guest freeze too), on request: minutes under TCG.
 	if os.Getenv("SPACE_TEST_FAILPOINTS_VM") == "" {
 		return
@@ -300,4 +312,92 @@ func (in *instance) raw(method, path, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// killChildAtStart is killChildAtFailpoint's start points (p) on the
+// start of operation op — restore, start (after stop), rollback or fork —
+// prepared on an unarmed server (a sandbox hibernated, stopped, or with a
+// disk snapshot) and run on one whose bridges and guests are armed with p.
+// A restore, start or rollback so cut answers 409 with the reason and the
+// sandbox is failed with it, but what it acknowledged is not lost: its
+// snapshot is kept, and on an unarmed server a rollback to it runs the
+// sandbox again with it. A fork so cut leaves its parent running with its
+// data and the child, if recorded, failed with the reason.
+func killChildAtStart(t *testing.T, dir string, p *failpoint.Point, op string) []string {
+	in := startServer(t, dir)
+	in.waitTemplate("minimal")
+	sb := in.createWith("minimal", "ns")
+	ids := []string{sb.ID}
+	in.exec(sb.ID, "sh", "-c", "echo acknowledged > "+ackFile)
+	var body string
+	switch op {
+	case "restore", "start":
+		prep, want := "hibernate", "hibernated"
+		if op == "start" {
+			prep, want = "stop", "stopped"
+		}
+		in.mustDo("POST", "/v1/sandboxes/"+sb.ID+"/"+prep, "")
+		if got := in.settle(sb.ID, prep); got.State != want {
+			t.Fatalf("%s before the %s: %+v\n%s", prep, op, got, in.logs())
+		}
+	case "rollback":
+		var snap snapshotJSON
+		if code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", map[string]string{"kind": "disk"}, &snap); code != http.StatusCreated {
+			t.Fatalf("the snapshot to roll back to: HTTP %d %+v", code, snap)
+		}
+		body = `{"snapshot":"` + snap.ID + `"}`
+	}
+	in.stop()
+
+	in = startServerEnv(t, dir, []string{failpoint.EnvVar + "=" + p.Name + "=exit"})
+	var e struct{ Message string }
+	code := in.do("POST", "/v1/sandboxes/"+sb.ID+"/"+op, jsonBody(body), &e)
+	if op == "fork" {
+		t.Logf("fork: HTTP %d %q", code, e.Message)
+		if code >= 500 {
+			t.Errorf("fork with the %s killed at %s: HTTP %d %q, want a success or a classed error", p.Process, p.Name, code, e.Message)
+		}
+		in.wantRunning(sb.ID, "the fork's parent")
+		var list struct{ Sandboxes []sandbox }
+		in.do("GET", "/v1/sandboxes", nil, &list)
+		for _, child := range list.Sandboxes {
+			if child.ID == sb.ID {
+				continue
+			}
+			ids = append(ids, child.ID)
+			if got := in.settle(child.ID, "fork child"); got.State != "failed" || got.Reason == "" {
+				t.Errorf("fork child %s whose start was killed at %s: %+v, want failed with the reason", child.ID, p.Name, got)
+			}
+		}
+		in.wantFired(p)
+	} else {
+		if code != http.StatusConflict || e.Message == "" {
+			t.Errorf("%s with the %s killed at %s: HTTP %d %q, want 409 with the reason", op, p.Process, p.Name, code, e.Message)
+		}
+		if got := in.settle(sb.ID, op); got.State != "failed" || got.Reason == "" {
+			t.Errorf("sandbox after its %s was killed at %s: %+v, want failed with the reason", op, p.Name, got)
+		}
+		var snap string
+		for _, s := range in.settleSnapshots(sb.ID) {
+			if s.State == "ready" {
+				snap = s.ID
+			}
+		}
+		if snap == "" {
+			t.Fatalf("the failed %s left sandbox %s no ready snapshot: what it acknowledged is lost\n%s", op, sb.ID, in.logs())
+		}
+		in.wantFired(p)
+		in.stop()
+		in = startServer(t, dir)
+		in.mustDo("POST", "/v1/sandboxes/"+sb.ID+"/rollback", `{"snapshot":"`+snap+`"}`)
+		in.wantRunning(sb.ID, "rollback after the failed "+op)
+	}
+	for _, id := range ids {
+		in.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
+		in.waitGone(id)
+	}
+	in.waitNoObjects(fileStore)
+	in.waitNoVolumes(ids)
+	in.stop()
+	return ids
 }

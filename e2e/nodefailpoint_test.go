@@ -86,6 +86,9 @@ type armedNodeB struct {
 	join, sock string
 	pm, node   *exec.Cmd
 	exited     chan struct{}
+	// pmExited is closed when pm ends, once watchPM watches it
+	// (TestNodeManagerFailpoints restarts the node-manager); nil else.
+	pmExited chan struct{}
 }
 
 func startArmedNodeB(t *testing.T, in *instance, dirA, dirB string) *armedNodeB {
@@ -262,7 +265,18 @@ func (nb *armedNodeB) stop() {
 			<-nb.exited
 		}
 	}
-	stopNodeProcesses(nb.t, nb.in, nb.pm)
+	if nb.pmExited == nil {
+		stopNodeProcesses(nb.t, nb.in, nb.pm)
+		return
+	}
+	nb.pm.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-nb.pmExited:
+	case <-time.After(30 * time.Second):
+		nb.t.Errorf("node-b's node-manager did not stop within 30s of SIGTERM")
+		nb.pm.Process.Kill()
+		<-nb.pmExited
+	}
 }
 
 // only is what of inv begins with prefix.

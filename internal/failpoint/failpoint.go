@@ -38,7 +38,8 @@ type Point struct {
 	// Name is the point's name in SPACE_FAILPOINTS, "operation/step".
 	Name string
 	// Op is the user operation whose work passes the point (create,
-	// hibernate, restore, snapshot, fork, delete).
+	// hibernate, restore, snapshot, fork, delete, pause, resume, stop;
+	// template: a template build).
 	Op string
 	// Doc says where the point is: what is done and what is not yet.
 	Doc string

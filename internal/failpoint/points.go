@@ -24,6 +24,15 @@ var (
 	// has not answered the start.
 	NodeManagerAfterRuntime = registerIn("create/nm-after-runtime", "create", NodeManager,
 		"node-manager: the runtime (netns, cgroup, processes) is started; the start is not answered")
+	// NodeManagerAfterSnapshotClone: a start from a snapshot (a restore,
+	// a start after stop, a rollback, a fork's child) has its root from
+	// the snapshot; no runtime is started.
+	NodeManagerAfterSnapshotClone = registerIn("restore/nm-after-clone", "restore", NodeManager,
+		"node-manager: a start from a snapshot (restore, start, rollback, fork) has its root cloned from the snapshot; no runtime started")
+	// NodeManagerAfterSnapshotRuntime: the runtime of a start from a
+	// snapshot is started; the start is not answered.
+	NodeManagerAfterSnapshotRuntime = registerIn("restore/nm-after-runtime", "restore", NodeManager,
+		"node-manager: the runtime of a start from a snapshot is started; the start is not answered")
 	// StartAfterRuntime: the node-manager started the execution's
 	// runtime; the node has recorded nothing of it.
 	StartAfterRuntime = register("create/after-runtime", "create",
@@ -44,6 +53,10 @@ var (
 	// subvolume and has not answered.
 	NodeManagerAfterVolumeSnapshot = registerIn("snapshot/nm-after-volume", "snapshot", NodeManager,
 		"node-manager: the snapshot's subvolume is made; its size not read, nothing answered")
+	// NodeManagerAfterSnapshotInfo: the snapshot is complete (its
+	// description written); the snapshot is not answered.
+	NodeManagerAfterSnapshotInfo = registerIn("snapshot/nm-after-info", "snapshot", NodeManager,
+		"node-manager: the snapshot is complete, its description written; nothing answered")
 	// StopAfterSnapshot: the stop's disk snapshot is taken and
 	// recorded; the execution still runs.
 	StopAfterSnapshot = register("stop/after-snapshot", "stop",
@@ -56,14 +69,26 @@ var (
 	// pausing.
 	PauseAfterNode = register("pause/after-node", "pause",
 		"control plane: the node froze the execution; the sandbox row still says pausing")
+	// NodeManagerAfterFreeze: the node-manager froze the execution; the
+	// pause is not answered.
+	NodeManagerAfterFreeze = registerIn("pause/nm-after-freeze", "pause", NodeManager,
+		"node-manager: the execution is frozen; the pause is not answered")
 	// ResumeAfterNode: the node thawed the execution; the row still says
 	// resuming.
 	ResumeAfterNode = register("resume/after-node", "resume",
 		"control plane: the node thawed the execution; the sandbox row still says resuming")
+	// NodeManagerAfterThaw: the node-manager thawed the execution; the
+	// resume is not answered.
+	NodeManagerAfterThaw = registerIn("resume/nm-after-thaw", "resume", NodeManager,
+		"node-manager: the execution is thawed; the resume is not answered")
 	// HibernateAfterPart: the node stored one artifact of the snapshot
 	// (arm it with @k to die after the k-th of n).
 	HibernateAfterPart = register("hibernate/after-part", "hibernate",
 		"node: k of the snapshot's n artifacts are stored (arm with @k); the others are not")
+	// NodeManagerAfterExportFiles: the node-manager wrote the export's
+	// artifact files; their description (export.json) is not written.
+	NodeManagerAfterExportFiles = registerIn("hibernate/nm-after-export-files", "hibernate", NodeManager,
+		"node-manager: the snapshot's artifact files are written; their description is not, nothing answered")
 	// HibernateAfterParts: every artifact is stored; nothing records
 	// them (the manifest is the snapshot row's artifact list).
 	HibernateAfterParts = register("hibernate/after-parts", "hibernate",
@@ -80,6 +105,10 @@ var (
 	// snapshot row still names the node.
 	HibernateAfterLocalDelete = register("hibernate/after-local-delete", "hibernate",
 		"control plane: the node's copy of the snapshot is deleted; its row still names the node")
+	// NodeManagerAfterSnapshotVolumeDelete: the node-manager deleted a
+	// snapshot's volume; its directory (and description) remains.
+	NodeManagerAfterSnapshotVolumeDelete = registerIn("hibernate/nm-after-snapshot-volume-delete", "hibernate", NodeManager,
+		"node-manager: a deleted snapshot's volume is gone; its directory is not removed, the delete not answered")
 	// HibernateBeforeCommit: the snapshot row says object storage only;
 	// the sandbox row still says hibernating on its node.
 	HibernateBeforeCommit = register("hibernate/before-commit", "hibernate",
@@ -88,6 +117,14 @@ var (
 	// storage; the snapshot row does not say so.
 	RestoreAfterDownload = register("restore/after-download", "restore",
 		"control plane: the node rebuilt the snapshot from object storage; the snapshot row does not name it")
+	// NodeManagerAfterImport: the node-manager rebuilt an imported
+	// snapshot; its description is not written, its staging not removed.
+	NodeManagerAfterImport = registerIn("restore/nm-after-import", "restore", NodeManager,
+		"node-manager: an imported snapshot is rebuilt (its volume snapshot made); its description not written, the staged artifacts remain")
+	// NodeManagerAfterSeal: the imported snapshot is described; its
+	// staged artifacts remain, the import is not answered.
+	NodeManagerAfterSeal = registerIn("restore/nm-after-seal", "restore", NodeManager,
+		"node-manager: an imported snapshot is complete; the staged artifacts remain, the import not answered")
 	// RestoreAfterNodeStart: the node runs the restored execution; the
 	// sandbox row still says restoring (a restore after hibernate, a start
 	// after stop and a rollback all pass it).
@@ -108,9 +145,25 @@ var (
 	// cleaned its runtime up; its root volume remains.
 	NodeManagerAfterKill = registerIn("delete/nm-after-kill", "delete", NodeManager,
 		"node-manager: the execution is killed and its runtime cleaned up; its root volume remains")
+	// NodeManagerAfterRootDelete: the execution's root volume is deleted
+	// too; the cleanup is not answered.
+	NodeManagerAfterRootDelete = registerIn("delete/nm-after-root", "delete", NodeManager,
+		"node-manager: the execution is killed and its root volume deleted; the cleanup not answered")
 	// DeleteAfterStop: the execution is stopped; the sandbox row remains.
 	DeleteAfterStop = register("delete/after-stop", "delete",
 		"control plane: the execution is stopped and released; the sandbox row remains")
+
+	// The node-manager's template build (Op template: POST /v1/templates
+	// and a node materialising a template it lacks).
+
+	// NodeManagerAfterBuild: the template's files are built; the
+	// template is not sealed.
+	NodeManagerAfterBuild = registerIn("template/nm-after-build", "template", NodeManager,
+		"node-manager: a template's files are built in its volume; not sealed, nothing answered")
+	// NodeManagerAfterTemplateSeal: the template is sealed; the build is
+	// not answered.
+	NodeManagerAfterTemplateSeal = registerIn("template/nm-after-seal", "template", NodeManager,
+		"node-manager: a template is built and sealed; the build not answered")
 
 	// The host bridge's steps (Process Bridge): every execution's start
 	// passes the first two (a create, a start after stop, a restore), a

@@ -19,6 +19,7 @@ import (
 	"github.com/spacesandbox/space/internal/blockdelta"
 	"github.com/spacesandbox/space/internal/driver"
 	"github.com/spacesandbox/space/internal/errdefs"
+	"github.com/spacesandbox/space/internal/failpoint"
 	"github.com/spacesandbox/space/internal/privop"
 	"github.com/spacesandbox/space/internal/treedelta"
 )
@@ -101,6 +102,7 @@ func (s *Server) buildExport(ctx context.Context, dir string, info *privop.Snaps
 		os.RemoveAll(exp)
 		return nil, err
 	}
+	failpoint.NodeManagerAfterExportFiles.Hit()
 	b, _ := json.Marshal(e)
 	if err := os.WriteFile(filepath.Join(exp, exportDescription), b, 0o600); err != nil {
 		os.RemoveAll(exp)
@@ -488,12 +490,14 @@ func (s *Server) sealImport(ctx context.Context, a *privop.ExportArgs) (*privop.
 		err = s.importTree(ctx, staged, e)
 	}
 	if err == nil {
+		failpoint.NodeManagerAfterImport.Hit()
 		err = writeSnapshotInfo(dir, &info)
 	}
 	if err != nil {
 		_ = s.removeSnapshot(context.WithoutCancel(ctx), a.SnapshotID)
 		return nil, fmt.Errorf("snapshot %s: import: %w", a.SnapshotID, err)
 	}
+	failpoint.NodeManagerAfterSeal.Hit()
 	os.RemoveAll(staged)
 	s.log.Info("snapshot imported", "snapshot", a.SnapshotID, "kind", info.Kind, "runtime", info.Runtime)
 	return &info, nil

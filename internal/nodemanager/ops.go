@@ -83,11 +83,13 @@ func (s *Server) buildTemplate(ctx context.Context, a *privop.TemplateArgs) (*pr
 		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 		return nil, fmt.Errorf("template %s: build from %s: %w", a.Name, a.Source, err)
 	}
+	failpoint.NodeManagerAfterBuild.Hit()
 	tr.Line("sealing the template")
 	if err := s.cfg.Storage.SealTemplate(ctx, a.Name); err != nil {
 		_ = s.cfg.Storage.DeleteTemplate(ctx, a.Name)
 		return nil, fmt.Errorf("template %s: seal: %w", a.Name, err)
 	}
+	failpoint.NodeManagerAfterTemplateSeal.Hit()
 	size := dirSize(dest)
 	tr.Line(fmt.Sprintf("built from %s: %s of files", a.Source, progress.Bytes(size)))
 	s.log.Info("template ready", "name", a.Name)
@@ -222,7 +224,11 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 			return nil, nil, fmt.Errorf("exec %s: root filesystem: %w", a.ExecID, err)
 		}
 	}
-	failpoint.NodeManagerAfterClone.Hit()
+	if a.Snapshot != "" {
+		failpoint.NodeManagerAfterSnapshotClone.Hit()
+	} else {
+		failpoint.NodeManagerAfterClone.Hit()
+	}
 	tCloned := time.Now()
 	spec := driver.Spec{
 		ExecID:      a.ExecID,
@@ -253,7 +259,11 @@ func (s *Server) startOnce(ctx context.Context, a *privop.StartArgs) (*privop.St
 		_ = s.cfg.Storage.Delete(context.WithoutCancel(ctx), a.ExecID)
 		return nil, nil, fmt.Errorf("exec %s: start %s: %w", a.ExecID, a.Runtime, err)
 	}
-	failpoint.NodeManagerAfterRuntime.Hit()
+	if a.Snapshot != "" {
+		failpoint.NodeManagerAfterSnapshotRuntime.Hit()
+	} else {
+		failpoint.NodeManagerAfterRuntime.Hit()
+	}
 	s.mu.Lock()
 	s.owner[a.ExecID] = a.Runtime
 	s.mu.Unlock()
@@ -313,6 +323,7 @@ func (s *Server) cleanup(ctx context.Context, execID, runtime string) error {
 	if err := s.cfg.Storage.Delete(ctx, execID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		errs = append(errs, fmt.Errorf("delete root: %w", err))
 	}
+	failpoint.NodeManagerAfterRootDelete.Hit()
 	s.mu.Lock()
 	delete(s.owner, execID)
 	s.mu.Unlock()
@@ -336,9 +347,17 @@ func (s *Server) pauseResume(ctx context.Context, op privop.Op, execID, runtime 
 			continue
 		}
 		if op == privop.OpPause {
-			return p.Pause(ctx, execID)
+			err := p.Pause(ctx, execID)
+			if err == nil {
+				failpoint.NodeManagerAfterFreeze.Hit()
+			}
+			return err
 		}
-		return p.Resume(ctx, execID)
+		err := p.Resume(ctx, execID)
+		if err == nil {
+			failpoint.NodeManagerAfterThaw.Hit()
+		}
+		return err
 	}
 	return fmt.Errorf("%w: the runtime of exec %s cannot pause", errdefs.ErrFailedPrecondition, execID)
 }

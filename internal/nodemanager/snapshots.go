@@ -100,6 +100,7 @@ func (s *Server) snapshot(ctx context.Context, a *privop.SnapshotArgs) (*privop.
 		_ = s.removeSnapshot(context.WithoutCancel(ctx), a.SnapshotID)
 		return nil, err
 	}
+	failpoint.NodeManagerAfterSnapshotInfo.Hit()
 	s.log.Info("snapshot taken", "snapshot", a.SnapshotID, "exec", a.ExecID, "kind", a.Kind, "bytes", info.SizeBytes)
 	return info, nil
 }
@@ -164,6 +165,12 @@ func allocated(path string) int64 {
 // removeSnapshot deletes a snapshot's files, wherever they are. A missing
 // snapshot is a success.
 func (s *Server) removeSnapshot(ctx context.Context, id string) error {
+	return s.removeSnapshotAt(ctx, id, nil)
+}
+
+// removeSnapshotAt is removeSnapshot passing failpoint at once the
+// snapshot's volume is gone (nil: none).
+func (s *Server) removeSnapshotAt(ctx context.Context, id string, at *failpoint.Point) error {
 	dir, err := s.snapshotDir(id)
 	if err != nil {
 		return err
@@ -172,6 +179,7 @@ func (s *Server) removeSnapshot(ctx context.Context, id string) error {
 	if err := s.cfg.Storage.DeleteSnapshot(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
+	at.Hit()
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
@@ -185,7 +193,7 @@ func (s *Server) deleteSnapshot(ctx context.Context, id string) error {
 	if err := privop.ValidSnapshotID(id); err != nil {
 		return err
 	}
-	return s.removeSnapshot(ctx, id)
+	return s.removeSnapshotAt(ctx, id, failpoint.NodeManagerAfterSnapshotVolumeDelete)
 }
 
 // listSnapshots lists the complete snapshots on the node.

@@ -92,6 +92,12 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 		return 0, err
 	}
 	deadline := time.Now().Add(time.Minute)
+	// unavailable is the last round's failure when every node it built on
+	// was unavailable (its node-manager died mid-build or is restarting):
+	// the build is tried again, up to buildAttempts rounds, each waiting
+	// up to a minute for a live node.
+	var unavailable error
+	attempts := 0
 	for {
 		all, err := s.store.ListNodes(ctx)
 		if err != nil {
@@ -127,22 +133,62 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 			return size, nil
 		}
 		if len(errs) > 0 {
-			return 0, errors.Join(errs...)
+			attempts++
+			err := errors.Join(errs...)
+			if !retryBuild(errs, attempts) {
+				return 0, err
+			}
+			s.log.Warn("template build: no node could build it now; trying again", "name", job.name, "attempt", attempts, "err", err)
+			unavailable, deadline = err, time.Now().Add(time.Minute)
 		}
-		// No node has registered yet (the server just started), or the
-		// snapshot's node is back soon: wait.
+		// No node has registered yet (the server just started), the
+		// snapshot's node is back soon, or the node-manager of the one
+		// that was building is being restarted: wait.
 		if time.Now().After(deadline) {
+			if unavailable != nil {
+				return 0, unavailable
+			}
 			if only != "" {
 				return 0, fmt.Errorf("%w: template source %s: node %s, which holds the snapshot, is not live; build again once it is", errdefs.ErrUnavailable, job.source, only)
 			}
 			return 0, fmt.Errorf("no live node to build on")
 		}
+		wait := 200 * time.Millisecond
+		if len(errs) > 0 {
+			wait = buildRetryWait
+		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
+}
+
+// buildAttempts bounds the rounds of a template build whose nodes were all
+// unavailable: a build that kills its node-manager each time (a source too
+// big for the node) is not run forever.
+const buildAttempts = 3
+
+// buildRetryWait is the pause between two rounds of a build whose nodes
+// were unavailable.
+const buildRetryWait = time.Second
+
+// retryBuild reports whether a build round that failed on every node with
+// errs, the attempts-th, is tried again: only when each failure is
+// Unavailable (the node or its node-manager went away, and the build is
+// repeatable: the node-manager clears an unsealed leftover), and fewer
+// than buildAttempts rounds have run.
+func retryBuild(errs []error, attempts int) bool {
+	if attempts >= buildAttempts || len(errs) == 0 {
+		return false
+	}
+	for _, err := range errs {
+		if !errors.Is(err, errdefs.ErrUnavailable) {
+			return false
+		}
+	}
+	return true
 }
 
 // sourceNode is the one node a build of source can run on, or "" for any

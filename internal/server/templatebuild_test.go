@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -76,5 +77,31 @@ func TestBuildNodesOfASnapshotSource(t *testing.T) {
 	}
 	if _, err := srv.sourceNode(ctx, "snapshot:sn-missing"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("missing snapshot: %v, want NotFound", err)
+	}
+}
+
+// TestRetryBuild: a build round that failed on every node is tried again
+// only when each failure is Unavailable (a node-manager killed mid-build
+// and restarting, e2e.TestNodeManagerFailpoints' template points), and at
+// most buildAttempts rounds run; a failure of the build itself (a bad
+// source) is final at once.
+func TestRetryBuild(t *testing.T) {
+	gone := fmt.Errorf("node n1: %w: node-manager ensure_template: EOF (the node-manager went away before it answered; retry)", errdefs.ErrUnavailable)
+	bad := fmt.Errorf("node n2: %w: template source dir:/nope: no such directory", errdefs.ErrInvalidArgument)
+	for _, tc := range []struct {
+		errs     []error
+		attempts int
+		want     bool
+	}{
+		{[]error{gone}, 1, true},
+		{[]error{gone, gone}, buildAttempts - 1, true},
+		{[]error{gone}, buildAttempts, false},
+		{[]error{bad}, 1, false},
+		{[]error{gone, bad}, 1, false},
+		{nil, 1, false},
+	} {
+		if got := retryBuild(tc.errs, tc.attempts); got != tc.want {
+			t.Errorf("retryBuild(%v, %d) = %v, want %v", tc.errs, tc.attempts, got, tc.want)
+		}
 	}
 }
