@@ -365,8 +365,10 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 			return err
 		}
 	}
+	// The build sandbox runs on the server's default runtime (Runtime ""),
+	// so a deployment whose nodes offer only vm builds too.
 	plan, err := imagebuild.Prepare(imagebuild.Job{
-		Name: tb.templateID, File: df, ContextDir: dir, Runtime: "ns", NoCache: force, Log: log, Ready: spec.ReadyCmd,
+		Name: tb.templateID, File: df, ContextDir: dir, Runtime: "", NoCache: force, Log: log, Ready: spec.ReadyCmd,
 	})
 	if err != nil {
 		return err
