@@ -26,6 +26,11 @@ type Request struct {
 	// (nil otherwise). The store admits the execution under the quota;
 	// the plan's reason reports where the tenant stands.
 	Tenant *TenantQuota
+	// Only, when not empty, is the nodes that may take the execution: those
+	// that hold its template when the template exists on them alone (built
+	// from a node-local snapshot). OnlyWhy says so for the refusal.
+	Only    []string
+	OnlyWhy string
 }
 
 // TenantQuota is a tenant's quota and what its sandboxes that hold
@@ -200,6 +205,8 @@ func Place(req Request, st State) (Plan, error) {
 		switch {
 		case !n.Live:
 			why = append(why, n.ID+": not live")
+		case len(req.Only) > 0 && !slices.Contains(req.Only, n.ID):
+			why = append(why, fmt.Sprintf("%s: %s", n.ID, req.OnlyWhy))
 		case !slices.Contains(n.Runtimes, req.Runtime):
 			why = append(why, fmt.Sprintf("%s: no %s runtime", n.ID, req.Runtime))
 		case n.Pressure != "":

@@ -39,7 +39,7 @@ func (s *Server) EnsureTemplate(ctx context.Context, name, source string) error 
 		return nil
 	default:
 		// Building (interrupted by a restart) or failed: build again.
-		t.State, t.Reason, t.Source = store.TemplateBuilding, "", source
+		t.State, t.Reason, t.Source, t.Node = store.TemplateBuilding, "", source, ""
 		if err := s.store.UpdateTemplate(ctx, t); err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func (s *Server) RunTemplateBuilds(ctx context.Context) error {
 
 func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 	start := time.Now()
-	size, err := s.buildOnNodes(ctx, job)
+	size, only, err := s.buildOnNodes(ctx, job)
 	t, gerr := s.store.GetTemplate(ctx, job.name)
 	if gerr != nil {
 		s.log.Warn("template vanished during its build", "name", job.name, "err", gerr)
@@ -78,7 +78,9 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 		t.State, t.Reason = store.TemplateFailed, err.Error()
 		s.log.Error("template build failed", "name", job.name, "source", job.source, "err", err)
 	} else {
-		t.State, t.Reason, t.SizeBytes = store.TemplateReady, "", size
+		// A template from a node-local source exists on that node alone:
+		// its sandboxes are placed there (service.templateNodes).
+		t.State, t.Reason, t.SizeBytes, t.Node = store.TemplateReady, "", size, only
 		s.log.Info("template ready", "name", job.name, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if err := s.store.UpdateTemplate(context.WithoutCancel(ctx), t); err != nil {
@@ -86,16 +88,18 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 	}
 }
 
-func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, error) {
+// buildOnNodes builds job on every live node, or on the one node that has
+// its source (returned, "" for every node).
+func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, string, error) {
 	only, err := s.sourceNode(ctx, job.source)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		all, err := s.store.ListNodes(ctx)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		nodes := buildNodes(all, only, time.Now())
 		var built int
@@ -124,22 +128,22 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 			built, size = built+1, ready.SizeBytes
 		}
 		if built > 0 {
-			return size, nil
+			return size, only, nil
 		}
 		if len(errs) > 0 {
-			return 0, errors.Join(errs...)
+			return 0, "", errors.Join(errs...)
 		}
 		// No node has registered yet (the server just started), or the
 		// snapshot's node is back soon: wait.
 		if time.Now().After(deadline) {
 			if only != "" {
-				return 0, fmt.Errorf("%w: template source %s: node %s, which holds the snapshot, is not live; build again once it is", errdefs.ErrUnavailable, job.source, only)
+				return 0, "", fmt.Errorf("%w: template source %s: node %s, which holds the snapshot, is not live; build again once it is", errdefs.ErrUnavailable, job.source, only)
 			}
-			return 0, fmt.Errorf("no live node to build on")
+			return 0, "", fmt.Errorf("no live node to build on")
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, "", ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
