@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -274,5 +275,29 @@ func TestWriteRefusesNamesWithSlash(t *testing.T) {
 	err = Write(context.Background(), bytes.NewReader(img), int64(len(img)), &out, DefaultLimits)
 	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), `name "../../etc"`) {
 		t.Errorf("Write = %v, want ErrFormat naming \"../../etc\"; the stream has %v", err, readTar(t, &out))
+	}
+}
+
+// TestWriteRefusesDirectoryLoops: a directory entry that names an
+// ancestor directory (a crafted image: ext4 links no directory twice)
+// would make the walk endless; Write refuses it as a loop.
+func TestWriteRefusesDirectoryLoops(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "sub", "loopme"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img, err := os.ReadFile(mkfs(t, dir, 8<<20, "-O", "^metadata_csum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(img, []byte("loopme"))
+	if i < 8 || bytes.Count(img, []byte("loopme")) != 1 || img[i-2] != 6 {
+		t.Fatalf("the entry of loopme is not found once in the image")
+	}
+	// The entry's inode becomes the root's (2): sub/loopme is / again.
+	binary.LittleEndian.PutUint32(img[i-8:], 2)
+	err = Write(context.Background(), bytes.NewReader(img), int64(len(img)), io.Discard, DefaultLimits)
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "entered twice (a loop)") {
+		t.Errorf("Write = %v, want ErrFormat naming the loop", err)
 	}
 }
