@@ -28,6 +28,7 @@ import (
 	"io"
 	"path"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -464,11 +465,11 @@ type walk struct {
 
 func (wk *walk) dir(ctx context.Context, name string, in *inode, depth int) error {
 	if depth >= wk.lim.MaxDepth {
-		return formatErr("%s: directories nested deeper than %d", name, wk.lim.MaxDepth)
+		return formatErr("%s: directories nested deeper than %d", shown(name), wk.lim.MaxDepth)
 	}
 	ents, err := wk.f.readDir(in)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", shown(name), err)
 	}
 	// By name, so the stream (and the first path of a hard link) does not
 	// depend on the order a hashed directory keeps.
@@ -493,12 +494,12 @@ func (wk *walk) entry(ctx context.Context, name string, ino uint32, depth int) e
 	}
 	in, err := wk.f.readInode(ino)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", shown(name), err)
 	}
 	switch in.mode & typeMask {
 	case typeDir:
 		if wk.dirs[ino] {
-			return formatErr("%s: directory inode %d entered twice (a loop)", name, ino)
+			return formatErr("%s: directory inode %d entered twice (a loop)", shown(name), ino)
 		}
 		wk.dirs[ino] = true
 		if err := wk.header(name, in, tar.TypeDir, ""); err != nil {
@@ -513,24 +514,24 @@ func (wk *walk) entry(ctx context.Context, name string, ino uint32, depth int) e
 			wk.links[ino] = name
 		}
 		if wk.bytes += in.size; wk.bytes > wk.lim.MaxBytes {
-			return formatErr("%s: more than %d bytes of files", name, wk.lim.MaxBytes)
+			return formatErr("%s: more than %d bytes of files", shown(name), wk.lim.MaxBytes)
 		}
 		c, err := wk.f.contentOf(in)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", shown(name), err)
 		}
 		if err := wk.header(name, in, tar.TypeReg, ""); err != nil {
 			return err
 		}
 		c.ctx = ctx
 		if _, err := io.Copy(wk.tw, c); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", shown(name), err)
 		}
 		return nil
 	case typeLnk:
 		target, err := wk.f.symlinkTarget(in)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", shown(name), err)
 		}
 		return wk.header(name, in, tar.TypeSymlink, target)
 	case typeFIFO:
@@ -542,7 +543,7 @@ func (wk *walk) entry(ctx context.Context, name string, ino uint32, depth int) e
 	case typeSock:
 		return nil
 	}
-	return formatErr("%s: inode %d of unknown type %#o", name, ino, in.mode&typeMask)
+	return formatErr("%s: inode %d of unknown type %#o", shown(name), ino, in.mode&typeMask)
 }
 
 func (wk *walk) header(name string, in *inode, typ byte, link string) error {
@@ -558,7 +559,16 @@ func (wk *walk) header(name string, in *inode, typ byte, link string) error {
 		h.Size = in.size
 	}
 	if err := wk.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", shown(name), err)
 	}
 	return nil
+}
+
+// shown is a path for an error message: its last 256 bytes at most (a
+// hostile tree nests a thousand levels of 255-byte names).
+func shown(name string) string {
+	if len(name) <= 256 {
+		return name
+	}
+	return "…" + strings.ToValidUTF8(name[len(name)-256:], "")
 }

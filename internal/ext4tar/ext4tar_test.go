@@ -298,6 +298,12 @@ func TestWriteRefusesDirectoryLoops(t *testing.T) {
 	binary.LittleEndian.PutUint32(img[i-8:], 2)
 	err = Write(context.Background(), bytes.NewReader(img), int64(len(img)), io.Discard, DefaultLimits)
 	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "entered twice (a loop)") {
-		t.Errorf("Write = %v, want ErrFormat naming the loop", err)
+		t.Errorf("Write = %.300v, want ErrFormat naming the loop", err)
+	}
+	// Without the loop check the depth limit ends the walk, with a path
+	// of a thousand levels clipped in the message.
+	err = Write(context.Background(), bytes.NewReader(img), int64(len(img)), io.Discard, Limits{MaxEntries: 1 << 20, MaxDepth: 1 << 20, MaxBytes: 1 << 30})
+	if err == nil || len(err.Error()) > 512 {
+		t.Errorf("Write with no depth bound = %d bytes of error (%.300v), want an error of at most 512", len(err.Error()), err)
 	}
 }
