@@ -44,6 +44,7 @@ func TestDockerfileBuildVM(t *testing.T) {
 	for _, rt := range []string{"ns", "vm"} {
 		sb := in.createWith("dfvm", rt)
 		res := in.exec(sb.ID, "cat", "/built-on", "/one.txt")
+		t.Logf("%s sandbox of the vm-built template: %q (host kernel %q)", rt, res.Stdout, hostKernel)
 		if !strings.HasSuffix(res.Stdout, "\ncopied\n") || strings.HasPrefix(res.Stdout, hostKernel) || res.Stdout == "\ncopied\n" {
 			t.Errorf("%s sandbox of the vm-built template: %+v, want a guest kernel (not the host's %q) and the copied file", rt, res, hostKernel)
 		}
