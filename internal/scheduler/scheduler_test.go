@@ -33,8 +33,8 @@ func TestPlace(t *testing.T) {
 		{"tie by id", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, []NodeState{node("b", true, 4096, 0, "ns"), node("a", true, 4096, 0, "ns")}, "a", false},
 		// A template that exists on one node alone: the fuller node that
 		// holds it, never the free one that lacks it.
-		{"only the template's node", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Only: []string{"a"}, OnlyWhy: "lacks template t"}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 0, "ns")}, "a", false},
-		{"the template's node full", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Only: []string{"a"}, OnlyWhy: "lacks template t"}, []NodeState{node("a", true, 1024, 768, "ns"), node("b", true, 4096, 0, "ns")}, "", true},
+		{"only the template's node", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Only: []string{"a"}, OnlyWhy: "holds template t"}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 0, "ns")}, "a", false},
+		{"the template's node full", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Only: []string{"a"}, OnlyWhy: "holds template t"}, []NodeState{node("a", true, 1024, 768, "ns"), node("b", true, 4096, 0, "ns")}, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

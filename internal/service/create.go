@@ -257,7 +257,7 @@ func (s *Sandboxes) templateNodes(ctx context.Context, sb *sandbox.Sandbox, req 
 	}
 	if tpl.Node != "" {
 		req.Only = []string{tpl.Node}
-		req.OnlyWhy = fmt.Sprintf("lacks template %s, which exists on %s alone (built from a snapshot there)", tpl.Name, tpl.Node)
+		req.OnlyWhy = fmt.Sprintf("holds template %s (built from a snapshot there, no other node has it)", tpl.Name)
 	}
 	return nil
 }

@@ -66,6 +66,9 @@ func TestPlaceOnTheTemplatesNode(t *testing.T) {
 		if err != nil || node != tc.want {
 			t.Errorf("%s: placed on %q (%s, %v), want %s", tc.what, node, why, err, tc.want)
 		}
+		if pinned := tc.sb.Template == "built" && tc.sb.StartFrom == ""; pinned != strings.Contains(why, "only [n2] holds template built") {
+			t.Errorf("%s: reason %q; want it to say why only n2 was a candidate: %v", tc.what, why, pinned)
+		}
 	}
 	n2, _ := st.GetNode(ctx, "n2")
 	n2.State = store.NodeDown
@@ -73,7 +76,7 @@ func TestPlaceOnTheTemplatesNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := s.placeWith(ctx, sb("built", ""), nil)
-	if !errors.Is(err, errdefs.ErrNoCapacity) || !strings.Contains(err.Error(), "n1: lacks template built, which exists on n2 alone") {
+	if !errors.Is(err, errdefs.ErrNoCapacity) || !strings.Contains(err.Error(), "n1: only [n2] holds template built") {
 		t.Errorf("template's node down: %v, want NoCapacity saying n1 lacks the template", err)
 	}
 }
