@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -10,7 +11,7 @@ import (
 // snapshot: template, whose tree only the node of the build sandbox's
 // snapshot has) with two nodes live, then creates sandboxes of it until
 // the scheduler would have spread them over both: every create must
-// succeed and see the built file.
+// succeed and see the built file, and its placement event says why.
 func TestSnapshotTemplateOnTwoNodes(t *testing.T) {
 	dirA := newDataDir(t)
 	in := startServer(t, dirA)
@@ -49,6 +50,17 @@ func TestSnapshotTemplateOnTwoNodes(t *testing.T) {
 		}
 	}
 	t.Logf("sandboxes of the snapshot template by node: %v", nodes)
+	if len(ids) > 0 {
+		var list struct{ Events []benchEvent }
+		in.do("GET", "/v1/sandboxes/"+ids[len(ids)-1]+"/events", nil, &list)
+		said := false
+		for _, e := range list.Events {
+			said = said || strings.Contains(e.Message, "only [local] holds template dftwo")
+		}
+		if !said {
+			t.Errorf("the last sandbox's events %+v do not say why it went to local", list.Events)
+		}
+	}
 	for _, id := range ids {
 		in.delete(id)
 	}
