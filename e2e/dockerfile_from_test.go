@@ -62,7 +62,7 @@ func TestDockerfileFromImage(t *testing.T) {
 	}
 	build := func(name, df string) (string, int) {
 		t.Helper()
-		_, stderr, code := in.cli("", "template", "build", name, "--dockerfile", filepath.Join(dir, df), "--context", dir)
+		_, stderr, code := in.cli("", "template", "build", name, "--dockerfile", filepath.Join(dir, df), "--context", dir, "--build-runtime", "ns")
 		return stderr, code
 	}
 	log, code := build("dfimg1", "Dockerfile")

@@ -49,7 +49,7 @@ CMD ["/bin/sh", "-c", "echo started > /tmp/started; exec sleep 100000"]
 		}
 	}
 	began := time.Now()
-	_, stderr, code := in.cli("", "template", "build", "dfapp", "--dockerfile", filepath.Join(dir, "Dockerfile"), "--context", dir)
+	_, stderr, code := in.cli("", "template", "build", "dfapp", "--dockerfile", filepath.Join(dir, "Dockerfile"), "--context", dir, "--build-runtime", "ns")
 	if code != 0 {
 		t.Fatalf("dockerfile build: exit %d\n%s\n%s", code, stderr, in.logs())
 	}
@@ -67,11 +67,11 @@ CMD ["/bin/sh", "-c", "echo started > /tmp/started; exec sleep 100000"]
 		t.Errorf("env, workdir, copied directory and start command: %+v", res)
 	}
 
-	_, stderr, code = in.cli("", "template", "build", "dffail", "--dockerfile", filepath.Join(dir, "Dockerfile.fail"), "--context", dir)
+	_, stderr, code = in.cli("", "template", "build", "dffail", "--dockerfile", filepath.Join(dir, "Dockerfile.fail"), "--context", dir, "--build-runtime", "ns")
 	if code == 0 || !strings.Contains(stderr, "line 3") || !strings.Contains(stderr, "exit code 7") || !strings.Contains(stderr, "about to fail") {
 		t.Errorf("failing RUN: exit %d, want the line, exit code 7 and its output:\n%s", code, stderr)
 	}
-	_, stderr, code = in.cli("", "template", "build", "dfrefused", "--dockerfile", filepath.Join(dir, "Dockerfile.refused"), "--context", dir)
+	_, stderr, code = in.cli("", "template", "build", "dfrefused", "--dockerfile", filepath.Join(dir, "Dockerfile.refused"), "--context", dir, "--build-runtime", "ns")
 	if code == 0 || !strings.Contains(stderr, "line 3") || !strings.Contains(stderr, "HEALTHCHECK") {
 		t.Errorf("refused instruction: exit %d, want line 3 and HEALTHCHECK:\n%s", code, stderr)
 	}
@@ -95,7 +95,7 @@ CMD ["/bin/sh", "-c", "echo started > /tmp/started; exec sleep 100000"]
 			t.Fatalf("template delete dfapp: exit %d: %s", c, e)
 		}
 		began := time.Now()
-		args = append([]string{"template", "build", "dfapp", "--dockerfile", filepath.Join(dir, "Dockerfile"), "--context", dir}, args...)
+		args = append([]string{"template", "build", "dfapp", "--dockerfile", filepath.Join(dir, "Dockerfile"), "--context", dir, "--build-runtime", "ns"}, args...)
 		_, stderr, code := in.cli("", args...)
 		if code != 0 {
 			t.Fatalf("space %v: exit %d\n%s\n%s", args, code, stderr, in.logs())
@@ -188,7 +188,7 @@ func TestDockerfileBuildArg(t *testing.T) {
 	if err := os.WriteFile(df, []byte("FROM minimal\nARG WHO=nobody\nRUN echo \"$WHO\" > /who\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, e, c := in.cli("", "template", "build", "dfarg", "--dockerfile", df, "--context", dir, "--build-arg", "WHO=me"); c != 0 {
+	if _, e, c := in.cli("", "template", "build", "dfarg", "--dockerfile", df, "--context", dir, "--build-arg", "WHO=me", "--build-runtime", "ns"); c != 0 {
 		t.Fatalf("build: exit %d\n%s", c, e)
 	}
 	sb := in.createWith("dfarg", "ns")

@@ -11,7 +11,7 @@ new=$newdir/space
 work=$(mktemp -d)
 data=$work/data ctx=$work/ctx
 mkdir -p "$ctx"
-"$new" server --dev --listen 127.0.0.1:0 --data-dir "$data" --kernel-build wait --no-base-template >"$work/out" 2>"$work/err" &
+"$new" server --dev --listen 127.0.0.1:0 --data-dir "$data" --kernel-build wait --no-base-template --default-runtime ns >"$work/out" 2>"$work/err" &
 srv=$!
 trap 'kill $srv 2>/dev/null; wait $srv 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 300); do grep -q '^SPACE_API_URL=' "$work/out" 2>/dev/null && break; sleep 0.2; done

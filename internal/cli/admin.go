@@ -17,7 +17,7 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{path: "template build", args: "NAME (--from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] | --dockerfile FILE [--context DIR] [--build-arg K=V]... [--no-cache]) [--egress FILE] [--wait DUR] [-o json]",
+		&command{path: "template build", args: "NAME (--from DIR|TAR|dir:PATH|tar:PATH|oci:LAYOUT[#REF]|docker-archive:FILE[#TAG]|debootstrap:SUITE[+pkg,…] | --dockerfile FILE [--context DIR] [--build-arg K=V]... [--no-cache] [--build-runtime vm|ns]) [--egress FILE] [--wait DUR] [-o json]",
 			summary: "build a template and wait, showing progress on stderr", run: templateBuild},
 		&command{path: "template list", args: "[-o json]", summary: "list templates", run: templateList},
 		&command{path: "template cache", args: "list | prune [NAME]",
@@ -50,10 +50,11 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags("template build")
 	from := fs.String("from", "", "source (required): a directory or tar file here, dir:PATH, tar:PATH on the server, oci:LAYOUT[#REF] (an OCI image layout directory; REF a ref.name annotation or sha256 digest, default the only linux image for this machine), docker-archive:FILE[#TAG] (docker save output), debootstrap:SUITE[+pkg,…], or builtin:NAME (minimal, base, code-interpreter); an image's User/Env/WorkingDir/Entrypoint/Cmd go to /etc/space/image-config.json")
 	egressFile := fs.String("egress", "", "default egress policy of its sandboxes: a JSON file, - for stdin (docs/network.md)")
-	dockerfileFlag := fs.String("dockerfile", "", "build from a Dockerfile instead of --from: FROM a SPACE template, then RUN, COPY, ADD (local files), ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, CMD, ENTRYPOINT, run in an ns build sandbox (docs/templates.md)")
+	dockerfileFlag := fs.String("dockerfile", "", "build from a Dockerfile instead of --from: FROM a SPACE template, then RUN, COPY, ADD (local files), ENV, ARG, WORKDIR, USER, LABEL, EXPOSE, CMD, ENTRYPOINT, run in a build sandbox (--build-runtime; docs/dockerfile.md)")
 	contextFlag := fs.String("context", ".", "with --dockerfile: the directory COPY and ADD read from; nothing outside it is read")
 	buildArgs := kvFlag{}
 	fs.Var(buildArgs, "build-arg", "with --dockerfile: K=V, the value of ARG K (repeatable)")
+	buildRuntime := fs.String("build-runtime", "", "with --dockerfile: the build sandbox's runtime, vm or ns (default: the server's default runtime, as for sandbox create); the template serves both")
 	noCache := fs.Bool("no-cache", false, "with --dockerfile: run every step, reusing no cached step (the new steps are still cached)")
 	wait := durationFlag(fs, "wait", templateBuildWait, "how long to wait for the build")
 	out := outputFlag(fs)
@@ -64,8 +65,11 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 	if err := wantArgs(fs, pos, 1, 1, "NAME"); err != nil {
 		return err
 	}
-	if *dockerfileFlag == "" && (len(buildArgs) > 0 || *noCache) {
-		return usagef(fs, "--build-arg and --no-cache go with --dockerfile")
+	if *dockerfileFlag == "" && (len(buildArgs) > 0 || *noCache || *buildRuntime != "") {
+		return usagef(fs, "--build-arg, --no-cache and --build-runtime go with --dockerfile")
+	}
+	if *buildRuntime != "" && *buildRuntime != "vm" && *buildRuntime != "ns" {
+		return usagef(fs, "--build-runtime %q: want vm or ns", *buildRuntime)
 	}
 	if *dockerfileFlag != "" {
 		if *from != "" {
@@ -83,7 +87,7 @@ func templateBuild(ctx context.Context, e *env, args []string) error {
 		}
 		began := time.Now()
 		t, err := dockerfileBuild(ctx, e, dockerfileJob{
-			name: pos[0], file: *dockerfileFlag, contextDir: *contextFlag, runtime: "ns",
+			name: pos[0], file: *dockerfileFlag, contextDir: *contextFlag, runtime: *buildRuntime,
 			egress: pol, buildArgs: buildArgs, noCache: *noCache,
 		}, *wait)
 		if err != nil {

@@ -142,6 +142,8 @@ func TestExitCodesAndErrors(t *testing.T) {
 		{"unknown flag", []string{"sandbox", "list", "--bogus"}, 2, "flag provided but not defined"},
 		{"bad output", []string{"sandbox", "list", "-o", "yaml"}, 2, "want text or json"},
 		{"bad runtime", []string{"sandbox", "create", "--runtime", "xen"}, 2, "want vm or ns"},
+		{"bad build runtime", []string{"template", "build", "t", "--dockerfile", "Dockerfile", "--build-runtime", "xen"}, 2, `--build-runtime "xen": want vm or ns`},
+		{"build runtime without a dockerfile", []string{"template", "build", "t", "--from", "/srv/tree", "--build-runtime", "vm"}, 2, "go with --dockerfile"},
 		{"exec without command", []string{"exec", "sb-1"}, 2, "missing CMD"},
 		{"run without code", []string{"run", "--sandbox", "sb-1"}, 2, "missing CODE"},
 		{"run in a sandbox and a template", []string{"run", "--sandbox", "sb-1", "--template", "t", "1"}, 2, "not both"},

@@ -437,8 +437,10 @@ func (a *API) buildSteps(ctx context.Context, backend imagebuild.Backend, tb *te
 			return err
 		}
 	}
+	// The build sandbox runs on the server's default runtime (Runtime ""),
+	// so a deployment whose nodes offer only vm builds too.
 	plan, err := imagebuild.Prepare(imagebuild.Job{
-		Name: tb.template, File: df, ContextDir: dir, Runtime: "ns", NoCache: force, Log: log, Ready: spec.ReadyCmd,
+		Name: tb.template, File: df, ContextDir: dir, Runtime: "", NoCache: force, Log: log, Ready: spec.ReadyCmd,
 	})
 	if err != nil {
 		return err

@@ -16,12 +16,14 @@ import (
 // exec that ends only when its ctx does; it records the deletions.
 type blockingBackend struct {
 	started chan struct{}
+	runtime string     // of the build sandbox's create
 	mu      sync.Mutex // guards deleted
 	deleted []string
 }
 
 func (b *blockingBackend) TemplateTaken(context.Context, string) (bool, error) { return false, nil }
-func (b *blockingBackend) CreateSandbox(context.Context, sandboxv1.CreateSandboxRequest) (string, error) {
+func (b *blockingBackend) CreateSandbox(_ context.Context, req sandboxv1.CreateSandboxRequest) (string, error) {
+	b.runtime = req.Runtime
 	return "sb1", nil
 }
 func (b *blockingBackend) ForkSandbox(context.Context, string, string, string) (string, error) {
@@ -52,7 +54,8 @@ func (b *blockingBackend) BuildTemplate(context.Context, sandboxv1.BuildTemplate
 
 // TestStopBuildsRemovesSandbox: StopBuilds cancels a running build, waits
 // for it, and the build has removed its sandbox (with a context that was
-// not cancelled) and ended in error.
+// not cancelled) and ended in error. The build sandbox was created on the
+// server's default runtime.
 func TestStopBuildsRemovesSandbox(t *testing.T) {
 	a := &API{host: statusHost{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), builds: newTemplateBuilds(), filesDir: t.TempDir()}
 	tb, err := a.builds.add(context.Background(), newBuild{tenant: "t1", alias: "x"}, time.Now())
@@ -83,6 +86,9 @@ func TestStopBuildsRemovesSandbox(t *testing.T) {
 	defer fb.mu.Unlock()
 	if len(fb.deleted) != 1 || fb.deleted[0] != "sb1" {
 		t.Errorf("deleted sandboxes %v, want [sb1]", fb.deleted)
+	}
+	if fb.runtime != "" {
+		t.Errorf("build sandbox created on runtime %q, want the server's default (\"\"), so vm-only nodes build", fb.runtime)
 	}
 	if tb.status != buildError || tb.reason == nil || tb.reason.Step != "1" {
 		t.Errorf("status %s reason %+v, want error at step 1", tb.status, tb.reason)

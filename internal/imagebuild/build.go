@@ -66,7 +66,10 @@ type Job struct {
 	File *dockerfile.File
 	// ContextDir holds the COPY and ADD sources (confined to it).
 	ContextDir string
-	// Runtime is the build sandbox's.
+	// Runtime is the build sandbox's: vm or ns, or "" for the server's
+	// default (what a create naming no runtime gets). A cached step is
+	// reused only from a holder of this runtime ("": of any), so the steps
+	// after it run where the caller asked.
 	Runtime string
 	// Egress is the template's egress policy (JSON), if any.
 	Egress []byte
@@ -152,7 +155,7 @@ func Run(ctx context.Context, b Backend, p *Plan) (*sandboxv1.Template, error) {
 			return nil, fmt.Errorf("step cache: %w", err)
 		}
 		if !job.NoCache {
-			cached, from = cachedPrefix(df.Steps, p.keys, cacheIndex(holders))
+			cached, from = cachedPrefix(df.Steps, p.keys, cacheIndex(holdersOf(holders, job.Runtime)))
 		}
 	}
 	id, err := buildSandbox(ctx, b, df.From, job, from)

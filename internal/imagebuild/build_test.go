@@ -197,3 +197,66 @@ func TestRunQuotaRefusal(t *testing.T) {
 		t.Errorf("Run without a refusal = %v, want no quota hint", err)
 	}
 }
+
+// holdingBackend is a recordingBackend with a step cache of fixed holders;
+// it records the build sandbox's origin: a create (with its runtime) or a
+// fork (of which holder).
+type holdingBackend struct {
+	recordingBackend
+	holders []Holder
+	origin  string
+}
+
+func (b *holdingBackend) CreateSandbox(_ context.Context, req sandboxv1.CreateSandboxRequest) (string, error) {
+	b.origin = "create runtime=" + req.Runtime
+	return "sb1", nil
+}
+
+func (b *holdingBackend) ForkSandbox(_ context.Context, holder, snapshot, _ string) (string, error) {
+	b.origin = "fork " + holder + " from " + snapshot
+	return "sb2", nil
+}
+
+func (b *holdingBackend) Holders(context.Context) ([]Holder, error) { return b.holders, nil }
+
+func (b *holdingBackend) KeepHolder(context.Context, string, string) error { return nil }
+
+// TestBuildRuntimeAndCachedHolders: the build sandbox is created on the
+// job's runtime ("" leaves it to the server's default); a cached step is
+// reused only from a holder of that runtime, since a fork keeps its
+// holder's runtime: a vm build never continues in an ns holder's fork.
+func TestBuildRuntimeAndCachedHolders(t *testing.T) {
+	df := parseDF(t, "FROM minimal\nRUN echo one > /a\nRUN echo two > /b\n")
+	p, err := Prepare(Job{Name: "t", File: df})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := cacheName(p.keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsHolder := Holder{ID: "holder-ns", Template: "t", Runtime: "ns", Snapshots: map[string]string{first: "sn-1"}}
+	for _, tc := range []struct {
+		runtime string
+		want    string
+	}{
+		{"vm", "create runtime=vm"},
+		{"ns", "fork holder-ns from sn-1"},
+		{"", "fork holder-ns from sn-1"},
+	} {
+		t.Run("runtime="+tc.runtime, func(t *testing.T) {
+			b := &holdingBackend{holders: []Holder{nsHolder}}
+			b.exit = func(string) (int, string) { return 0, "" }
+			p, err := Prepare(Job{Name: "t", File: df, Runtime: tc.runtime})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Run(context.Background(), b, p); err != nil {
+				t.Fatal(err)
+			}
+			if b.origin != tc.want {
+				t.Errorf("build sandbox: %s, want %s", b.origin, tc.want)
+			}
+		})
+	}
+}

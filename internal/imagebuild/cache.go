@@ -66,7 +66,9 @@ type Holder struct {
 	ID string
 	// Template is the name of the template whose build made it.
 	Template string
-	Created  time.Time
+	// Runtime is its runtime (vm or ns): a fork of it runs there.
+	Runtime string
+	Created time.Time
 	// Snapshots maps the names of its ready disk snapshots to their ids.
 	Snapshots map[string]string
 }
@@ -126,6 +128,22 @@ func stepKeys(df *dockerfile.File, contextDir string) ([]string, error) {
 		parent = keys[i]
 	}
 	return keys, nil
+}
+
+// holdersOf is the holders of runtime rt, all of them for rt "": a fork
+// keeps its holder's runtime, so a build asked to run in a vm must not
+// continue from an ns holder's snapshot, nor the reverse.
+func holdersOf(holders []Holder, rt string) []Holder {
+	if rt == "" {
+		return holders
+	}
+	var out []Holder
+	for _, h := range holders {
+		if h.Runtime == rt {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // cacheEntry is a cached step's snapshot and the holder it belongs to.

@@ -153,7 +153,7 @@ func (c Client) Holders(ctx context.Context) ([]Holder, error) {
 		if err != nil {
 			return nil, fmt.Errorf("snapshots of %s: %w", sb.ID, err)
 		}
-		h := Holder{ID: sb.ID, Template: tpl, Created: sb.CreatedAt, Snapshots: map[string]string{}}
+		h := Holder{ID: sb.ID, Template: tpl, Runtime: sb.Runtime, Created: sb.CreatedAt, Snapshots: map[string]string{}}
 		for _, s := range snaps {
 			if s.State != "ready" || s.Kind != sandboxv1.SnapshotDisk {
 				continue

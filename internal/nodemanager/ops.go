@@ -100,9 +100,10 @@ func (s *Server) buildTemplate(ctx context.Context, a *privop.TemplateArgs) (*pr
 
 // resolveSnapshotSource turns a snapshot:ID source (the filesystem of a
 // sandbox's disk snapshot on this node, as a Dockerfile build leaves it)
-// into the dir: source of the snapshot's tree; other sources are returned
-// as they are. Only an ns disk snapshot has a tree: a vm snapshot is a disk
-// image, which templates are not built from yet.
+// into a source the builder reads: dir: of an ns snapshot's tree, ext4: of
+// a vm snapshot's disk image (read in user space, never mounted: its guest
+// wrote it). Either way the template is a tree, which serves both
+// runtimes. Other sources are returned as they are.
 func (s *Server) resolveSnapshotSource(source string) (string, error) {
 	id, ok := strings.CutPrefix(source, "snapshot:")
 	if !ok {
@@ -116,8 +117,14 @@ func (s *Server) resolveSnapshotSource(source string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: source %s: the snapshot is not on this node", errdefs.ErrNotFound, source)
 	}
-	if info.Kind != privop.SnapshotDisk || s.cfg.ImageRuntimes[info.Runtime] || s.cfg.SnapshotPath == nil {
-		return "", fmt.Errorf("%w: source %s: a template is made only from a disk snapshot of an ns sandbox (this one is a %s snapshot on %s)", errdefs.ErrFailedPrecondition, source, info.Kind, info.Runtime)
+	if info.Kind != privop.SnapshotDisk {
+		return "", fmt.Errorf("%w: source %s: a template is made only from a disk snapshot (this one is a %s snapshot on %s)", errdefs.ErrFailedPrecondition, source, info.Kind, info.Runtime)
+	}
+	if s.cfg.ImageRuntimes[info.Runtime] {
+		return "ext4:" + filepath.Join(dir, snapshotDiskImage), nil
+	}
+	if s.cfg.SnapshotPath == nil {
+		return "", fmt.Errorf("%w: source %s: this node-manager keeps no snapshot trees", errdefs.ErrFailedPrecondition, source)
 	}
 	tree, err := s.cfg.SnapshotPath(id)
 	if err != nil {
@@ -127,13 +134,14 @@ func (s *Server) resolveSnapshotSource(source string) (string, error) {
 }
 
 // checkSourceOwner stops an unprivileged caller from having root copy files it
-// could not read itself into a template: a dir or tar source must belong to it.
+// could not read itself into a template: a dir, tar or ext4 source must belong
+// to it (a snapshot: source is resolved to one after this check).
 func checkSourceOwner(uid uint32, source string) error {
 	if uid == 0 {
 		return nil
 	}
 	kind, path, ok := strings.Cut(source, ":")
-	if !ok || (kind != "dir" && kind != "tar") {
+	if !ok || (kind != "dir" && kind != "tar" && kind != "ext4") {
 		return nil
 	}
 	fi, err := os.Lstat(path)

@@ -137,8 +137,8 @@ func (a *API) normaliseSource(ctx context.Context, c service.Caller, from string
 		}
 		return kind + ":" + rest, nil
 	case "snapshot":
-		// The filesystem of a sandbox's ns disk snapshot (a Dockerfile
-		// build's last step): the caller must be able to see it.
+		// The filesystem of a sandbox's disk snapshot, ns or vm (a
+		// Dockerfile build's last step): the caller must be able to see it.
 		if !sandbox.ValidSnapshotID(rest) {
 			return "", fmt.Errorf("%w: template source %q: want snapshot:ID, the id of a disk snapshot (sn-…)", errdefs.ErrInvalidArgument, from)
 		}

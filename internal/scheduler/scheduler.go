@@ -26,6 +26,12 @@ type Request struct {
 	// (nil otherwise). The store admits the execution under the quota;
 	// the plan's reason reports where the tenant stands.
 	Tenant *TenantQuota
+	// Only, when not empty, is the nodes that may take the execution: those
+	// that hold its template when the template exists on them alone (built
+	// from a node-local snapshot). OnlyWhy says what they have, after "only
+	// [node…]", for the reason and the refusal.
+	Only    []string
+	OnlyWhy string
 }
 
 // TenantQuota is a tenant's quota and what its sandboxes that hold
@@ -61,6 +67,15 @@ type NodeState struct {
 	// Pressure is non-empty while the node reports memory pressure (PSI or
 	// low MemAvailable) and says why; such a node takes no new sandbox.
 	Pressure string
+}
+
+// explainOnly says, for the plan's reason, why only some nodes were
+// candidates.
+func (r Request) explainOnly() string {
+	if len(r.Only) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; only %v %s", r.Only, r.OnlyWhy)
 }
 
 // Overcommit is how far a placement may commit memory beyond what nodes have.
@@ -200,6 +215,8 @@ func Place(req Request, st State) (Plan, error) {
 		switch {
 		case !n.Live:
 			why = append(why, n.ID+": not live")
+		case len(req.Only) > 0 && !slices.Contains(req.Only, n.ID):
+			why = append(why, fmt.Sprintf("%s: only %v %s", n.ID, req.Only, req.OnlyWhy))
 		case !slices.Contains(n.Runtimes, req.Runtime):
 			why = append(why, fmt.Sprintf("%s: no %s runtime", n.ID, req.Runtime))
 		case n.Pressure != "":
@@ -237,6 +254,6 @@ func Place(req Request, st State) (Plan, error) {
 	}
 	return Plan{
 		Node:   best.ID,
-		Reason: fmt.Sprintf("placed on %s: %d MiB committed of %d allowed (%d MiB of memory), %d sandboxes%s, %d candidate node(s)%s", best.ID, best.UsedMiB, st.Overcommit.limitMiB(best.CapacityMiB), best.CapacityMiB, best.Sandboxes, warm, len(fits), req.Tenant.explain()),
+		Reason: fmt.Sprintf("placed on %s: %d MiB committed of %d allowed (%d MiB of memory), %d sandboxes%s, %d candidate node(s)%s%s", best.ID, best.UsedMiB, st.Overcommit.limitMiB(best.CapacityMiB), best.CapacityMiB, best.Sandboxes, warm, len(fits), req.explainOnly(), req.Tenant.explain()),
 	}, nil
 }

@@ -24,13 +24,17 @@ func TestPlace(t *testing.T) {
 		want     string
 		wantFail bool
 	}{
-		{"no nodes", Request{"ns", 1, 512, nil}, nil, "", true},
-		{"one fits", Request{"ns", 1, 512, nil}, []NodeState{node("a", true, 1024, 0, "ns")}, "a", false},
-		{"dead node skipped", Request{"ns", 1, 512, nil}, []NodeState{node("a", false, 8192, 0, "ns"), node("b", true, 1024, 0, "ns")}, "b", false},
-		{"runtime missing", Request{"vm", 1, 512, nil}, []NodeState{node("a", true, 8192, 0, "ns")}, "", true},
-		{"memory full", Request{"ns", 1, 512, nil}, []NodeState{node("a", true, 1024, 768, "ns")}, "", true},
-		{"most free wins", Request{"ns", 1, 512, nil}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 1000, "ns")}, "b", false},
-		{"tie by id", Request{"ns", 1, 512, nil}, []NodeState{node("b", true, 4096, 0, "ns"), node("a", true, 4096, 0, "ns")}, "a", false},
+		{"no nodes", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, nil, "", true},
+		{"one fits", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, []NodeState{node("a", true, 1024, 0, "ns")}, "a", false},
+		{"dead node skipped", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, []NodeState{node("a", false, 8192, 0, "ns"), node("b", true, 1024, 0, "ns")}, "b", false},
+		{"runtime missing", Request{Runtime: "vm", CPUs: 1, MemoryMiB: 512}, []NodeState{node("a", true, 8192, 0, "ns")}, "", true},
+		{"memory full", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, []NodeState{node("a", true, 1024, 768, "ns")}, "", true},
+		{"most free wins", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 1000, "ns")}, "b", false},
+		{"tie by id", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512}, []NodeState{node("b", true, 4096, 0, "ns"), node("a", true, 4096, 0, "ns")}, "a", false},
+		// A template that exists on one node alone: the fuller node that
+		// holds it, never the free one that lacks it.
+		{"only the template's node", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Only: []string{"a"}, OnlyWhy: "holds template t"}, []NodeState{node("a", true, 4096, 3000, "ns"), node("b", true, 4096, 0, "ns")}, "a", false},
+		{"the template's node full", Request{Runtime: "ns", CPUs: 1, MemoryMiB: 512, Only: []string{"a"}, OnlyWhy: "holds template t"}, []NodeState{node("a", true, 1024, 768, "ns"), node("b", true, 4096, 0, "ns")}, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

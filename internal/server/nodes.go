@@ -329,7 +329,7 @@ func (s *Server) NodeHeartbeat(ctx context.Context, from nodefacing.Origin, hb *
 	internal := s.internal.current()
 	reply := &nodeapiv1.HeartbeatReply{
 		Retire:         nodev1.RetirementsToWire(s.retirements(ctx, id, execs)),
-		Pools:          nodev1.PoolTargetsToWire(s.poolTargets(ctx, hb.GetRuntimes())),
+		Pools:          nodev1.PoolTargetsToWire(s.poolTargets(ctx, id, hb.GetRuntimes())),
 		FenceAfterMs:   s.rec.FenceAfter().Milliseconds(),
 		Internal:       &nodeapiv1.InternalServices{Version: internal.Version, Cidrs: internal.CIDRs},
 		NodeCredential: s.nodeCredential(id),

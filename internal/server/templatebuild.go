@@ -39,7 +39,7 @@ func (s *Server) EnsureTemplate(ctx context.Context, name, source string) error 
 		return nil
 	default:
 		// Building (interrupted by a restart) or failed: build again.
-		t.State, t.Reason, t.Source = store.TemplateBuilding, "", source
+		t.State, t.Reason, t.Source, t.Node = store.TemplateBuilding, "", source, ""
 		if err := s.store.UpdateTemplate(ctx, t); err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func (s *Server) RunTemplateBuilds(ctx context.Context) error {
 
 func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 	start := time.Now()
-	size, err := s.buildOnNodes(ctx, job)
+	size, only, err := s.buildOnNodes(ctx, job)
 	t, gerr := s.store.GetTemplate(ctx, job.name)
 	if gerr != nil {
 		s.log.Warn("template vanished during its build", "name", job.name, "err", gerr)
@@ -78,7 +78,9 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 		t.State, t.Reason = store.TemplateFailed, err.Error()
 		s.log.Error("template build failed", "name", job.name, "source", job.source, "err", err)
 	} else {
-		t.State, t.Reason, t.SizeBytes = store.TemplateReady, "", size
+		// A template from a node-local source exists on that node alone:
+		// its sandboxes are placed there (service.templateNodes).
+		t.State, t.Reason, t.SizeBytes, t.Node = store.TemplateReady, "", size, only
 		s.log.Info("template ready", "name", job.name, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if err := s.store.UpdateTemplate(context.WithoutCancel(ctx), t); err != nil {
@@ -86,10 +88,12 @@ func (s *Server) buildTemplate(ctx context.Context, job templateJob) {
 	}
 }
 
-func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, error) {
+// buildOnNodes builds job on every live node, or on the one node that has
+// its source (returned, "" for every node).
+func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, string, error) {
 	only, err := s.sourceNode(ctx, job.source)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	deadline := time.Now().Add(time.Minute)
 	// unavailable is the last round's failure when every node it built on
@@ -101,7 +105,7 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 	for {
 		all, err := s.store.ListNodes(ctx)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		nodes := buildNodes(all, only, time.Now())
 		var built int
@@ -130,13 +134,13 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 			built, size = built+1, ready.SizeBytes
 		}
 		if built > 0 {
-			return size, nil
+			return size, only, nil
 		}
 		if len(errs) > 0 {
 			attempts++
 			err := errors.Join(errs...)
 			if !retryBuild(errs, attempts) {
-				return 0, err
+				return 0, "", err
 			}
 			s.log.Warn("template build: no node could build it now; trying again", "name", job.name, "attempt", attempts, "err", err)
 			unavailable, deadline = err, time.Now().Add(time.Minute)
@@ -146,12 +150,12 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 		// that was building is being restarted: wait.
 		if time.Now().After(deadline) {
 			if unavailable != nil {
-				return 0, unavailable
+				return 0, "", unavailable
 			}
 			if only != "" {
-				return 0, fmt.Errorf("%w: template source %s: node %s, which holds the snapshot, is not live; build again once it is", errdefs.ErrUnavailable, job.source, only)
+				return 0, "", fmt.Errorf("%w: template source %s: node %s, which holds the snapshot, is not live; build again once it is", errdefs.ErrUnavailable, job.source, only)
 			}
-			return 0, fmt.Errorf("no live node to build on")
+			return 0, "", fmt.Errorf("no live node to build on")
 		}
 		wait := 200 * time.Millisecond
 		if len(errs) > 0 {
@@ -159,7 +163,7 @@ func (s *Server) buildOnNodes(ctx context.Context, job templateJob) (int64, erro
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, "", ctx.Err()
 		case <-time.After(wait):
 		}
 	}

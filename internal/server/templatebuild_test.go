@@ -105,3 +105,34 @@ func TestRetryBuild(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolTargetsSkipTemplatesOfAnotherNode: a warm pool of a template that
+// exists on one node alone (built from a snapshot there) is asked of that
+// node only; another node would fail to fill it, forever.
+func TestPoolTargetsSkipTemplatesOfAnotherNode(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "space.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, tpl := range []store.Template{
+		{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady},
+		{Name: "built", Source: "snapshot:sn-x", State: store.TemplateReady, Node: "n2"},
+	} {
+		if err := st.CreateTemplate(ctx, tpl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pools := []WarmPool{{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256, Size: 1}, {Template: "built", Runtime: "ns", CPUs: 1, MemoryMiB: 256, Size: 1}}
+	srv := New(Config{WarmPools: pools}, st, NewNodes(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for node, want := range map[string][]string{"n1": {"minimal"}, "n2": {"minimal", "built"}} {
+		var got []string
+		for _, p := range *srv.poolTargets(ctx, node, []string{"ns"}) {
+			got = append(got, p.Template)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pools of %s: %v, want %v", node, got, want)
+		}
+	}
+}

@@ -70,12 +70,13 @@ func ParseWarmPool(s string) (WarmPool, error) {
 	return p, nil
 }
 
-// poolTargets is what a node offering runtimes should keep prepared: the
-// configured pools of ready templates, each tagged with the template's
+// poolTargets is what node offering runtimes should keep prepared: the
+// configured pools of ready templates it can have (not one that exists on
+// another node alone: store.Template.Node), each tagged with the template's
 // build (a rebuilt template drains what was prepared from the old one).
 // A store error yields nil: the node keeps what it has until the next
 // heartbeat.
-func (s *Server) poolTargets(ctx context.Context, runtimes []string) *[]nodev1.PoolTarget {
+func (s *Server) poolTargets(ctx context.Context, node string, runtimes []string) *[]nodev1.PoolTarget {
 	out := []nodev1.PoolTarget{}
 	if len(s.cfg.WarmPools) == 0 {
 		return &out
@@ -86,7 +87,7 @@ func (s *Server) poolTargets(ctx context.Context, runtimes []string) *[]nodev1.P
 	}
 	ready := map[string]store.Template{}
 	for _, t := range tpls {
-		if t.State == store.TemplateReady {
+		if t.State == store.TemplateReady && (t.Node == "" || t.Node == node) {
 			ready[t.Name] = t
 		}
 	}

@@ -229,13 +229,37 @@ func (s *Sandboxes) placeWith(ctx context.Context, sb *sandbox.Sandbox, tq *sche
 	st.Overcommit = s.cfg.Overcommit
 	st.WithMemory(s.nodeMemory())
 	st.Warm = s.beats.WarmNodes(nodev1.PoolKey{Template: sb.Template, Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB})
-	plan, err := scheduler.Place(scheduler.Request{
-		Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq,
-	}, st)
+	req := scheduler.Request{Runtime: sb.Runtime, CPUs: sb.CPUs, MemoryMiB: sb.MemoryMiB, Tenant: tq}
+	if err := s.templateNodes(ctx, sb, &req); err != nil {
+		return "", "", err
+	}
+	plan, err := scheduler.Place(req, st)
 	if err != nil {
 		return "", "", err
 	}
 	return plan.Node, plan.Reason, nil
+}
+
+// templateNodes restricts req to the node that holds sb's template when
+// the template exists there alone (built from a snapshot on that node:
+// store.Template.Node) and the execution starts from the template, not
+// from a snapshot (whose export carries the template's bytes to any node).
+func (s *Sandboxes) templateNodes(ctx context.Context, sb *sandbox.Sandbox, req *scheduler.Request) error {
+	if sb.StartFrom != "" || sb.Template == "" {
+		return nil
+	}
+	tpl, err := s.store.GetTemplate(ctx, sb.Template)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil // the create refuses it; a restore needs no template row
+	}
+	if err != nil {
+		return err
+	}
+	if tpl.Node != "" {
+		req.Only = []string{tpl.Node}
+		req.OnlyWhy = fmt.Sprintf("holds template %s (built from a snapshot there, no other node has it)", tpl.Name)
+	}
+	return nil
 }
 
 // nodeMemory is the nodes' memory as their heartbeats report it (none

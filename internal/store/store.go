@@ -177,7 +177,11 @@ type Template struct {
 	// Progress is the build's latest reading (JSON of an internal/progress
 	// Report), "" before the first. UpdateTemplate leaves it alone:
 	// SetTemplateProgress changes it.
-	Progress  string
+	Progress string
+	// Node is the one node that holds the template when it was built from
+	// a source only that node had (snapshot:ID); "" when every node can
+	// build it from Source. New executions of the template go there.
+	Node      string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -196,7 +200,7 @@ type Templates interface {
 	GetTemplate(ctx context.Context, name string) (Template, error)
 	// ListTemplates returns every template by name.
 	ListTemplates(ctx context.Context) ([]Template, error)
-	// UpdateTemplate overwrites source, state, reason and size of an existing
+	// UpdateTemplate overwrites source, state, reason, size and node of an existing
 	// template and sets UpdatedAt; a missing one is ErrNotFound.
 	UpdateTemplate(ctx context.Context, t Template) error
 	// DeleteTemplate deletes a template. It is ErrConflict while a sandbox

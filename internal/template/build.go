@@ -39,6 +39,8 @@ func Build(ctx context.Context, src Source, dest string, progress io.Writer) err
 		err = importOCI(ctx, src.Path, src.Ref, dest, progress)
 	case KindDockerArchive:
 		err = importDockerArchive(ctx, src.Path, src.Ref, dest, progress)
+	case KindExt4:
+		err = extractExt4(ctx, src.Path, dest)
 	case KindDebootstrap:
 		err = debootstrap(ctx, src.Suite, src.Packages, dest, progress)
 	default:

@@ -34,6 +34,10 @@ const (
 	// `docker save` tar. Both are applied layer by layer (see ExtractLayer).
 	KindOCI           Kind = "oci"
 	KindDockerArchive Kind = "docker-archive"
+	// KindExt4 is an ext4 filesystem image: a vm sandbox's disk snapshot,
+	// which the node-manager names (the control plane's API offers no
+	// ext4: source). It is read in user space (ext4tar), never mounted.
+	KindExt4 Kind = "ext4"
 )
 
 // Source says what to build a template from.
@@ -81,6 +85,7 @@ var tarSuffixes = []string{".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".t
 //	debootstrap:SUITE[+pkg,pkg…]
 //	oci:/dir[#REF]       an OCI image layout; REF is a ref.name annotation or sha256:… digest
 //	docker-archive:/file.tar[#REPO:TAG]   `docker save` output
+//	ext4:/disk.img       an ext4 filesystem image (a vm disk snapshot)
 //
 // Paths must be absolute. Errors are of class ErrInvalidArgument.
 func ParseSource(s string) (Source, error) {
@@ -94,7 +99,7 @@ func ParseSource(s string) (Source, error) {
 		}
 	}
 	switch Kind(kind) {
-	case KindDir, KindTar:
+	case KindDir, KindTar, KindExt4:
 		if err := checkPath(rest); err != nil {
 			return Source{}, err
 		}

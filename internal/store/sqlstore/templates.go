@@ -10,12 +10,12 @@ import (
 	"github.com/spacesandbox/space/internal/store"
 )
 
-const templateColumns = `name, source, state, reason, size_bytes, created_at, updated_at, egress, progress`
+const templateColumns = `name, source, state, reason, size_bytes, created_at, updated_at, egress, progress, node`
 
 func scanTemplate(sc Row) (store.Template, error) {
 	var t store.Template
 	var created, updated int64
-	if err := sc.Scan(&t.Name, &t.Source, &t.State, &t.Reason, &t.SizeBytes, &created, &updated, &t.Egress, &t.Progress); err != nil {
+	if err := sc.Scan(&t.Name, &t.Source, &t.State, &t.Reason, &t.SizeBytes, &created, &updated, &t.Egress, &t.Progress, &t.Node); err != nil {
 		return store.Template{}, err
 	}
 	t.CreatedAt, t.UpdatedAt = fromTS(created), fromTS(updated)
@@ -32,8 +32,8 @@ func (s *Store) CreateTemplate(ctx context.Context, t store.Template) error {
 		t.CreatedAt = at
 	}
 	err := s.db.Write(ctx, func(tx Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.Name, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(t.CreatedAt), ts(at), t.Egress, t.Progress)
+		_, err := tx.Exec(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.Name, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(t.CreatedAt), ts(at), t.Egress, t.Progress, t.Node)
 		return err
 	})
 	if s.d.IsUnique(err) {
@@ -69,7 +69,7 @@ func (s *Store) ListTemplates(ctx context.Context) ([]store.Template, error) {
 // UpdateTemplate implements store.Templates.
 func (s *Store) UpdateTemplate(ctx context.Context, t store.Template) error {
 	return s.writeOne(ctx, "template "+t.Name, "update", `UPDATE templates SET source = ?, state = ?, reason = ?, size_bytes = ?,
-			updated_at = ? WHERE name = ?`, t.Source, string(t.State), t.Reason, t.SizeBytes, ts(now()), t.Name)
+			node = ?, updated_at = ? WHERE name = ?`, t.Source, string(t.State), t.Reason, t.SizeBytes, t.Node, ts(now()), t.Name)
 }
 
 // SetTemplateEgress implements store.Templates.

@@ -30,12 +30,24 @@ func testTemplates(t *testing.T, s store.Store) {
 	_, err = s.GetTemplate(ctx(t), "nope")
 	wantClass(t, "GetTemplate missing", err, errdefs.ErrNotFound)
 
-	base.State, base.Reason, base.SizeBytes = store.TemplateFailed, "debootstrap: exit status 1", 12345
+	base.State, base.Reason, base.SizeBytes, base.Node = store.TemplateFailed, "debootstrap: exit status 1", 12345, "node-a"
 	must(t, "UpdateTemplate", s.UpdateTemplate(ctx(t), base))
 	got, _ = s.GetTemplate(ctx(t), "base")
-	if got.State != store.TemplateFailed || got.Reason != base.Reason || got.SizeBytes != 12345 || !got.CreatedAt.Equal(at(1)) {
+	if got.State != store.TemplateFailed || got.Reason != base.Reason || got.SizeBytes != 12345 || got.Node != "node-a" || !got.CreatedAt.Equal(at(1)) {
 		t.Errorf("after update = %+v, want %+v", got, base)
 	}
+	// The node a template is on alone is kept, and cleared as any field.
+	pinned := store.Template{Name: "pinned", Source: "snapshot:sn-1", State: store.TemplateBuilding, Node: "node-b", CreatedAt: at(4)}
+	must(t, "CreateTemplate pinned", s.CreateTemplate(ctx(t), pinned))
+	if got, _ = s.GetTemplate(ctx(t), "pinned"); got.Node != "node-b" {
+		t.Errorf("created with node node-b: got %+v", got)
+	}
+	pinned.Node = ""
+	must(t, "UpdateTemplate pinned", s.UpdateTemplate(ctx(t), pinned))
+	if got, _ = s.GetTemplate(ctx(t), "pinned"); got.Node != "" {
+		t.Errorf("node cleared: got %+v", got)
+	}
+	must(t, "DeleteTemplate pinned", s.DeleteTemplate(ctx(t), "pinned"))
 	wantClass(t, "UpdateTemplate missing", s.UpdateTemplate(ctx(t), store.Template{Name: "nope"}), errdefs.ErrNotFound)
 
 	// The default egress policy is set apart and survives UpdateTemplate.
