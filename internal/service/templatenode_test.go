@@ -39,8 +39,8 @@ func TestPlaceOnTheTemplatesNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// newTestStore made minimal (every node builds it).
 	for _, tpl := range []store.Template{
-		{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady},
 		{Name: "built", Source: "snapshot:sn-x", State: store.TemplateReady, Node: "n2"},
 	} {
 		if err := st.CreateTemplate(ctx, tpl); err != nil {
