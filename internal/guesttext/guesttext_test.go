@@ -36,7 +36,7 @@ func TestEscape(t *testing.T) {
 	})
 }
 
-// FuzzGuestText: the result is valid UTF-8, printable, bounded, and the
+// FuzzEscape: the result is valid UTF-8, printable, bounded, and the
 // same when escaped again (each host on the way applies it).
 func FuzzEscape(f *testing.F) {
 	f.Add("exit status 3\n\x1b[2J\xff\u202e")
