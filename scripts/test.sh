@@ -3,7 +3,8 @@
 # beside them when the cache has none. The build (minutes) runs at low
 # priority from the start; the tests that need the kernel (microvm) wait for
 # it (vmimage.AwaitMinimalKernel) while the rest run, and a failed build
-# fails the run. The concurrency-heavy packages (race, below) run under the
+# fails the run. The longest suites run beside everything else (long,
+# below). The concurrency-heavy packages (race, below) run under the
 # race detector instead of plainly, after the rest; the nested modules (api,
 # sdk/go: `./...` at the root does not enter them) are tested from their own
 # roots after the root's.
@@ -50,18 +51,35 @@ plain=$(go list ./... | grep -vxF -e "$racepkgs") || exit 1
 # The timeout has room for a package that waits for the kernel build
 # (minutes) before its own tests.
 export SPACE_TEST_CACHE_DIR=$cache SPACE_TEST_S3_SERVER=$s3
+# The suites that take longest (e2e, compat, the Python SDK's: real
+# servers, SDKs, browsers and VMs; e2e alone about 15-23 min) run in a go
+# test of their own from the start, two packages at a time; the rest, then
+# the race phase and the nested modules, run beside them instead of after
+# them (the race phase alone took 3-5 min once e2e had ended). Their output
+# goes to a file printed when they end, so the two runs' lines never
+# interleave (a package's output is printed whole when it ends anyway).
+long=$(grep -xE '.*/(e2e|compat/.*|sdk/python)' <<<"$plain")
+short=$(grep -vxF -e "$long" <<<"$plain")
+longout=$(mktemp /tmp/space-test-long.XXXXXX)
 # shellcheck disable=SC2086 # one package a word
-go test -count=1 -timeout 40m "${par[@]}" $plain
+go test -count=1 -timeout 40m -p 2 $long >"$longout" 2>&1 &
+lt=$!
+trap 'kill $bk $lt 2>/dev/null; rm -f "$locked" "$longout"' EXIT
+# shellcheck disable=SC2086
+go test -count=1 -timeout 40m "${par[@]}" $short
 rc=$?
 # shellcheck disable=SC2086
 go test -race -count=1 -timeout 20m $racepkgs || rc=1
 for m in "$@"; do
   go test -C "$m" -count=1 ./... || rc=1
 done
+echo "test: waiting for the long suites ($(tr '\n' ' ' <<<"$long"))"
+wait $lt || rc=1
+cat "$longout"
 wait $bk
 krc=$?
 trap - EXIT
-rm -f "$locked"
+rm -f "$locked" "$longout"
 if [ $krc -ne 0 ]; then
   echo "test: the minimal guest kernel build failed (exit $krc); the end of $log:" >&2
   tail -n 30 "$log" >&2
