@@ -2,11 +2,14 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	nodev1 "github.com/spacesandbox/space/api/node/v1"
 	sandboxv1 "github.com/spacesandbox/space/api/sandbox/v1"
 	"github.com/spacesandbox/space/internal/reconcile"
 	"github.com/spacesandbox/space/internal/sandbox"
@@ -72,12 +75,9 @@ func TestAliasBuild(t *testing.T) {
 	want(a, "web", "web.slowslow")
 }
 
-// TestCreateFollowsAliasBuilds: SPACE's own create of a name an E2B build
-// made starts the tenant's latest ready build of it and records that
-// template; another tenant's create of the name is not moved by those
-// builds; a retry with the same Idempotency-Key after a rebuild became
-// ready finds the first attempt's sandbox instead of a conflict.
-func TestCreateFollowsAliasBuilds(t *testing.T) {
+// newAliasEnv is operations over a SQLite store with two tenants and
+// the template minimal, whose creates a fake node starts.
+func newAliasEnv(t testing.TB) (*Sandboxes, store.Store, []string, *askedPools) {
 	db, err := sqlite.Open(t.Context(), t.TempDir()+"/space.db")
 	if err != nil {
 		t.Fatal(err)
@@ -92,16 +92,16 @@ func TestCreateFollowsAliasBuilds(t *testing.T) {
 		}
 		ids[i] = tn.ID
 	}
-	a, b := ids[0], ids[1]
-	readyBuild(t, st, "bld-1", a, "web", "web", store.BuildReady)
-	readyBuild(t, st, "bld-2", a, "web", "web.aaaaaaaa", store.BuildReady)
-
-	env := &raceEnv{st: st, tenant: a, node: newRaceNode(nil)}
+	if err := st.CreateTemplate(t.Context(), store.Template{Name: "minimal", Source: "builtin:minimal", State: store.TemplateReady, CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	env := &raceEnv{st: st, tenant: ids[0], node: newRaceNode(nil)}
 	env.putNode(t.Context(), t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := reconcile.New(reconcile.Config{Workers: 1, StartTimeout: 5 * time.Second, NodeLostAfter: -1, SingleReplica: true},
 		st, func(string) (reconcile.NodeAPI, error) { return env.node, nil }, log)
-	svc := New(Config{DefaultRuntime: "ns"}, st, rec, raceBeats{}, time.Now(), log)
+	pools := &askedPools{}
+	svc := New(Config{DefaultRuntime: "ns"}, st, rec, pools, time.Now(), log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -112,6 +112,46 @@ func TestCreateFollowsAliasBuilds(t *testing.T) {
 		cancel()
 		<-done
 	})
+	return svc, st, ids, pools
+}
+
+// askedPools is a Heartbeats that records which warm pools placement
+// asked for (a create claims a warm sandbox of the pool it asks for).
+type askedPools struct {
+	raceBeats
+	mu   sync.Mutex
+	keys []nodev1.PoolKey
+}
+
+func (p *askedPools) WarmNodes(k nodev1.PoolKey) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keys = append(p.keys, k)
+	return nil
+}
+
+// last is the pool placement asked for last.
+func (p *askedPools) last() nodev1.PoolKey {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.keys) == 0 {
+		return nodev1.PoolKey{}
+	}
+	return p.keys[len(p.keys)-1]
+}
+
+// TestCreateFollowsAliasBuilds: SPACE's own create of a name an E2B build
+// made starts the tenant's latest ready build of it and records that
+// template; another tenant's create of the name is not moved by those
+// builds; a retry with the same Idempotency-Key after a rebuild became
+// ready finds the first attempt's sandbox instead of a conflict; the
+// create claims from the warm pool of the concrete template.
+func TestCreateFollowsAliasBuilds(t *testing.T) {
+	svc, st, ids, pools := newAliasEnv(t)
+	a, b := ids[0], ids[1]
+	readyBuild(t, st, "bld-1", a, "web", "web", store.BuildReady)
+	readyBuild(t, st, "bld-2", a, "web", "web.aaaaaaaa", store.BuildReady)
+
 	create := func(tenant, key string) *sandbox.Sandbox {
 		t.Helper()
 		sb, err := svc.Create(t.Context(), Caller{Tenant: tenant}, CreateParams{Key: key,
@@ -124,6 +164,9 @@ func TestCreateFollowsAliasBuilds(t *testing.T) {
 	sb := create(a, "k1")
 	if sb.Template != "web.aaaaaaaa" {
 		t.Errorf("tenant a's create of web started %s, want its latest build's web.aaaaaaaa", sb.Template)
+	}
+	if k := pools.last(); k.Template != "web.aaaaaaaa" {
+		t.Errorf("tenant a's create of web claims from the warm pool of %q, want web.aaaaaaaa's", k.Template)
 	}
 	if got, err := st.GetSandboxByID(t.Context(), sb.ID); err != nil || got.Template != "web.aaaaaaaa" {
 		t.Errorf("the record of tenant a's sandbox names template %q (%v), want web.aaaaaaaa", got.Template, err)
@@ -138,5 +181,47 @@ func TestCreateFollowsAliasBuilds(t *testing.T) {
 	}
 	if next := create(a, ""); next.Template != "web.cccccccc" {
 		t.Errorf("tenant a's create of web after the rebuild started %s, want web.cccccccc", next.Template)
+	}
+}
+
+// BenchmarkCreateAliasLookup is what resolving a create's template name
+// (AliasBuild) costs next to the create it is part of: a create of
+// minimal on a fake node, and the lookup alone of a name no build made
+// and of an alias with 11 builds (the most pruneBuilds keeps), in
+// interleaved rounds.
+func BenchmarkCreateAliasLookup(b *testing.B) {
+	svc, st, ids, _ := newAliasEnv(b)
+	for i := range 11 {
+		r := store.TemplateBuild{ID: fmt.Sprint("bld-", i), TenantID: ids[0], Alias: "web", Template: fmt.Sprint("web.", i), State: store.BuildWaiting}
+		if err := st.CreateTemplateBuild(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+		r.State = store.BuildReady
+		if err := st.UpdateTemplateBuild(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	caller := Caller{Tenant: ids[0]}
+	rounds := []struct {
+		name string
+		run  func() error
+	}{
+		{"create", func() error {
+			_, err := svc.Create(b.Context(), caller, CreateParams{CreateSandboxRequest: sandboxv1.CreateSandboxRequest{Template: "minimal", Runtime: "ns", CPUs: 1, MemoryMiB: 256}})
+			return err
+		}},
+		{"lookup-nobuild", func() error { _, err := AliasBuild(b.Context(), st, ids[0], "minimal"); return err }},
+		{"lookup-11builds", func() error { _, err := AliasBuild(b.Context(), st, ids[0], "web"); return err }},
+	}
+	for range 2 {
+		for _, r := range rounds {
+			b.Run(r.name, func(b *testing.B) {
+				for b.Loop() {
+					if err := r.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
