@@ -6,7 +6,8 @@
 // registry image is refused naming the feature, one of an OCI layout on the server builds (imported once per
 // content: a copy under another path reuses the import, changed content imports anew); a hostile upload (a symlink out of the file
 // context) is refused; a rebuild under one alias replaces the template
-// (cpuCount/memoryMB size its sandboxes, its one tag is default).
+// (cpuCount/memoryMB size its sandboxes, its one tag is default), for
+// SPACE's own POST /v1/sandboxes of the alias too.
 import { Template, Sandbox, BuildError, FileUploadError, waitForFile } from 'e2b'
 import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -21,6 +22,15 @@ mkdirSync(join(ctx, 'evil'))
 symlinkSync('/etc/passwd', join(ctx, 'evil', 'passwd'))
 
 const name = 'e2btpl-' + process.pid
+
+// spaceAPI calls SPACE's own API (E2B_SANDBOX_URL is its URL, the same listener).
+async function spaceAPI(method, path, body) {
+  const headers = { Authorization: `Bearer ${process.env.SPACE_KEY}`, 'Content-Type': 'application/json' }
+  const res = await fetch(process.env.E2B_SANDBOX_URL + path, { method, headers, body: body && JSON.stringify(body) })
+  const text = await res.text()
+  if (!res.ok) throw new Error(`${method} ${path}: HTTP ${res.status}: ${text}`)
+  return text ? JSON.parse(text) : undefined
+}
 const sandboxes = []
 
 await run('templates', [
@@ -105,6 +115,12 @@ await run('templates', [
     const after = await Sandbox.create(alias, { timeoutMs: 120_000 })
     sandboxes.push(after)
     eq((await after.commands.run('cat /version')).stdout, 'two\n', 'a failed rebuild leaves the last good build')
+    // SPACE's own create of the alias starts the same build and names its template.
+    const native = await spaceAPI('POST', '/v1/sandboxes', { template: alias })
+    const nsbx = await Sandbox.connect(native.id, { timeoutMs: 120_000 })
+    sandboxes.push(nsbx)
+    assert(native.template.startsWith(alias + '.'), `POST /v1/sandboxes of ${alias} started template ${native.template}, want the rebuild's ${alias}.…`)
+    eq((await nsbx.commands.run('cat /version')).stdout, 'two\n', 'a sandbox of the alias made through /v1 after the rebuild')
     const tags = await Template.getTags(alias)
     eq(tags.map((t) => `${t.tag} ${t.buildId}`).join(','), `default ${info.buildId}`, 'the one tag, default, on the latest build')
     const e = await rejects(() => Template.build(Template().fromTemplate(template), alias + ':v2'), BuildError, 'a tag other than default')

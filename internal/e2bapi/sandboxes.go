@@ -148,7 +148,7 @@ func (a *API) handleE2BCreate(w http.ResponseWriter, r *http.Request) {
 		a.e2bCreateFromSnapshot(w, r, c, snapID, ttl, idle, ports, rules)
 		return
 	}
-	template, cpus, mem, err := a.e2bTemplateOf(r.Context(), req.TemplateID)
+	template, cpus, mem, err := a.e2bTemplateOf(r.Context(), c.Tenant, req.TemplateID)
 	if err != nil {
 		a.writeE2BErr(w, r, err)
 		return

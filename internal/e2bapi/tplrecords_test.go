@@ -177,7 +177,7 @@ func TestRebuildReplacesTemplate(t *testing.T) {
 	if out["status"] != buildReady {
 		t.Fatalf("first build: %v", out)
 	}
-	if name, _, _, _ := a.e2bTemplateOf(ctx, "web"); name != "web" {
+	if name, _, _, _ := a.e2bTemplateOf(ctx, "t1", "web"); name != "web" {
 		t.Fatalf("after the first build web stands for %q, want web", name)
 	}
 	backend.inUse["web"] = true // a sandbox runs from the first build
@@ -186,9 +186,12 @@ func TestRebuildReplacesTemplate(t *testing.T) {
 	if out["status"] != buildReady {
 		t.Fatalf("rebuild: %v", out)
 	}
-	second, cpus, mem, err := a.e2bTemplateOf(ctx, "web")
+	second, cpus, mem, err := a.e2bTemplateOf(ctx, "t1", "web")
 	if err != nil || !strings.HasPrefix(second, "web.") || cpus != 2 || mem != 1024 {
 		t.Fatalf("after the rebuild web stands for %q (%d CPUs, %d MiB, %v), want web.… with 2 CPUs and 1024 MiB", second, cpus, mem, err)
+	}
+	if name, cpus, mem, _ := a.e2bTemplateOf(ctx, "t2", "web"); name != "web" || cpus != 0 || mem != 0 {
+		t.Errorf("for tenant t2 web stands for %q (%d CPUs, %d MiB) after t1's rebuild, want web: another tenant's builds never change a name", name, cpus, mem)
 	}
 	if !backend.templates["web"] || len(backend.deleted) != 0 {
 		t.Errorf("the first build's template, in use, was deleted (templates %v, deleted %v)", backend.templates, backend.deleted)
@@ -198,13 +201,13 @@ func TestRebuildReplacesTemplate(t *testing.T) {
 	if out["status"] != buildError {
 		t.Fatalf("failing rebuild: %v, want error", out)
 	}
-	if name, _, _, _ := a.e2bTemplateOf(ctx, "web"); name != second {
+	if name, _, _, _ := a.e2bTemplateOf(ctx, "t1", "web"); name != second {
 		t.Fatalf("after a failed rebuild web stands for %q, want the last good build %q", name, second)
 	}
 
 	delete(backend.inUse, "web")
 	_, out = buildAndWait(t, a, "web", `{"name":"web"}`, `[{"type":"RUN","args":["echo three"]}]`)
-	third, _, _, _ := a.e2bTemplateOf(ctx, "web")
+	third, _, _, _ := a.e2bTemplateOf(ctx, "t1", "web")
 	if out["status"] != buildReady || third == second || !strings.HasPrefix(third, "web.") {
 		t.Fatalf("third build %v stands as %q, want a new web.…", out, third)
 	}
@@ -233,7 +236,7 @@ func TestRebuildNeverTouchesOthers(t *testing.T) {
 	if code != http.StatusConflict || !strings.Contains(fmt.Sprint(out["message"]), "not built through the E2B API") {
 		t.Errorf("a build of a template space template build made: %d %v, want 409 saying so", code, out)
 	}
-	if name, _, _, _ := a.e2bTemplateOf(t.Context(), "web"); name != "web" || len(backend.deleted) != 0 {
+	if name, _, _, _ := a.e2bTemplateOf(t.Context(), "t1", "web"); name != "web" || len(backend.deleted) != 0 {
 		t.Errorf("web stands for %q and deleted %v after the refusals, want web and nothing deleted", name, backend.deleted)
 	}
 }
@@ -502,7 +505,7 @@ func BenchmarkE2BTemplateOf(b *testing.B) {
 	}{{"memory", memory}, {"recorded", recorded}, {"memory", memory}, {"recorded", recorded}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				if _, _, _, err := c.a.e2bTemplateOf(b.Context(), "web"); err != nil {
+				if _, _, _, err := c.a.e2bTemplateOf(b.Context(), "t1", "web"); err != nil {
 					b.Fatal(err)
 				}
 			}

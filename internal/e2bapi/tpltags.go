@@ -62,14 +62,17 @@ func (a *API) currentBuild(ctx context.Context, alias string) (*store.TemplateBu
 	return cur, nil
 }
 
-// e2bTemplateOf is what a create through the E2B API of templateID
-// starts: the SPACE template of alias templateID's latest build with its
-// size, or the template named templateID (the code interpreter's aliases
-// map to SPACE's code-interpreter template).
-func (a *API) e2bTemplateOf(ctx context.Context, templateID string) (name string, cpus, memoryMiB int, err error) {
-	cur, err := a.currentBuild(ctx, templateID)
-	if err != nil {
-		return "", 0, 0, err
+// e2bTemplateOf is what a create through the E2B API of templateID by
+// tenant starts: the SPACE template of tenant's latest ready build of
+// alias templateID with its size (service.AliasBuild, which SPACE's own
+// create resolves a name with too), or the template named templateID (the
+// code interpreter's aliases map to SPACE's code-interpreter template).
+func (a *API) e2bTemplateOf(ctx context.Context, tenant, templateID string) (name string, cpus, memoryMiB int, err error) {
+	var cur *store.TemplateBuild
+	if a.builds.st != nil {
+		if cur, err = service.AliasBuild(ctx, a.builds.st, tenant, templateID); err != nil {
+			return "", 0, 0, err
+		}
 	}
 	if cur == nil {
 		return e2bTemplate(templateID), 0, 0, nil

@@ -52,6 +52,12 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 	if err != nil {
 		return nil, err
 	}
+	// A name an E2B build made stands for the tenant's latest ready build
+	// of it (templatealias.go); the sandbox records that template.
+	asked := spec.Template
+	if spec.Template, err = s.templateOf(ctx, c.Tenant, asked); err != nil {
+		return nil, err
+	}
 	// A template still building is waited for (warmup.go).
 	tpl, err := s.awaitTemplate(ctx, w, spec.Template)
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -76,7 +82,7 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 		if prev, err := s.store.GetSandboxByID(ctx, sb.ID); err == nil {
 			// An earlier attempt with this key recorded the sandbox and
 			// did not answer (its server died): this one waits for it.
-			if err := sameCreate(prev, sb); err != nil {
+			if err := s.sameAliasCreate(ctx, prev, sb, asked); err != nil {
 				return nil, err
 			}
 			return s.waitCreated(ctx, prev)
@@ -117,7 +123,7 @@ func (s *Sandboxes) Create(ctx context.Context, c Caller, req CreateParams) (*sa
 		if req.Key != "" && errors.Is(err, errdefs.ErrConflict) {
 			// Another attempt with this key recorded it meanwhile.
 			if prev, gerr := s.store.GetSandboxByID(ctx, sb.ID); gerr == nil {
-				if err := sameCreate(prev, sb); err != nil {
+				if err := s.sameAliasCreate(ctx, prev, sb, asked); err != nil {
 					return nil, err
 				}
 				return s.waitCreated(ctx, prev)
@@ -166,6 +172,19 @@ func sameCreate(prev, want *sandbox.Sandbox) error {
 		return fmt.Errorf("%w: Idempotency-Key was used for another request", errdefs.ErrConflict)
 	}
 	return nil
+}
+
+// sameAliasCreate is sameCreate for a create that asked for template
+// asked: an earlier attempt may have started another build of alias asked
+// (a rebuild became ready between the attempts), which is the same
+// request.
+func (s *Sandboxes) sameAliasCreate(ctx context.Context, prev, want *sandbox.Sandbox, asked string) error {
+	if prev.Template != want.Template && (prev.Template == asked || s.isBuildOf(ctx, want.Tenant, asked, prev.Template)) {
+		w := *want
+		w.Template = prev.Template
+		want = &w
+	}
+	return sameCreate(prev, want)
 }
 
 // waitCreated waits until a new sandbox runs or fails (or the create

@@ -119,7 +119,7 @@ func (env *raceEnv) deleteAll(t *rapid.T) {
 }
 
 // putNode registers the node, big enough for every sandbox of the test.
-func (env *raceEnv) putNode(ctx context.Context, t *testing.T) {
+func (env *raceEnv) putNode(ctx context.Context, t testing.TB) {
 	err := env.st.PutNode(ctx, store.Node{
 		ID: raceNodeID, Address: raceNodeID + ":7071", Runtimes: []string{"ns"}, State: store.NodeReady,
 		Capacity: store.Resources{CPUs: 1 << 20, MemoryMiB: 1 << 30, DiskMiB: 1 << 30}, LastHeartbeat: time.Now().UTC(),
