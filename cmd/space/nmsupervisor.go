@@ -170,15 +170,18 @@ func endedHow(child *pinnedproc.Child) string {
 	return "exit"
 }
 
-// withoutFailpoints is environ without its SPACE_FAILPOINTS entry: a
+// withoutFailpoints is environ with its SPACE_FAILPOINTS entry emptied: a
 // restarted node-manager is never armed, so that a test which makes one
-// die at a failpoint sees the next one do the work.
+// die at a failpoint sees the next one do the work. The entry stays, empty
+// (every point disarmed), when it was there: it also marks a test process
+// (failpoint.TestProcess).
 func withoutFailpoints(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
-		if !strings.HasPrefix(kv, failpoint.EnvVar+"=") {
-			out = append(out, kv)
+		if strings.HasPrefix(kv, failpoint.EnvVar+"=") {
+			kv = failpoint.EnvVar + "="
 		}
+		out = append(out, kv)
 	}
 	return out
 }
