@@ -101,6 +101,11 @@ func TestDevServerRestartsNodeManagerUnarmed(t *testing.T) {
 			var sb sandbox
 			code := 0
 			for deadline := time.Now().Add(3 * time.Minute); ; {
+				select {
+				case <-in.exited:
+					t.Fatalf("the server exited while the create was retried (%d times %q in its log):\n%s", strings.Count(in.logs(), line), line, in.logs())
+				default:
+				}
 				code = in.doIdem(idem, "POST", "/v1/sandboxes", body, &sb)
 				if code == http.StatusCreated && sb.State == "running" || time.Now().After(deadline) {
 					break
