@@ -94,7 +94,6 @@ func (s *nmSupervisor) Run(ctx context.Context, shutdown <-chan struct{}, up cha
 			return ctx.Err()
 		default:
 		}
-		s.restarts.Inc(endedHow(child))
 		ran := time.Since(healthySince)
 		if ran >= s.healthyAfter {
 			backoff, quick = s.backoffMin, 0
@@ -103,7 +102,8 @@ func (s *nmSupervisor) Run(ctx context.Context, shutdown <-chan struct{}, up cha
 		if quick >= s.maxQuick {
 			return fmt.Errorf("the node-manager exited %d times in a row within %s of its start (last %s): giving up; its error is above", quick, s.healthyAfter, status)
 		}
-		s.log.Warn("the node-manager exited; starting it again (test failpoints disarmed)", "status", status, "ran", ran.Round(time.Millisecond), "restart_in", backoff, "quick_failures", quick)
+		s.restarts.Inc(endedHow(child))
+		s.log.Warn("the node-manager exited; starting it again", "status", status, "ran", ran.Round(time.Millisecond), "restart_in", backoff, "quick_failures", quick)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
