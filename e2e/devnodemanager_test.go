@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,10 +81,18 @@ func TestDevServerRestartsNodeManagerUnarmed(t *testing.T) {
 			dir := newDataDir(t)
 			in := launchServer(t, dir, []string{failpoint.EnvVar + "=" + p.Name + "=exit"})
 			defer in.stop()
+			defer func() {
+				if t.Failed() {
+					t.Logf("the server's log:\n%s", in.logs())
+				}
+			}()
 			in.waitTemplate("minimal")
 			pm := privop.NewClient(filepath.Join(dir, "run", "node-manager.sock"))
 			pid := nodeManagerPid(t, pm, 0, in)
-			const idem = "nm-restart-unarmed"
+			// A key of this run's own: a sandbox's id follows from it, and
+			// an earlier run's leftovers on the host must not be taken
+			// for this one's.
+			idem := "nm-restart-unarmed-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			body := []byte(`{"template":"minimal","runtime":"ns","memory_mib":256}`)
 			in.send("POST", "/v1/sandboxes", string(body), idem)
 			line := "failpoint " + p.Name + ": exit"
