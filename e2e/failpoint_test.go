@@ -286,14 +286,15 @@ func (in *instance) send(method, path, body, idemKey string) {
 // waitFailpoint waits until the process p names dies at p. A server
 // point: the server exits with status 137, the point's line in its log. A
 // node-manager point: the line in the log (the node-manager writes to the
-// server's stderr) and the node-manager gone; the server, which starts the
-// node-manager only with itself under --dev, is then killed too.
+// server's stderr) and the node-manager gone (or already started again,
+// unarmed, by the server: nodeManagerRestarted); the server is then killed too,
+// and the node-manager with it.
 func (in *instance) waitFailpoint(p *failpoint.Point) {
 	in.t.Helper()
 	line := "failpoint " + p.Name + ": exit"
 	deadline := time.After(3 * time.Minute)
 	if p.Process == failpoint.NodeManager {
-		for !strings.Contains(in.logs(), line) || nodeManagerRunning(in.dataDir) {
+		for !strings.Contains(in.logs(), line) || nodeManagerRunning(in.dataDir) && !nodeManagerRestarted(in.logs(), line) {
 			select {
 			case <-in.exited:
 				in.t.Fatalf("failpoint %s armed: the server exited before the node-manager died at the point\n%s", p.Name, in.logs())
@@ -316,6 +317,17 @@ func (in *instance) waitFailpoint(p *failpoint.Point) {
 		in.t.Fatalf("failpoint %s armed: the server exited with %d, want %d at the point\n%s", p.Name, code, failpoint.ExitCode, in.logs())
 	}
 }
+
+// nodeManagerRestarted reports whether a --dev server's logs say it
+// started its node-manager again after line, the failpoint's exit.
+func nodeManagerRestarted(logs, line string) bool {
+	i := strings.Index(logs, line)
+	return i >= 0 && strings.Contains(logs[i:], nodeManagerRestartLine)
+}
+
+// nodeManagerRestartLine is what a --dev server logs when its
+// node-manager exited and it starts it again.
+const nodeManagerRestartLine = "the node-manager exited; starting it again"
 
 // nodeManagerRunning reports whether a node-manager of dataDir runs.
 func nodeManagerRunning(dataDir string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -117,6 +118,9 @@ type nodeOptions struct {
 	gateway                                               *node.GatewayConfig
 	// memory measures the node's memory for its heartbeats.
 	memory *mempressure.Monitor
+	// extraMetrics, when set, writes more of the node's metrics (the
+	// --dev server's node-manager restarts).
+	extraMetrics func(io.Writer)
 }
 
 // addMemoryPressureFlag adds --memory-pressure-threshold to fs, its usage
@@ -175,6 +179,7 @@ func runNodeWith(ctx context.Context, o nodeOptions, log *slog.Logger) error {
 	}
 	m, err = node.NewManager(node.Config{
 		BridgeReadyTimeout: 20 * time.Second,
+		ExtraMetrics:       o.extraMetrics,
 		NodeID:             o.nodeID, DataDir: o.dataDir, Privileged: o.pm, HostBridge: o.hostBridge, Token: token,
 		CPUs: runtime.NumCPU(), MemoryMiB: memMiB * 3 / 4,
 		Objects: o.objects, KMS: o.kms, Gateway: o.gateway, Memory: o.memory,

@@ -570,7 +570,8 @@ func devBinaries() error {
 
 // runDevNode runs this machine's node services beside the control plane: the
 // root node-manager as a child process (it dies with this process; the
-// sandboxes it started do not), and the sandbox manager in this process.
+// sandboxes it started do not), started again when it exits after it
+// started (nmSupervisor), and the sandbox manager in this process.
 func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken string, objs objstore.Store, keys kms.KMS, gw *node.GatewayConfig, mem *mempressure.Monitor, up chan<- struct{}, log *slog.Logger) error {
 	nodeManager, err := hostbin.Find(hostbin.NodeManager)
 	if err != nil {
@@ -588,34 +589,57 @@ func runDevNode(ctx context.Context, dataDir, kernelBuild, apiURL, joinToken str
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("--dev starts the root node-manager itself: run as root, or start `sudo space node-manager --data-dir %s` and `space node` separately", dataDir)
 	}
-	cmd := exec.Command(nodeManager, "--data-dir", dataDir, "--socket", pmSocket, "--kernel-build", kernelBuild)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	// Forked from a pinned thread: this process ends threads (the ns
-	// driver's), and the parent-death signal follows the thread.
-	child, err := pinnedproc.Start(cmd)
-	if err != nil {
-		return fmt.Errorf("start node-manager: %w", err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-child.Done():
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-child.Done()
-		}
-	}()
 	pm := privop.NewClient(pmSocket)
-	if err := waitNodeManager(ctx, pm, child.Done(), child.Wait); err != nil {
+	sup := newNMSupervisor(func(restart bool) (*pinnedproc.Child, error) {
+		cmd := exec.Command(nodeManager, "--data-dir", dataDir, "--socket", pmSocket, "--kernel-build", kernelBuild)
+		if restart {
+			cmd.Env = withoutFailpoints(os.Environ())
+		}
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		// Forked from a pinned thread: this process ends threads (the ns
+		// driver's), and the parent-death signal follows the thread.
+		return pinnedproc.Start(cmd)
+	}, func(ctx context.Context, exited <-chan struct{}, why func() error) error {
+		return waitNodeManager(ctx, pm, exited, why)
+	}, log.With("component", "node-manager-supervisor"))
+	// The supervisor outlives the node: it stops the node-manager once the
+	// node has ended (the node's last calls still reach it), or ends the
+	// node when it gives up.
+	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSup()
+	nmUp, supDone := make(chan struct{}), make(chan error, 1)
+	go func() { supDone <- sup.Run(supCtx, ctx.Done(), nmUp) }()
+	select {
+	case <-nmUp:
+	case err := <-supDone:
 		return err
+	case <-ctx.Done():
+		stopSup()
+		<-supDone
+		return ctx.Err()
 	}
 	close(up)
-	return runNodeWith(ctx, nodeOptions{
-		dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
-		listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys, gateway: gw,
-		hostBridge: hostBridge, memory: mem,
-	}, log)
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	defer stopNode()
+	nodeDone := make(chan error, 1)
+	go func() {
+		nodeDone <- runNodeWith(nodeCtx, nodeOptions{
+			dataDir: dataDir, nodeID: "local", server: apiURL, joinToken: joinToken,
+			listen: "unix:" + filepath.Join(runDir, "node.sock"), pm: pm, objects: objs, kms: keys, gateway: gw,
+			hostBridge: hostBridge, memory: mem, extraMetrics: sup.writeMetrics,
+		}, log)
+	}()
+	select {
+	case err := <-nodeDone:
+		stopSup()
+		<-supDone
+		return err
+	case err := <-supDone:
+		stopNode()
+		<-nodeDone
+		return err
+	}
 }
 
 // waitNodeManager waits until the node-manager answers, has exited (closed

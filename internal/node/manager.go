@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -68,6 +69,10 @@ type Config struct {
 	// (nil: the node reports none, and admission goes by the committed
 	// sum alone).
 	Memory *mempressure.Monitor
+	// ExtraMetrics, when set, writes metrics of the node's process that
+	// the Manager does not own on GET /node/v1/metrics (space server
+	// --dev: its node-manager's restarts).
+	ExtraMetrics func(io.Writer)
 }
 
 // defaultStatusRefresh is Manager.statusRefresh: the heartbeat asks the

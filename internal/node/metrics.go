@@ -89,6 +89,9 @@ func (m *Manager) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	m.guestErrors.write(&b, protocolErrors)
 	m.writeGatewayMetrics(&b)
 	m.writeClockMetrics(&b)
+	if m.cfg.ExtraMetrics != nil {
+		m.cfg.ExtraMetrics(&b)
+	}
 	w.Header().Set("Content-Type", metrics.ContentType)
 	_, _ = io.WriteString(w, b.String())
 }

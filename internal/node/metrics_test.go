@@ -239,3 +239,29 @@ func BenchmarkCapabilityRefusedLog(b *testing.B) {
 		m.capabilityRefused(rec, c, refusedSandbox, "capability is for another sandbox")
 	}
 }
+
+// TestExtraMetricsAreExposed: what Config.ExtraMetrics writes (space
+// server --dev: its node-manager's restarts) is on GET /node/v1/metrics,
+// behind the node token like the rest.
+func TestExtraMetricsAreExposed(t *testing.T) {
+	const family = "space_node_manager_restarts_total{ended=\"signal\"} 2\n"
+	m, err := NewManager(Config{NodeID: "node-a", DataDir: t.TempDir(), Privileged: privop.NewClient("/nonexistent"), HostBridge: "/bin/true", Token: "node-token",
+		ExtraMetrics: func(w io.Writer) { io.WriteString(w, family) }},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(m.Handler())
+	defer api.Close()
+	req, _ := http.NewRequest(http.MethodGet, api.URL+"/node/v1/metrics", nil)
+	req.Header.Set(TokenHeader, "node-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), family) {
+		t.Errorf("GET /node/v1/metrics: HTTP %d, want the extra family %q in:\n%s", resp.StatusCode, family, body)
+	}
+}
