@@ -271,13 +271,22 @@ func (b *templateBuilds) log(tb *templateBuild, level, msg string) {
 
 // finish records tb's end.
 func (b *templateBuilds) finish(ctx context.Context, tb *templateBuild, reason *buildReason) {
-	b.mu.Lock()
-	tb.status = buildReady
+	status := buildReady
 	if reason != nil {
-		tb.status, tb.reason = buildError, reason
+		status = buildError
 	}
+	// The store learns that the build ended before its status answers say
+	// so: a client that reads ready and creates from the alias at once is
+	// answered from the store (e2bTemplateOf), which must know the build
+	// by then, or the create would start the template it replaces.
+	b.mu.Lock()
+	r := tb.record()
 	b.mu.Unlock()
-	b.save(ctx, tb)
+	r.State, r.Reason = store.TemplateBuildState(status), reasonText(reason)
+	b.saveRecord(ctx, r)
+	b.mu.Lock()
+	tb.status, tb.reason = status, reason
+	b.mu.Unlock()
 }
 
 // logWriter turns what a build writes into log entries, one a line.

@@ -47,11 +47,17 @@ func (tb *templateBuild) record() store.TemplateBuild {
 		State: store.TemplateBuildState(tb.status), SandboxID: tb.sandbox,
 		CPUs: tb.cpus, MemoryMiB: tb.memoryMiB, CreatedAt: tb.created,
 	}
-	if tb.reason != nil {
-		b, _ := json.Marshal(tb.reason)
-		r.Reason = string(b)
-	}
+	r.Reason = reasonText(tb.reason)
 	return r
+}
+
+// reasonText is a build's reason as the store keeps it ("" for none).
+func reasonText(reason *buildReason) string {
+	if reason == nil {
+		return ""
+	}
+	b, _ := json.Marshal(reason)
+	return string(b)
 }
 
 // buildOf is a stored build as this process shows it (no log but its
@@ -82,8 +88,16 @@ func (b *templateBuilds) save(ctx context.Context, tb *templateBuild) {
 	b.mu.Lock()
 	r := tb.record()
 	b.mu.Unlock()
+	b.saveRecord(ctx, r)
+}
+
+// saveRecord writes build record r to the store, if there is one.
+func (b *templateBuilds) saveRecord(ctx context.Context, r store.TemplateBuild) {
+	if b.st == nil {
+		return
+	}
 	if err := b.st.UpdateTemplateBuild(context.WithoutCancel(ctx), r); err != nil {
-		b.logger.Warn("e2b template build: record", "build", tb.id, "err", err)
+		b.logger.Warn("e2b template build: record", "build", r.ID, "err", err)
 	}
 }
 

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,6 +55,39 @@ func newTemplatesBackend(names ...string) *templatesBackend {
 		b.templates[n] = true
 	}
 	return b
+}
+
+// backendDeleted is what b deleted so far.
+func backendDeleted(b *templatesBackend) []string {
+	_, deleted := b.state()
+	return deleted
+}
+
+// setInUse says whether a sandbox uses template name.
+func (b *templatesBackend) setInUse(name string, used bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inUse[name] = used
+}
+
+// state is the backend's templates and deletions so far, copied under its
+// lock (a build's pruning deletes in its own goroutine).
+func (b *templatesBackend) state() (map[string]bool, []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.templates), slices.Clone(b.deleted)
+}
+
+// awaitState returns the backend's state once ok holds of it, or after 10 s
+// the last one: a build's status says ready before its pruning of the
+// templates it replaced has ended (runBuild).
+func (b *templatesBackend) awaitState(ok func(map[string]bool, []string) bool) (map[string]bool, []string) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		tpls, deleted := b.state()
+		if ok(tpls, deleted) || time.Now().After(deadline) {
+			return tpls, deleted
+		}
+	}
 }
 
 func (b *templatesBackend) TemplateTaken(_ context.Context, name string) (bool, error) {
@@ -180,7 +215,7 @@ func TestRebuildReplacesTemplate(t *testing.T) {
 	if name, _, _, _ := a.e2bTemplateOf(ctx, "t1", "web"); name != "web" {
 		t.Fatalf("after the first build web stands for %q, want web", name)
 	}
-	backend.inUse["web"] = true // a sandbox runs from the first build
+	backend.setInUse("web", true) // a sandbox runs from the first build
 
 	_, out = buildAndWait(t, a, "web", `{"name":"web","cpuCount":2,"memoryMB":1024}`, `[{"type":"RUN","args":["echo two"]}]`)
 	if out["status"] != buildReady {
@@ -193,8 +228,8 @@ func TestRebuildReplacesTemplate(t *testing.T) {
 	if name, cpus, mem, _ := a.e2bTemplateOf(ctx, "t2", "web"); name != "web" || cpus != 0 || mem != 0 {
 		t.Errorf("for tenant t2 web stands for %q (%d CPUs, %d MiB) after t1's rebuild, want web: another tenant's builds never change a name", name, cpus, mem)
 	}
-	if !backend.templates["web"] || len(backend.deleted) != 0 {
-		t.Errorf("the first build's template, in use, was deleted (templates %v, deleted %v)", backend.templates, backend.deleted)
+	if tpls, deleted := backend.state(); !tpls["web"] || len(deleted) != 0 {
+		t.Errorf("the first build's template, in use, was deleted (templates %v, deleted %v)", tpls, deleted)
 	}
 
 	_, out = buildAndWait(t, a, "web", `{"name":"web"}`, `[{"type":"RUN","args":["false"]}]`)
@@ -205,14 +240,16 @@ func TestRebuildReplacesTemplate(t *testing.T) {
 		t.Fatalf("after a failed rebuild web stands for %q, want the last good build %q", name, second)
 	}
 
-	delete(backend.inUse, "web")
+	backend.setInUse("web", false)
 	_, out = buildAndWait(t, a, "web", `{"name":"web"}`, `[{"type":"RUN","args":["echo three"]}]`)
 	third, _, _, _ := a.e2bTemplateOf(ctx, "t1", "web")
 	if out["status"] != buildReady || third == second || !strings.HasPrefix(third, "web.") {
 		t.Fatalf("third build %v stands as %q, want a new web.…", out, third)
 	}
-	if backend.templates["web"] || backend.templates[second] || !backend.templates[third] {
-		t.Errorf("after the third build templates are %v, want the replaced web and %s deleted, %s kept", backend.templates, second, third)
+	if tpls, _ := backend.awaitState(func(tpls map[string]bool, _ []string) bool {
+		return !tpls["web"] && !tpls[second]
+	}); tpls["web"] || tpls[second] || !tpls[third] {
+		t.Errorf("after the third build templates are %v, want the replaced web and %s deleted, %s kept", tpls, second, third)
 	}
 }
 
@@ -236,8 +273,8 @@ func TestRebuildNeverTouchesOthers(t *testing.T) {
 	if code != http.StatusConflict || !strings.Contains(fmt.Sprint(out["message"]), "not built through the E2B API") {
 		t.Errorf("a build of a template space template build made: %d %v, want 409 saying so", code, out)
 	}
-	if name, _, _, _ := a.e2bTemplateOf(t.Context(), "t1", "web"); name != "web" || len(backend.deleted) != 0 {
-		t.Errorf("web stands for %q and deleted %v after the refusals, want web and nothing deleted", name, backend.deleted)
+	if name, _, _, _ := a.e2bTemplateOf(t.Context(), "t1", "web"); name != "web" || len(backendDeleted(backend)) != 0 {
+		t.Errorf("web stands for %q and deleted %v after the refusals, want web and nothing deleted", name, backendDeleted(backend))
 	}
 }
 
